@@ -1,0 +1,38 @@
+# Each target installs what it needs first, so a fresh clone needs only `make test`.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+# The extras the test suite and the reproductions use; tests of a missing extra skip cleanly.
+EXTRAS ?= all
+# torch first and pinned: on this project's machines 2.13.0 is the CPU build already on disk; a bare
+# `torch` requirement would pull a multi-GB CUDA build. Elsewhere pip's normal choice is fine.
+TORCH_SPEC ?= torch==2.13.0
+PIP_FLAGS ?= -q --progress-bar off
+
+.PHONY: install test test-all repro repro-full lint format bench
+
+install:
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_FLAGS) "$(TORCH_SPEC)" || $(PIP) install $(PIP_FLAGS) torch
+	$(PIP) install $(PIP_FLAGS) -e ".[$(EXTRAS)]"
+
+test: install
+	$(PYTHON) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS)
+
+test-all: install
+	$(PYTHON) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+repro: install
+	$(PYTHON) -m icml25 repro $(REPRO_ARGS)
+
+repro-full: install
+	$(PYTHON) -m icml25 repro --full $(REPRO_ARGS)
+
+lint: install
+	$(PYTHON) -m ruff check src tests benchmarks
+	$(PYTHON) -m ruff format --check src tests benchmarks
+
+format: install
+	$(PYTHON) -m ruff format src tests benchmarks
+	$(PYTHON) -m ruff check --fix src tests benchmarks
+
+bench: install
+	$(PYTHON) -m icml25 bench $(BENCH_ARGS)

@@ -1,0 +1,3 @@
+from icml25.cli import main
+
+raise SystemExit(main())

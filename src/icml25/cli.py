@@ -1,0 +1,177 @@
+"""The ``icml25`` command: ``list``, ``repro``, ``bench`` and one subcommand per paper that has one.
+
+Exit codes: 0 success; 1 a reproduction raised (or, with ``--strict``, a claim did not hold) or a
+benchmark failed; 2 bad arguments (argparse's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from icml25 import __version__
+from icml25.registry import PAPERS, load_entry_point, resolve
+
+__all__ = ["build_parser", "main"]
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.json:
+        rows = [
+            {
+                "number": p.number,
+                "slug": p.slug,
+                "title": p.title,
+                "module": p.module,
+                "status": p.status,
+                "link": p.url,
+            }
+            for p in PAPERS
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    import shutil
+
+    # Plain aligned text, one line per paper whatever the terminal width: only the title is cut.
+    width = max(shutil.get_terminal_size((120, 24)).columns, 60)
+    print(f"icml25 {__version__}: {len(PAPERS)} ICML 2025 papers")
+    head = f"{'#':>2}  {'slug':<18}  {'status':<11}  "
+    room = width - len(head)
+    print(f"{head}title")
+    for p in PAPERS:
+        title = p.title if len(p.title) <= room else p.title[: room - 1] + "…"
+        print(f"{p.number:02d}  {p.slug:<18}  {p.status:<11}  {title}")
+    return 0
+
+
+def _cmd_repro(args: argparse.Namespace) -> int:
+    from icml25.progress import set_quiet
+    from icml25.runner import default_out_dir, run_reproductions
+
+    try:
+        papers = resolve(args.papers)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    if args.seed < 0:
+        args.parser.error(f"--seed must be a non-negative integer, got {args.seed}")
+    out = Path(args.out) if args.out else default_out_dir()
+    if args.quiet:
+        set_quiet(True)
+
+    def echo(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    results = run_reproductions(
+        papers,
+        quick=not args.full,
+        seed=args.seed,
+        out=out,
+        resume=args.resume,
+        echo=None if args.quiet else echo,
+    )
+    counts = {
+        s: sum(r.status == s for r in results) for s in ("held", "did not hold", "error", "planned")
+    }
+    print(
+        f"{len(results)} paper(s): {counts['held']} held, {counts['did not hold']} did not hold, "
+        f"{counts['error']} error(s), {counts['planned']} planned. Report: {out / 'report.md'}"
+    )
+    if counts["error"]:
+        return 1
+    if args.strict and counts["did not hold"]:
+        return 1
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    bench_dir = Path(args.dir)
+    if not bench_dir.is_dir():
+        args.parser.error(
+            f"benchmark folder {str(bench_dir)!r} not found; run from a checkout of icml25 "
+            "or pass --dir path/to/benchmarks"
+        )
+    scripts = {p.stem: p for p in sorted(bench_dir.glob("*.py")) if not p.name.startswith("_")}
+    if args.list or not scripts:
+        print("\n".join(scripts) if scripts else f"no benchmarks in {bench_dir}")
+        return 0
+    names = args.names or list(scripts)
+    unknown = [n for n in names if n not in scripts]
+    if unknown:
+        args.parser.error(f"unknown benchmark(s) {unknown}; available: {', '.join(scripts)}")
+    failed = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        if subprocess.call([sys.executable, str(scripts[name])]) != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="icml25",
+        description="Methods of 19 ICML 2025 papers, and small-scale reproductions of their claims.",
+    )
+    parser.add_argument("--version", action="version", version=f"icml25 {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_list = sub.add_parser("list", help="the 19 papers and their status")
+    p_list.add_argument("--json", action="store_true", help="machine-readable output")
+    p_list.set_defaults(func=_cmd_list, parser=p_list)
+
+    p_repro = sub.add_parser(
+        "repro",
+        help="reproduce papers' central claims and write a report",
+        description="Run the registered reproductions (all by default, quick mode by default) and "
+        "write DIR/report.md, DIR/results.json and the figures. A claim that does not hold is "
+        "reported, not an error; the exit code is non-zero only when a reproduction raised "
+        "(or, with --strict, when a claim did not hold).",
+    )
+    p_repro.add_argument(
+        "papers", nargs="*", metavar="SLUG", help="papers by slug or number (default: all)"
+    )
+    p_repro.add_argument("--full", action="store_true", help="full mode (up to ~30 min a paper)")
+    p_repro.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p_repro.add_argument("--out", metavar="DIR", help="report folder (default runs/<timestamp>/)")
+    p_repro.add_argument(
+        "--strict", action="store_true", help="also fail when a claim did not hold"
+    )
+    p_repro.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip papers already finished in DIR (same mode and seed)",
+    )
+    p_repro.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p_repro.set_defaults(func=_cmd_repro, parser=p_repro)
+
+    p_bench = sub.add_parser("bench", help="run the side-by-side benchmarks in benchmarks/")
+    p_bench.add_argument(
+        "names", nargs="*", metavar="NAME", help="benchmark script names (default: all)"
+    )
+    p_bench.add_argument("--dir", default="benchmarks", help="folder of benchmark scripts")
+    p_bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p_bench.set_defaults(func=_cmd_bench, parser=p_bench)
+
+    for paper in PAPERS:
+        if paper.cli:
+            load_entry_point(paper.cli)(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

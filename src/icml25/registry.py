@@ -1,0 +1,222 @@
+"""The 19 papers of icml25: one entry each, implemented or planned, never hidden.
+
+A paper is *implemented* once its package ships a reproduction; the entry then names it as
+``"module:function"`` in :attr:`Paper.repro`. ``tests/test_registry.py`` keeps this table in step
+with the files on disk, with ``shared/papers/`` and with the README table.
+
+This module imports nothing heavy: ``icml25 list`` must stay instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PAPERS", "Paper", "get", "load_entry_point", "load_repro", "resolve", "slugs"]
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One ICML 2025 paper and where its implementation lives.
+
+    Attributes:
+        number: the paper's number in ``shared/papers/`` (1..19).
+        slug: the package name under ``icml25`` and the file stem in ``shared/papers/``.
+        title: the paper's full title.
+        link: the arXiv id (``arXiv:YYMM.NNNNN``) or, where there is none, the PMLR/OpenReview link.
+        repro: entry point ``"module:function"`` of the reproduction, or ``None`` while planned.
+        usage: one line of Python showing the method on the user's own data (README table).
+        cli: entry point ``"module:function"`` adding a per-paper subcommand, or ``None``. The
+            function receives argparse's subparsers object and must not import torch at module level.
+    """
+
+    number: int
+    slug: str
+    title: str
+    link: str
+    repro: str | None = None
+    usage: str | None = None
+    cli: str | None = None
+
+    @property
+    def module(self) -> str:
+        return f"icml25.{self.slug}"
+
+    @property
+    def status(self) -> str:
+        return "implemented" if self.repro else "planned"
+
+    @property
+    def url(self) -> str:
+        if self.link.startswith("arXiv:"):
+            return f"https://arxiv.org/abs/{self.link.removeprefix('arXiv:')}"
+        return self.link
+
+
+PAPERS: tuple[Paper, ...] = (
+    Paper(
+        1,
+        "contrastive",
+        "On the Similarities of Embeddings in Contrastive Learning",
+        "arXiv:2506.09781",
+    ),
+    Paper(
+        2,
+        "distinguishability",
+        "Comparing Comparisons: Informative and Easy Human Feedback with Distinguishability Queries",
+        "https://openreview.net/forum?id=Cf8gsqWrua",
+    ),
+    Paper(
+        3,
+        "orbench",
+        "OR-Bench: An Over-Refusal Benchmark for Large Language Models",
+        "arXiv:2405.20947",
+    ),
+    Paper(
+        4,
+        "lapsum",
+        "LapSum – One Method to Differentiate Them All: Ranking, Sorting and Top-k Selection",
+        "arXiv:2503.06242",
+    ),
+    Paper(
+        5,
+        "swan",
+        "SWAN: SGD with Normalization and Whitening Enables Stateless LLM Training",
+        "arXiv:2412.13148",
+    ),
+    Paper(
+        6,
+        "cdkf",
+        "Optimal Sensor Scheduling and Selection for Continuous-Discrete Kalman Filtering with "
+        "Auxiliary Dynamics",
+        "arXiv:2507.11240",
+    ),
+    Paper(
+        7,
+        "future_of_work",
+        "Position: AI Safety Should Prioritize the Future of Work",
+        "arXiv:2504.13959",
+    ),
+    Paper(
+        8,
+        "dps",
+        "Defending LVLMs Against Vision Attacks through Partial-Perception Supervision",
+        "arXiv:2412.12722",
+    ),
+    Paper(
+        9,
+        "topo_detect",
+        "Topological Signatures of Adversaries in Multimodal Alignments",
+        "arXiv:2501.18006",
+    ),
+    Paper(
+        10,
+        "proxy_feedback",
+        "When Can Proxies Improve the Sample Complexity of Preference Learning?",
+        "arXiv:2412.16475",
+    ),
+    Paper(11, "safety_reasoning", "Safety Reasoning with Guidelines", "arXiv:2502.04040"),
+    Paper(
+        12,
+        "twa",
+        "Learning from others' mistakes: Finetuning machine translation models with span-level error "
+        "annotations",
+        "arXiv:2410.16509",
+    ),
+    Paper(
+        13,
+        "fpo",
+        "Constrain Alignment with Sparse Autoencoders (FPO: Feature-level constrained Preference "
+        "Optimization)",
+        "arXiv:2411.07618",
+    ),
+    Paper(
+        14, "knowledge_swap", "Knowledge Swapping via Learning and Unlearning", "arXiv:2502.08075"
+    ),
+    Paper(
+        15,
+        "elicitation",
+        "Eliciting Language Model Behaviors with Investigator Agents",
+        "arXiv:2502.01236",
+    ),
+    Paper(
+        16,
+        "tpo",
+        "Test-Time Preference Optimization: On-the-Fly Alignment via Iterative Textual Feedback",
+        "arXiv:2501.12895",
+    ),
+    Paper(
+        17,
+        "antidote",
+        "Antidote: Post-fine-tuning Safety Alignment for Large Language Models against Harmful "
+        "Fine-tuning",
+        "arXiv:2408.09600",
+    ),
+    Paper(18, "rlthf", "RLTHF: Targeted Human Feedback for LLM Alignment", "arXiv:2502.13417"),
+    Paper(
+        19,
+        "certificates",
+        "Safety Certificate against Latent Variables with Partially Unidentifiable Dynamics",
+        "arXiv:2506.17927",
+    ),
+)
+
+_BY_SLUG = {p.slug: p for p in PAPERS}
+
+
+def slugs() -> list[str]:
+    """All 19 slugs in paper order."""
+    return [p.slug for p in PAPERS]
+
+
+def get(slug: str) -> Paper:
+    """The paper with this slug; ``ValueError`` naming the valid slugs otherwise."""
+    try:
+        return _BY_SLUG[slug]
+    except KeyError:
+        raise ValueError(f"unknown paper {slug!r}; valid slugs: {', '.join(slugs())}") from None
+
+
+def resolve(names: Iterable[str]) -> list[Paper]:
+    """Papers for the given slugs (or paper numbers like ``4``/``04``), in paper order, deduplicated.
+
+    An empty selection means all papers. Every unknown name is reported in one ``ValueError``.
+    """
+    names = list(names)
+    if not names:
+        return list(PAPERS)
+    by_number = {p.number: p for p in PAPERS}
+    chosen: set[str] = set()
+    unknown: list[str] = []
+    for name in names:
+        if name in _BY_SLUG:
+            chosen.add(name)
+        elif name.isdigit() and int(name) in by_number:
+            chosen.add(by_number[int(name)].slug)
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(
+            f"unknown paper(s) {', '.join(repr(u) for u in unknown)}; "
+            f"valid slugs (or numbers 1-{len(PAPERS)}): {', '.join(slugs())}"
+        )
+    return [p for p in PAPERS if p.slug in chosen]
+
+
+def load_entry_point(spec: str) -> Callable[..., Any]:
+    """Import ``"package.module:function"`` and return the function."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"entry point {spec!r} is not of the form 'module:function'")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def load_repro(paper: Paper) -> Callable[..., Any]:
+    """The paper's ``run(quick, seed, out) -> ReproResult``; ``LookupError`` while it is planned."""
+    if paper.repro is None:
+        raise LookupError(
+            f"paper {paper.number:02d} ({paper.slug}) has no reproduction yet (planned)"
+        )
+    return load_entry_point(paper.repro)

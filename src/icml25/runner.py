@@ -1,0 +1,145 @@
+"""Run the registered reproductions and keep the report current after each one.
+
+Every paper runs in isolation: a reproduction that raises becomes an ``error`` result with its
+traceback and the next paper still runs. After each paper the report folder is rewritten, so a crash
+or Ctrl-C loses at most the paper in flight, and ``resume=True`` skips the papers already finished
+with the same mode and seed.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from icml25 import __version__
+from icml25.registry import Paper, load_repro
+from icml25.report import ReproResult, load_results, write_report
+
+__all__ = ["default_out_dir", "run_one", "run_reproductions"]
+
+Printer = Callable[[str], None]
+
+
+def default_out_dir(root: Path | str = "runs") -> Path:
+    """``runs/<UTC timestamp>/``."""
+    return Path(root) / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def run_one(paper: Paper, *, quick: bool, seed: int, out: Path) -> ReproResult:
+    """Run one paper's reproduction into ``out/<slug>/``, turning any exception into a result."""
+    if paper.repro is None:
+        return ReproResult.for_planned(paper.slug, paper.title)
+    paper_out = Path(out) / paper.slug
+    paper_out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        run = load_repro(paper)
+        result = run(quick=quick, seed=seed, out=paper_out)
+        if not isinstance(result, ReproResult):
+            raise TypeError(
+                f"{paper.repro} returned {type(result).__name__}, expected icml25.report.ReproResult"
+            )
+        if result.slug != paper.slug:
+            raise ValueError(
+                f"{paper.repro} returned a result for {result.slug!r}, not {paper.slug!r}"
+            )
+    except Exception:  # noqa: BLE001 - any failure of one paper is reported, the rest still run
+        return ReproResult.for_error(
+            paper.slug,
+            traceback.format_exc(),
+            seconds=time.perf_counter() - t0,
+            quick=quick,
+            seed=seed,
+        )
+    if not result.seconds:
+        result.seconds = time.perf_counter() - t0
+    result.quick, result.seed = quick, seed
+    return result
+
+
+def _environment() -> str:
+    parts = [f"Python {platform.python_version()}", platform.machine() or "?"]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        parts.append(f"torch {torch.__version__}")
+        parts.append(f"{torch.get_num_threads()} torch threads")
+    return ", ".join(parts)
+
+
+def run_reproductions(
+    papers: Sequence[Paper],
+    *,
+    quick: bool = True,
+    seed: int = 0,
+    out: Path | str,
+    resume: bool = False,
+    echo: Printer | None = None,
+) -> list[ReproResult]:
+    """Run ``papers`` in order and write ``out/report.md`` + ``out/results.json`` after each.
+
+    Args:
+        papers: the papers to run (planned ones are listed as planned, not run).
+        quick: quick mode (default) or full mode.
+        seed: base seed handed to every reproduction.
+        out: report folder; each paper writes its figures under ``out/<slug>/``.
+        resume: reuse results in ``out/results.json`` that finished (held or did not hold) with
+            the same mode and seed, instead of running those papers again.
+        echo: called with one line of progress per event; ``None`` prints nothing.
+
+    Returns:
+        One :class:`ReproResult` per paper, in the order given.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    say = echo or (lambda _line: None)
+    previous: dict[str, ReproResult] = {}
+    if resume and (out / "results.json").exists():
+        _, old = load_results(out)
+        previous = {
+            r.slug: r
+            for r in old
+            if r.status in ("held", "did not hold") and r.quick == quick and r.seed == seed
+        }
+    meta: dict[str, Any] = {
+        "mode": "quick" if quick else "full",
+        "seed": seed,
+        "icml25_version": __version__,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+    }
+    results: list[ReproResult] = []
+    runnable = [p for p in papers if p.repro is not None]
+    k = 0
+    for paper in papers:
+        if paper.repro is None:
+            result = ReproResult.for_planned(paper.slug, paper.title)
+        elif paper.slug in previous:
+            k += 1
+            result = previous[paper.slug]
+            say(f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status} (resumed)")
+        else:
+            k += 1
+            mode = "quick" if quick else "full"
+            say(
+                f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: running {mode} reproduction…"
+            )
+            result = run_one(paper, quick=quick, seed=seed, out=out)
+            line = f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
+            if result.key_number():
+                line += f" · {result.key_number()}"
+            say(f"{line} ({result.seconds:.1f} s)")
+            if result.error:
+                say(result.error.rstrip().splitlines()[-1])
+        result.title = result.title or paper.title
+        results.append(result)
+        meta["environment"] = _environment()
+        write_report(results, out, meta=meta)
+    if not papers:
+        write_report(results, out, meta=meta)
+    return results

@@ -1,0 +1,97 @@
+"""The runner: a raising reproduction is reported and the others still run; resume; exit codes."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from icml25 import cli
+from icml25.registry import Paper
+from icml25.report import Metric, ReproResult, load_results
+from icml25.runner import run_reproductions
+
+CALLS: list[str] = []
+
+
+def _held(quick, seed, out):
+    CALLS.append("held")
+    (out / "marker.txt").write_text("written by the fake repro")
+    return ReproResult("aaa", "A holds.", held=True, metrics=[Metric("x", [1.0, 2.0])], seed=seed)
+
+
+def _raises(quick, seed, out):
+    CALLS.append("raises")
+    raise RuntimeError("the fake reproduction broke")
+
+
+def _not_held(quick, seed, out):
+    CALLS.append("not_held")
+    return ReproResult("ccc", "C holds.", held=False)
+
+
+def _wrong_type(quick, seed, out):
+    return {"held": True}
+
+
+@pytest.fixture
+def fake_papers(monkeypatch):
+    mod = types.ModuleType("icml25_fake_repros")
+    mod.held, mod.raises, mod.not_held, mod.wrong_type = _held, _raises, _not_held, _wrong_type
+    monkeypatch.setitem(sys.modules, "icml25_fake_repros", mod)
+    CALLS.clear()
+    return [
+        Paper(1, "aaa", "Paper A", "arXiv:0000.00001", repro="icml25_fake_repros:held"),
+        Paper(2, "bbb", "Paper B", "arXiv:0000.00002", repro="icml25_fake_repros:raises"),
+        Paper(3, "ccc", "Paper C", "arXiv:0000.00003", repro="icml25_fake_repros:not_held"),
+        Paper(4, "ddd", "Paper D", "arXiv:0000.00004"),
+    ]
+
+
+def test_raising_repro_is_reported_and_the_others_still_run(fake_papers, tmp_path):
+    lines: list[str] = []
+    results = run_reproductions(fake_papers, out=tmp_path, seed=3, echo=lines.append)
+    assert CALLS == ["held", "raises", "not_held"]
+    assert [r.status for r in results] == ["held", "error", "did not hold", "planned"]
+    assert "RuntimeError: the fake reproduction broke" in results[1].error
+    assert results[0].seed == 3 and results[0].seconds > 0
+    assert (tmp_path / "aaa" / "marker.txt").exists()  # each paper writes under out/<slug>/
+    assert any("bbb: error" in line for line in lines)
+    text = (tmp_path / "report.md").read_text()
+    assert "the fake reproduction broke" in text and "Paper D" in text
+    _, saved = load_results(tmp_path)
+    assert [r.status for r in saved] == ["held", "error", "did not hold", "planned"]
+
+
+def test_wrong_return_type_becomes_an_error(fake_papers, tmp_path):
+    paper = Paper(5, "eee", "E", "arXiv:0000.00005", repro="icml25_fake_repros:wrong_type")
+    (result,) = run_reproductions([paper], out=tmp_path)
+    assert result.status == "error" and "expected icml25.report.ReproResult" in result.error
+
+
+def test_resume_skips_finished_papers_with_same_mode_and_seed(fake_papers, tmp_path):
+    run_reproductions(fake_papers, out=tmp_path)
+    CALLS.clear()
+    results = run_reproductions(fake_papers, out=tmp_path, resume=True)
+    assert CALLS == ["raises"]  # errors are retried, finished verdicts are kept
+    assert [r.status for r in results] == ["held", "error", "did not hold", "planned"]
+    CALLS.clear()
+    run_reproductions(fake_papers, out=tmp_path, resume=True, seed=1)
+    assert CALLS == ["held", "raises", "not_held"]  # another seed is another run
+
+
+@pytest.mark.parametrize(
+    ("which", "strict", "code"),
+    [
+        ([0], False, 0),
+        ([0, 2, 3], False, 0),  # a claim that did not hold is a result, not a failure
+        ([0, 2, 3], True, 1),  # ... unless --strict
+        ([0, 1, 2], False, 1),  # a reproduction raised
+    ],
+)
+def test_cli_exit_codes(fake_papers, tmp_path, monkeypatch, capsys, which, strict, code):
+    monkeypatch.setattr(cli, "resolve", lambda names: [fake_papers[i] for i in which])
+    argv = ["repro", "--out", str(tmp_path), "--quiet"] + (["--strict"] if strict else [])
+    assert cli.main(argv) == code
+    assert f"Report: {tmp_path / 'report.md'}" in capsys.readouterr().out
