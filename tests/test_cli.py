@@ -105,7 +105,10 @@ def test_bench_runs_scripts_and_reports_failure(tmp_path, capsys):
 
 
 def test_import_is_cheap_and_module_entry_point_works():
-    code = "import sys, icml25, icml25.cli, icml25.registry, icml25.report; print('torch' in sys.modules)"
+    code = (
+        "import sys, icml25, icml25.cli, icml25.registry, icml25.report, icml25.llm, icml25.toy; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     run = subprocess.run(
