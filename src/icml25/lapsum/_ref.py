@@ -1,0 +1,212 @@
+"""Pure-PyTorch autograd functions of LapSum on rows ``(R, n)``: the CPU path and the fallback.
+
+Each works in float64 internally whatever the input dtype (the sorted-statistics stage needs it,
+spec §7-§8) and returns the input's dtype. Backward passes use the exact closed-form VJPs of spec
+§3-§5: no ``n x n`` matrix, O(n) saved memory (``r`` in its own dtype, ``t``, and for rank the sort
+permutation). Backwards are ``once_differentiable``: double backward is not supported.
+
+All functions take the "largest" / ascending convention; the public layer negates ``r`` for the
+other direction.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from icml25.lapsum._stats import (
+    LOG2,
+    cross_kernel_logsum,
+    cross_kernel_matvec,
+    laplace_cdf,
+    laplace_kernel_matvec,
+    laplace_log_cdf,
+    lapsum_stats,
+    solve_inverse,
+)
+
+CDT = torch.float64  # compute dtype of the torch path
+
+
+def _sorted_scaled(r: torch.Tensor, alpha: torch.Tensor):
+    """Sort rows, centre on the row median (shift invariance, spec §8.3), scale by alpha."""
+    rs, perm = torch.sort(r, dim=-1)
+    rs = rs.to(CDT)
+    center = rs[:, (rs.shape[-1] - 1) // 2 : (rs.shape[-1] - 1) // 2 + 1]
+    s = (rs - center) / alpha
+    return s, perm, center
+
+
+class LapSumInverseFn(torch.autograd.Function):
+    """``t = LapSum_alpha^{-1}(r; w)``: r ``(R, n)``, w ``(R, m)`` in (0, n), alpha ``(R, 1)``."""
+
+    @staticmethod
+    def forward(ctx, r: torch.Tensor, w: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        a64 = alpha.to(CDT)
+        s, _, center = _sorted_scaled(r, a64)
+        if w.shape[-1] == 0:
+            t = torch.zeros(w.shape, dtype=CDT, device=r.device)
+        else:
+            a, b, g = lapsum_stats(s)
+            t = center + a64 * solve_inverse(s, a, b, g, w.to(CDT))
+        ctx.save_for_backward(r, t, alpha)
+        ctx.w_dtype = w.dtype
+        return t.to(r.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, u: torch.Tensor):
+        r, t, alpha = ctx.saved_tensors
+        a64 = alpha.to(CDT)
+        u = u.to(CDT)
+        if t.shape[-1] == 0:
+            return torch.zeros_like(r), torch.zeros_like(t), torch.zeros_like(alpha)
+        c = r.to(CDT).mean(dim=-1, keepdim=True)
+        z = (r.to(CDT) - c) / a64
+        tau = (t - c) / a64
+        # log F_l = log sum_i f(tau_l - z_i), f = e^{-|.|}/2
+        log_f = cross_kernel_logsum(z, torch.zeros_like(z), tau) - LOG2
+        g_r = g_w = g_alpha = None
+        weights = u * torch.exp(-log_f)  # u_l / F_l
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
+            g_r = 0.5 * cross_kernel_matvec(tau, weights, z)  # sum_l u_l W_lj
+        if ctx.needs_input_grad[1]:
+            g_w = a64 * weights
+        if ctx.needs_input_grad[2]:
+            g_alpha = (
+                (u * (t - c)).sum(-1, keepdim=True) - (g_r * (r.to(CDT) - c)).sum(-1, keepdim=True)
+            ) / a64
+        return (
+            g_r.to(r.dtype) if ctx.needs_input_grad[0] else None,
+            g_w.to(ctx.w_dtype) if g_w is not None else None,
+            g_alpha.to(alpha.dtype) if g_alpha is not None else None,
+        )
+
+
+class SoftTopKFn(torch.autograd.Function):
+    """Soft top-k ("largest"): r ``(R, n)``, k ``(R, m)`` in (0, n), alpha ``(R, 1)`` -> ``(R, m, n)``.
+
+    ``p_i = Lap((r_i - t)/alpha)`` with ``t = LapSum^{-1}(r; n - k)`` (spec §3), or ``log p_i``.
+    """
+
+    @staticmethod
+    def forward(ctx, r, k, alpha, log: bool):
+        a64 = alpha.to(CDT)
+        n = r.shape[-1]
+        s, _, center = _sorted_scaled(r, a64)
+        a, b, g = lapsum_stats(s)
+        t = center + a64 * solve_inverse(s, a, b, g, n - k.to(CDT))  # (R, m)
+        x = (r.to(CDT)[:, None, :] - t[:, :, None]) / a64[:, :, None]
+        out = laplace_log_cdf(x) if log else laplace_cdf(x)
+        ctx.save_for_backward(r, t, alpha)
+        ctx.log = log
+        ctx.k_dtype = k.dtype
+        return out.to(r.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, v):
+        r, t, alpha = ctx.saved_tensors
+        a64 = alpha.to(CDT)[:, :, None]  # (R, 1, 1)
+        v = v.to(CDT)
+        x = (r.to(CDT)[:, None, :] - t[:, :, None]) / a64  # (R, m, n)
+        neg_abs = -x.abs()
+        q = torch.softmax(neg_abs, dim=-1)
+        log_f = torch.logsumexp(neg_abs, dim=-1) - LOG2  # (R, m)
+        if ctx.log:
+            # h = f(x)/p = 1 for x <= 0, e^{-x}/(2 - e^{-x}) otherwise
+            em = torch.exp(-x.clamp(min=0.0))
+            h = torch.where(x <= 0, torch.ones_like(x), em / (2.0 - em))
+            h_bar = (h * v).sum(-1)
+            g_r_slices = (h * v - q * h_bar[..., None]) / a64
+            g_k = (h_bar * torch.exp(-log_f)).clamp(
+                min=-torch.finfo(ctx.k_dtype).max, max=torch.finfo(ctx.k_dtype).max
+            )
+        else:
+            g_bar = (q * v).sum(-1)
+            g_r_slices = torch.exp(log_f)[..., None] / a64 * q * (v - g_bar[..., None])
+            g_k = g_bar
+        g_r = g_r_slices.sum(1)
+        g_alpha = None
+        if ctx.needs_input_grad[2]:
+            # -(1/alpha) <g_r, r - t> per slice, summed over slices; (r - t)/alpha = x
+            g_alpha = -(g_r_slices * x).sum((-1, -2))[:, None]
+        return (
+            g_r.to(r.dtype) if ctx.needs_input_grad[0] else None,
+            g_k.to(ctx.k_dtype) if ctx.needs_input_grad[1] else None,
+            g_alpha.to(alpha.dtype) if g_alpha is not None else None,
+            None,
+        )
+
+
+class SoftRankFn(torch.autograd.Function):
+    """0-based ascending soft rank ``rank_i = sum_{j != i} Lap((r_i - r_j)/alpha)`` (spec §4)."""
+
+    @staticmethod
+    def forward(ctx, r, alpha):
+        a64 = alpha.to(CDT)
+        s, perm, _ = _sorted_scaled(r, a64)
+        a, b, _g = lapsum_stats(s)
+        i = torch.arange(r.shape[-1], dtype=CDT, device=r.device)
+        ranks_sorted = i + 0.5 * (a - b)
+        out = torch.empty_like(ranks_sorted).scatter_(-1, perm, ranks_sorted)
+        ctx.save_for_backward(r, perm, alpha)
+        return out.to(r.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, v):
+        r, perm, alpha = ctx.saved_tensors
+        a64 = alpha.to(CDT)
+        r64 = r.to(CDT)
+        c = r64.mean(-1, keepdim=True)
+        s = (r64.gather(-1, perm) - c) / a64  # sorted without a second sort
+        v_sorted = v.to(CDT).gather(-1, perm)
+        a, b, _g = lapsum_stats(s)
+        k1 = 0.5 * (a + b - 1.0)
+        kv = laplace_kernel_matvec(s, v_sorted)
+        g_sorted = (v_sorted * k1 - kv) / a64
+        g_r = torch.empty_like(g_sorted).scatter_(-1, perm, g_sorted)
+        g_alpha = None
+        if ctx.needs_input_grad[1]:
+            g_alpha = -(g_r * (r64 - c)).sum(-1, keepdim=True) / a64
+        return (
+            g_r.to(r.dtype) if ctx.needs_input_grad[0] else None,
+            g_alpha.to(alpha.dtype) if g_alpha is not None else None,
+        )
+
+
+def log_cdf_difference(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``log(Lap(c) - Lap(a))`` for ``a < c``; ``a = -inf`` (first position) and ``c = +inf`` (last
+    position) allowed (spec §6). Each ``torch.where`` branch gets finite stand-ins where it is not
+    used, so neither the forward nor autograd meets inf or NaN.
+    """
+    first = torch.isinf(a) & (a < 0)
+    last = torch.isinf(c) & (c > 0)
+    mid = ~first & ~last
+    right = mid & (c <= 0)
+    left = mid & (a >= 0)
+    straddle = mid & ~right & ~left
+    tiny = -1e-300  # cut points are strictly increasing; this only guards exact rounding ties
+
+    def pick(mask: torch.Tensor, x: torch.Tensor, fill: float) -> torch.Tensor:
+        return torch.where(mask, x, torch.full_like(x, fill))
+
+    a_r, c_r = pick(right, a, -2.0), pick(right, c, -1.0)
+    a_l, c_l = pick(left, a, 1.0), pick(left, c, 2.0)
+    a_s, c_s = pick(straddle, a, -1.0), pick(straddle, c, 1.0)
+    v_right = c_r - LOG2 + torch.log(-torch.expm1(torch.clamp(a_r - c_r, max=tiny)))
+    v_left = -a_l - LOG2 + torch.log(-torch.expm1(torch.clamp(a_l - c_l, max=tiny)))
+    v_straddle = torch.log(-(torch.expm1(-c_s) + torch.expm1(a_s))) - LOG2
+    only_first, only_last = first & ~last, last & ~first
+    v_first = laplace_log_cdf(pick(only_first, c, 0.0))
+    v_last = laplace_log_cdf(-pick(only_last, a, 0.0))
+    out = torch.zeros_like(v_right)  # n = 1: the only position has probability 1
+    out = torch.where(only_last, v_last, out)
+    out = torch.where(only_first, v_first, out)
+    out = torch.where(straddle, v_straddle, out)
+    out = torch.where(left, v_left, out)
+    return torch.where(right, v_right, out)
+
+
+__all__ = ["LapSumInverseFn", "SoftRankFn", "SoftTopKFn", "log_cdf_difference"]
