@@ -399,9 +399,7 @@ def permutation_cross_entropy(
         raise ValueError(f"every row of target must be a permutation of 0..{n - 1}")
     a = _alpha_rows(alpha, batch, rows)
     r = -rows if descending else rows
-    b = _cut_points(r, a)
-    loss_rows = -_log_position_probs(r, a, tgt, b).sum(-1)
-    loss_rows = loss_rows.to(rows.dtype)
+    loss_rows = _ref.PermutationCEFn.apply(r, tgt, a)
     if reduction == "none":
         return loss_rows.reshape(batch)
     return loss_rows.mean() if reduction == "mean" else loss_rows.sum()
