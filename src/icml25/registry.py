@@ -79,6 +79,8 @@ PAPERS: tuple[Paper, ...] = (
         "lapsum",
         "LapSum – One Method to Differentiate Them All: Ranking, Sorting and Top-k Selection",
         "arXiv:2503.06242",
+        repro="icml25.lapsum.repro:run",
+        usage="icml25.lapsum.soft_topk(scores, k=5, alpha=0.1)",
     ),
     Paper(
         5,

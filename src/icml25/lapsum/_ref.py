@@ -163,21 +163,20 @@ class SoftRankFn(torch.autograd.Function):
         i = torch.arange(r.shape[-1], dtype=CDT, device=r.device)
         ranks_sorted = i + 0.5 * (a - b)
         out = torch.empty_like(ranks_sorted).scatter_(-1, perm, ranks_sorted)
-        ctx.save_for_backward(r, perm, alpha)
+        # K 1 in sorted order spares the backward two scans: r + perm + k1 = 20 bytes per element
+        ctx.save_for_backward(r, perm, 0.5 * (a + b - 1.0), alpha)
         return out.to(r.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, v):
-        r, perm, alpha = ctx.saved_tensors
+        r, perm, k1, alpha = ctx.saved_tensors
         a64 = alpha.to(CDT)
         r64 = r.to(CDT)
         c = r64.mean(-1, keepdim=True)
         s = (r64.gather(-1, perm) - c) / a64  # sorted without a second sort
         v_sorted = v.to(CDT).gather(-1, perm)
-        a, b, _g = lapsum_stats(s)
-        k1 = 0.5 * (a + b - 1.0)
-        kv = laplace_kernel_matvec(s, v_sorted)
+        kv = laplace_kernel_matvec(s, v_sorted, k1)
         g_sorted = (v_sorted * k1 - kv) / a64
         g_r = torch.empty_like(g_sorted).scatter_(-1, perm, g_sorted)
         g_alpha = None

@@ -131,7 +131,8 @@ def _targets(value, name: str, batch, x, lo: float, hi: float, dim: int | None):
     vd = v.detach()
     bad = ~((vd > lo) & (vd < hi))  # NaN fails too
     if bool(bad.any()):
-        shown = vd.flatten()[bad.flatten()][:3].tolist()
+        bad_values = vd.flatten()[bad.flatten()]
+        shown = (bad_values if bool(bad_values.isnan().any()) else bad_values.unique())[:3].tolist()
         raise ValueError(
             f"{name} must lie strictly inside ({lo:g}, {hi:g}) for n = {int(hi)}, got {shown}"
         )
@@ -143,14 +144,14 @@ def _backend(backend: str, x: torch.Tensor) -> str:
         raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
     if backend == "torch":
         return "torch"
-    from icml25.lapsum import _triton
-
     wanted = backend == "triton" or (
         backend == "auto"
         and (x.is_cuda or os.environ.get("ICML25_LAPSUM_BACKEND", "").lower() == "triton")
     )
     if not wanted:
         return "torch"
+    from icml25.lapsum import _triton
+
     ok, why = _triton.available(x)
     if ok:
         return "triton"
