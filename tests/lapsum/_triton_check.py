@@ -27,7 +27,9 @@ def alpha_scale(x, grad):
 def main(ns, batches, ms):
     torch.manual_seed(0)
     worst = 0.0
-    for n, batch, m, largest, log in itertools.product(ns, batches, ms, (True, False), (False, True)):
+    for n, batch, m, largest, log in itertools.product(
+        ns, batches, ms, (True, False), (False, True)
+    ):
         x = torch.randn(batch, n)
         ks = torch.tensor([[min(n - 0.5, max(0.3, n * f)) for f in (0.3, 0.5, 0.9)[:m]]])
         results = []

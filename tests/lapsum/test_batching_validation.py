@@ -59,7 +59,9 @@ def test_low_precision_inputs_keep_their_dtype(dtype):
     ref = soft_topk(x.double(), 5, 0.3)
     out = soft_topk(x, 5, 0.3)
     assert out.dtype == dtype
-    torch.testing.assert_close(out.double(), ref, atol=1e-2 if dtype != torch.float32 else 1e-6, rtol=0)
+    torch.testing.assert_close(
+        out.double(), ref, atol=1e-2 if dtype != torch.float32 else 1e-6, rtol=0
+    )
     assert soft_rank(x).dtype == dtype and soft_sort(x).dtype == dtype
 
 
@@ -68,8 +70,10 @@ def test_float32_agrees_with_float64():
     x = torch.randn(10_000, generator=g)
     for alpha in (0.01, 1.0, 100.0):
         torch.testing.assert_close(
-            soft_topk(x, 2500.5, alpha).double(), soft_topk(x.double(), 2500.5, alpha),
-            atol=1e-5, rtol=0,
+            soft_topk(x, 2500.5, alpha).double(),
+            soft_topk(x.double(), 2500.5, alpha),
+            atol=1e-5,
+            rtol=0,
         )
         r32, r64 = soft_rank(x, alpha).double(), soft_rank(x.double(), alpha)
         assert ((r32 - r64).abs() / (1 + r64.abs())).max() <= 1e-5
@@ -89,12 +93,24 @@ def test_integer_input_is_cast_and_large_offsets_are_harmless():
         (lambda x: soft_topk(x, 2, -1.0), ValueError, "alpha must be finite and > 0"),
         (lambda x: soft_topk(x, 2, float("nan")), ValueError, "alpha"),
         (lambda x: soft_topk(x, 2, torch.tensor([1.0, -2.0])), ValueError, r"\[-2.0\]"),
-        (lambda x: soft_topk(x, 2, torch.ones(3)), ValueError, "does not broadcast to the batch shape"),
-        (lambda x: soft_topk(x, 0), ValueError, r"k must lie strictly inside \(0, 6\) for n = 6, got \[0.0\]"),
+        (
+            lambda x: soft_topk(x, 2, torch.ones(3)),
+            ValueError,
+            "does not broadcast to the batch shape",
+        ),
+        (
+            lambda x: soft_topk(x, 0),
+            ValueError,
+            r"k must lie strictly inside \(0, 6\) for n = 6, got \[0.0\]",
+        ),
         (lambda x: soft_topk(x, 6), ValueError, "k must lie strictly inside"),
         (lambda x: soft_topk(x, -1), ValueError, "k must lie strictly inside"),
         (lambda x: soft_topk(x, float("nan")), ValueError, "k must lie strictly inside"),
-        (lambda x: lapsum_inverse(x, torch.tensor([6.0])), ValueError, "w must lie strictly inside"),
+        (
+            lambda x: lapsum_inverse(x, torch.tensor([6.0])),
+            ValueError,
+            "w must lie strictly inside",
+        ),
         (lambda x: soft_topk(x, 2, dim=2), ValueError, r"dim=2 is out of range"),
         (lambda x: soft_topk(x.to(torch.complex64), 2), TypeError, "complex"),
         (lambda x: soft_topk(x.tolist(), 2), TypeError, "must be a torch.Tensor"),

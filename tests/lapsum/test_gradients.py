@@ -62,9 +62,7 @@ def test_permutation_gradcheck():
     g = torch.Generator().manual_seed(0)
     target = torch.stack([torch.randperm(6, generator=g) for _ in range(3)])
     assert gradcheck(lambda x, a: permutation_cross_entropy(x, target, a, reduction="none"), (x, a))
-    assert gradcheck(
-        lambda x, a: permutation_cross_entropy(x, target, a, descending=True), (x, a)
-    )
+    assert gradcheck(lambda x, a: permutation_cross_entropy(x, target, a, descending=True), (x, a))
     assert gradcheck(lambda x, a: soft_permutation_matrix(x, a), (x, a))
 
 

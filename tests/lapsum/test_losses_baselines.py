@@ -57,7 +57,11 @@ def test_learnable_alpha_gets_a_gradient():
     scores = torch.randn(3, 6, requires_grad=True)
     perm(scores, torch.stack([torch.randperm(6) for _ in range(3)])).backward()
     assert perm.log_alpha.grad is not None and float(perm.log_alpha.grad) != 0.0
-    for mod in (SoftTopK(2, learn_alpha=True), SoftRank(learn_alpha=True), SoftSort(learn_alpha=True)):
+    for mod in (
+        SoftTopK(2, learn_alpha=True),
+        SoftRank(learn_alpha=True),
+        SoftSort(learn_alpha=True),
+    ):
         mod(torch.randn(2, 6)).sum().backward() if not isinstance(mod, SoftRank) else (
             mod(torch.randn(2, 6)).pow(2).sum().backward()
         )
@@ -87,7 +91,9 @@ def test_neuralsort_softsort_rows_sum_to_one_and_sort_when_sharp():
 def test_sinkhorn_topk_sums_to_k():
     x = torch.randn(3, 40, dtype=torch.float64)
     p = baselines.sinkhorn_topk(x, 10, eps=0.01, iters=100)
-    torch.testing.assert_close(p.sum(-1), torch.full((3,), 10.0, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        p.sum(-1), torch.full((3,), 10.0, dtype=torch.float64), atol=1e-6, rtol=0
+    )
     assert (p > -1e-2).all() and (p < 1 + 1e-2).all()
 
 

@@ -107,7 +107,9 @@ def test_topk_ties_and_limits():
     x = torch.tensor([0.0, 5.0, 1.0, 3.0, 2.0], dtype=D)
     hard = torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0], dtype=D)
     torch.testing.assert_close(soft_topk(x, 2, 1e-4), hard, atol=1e-12, rtol=0)
-    torch.testing.assert_close(soft_topk(x, 2, 1e6), torch.full((5,), 0.4, dtype=D), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        soft_topk(x, 2, 1e6), torch.full((5,), 0.4, dtype=D), atol=1e-5, rtol=0
+    )
     p = soft_topk(torch.tensor([1.0, 1.0, 0.0], dtype=D), 1.0, 0.5)
     assert p[0] == p[1]
 
@@ -135,7 +137,7 @@ def test_sort_reference_and_properties():
     g = torch.Generator().manual_seed(4)
     x = torch.randn(12, dtype=D, generator=g)
     s = soft_sort(x, 0.3)
-    ref = torch.tensor([bisect(x, l + 0.5, 0.3, iters=80) for l in range(12)], dtype=D)
+    ref = torch.tensor([bisect(x, pos + 0.5, 0.3, iters=80) for pos in range(12)], dtype=D)
     torch.testing.assert_close(s, ref, atol=1e-8, rtol=0)
     assert (s.diff() > 0).all()
     torch.testing.assert_close(soft_sort(x, 1e-6), x.sort().values, atol=1e-5, rtol=0)
@@ -164,7 +166,9 @@ def test_permutation_matrix_and_cross_entropy():
     got = permutation_cross_entropy(x, target, 0.5, reduction="none")
     torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
     torch.testing.assert_close(permutation_cross_entropy(x, target, 0.5), ref.mean())
-    torch.testing.assert_close(permutation_cross_entropy(x, target, 0.5, reduction="sum"), ref.sum())
+    torch.testing.assert_close(
+        permutation_cross_entropy(x, target, 0.5, reduction="sum"), ref.sum()
+    )
 
 
 def test_n_equals_one():

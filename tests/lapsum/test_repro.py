@@ -12,7 +12,9 @@ def test_repro_smoke_structure(tmp_path, quick):
     assert isinstance(result, ReproResult) and result.slug == "lapsum"
     assert result.held in (True, False)
     names = [m.name for m in result.metrics]
-    assert any(n.startswith("A1") for n in names) and any(n.startswith("C top-5 gain") for n in names)
+    assert any(n.startswith("A1") for n in names) and any(
+        n.startswith("C top-5 gain") for n in names
+    )
     assert any(n.startswith("B exact") for n in names) == (not quick)
     for fig in result.figures:
         assert fig.exists() and fig.suffix == ".png"

@@ -1,0 +1,144 @@
+"""LapSum side by side with its peers, in one process, printing ratios (issue 4's benchmark).
+
+1. soft rank, forward+backward: ``icml25.lapsum.soft_rank`` vs ``torchsort.soft_rank``
+   (batch 1 and 64, n = 1e2 ... 1e5; alpha = strength = 0.1);
+2. soft top-k (k = n/2), forward+backward: LapSum vs difftopk's bitonic ``DiffTopkNet`` (the soft
+   top-k peer on PyPI) and the SOFT / Sinkhorn top-k of ``icml25.lapsum.baselines``;
+3. forward at n = 1e6 vs the floor any order-type op pays: ``torch.sort`` / ``torch.topk``;
+4. saved-for-backward bytes per element, n = 1e3 ... 1e6 (linear memory means a flat column).
+
+Targets from the issue (CPU, this machine): >= 3x faster than torchsort soft rank at batch 64,
+n = 1e4 (fwd+bwd); within 3x of torch.sort at n = 1e6; memory linear in n. They are reported,
+PASS or FAIL, not enforced. Missing peers are reported as "not installed".
+
+Run: ``python benchmarks/lapsum_bench.py [--device cuda] [--quick]`` (or ``make bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from icml25.lapsum import baselines, soft_rank, soft_sort, soft_topk
+from icml25.lapsum.bench import saved_bytes, time_fwd, time_fwd_bwd
+
+
+def _difftopk(n: int):
+    try:
+        import difftopk
+    except Exception:  # noqa: BLE001
+        return None
+    net = difftopk.DiffTopkNet("bitonic", size=n, k=n // 2, device="cpu", steepness=10.0)
+    return lambda x: net(x)[1].sum(-1)
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    reps = 3 if args.quick else 7
+    g = torch.Generator().manual_seed(0)
+    verdicts = []
+
+    print(f"# LapSum benchmark ({dev}, {args.threads} threads, float32, median of {reps})\n")
+    print("## 1. soft rank, forward+backward: LapSum vs torchsort\n")
+    have_ts = baselines.torchsort_available() and dev.type == "cpu"
+    print("| batch x n | LapSum | torchsort | torchsort / LapSum |\n|---|---|---|---|")
+    ns = [100, 1000, 10_000] + ([] if args.quick else [100_000])
+    for batch in (1, 64):
+        for n in ns:
+            x = torch.randn(batch, n, generator=g).to(dev)
+            ours = time_fwd_bwd(lambda z: soft_rank(z, 0.1), x, repeats=reps)
+            if have_ts:
+                theirs = time_fwd_bwd(
+                    lambda z: baselines.torchsort_soft_rank(z, 0.1), x, repeats=reps
+                )
+                cell, ratio = fmt(theirs), f"{theirs / ours:.2f}x"
+                if batch == 64 and n == 10_000:
+                    verdicts.append(
+                        (
+                            "rank >= 3x faster than torchsort at 64 x 1e4",
+                            theirs / ours >= 3,
+                            f"{theirs / ours:.2f}x",
+                        )
+                    )
+            else:
+                cell, ratio = "not installed", "—"
+            print(f"| {batch} x {n} | {fmt(ours)} | {cell} | {ratio} |")
+
+    print("\n## 2. soft top-k (k = n/2), forward+backward, batch 1\n")
+    print(
+        "| n | LapSum | difftopk bitonic | SOFT (Sinkhorn, 100 it.) | difftopk / LapSum | SOFT / LapSum |"
+    )
+    print("|---|---|---|---|---|---|")
+    for n in (128, 1024, 10_000):
+        x = torch.randn(1, n, generator=g).to(dev)
+        ours = time_fwd_bwd(lambda z, n=n: soft_topk(z, n / 2, 1.0), x, repeats=reps)
+        dtk = _difftopk(n) if n <= 1024 and dev.type == "cpu" else None
+        t_dtk = time_fwd_bwd(dtk, x, repeats=max(1, reps // 3)) if dtk else None
+        t_sk = time_fwd_bwd(lambda z, n=n: baselines.sinkhorn_topk(z, n / 2), x, repeats=reps)
+        print(
+            f"| {n} | {fmt(ours)} | {fmt(t_dtk) if t_dtk else 'not run'} | {fmt(t_sk)} | "
+            f"{f'{t_dtk / ours:.0f}x' if t_dtk else '—'} | {t_sk / ours:.1f}x |"
+        )
+
+    print("\n## 3. forward at n = 1e6 vs torch.sort / torch.topk\n")
+    n = 1_000_000
+    x = torch.randn(n, generator=g).to(dev)
+    t_sort = time_fwd(lambda z: torch.sort(z), x, repeats=reps)
+    t_topk = time_fwd(lambda z: torch.topk(z, n // 2), x, repeats=reps)
+    print("| op | time | / torch.sort |\n|---|---|---|")
+    print(
+        f"| torch.sort | {fmt(t_sort)} | 1.00x |\n| torch.topk (k = n/2) | {fmt(t_topk)} | "
+        f"{t_topk / t_sort:.2f}x |"
+    )
+    for name, fn in (
+        ("soft_topk (k = n/2)", lambda z: soft_topk(z, n / 2, 1.0)),
+        ("soft_rank", lambda z: soft_rank(z, 0.1)),
+        ("soft_sort", lambda z: soft_sort(z, 0.1)),
+    ):
+        t = time_fwd(fn, x, repeats=reps)
+        print(f"| {name} | {fmt(t)} | {t / t_sort:.2f}x |")
+        if name.startswith("soft_topk"):
+            verdicts.append(
+                ("soft_topk within 3x of torch.sort at 1e6", t / t_sort <= 3, f"{t / t_sort:.2f}x")
+            )
+
+    print("\n## 4. saved-for-backward bytes per element (float32 input)\n")
+    print("| n | soft_topk | soft_rank | soft_sort | NeuralSort top-k |\n|---|---|---|---|---|")
+    per = []
+    for n in (1000, 10_000, 100_000, 1_000_000):
+        x = torch.randn(1, n, generator=g).to(dev)
+        row = [
+            saved_bytes(lambda z, n=n: soft_topk(z, n / 2), x) / n,
+            saved_bytes(lambda z: soft_rank(z), x) / n,
+            saved_bytes(lambda z: soft_sort(z), x) / n,
+        ]
+        ns_cell = (
+            f"{saved_bytes(lambda z, n=n: baselines.neuralsort_topk(z, n // 2), x) / n:.0f}"
+            if n <= 1000
+            else "O(n^2): not run"
+        )
+        per.append(row)
+        print(f"| {n} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {ns_cell} |")
+    flat = all(abs(a - b) <= 0.05 * b for a, b in zip(per[-1], per[1]))
+    verdicts.append(("saved bytes linear in n (bytes/element flat from 1e4 to 1e6)", flat, ""))
+
+    print("\n## Targets\n")
+    for what, ok, value in verdicts:
+        print(f"- {'PASS' if ok else 'FAIL'}: {what} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
