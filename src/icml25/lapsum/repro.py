@@ -340,6 +340,7 @@ def _plot_profiles(out: Path) -> Path:
 def _plot_accuracy(runs: dict, out: Path) -> Path:
     plt = _plt()
     names = list(runs)
+    shown = {"ce": "CE", "lapsum": "LapSum P_K=[0,0,0,0,1] alpha=3"}
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names)), 4))
     for j, key in enumerate(("top1", "top5")):
         means = [sum(r[key] for r in runs[n]) / len(runs[n]) for n in names]
@@ -350,7 +351,7 @@ def _plot_accuracy(runs: dict, out: Path) -> Path:
         xs = [i + 0.4 * j for i in range(len(names))]
         ax.bar(xs, means, 0.4, yerr=sds, label=key, capsize=3)
     ax.set_xticks([i + 0.2 for i in range(len(names))])
-    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
+    ax.set_xticklabels([shown.get(n, n) for n in names], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("test accuracy")
     ax.set_title("noisy 100-class task, linear probe")
     ax.legend()
