@@ -135,3 +135,12 @@ def test_save_figure_needs_png(tmp_path):
     with pytest.raises(ValueError, match="PNG"):
         save_figure(fig, tmp_path / "a.pdf")
     plt.close(fig)
+
+
+def test_checks_table_and_pyplot():
+    from icml25.report import checks_table, pyplot
+
+    assert checks_table({"A": True, "B": False}) == (
+        "| check | result |\n|---|---|\n| A | PASS |\n| B | FAIL |"
+    )
+    assert pyplot().get_backend().lower() == "agg"

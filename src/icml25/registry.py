@@ -87,6 +87,8 @@ PAPERS: tuple[Paper, ...] = (
         "swan",
         "SWAN: SGD with Normalization and Whitening Enables Stateless LLM Training",
         "arXiv:2412.13148",
+        repro="icml25.swan.repro:run",
+        usage="icml25.swan.SWAN(icml25.swan.swan_param_groups(model, lr=1e-3))",
     ),
     Paper(
         6,

@@ -25,7 +25,9 @@ __all__ = [
     "Metric",
     "ReproResult",
     "STATUSES",
+    "checks_table",
     "load_results",
+    "pyplot",
     "render_markdown",
     "save_figure",
     "write_report",
@@ -256,6 +258,22 @@ class ReproResult:
             planned=bool(data.get("planned", False)),
             title=data.get("title", ""),
         )
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` with the non-interactive Agg backend (reproductions draw headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def checks_table(checks: Mapping[str, bool]) -> str:
+    """A Markdown table of named pass/fail checks, for a reproduction's section."""
+    rows = "\n".join(f"| {name} | {'PASS' if ok else 'FAIL'} |" for name, ok in checks.items())
+    return "| check | result |\n|---|---|\n" + rows
 
 
 def save_figure(fig: Any, path: Path | str, *, dpi: int = 120) -> Path:

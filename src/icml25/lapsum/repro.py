@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from icml25.lapsum import experiments as ex
-from icml25.report import Metric, ReproResult, save_figure
+from icml25.report import Metric, ReproResult, checks_table, pyplot, save_figure
 
 CLAIM = (
     "LapSum's closed-form inverse gives exact soft top-k with O(n log n) time and O(n) memory, "
@@ -243,10 +243,7 @@ def _run(quick: bool, seed: int, out: Path, z: dict, t0: float, smoke: bool) -> 
         notes.append("Checks that failed: " + "; ".join(failed) + ".")
     if smoke:
         notes.append("Smoke size: every size shrunk for a test; the verdict means nothing here.")
-    tables.append(
-        "| check | result |\n|---|---|\n"
-        + "\n".join(f"| {k} | {'PASS' if v else 'FAIL'} |" for k, v in checks.items())
-    )
+    tables.append(checks_table(checks))
     return ReproResult(
         slug="lapsum",
         claim=CLAIM,
@@ -283,17 +280,8 @@ def _run(quick: bool, seed: int, out: Path, z: dict, t0: float, smoke: bool) -> 
     )
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plot_scaling(timing: dict, out: Path) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     paths = []
     for key, fname, ylabel in (
         ("seconds", "scaling_time.png", "fwd+bwd seconds"),
@@ -325,7 +313,7 @@ def _plot_scaling(timing: dict, out: Path) -> list[Path]:
 def _plot_profiles(out: Path) -> Path:
     from icml25.lapsum.functional import soft_topk
 
-    plt = _plt()
+    plt = pyplot()
     r = torch.linspace(-3, 3, 50, dtype=torch.float64)
     fig, ax = plt.subplots(figsize=(6, 4))
     for alpha in (0.03, 0.3, 3.0):
@@ -338,7 +326,7 @@ def _plot_profiles(out: Path) -> Path:
 
 
 def _plot_accuracy(runs: dict, out: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     names = list(runs)
     shown = {"ce": "CE", "lapsum": "LapSum P_K=[0,0,0,0,1] alpha=3"}
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names)), 4))
@@ -359,7 +347,7 @@ def _plot_accuracy(runs: dict, out: Path) -> Path:
 
 
 def _plot_permutation(b_runs: dict, out: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for j, loss in enumerate(("lapsum", "neuralsort")):
         ns = sorted(b_runs)

@@ -1,0 +1,253 @@
+"""SWAN's stateless gradient operators (Ma, Gong, Scetbon, Meeds, ICML 2025, arXiv:2412.13148).
+
+``grad_norm`` is the paper's Algorithm 3 (GradNorm: standardise every row), ``whiten`` its
+Algorithm 2 (GradWhitening: ``(G G^T)^{-1/2} G``, by Newton-Schulz, its diagonal-substitution
+variant NSDS, or exactly by ``eigh`` / ``svd``), and ``swan_direction`` composes them with the final
+RMS rescale of Algorithm 1. All operators accept leading batch dimensions ``(..., m, n)``.
+"Spec §N" refers to ``shared/papers/05-swan.md``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "grad_norm",
+    "muon_orthogonalize",
+    "newton_schulz_inv_sqrt",
+    "nsds_inv_sqrt",
+    "sinkhorn_normalize",
+    "swan_direction",
+    "whiten",
+]
+
+WHITENINGS = ("ns", "nsds", "eigh", "svd")
+RESCALES = ("rms", "match_norm", "none")
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _check_matrix(G: Tensor, name: str = "G") -> None:
+    if not isinstance(G, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(G).__name__}")
+    if not G.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got {G.dtype}")
+    if G.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., m, n), got {tuple(G.shape)}")
+
+
+def _unit_frobenius(X: Tensor) -> tuple[Tensor, Tensor]:
+    """``X / ||X||_F`` per matrix, exactly scale-invariant (max-abs first, so nothing underflows).
+
+    Returns the normalised matrices and a boolean mask of the all-zero ones (left as zeros).
+    """
+    amax = X.abs().amax(dim=(-2, -1), keepdim=True)
+    zero = amax == 0
+    Xs = X / torch.where(zero, torch.ones_like(amax), amax)
+    norm = torch.linalg.matrix_norm(Xs, keepdim=True)
+    return Xs / torch.where(zero, torch.ones_like(norm), norm), zero
+
+
+def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) -> Tensor:
+    """GradNorm (paper Algorithm 3): standardise every row of ``G`` along ``dim``.
+
+    ``(G - mean) / (std + eps)`` with the population std (ddof = 0), so each row has mean 0 and mean
+    square 1; a constant row becomes zeros. ``center=False`` divides by the row RMS only.
+    Each centred row is first divided by its largest magnitude, so the result does not depend on
+    the gradient's scale (1e-20 or 1e20 alike, spec "Extreme scales") and ``eps`` acts relative to
+    that magnitude. Returns ``G``'s shape and dtype.
+    """
+    _check_matrix(G)
+    if G.shape[dim] < 2:
+        raise ValueError(
+            f"grad_norm needs at least 2 entries along dim={dim}; G has shape {tuple(G.shape)} "
+            "(a 1-long row would be standardised to 0)"
+        )
+    C = G - G.mean(dim=dim, keepdim=True) if center else G
+    peak = C.abs().amax(dim=dim, keepdim=True)
+    C = C / torch.where(peak > 0, peak, torch.ones_like(peak))
+    s = C.pow(2).mean(dim=dim, keepdim=True).sqrt()
+    return C / (s + eps)
+
+
+def newton_schulz_inv_sqrt(A: Tensor, steps: int, beta: float) -> tuple[Tensor, Tensor]:
+    """Coupled Newton-Schulz iteration for an SPD ``A`` with eigenvalues in (0, 1] (spec §3).
+
+    ``T = 3I - Z Y; Y <- beta Y T; Z <- beta T Z`` from ``Y = A, Z = I``. With ``beta = 1/2`` it
+    converges to ``(A^{1/2}, A^{-1/2})``; ``beta > 2/3`` settles singular values into a band.
+    """
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device).expand_as(A)
+    Y, Z = A, eye
+    for i in range(steps):
+        T = 3 * eye - (Y if i == 0 else Z @ Y)  # Z_0 = I
+        Y = beta * (Y @ T)
+        Z = beta * (T if i == 0 else T @ Z)
+    return Y, Z
+
+
+def nsds_inv_sqrt(A: Tensor, steps: int, beta: float) -> tuple[Tensor, Tensor]:
+    """Newton-Schulz with diagonal substitution (paper's NSDS, spec §3): O(p^2) per step.
+
+    ``Y <- beta Y Diag(3 - z*y)``, ``Z <- beta (3I - Diag(z) Y) Diag(z)`` with ``z = diag(Z)``,
+    ``y = diag(Y)``, from ``Y = A, Z = I``.
+    """
+    p = A.shape[-1]
+    eye = torch.eye(p, dtype=A.dtype, device=A.device)
+    Y = A
+    z = torch.ones(A.shape[:-1], dtype=A.dtype, device=A.device)
+    Z = eye.expand_as(A)
+    for _ in range(steps):
+        y = Y.diagonal(dim1=-2, dim2=-1)
+        Z = beta * (3 * eye - z[..., :, None] * Y) * z[..., None, :]
+        Y = beta * Y * (3 - z * y)[..., None, :]
+        z = Z.diagonal(dim1=-2, dim2=-1)
+    return Y, Z
+
+
+def whiten(
+    G: Tensor,
+    method: str = "ns",
+    *,
+    steps: int = 10,
+    beta: float = 0.8,
+    eps: float = 1e-8,
+    rel_tol: float = 1e-7,
+    allow_low_precision: bool = False,
+) -> Tensor:
+    """GradWhitening (paper Algorithm 2): ``(G G^T)^{-1/2} G`` on the smaller side of ``G``.
+
+    Args:
+        G: ``(..., m, n)``; tall matrices are whitened as ``G (G^T G)^{-1/2}``.
+        method: ``"ns"`` (coupled Newton-Schulz; defaults beta=0.8, k=10, unverified), ``"nsds"``
+            (diagonal substitution; pass beta=0.4, steps=2), ``"eigh"`` or ``"svd"`` (exact polar
+            factor ``U V^T``; singular values below ``rel_tol * max`` count as zero).
+        allow_low_precision: ``"ns"`` overflows in bf16/fp16 (spec §3), so half inputs are refused
+            unless allowed; then a non-finite result is recomputed in float32.
+    Returns:
+        ``G``'s shape and dtype. Zero input gives zero output.
+    Raises:
+        FloatingPointError: non-finite input or a non-finite result in float32/64.
+    """
+    _check_matrix(G)
+    if method not in WHITENINGS:
+        raise ValueError(f"method must be one of {WHITENINGS}, got {method!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not (0 < beta <= 1):
+        raise ValueError(f"beta must be in (0, 1], got {beta!r}")
+    if not bool(torch.isfinite(G).all()):
+        raise FloatingPointError("whiten: G contains NaN or inf")
+    if method == "ns" and G.dtype in _LOW and not allow_low_precision:
+        raise ValueError(
+            f"whiten(method='ns') in {G.dtype} overflows to NaN (spec §3); cast G to float32, or "
+            "pass allow_low_precision=True to try it with a float32 fallback"
+        )
+    tall = G.shape[-2] > G.shape[-1]
+    X = G.mT if tall else G
+    if method in ("eigh", "svd") and X.dtype in _LOW:
+        X = X.float()
+    Xn, zero = _unit_frobenius(X)
+    O = _whiten_wide(Xn, method, steps, beta, rel_tol)
+    if not bool(torch.isfinite(O).all()):
+        if O.dtype in _LOW:
+            O = _whiten_wide(Xn.float(), method, steps, beta, rel_tol)
+        if not bool(torch.isfinite(O).all()):
+            raise FloatingPointError(f"whiten(method={method!r}) produced NaN/inf")
+    O = torch.where(zero, torch.zeros_like(O), O).to(G.dtype)
+    return O.mT if tall else O
+
+
+def _whiten_wide(X: Tensor, method: str, steps: int, beta: float, rel_tol: float) -> Tensor:
+    """Whitening of unit-Frobenius ``X`` with ``p <= q`` (rows <= columns)."""
+    if method == "svd":
+        U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+        keep = (rel_tol * S.amax(dim=-1, keepdim=True) < S).to(X.dtype)
+        return (U * keep[..., None, :]) @ Vh
+    A = X @ X.mT
+    if method == "eigh":
+        lam, V = torch.linalg.eigh(A)
+        # Gram eigenvalues are squared singular values: the tolerance applies to sqrt(lambda)
+        keep = lam > (rel_tol**2) * lam.amax(dim=-1, keepdim=True).clamp(min=0)
+        inv = torch.where(keep, lam.clamp(min=torch.finfo(lam.dtype).tiny).rsqrt(), 0)
+        return (V * inv[..., None, :]) @ V.mT @ X
+    _, Z = (newton_schulz_inv_sqrt if method == "ns" else nsds_inv_sqrt)(A, steps, beta)
+    return Z @ X
+
+
+def muon_orthogonalize(
+    G: Tensor,
+    steps: int = 5,
+    coeffs: tuple[float, float, float] = (3.4445, -4.7750, 2.0315),
+    eps: float = 1e-7,
+) -> Tensor:
+    """Keller Jordan's quintic Newton-Schulz (Muon's orthogonalisation), for the benchmarks."""
+    _check_matrix(G)
+    a, b, c = coeffs
+    tall = G.shape[-2] > G.shape[-1]
+    X = G.mT if tall else G
+    X = X / (torch.linalg.matrix_norm(X, keepdim=True) + eps)
+    for _ in range(steps):
+        A = X @ X.mT
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.mT if tall else X
+
+
+def sinkhorn_normalize(G: Tensor, iters: int = 5, eps: float = 1e-8) -> Tensor:
+    """SinkGD's multi-normalisation: ``iters`` rounds of rows to L2 norm sqrt(n), then columns to
+    L2 norm sqrt(m) (arXiv:2502.06742)."""
+    _check_matrix(G)
+    m, n = G.shape[-2], G.shape[-1]
+    X = G
+    for _ in range(iters):
+        X = X * (math.sqrt(n) / (torch.linalg.vector_norm(X, dim=-1, keepdim=True) + eps))
+        X = X * (math.sqrt(m) / (torch.linalg.vector_norm(X, dim=-2, keepdim=True) + eps))
+    return X
+
+
+def swan_direction(
+    G: Tensor,
+    *,
+    norm: bool = True,
+    norm_dim: int = -1,
+    center: bool = True,
+    whitening: str | None = "ns",
+    ns_steps: int = 10,
+    ns_beta: float = 0.8,
+    rescale: str = "rms",
+    eps: float = 1e-8,
+    compute_dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """The SWAN update direction ``Delta W`` for a gradient ``G`` (paper Algorithm 1, spec §4).
+
+    ``G~ = GradNorm(G)`` (if ``norm``), ``O = GradWhitening(G~)`` (if ``whitening``), then
+    ``rescale``: ``"rms"`` gives ``sqrt(m n) O / ||O||_F`` (update RMS exactly 1), ``"match_norm"``
+    scales to ``||G~||_F``, ``"none"`` returns ``O``. Computed in ``compute_dtype`` (float32 by
+    default, as the paper whitens in FP32); returns ``G``'s shape in ``compute_dtype``. Invariant to
+    the scale of ``G``; a zero gradient gives a zero direction.
+    """
+    _check_matrix(G)
+    if rescale not in RESCALES:
+        raise ValueError(f"rescale must be one of {RESCALES}, got {rescale!r}")
+    if whitening is not None and whitening not in WHITENINGS:
+        raise ValueError(f"whitening must be one of {WHITENINGS} or None, got {whitening!r}")
+    X = G.to(compute_dtype)
+    if norm:
+        X = grad_norm(X, dim=norm_dim, eps=eps, center=center)
+    reference = X
+    if whitening is not None:
+        X = whiten(
+            X,
+            whitening,
+            steps=ns_steps,
+            beta=ns_beta,
+            eps=eps,
+            allow_low_precision=compute_dtype in _LOW,
+        )
+    if rescale == "none":
+        return X
+    unit, _zero = _unit_frobenius(X)
+    if rescale == "rms":
+        return unit * math.sqrt(X.shape[-2] * X.shape[-1])
+    return unit * torch.linalg.matrix_norm(reference, keepdim=True)

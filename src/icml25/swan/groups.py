@@ -1,0 +1,143 @@
+"""Which parameters SWAN updates: hidden ``nn.Linear`` matrices; everything else goes to AdamW.
+
+The paper follows the GaLore benchmark split (unverified for SWAN, documented for its follow-up
+SinkGD): attention and MLP projections are SWAN matrices; token embeddings, the LM head, norm gains
+and biases keep Adam. Tied embeddings are found by identity, so a weight shared by the input
+embedding and the head is routed to AdamW once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torch import nn
+
+__all__ = ["describe_groups", "paper_param_groups", "swan_param_groups"]
+
+
+def _conv1d_type():
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except Exception:  # noqa: BLE001 - transformers is optional
+        return None
+    return Conv1D
+
+
+def _embedding_ids(model: nn.Module) -> set[int]:
+    ids = set()
+    for getter in ("get_input_embeddings", "get_output_embeddings"):
+        fn = getattr(model, getter, None)
+        if fn is None:
+            continue
+        try:
+            module = fn()
+        except (NotImplementedError, AttributeError):
+            continue
+        weight = getattr(module, "weight", None)
+        if weight is not None:
+            ids.add(id(weight))
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            ids.add(id(module.weight))
+    return ids
+
+
+def swan_param_groups(
+    model: nn.Module,
+    lr: float = 1e-3,
+    *,
+    adamw_lr: float | None = None,
+    scale: float = 1.0,
+    weight_decay: float = 0.0,
+    include: Callable[[str, nn.Module, nn.Parameter], bool] | None = None,
+    min_dim: int = 2,
+) -> list[dict]:
+    """Two parameter groups for :class:`~icml25.swan.SWAN`: SWAN matrices and the AdamW rest.
+
+    A parameter is SWAN iff it is the ``.weight`` of an ``nn.Linear`` (or of an HF ``Conv1D``, which
+    stores ``(in, out)``: those get their own group with ``norm_dim=0``) with both dimensions
+    ``>= min_dim``, it is not an input/output embedding (by identity: tied weights included), and
+    ``include(name, module, param)`` (if given) agrees. Frozen parameters are left out. Each group
+    carries ``"names"`` for reporting. ``adamw_lr`` defaults to ``lr``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    conv1d = _conv1d_type()
+    embeddings = _embedding_ids(model)
+    seen: set[int] = set()
+    swan, swan_t, rest = ([], []), ([], []), ([], [])
+    for mod_name, module in model.named_modules():
+        for p_name, p in module.named_parameters(recurse=False):
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))
+            name = f"{mod_name}.{p_name}" if mod_name else p_name
+            is_linear = isinstance(module, nn.Linear) or (
+                conv1d is not None and isinstance(module, conv1d)
+            )
+            eligible = (
+                is_linear
+                and p_name == "weight"
+                and p.ndim == 2
+                and min(p.shape) >= min_dim
+                and id(p) not in embeddings
+                and (include is None or include(name, module, p))
+            )
+            target = rest
+            if eligible:
+                target = swan_t if (conv1d is not None and isinstance(module, conv1d)) else swan
+            target[0].append(p)
+            target[1].append(name)
+    groups = []
+    if swan[0]:
+        groups.append(
+            {
+                "params": swan[0],
+                "names": swan[1],
+                "use_swan": True,
+                "lr": lr,
+                "scale": scale,
+                "weight_decay": weight_decay,
+                "norm_dim": -1,
+            }
+        )
+    if swan_t[0]:
+        groups.append(
+            {
+                "params": swan_t[0],
+                "names": swan_t[1],
+                "use_swan": True,
+                "lr": lr,
+                "scale": scale,
+                "weight_decay": weight_decay,
+                "norm_dim": 0,
+            }
+        )
+    if rest[0]:
+        groups.append(
+            {
+                "params": rest[0],
+                "names": rest[1],
+                "use_swan": False,
+                "lr": lr if adamw_lr is None else adamw_lr,
+            }
+        )
+    return groups
+
+
+def paper_param_groups(model: nn.Module, lr: float = 0.02, scale: float = 0.05) -> list[dict]:
+    """The recipe third-party ports attribute to the paper (unverified): global lr 0.02, SWAN
+    groups scaled by 0.05 (per-entry RMS step 1e-3), AdamW at the global lr for the rest."""
+    return swan_param_groups(model, lr, scale=scale, adamw_lr=lr)
+
+
+def describe_groups(groups: Sequence[dict]) -> str:
+    """A Markdown table: parameter name, shape, rule, norm_dim."""
+    lines = ["| name | shape | rule | norm_dim |", "|---|---|---|---|"]
+    for g in groups:
+        names = g.get("names") or [f"param{i}" for i in range(len(g["params"]))]
+        rule = "SWAN" if g.get("use_swan") else "AdamW"
+        for name, p in zip(names, g["params"]):
+            nd = g.get("norm_dim", -1) if g.get("use_swan") else "—"
+            lines.append(f"| {name} | {tuple(p.shape)} | {rule} | {nd} |")
+    return "\n".join(lines)

@@ -1,0 +1,310 @@
+"""The SWAN optimizer: stateless GradNorm + GradWhitening on hidden matrices, AdamW elsewhere.
+
+``SWAN`` is one ``torch.optim.Optimizer`` for a whole model: parameter groups with
+``use_swan=True`` (build them with :func:`icml25.swan.swan_param_groups`) take the stateless SWAN
+step of the paper's Algorithm 1, every other group takes a standard decoupled AdamW step (the same
+code as ``torch.optim.AdamW``), so embeddings, the LM head, norms and biases keep Adam as in the
+paper's GaLore-benchmark setup. Nothing is stored in ``optimizer.state`` for SWAN parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim.adam import adam as adam_functional
+
+from icml25.swan.functional import RESCALES, WHITENINGS, sinkhorn_normalize, swan_direction
+
+__all__ = ["SWAN", "SinkGD", "VARIANTS"]
+
+#: Presets of spec §5 (our names): whitening method, Newton-Schulz steps and beta.
+VARIANTS: dict[str, dict[str, Any]] = {
+    # beta = 0.8, k = 10: third-party ports quoting the paper (unverified, spec §3)
+    "swan": {"whitening": "ns", "ns_steps": 10, "ns_beta": 0.8},
+    # exact polar factor: the "ideal whitening" reference
+    "swan_exact": {"whitening": "eigh", "ns_steps": 10, "ns_beta": 0.8},
+    # NSDS fast variant, beta = 0.4, k = 2 (unverified, spec §3)
+    "swan_nsds": {"whitening": "nsds", "ns_steps": 2, "ns_beta": 0.4},
+}
+
+_NONFINITE = ("raise", "skip")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class SWAN(torch.optim.Optimizer):
+    """SGD with Whitening And Normalization (Ma et al., ICML 2025, Algorithm 1).
+
+    Args:
+        params: tensors or param-group dicts; a group's ``use_swan`` selects the rule (inferred
+            as ``p.ndim == 2`` with a warning when absent: tensors alone cannot tell an embedding
+            from a projection, use :func:`~icml25.swan.swan_param_groups`).
+        lr: learning rate; with ``rescale="rms"`` it is the per-entry RMS of the SWAN step
+            (library default 1e-3; the paper's recipe is in :func:`~icml25.swan.paper_param_groups`).
+        variant: ``"swan"`` (NS, beta 0.8, 10 steps), ``"swan_exact"`` (eigh) or ``"swan_nsds"``
+            (NSDS, beta 0.4, 2 steps); explicit ``whitening``/``ns_steps``/``ns_beta`` override it.
+        scale: multiplies ``lr`` on SWAN groups (the paper's per-group scale, default 1).
+        weight_decay: decoupled weight decay on SWAN groups (the paper's benchmark uses 0).
+        norm, norm_dim, center: GradNorm switch, the axis rows are standardised along (-1: the
+            ``in_features`` axis of ``nn.Linear``; 0 for HF ``Conv1D``), and centring.
+        whitening: ``"ns"``, ``"nsds"``, ``"eigh"``, ``"svd"`` or ``None`` (no whitening).
+        rescale: ``"rms"`` (default), ``"match_norm"`` or ``"none"``, see
+            :func:`~icml25.swan.functional.swan_direction`.
+        compute_dtype: dtype of the SWAN math (float32: the paper whitens in FP32).
+        adamw_betas, adamw_eps, adamw_weight_decay: the AdamW rule of the other groups.
+        nonfinite: ``"raise"`` (``FloatingPointError``) or ``"skip"`` the whole step on a NaN/inf
+            gradient (counted in ``skipped_steps``); weights never receive NaN.
+        flatten_nd: treat >= 3-D SWAN parameters (conv kernels) as ``(shape[0], rest)``.
+        shard_work, process_group: under DDP, each rank whitens only the matrices it owns and
+            broadcasts the update (see :mod:`icml25.swan.distributed`).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        *,
+        variant: str = "swan",
+        scale: float = 1.0,
+        weight_decay: float = 0.0,
+        norm: bool = True,
+        norm_dim: int = -1,
+        center: bool = True,
+        whitening: str | None | type = ...,
+        ns_steps: int | None = None,
+        ns_beta: float | None = None,
+        rescale: str = "rms",
+        eps: float = 1e-8,
+        compute_dtype: torch.dtype = torch.float32,
+        adamw_betas: tuple[float, float] = (0.9, 0.999),
+        adamw_eps: float = 1e-8,
+        adamw_weight_decay: float = 0.0,
+        nonfinite: str = "raise",
+        flatten_nd: bool = False,
+        shard_work: bool = False,
+        process_group: Any = None,
+    ) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+        preset = VARIANTS[variant]
+        defaults = {
+            "lr": lr,
+            "scale": scale,
+            "weight_decay": weight_decay,
+            "norm": norm,
+            "norm_dim": norm_dim,
+            "center": center,
+            "whitening": preset["whitening"] if whitening is ... else whitening,
+            "ns_steps": preset["ns_steps"] if ns_steps is None else ns_steps,
+            "ns_beta": preset["ns_beta"] if ns_beta is None else ns_beta,
+            "rescale": rescale,
+            "eps": eps,
+            "compute_dtype": compute_dtype,
+            "adamw_betas": adamw_betas,
+            "adamw_eps": adamw_eps,
+            "adamw_weight_decay": adamw_weight_decay,
+            "flatten_nd": flatten_nd,
+        }
+        if nonfinite not in _NONFINITE:
+            raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}")
+        self.nonfinite = nonfinite
+        self.skipped_steps = 0
+        self.shard_work = shard_work
+        self.process_group = process_group
+        super().__init__(params, defaults)
+        self._warned_inferred = False
+        for group in self.param_groups:
+            self._check_group(group)
+
+    # -- construction ------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        if hasattr(self, "_warned_inferred"):
+            self._check_group(self.param_groups[-1])
+
+    def _check_group(self, group: dict) -> None:
+        if "use_swan" not in group:
+            group["use_swan"] = all(p.ndim == 2 for p in group["params"])
+            if not self._warned_inferred:
+                warnings.warn(
+                    "SWAN: a parameter group has no 'use_swan' key; 2-D tensors were routed to SWAN "
+                    "and the rest to AdamW. Tensors alone cannot tell an embedding from a "
+                    "projection: build groups with icml25.swan.swan_param_groups(model).",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                self._warned_inferred = True
+        if group["lr"] < 0 or not math.isfinite(group["lr"]):
+            raise ValueError(f"lr must be a finite number >= 0, got {group['lr']!r}")
+        if not group["scale"] > 0:
+            raise ValueError(f"scale must be > 0, got {group['scale']!r}")
+        if group["eps"] < 0:
+            raise ValueError(f"eps must be >= 0, got {group['eps']!r}")
+        if group["whitening"] is not None and group["whitening"] not in WHITENINGS:
+            raise ValueError(
+                f"whitening must be one of {WHITENINGS} or None, got {group['whitening']!r}"
+            )
+        if group["rescale"] not in RESCALES:
+            raise ValueError(f"rescale must be one of {RESCALES}, got {group['rescale']!r}")
+        _positive_int("ns_steps", group["ns_steps"])
+        if not 0 < group["ns_beta"] <= 1:
+            raise ValueError(f"ns_beta must be in (0, 1], got {group['ns_beta']!r}")
+        if group["ns_beta"] > 2 / 3 and group["ns_steps"] > 30 and group["whitening"] == "ns":
+            warnings.warn(
+                f"ns_beta={group['ns_beta']} > 2/3 does not converge: more than 30 steps "
+                f"({group['ns_steps']}) only cost time (singular values settle into a band)",
+                UserWarning,
+                stacklevel=3,
+            )
+        if not group["use_swan"]:
+            return
+        names = group.get("names") or [None] * len(group["params"])
+        for p, name in zip(group["params"], names):
+            label = (
+                f"parameter {name!r} of shape {tuple(p.shape)}"
+                if name
+                else f"a parameter of shape {tuple(p.shape)}"
+            )
+            if p.is_complex():
+                raise RuntimeError(f"SWAN does not support complex parameters ({label})")
+            if p.ndim < 2 or (p.ndim > 2 and not group["flatten_nd"]):
+                raise ValueError(
+                    f"SWAN groups take 2-D matrices; got {label}. Route it to AdamW "
+                    "(swan_param_groups does) or pass flatten_nd=True for conv kernels."
+                )
+            rows = p.reshape(p.shape[0], -1) if p.ndim > 2 else p
+            if rows.shape[group["norm_dim"]] < 2:
+                raise ValueError(
+                    f"GradNorm along norm_dim={group['norm_dim']} needs >= 2 entries per row; got "
+                    f"{label}. Route it to AdamW."
+                )
+
+    # -- the step ------------------------------------------------------------------------------
+    def _direction(self, G: Tensor, group: dict) -> Tensor:
+        return swan_direction(
+            G,
+            norm=group["norm"],
+            norm_dim=group["norm_dim"],
+            center=group["center"],
+            whitening=group["whitening"],
+            ns_steps=group["ns_steps"],
+            ns_beta=group["ns_beta"],
+            rescale=group["rescale"],
+            eps=group["eps"],
+            compute_dtype=group["compute_dtype"],
+        )
+
+    def _grads_finite(self) -> bool:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if p.grad.is_sparse:
+                        raise RuntimeError("SWAN does not support sparse gradients")
+                    if not bool(torch.isfinite(p.grad).all()):
+                        return False
+        return True
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One optimisation step; returns the closure's loss when a closure is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._grads_finite():
+            if self.nonfinite == "raise":
+                raise FloatingPointError(
+                    "SWAN: a gradient contains NaN/inf; no parameter was changed "
+                    "(use nonfinite='skip' to skip such steps, or a GradScaler with AMP)"
+                )
+            self.skipped_steps += 1
+            return loss
+        swan_jobs = []
+        for group in self.param_groups:
+            if group["use_swan"]:
+                swan_jobs += [(p, group) for p in group["params"] if p.grad is not None]
+            else:
+                self._adamw_group(group)
+        if self.shard_work:
+            from icml25.swan.distributed import sharded_swan_updates
+
+            updates = sharded_swan_updates(self, swan_jobs)
+        else:
+            updates = (self._update_of(p, group) for p, group in swan_jobs)
+        for (p, group), delta in zip(swan_jobs, updates):
+            self._apply(p, group, delta)
+        return loss
+
+    def _update_of(self, p: Tensor, group: dict) -> Tensor:
+        G = p.grad
+        if G.ndim > 2:
+            G = G.reshape(G.shape[0], -1)
+        return self._direction(G, group).reshape(p.shape)
+
+    def _apply(self, p: Tensor, group: dict, delta: Tensor) -> None:
+        lr = group["lr"]
+        if group["weight_decay"]:
+            p.mul_(1 - lr * group["weight_decay"])
+        p.add_(delta.to(p.dtype), alpha=-lr * group["scale"])
+
+    def _adamw_group(self, group: dict) -> None:
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.is_complex():
+                raise RuntimeError("SWAN's AdamW part does not support complex parameters")
+            state = self.state[p]
+            if not state:
+                # the same initial state as torch.optim.AdamW
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        if not params:
+            return
+        beta1, beta2 = group["adamw_betas"]
+        adam_functional(
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            [],
+            steps,
+            decoupled_weight_decay=True,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["adamw_weight_decay"],
+            eps=group["adamw_eps"],
+            maximize=False,
+        )
+
+
+class SinkGD(SWAN):
+    """SinkGD (Scetbon et al., arXiv:2502.06742): the stateless follow-up of SWAN.
+
+    Same hybrid structure; SWAN groups use ``sinkhorn_normalize(G, iters)`` (alternating row and
+    column L2 normalisation) instead of GradNorm + whitening.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, *, iters: int = 5, **kwargs: Any) -> None:
+        _positive_int("iters", iters)
+        self.iters = iters
+        super().__init__(params, lr, **kwargs)
+
+    def _direction(self, G: Tensor, group: dict) -> Tensor:
+        return sinkhorn_normalize(G.to(group["compute_dtype"]), iters=self.iters, eps=group["eps"])

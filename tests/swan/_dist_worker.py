@@ -1,0 +1,88 @@
+"""Two gloo processes on CPU: SWAN(shard_work=True) under DDP, and DTensor-sharded directions.
+
+Run by test_distributed.py as ``python _dist_worker.py PORT``; exits non-zero on any mismatch.
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from icml25.swan import SWAN, swan_direction, swan_param_groups
+from icml25.swan.distributed import swan_direction_dtensor
+
+D = torch.float64
+
+
+def model_and_data():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 3)
+    ).double()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(3, 16, 6, dtype=D, generator=g), torch.randn(3, 16, 3, dtype=D, generator=g)
+    return model, x, y
+
+
+def ddp_check(rank: int) -> None:
+    model, x, y = model_and_data()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = SWAN(swan_param_groups(model, lr=0.05), shard_work=True, compute_dtype=D)
+    for s in range(3):
+        opt.zero_grad()
+        part = slice(8 * rank, 8 * rank + 8)
+        nn.functional.mse_loss(ddp(x[s, part]), y[s, part]).backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(2)]
+    dist.all_gather(gathered, flat)
+    assert torch.equal(gathered[0], gathered[1]), "ranks disagree"
+    ref, x, y = model_and_data()
+    ropt = SWAN(swan_param_groups(ref, lr=0.05), compute_dtype=D)
+    for s in range(3):
+        ropt.zero_grad()
+        nn.functional.mse_loss(ref(x[s]), y[s]).backward()
+        ropt.step()
+    flat_ref = torch.cat([p.detach().flatten() for p in ref.parameters()])
+    err = float((flat - flat_ref).abs().max())
+    assert err <= 1e-6, f"DDP shard_work differs from single process by {err}"
+
+
+def dtensor_check(rank: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2,))
+    g = torch.Generator().manual_seed(2)
+    for shape in ((12, 6), (6, 12), (8, 8)):
+        G = torch.randn(*shape, dtype=D, generator=g)
+        for dim in (0, 1):
+            for kw in (
+                {"whitening": "svd"},
+                {"whitening": "eigh"},
+                {"whitening": "ns"},
+                {"whitening": "nsds", "ns_steps": 2, "ns_beta": 0.4},
+                {"whitening": None},
+            ):
+                ref = swan_direction(G, compute_dtype=D, **kw)
+                dt = distribute_tensor(G, mesh, [Shard(dim)])
+                got = swan_direction_dtensor(dt, compute_dtype=D, **kw).full_tensor()
+                err = float((got - ref).abs().max())
+                assert err <= 1e-10, f"shape {shape}, Shard({dim}), {kw}: error {err}"
+
+
+def worker(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        ddp_check(rank)
+        dtensor_check(rank)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    mp.spawn(worker, args=(int(sys.argv[1]),), nprocs=2, join=True)
+    print("distributed checks passed")

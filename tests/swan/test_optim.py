@@ -1,0 +1,341 @@
+"""The SWAN optimizer: exact step, AdamW parity, statelessness, groups, schedulers, edge cases."""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from icml25.swan import (
+    SWAN,
+    SinkGD,
+    expected_adamw_state_bytes,
+    grad_norm,
+    optimizer_state_bytes,
+    swan_param_groups,
+)
+
+D = torch.float64
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.a = nn.Linear(8, 12)
+        self.b = nn.Linear(12, 8, bias=False)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 20, bias=False)
+
+    def forward(self, idx):
+        return self.head(self.norm(self.b(torch.relu(self.a(self.emb(idx))))))
+
+
+def loss_of(model, seed=0):
+    idx = torch.randint(20, (16,), generator=torch.Generator().manual_seed(seed))
+    return nn.functional.cross_entropy(model(idx), idx)
+
+
+def test_one_step_equals_the_hand_computed_update():
+    W = nn.Parameter(torch.randn(6, 10, dtype=D))
+    G = torch.randn(6, 10, dtype=D)
+    W.grad = G.clone()
+    before = W.detach().clone()
+    opt = SWAN(
+        [{"params": [W], "use_swan": True}], lr=0.1, scale=0.5, whitening="svd", compute_dtype=D
+    )
+    opt.step()
+    U, _, Vh = torch.linalg.svd(grad_norm(G), full_matrices=False)
+    O = U @ Vh
+    expected = before - 0.1 * 0.5 * math.sqrt(60) * O / torch.linalg.matrix_norm(O)
+    torch.testing.assert_close(W.detach(), expected, atol=1e-10, rtol=0)
+    assert len(opt.state[W]) == 0
+
+
+def test_adamw_part_matches_torch_adamw_bit_for_bit():
+    torch.manual_seed(0)
+    a, b = Tiny(), Tiny()
+    b.load_state_dict(a.state_dict())
+    groups = swan_param_groups(a, lr=1e-2)
+    ours = SWAN(groups, adamw_weight_decay=0.01, adamw_betas=(0.9, 0.95))
+    # a plain nn.Module has no get_output_embeddings(): its head is a hidden Linear for SWAN too
+    swan_names = {n for g in groups if g["use_swan"] for n in g["names"]}
+    assert swan_names == {"a.weight", "b.weight", "head.weight"}
+    rest_b = [p for n, p in b.named_parameters() if n not in swan_names]
+    ref = torch.optim.AdamW(rest_b, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.95))
+    names = dict(a.named_parameters())
+    for step in range(5):
+        for model, opt in ((a, ours), (b, ref)):
+            opt.zero_grad()
+            loss_of(model, step).backward()
+            if model is b:  # the SWAN matrices of b must not move with AdamW
+                b.a.weight.grad = b.b.weight.grad = b.head.weight.grad = None
+        # give b's SWAN matrices a's values so the AdamW parameters see identical activations
+        ours.step()
+        ref.step()
+        with torch.no_grad():
+            for name in ("a", "b", "head"):
+                getattr(b, name).weight.copy_(getattr(a, name).weight)
+    for n, p in b.named_parameters():
+        assert torch.equal(p, names[n]), n
+
+
+def test_stateless_and_state_dict_round_trip():
+    torch.manual_seed(1)
+    model = Tiny()
+    opt = SWAN(swan_param_groups(model, lr=1e-2))
+    for s in range(10):
+        opt.zero_grad()
+        loss_of(model, s).backward()
+        opt.step()
+    swan_params = [p for g in opt.param_groups if g["use_swan"] for p in g["params"]]
+    rest = [p for g in opt.param_groups if not g["use_swan"] for p in g["params"]]
+    assert all(len(opt.state[p]) == 0 for p in swan_params)
+    assert optimizer_state_bytes(opt) == expected_adamw_state_bytes(rest)
+    clone = Tiny()
+    clone.load_state_dict(model.state_dict())
+    opt2 = SWAN(swan_param_groups(clone, lr=1e-2))
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))  # state_dict() shares tensors
+    for m, o in ((model, opt), (clone, opt2)):
+        o.zero_grad()
+        loss_of(m, 99).backward()
+        o.step()
+    for (n, p), q in zip(model.named_parameters(), clone.parameters()):
+        assert torch.equal(p, q), n
+
+
+def test_expected_adamw_bytes_match_torch_adamw():
+    model = Tiny()
+    opt = torch.optim.AdamW(model.parameters())
+    loss_of(model).backward()
+    opt.step()
+    assert optimizer_state_bytes(opt) == expected_adamw_state_bytes(model.parameters())
+
+
+def test_param_groups_on_a_real_llama_and_gpt2():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=50,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        tie_word_embeddings=False,
+    )
+    llama = transformers.LlamaForCausalLM(cfg)
+    groups = swan_param_groups(llama)
+    swan_names = {n for g in groups if g["use_swan"] for n in g["names"]}
+    assert swan_names == {
+        f"model.layers.0.{m}.weight"
+        for m in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+    }
+    adam_names = {n for g in groups if not g["use_swan"] for n in g["names"]}
+    assert {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} <= adam_names
+    tied = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**{**cfg.to_dict(), "tie_word_embeddings": True})
+    )
+    tgroups = swan_param_groups(tied)
+    all_params = [p for g in tgroups for p in g["params"]]
+    assert len(all_params) == len({id(p) for p in all_params})  # the tied weight appears once
+    emb = tied.get_input_embeddings().weight
+    assert any(p is emb for g in tgroups if not g["use_swan"] for p in g["params"])
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    )
+    g2 = swan_param_groups(gpt2)
+    conv = [g for g in g2 if g["use_swan"] and g["norm_dim"] == 0]
+    assert conv and all("attn" in n or "mlp" in n for n in conv[0]["names"])
+    opt = SWAN(g2)
+    out = gpt2(input_ids=torch.randint(50, (2, 8)), labels=torch.randint(50, (2, 8)))
+    out.loss.backward()
+    opt.step()
+
+
+def test_lr_scheduler_drives_both_rules():
+    model = Tiny()
+    opt = SWAN(swan_param_groups(model, lr=1e-2, adamw_lr=3e-3))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5**s)
+    loss_of(model).backward()
+    opt.step()
+    sched.step()
+    assert [g["lr"] for g in opt.param_groups] == [5e-3, 1.5e-3]
+
+
+def test_convex_sanity_whitening_counteracts_curvature():
+    g = torch.Generator().manual_seed(0)
+    m, n, N = 16, 48, 256
+    V = torch.linalg.qr(torch.randn(n, n, dtype=D, generator=g))[0]
+    X = V @ torch.diag(torch.logspace(0, -1, n, dtype=D)) @ torch.randn(n, N, dtype=D, generator=g)
+    W_star = torch.randn(m, n, dtype=D, generator=g)
+    W_star = W_star - W_star.mean(1, keepdim=True)  # row-centred: reachable by SWAN (spec §2)
+    target = W_star @ X
+    base = float(0.5 / N * target.pow(2).sum())
+
+    def fit(make, lr, steps=300):
+        W = nn.Parameter(torch.zeros(m, n, dtype=D))
+        opt = make(W, lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps))
+        )
+        drift = 0.0
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = 0.5 / N * (W @ X - target).pow(2).sum()
+            loss.backward()
+            opt.step()
+            sched.step()
+            drift = max(drift, float(W.detach().sum(1).abs().max()))
+        return float(0.5 / N * (W.detach() @ X - target).pow(2).sum()) / base, drift
+
+    def swan(W, lr):
+        return SWAN([{"params": [W], "use_swan": True}], lr=lr, whitening="svd", compute_dtype=D)
+
+    def sgd(W, lr):
+        return torch.optim.SGD([W], lr=lr)
+
+    best_sgd = min(fit(sgd, lr)[0] for lr in (0.3, 1.0, 2.0, 3.0))
+    best_swan, drift = min(fit(swan, lr) for lr in (0.01, 0.03, 0.1))
+    assert best_swan < 1e-6 and best_swan <= 0.1 * best_sgd
+    assert drift < 1e-10  # row sums stay frozen
+    W_star += 0.5  # not row-centred: SWAN (centred GradNorm) cannot reach it
+    target = W_star @ X
+    base = float(0.5 / N * target.pow(2).sum())
+    assert fit(swan, 0.03)[0] > 1e-3
+
+    def uncentred(W, lr):
+        return SWAN(
+            [{"params": [W], "use_swan": True}],
+            lr=lr,
+            whitening="svd",
+            center=False,
+            compute_dtype=D,
+        )
+
+    assert fit(uncentred, 0.03)[0] < 1e-6
+
+
+def test_nonfinite_gradients_raise_or_skip():
+    model = Tiny()
+    opt = SWAN(swan_param_groups(model))
+    loss_of(model).backward()
+    model.a.weight.grad[0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="NaN/inf"):
+        opt.step()
+    before = [p.detach().clone() for p in model.parameters()]
+    skip = SWAN(swan_param_groups(model), nonfinite="skip")
+    skip.step()
+    assert skip.skipped_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize(
+    ("params", "kwargs", "error", "match"),
+    [
+        (
+            lambda: [{"params": [nn.Parameter(torch.randn(5))], "use_swan": True}],
+            {},
+            ValueError,
+            r"2-D matrices; got a parameter of shape \(5,\)",
+        ),
+        (
+            lambda: [{"params": [nn.Parameter(torch.randn(3, 4, 5))], "use_swan": True}],
+            {},
+            ValueError,
+            "flatten_nd",
+        ),
+        (
+            lambda: [{"params": [nn.Parameter(torch.randn(5, 1))], "use_swan": True}],
+            {},
+            ValueError,
+            "needs >= 2 entries",
+        ),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"lr": -1.0}, ValueError, "lr must be"),
+        (
+            lambda: [nn.Parameter(torch.randn(4, 4))],
+            {"scale": 0.0},
+            ValueError,
+            "scale must be > 0",
+        ),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"ns_steps": 0}, ValueError, "ns_steps"),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"ns_beta": 1.5}, ValueError, "ns_beta"),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"variant": "adam"}, ValueError, "variant"),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"whitening": "qr"}, ValueError, "whitening"),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"rescale": "l1"}, ValueError, "rescale"),
+        (lambda: [nn.Parameter(torch.randn(4, 4))], {"eps": -1.0}, ValueError, "eps"),
+        (
+            lambda: [nn.Parameter(torch.randn(4, 4))],
+            {"nonfinite": "ignore"},
+            ValueError,
+            "nonfinite",
+        ),
+    ],
+)
+def test_bad_arguments(params, kwargs, error, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(error, match=match):
+            SWAN(params(), **kwargs)
+
+
+def test_inferred_groups_warn_and_edge_cases_run():
+    W = nn.Parameter(torch.randn(6, 9))
+    b = nn.Parameter(torch.randn(6))
+    with pytest.warns(UserWarning, match="swan_param_groups"):
+        opt = SWAN([W, b])
+    assert opt.param_groups[0]["use_swan"] is False  # a mixed group goes to AdamW
+    tall = nn.Parameter(torch.randn(12, 5))
+    opt = SWAN([{"params": [tall], "use_swan": True}])
+    for grad in (torch.zeros(12, 5), torch.randn(12, 1) @ torch.randn(1, 5)):  # zero, rank 1
+        tall.grad = grad
+        before = tall.detach().clone()
+        opt.step()
+        assert torch.isfinite(tall).all()
+        if not grad.any():
+            assert torch.equal(tall.detach(), before)
+    tall.grad = None
+    opt.step()  # no gradient: skipped
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = SWAN([{"params": list(emb.parameters()), "use_swan": False}])
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match="sparse"):
+        opt.step()
+    with pytest.warns(UserWarning, match="does not converge"):
+        SWAN(
+            [{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}],
+            ns_beta=0.8,
+            ns_steps=40,
+        )
+
+
+def test_bf16_parameters_are_updated_in_their_dtype():
+    W = nn.Parameter(torch.randn(8, 16).bfloat16())
+    W.grad = torch.randn(8, 16).bfloat16()
+    opt = SWAN([{"params": [W], "use_swan": True}], lr=1e-2)
+    before = W.detach().clone()
+    opt.step()
+    assert W.dtype == torch.bfloat16 and not torch.equal(W.detach(), before)
+
+
+def test_sinkgd_and_muon_anchor():
+    model = Tiny()
+    opt = SinkGD(swan_param_groups(model, lr=1e-2))
+    loss_of(model).backward()
+    opt.step()
+    assert optimizer_state_bytes(opt) == expected_adamw_state_bytes(
+        [p for g in opt.param_groups if not g["use_swan"] for p in g["params"]]
+    )
+    if hasattr(torch.optim, "Muon"):
+        with pytest.raises(ValueError):
+            torch.optim.Muon([nn.Parameter(torch.randn(5))])
