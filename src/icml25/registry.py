@@ -61,6 +61,8 @@ PAPERS: tuple[Paper, ...] = (
         "contrastive",
         "On the Similarities of Embeddings in Contrastive Learning",
         "arXiv:2506.09781",
+        repro="icml25.contrastive.repro:run",
+        usage='icml25.contrastive.ContrastiveLoss("simclr", 0.2, vrns_weight=30, n_train=N)(z1, z2)',
     ),
     Paper(
         2,

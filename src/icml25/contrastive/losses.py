@@ -1,0 +1,356 @@
+"""Contrastive losses in the paper's two families, and the VRNS auxiliary loss (Lee et al., ICML 2025,
+arXiv:2506.09781). Def. 3.1: InfoNCE-based (InfoNCE/CLIP, SimCLR/NT-Xent, DCL, DHEL); Def. 3.2:
+independently additive (SigLIP, spectral); Def. 5.7: VRNS.
+
+Every loss takes two views ``u, v`` of shape ``(m, d)`` (any encoder: SimCLR views, CLIP towers,
+sentence pairs), L2-normalises them, and returns a scalar in float32 (float64 stays float64).
+``index`` gives instance ids: rows with the same id are positives, never negatives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "ContrastiveLoss",
+    "SigmoidLoss",
+    "dcl_loss",
+    "dhel_loss",
+    "independent_additive_loss",
+    "info_nce_family",
+    "infonce_loss",
+    "nt_xent_loss",
+    "sigmoid_loss",
+    "spectral_contrastive_loss",
+    "vrns_loss",
+]
+
+Gather = Callable[[Tensor], Tensor]
+
+
+def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, validate: bool):
+    for name, x in (("u", u), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if u.ndim != 2 or v.ndim != 2 or u.shape != v.shape:
+        raise ValueError(
+            f"u and v must both be (m, d) with the same shape, got {tuple(u.shape)} and {tuple(v.shape)}"
+        )
+    if u.shape[0] < 2:
+        raise ValueError(f"a contrastive loss needs m >= 2 rows (negatives), got m = {u.shape[0]}")
+    if u.device != v.device or u.dtype != v.dtype:
+        raise ValueError(
+            f"u and v must share device and dtype, got {u.device}/{u.dtype} and {v.device}/{v.dtype}"
+        )
+    if not u.is_floating_point():
+        raise TypeError(f"u and v must be floating tensors, got {u.dtype}")
+    if validate and not (bool(torch.isfinite(u).all()) and bool(torch.isfinite(v).all())):
+        raise ValueError("u or v contains NaN/inf")
+    dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
+    u, v = u.to(dtype), v.to(dtype)
+    if normalize:
+        u, v = F.normalize(u, dim=-1, eps=1e-12), F.normalize(v, dim=-1, eps=1e-12)
+    m = u.shape[0]
+    if index is None:
+        index = torch.arange(m, device=u.device)
+    elif (
+        not isinstance(index, Tensor)
+        or index.shape != (m,)
+        or index.dtype not in (torch.int64, torch.int32)
+    ):
+        raise ValueError(f"index must be an integer tensor of shape ({m},), got {index!r:.60}")
+    return u, v, index.to(u.device)
+
+
+def _check_temperature(t: float) -> None:
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+
+
+def _one_direction(
+    a: Tensor,
+    partner: Tensor,
+    b: Tensor,
+    ia: Tensor,
+    ib: Tensor,
+    c1: int,
+    c2: int,
+    psi: str,
+    t: float,
+) -> Tensor:
+    """Per-anchor losses (Def 3.1) for anchors ``a`` whose positive is the same row of ``partner``;
+    cross-view negatives come from ``b`` (``partner``, or all ranks' rows when gathered) and
+    within-view negatives from ``a``; entries sharing the anchor's id are never negatives."""
+    pos = (a * partner).sum(-1) / t
+    terms = []
+    if c1:
+        terms.append((a @ b.T / t).masked_fill(ia[:, None] == ib[None, :], -math.inf))
+    if c2:
+        terms.append((a @ a.T / t).masked_fill(ia[:, None] == ia[None, :], -math.inf))
+    logits = torch.cat(terms, dim=-1)
+    if bool(torch.isneginf(logits).all(-1).any()):
+        raise ValueError("an anchor has no negatives enabled (check c1/c2 and index duplicates)")
+    if psi == "log1p":  # psi(x) = log(1 + x): the positive joins the log-sum-exp
+        logits = torch.cat([pos[:, None], logits], dim=-1)
+    return torch.logsumexp(logits, dim=-1) - pos
+
+
+def info_nce_family(
+    u: Tensor,
+    v: Tensor,
+    *,
+    c1: int,
+    c2: int,
+    psi: str,
+    temperature: float,
+    index: Tensor | None = None,
+    symmetric: bool = True,
+    reduction: str = "mean",
+    normalize: bool = True,
+    validate: bool = True,
+    gather: Gather | None = None,
+) -> Tensor:
+    """Def. 3.1 with phi = exp(x / t), computed stably through log-sum-exp.
+
+    ``c1`` switches on cross-view negatives, ``c2`` within-view negatives; ``psi="log1p"``
+    (InfoNCE, SimCLR) keeps the positive in the denominator, ``psi="log"`` (DCL, DHEL) removes it.
+    ``symmetric`` averages both directions (2m anchors). ``gather`` (DDP) all-gathers the second
+    view's embeddings and ids before the cross-view terms, like the official code.
+    """
+    _check_temperature(temperature)
+    if (c1, c2) not in ((1, 0), (0, 1), (1, 1)):
+        raise ValueError(f"(c1, c2) must be (1, 0), (0, 1) or (1, 1), got {(c1, c2)}")
+    if psi not in ("log1p", "log"):
+        raise ValueError(f"psi must be 'log1p' or 'log', got {psi!r}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    u, v, index = _prepare(u, v, index, normalize, validate)
+    vb, ib = (v, index) if gather is None else (gather(v), gather(index))
+    losses = _one_direction(u, v, vb, index, ib, c1, c2, psi, temperature)
+    if symmetric:
+        ub, ia = (u, index) if gather is None else (gather(u), gather(index))
+        losses = torch.cat([losses, _one_direction(v, u, ub, index, ia, c1, c2, psi, temperature)])
+    if reduction == "none":
+        return losses
+    return losses.mean() if reduction == "mean" else losses.sum()
+
+
+def infonce_loss(u: Tensor, v: Tensor, temperature: float = 0.07, **kw) -> Tensor:
+    """InfoNCE / CLIP: cross-view negatives, positive in the denominator (c = (1, 0))."""
+    return info_nce_family(u, v, c1=1, c2=0, psi="log1p", temperature=temperature, **kw)
+
+
+def nt_xent_loss(u: Tensor, v: Tensor, temperature: float = 0.5, **kw) -> Tensor:
+    """SimCLR / NT-Xent: cross- and within-view negatives (c = (1, 1)), averaged over 2m anchors."""
+    return info_nce_family(u, v, c1=1, c2=1, psi="log1p", temperature=temperature, **kw)
+
+
+def dcl_loss(u: Tensor, v: Tensor, temperature: float = 0.1, **kw) -> Tensor:
+    """Decoupled contrastive loss (Yeh et al. 2022): the positive leaves the denominator."""
+    return info_nce_family(u, v, c1=1, c2=1, psi="log", temperature=temperature, **kw)
+
+
+def dhel_loss(u: Tensor, v: Tensor, temperature: float = 0.1, **kw) -> Tensor:
+    """DHEL (Koromilas et al. 2024): within-view negatives only, positive removed."""
+    return info_nce_family(u, v, c1=0, c2=1, psi="log", temperature=temperature, **kw)
+
+
+def independent_additive_loss(
+    u: Tensor,
+    v: Tensor,
+    phi: Callable[[Tensor], Tensor],
+    psi: Callable[[Tensor], Tensor],
+    c1: int = 1,
+    c2: int = 0,
+    *,
+    normalize: bool = True,
+    validate: bool = True,
+) -> Tensor:
+    """Def. 3.2: ``-(1/m) sum phi(s_ii) + c1/(m(m-1)) sum psi(s_ij) + c2/(2m(m-1)) sum within``."""
+    u, v, index = _prepare(u, v, None, normalize, validate)
+    m = u.shape[0]
+    off = ~torch.eye(m, dtype=torch.bool, device=u.device)
+    S = u @ v.T
+    loss = -phi(S.diagonal()).mean()
+    if c1:
+        loss = loss + psi(S[off]).sum() / (m * (m - 1))
+    if c2:
+        loss = loss + (psi((u @ u.T)[off]).sum() + psi((v @ v.T)[off]).sum()) / (2 * m * (m - 1))
+    return loss
+
+
+def sigmoid_loss(
+    u: Tensor,
+    v: Tensor,
+    t: float | Tensor = 10.0,
+    bias: float | Tensor = -10.0,
+    within_view: bool = False,
+    *,
+    normalize: bool = True,
+    validate: bool = True,
+) -> Tensor:
+    """SigLIP (Zhai et al. 2023) in SigLIP's own convention: logit ``t s + bias`` (init 10, -10).
+
+    ``(1/m) sum_i softplus(-(t s_ii + b)) + (1/m) sum_{i != j} softplus(t s_ij + b)``;
+    ``within_view=True`` adds the paper's within-view negatives (c2 = 1). The paper's ``b`` is
+    ``-bias``.
+    """
+    u, v, _ = _prepare(u, v, None, normalize, validate)
+    m = u.shape[0]
+    off = ~torch.eye(m, dtype=torch.bool, device=u.device)
+    S = t * (u @ v.T) + bias
+    loss = F.softplus(-S.diagonal()).sum() / m + F.softplus(S[off]).sum() / m
+    if within_view:
+        loss = loss + (
+            F.softplus(t * (u @ u.T) + bias)[off].sum()
+            + F.softplus(t * (v @ v.T) + bias)[off].sum()
+        ) / (2 * m)
+    return loss
+
+
+def spectral_contrastive_loss(
+    u: Tensor, v: Tensor, *, normalize: bool = True, validate: bool = True
+) -> Tensor:
+    """Spectral contrastive loss (HaoChen et al. 2021): phi(x) = x, psi(x) = x^2, c = (1, 0)."""
+    return independent_additive_loss(
+        u, v, lambda x: x, lambda x: x * x, 1, 0, normalize=normalize, validate=validate
+    )
+
+
+def vrns_loss(
+    u: Tensor,
+    v: Tensor,
+    *,
+    n_train: int | None = None,
+    delta: float | None = None,
+    p: int = 2,
+    index: Tensor | None = None,
+    normalize: bool = True,
+    validate: bool = True,
+    gather: Gather | None = None,
+) -> Tensor:
+    """VRNS (Def. 5.7): ``mean over cross-view negatives of (u_i^T v_j - delta)^p``.
+
+    ``delta = -1/(n_train - 1)`` (the full-batch optimum of negative similarities, Thm 5.1) or
+    given directly; exactly one of the two. Pairs with equal ``index`` are excluded; both (i, j)
+    and (j, i) count. ``gather`` all-gathers ``v`` and the ids (DDP), as the official code.
+    """
+    if (n_train is None) == (delta is None):
+        raise ValueError("give exactly one of n_train (delta = -1/(n_train-1)) and delta")
+    if n_train is not None:
+        if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 2:
+            raise ValueError(f"n_train must be an integer >= 2, got {n_train!r}")
+        delta = -1.0 / (n_train - 1)
+    if isinstance(p, bool) or not isinstance(p, int) or p < 2 or p % 2:
+        raise ValueError(f"p must be an even integer >= 2, got {p!r}")
+    u, v, index = _prepare(u, v, index, normalize, validate)
+    vb, ib = (v, index) if gather is None else (gather(v), gather(index))
+    S = u @ vb.T
+    mask = index[:, None] != ib[None, :]
+    if not bool(mask.any()):
+        raise ValueError("no negative pairs in this batch (every index is the same)")
+    return (S[mask] - delta).pow(p).mean()
+
+
+_KINDS = ("infonce", "simclr", "dcl", "dhel", "siglip", "siglip_within", "spectral")
+_DEFAULT_T = {"infonce": 0.07, "simclr": 0.5, "dcl": 0.1, "dhel": 0.1}
+
+
+class ContrastiveLoss(nn.Module):
+    """A base contrastive loss plus ``vrns_weight * VRNS`` (``vrns_weight=0`` gives the base loss).
+
+    ``forward(u, v, index=None)`` takes the two views in the order lightly's ``NTXentLoss(out0,
+    out1)`` does, returns a scalar, and records detached ``last_components`` (base, vrns, positive
+    mean, negative mean and variance) for logging. The paper uses ``vrns_weight=30`` with
+    ``n_train`` the number of training instances (Table 1, official default).
+    """
+
+    def __init__(
+        self,
+        kind: str = "simclr",
+        temperature: float | None = None,
+        vrns_weight: float = 0.0,
+        n_train: int | None = None,
+        delta: float | None = None,
+        p: int = 2,
+        gather: Gather | None = None,
+    ) -> None:
+        super().__init__()
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+        if not (isinstance(vrns_weight, (int, float)) and vrns_weight >= 0):
+            raise ValueError(f"vrns_weight must be >= 0, got {vrns_weight!r}")
+        if vrns_weight > 0 and (n_train is None) == (delta is None):
+            raise ValueError("vrns_weight > 0 needs exactly one of n_train and delta")
+        self.kind, self.vrns_weight = kind, float(vrns_weight)
+        self.temperature = _DEFAULT_T.get(kind, 10.0) if temperature is None else temperature
+        if kind in _DEFAULT_T:
+            _check_temperature(self.temperature)
+        self.n_train, self.delta, self.p, self.gather = n_train, delta, p, gather
+        self.last_components: dict[str, float] = {}
+        self._validated = False
+
+    def _base(self, u, v, index, validate):
+        kw = {"index": index, "validate": validate, "gather": self.gather}
+        if self.kind == "infonce":
+            return infonce_loss(u, v, self.temperature, **kw)
+        if self.kind == "simclr":
+            return nt_xent_loss(u, v, self.temperature, **kw)
+        if self.kind == "dcl":
+            return dcl_loss(u, v, self.temperature, **kw)
+        if self.kind == "dhel":
+            return dhel_loss(u, v, self.temperature, **kw)
+        if self.kind in ("siglip", "siglip_within"):
+            return sigmoid_loss(u, v, within_view=self.kind == "siglip_within", validate=validate)
+        return spectral_contrastive_loss(u, v, validate=validate)
+
+    def forward(self, u: Tensor, v: Tensor, index: Tensor | None = None) -> Tensor:
+        validate = not self._validated  # check inputs once, then trust the training loop
+        base = self._base(u, v, index, validate)
+        total = base
+        vr = None
+        if self.vrns_weight > 0:
+            vr = vrns_loss(
+                u,
+                v,
+                n_train=self.n_train,
+                delta=self.delta,
+                p=self.p,
+                index=index,
+                validate=validate,
+                gather=self.gather,
+            )
+            total = base + self.vrns_weight * vr
+        self._validated = True
+        with torch.no_grad():
+            un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
+            S = un @ vn.T
+            m = S.shape[0]
+            off = ~torch.eye(m, dtype=torch.bool, device=S.device)
+            neg = S[off]
+            self.last_components = {
+                "base": float(base),
+                "vrns": float(vr) if vr is not None else 0.0,
+                "pos_mean": float(S.diagonal().mean()),
+                "neg_mean": float(neg.mean()),
+                "neg_var": float(neg.var(unbiased=False)),
+            }
+        return total
+
+
+class SigmoidLoss(nn.Module):
+    """SigLIP with learnable ``log_t`` (init log 10) and ``bias`` (init -10), as in SigLIP."""
+
+    def __init__(self, t: float = 10.0, bias: float = -10.0, within_view: bool = False) -> None:
+        super().__init__()
+        self.log_t = nn.Parameter(torch.tensor(math.log(t)))
+        self.bias = nn.Parameter(torch.tensor(float(bias)))
+        self.within_view = within_view
+
+    def forward(self, u: Tensor, v: Tensor) -> Tensor:
+        return sigmoid_loss(u, v, self.log_t.exp(), self.bias, self.within_view)

@@ -1,0 +1,91 @@
+"""A minimal SimCLR trainer for any encoder, and linear probes (the repro's and users' path)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from icml25.contrastive.losses import ContrastiveLoss
+from icml25.progress import track
+
+__all__ = ["DigitsSimCLR", "linear_probe", "train_simclr"]
+
+
+class DigitsSimCLR(nn.Module):
+    """The repro's small encoder (spec Part B): backbone MLP to 256-d features, projector to 64-d.
+    ``forward(x) -> (features, projections)`` like any model ``train_simclr`` accepts."""
+
+    def __init__(self, in_dim: int = 64, feat: int = 256, proj: int = 64) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_dim, 512),
+            nn.BatchNorm1d(512),
+            nn.ReLU(),
+            nn.Linear(512, feat),
+            nn.BatchNorm1d(feat),
+            nn.ReLU(),
+        )
+        self.projector = nn.Sequential(
+            nn.Linear(feat, feat), nn.BatchNorm1d(feat), nn.ReLU(), nn.Linear(feat, proj)
+        )
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.backbone(x)
+        return h, self.projector(h)
+
+
+def train_simclr(
+    model: nn.Module,
+    data: Tensor,
+    augment: Callable[[Tensor, torch.Generator], Tensor],
+    *,
+    loss: ContrastiveLoss,
+    batch_size: int,
+    steps: int,
+    lr: float = 1e-3,
+    weight_decay: float = 1e-5,
+    seed: int = 0,
+) -> list[dict]:
+    """SimCLR training by steps: each step draws ``batch_size`` instances (fresh ``randperm`` per
+    epoch, ``drop_last``), two augmentations each, and minimises ``loss(z1, z2)``. The same seeded
+    generator drives shuffling and augmentation. Returns per-step ``loss.last_components``."""
+    if batch_size < 2 or batch_size > len(data):
+        raise ValueError(f"batch_size must be in [2, {len(data)}], got {batch_size}")
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    model.train()
+    history: list[dict] = []
+    order: list[Tensor] = []
+    for _ in track(range(steps), f"SimCLR b={batch_size}", total=steps):
+        if not order:
+            perm = torch.randperm(len(data), generator=g)
+            order = list(perm[: len(perm) // batch_size * batch_size].split(batch_size))
+        idx = order.pop(0)
+        x = data[idx]
+        _, z1 = model(augment(x, g))
+        _, z2 = model(augment(x, g))
+        value = loss(z1, z2)
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+        history.append({"loss": value.item(), **loss.last_components})
+    model.eval()
+    return history
+
+
+def linear_probe(
+    features_train: Tensor, y_train: Tensor, features_test: Tensor, y_test: Tensor, C: float = 10.0
+) -> float:
+    """Test accuracy of logistic regression on L2-normalised frozen features (sklearn)."""
+    from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_limits
+
+    ftr = F.normalize(features_train.double(), dim=-1).numpy()
+    fte = F.normalize(features_test.double(), dim=-1).numpy()
+    with threadpool_limits(1):  # tiny fits are far faster single-threaded (CONVENTIONS)
+        clf = LogisticRegression(C=C, max_iter=2000).fit(ftr, y_train.numpy())
+    return float(clf.score(fte, y_test.numpy()))
