@@ -144,3 +144,13 @@ def test_checks_table_and_pyplot():
         "| check | result |\n|---|---|\n| A | PASS |\n| B | FAIL |"
     )
     assert pyplot().get_backend().lower() == "agg"
+
+
+def test_torch_threads_restores_the_count():
+    torch = pytest.importorskip("torch")
+    from icml25.report import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -11,11 +11,12 @@ Only the standard library is imported here; :func:`save_figure` imports matplotl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "pyplot",
     "render_markdown",
     "save_figure",
+    "torch_threads",
     "write_report",
 ]
 
@@ -258,6 +260,20 @@ class ReproResult:
             planned=bool(data.get("planned", False)),
             title=data.get("title", ""),
         )
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``torch.set_num_threads(n)`` and restore the previous count afterwards:
+    reproductions fix their thread count so timings and tiny-model speed are comparable."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def pyplot() -> Any:

@@ -26,7 +26,14 @@ from icml25.contrastive.losses import (
 )
 from icml25.contrastive.stats import embed_two_views, similarity_stats
 from icml25.contrastive.train import DigitsSimCLR, linear_probe, train_simclr
-from icml25.report import Metric, ReproResult, checks_table, pyplot, save_figure
+from icml25.report import (
+    Metric,
+    ReproResult,
+    checks_table,
+    pyplot,
+    save_figure,
+    torch_threads,
+)
 
 CLAIM = (
     "Contrastive optima follow the paper's closed forms, and in small-batch training the VRNS "
@@ -207,12 +214,8 @@ def run(
 ) -> ReproResult:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: oversubscribed threads are far slower (spec)
-    try:
+    with torch_threads(1):  # tiny models: oversubscribed threads are far slower (spec)
         return _run(quick, seed, out, smoke)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(quick: bool, seed: int, out: Path, smoke: bool) -> ReproResult:

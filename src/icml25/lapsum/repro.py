@@ -16,7 +16,14 @@ from pathlib import Path
 import torch
 
 from icml25.lapsum import experiments as ex
-from icml25.report import Metric, ReproResult, checks_table, pyplot, save_figure
+from icml25.report import (
+    Metric,
+    ReproResult,
+    checks_table,
+    pyplot,
+    save_figure,
+    torch_threads,
+)
 
 CLAIM = (
     "LapSum's closed-form inverse gives exact soft top-k with O(n log n) time and O(n) memory, "
@@ -77,13 +84,9 @@ def run(
     """Run the reproduction; ``smoke=True`` shrinks every size (tests only, no verdict value)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
     t0 = time.perf_counter()
-    try:
+    with torch_threads(2):
         return _run(quick, seed, out, _sizes(quick, smoke), t0, smoke)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(quick: bool, seed: int, out: Path, z: dict, t0: float, smoke: bool) -> ReproResult:

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import torch
 
-from icml25.report import Metric, ReproResult, checks_table, pyplot, save_figure
+from icml25.report import (
+    Metric,
+    ReproResult,
+    checks_table,
+    pyplot,
+    save_figure,
+    torch_threads,
+)
 from icml25.swan import memory
 from icml25.swan.data import eval_windows, load_stdlib_corpus, train_tokenizer
 from icml25.swan.training import ModelConfig, RunResult, train_run
@@ -78,12 +85,8 @@ def run(
     """Run the reproduction (``smoke=True`` shrinks everything for tests: no verdict value)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         return _run(quick, seed, out, _sizes(quick, smoke), smoke)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _prepare(z: dict):
