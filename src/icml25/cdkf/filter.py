@@ -1,0 +1,110 @@
+"""The continuous-discrete Kalman filter (spec §2): exact prediction between events, Joseph-form
+updates at measurement times."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from icml25.cdkf.ssm import LinearSDE, Sensor
+
+__all__ = ["ContinuousDiscreteKF", "joseph_update"]
+
+
+def joseph_update(mu: Tensor, Sigma: Tensor, y: Tensor | None, C: Tensor, R: Tensor):
+    """One measurement update in Joseph form; ``y=None`` updates the covariance only.
+
+    ``K = Sigma C^T (C Sigma C^T + R)^{-1}`` through a Cholesky solve; the covariance equals the
+    information form ``(Sigma^{-1} + C^T R^{-1} C)^{-1}``.
+    """
+    Sy = C @ Sigma @ C.mT + R
+    L = torch.linalg.cholesky(Sy)
+    K = torch.cholesky_solve(C @ Sigma.mT, L).mT  # Sigma C^T Sy^{-1}
+    if y is not None:
+        mu = mu + K @ (y - C @ mu)
+    I_KC = torch.eye(Sigma.shape[-1], dtype=Sigma.dtype, device=Sigma.device) - K @ C
+    Sigma = I_KC @ Sigma @ I_KC.mT + K @ R @ K.mT
+    return mu, 0.5 * (Sigma + Sigma.mT)
+
+
+class ContinuousDiscreteKF:
+    """CD-KF for a :class:`LinearSDE` observed by :class:`Sensor` s at irregular times."""
+
+    def __init__(self, sde: LinearSDE, sensors: list[Sensor]) -> None:
+        if not sensors:
+            raise ValueError("ContinuousDiscreteKF needs at least one sensor")
+        self.sde, self.sensors = sde, list(sensors)
+
+    def predict(self, mu: Tensor, Sigma: Tensor, t0: float, t1: float, xi: Tensor | None = None):
+        """Propagate over ``[t0, t1]``: ``mu <- Phi mu``, ``Sigma <- Phi Sigma Phi^T + Qd`` (Van Loan),
+        with ``A``/``Qc`` frozen at ``(xi, t0)``."""
+        if t1 < t0:
+            raise ValueError(f"predict needs t1 >= t0, got t0={t0}, t1={t1}")
+        if t1 == t0:
+            return mu, Sigma
+        Phi, Qd = self.sde.discretize(t1 - t0, xi, t0)
+        Sigma = Phi @ Sigma @ Phi.mT + Qd
+        return mu @ Phi.mT, 0.5 * (Sigma + Sigma.mT)
+
+    def update(
+        self,
+        mu: Tensor,
+        Sigma: Tensor,
+        y: Tensor | None,
+        sensor_idx: int,
+        t: float,
+        xi: Tensor | None = None,
+    ):
+        if not 0 <= sensor_idx < len(self.sensors):
+            raise ValueError(f"sensor_idx must be in [0, {len(self.sensors)}), got {sensor_idx}")
+        C, R = self.sensors[sensor_idx].matrices(xi, t)
+        return joseph_update(mu, Sigma, y, C, R)
+
+    def filter(self, times: Tensor, sensor_ids: Tensor, ys: list[Tensor] | None, t_grid: Tensor):
+        """Filter the events (sorted ``times``, one sensor id and observation each; ``ys=None`` for
+        covariance only) and report the predicted state at every ``t_grid`` time.
+
+        An event at a grid time is applied before that grid point is reported; simultaneous events
+        are applied in sensor-index order. Returns ``mu (G, n)`` and ``Sigma (G, n, n)``.
+        """
+        if times.ndim != 1 or sensor_ids.shape != times.shape:
+            raise ValueError("times and sensor_ids must be 1-D tensors of equal length")
+        if times.numel() and bool((times.diff() < 0).any()):
+            raise ValueError("event times must be sorted")
+        mu, Sigma = self.sde.mu0.clone(), self.sde.Sigma0.clone()
+        t = 0.0
+        events = sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
+        mus, sigmas = [], []
+        e = 0
+        for g in t_grid.tolist():
+            while e < len(events) and float(times[events[e]]) <= g:
+                k = events[e]
+                te = float(times[k])
+                mu, Sigma = self.predict(mu, Sigma, t, te)
+                t = te
+                y = None if ys is None else ys[k]
+                mu, Sigma = self.update(mu, Sigma, y, int(sensor_ids[k]), te)
+                e += 1
+            mu, Sigma = self.predict(mu, Sigma, t, g)
+            t = g
+            mus.append(mu)
+            sigmas.append(Sigma)
+        return torch.stack(mus), torch.stack(sigmas)
+
+    def covariance_path(self, event_times_per_sensor: list[Tensor], t_grid: Tensor) -> Tensor:
+        """The covariance path for given measurement times (no observations needed)."""
+        if len(event_times_per_sensor) != len(self.sensors):
+            raise ValueError(f"need one time tensor per sensor ({len(self.sensors)})")
+        times = (
+            torch.cat([t.reshape(-1) for t in event_times_per_sensor])
+            if event_times_per_sensor
+            else torch.zeros(0)
+        )
+        ids = torch.cat(
+            [
+                torch.full((t.numel(),), s, dtype=torch.long)
+                for s, t in enumerate(event_times_per_sensor)
+            ]
+        )
+        order = torch.argsort(times, stable=True)
+        return self.filter(times[order], ids[order], None, t_grid)[1]

@@ -1,0 +1,170 @@
+"""Linear SDE models for continuous-discrete Kalman filtering (Al Ahdab, Leth, Tan, ICML 2025,
+arXiv:2507.11240), spec §1 and §8: ``dx = A x dt + sigma dbeta``, sensors ``y = C x + v``, and
+temporal Gaussian processes (Matern kernels) written as state-space models."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["LinearSDE", "Sensor", "matern_kernel", "matern_ssm", "sum_ssm", "van_loan"]
+
+MatrixFn = Tensor | Callable[[Tensor | None, float], Tensor]
+
+
+def _value(m: MatrixFn, xi: Tensor | None, t: float) -> Tensor:
+    return m(xi, t) if callable(m) else m
+
+
+def van_loan(A: Tensor, Qc: Tensor, h: float) -> tuple[Tensor, Tensor]:
+    """Exact discretisation over a step ``h``: ``Phi = e^{A h}``, ``Qd = int_0^h e^{A s} Qc e^{A^T s} ds``
+    from one matrix exponential of ``[[A, Qc], [0, -A^T]] h`` (Van Loan 1978, spec §2)."""
+    n = A.shape[-1]
+    M = torch.zeros(2 * n, 2 * n, dtype=A.dtype, device=A.device)
+    M[:n, :n] = A
+    M[:n, n:] = Qc
+    M[n:, n:] = -A.mT
+    E = torch.linalg.matrix_exp(M * h)
+    Phi = E[:n, :n]
+    Qd = E[:n, n:] @ Phi.mT
+    return Phi, 0.5 * (Qd + Qd.mT)
+
+
+@dataclass
+class LinearSDE:
+    """``dx = A(xi, t) x dt + sigma dbeta`` with ``Qc = sigma sigma^T``, ``x(0) ~ N(mu0, Sigma0)``.
+
+    ``A`` and ``Qc`` are ``(n, n)`` tensors or callables ``(xi, t) -> (n, n)``. ``H`` (optional) is
+    the output row of a GP model (``f = H x``).
+    """
+
+    A: MatrixFn
+    Qc: MatrixFn
+    mu0: Tensor
+    Sigma0: Tensor
+    H: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n = self.mu0.shape[-1]
+        if self.Sigma0.shape != (n, n):
+            raise ValueError(
+                f"Sigma0 must be ({n}, {n}) to match mu0, got {tuple(self.Sigma0.shape)}"
+            )
+        for name in ("A", "Qc"):
+            m = getattr(self, name)
+            if not callable(m) and m.shape != (n, n):
+                raise ValueError(f"{name} must be ({n}, {n}), got {tuple(m.shape)}")
+
+    @property
+    def n(self) -> int:
+        return self.mu0.shape[-1]
+
+    @property
+    def time_invariant(self) -> bool:
+        return not callable(self.A) and not callable(self.Qc)
+
+    def matrices(self, xi: Tensor | None = None, t: float = 0.0) -> tuple[Tensor, Tensor]:
+        return _value(self.A, xi, t), _value(self.Qc, xi, t)
+
+    def discretize(
+        self, h: float, xi: Tensor | None = None, t: float = 0.0
+    ) -> tuple[Tensor, Tensor]:
+        """``(Phi, Qd)`` over a step ``h`` (Van Loan), with ``A``/``Qc`` frozen at ``(xi, t)``."""
+        return van_loan(*self.matrices(xi, t), h)
+
+
+@dataclass
+class Sensor:
+    """``y = C(xi, t) x + v``, ``v ~ N(0, R(xi, t))``; ``cost`` per measurement (energy, dose)."""
+
+    C: MatrixFn
+    R: MatrixFn
+    cost: float = 0.0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.R):
+            R = self.R
+            if R.ndim != 2 or R.shape[0] != R.shape[1]:
+                raise ValueError(f"R must be a square matrix, got shape {tuple(R.shape)}")
+            if not torch.allclose(R, R.mT) or bool((torch.linalg.eigvalsh(R) <= 0).any()):
+                raise ValueError(f"R must be symmetric positive definite, got {R.tolist()}")
+        if self.cost < 0:
+            raise ValueError(f"cost must be >= 0, got {self.cost}")
+
+    def matrices(self, xi: Tensor | None = None, t: float = 0.0) -> tuple[Tensor, Tensor]:
+        return _value(self.C, xi, t), _value(self.R, xi, t)
+
+
+def matern_ssm(nu: float, lengthscale: float, variance: float, dtype=torch.float64) -> LinearSDE:
+    """Matern-``nu`` GP (``nu = p + 1/2``) as an SDE on ``(f, f', ..., f^(p))`` (spec §8).
+
+    ``F`` is the companion matrix of ``(s + lam)^(p+1)`` with ``lam = sqrt(2 nu) / lengthscale``,
+    ``Qc = q e_{p+1} e_{p+1}^T`` with ``q = variance 2 sqrt(pi) Gamma(p+1) lam^(2p+1) / Gamma(p+1/2)``,
+    started at the stationary covariance ``P_inf`` (solves ``F P + P F^T + Qc = 0``); ``H = e_1^T``.
+    """
+    p = nu - 0.5
+    if p < 0 or abs(p - round(p)) > 1e-12:
+        raise ValueError(f"nu must be p + 1/2 for an integer p >= 0 (0.5, 1.5, 2.5, ...), got {nu}")
+    if lengthscale <= 0 or variance <= 0:
+        raise ValueError(f"lengthscale and variance must be > 0, got {lengthscale}, {variance}")
+    p = int(round(p))
+    n = p + 1
+    lam = math.sqrt(2 * nu) / lengthscale
+    F = torch.zeros(n, n, dtype=dtype)
+    if n > 1:
+        F[torch.arange(n - 1), torch.arange(1, n)] = 1.0
+    F[-1] = torch.tensor([-math.comb(n, k) * lam ** (n - k) for k in range(n)], dtype=dtype)
+    q = (
+        variance
+        * 2
+        * math.sqrt(math.pi)
+        * math.gamma(p + 1)
+        * lam ** (2 * p + 1)
+        / math.gamma(p + 0.5)
+    )
+    Qc = torch.zeros(n, n, dtype=dtype)
+    Qc[-1, -1] = q
+    P_inf = stationary_covariance(F, Qc)
+    H = torch.zeros(1, n, dtype=dtype)
+    H[0, 0] = 1.0
+    return LinearSDE(F, Qc, torch.zeros(n, dtype=dtype), P_inf, H)
+
+
+def stationary_covariance(F: Tensor, Qc: Tensor) -> Tensor:
+    """``P`` with ``F P + P F^T + Qc = 0`` (Kronecker solve; fine for the small state dimensions here)."""
+    n = F.shape[0]
+    eye = torch.eye(n, dtype=F.dtype, device=F.device)
+    K = torch.kron(eye, F) + torch.kron(F, eye)
+    P = torch.linalg.solve(K, -Qc.reshape(-1)).reshape(n, n)
+    return 0.5 * (P + P.mT)
+
+
+def matern_kernel(tau: Tensor, nu: float, lengthscale: float, variance: float) -> Tensor:
+    """The Matern covariance ``k(tau)`` for ``nu`` in {1/2, 3/2, 5/2} (reference for the SSM)."""
+    r = tau.abs() * math.sqrt(2 * nu) / lengthscale
+    if nu == 0.5:
+        return variance * torch.exp(-r)
+    if nu == 1.5:
+        return variance * (1 + r) * torch.exp(-r)
+    if nu == 2.5:
+        return variance * (1 + r + r * r / 3) * torch.exp(-r)
+    raise ValueError(f"closed form only for nu in (0.5, 1.5, 2.5), got {nu}")
+
+
+def sum_ssm(*models: LinearSDE) -> LinearSDE:
+    """Block-diagonal stacking (sum of independent GPs: ``H`` is the concatenation)."""
+    if not models or any(not m.time_invariant for m in models):
+        raise ValueError("sum_ssm needs one or more time-invariant models")
+    A = torch.block_diag(*[m.A for m in models])
+    Qc = torch.block_diag(*[m.Qc for m in models])
+    S0 = torch.block_diag(*[m.Sigma0 for m in models])
+    mu0 = torch.cat([m.mu0 for m in models])
+    H = None
+    if all(m.H is not None for m in models):
+        H = torch.cat([m.H for m in models], dim=-1)
+    return LinearSDE(A, Qc, mu0, S0, H)
