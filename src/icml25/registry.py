@@ -98,6 +98,8 @@ PAPERS: tuple[Paper, ...] = (
         "Optimal Sensor Scheduling and Selection for Continuous-Discrete Kalman Filtering with "
         "Auxiliary Dynamics",
         "arXiv:2507.11240",
+        repro="icml25.cdkf.repro:run",
+        usage="icml25.cdkf.SchedulingProblem(sde, sensors, T, budget=B).solve().schedule()",
     ),
     Paper(
         7,

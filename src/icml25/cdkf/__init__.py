@@ -1,9 +1,16 @@
 """Continuous-discrete Kalman filtering with optimised Poisson measurement rates (Al Ahdab, Leth,
-Tan, ICML 2025, arXiv:2507.11240). Work in progress: the models, the filter, the covariance bound
-and the deterministic scheduler are here; the rate optimiser and the reproduction are not yet."""
+Tan, ICML 2025, arXiv:2507.11240).
+
+    >>> problem = SchedulingProblem(sde, sensors, T=10.0, K=20, budget=12.0)
+    >>> solution = problem.solve()            # rates through the bound of Prop. 6.1 (SLSQP)
+    >>> times = solution.schedule()           # deterministic time stamps per sensor (Prop. 8.1)
+
+The filter, the bound, the optimiser and the scheduler are separate public pieces."""
 
 from icml25.cdkf.bound import covariance_bound, information_lower_bound
+from icml25.cdkf.evaluate import monte_carlo_covariance, schedule_trace, simulate_and_filter
 from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
+from icml25.cdkf.ocp import SchedulingProblem, Solution
 from icml25.cdkf.schedule import RateSchedule, deterministic_schedule, sample_poisson_times
 from icml25.cdkf.ssm import LinearSDE, Sensor, matern_kernel, matern_ssm, sum_ssm, van_loan
 
@@ -11,7 +18,12 @@ __all__ = [
     "ContinuousDiscreteKF",
     "LinearSDE",
     "RateSchedule",
+    "SchedulingProblem",
     "Sensor",
+    "Solution",
+    "monte_carlo_covariance",
+    "schedule_trace",
+    "simulate_and_filter",
     "covariance_bound",
     "deterministic_schedule",
     "information_lower_bound",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
 from torch import Tensor
 
 from icml25.cdkf.schedule import RateSchedule
 from icml25.cdkf.ssm import LinearSDE, Sensor
 
-__all__ = ["covariance_bound", "information_lower_bound"]
+__all__ = ["covariance_bound", "information_lower_bound", "stable_steps"]
 
 
 def _rk4(f, P: Tensor, t: float, h: float) -> Tensor:
@@ -20,17 +23,26 @@ def _rk4(f, P: Tensor, t: float, h: float) -> Tensor:
     return 0.5 * (out + out.mT)
 
 
-def _grid(rates: RateSchedule, T: float, n_steps: int) -> float:
+def stable_steps(T: float, K: int, lam_max: float, n_steps: int | None = None) -> int:
+    """The smallest multiple of ``K`` (>= ``n_steps``, default 5K) with ``h * lam_max <= 0.5``."""
+    n = 5 * K if n_steps is None else n_steps
+    need = math.ceil(2 * T * lam_max / K) * K if lam_max > 0 else K
+    return max(n, need)
+
+
+def _grid(rates: RateSchedule, T: float, n_steps: int) -> tuple[float, int]:
     if n_steps < rates.K or n_steps % rates.K:
         raise ValueError(f"n_steps must be a positive multiple of K={rates.K}, got {n_steps}")
-    h = T / n_steps
     lam_max = float(rates.values.detach().max()) if rates.values.numel() else 0.0
-    if h * lam_max > 0.5:
-        raise ValueError(
-            f"step h={h:.3g} times the largest rate {lam_max:.3g} exceeds 0.5 (stiff); use "
-            f"n_steps >= {int(2 * T * lam_max / rates.K + 1) * rates.K}"
+    refined = stable_steps(T, rates.K, lam_max, n_steps)
+    if refined != n_steps:
+        warnings.warn(
+            f"RK4 step T/n_steps = {T / n_steps:.3g} times the largest rate {lam_max:.3g} exceeds "
+            f"0.5 (stiff): using n_steps = {refined}",
+            UserWarning,
+            stacklevel=3,
         )
-    return h
+    return T / refined, refined
 
 
 def covariance_bound(
@@ -53,7 +65,7 @@ def covariance_bound(
     n_steps = 5 * rates.K if n_steps is None else n_steps
     if len(sensors) != rates.S:
         raise ValueError(f"rates have {rates.S} sensors, {len(sensors)} sensors were given")
-    h = _grid(rates, T, n_steps)
+    h, n_steps = _grid(rates, T, n_steps)
     per = n_steps // rates.K
 
     def rhs(P: Tensor, t: float, lam: Tensor) -> Tensor:
@@ -89,7 +101,7 @@ def information_lower_bound(
     sum_s lambda_s C_s^T R_s^{-1} C_s``, ``Omega(0) = Sigma0^{-1}``. Returns the inverted path."""
     T = rates.T if T is None else T
     n_steps = 5 * rates.K if n_steps is None else n_steps
-    h = _grid(rates, T, n_steps)
+    h, n_steps = _grid(rates, T, n_steps)
     per = n_steps // rates.K
 
     def rhs(W: Tensor, t: float, lam: Tensor) -> Tensor:
