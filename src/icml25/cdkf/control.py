@@ -1,0 +1,185 @@
+"""Joint optimisation of measurement rates and an auxiliary control (spec §6 with §5): e.g. a robot
+carrying a sensor whose noise grows with distance, under a mean-energy constraint."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from icml25.cdkf.aux import AuxiliaryModel, mean_aux_bound
+from icml25.cdkf.bound import covariance_bound
+from icml25.cdkf.ocp import SchedulingProblem, Solution
+from icml25.cdkf.schedule import RateSchedule
+from icml25.progress import is_quiet
+
+__all__ = ["ControlledSchedulingProblem"]
+
+
+class ControlledSchedulingProblem(SchedulingProblem):
+    """:class:`SchedulingProblem` plus a piecewise-constant control ``u (m_c, K)`` driving an
+    :class:`AuxiliaryModel`; sensor and model matrices may depend on the auxiliary state ``xi``.
+
+    Args (beyond :class:`SchedulingProblem`):
+        aux: the auxiliary dynamics (mean bound of Prop. 6.2 along the plan).
+        n_controls, u_bounds: control dimension and box.
+        aux_lower: ``(m,)`` lower bounds on ``xi_hat`` at every RK4 node (``-inf`` for none), e.g.
+            energy >= 0. They constrain the mean, not every path (spec §5).
+        w_u: weight of ``int ||u||^2 dt``.
+    """
+
+    def __init__(
+        self,
+        sde,
+        sensors,
+        T: float,
+        K: int = 20,
+        *,
+        aux: AuxiliaryModel,
+        n_controls: int = 1,
+        u_bounds: tuple[float, float] = (-1.0, 1.0),
+        aux_lower: Tensor | None = None,
+        w_u: float = 0.0,
+        **kwargs,
+    ) -> None:
+        super().__init__(sde, sensors, T, K, **kwargs)
+        if len(aux.g) != self.S:
+            raise ValueError(f"aux has {len(aux.g)} jump terms for {self.S} sensors")
+        if not u_bounds[0] < u_bounds[1]:
+            raise ValueError(f"u_bounds must be (low, high) with low < high, got {u_bounds}")
+        self.aux, self.m_c, self.u_bounds, self.w_u = aux, n_controls, u_bounds, float(w_u)
+        m = aux.xi0.numel()
+        self.aux_lower = (
+            torch.full((m,), -math.inf, dtype=torch.float64) if aux_lower is None else aux_lower
+        )
+
+    def aux_path(self, values: Tensor, controls: Tensor) -> Tensor:
+        return mean_aux_bound(self.aux, RateSchedule(values, self.T), controls, self.n_steps)
+
+    def bound_with(self, values: Tensor, controls: Tensor) -> Tensor:
+        path = self.aux_path(values, controls)
+        h = self.T / self.n_steps
+
+        def xi_at(t: float) -> Tensor:  # linear interpolation on the RK4 grid
+            i = min(int(t / h), self.n_steps - 1)
+            w = t / h - i
+            return (1 - w) * path[i] + w * path[i + 1]
+
+        return covariance_bound(
+            self.sde,
+            self.sensors,
+            RateSchedule(values, self.T),
+            n_steps=self.n_steps,
+            xi_path=xi_at,
+        )
+
+    def objective_with(self, values: Tensor, controls: Tensor) -> Tensor:
+        tr = torch.einsum("ij,tji->t", self.W, self.bound_with(values, controls))
+        h = self.T / self.n_steps
+        avg = h * (tr.sum() - 0.5 * (tr[0] + tr[-1])) / self.T
+        dt = self.T / self.K
+        return avg + self.w_lam * (values**2).sum() * dt + self.w_u * (controls**2).sum() * dt
+
+    def solve_joint(
+        self,
+        *,
+        maxiter: int = 200,
+        ftol: float = 1e-8,
+        u0: Tensor | None = None,
+        progress: bool | None = None,
+    ) -> Solution:
+        """SLSQP over rates and controls with the budget and the mean auxiliary constraints."""
+        from scipy.optimize import minimize
+
+        nl, nu = self.S * self.K, self.m_c * self.K
+        finite = torch.isfinite(self.aux_lower)
+
+        def split(z: Tensor) -> tuple[Tensor, Tensor]:
+            return z[:nl].reshape(self.S, self.K), z[nl:].reshape(self.m_c, self.K)
+
+        def fun(z):
+            v = torch.tensor(z, dtype=torch.float64, requires_grad=True)
+            obj = self.objective_with(*split(v))
+            (g,) = torch.autograd.grad(obj, v)
+            return obj.item(), g.numpy()
+
+        def aux_cons(v: Tensor) -> Tensor:
+            return (self.aux_path(*split(v))[:, finite] - self.aux_lower[finite]).reshape(-1)
+
+        cons = []
+        if bool(finite.any()):
+            cons.append(
+                {
+                    "type": "ineq",
+                    "fun": lambda z: (
+                        aux_cons(torch.tensor(z, dtype=torch.float64)).detach().numpy()
+                    ),
+                    "jac": lambda z: torch.autograd.functional.jacobian(
+                        aux_cons, torch.tensor(z, dtype=torch.float64)
+                    ).numpy(),
+                }
+            )
+        if self.budget is not None:
+            grad = np.concatenate(
+                [
+                    (
+                        self.costs[:, None]
+                        * torch.full((self.S, self.K), self.T / self.K, dtype=torch.float64)
+                    )
+                    .reshape(-1)
+                    .numpy(),
+                    np.zeros(nu),
+                ]
+            )
+            cons.append(
+                {
+                    "type": "ineq",
+                    "fun": lambda z: self.budget - float(grad @ z),
+                    "jac": lambda z: -grad,
+                }
+            )
+        u_start = torch.zeros(self.m_c, self.K, dtype=torch.float64) if u0 is None else u0
+        z0 = torch.cat([self.initial_rates().reshape(-1), u_start.reshape(-1)]).numpy()
+        bounds = [(0.0, self.lam_max)] * nl + [self.u_bounds] * nu
+        show = (not is_quiet()) if progress is None else progress
+        count = {"k": 0}
+
+        def report(z):
+            count["k"] += 1
+            if show and count["k"] % 10 == 0:
+                print(f"SLSQP iteration {count['k']}", file=sys.stderr, flush=True)
+
+        res = minimize(
+            fun,
+            z0,
+            jac=True,
+            method="SLSQP",
+            bounds=bounds,
+            constraints=cons,
+            callback=report,
+            options={"maxiter": maxiter, "ftol": ftol},
+        )
+        z = torch.tensor(res.x, dtype=torch.float64)
+        values, controls = split(z)
+        values = values.clamp(0.0, self.lam_max)
+        controls = controls.clamp(*self.u_bounds)
+        with torch.no_grad():
+            obj = float(self.objective_with(values, controls))
+            aux = self.aux_path(values, controls)
+            path = self.bound_with(values, controls)
+        return Solution(
+            RateSchedule(values, self.T),
+            obj,
+            path,
+            {
+                "iterations": int(res.nit),
+                "status": res.message,
+                "success": bool(res.success),
+                "expected_cost": float(self.expected_cost(values)),
+                "controls": controls,
+                "aux_path": aux,
+            },
+        )
