@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
 from icml25.cdkf.schedule import RateSchedule, sample_poisson_times
 from icml25.cdkf.ssm import LinearSDE, Sensor
@@ -93,7 +94,7 @@ def m_optimized(
         ):
             continue
         tr = torch.einsum("ij,tji->t", W, kf.covariance_path(times, grid))
-        val = float((tr.sum() - 0.5 * (tr[0] + tr[-1])) / n_grid)
+        val = float(time_average(tr, rates.T))
         if val < best_val:
             best, best_val = times, val
     if best is None:

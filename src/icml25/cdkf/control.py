@@ -12,6 +12,7 @@ from torch import Tensor
 
 from icml25.cdkf.aux import AuxiliaryModel, mean_aux_bound
 from icml25.cdkf.bound import covariance_bound
+from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.ocp import SchedulingProblem, Solution
 from icml25.cdkf.schedule import RateSchedule
 from icml25.progress import is_quiet
@@ -78,8 +79,7 @@ class ControlledSchedulingProblem(SchedulingProblem):
 
     def objective_with(self, values: Tensor, controls: Tensor) -> Tensor:
         tr = torch.einsum("ij,tji->t", self.W, self.bound_with(values, controls))
-        h = self.T / self.n_steps
-        avg = h * (tr.sum() - 0.5 * (tr[0] + tr[-1])) / self.T
+        avg = time_average(tr, self.T)
         dt = self.T / self.K
         return avg + self.w_lam * (values**2).sum() * dt + self.w_u * (controls**2).sum() * dt
 

@@ -9,10 +9,10 @@ from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
 from icml25.cdkf.schedule import RateSchedule, sample_poisson_times
 from icml25.cdkf.ssm import LinearSDE, Sensor
 
-__all__ = ["monte_carlo_covariance", "schedule_trace", "simulate_and_filter"]
+__all__ = ["monte_carlo_covariance", "schedule_trace", "simulate_and_filter", "time_average"]
 
 
-def _trace_avg(values: Tensor, T: float) -> Tensor:
+def time_average(values: Tensor, T: float) -> Tensor:
     """Time average of ``values`` on a uniform grid (trapezoid), over the last dimension."""
     n = values.shape[-1] - 1
     h = T / n
@@ -58,7 +58,7 @@ def monte_carlo_covariance(
                 Sigma[rows] = upd
         traces.append(torch.einsum("ij,mji->m", W, Sigma))
     tr = torch.stack(traces, dim=1)  # (M, n_fine + 1)
-    avg = _trace_avg(tr, T)
+    avg = time_average(tr, T)
     return {
         "grid": grid,
         "mean_path": tr.mean(0),
@@ -81,7 +81,7 @@ def schedule_trace(
     grid = torch.linspace(0, T, n_fine + 1, dtype=torch.float64)
     path = kf.covariance_path(times_per_sensor, grid)
     tr = torch.einsum("ij,tji->t", W, path)
-    return tr, float(_trace_avg(tr, T))
+    return tr, float(time_average(tr, T))
 
 
 def simulate_and_filter(
@@ -139,5 +139,5 @@ def simulate_and_filter(
             err.append(((x - mu) @ H.mT).pow(2).mean())
             var.append((H @ Sigma @ H.mT).squeeze())
     err_t, var_t = torch.stack(err), torch.stack(var)
-    mse, pred = float(_trace_avg(err_t, T)), float(_trace_avg(var_t, T))
+    mse, pred = float(time_average(err_t, T)), float(time_average(var_t, T))
     return {"mse": mse, "predicted": pred, "ratio": mse / pred}

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from icml25.cdkf.bound import covariance_bound, stable_steps
+from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.schedule import RateSchedule, deterministic_schedule
 from icml25.cdkf.ssm import LinearSDE, Sensor
 
@@ -84,8 +85,7 @@ class SchedulingProblem:
         """``(1/T) int tr(W Sigma_hat) dt`` (trapezoid on the RK4 grid) ``+ w_lam int ||lambda||^2``."""
         path = self.bound(values)
         tr = torch.einsum("ij,tji->t", self.W, path)
-        h = self.T / self.n_steps
-        avg = h * (tr.sum() - 0.5 * (tr[0] + tr[-1])) / self.T
+        avg = time_average(tr, self.T)
         return avg + self.w_lam * (values**2).sum() * (self.T / self.K)
 
     def expected_cost(self, values: Tensor) -> Tensor:
