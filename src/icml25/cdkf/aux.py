@@ -15,7 +15,13 @@ from torch import Tensor
 
 from icml25.cdkf.schedule import RateSchedule
 
-__all__ = ["AuxiliaryModel", "energy_model", "mean_aux_bound", "robot_energy_model"]
+__all__ = [
+    "AuxiliaryModel",
+    "distance_noise",
+    "energy_model",
+    "mean_aux_bound",
+    "robot_energy_model",
+]
 
 Field = Callable[[Tensor, Tensor, float], Tensor]
 
@@ -41,17 +47,48 @@ def energy_model(costs: list[float], move_cost: float, eta0: float) -> Auxiliary
 
 
 def robot_energy_model(
-    costs: list[float], move_cost: float, eta0: float, p0: float
+    costs: list[float], move_cost: float, eta0: float, p0: float | list[float]
 ) -> AuxiliaryModel:
-    """A 1-D robot (position ``p``, ``dp/dt = u``, unperturbed) carrying the energy ``eta``."""
+    """A robot with position ``p`` (1-D for a float ``p0``, d-D for a list; ``dp/dt = u``,
+    unperturbed by measurements) carrying the energy ``eta`` (``d eta = -move_cost ||u||^2 dt -
+    sum_s c_s dN_s``). ``xi = (p, eta)``; the control has the position's dimension."""
+    p = torch.atleast_1d(torch.as_tensor(p0, dtype=torch.float64)).reshape(-1)
+    d = p.numel()
 
     def f(xi, u, t):
-        return torch.stack([u.reshape(()), -move_cost * (u * u).sum()])
+        u = u.reshape(d)
+        return torch.cat([u, -move_cost * (u * u).sum().reshape(1)])
 
-    g = [(lambda xi, u, t, c=c: torch.tensor([0.0, -float(c)], dtype=xi.dtype)) for c in costs]
+    def jump(c: float):
+        vec = torch.zeros(d + 1, dtype=torch.float64)
+        vec[-1] = -float(c)
+        return lambda xi, u, t: vec.to(xi.dtype)
+
+    names = ("position",) if d == 1 else tuple(f"position_{i}" for i in range(d))
     return AuxiliaryModel(
-        f, g, torch.tensor([float(p0), float(eta0)], dtype=torch.float64), ("position", "energy")
+        f, [jump(c) for c in costs], torch.cat([p, torch.tensor([float(eta0)])]), (*names, "energy")
     )
+
+
+def distance_noise(R0: float | Tensor, r: float, target, index=0):
+    """``R(xi) = R0 * exp(r ||p - target||^2)`` with ``p = xi[index]`` (an int or a slice): a
+    sensor whose noise grows with its platform's distance to the target (spec §8; ``R0`` is the
+    noise at zero distance). Returns a ``(xi, t) -> (d, d)`` callable for :class:`Sensor`."""
+    R0 = torch.as_tensor(R0, dtype=torch.float64)
+    R0 = R0.reshape(1, 1) if R0.ndim == 0 else R0
+    if R0.ndim != 2 or R0.shape[0] != R0.shape[1] or bool((torch.linalg.eigvalsh(R0) <= 0).any()):
+        raise ValueError(f"R0 must be a positive scalar or an SPD matrix, got {R0.tolist()}")
+    if r < 0:
+        raise ValueError(f"r must be >= 0, got {r}")
+    target = torch.as_tensor(target, dtype=torch.float64)
+
+    def R(xi, t):
+        if xi is None:
+            raise ValueError("distance_noise needs the auxiliary state xi (pass xi_path)")
+        p = torch.atleast_1d(xi[index])
+        return R0.to(xi.dtype) * torch.exp(r * ((p - target.to(xi.dtype)) ** 2).sum())
+
+    return R
 
 
 def mean_aux_bound(

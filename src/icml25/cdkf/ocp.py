@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icml25.cdkf.bound import covariance_bound, stable_steps
+from icml25.cdkf.bound import covariance_bound, information_lower_bound, stable_steps
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.schedule import RateSchedule, deterministic_schedule
 from icml25.cdkf.ssm import LinearSDE, Sensor
@@ -42,6 +42,10 @@ class SchedulingProblem:
         budget: expected-cost budget ``B`` (None: unconstrained).
         lam_max: upper bound on every rate.
         w_lam: weight of ``int ||lambda||^2 dt`` (paper's running cost; default 0).
+        surrogate: ``"bound"`` (the paper's Prop. 6.1 bound, default) or ``"kalman_bucy"``, the
+            continuous-measurement relaxation of Le Ny, Feron & Dahleh (IEEE TAC 2011):
+            ``dP/dt = AP + PA^T + Qc - P (sum_s lambda_s C_s^T R_s^-1 C_s) P``, integrated in information
+            form (a baseline; it is also our ``information_lower_bound``).
     """
 
     def __init__(
@@ -56,7 +60,10 @@ class SchedulingProblem:
         lam_max: float = 8.0,
         w_lam: float = 0.0,
         n_steps: int | None = None,
+        surrogate: str = "bound",
     ) -> None:
+        if surrogate not in ("bound", "kalman_bucy"):
+            raise ValueError(f"surrogate must be 'bound' or 'kalman_bucy', got {surrogate!r}")
         if not T > 0:
             raise ValueError(f"T must be > 0, got {T}")
         if isinstance(K, bool) or not isinstance(K, int) or K < 1:
@@ -71,15 +78,25 @@ class SchedulingProblem:
         self.budget, self.lam_max, self.w_lam = budget, float(lam_max), float(w_lam)
         self.n_steps = stable_steps(self.T, K, self.lam_max, n_steps)  # fixed over the optimisation
         self.costs = torch.tensor([s.cost for s in self.sensors], dtype=torch.float64)
+        self.surrogate = surrogate
+
+    def _path(self, values: Tensor, xi_path=None) -> Tensor:
+        fn = covariance_bound if self.surrogate == "bound" else information_lower_bound
+        return fn(
+            self.sde,
+            self.sensors,
+            RateSchedule(values, self.T),
+            n_steps=self.n_steps,
+            xi_path=xi_path,
+        )
 
     @property
     def S(self) -> int:
         return len(self.sensors)
 
     def bound(self, values: Tensor) -> Tensor:
-        return covariance_bound(
-            self.sde, self.sensors, RateSchedule(values, self.T), n_steps=self.n_steps
-        )
+        """The surrogate covariance path (the Prop. 6.1 bound unless ``surrogate="kalman_bucy"``)."""
+        return self._path(values)
 
     def objective(self, values: Tensor) -> Tensor:
         """``(1/T) int tr(W Sigma_hat) dt`` (trapezoid on the RK4 grid) ``+ w_lam int ||lambda||^2``."""
@@ -101,46 +118,96 @@ class SchedulingProblem:
 
     def solve(
         self,
+        method: str = "slsqp",
         *,
         constant: bool = False,
         maxiter: int = 200,
         ftol: float = 1e-8,
         x0: Tensor | None = None,
+        progress: bool | None = None,
+        **opts,
     ) -> Solution:
-        """SLSQP over the rates (``constant=True``: one rate per sensor, the ``best_constant`` baseline)."""
-        from scipy.optimize import minimize
-
+        """Optimise the rates. ``method``: ``"slsqp"`` (scipy, default), ``"adam_al"`` (Adam on
+        sigmoid-parameterised rates with an augmented Lagrangian for the budget, then one exact
+        projection onto the budget so that it holds to rounding; ``opts`` go to
+        :func:`~icml25.cdkf.solvers.adam_al`) or ``"pgd"`` (projected gradient onto the box and
+        the budget). ``constant=True`` optimises one rate per sensor (the ``best_constant``
+        baseline)."""
+        if method not in ("slsqp", "adam_al", "pgd"):
+            raise ValueError(f"method must be 'slsqp', 'adam_al' or 'pgd', got {method!r}")
         cols = 1 if constant else self.K
+        start = self.initial_rates()[:, :cols] if x0 is None else x0[:, :cols].to(torch.float64)
 
-        def expand(z: np.ndarray) -> Tensor:
-            v = torch.tensor(z, dtype=torch.float64).reshape(self.S, cols)
+        def full(v: Tensor) -> Tensor:
+            v = v.reshape(self.S, cols)
             return v.expand(self.S, self.K) if constant else v
 
-        calls = {"k": 0, "last": float("nan")}
+        if method == "slsqp":
+            values, info = self._slsqp(full, start, cols, maxiter, ftol)
+        else:
+            from icml25.cdkf import solvers
+
+            dt = self.T / cols
+            if method == "adam_al":
+                lo = torch.zeros(self.S * cols, dtype=torch.float64)
+                hi = torch.full_like(lo, self.lam_max)
+                cons = None
+                if self.budget is not None:
+                    w = (self.costs[:, None] * dt).expand(self.S, cols).reshape(-1)
+
+                    def cons(z):
+                        return (self.budget - (w * z).sum()).reshape(1)
+
+                z, info = solvers.adam_al(
+                    lambda z: self.objective(full(z)),
+                    cons,
+                    lo,
+                    hi,
+                    start.reshape(-1),
+                    progress=progress,
+                    **opts,
+                )
+                if self.budget is not None:  # the budget is linear: land exactly on it
+                    z = solvers.project_budget(
+                        z.reshape(self.S, cols), self.costs, self.budget, self.lam_max, dt
+                    ).reshape(-1)
+            else:
+
+                def project(z):
+                    v = z.reshape(self.S, cols)
+                    if self.budget is None:
+                        return v.clamp(0.0, self.lam_max).reshape(-1)
+                    return solvers.project_budget(
+                        v, self.costs, self.budget, self.lam_max, dt
+                    ).reshape(-1)
+
+                z, info = solvers.pgd(
+                    lambda z: self.objective(full(z)),
+                    project,
+                    start.reshape(-1),
+                    maxiter=opts.pop("maxiter", maxiter),
+                    progress=progress,
+                    **opts,
+                )
+            values = full(z.clamp(0.0, self.lam_max))
+        with torch.no_grad():
+            obj = float(self.objective(values))
+            path = self.bound(values)
+        info = {**info, "method": method, "expected_cost": float(self.expected_cost(values))}
+        return Solution(RateSchedule(values, self.T), obj, path, info)
+
+    def _slsqp(self, full, start: Tensor, cols: int, maxiter: int, ftol: float):
+        from scipy.optimize import minimize
 
         def fun(z):
             v = torch.tensor(z, dtype=torch.float64, requires_grad=True)
-            vals = v.reshape(self.S, cols)
-            vals = vals.expand(self.S, self.K) if constant else vals
-            obj = self.objective(vals)
-            calls["last"] = obj.item()
+            obj = self.objective(full(v))
             (g,) = torch.autograd.grad(obj, v)
             return obj.item(), g.numpy()
 
-        start = self.initial_rates()[:, :cols] if x0 is None else x0[:, :cols]
         cons = []
         if self.budget is not None:
-            grad = (
-                (
-                    self.costs[:, None]
-                    * torch.full(
-                        (self.S, cols), self.T / self.K * (self.K / cols), dtype=torch.float64
-                    )
-                )
-                .reshape(-1)
-                .numpy()
-            )
-
+            grad = (self.costs[:, None] * (self.T / cols)).expand(self.S, cols).reshape(-1).numpy()
             cons.append(
                 {
                     "type": "ineq",
@@ -157,18 +224,9 @@ class SchedulingProblem:
             constraints=cons,
             options={"maxiter": maxiter, "ftol": ftol},
         )
-        values = expand(np.clip(res.x, 0.0, self.lam_max))
-        with torch.no_grad():
-            obj = float(self.objective(values))
-            path = self.bound(values)
-        return Solution(
-            RateSchedule(values, self.T),
-            obj,
-            path,
-            {
-                "iterations": int(res.nit),
-                "status": res.message,
-                "success": bool(res.success),
-                "expected_cost": float(self.expected_cost(values)),
-            },
-        )
+        values = full(torch.tensor(np.clip(res.x, 0.0, self.lam_max), dtype=torch.float64))
+        return values, {
+            "iterations": int(res.nit),
+            "status": res.message,
+            "success": bool(res.success),
+        }
