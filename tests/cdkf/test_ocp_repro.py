@@ -79,3 +79,13 @@ def test_quick_repro_holds(tmp_path):
 
     result = repro.run(quick=True, seed=0, out=tmp_path)
     assert result.held, result.notes
+
+
+def test_full_repro_smoke_has_the_robot_part(tmp_path):
+    from icml25.cdkf import repro
+
+    result = repro.run(quick=False, seed=0, out=tmp_path, smoke=True)
+    names = {f.name for f in result.figures}
+    assert {"cdkf_tradeoff.png", "cdkf_robot.png"} <= names
+    assert any("robot" in c for c in result.criterion.split(";"))
+    assert any("violation freq." in t for t in result.tables)

@@ -104,12 +104,14 @@ class ControlledSchedulingProblem(SchedulingProblem):
         maxiter: int = 200,
         ftol: float = 1e-8,
         u0: Tensor | None = None,
+        x0: Tensor | None = None,
         progress: bool | None = None,
         **opts,
     ) -> Solution:
         """Optimise rates and controls jointly with the budget and the mean auxiliary constraints:
         ``method="slsqp"`` (autograd constraint Jacobians) or ``"adam_al"`` (``opts`` go to
-        :func:`~icml25.cdkf.solvers.adam_al`)."""
+        :func:`~icml25.cdkf.solvers.adam_al`). ``x0 (S, K)`` and ``u0 (m_c, K)`` are the starting
+        rates and controls (default: the budget split equally, and zero control)."""
         if method not in ("slsqp", "adam_al"):
             raise ValueError(f"method must be 'slsqp' or 'adam_al', got {method!r}")
         nl, nu = self.S * self.K, self.m_c * self.K
@@ -125,7 +127,10 @@ class ControlledSchedulingProblem(SchedulingProblem):
             return z[:nl].reshape(self.S, self.K), z[nl:].reshape(self.m_c, self.K)
 
         u_start = torch.zeros(self.m_c, self.K, dtype=torch.float64) if u0 is None else u0
-        z0 = torch.cat([self.initial_rates().reshape(-1), u_start.reshape(-1).to(torch.float64)])
+        r_start = self.initial_rates() if x0 is None else x0
+        z0 = torch.cat(
+            [r_start.reshape(-1).to(torch.float64), u_start.reshape(-1).to(torch.float64)]
+        )
         if method == "adam_al":
             from icml25.cdkf.solvers import adam_al
 

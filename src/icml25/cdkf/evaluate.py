@@ -27,10 +27,13 @@ def monte_carlo_covariance(
     n_fine: int,
     generator: torch.Generator,
     W: Tensor,
+    costs: list[float] | Tensor | None = None,
 ) -> dict:
     """``tr(W Sigma)`` under Poisson measurement times: mean path, its standard error, and the time
     average with its standard error over ``M`` realisations. Events are applied at the end of the
-    fine step they fall in (``T / n_fine``); all paths are propagated as one batch."""
+    fine step they fall in (``T / n_fine``); all paths are propagated as one batch. With ``costs``
+    (per measurement and sensor) also ``cost_paths``: the cumulative realised cost of each path on
+    the grid, ``(M, n_fine + 1)``."""
     if not sde.time_invariant:
         raise ValueError("monte_carlo_covariance needs a time-invariant SDE")
     T = rates.T
@@ -59,7 +62,15 @@ def monte_carlo_covariance(
         traces.append(torch.einsum("ij,mji->m", W, Sigma))
     tr = torch.stack(traces, dim=1)  # (M, n_fine + 1)
     avg = time_average(tr, T)
+    extra = {}
+    if costs is not None:
+        c = torch.as_tensor(costs, dtype=torch.float64).reshape(1, -1, 1)
+        if c.shape[1] != rates.S:
+            raise ValueError(f"costs needs one entry per sensor ({rates.S}), got {c.shape[1]}")
+        spent = (counts.to(torch.float64) * c).sum(1).cumsum(-1)
+        extra["cost_paths"] = torch.cat([torch.zeros(M, 1, dtype=torch.float64), spent], 1)
     return {
+        **extra,
         "grid": grid,
         "mean_path": tr.mean(0),
         "se_path": tr.std(0) / M**0.5,

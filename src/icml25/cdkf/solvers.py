@@ -9,6 +9,7 @@ the projection by bisection on the budget multiplier (``project_budget``).
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 
@@ -62,11 +63,17 @@ def adam_al(
     lr: float = 0.05,
     rho0: float = 10.0,
     tol: float = 1e-4,
+    decay: str = "cosine",
     progress: bool | None = None,
 ) -> tuple[Tensor, dict]:
     """Minimise ``objective(z)`` over the box ``[low, high]`` subject to ``constraints(z) >= 0``.
 
-    ``z = low + (high - low) sigmoid(theta)``; the start ``z0`` is pulled 1e-6 inside the box."""
+    ``z = low + (high - low) sigmoid(theta)``; the start ``z0`` is pulled 1e-6 inside the box.
+    One Adam optimiser runs through all ``outer x inner`` steps. ``decay="cosine"`` (default)
+    anneals its step size from ``lr`` to ``lr / 20`` over the whole run (constant-``lr`` Adam keeps
+    oscillating around the constrained optimum); ``decay="none"`` keeps ``lr`` constant."""
+    if decay not in ("cosine", "none"):
+        raise ValueError(f"decay must be 'cosine' or 'none', got {decay!r}")
     if outer < 1 or inner < 1:
         raise ValueError(f"outer and inner must be >= 1, got {outer}, {inner}")
     if not lr > 0:
@@ -80,9 +87,15 @@ def adam_al(
         return low + span * torch.sigmoid(th)
 
     nu, rho, history = None, float(rho0), []
+    opt = torch.optim.Adam([theta], lr=lr)  # one optimiser: its moments carry across outer steps
+    total = outer * inner
     for it in range(outer):
-        opt = torch.optim.Adam([theta], lr=lr)
-        for _ in range(inner):
+        for j in range(inner):
+            if decay == "cosine":
+                done = (it * inner + j) / max(total - 1, 1)
+                opt.param_groups[0]["lr"] = lr * (
+                    0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * done))
+                )
             opt.zero_grad()
             z = z_of(theta)
             loss = objective(z)
