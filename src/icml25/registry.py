@@ -69,6 +69,8 @@ PAPERS: tuple[Paper, ...] = (
         "distinguishability",
         "Comparing Comparisons: Informative and Easy Human Feedback with Distinguishability Queries",
         "https://openreview.net/forum?id=Cf8gsqWrua",
+        repro="icml25.distinguishability.repro:run",
+        usage="icml25.distinguishability.select_dq(RewardEnsemble(obs_dim, act_dim), segments, 10)",
     ),
     Paper(
         3,

@@ -57,19 +57,29 @@ class RewardEnsemble(nn.Module):
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
         if activation not in ("tanh", "sigmoid", "none"):
             raise ValueError(f"activation must be 'tanh', 'sigmoid' or 'none', got {activation!r}")
-        self.obs_dim, self.act_dim, self.K, self.activation = obs_dim, act_dim, n_members, activation
+        self.obs_dim, self.act_dim, self.K, self.activation = (
+            obs_dim,
+            act_dim,
+            n_members,
+            activation,
+        )
         sizes = [obs_dim + act_dim] + [hidden] * n_layers + [1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
             bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's default initialisation, per member
-            self.weights.append(nn.Parameter(torch.empty(n_members, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(n_members, 1, fan_out).uniform_(-bound, bound)))
+            self.weights.append(
+                nn.Parameter(torch.empty(n_members, fan_in, fan_out).uniform_(-bound, bound))
+            )
+            self.biases.append(
+                nn.Parameter(torch.empty(n_members, 1, fan_out).uniform_(-bound, bound))
+            )
 
     def _param(self) -> Tensor:
         return self.weights[0]
 
-    def forward(self, obs: Tensor, act: Tensor) -> Tensor:
+    def forward(self, obs: Tensor, act: Tensor, *, per_member: bool = False) -> Tensor:
+        """``per_member=True``: inputs carry a leading ``K`` axis, member ``k`` sees ``obs[k]``."""
         p = self._param()
         obs = torch.as_tensor(obs).to(device=p.device, dtype=p.dtype)
         act = torch.as_tensor(act).to(device=p.device, dtype=p.dtype)
@@ -79,10 +89,20 @@ class RewardEnsemble(nn.Module):
                 f"{tuple(obs.shape)} and {tuple(act.shape)}"
             )
         if obs.shape[:-1] != act.shape[:-1]:
-            raise ValueError(f"obs and act batch shapes differ: {tuple(obs.shape)} vs {tuple(act.shape)}")
-        lead = obs.shape[:-1]
-        x = torch.cat([obs, act], -1).reshape(1, -1, self.obs_dim + self.act_dim)
-        x = x.expand(self.K, -1, -1)
+            raise ValueError(
+                f"obs and act batch shapes differ: {tuple(obs.shape)} vs {tuple(act.shape)}"
+            )
+        if per_member:
+            if obs.shape[0] != self.K:
+                raise ValueError(
+                    f"per_member inputs need a leading axis of {self.K}, got {tuple(obs.shape)}"
+                )
+            lead = obs.shape[1:-1]
+            x = torch.cat([obs, act], -1).reshape(self.K, -1, self.obs_dim + self.act_dim)
+        else:
+            lead = obs.shape[:-1]
+            x = torch.cat([obs, act], -1).reshape(1, -1, self.obs_dim + self.act_dim)
+            x = x.expand(self.K, -1, -1)
         n = len(self.weights)
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             x = torch.baddbmm(b, x, w)
@@ -95,11 +115,14 @@ class RewardEnsemble(nn.Module):
             x = torch.sigmoid(x)
         return x.reshape(self.K, *lead)
 
-    def segment_returns(self, obs: Tensor, act: Tensor) -> Tensor:
-        """``(N, H, d_s), (N, H, d_a) -> (K, N)``: undiscounted sums of the members' rewards."""
-        if obs.ndim != 3:
-            raise ValueError(f"obs must be (N, H, d_s), got shape {tuple(obs.shape)}")
-        return self(obs, act).sum(-1)
+    def segment_returns(self, obs: Tensor, act: Tensor, *, per_member: bool = False) -> Tensor:
+        """``(N, H, d_s), (N, H, d_a) -> (K, N)``: undiscounted sums of the members' rewards
+        (``per_member=True``: ``(K, N, H, .)`` inputs, a different batch per member)."""
+        if obs.ndim != 3 + per_member:
+            raise ValueError(
+                f"obs must be ({'K, ' if per_member else ''}N, H, d_s), got shape {tuple(obs.shape)}"
+            )
+        return self(obs, act, per_member=per_member).sum(-1)
 
     def reward(self, obs: Tensor, act: Tensor) -> Tensor:
         """The member mean: what the agent is trained on."""
@@ -119,7 +142,9 @@ def soft_ce(z: Tensor, t: Tensor) -> Tensor:
 def _targets(x, name: str, allowed: tuple[float, ...], like: Tensor) -> Tensor:
     t = torch.as_tensor(x, dtype=like.dtype, device=like.device)
     if t.ndim != 1 or t.shape[0] != like.shape[-1]:
-        raise ValueError(f"{name} must be a vector of length {like.shape[-1]}, got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must be a vector of length {like.shape[-1]}, got shape {tuple(t.shape)}"
+        )
     ok = torch.zeros_like(t, dtype=torch.bool)
     for a in allowed:
         ok |= t == a
@@ -134,7 +159,9 @@ def pcq_loss(ret0: Tensor, ret1: Tensor, y: Tensor) -> Tensor:
     logits ``ret0 - ret1`` of shape ``(K, N)``, targets ``y in {0, 1/2, 1}`` (1: first preferred).
     Returns the sum over members of the mean over answers."""
     if ret0.shape != ret1.shape or ret0.ndim != 2:
-        raise ValueError(f"ret0 and ret1 must both be (K, N), got {tuple(ret0.shape)}, {tuple(ret1.shape)}")
+        raise ValueError(
+            f"ret0 and ret1 must both be (K, N), got {tuple(ret0.shape)}, {tuple(ret1.shape)}"
+        )
     t = _targets(y, "y", (0.0, 0.5, 1.0), ret0)
     return soft_ce(ret0 - ret1, t).mean(-1).sum()
 

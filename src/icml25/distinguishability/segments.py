@@ -1,0 +1,228 @@
+"""Segments of behaviour and scripted classic-control behaviour policies (spec §1 and Part A).
+
+A segment is ``H`` consecutive ``(s, a)`` steps with the hidden true reward kept for the simulated
+teacher and for evaluation. :class:`SegmentBuffer` is FIFO over episodes (B-Pref keeps the last 100).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["SegmentBuffer", "collect_segments", "pendulum_policy"]
+
+
+def _check_finite(x: Tensor, name: str) -> None:
+    bad = ~torch.isfinite(x)
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name} has a non-finite value at index {idx}")
+
+
+class SegmentBuffer:
+    """Segments ``obs (N, H, d_s)``, ``act (N, H, d_a)``, ``true_rew (N, H)`` (optional), FIFO over
+    the last ``max_episodes`` episodes (B-Pref ``max_size = 100``)."""
+
+    def __init__(
+        self,
+        obs: Tensor | None = None,
+        act: Tensor | None = None,
+        true_rew: Tensor | None = None,
+        *,
+        max_episodes: int = 100,  # B-Pref reward model max_size
+    ) -> None:
+        if max_episodes < 1:
+            raise ValueError(f"max_episodes must be >= 1, got {max_episodes}")
+        self.max_episodes = max_episodes
+        self._episodes: list[tuple[Tensor, Tensor, Tensor | None]] = []
+        self._cache: tuple[Tensor, Tensor, Tensor | None] | None = None
+        if obs is not None:
+            if act is None:
+                raise ValueError("act is required with obs")
+            self._add_segments(torch.as_tensor(obs), torch.as_tensor(act), true_rew)
+
+    def _add_segments(self, obs: Tensor, act: Tensor, rew) -> None:
+        if obs.ndim != 3 or act.ndim != 3 or obs.shape[:2] != act.shape[:2]:
+            raise ValueError(
+                f"obs must be (N, H, d_s) and act (N, H, d_a) with equal N, H; got "
+                f"{tuple(obs.shape)} and {tuple(act.shape)}"
+            )
+        if obs.shape[1] < 1:
+            raise ValueError(f"segment length H must be >= 1, got {obs.shape[1]}")
+        if self._episodes and obs.shape[1] != self.H:
+            raise ValueError(
+                f"segments of unequal length: buffer has H={self.H}, got {obs.shape[1]}"
+            )
+        rew = None if rew is None else torch.as_tensor(rew)
+        if rew is not None and rew.shape != obs.shape[:2]:
+            raise ValueError(
+                f"true_rew must be (N, H) = {tuple(obs.shape[:2])}, got {tuple(rew.shape)}"
+            )
+        for t, name in ((obs, "obs"), (act, "act")) + (
+            ((rew, "true_rew"),) if rew is not None else ()
+        ):
+            _check_finite(t, name)
+        self._episodes.append((obs, act, rew))
+        while len(self._episodes) > self.max_episodes:
+            self._episodes.pop(0)
+        self._cache = None
+
+    def add_episode(
+        self, obs, act, rew=None, segment_len: int = 50, stride: int | None = None
+    ) -> int:
+        """Cut one episode (``obs (T, d_s)``, ``act (T, d_a)``, ``rew (T,)``) into segments of
+        ``segment_len`` every ``stride`` steps (default: non-overlapping). Returns the count."""
+        obs, act = torch.as_tensor(obs), torch.as_tensor(act)
+        if act.ndim == 1:
+            act = act[:, None]
+        if segment_len < 1:
+            raise ValueError(f"segment_len must be >= 1, got {segment_len}")
+        stride = segment_len if stride is None else stride
+        if stride < 1:
+            raise ValueError(f"stride must be >= 1, got {stride}")
+        T = obs.shape[0]
+        starts = list(range(0, T - segment_len + 1, stride))
+        if not starts:
+            raise ValueError(f"episode of {T} steps is shorter than segment_len={segment_len}")
+        o = torch.stack([obs[s : s + segment_len] for s in starts])
+        a = torch.stack([act[s : s + segment_len] for s in starts])
+        r = (
+            None
+            if rew is None
+            else torch.stack([torch.as_tensor(rew)[s : s + segment_len] for s in starts])
+        )
+        self._add_segments(o, a, r)
+        return len(starts)
+
+    def _cat(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        if self._cache is None:
+            if not self._episodes:
+                raise ValueError("the segment buffer is empty")
+            obs = torch.cat([e[0] for e in self._episodes])
+            act = torch.cat([e[1] for e in self._episodes])
+            rews = [e[2] for e in self._episodes]
+            rew = None if any(r is None for r in rews) else torch.cat(rews)
+            self._cache = (obs, act, rew)
+        return self._cache
+
+    @property
+    def obs(self) -> Tensor:
+        return self._cat()[0]
+
+    @property
+    def act(self) -> Tensor:
+        return self._cat()[1]
+
+    @property
+    def true_rew(self) -> Tensor | None:
+        return self._cat()[2]
+
+    @property
+    def H(self) -> int:
+        return int(self._episodes[0][0].shape[1]) if self._episodes else 0
+
+    def __len__(self) -> int:
+        return sum(int(e[0].shape[0]) for e in self._episodes)
+
+    def returns(self, gamma: float = 1.0) -> Tensor:
+        """True segment returns ``sum_t gamma^(H - t) r_t`` (t = 1..H; the teacher's myopic weights)."""
+        rew = self.true_rew
+        if rew is None:
+            raise ValueError("this buffer has no true rewards")
+        H = rew.shape[1]
+        w = torch.tensor([gamma ** (H - t) for t in range(1, H + 1)], dtype=rew.dtype)
+        return rew @ w
+
+    def subset(self, idx: Tensor) -> SegmentBuffer:
+        obs, act, rew = self._cat()
+        return SegmentBuffer(obs[idx], act[idx], None if rew is None else rew[idx], max_episodes=1)
+
+
+def _theta(obs: np.ndarray) -> tuple[float, float]:
+    return math.atan2(float(obs[1]), float(obs[0])), float(obs[2])
+
+
+def pendulum_policy(
+    kind: int, noise: float
+) -> Callable[[np.ndarray, np.random.Generator], np.ndarray]:
+    """Scripted Pendulum-v1 behaviours of the spec (Part A): 0 uniform, 1 energy pumping then PD,
+    2 PD only, 3 bang-bang then PD; then Gaussian action noise ``noise``; clipped to [-2, 2]."""
+    if kind not in (0, 1, 2, 3):
+        raise ValueError(f"kind must be 0, 1, 2 or 3, got {kind}")
+
+    def policy(obs, rng):
+        th, thd = _theta(obs)
+        if kind == 0:
+            a = rng.uniform(-2.0, 2.0)
+        elif kind == 1:
+            a = 2.0 * np.sign(thd * math.cos(th)) if abs(th) > 0.8 else -10.0 * th - thd
+        elif kind == 2:
+            a = -10.0 * th - thd
+        else:
+            a = 2.0 * np.sign(thd) if abs(th) > 1.0 else -8.0 * th - 1.5 * thd
+        a = float(np.clip(a, -2.0, 2.0))
+        if noise > 0:
+            a = a + noise * rng.standard_normal()
+        return np.array([np.clip(a, -2.0, 2.0)], dtype=np.float32)
+
+    return policy
+
+
+def collect_segments(
+    env_id: str = "Pendulum-v1",
+    n_episodes: int = 120,
+    segment_len: int = 25,
+    stride: int | None = None,
+    policies: str = "mixture",
+    seed: int = 0,
+    max_episode_steps: int | None = None,
+) -> SegmentBuffer:
+    """Roll out scripted behaviours in a gymnasium environment and cut the episodes into segments.
+
+    ``policies="mixture"`` (Pendulum-v1 only): episode ``e`` uses behaviour ``e mod 4`` with action
+    noise drawn per episode from {0, 0.5, 1}; ``"uniform"``: uniformly random actions (any Box env).
+    Reset seeds come from the run's RNG. float32 tensors, like the environment's observations."""
+    import gymnasium as gym
+
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    if policies not in ("mixture", "uniform"):
+        raise ValueError(f"policies must be 'mixture' or 'uniform', got {policies!r}")
+    if policies == "mixture" and env_id != "Pendulum-v1":
+        raise ValueError(f"policies='mixture' is defined for Pendulum-v1 only, not {env_id!r}")
+    rng = np.random.default_rng(seed)
+    kw = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    env = gym.make(env_id, **kw)
+    buf = SegmentBuffer(max_episodes=n_episodes)
+    for e in range(n_episodes):
+        if policies == "mixture":
+            pol = pendulum_policy(e % 4, float(rng.choice([0.0, 0.5, 1.0])))
+        else:
+            space = env.action_space
+
+            def pol(obs, r, space=space):
+                return r.uniform(space.low, space.high).astype(np.float32)
+
+        obs, _ = env.reset(seed=int(rng.integers(2**31 - 1)))
+        O, A, R = [], [], []
+        done = False
+        while not done:
+            a = pol(obs, rng)
+            nxt, r, term, trunc, _ = env.step(a)
+            O.append(np.asarray(obs, dtype=np.float32))
+            A.append(np.asarray(a, dtype=np.float32).reshape(-1))
+            R.append(float(r))
+            obs, done = nxt, term or trunc
+        buf.add_episode(
+            torch.from_numpy(np.stack(O)),
+            torch.from_numpy(np.stack(A)),
+            torch.tensor(R, dtype=torch.float32),
+            segment_len,
+            stride,
+        )
+    env.close()
+    return buf

@@ -1,0 +1,247 @@
+"""Query selection (spec §5): PEBBLE's schemes for pairwise queries and DistQ for
+distinguishability queries (informativeness filtered, then the easiest kept).
+
+DistQ is reconstructed from the abstract (the paper's text was not available): draw ``M * B``
+candidate DQs, score each by ensemble disagreement on the answers the labeler will give
+(informativeness ``I``) and by the predicted strength of the pair it will answer on (easiness
+``E``), keep the ``keep_frac`` most informative and return the ``B`` easiest of those. Ties go to the
+lowest candidate index. All scores are computed without gradients.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from icml25.distinguishability.queries import DistinguishabilityQuery, PairwiseQuery
+from icml25.distinguishability.reward_model import RewardEnsemble, smooth_abs
+from icml25.distinguishability.segments import SegmentBuffer
+
+__all__ = [
+    "dq_scores",
+    "easiness",
+    "informativeness",
+    "select_dq",
+    "select_pcq",
+]
+
+PCQ_METHODS = (
+    "uniform",
+    "disagreement",
+    "entropy",
+    "kcenter",
+    "kcenter_disagree",
+    "kcenter_entropy",
+)
+DQ_METHODS = ("distq", "uniform", "informative", "easy")
+
+
+def _rng(rng) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _check(n: int, large_batch: int, buf: SegmentBuffer, need: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n (queries to select) must be an integer >= 0, got {n!r}")
+    if large_batch < 1:
+        raise ValueError(f"large_batch must be >= 1, got {large_batch}")
+    if len(buf) < need:
+        raise ValueError(f"the buffer holds {len(buf)} segments; at least {need} are needed")
+
+
+def _top(scores: Tensor, n: int) -> list[int]:
+    """Indices of the ``n`` largest scores, ties to the lowest index (stable sort)."""
+    order = torch.sort(-scores.double(), stable=True).indices
+    return order[:n].tolist()
+
+
+@torch.no_grad()
+def _returns(ensemble: RewardEnsemble, buf: SegmentBuffer, idx: np.ndarray) -> Tensor:
+    """``(K, len(idx))`` predicted returns, computing each distinct segment once."""
+    uniq, inv = np.unique(idx, return_inverse=True)
+    t = torch.from_numpy(uniq)
+    ret = ensemble.segment_returns(buf.obs[t], buf.act[t])
+    return ret[:, torch.from_numpy(inv.reshape(-1))]
+
+
+def _binary_entropy(p: Tensor) -> Tensor:
+    p = p.clamp(1e-12, 1 - 1e-12)
+    return -(p * p.log() + (1 - p) * (1 - p).log())
+
+
+def _kcenter(features: Tensor, labelled: Tensor | None, n: int) -> list[int]:
+    """Greedy k-center: repeatedly take the candidate farthest from the chosen and labelled set."""
+    if labelled is not None and labelled.numel():
+        dist = torch.cdist(features, labelled).min(1).values
+    else:
+        dist = torch.full((features.shape[0],), math.inf, dtype=features.dtype)
+    chosen: list[int] = []
+    for _ in range(min(n, features.shape[0])):
+        if chosen:
+            dist = torch.minimum(dist, torch.cdist(features, features[chosen[-1]][None]).squeeze(1))
+        dist_masked = dist.clone()
+        if chosen:
+            dist_masked[chosen] = -math.inf
+        chosen.append(_top(dist_masked, 1)[0])
+    return chosen
+
+
+def select_pcq(
+    ensemble: RewardEnsemble,
+    buf: SegmentBuffer,
+    n: int,
+    method: str = "disagreement",
+    large_batch: int = 10,  # PEBBLE large_batch
+    rng=None,
+    labelled: list[PairwiseQuery] | None = None,
+) -> list[PairwiseQuery]:
+    """PEBBLE/B-Pref selection of ``n`` pairwise queries from ``large_batch * n`` random candidates
+    (segments drawn with replacement): ``uniform``, ``disagreement`` (member std of
+    ``sigma(Delta)``), ``entropy`` (member mean of the binary entropy), ``kcenter`` (greedy k-center
+    on the two segments' flattened observations, against ``labelled``), ``kcenter_disagree`` /
+    ``kcenter_entropy`` (k-center among the more uncertain half)."""
+    if method not in PCQ_METHODS:
+        raise ValueError(f"method must be one of {PCQ_METHODS}, got {method!r}")
+    _check(n, large_batch, buf, 2)
+    g = _rng(rng)
+    if method == "uniform":
+        idx = g.integers(0, len(buf), size=(n, 2))
+        return [PairwiseQuery(int(a), int(b)) for a, b in idx]
+    m = large_batch * n
+    idx = g.integers(0, len(buf), size=(m, 2))
+    cand = list(range(m))
+    if method != "kcenter":
+        ret = _returns(ensemble, buf, idx.reshape(-1)).reshape(ensemble.K, m, 2)
+        p = torch.sigmoid(ret[..., 0] - ret[..., 1])
+        score = (
+            p.std(0, unbiased=False)
+            if method in ("disagreement", "kcenter_disagree")
+            else _binary_entropy(p).mean(0)
+        )
+        if method in ("disagreement", "entropy"):
+            return [PairwiseQuery(int(idx[i, 0]), int(idx[i, 1])) for i in _top(score, n)]
+        cand = _top(score, max(n, m // 2))
+    flat = buf.obs.reshape(len(buf), -1).double()
+    feats = torch.cat([flat[idx[cand, 0]], flat[idx[cand, 1]]], 1)
+    lab = None
+    if labelled:
+        li = np.array([[q.i0, q.i1] for q in labelled])
+        lab = torch.cat([flat[li[:, 0]], flat[li[:, 1]]], 1)
+    return [
+        PairwiseQuery(int(idx[cand[i], 0]), int(idx[cand[i], 1])) for i in _kcenter(feats, lab, n)
+    ]
+
+
+def dq_scores(
+    ret: Tensor, *, informativeness_kind: str = "disagreement", eps: float = 1e-3
+) -> tuple[Tensor, Tensor]:
+    """Informativeness ``I`` and easiness ``E`` (spec §5 steps 2-4) of candidate DQs from the
+    ensemble's returns ``ret (K, C, 4)`` (segments 1a, 1b, 2a, 2b). Returns two ``(C,)`` tensors."""
+    if ret.ndim != 3 or ret.shape[-1] != 4:
+        raise ValueError(f"ret must be (K, C, 4), got {tuple(ret.shape)}")
+    d1, d2 = ret[..., 0] - ret[..., 1], ret[..., 2] - ret[..., 3]
+    p_d = torch.sigmoid(smooth_abs(d1, eps) - smooth_abs(d2, eps))
+    p_y1, p_y2 = torch.sigmoid(d1), torch.sigmoid(d2)
+    pi1 = p_d.mean(0)
+    if informativeness_kind == "disagreement":
+        info = (
+            p_d.std(0, unbiased=False)
+            + pi1 * p_y1.std(0, unbiased=False)
+            + (1 - pi1) * p_y2.std(0, unbiased=False)
+        )
+    elif informativeness_kind == "entropy":
+        probs = torch.stack(
+            [p_d * p_y1, p_d * (1 - p_y1), (1 - p_d) * p_y2, (1 - p_d) * (1 - p_y2)], -1
+        ).mean(0)
+        info = -(probs.clamp_min(1e-12).log() * probs).sum(-1)
+    else:
+        raise ValueError(
+            f"informativeness must be 'disagreement' or 'entropy', got {informativeness_kind!r}"
+        )
+    mean_ret = ret.mean(0)  # (C, 4)
+    s_r = mean_ret.reshape(-1).std() + 1e-8
+    ease = (
+        torch.maximum(
+            (mean_ret[:, 0] - mean_ret[:, 1]).abs(), (mean_ret[:, 2] - mean_ret[:, 3]).abs()
+        )
+        / s_r
+    )
+    return info, ease
+
+
+def informativeness(ret: Tensor, kind: str = "disagreement") -> Tensor:
+    return dq_scores(ret, informativeness_kind=kind)[0]
+
+
+def easiness(ret: Tensor) -> Tensor:
+    return dq_scores(ret)[1]
+
+
+def _z(x: Tensor) -> Tensor:
+    return (x - x.mean()) / (x.std(unbiased=False) + 1e-12)
+
+
+def select_dq(
+    ensemble: RewardEnsemble,
+    buf: SegmentBuffer,
+    n: int,
+    method: str = "distq",
+    large_batch: int = 10,  # PEBBLE large_batch (spec §5 M)
+    keep_frac: float = 0.5,  # spec §5 (unverified)
+    rule: str = "filter",
+    lambda_e: float = 1.0,  # spec §5, weighted rule only (unverified)
+    rng=None,
+    informativeness: str = "disagreement",
+) -> list[DistinguishabilityQuery]:
+    """Select ``n`` distinguishability queries from ``large_batch * n`` random candidates
+    (4 segments each, drawn with replacement).
+
+    ``method``: ``distq`` (``rule="filter"``: the ``ceil(keep_frac * M * n)`` most informative, then
+    the ``n`` easiest of those, returned easiest first; ``rule="weighted"``: top ``n`` by
+    ``zscore(I) + lambda_e * zscore(E)``), ``uniform``, ``informative`` (top ``n`` by ``I``),
+    ``easy`` (top ``n`` by ``E``)."""
+    if method not in DQ_METHODS:
+        raise ValueError(f"method must be one of {DQ_METHODS}, got {method!r}")
+    if not 0.0 < keep_frac <= 1.0:
+        raise ValueError(f"keep_frac must be in (0, 1], got {keep_frac}")
+    if rule not in ("filter", "weighted"):
+        raise ValueError(f"rule must be 'filter' or 'weighted', got {rule!r}")
+    _check(n, large_batch, buf, 4)
+    g = _rng(rng)
+
+    def make(rows) -> list[DistinguishabilityQuery]:
+        return [
+            DistinguishabilityQuery(
+                PairwiseQuery(int(r[0]), int(r[1])), PairwiseQuery(int(r[2]), int(r[3]))
+            )
+            for r in rows
+        ]
+
+    if method == "uniform":
+        return make(g.integers(0, len(buf), size=(n, 4)))
+    m = large_batch * n
+    idx = g.integers(0, len(buf), size=(m, 4))
+    ret = _returns(ensemble, buf, idx.reshape(-1)).reshape(ensemble.K, m, 4)
+    info, ease = dq_scores(ret, informativeness_kind=informativeness)
+    if method == "informative":
+        pick = _top(info, n)
+    elif method == "easy":
+        pick = _top(ease, n)
+    elif rule == "weighted":
+        pick = _top(_z(info) + lambda_e * _z(ease), n)
+    else:
+        keep = math.ceil(keep_frac * m)
+        if keep < n:
+            warnings.warn(
+                f"keep_frac={keep_frac} keeps {keep} < n={n} candidates; returning {keep}",
+                UserWarning,
+                stacklevel=2,
+            )
+        kept = _top(info, keep)
+        order = _top(ease[kept], len(kept))
+        pick = [kept[i] for i in order[:n]]
+    return make(idx[pick])
