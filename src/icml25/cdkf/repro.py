@@ -196,6 +196,7 @@ def _run(quick: bool, seed: int, out: Path, smoke: bool) -> ReproResult:
         metrics.extend(robot_metrics)
         tables.append(robot_table)
         figures.append(robot_fig)
+    tables[0] = checks_table(checks)  # with the robot checks in full mode
     held = all(checks.values())
     failed = [k for k, v in checks.items() if not v]
     notes = []

@@ -104,15 +104,21 @@ class RewardEnsemble(nn.Module):
             x = torch.cat([obs, act], -1).reshape(1, -1, self.obs_dim + self.act_dim)
             x = x.expand(self.K, -1, -1)
         n = len(self.weights)
+        inplace = not torch.is_grad_enabled()  # scoring candidates: no activations kept
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            x = torch.baddbmm(b, x, w)
+            if i == 0 and not per_member:  # one matmul for all members on the shared input
+                x0 = x[0]
+                y = x0 @ w.permute(1, 0, 2).reshape(w.shape[1], -1)
+                x = y.reshape(-1, self.K, w.shape[2]).permute(1, 0, 2) + b
+            else:
+                x = torch.baddbmm(b, x, w)
             if i < n - 1:
-                x = F.leaky_relu(x)
+                x = F.leaky_relu(x, inplace=inplace)
         x = x.squeeze(-1)
         if self.activation == "tanh":
-            x = torch.tanh(x)
+            x = torch.tanh_(x) if inplace else torch.tanh(x)
         elif self.activation == "sigmoid":
-            x = torch.sigmoid(x)
+            x = torch.sigmoid_(x) if inplace else torch.sigmoid(x)
         return x.reshape(self.K, *lead)
 
     def segment_returns(self, obs: Tensor, act: Tensor, *, per_member: bool = False) -> Tensor:
