@@ -89,7 +89,12 @@ class ControlledSchedulingProblem(SchedulingProblem):
         tr = torch.einsum("ij,tji->t", self.W, self.bound_with(values, controls))
         avg = time_average(tr, self.T)
         dt = self.T / self.K
-        return avg + self.w_lam * (values**2).sum() * dt + self.w_u * (controls**2).sum() * dt
+        return (
+            avg
+            + self.w_lam * (values**2).sum() * dt
+            + self.w_u * (controls**2).sum() * dt
+            + self.cap_penalty(tr)
+        )
 
     def aux_constraints(self, values: Tensor, controls: Tensor) -> Tensor:
         """``xi_hat - aux_lower`` (flattened) at the constrained nodes; feasible when all >= 0."""
@@ -134,27 +139,22 @@ class ControlledSchedulingProblem(SchedulingProblem):
         if method == "adam_al":
             from icml25.cdkf.solvers import adam_al
 
-            def cons(z):
-                parts = []
-                if has_aux:
-                    parts.append(self.aux_constraints(*split(z)))
-                if self.budget is not None:
-                    parts.append((self.budget - budget_w @ z).reshape(1))
-                return torch.cat(parts) if parts else None
+            feasible = self._budget_scaler(self.K)  # the budget exactly; AL for the aux states
 
             lo = torch.cat([torch.zeros(nl), torch.full((nu,), float(self.u_bounds[0]))]).double()
             hi = torch.cat(
                 [torch.full((nl,), self.lam_max), torch.full((nu,), float(self.u_bounds[1]))]
             ).double()
             z, info = adam_al(
-                lambda z: self.objective_with(*split(z)),
-                cons if (has_aux or self.budget is not None) else None,
+                lambda z: self.objective_with(*split(feasible(z))),
+                (lambda z: self.aux_constraints(*split(feasible(z)))) if has_aux else None,
                 lo,
                 hi,
                 z0,
                 progress=progress,
                 **opts,
             )
+            z = feasible(z)
         else:
             z, info = self._slsqp_joint(split, z0, budget_w, has_aux, maxiter, ftol, progress)
         values, controls = split(z)
@@ -164,18 +164,15 @@ class ControlledSchedulingProblem(SchedulingProblem):
             obj = float(self.objective_with(values, controls))
             aux = self.aux_path(values, controls)
             path = self.bound_with(values, controls)
-        return Solution(
-            RateSchedule(values, self.T),
-            obj,
-            path,
-            {
-                **info,
-                "method": method,
-                "expected_cost": float(self.expected_cost(values)),
-                "controls": controls,
-                "aux_path": aux,
-            },
-        )
+        info = {
+            **info,
+            "method": method,
+            "expected_cost": float(self.expected_cost(values)),
+            "controls": controls,
+            "aux_path": aux,
+        }
+        self._cap_status(info, path)
+        return Solution(RateSchedule(values, self.T), obj, path, info)
 
     def _slsqp_joint(self, split, z0, budget_w, has_aux, maxiter, ftol, progress):
         from scipy.optimize import minimize

@@ -42,6 +42,10 @@ class SchedulingProblem:
         budget: expected-cost budget ``B`` (None: unconstrained).
         lam_max: upper bound on every rate.
         w_lam: weight of ``int ||lambda||^2 dt`` (paper's running cost; default 0).
+        cov_cap, w_eps: soft covariance cap ``tr(W Sigma_hat(t)) <= cov_cap + eps(t)``, ``eps >= 0``,
+            with cost ``w_eps int eps^2 dt`` (spec §6; ``w_eps = 1e3``). The slack is eliminated
+            exactly at every RK4 node (``eps = max(0, tr - cap)``); a solution that still needs
+            slack reports ``info["status"] = "infeasible"`` and ``info["max_slack"]``.
         surrogate: ``"bound"`` (the paper's Prop. 6.1 bound, default) or ``"kalman_bucy"``, the
             continuous-measurement relaxation of Le Ny, Feron & Dahleh (IEEE TAC 2011):
             ``dP/dt = AP + PA^T + Qc - P (sum_s lambda_s C_s^T R_s^-1 C_s) P``, integrated in information
@@ -61,6 +65,8 @@ class SchedulingProblem:
         w_lam: float = 0.0,
         n_steps: int | None = None,
         surrogate: str = "bound",
+        cov_cap: float | None = None,
+        w_eps: float = 1e3,
     ) -> None:
         if surrogate not in ("bound", "kalman_bucy"):
             raise ValueError(f"surrogate must be 'bound' or 'kalman_bucy', got {surrogate!r}")
@@ -72,6 +78,11 @@ class SchedulingProblem:
             raise ValueError(f"lam_max must be > 0, got {lam_max}")
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
+        if cov_cap is not None and not cov_cap > 0:
+            raise ValueError(f"cov_cap must be > 0, got {cov_cap}")
+        if w_eps < 0:
+            raise ValueError(f"w_eps must be >= 0, got {w_eps}")
+        self.cov_cap, self.w_eps = cov_cap, float(w_eps)
         self.sde, self.sensors, self.T, self.K = sde, list(sensors), float(T), K
         n = sde.n
         self.W = torch.eye(n, dtype=torch.float64) if W is None else W.to(torch.float64)
@@ -103,7 +114,20 @@ class SchedulingProblem:
         path = self.bound(values)
         tr = torch.einsum("ij,tji->t", self.W, path)
         avg = time_average(tr, self.T)
-        return avg + self.w_lam * (values**2).sum() * (self.T / self.K)
+        return avg + self.w_lam * (values**2).sum() * (self.T / self.K) + self.cap_penalty(tr)
+
+    def cap_penalty(self, tr: Tensor) -> Tensor:
+        """``w_eps int eps^2 dt`` with the optimal slack ``eps = max(0, tr - cov_cap)``."""
+        if self.cov_cap is None:
+            return tr.new_zeros(())
+        eps = torch.relu(tr - self.cov_cap)
+        return self.w_eps * time_average(eps * eps, self.T) * self.T
+
+    def slack(self, path: Tensor) -> float:
+        if self.cov_cap is None:
+            return 0.0
+        tr = torch.einsum("ij,tji->t", self.W, path.detach())
+        return float(torch.relu(tr - self.cov_cap).max())
 
     def expected_cost(self, values: Tensor) -> Tensor:
         return (self.costs[:, None] * values).sum() * (self.T / self.K)
@@ -128,9 +152,8 @@ class SchedulingProblem:
         **opts,
     ) -> Solution:
         """Optimise the rates. ``method``: ``"slsqp"`` (scipy, default), ``"adam_al"`` (Adam on
-        sigmoid-parameterised rates with an augmented Lagrangian for the budget, then one exact
-        projection onto the budget so that it holds to rounding; ``opts`` go to
-        :func:`~icml25.cdkf.solvers.adam_al`) or ``"pgd"`` (projected gradient onto the box and
+        sigmoid-parameterised rates; the linear budget is held exactly by rescaling the rates,
+        ``lambda * min(1, B / cost)``; ``opts`` go to :func:`~icml25.cdkf.solvers.adam_al`) or ``"pgd"`` (projected gradient onto the box and
         the budget). ``constant=True`` optimises one rate per sensor (the ``best_constant``
         baseline)."""
         if method not in ("slsqp", "adam_al", "pgd"):
@@ -151,26 +174,17 @@ class SchedulingProblem:
             if method == "adam_al":
                 lo = torch.zeros(self.S * cols, dtype=torch.float64)
                 hi = torch.full_like(lo, self.lam_max)
-                cons = None
-                if self.budget is not None:
-                    w = (self.costs[:, None] * dt).expand(self.S, cols).reshape(-1)
-
-                    def cons(z):
-                        return (self.budget - (w * z).sum()).reshape(1)
-
+                feasible = self._budget_scaler(cols)
                 z, info = solvers.adam_al(
-                    lambda z: self.objective(full(z)),
-                    cons,
+                    lambda z: self.objective(full(feasible(z))),
+                    None,
                     lo,
                     hi,
                     start.reshape(-1),
                     progress=progress,
                     **opts,
                 )
-                if self.budget is not None:  # the budget is linear: land exactly on it
-                    z = solvers.project_budget(
-                        z.reshape(self.S, cols), self.costs, self.budget, self.lam_max, dt
-                    ).reshape(-1)
+                z = feasible(z)
             else:
 
                 def project(z):
@@ -194,7 +208,29 @@ class SchedulingProblem:
             obj = float(self.objective(values))
             path = self.bound(values)
         info = {**info, "method": method, "expected_cost": float(self.expected_cost(values))}
+        self._cap_status(info, path)
         return Solution(RateSchedule(values, self.T), obj, path, info)
+
+    def _cap_status(self, info: dict, path: Tensor) -> None:
+        if self.cov_cap is not None:
+            info["max_slack"] = self.slack(path)
+            if info["max_slack"] > 1e-6:
+                info["status"] = "infeasible"
+                info["success"] = False
+
+    def _budget_scaler(self, cols: int):
+        """``lambda -> lambda * min(1, B / cost(lambda))``: the linear budget held exactly inside
+        the first-order solver's parameterisation (an augmented Lagrangian on it oscillated)."""
+        if self.budget is None:
+            return lambda z: z
+        w = (self.costs[:, None] * (self.T / cols)).expand(self.S, cols).reshape(-1)
+
+        def scale(z: Tensor) -> Tensor:
+            cost = (w * z[: w.numel()]).sum()
+            factor = torch.clamp(self.budget / cost.clamp(min=1e-300), max=1.0)
+            return torch.cat([z[: w.numel()] * factor, z[w.numel() :]])
+
+        return scale
 
     def _slsqp(self, full, start: Tensor, cols: int, maxiter: int, ftol: float):
         from scipy.optimize import minimize
