@@ -143,7 +143,12 @@ PAPERS: tuple[Paper, ...] = (
         "arXiv:2411.07618",
     ),
     Paper(
-        14, "knowledge_swap", "Knowledge Swapping via Learning and Unlearning", "arXiv:2502.08075"
+        14,
+        "knowledge_swap",
+        "Knowledge Swapping via Learning and Unlearning",
+        "arXiv:2502.08075",
+        repro="icml25.knowledge_swap.repro:run",
+        usage="icml25.knowledge_swap.KnowledgeSwapper(inject_lora(model, targets) and model).fit(retain, forget, learn)",
     ),
     Paper(
         15,

@@ -1,0 +1,86 @@
+"""The losses of knowledge swapping (official ``engine_cl.py``, from GS-LoRA).
+
+* ``bounded_forget_loss = relu(BND - CE(f(x_f), y_f))``: gradient ascent on the forget set's
+  cross-entropy until it exceeds ``BND``, then exactly zero.
+* ``group_sparse_loss = sum_g sqrt(sum_{P in g} ||P||_F^2 + eps)``: pushes whole LoRA groups to zero.
+* Stage losses (classification weights): learning ``CE(D_l) + beta CE(D_r) + alpha L_gs``;
+  forgetting ``CE(D_r') + beta relu(BND - CE(D_f)) + alpha L_gs``; simultaneous
+  ``CE(D_l) + CE(D_r) + beta relu(BND - CE(D_f)) + alpha L_gs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["bounded_forget_loss", "group_sparse_loss", "swap_losses"]
+
+
+def bounded_forget_loss(logits: Tensor, target: Tensor, bnd: float) -> Tensor:
+    """``relu(bnd - CE(logits, target))`` (mean cross-entropy over the batch)."""
+    if not bnd > 0:
+        raise ValueError(f"bnd must be > 0 (otherwise the forget loss is identically 0), got {bnd}")
+    return torch.relu(bnd - F.cross_entropy(logits, target))
+
+
+def group_sparse_loss(groups: Sequence[Sequence[Tensor]], eps: float = 1e-12) -> Tensor:
+    """``sum_g sqrt(sum_{P in g} ||P||_F^2 + eps)``; ``eps`` keeps the gradient finite at an
+    all-zero group (the official code has none and relies on ``A != 0`` at init). Zero groups: 0."""
+    terms = [torch.sqrt(sum((p * p).sum() for p in g) + eps) for g in groups if len(g)]
+    if not terms:
+        return torch.zeros(())
+    return torch.stack(terms).sum()
+
+
+def swap_losses(
+    stage: str,
+    *,
+    retain: tuple[Tensor, Tensor] | None,
+    forget: tuple[Tensor, Tensor] | None,
+    learn: tuple[Tensor, Tensor] | None,
+    l_gs: Tensor,
+    beta_retain: float = 0.2,  # official classification
+    beta_forget: float = 0.2,  # official classification
+    alpha: float = 0.005,  # official classification
+    bnd: float = 105.0,  # official classification
+    w_learn: float = 1.0,
+) -> dict[str, Tensor]:
+    """The stage's loss terms from ``(logits, labels)`` pairs; ``"total"`` is what is minimised.
+
+    ``stage``: ``"learn"``, ``"forget"`` or ``"simultaneous"``; ``retain`` is the stage's main batch
+    (retained classes, plus learned ones in the forget stage of learn-then-forget)."""
+    out: dict[str, Tensor] = {"gs": l_gs}
+    total = alpha * l_gs
+    if stage == "learn":
+        if learn is not None:
+            out["ce_learn"] = F.cross_entropy(*learn)
+            total = total + w_learn * out["ce_learn"]
+        if retain is not None:
+            out["ce_retain"] = F.cross_entropy(*retain)
+            total = total + beta_retain * out["ce_retain"]
+    elif stage == "forget":
+        if retain is not None:
+            out["ce_retain"] = F.cross_entropy(*retain)
+            total = total + out["ce_retain"]
+        if forget is not None:
+            out["ce_forget"] = F.cross_entropy(*forget)
+            out["forget"] = torch.relu(bnd - out["ce_forget"])
+            total = total + beta_forget * out["forget"]
+    elif stage == "simultaneous":
+        if learn is not None:
+            out["ce_learn"] = F.cross_entropy(*learn)
+            total = total + w_learn * out["ce_learn"]
+        if retain is not None:
+            out["ce_retain"] = F.cross_entropy(*retain)
+            total = total + out["ce_retain"]
+        if forget is not None:
+            out["ce_forget"] = F.cross_entropy(*forget)
+            out["forget"] = torch.relu(bnd - out["ce_forget"])
+            total = total + beta_forget * out["forget"]
+    else:
+        raise ValueError(f"stage must be 'learn', 'forget' or 'simultaneous', got {stage!r}")
+    out["total"] = total
+    return out

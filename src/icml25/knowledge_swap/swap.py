@@ -1,0 +1,387 @@
+"""Knowledge swapping: forget user-specified classes, keep the rest, learn new ones, by training
+LoRA parameters only (paper §3; official ``train/exchange_fltf.py`` / ``exchange_fftl.py``).
+
+Strategies: ``"learn_then_forget"`` (the paper's "Learning Before Forgetting"; the forget stage
+protects the freshly learned classes by merging them into the retained data), ``"forget_then_learn"``
+and ``"simultaneous"`` (one stage, all losses; our ablation baseline). Every stage draws one batch
+from its main data (retained, or retained + learned) and one from each auxiliary set per step; one
+epoch is one pass over the main data. The same optimiser instance runs through both stages and the
+cosine schedule restarts at each stage (official).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset
+
+from icml25.knowledge_swap.lora import lora_groups
+from icml25.knowledge_swap.losses import group_sparse_loss, swap_losses
+
+__all__ = ["KnowledgeSwapper", "SwapHistory"]
+
+STRATEGIES = ("learn_then_forget", "forget_then_learn", "simultaneous")
+Data = Dataset | DataLoader | tuple[Tensor, Tensor] | None
+
+
+@dataclass
+class SwapHistory:
+    """Per step: stage, step (global), lr and the loss terms; per stage end: the LoRA group norms."""
+
+    steps: list[dict] = field(default_factory=list)
+    stage_norms: list[tuple[str, list[float]]] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+
+
+def _as_dataset(data) -> Dataset | None:
+    if data is None:
+        return None
+    if isinstance(data, DataLoader):
+        return data.dataset
+    if isinstance(data, tuple):
+        if len(data) != 2:
+            raise ValueError(f"a data tuple must be (inputs, labels), got {len(data)} elements")
+        x, y = data
+        if len(x) != len(y):
+            raise ValueError(f"inputs and labels differ in length: {len(x)} vs {len(y)}")
+        return TensorDataset(torch.as_tensor(x), torch.as_tensor(y).long())
+    return data
+
+
+def _labels(ds: Dataset | None) -> set[int] | None:
+    """The label set when it can be read cheaply (tensor datasets, concatenations of them)."""
+    if ds is None:
+        return set()
+    if isinstance(ds, TensorDataset):
+        return set(ds.tensors[1].unique().tolist())
+    if isinstance(ds, ConcatDataset):
+        parts = [_labels(d) for d in ds.datasets]
+        return None if any(p is None for p in parts) else set().union(*parts)
+    return None
+
+
+def _logits_of(out) -> Tensor:
+    """Logits from a model output: a tensor, a tuple/list (first element) or an object with
+    ``.logits`` (Hugging Face)."""
+    if hasattr(out, "logits"):
+        return out.logits
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class _Stream:
+    """Endless batches from a DataLoader (cycled) or a dataset (shuffled, cycled)."""
+
+    def __init__(self, data, batch_size: int, generator: torch.Generator) -> None:
+        if isinstance(data, DataLoader):
+            self.loader = data
+        else:
+            self.loader = DataLoader(
+                data, batch_size=batch_size, shuffle=True, generator=generator, drop_last=False
+            )
+        self._it: Iterator | None = None
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def next(self):
+        if self._it is None:
+            self._it = iter(self.loader)
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._it = iter(self.loader)
+            return next(self._it)
+
+
+class KnowledgeSwapper:
+    """Train a LoRA-wrapped classifier to forget, retain and learn classes.
+
+    Args:
+        model: any ``nn.Module`` returning logits (or a tuple whose first element is the logits)
+            with LoRA layers injected (:func:`~icml25.knowledge_swap.lora.inject_lora`, or PEFT).
+        groups: LoRA parameter groups for the group-sparse loss (default: one per block).
+        strategy: ``"learn_then_forget"`` (paper), ``"forget_then_learn"``, ``"simultaneous"``.
+        epochs_per_stage (official 5), lr (1e-2), weight_decay (0.05, on matrices), min_lr (1e-5),
+        schedule ("cosine" | "constant"), schedule_step ("epoch" official | "iteration"),
+        beta_retain, beta_forget (0.2), alpha (0.005), bnd (105), w_learn (1): loss weights.
+        merge_learn_into_retain: protect learned classes in learn-then-forget's forget stage (True).
+        steps_per_epoch: overrides "one pass over the main data". batch_size: for datasets/tensors
+            (official 80). grad_clip: max gradient norm (None). train_head, head, n_old: train the
+            head rows of the new classes too (our extension; the official code freezes the head):
+            ``head`` is the classifier ``nn.Linear`` whose rows ``>= n_old`` may change.
+        callbacks: ``cb(event: dict)`` after every step (``event["kind"] == "step"``) and at every
+            stage end (``"stage_end"``); a step event carries the stage, global step, lr, losses,
+            the batch labels and the optimiser.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        groups: Sequence[Sequence[nn.Parameter]] | None = None,
+        strategy: str = "learn_then_forget",
+        epochs_per_stage: int = 5,
+        lr: float = 1e-2,
+        weight_decay: float = 0.05,
+        optimizer: str = "adamw",
+        schedule: str = "cosine",
+        min_lr: float = 1e-5,
+        beta_retain: float = 0.2,
+        beta_forget: float = 0.2,
+        alpha: float = 0.005,
+        bnd: float = 105.0,
+        w_learn: float = 1.0,
+        merge_learn_into_retain: bool = True,
+        steps_per_epoch: int | None = None,
+        batch_size: int = 80,
+        schedule_step: str = "epoch",
+        seed: int = 0,
+        callbacks: Sequence[Callable[[dict], None]] = (),
+        grad_clip: float | None = None,
+        train_head: bool = False,
+        head: nn.Linear | None = None,
+        n_old: int | None = None,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if optimizer not in ("adamw", "adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adamw', 'adam' or 'sgd', got {optimizer!r}")
+        if schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
+        if schedule_step not in ("epoch", "iteration"):
+            raise ValueError(f"schedule_step must be 'epoch' or 'iteration', got {schedule_step!r}")
+        if not bnd > 0:
+            raise ValueError(
+                f"bnd must be > 0 (otherwise the forget loss is identically 0), got {bnd}"
+            )
+        if epochs_per_stage < 1:
+            raise ValueError(f"epochs_per_stage must be >= 1, got {epochs_per_stage}")
+        if steps_per_epoch is not None and steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
+        if not lr > 0 or min_lr < 0 or min_lr > lr:
+            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={lr}, min_lr={min_lr}")
+        self.model = model
+        self.groups = [list(g) for g in (groups if groups is not None else lora_groups(model))]
+        params = [p for g in self.groups for p in g]
+        if not params:
+            raise ValueError(
+                "no trainable LoRA parameters found: inject LoRA (or pass groups) first"
+            )
+        for p in params:
+            p.requires_grad_(True)
+        self.head, self.n_old, self.train_head = head, n_old, train_head
+        if train_head:
+            if head is None or n_old is None:
+                raise ValueError("train_head=True needs head (the nn.Linear) and n_old")
+            head.weight.requires_grad_(True)
+            if head.bias is not None:
+                head.bias.requires_grad_(True)
+            mask = torch.zeros_like(head.weight)
+            mask[n_old:] = 1
+            head.weight.register_hook(lambda g, m=mask: g * m)
+            if head.bias is not None:
+                bmask = torch.zeros_like(head.bias)
+                bmask[n_old:] = 1
+                head.bias.register_hook(lambda g, m=bmask: g * m)
+        head_params = list(head.parameters()) if train_head else []
+        # the head gets no weight decay: decay would move the frozen old rows despite the mask
+        decay = [p for p in params if p.ndim >= 2]
+        no_decay = [p for p in params if p.ndim < 2] + head_params
+        pg = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        if optimizer == "adamw":
+            self.optimizer = torch.optim.AdamW(pg, lr=lr, eps=1e-8)
+        elif optimizer == "adam":
+            self.optimizer = torch.optim.Adam(pg, lr=lr, eps=1e-8)
+        else:
+            self.optimizer = torch.optim.SGD(pg, lr=lr, momentum=0.9)
+        self.strategy, self.epochs, self.lr, self.min_lr = strategy, epochs_per_stage, lr, min_lr
+        self.schedule, self.schedule_step = schedule, schedule_step
+        self.weights = dict(
+            beta_retain=beta_retain, beta_forget=beta_forget, alpha=alpha, bnd=bnd, w_learn=w_learn
+        )
+        self.merge, self.steps_per_epoch, self.batch_size = (
+            merge_learn_into_retain,
+            steps_per_epoch,
+            batch_size,
+        )
+        self.seed, self.callbacks, self.grad_clip = seed, list(callbacks), grad_clip
+        self.history = SwapHistory()
+        self.acc_f_before: float | None = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def device(self) -> torch.device:
+        return next(p for g in self.groups for p in g).device
+
+    def _logits(self, x: Tensor) -> Tensor:
+        return _logits_of(self.model(x))
+
+    def _to(self, batch) -> tuple[Tensor, Tensor]:
+        x, y = batch[0], batch[1]
+        dtype = next(p for g in self.groups for p in g).dtype
+        x = x.to(self.device)
+        if x.is_floating_point():
+            x = x.to(dtype)
+        return x, y.to(self.device).long()
+
+    def _lr_at(self, progress: float) -> float:
+        if self.schedule == "constant":
+            return self.lr
+        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * progress))
+
+    def stage_plan(self, has_forget: bool, has_learn: bool) -> list[str]:
+        if self.strategy == "simultaneous":
+            return ["simultaneous"]
+        order = ["learn", "forget"] if self.strategy == "learn_then_forget" else ["forget", "learn"]
+        return [s for s in order if (s == "learn" and has_learn) or (s == "forget" and has_forget)]
+
+    def _check(self, retain, forget, learn) -> None:
+        if forget is None and learn is None:
+            raise ValueError("both the forget and the learn data are empty: nothing to swap")
+        sets = {"retain": _labels(retain), "forget": _labels(forget), "learn": _labels(learn)}
+        names = list(sets)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if sets[a] is not None and sets[b] is not None and sets[a] & sets[b]:
+                    raise ValueError(
+                        f"classes {sorted(sets[a] & sets[b])} are in both the {a} and the {b} data; "
+                        "the retain, forget and learn class sets must be disjoint"
+                    )
+
+    # ------------------------------------------------------------------ training
+    def fit(self, retain: Data, forget: Data = None, learn: Data = None) -> SwapHistory:
+        """Run the strategy's stages. Each argument: a Dataset, a DataLoader or ``(x, y)`` tensors."""
+        r, f, lrn = _as_dataset(retain), _as_dataset(forget), _as_dataset(learn)
+        if r is None:
+            raise ValueError("the retain data is required")
+        self._check(r, f, lrn)
+        g = torch.Generator().manual_seed(self.seed)
+        with torch.no_grad():
+            self.model.eval()
+            if lrn is not None:  # learn labels must fit the head
+                x, y = self._to(next(iter(DataLoader(lrn, batch_size=256))))
+                known = _labels(lrn)
+                top = max(known) if known else int(y.max())
+                n_out = self._logits(x[:1]).shape[-1]
+                if top >= n_out:
+                    raise ValueError(
+                        f"learn label {top} is outside the model's {n_out} outputs; "
+                        "enlarge the classifier with icml25.knowledge_swap.expand_head first"
+                    )
+        step = 0
+        for stage in self.stage_plan(f is not None, lrn is not None):
+            main_ds = r
+            if (
+                stage == "forget"
+                and self.strategy == "learn_then_forget"
+                and self.merge
+                and lrn is not None
+            ):
+                main_ds = ConcatDataset([r, lrn])  # official MergedDataset(retain, learn)
+            main = _Stream(
+                retain if (main_ds is r and isinstance(retain, DataLoader)) else main_ds,
+                self.batch_size,
+                g,
+            )
+            aux_learn = (
+                _Stream(learn if isinstance(learn, DataLoader) else lrn, self.batch_size, g)
+                if (lrn is not None and stage in ("learn", "simultaneous"))
+                else None
+            )
+            aux_forget = (
+                _Stream(forget if isinstance(forget, DataLoader) else f, self.batch_size, g)
+                if (f is not None and stage in ("forget", "simultaneous"))
+                else None
+            )
+            epochs = self.epochs * (
+                2 if stage == "simultaneous" and self.strategy == "simultaneous" else 1
+            )
+            per_epoch = self.steps_per_epoch or len(main)
+            total = epochs * per_epoch
+            for i in range(total):
+                progress = (i // per_epoch) / epochs if self.schedule_step == "epoch" else i / total
+                lr = self._lr_at(progress)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                self.model.train()
+                rb = self._to(main.next())
+                fb = self._to(aux_forget.next()) if aux_forget else None
+                lb = self._to(aux_learn.next()) if aux_learn else None
+                losses = swap_losses(
+                    stage,
+                    retain=(self._logits(rb[0]), rb[1]),
+                    forget=(self._logits(fb[0]), fb[1]) if fb else None,
+                    learn=(self._logits(lb[0]), lb[1]) if lb else None,
+                    l_gs=group_sparse_loss(self.groups),
+                    **self.weights,
+                )
+                total_loss = losses["total"]
+                if not bool(torch.isfinite(total_loss)):
+                    raise FloatingPointError(
+                        f"the {stage} loss became {float(total_loss)} at step {step}; lower lr or set grad_clip"
+                    )
+                self.optimizer.zero_grad()
+                total_loss.backward()
+                if self.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(
+                        [p for pg in self.optimizer.param_groups for p in pg["params"]],
+                        self.grad_clip,
+                    )
+                self.optimizer.step()
+                rec = {
+                    "stage": stage,
+                    "step": step,
+                    "lr": lr,
+                    **{k: float(v.detach()) for k, v in losses.items()},
+                }
+                self.history.steps.append(rec)
+                event = {
+                    "kind": "step",
+                    **rec,
+                    "labels": {
+                        "retain": rb[1].detach().cpu(),
+                        "forget": None if fb is None else fb[1].detach().cpu(),
+                        "learn": None if lb is None else lb[1].detach().cpu(),
+                    },
+                    "optimizer": self.optimizer,
+                    "swapper": self,
+                }
+                for cb in self.callbacks:
+                    cb(event)
+                step += 1
+            norms = [
+                math.sqrt(sum(float((p.detach() ** 2).sum()) for p in grp)) for grp in self.groups
+            ]
+            self.history.stage_norms.append((stage, norms))
+            for cb in self.callbacks:
+                cb(
+                    {
+                        "kind": "stage_end",
+                        "stage": stage,
+                        "step": step,
+                        "norms": norms,
+                        "swapper": self,
+                    }
+                )
+        self.model.eval()
+        return self.history
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        retain_test: Data,
+        forget_test: Data,
+        learn_test: Data,
+        acc_f_before: float | None = None,
+    ) -> dict[str, float]:
+        """``acc_r``, ``acc_f``, ``acc_l`` (top-1 %, full logits) and GS-LoRA's ``h``."""
+        from icml25.knowledge_swap.metrics import swap_metrics
+
+        before = acc_f_before if acc_f_before is not None else self.acc_f_before
+        return swap_metrics(self.model, retain_test, forget_test, learn_test, acc_f_before=before)
