@@ -148,7 +148,7 @@ PAPERS: tuple[Paper, ...] = (
         "Knowledge Swapping via Learning and Unlearning",
         "arXiv:2502.08075",
         repro="icml25.knowledge_swap.repro:run",
-        usage="icml25.knowledge_swap.KnowledgeSwapper(inject_lora(model, targets) and model).fit(retain, forget, learn)",
+        usage="inject_lora(model, ['fc1', 'fc2']); icml25.knowledge_swap.KnowledgeSwapper(model).fit(retain, forget, learn)",
     ),
     Paper(
         15,

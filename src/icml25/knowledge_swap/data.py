@@ -113,7 +113,9 @@ def pretrain(model: DigitsCNN, task: DigitsSwapTask, steps: int = 800, seed: int
     return model
 
 
-def swap_ready(pretrained: DigitsCNN, seed: int = 0, r: int = 4, alpha: float = 4.0) -> DigitsCNN:
+def swap_ready(
+    pretrained: DigitsCNN, seed: int = 0, r: int = 4, alpha: float = 4.0, lora: bool = True
+) -> DigitsCNN:
     """A copy with head rows 8-9 re-initialised (xavier, seeded: every strategy starts from the same
     model) and LoRA (r = 4, alpha = 4, ``init_a = sqrt(5)``) on the five hidden layers; only LoRA
     trains."""
@@ -125,6 +127,10 @@ def swap_ready(pretrained: DigitsCNN, seed: int = 0, r: int = 4, alpha: float = 
         bound = math.sqrt(6.0 / (model.head.in_features + 2))
         model.head.weight[8:] = (torch.rand(2, model.head.in_features, generator=g) * 2 - 1) * bound
         model.head.bias[8:] = 0
+    if not lora:  # the no-LoRA baseline: the hidden layers themselves train, the head stays frozen
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return model
     inject_lora(model, list(HIDDEN), r=r, alpha=alpha, init_a=math.sqrt(5))
     for m in model.modules():
         if hasattr(m, "reset_lora"):

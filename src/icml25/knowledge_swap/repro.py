@@ -52,10 +52,21 @@ def run(
 
 
 def _swap(
-    base, task, seed, strategy, steps, train_head=False, track_every=10, learn=True, forget=True
+    base,
+    task,
+    seed,
+    strategy,
+    steps,
+    train_head=False,
+    track_every=10,
+    learn=True,
+    forget=True,
+    lora=True,
 ):
-    """One swap from the shared start; returns metrics, the Acc_f trajectory and stage records."""
-    model = swap_ready(base, seed)
+    """One swap from the shared start; returns metrics, the Acc_f trajectory and stage records.
+    ``lora=False``: the hidden layers' own weights train (full fine-tuning baseline, alpha = 0)."""
+    model = swap_ready(base, seed, lora=lora)
+    groups = None if lora else [list(getattr(model, n).parameters()) for n in HIDDEN]
     traj, stage_acc, snaps = [], {}, {}
 
     def record(ev):
@@ -71,7 +82,9 @@ def _swap(
 
     sw = KnowledgeSwapper(
         model,
+        groups,
         strategy=strategy,
+        alpha=0.005 if lora else 0.0,
         epochs_per_stage=1,
         steps_per_epoch=steps,
         batch_size=32,
@@ -281,6 +294,20 @@ def _sweeps(bases, seeds, smoke, metrics) -> str:
     rows.append(
         f"| GS-LoRA (forget only, no learn set) | Acc_r {v['acc_r']:.1f}, Acc_f {v['acc_f']:.1f} | | |"
     )
+    # no LoRA: fine-tune the hidden layers on retain + gradient ascent on forget + learn, one stage
+    ft = []
+    for s in seeds:
+        task, base = bases[s]
+        run = _swap(base, task, s, SIM, 10 if smoke else 150, lora=False, track_every=10**9)
+        ft.append(run["metrics"])
+    v = {k: float(np.mean([m[k] for m in ft])) for k in ("acc_r", "acc_f", "acc_l", "S")}
+    rows.append(
+        f"| no LoRA: fine-tune + gradient ascent, simultaneous, 2 x 150 steps | "
+        f"{v['acc_r']:.1f} / {v['acc_f']:.1f} / {v['acc_l']:.1f}, {v['S']:.1f} | | |"
+    )
+    metrics.append(Metric("no-LoRA fine-tune S", [m["S"] for m in ft], unit="%"))
+    metrics.append(Metric("GS-LoRA forget-only Acc_r", [m["acc_r"] for m in gs], unit="%"))
+    metrics.append(Metric("GS-LoRA forget-only Acc_f", [m["acc_f"] for m in gs], unit="%"))
     return (
         "Sensitivity (full mode, means over seeds; L->F vs F->L from the same start):\n\n"
         + "\n".join(rows)
