@@ -152,7 +152,10 @@ def test_strategy_wiring_with_a_recording_callback():
             callbacks=[events.append],
         )
         assert len(sw.groups) == 2  # one group per block
+        base = {n: p.detach().clone() for n, p in net.named_parameters() if "lora_" not in n}
         sw.fit(retain, forget, learn)
+        # LoRA leaves every base weight (and the head) untouched
+        assert all(torch.equal(p, base[n]) for n, p in net.named_parameters() if "lora_" not in n)
         steps = [e for e in events if e["kind"] == "step"]
         stages = [e["stage"] for e in steps]
         first, second = (
