@@ -161,6 +161,7 @@ PAPERS: tuple[Paper, ...] = (
         "tpo",
         "Test-Time Preference Optimization: On-the-Fly Alignment via Iterative Textual Feedback",
         "arXiv:2501.12895",
+        cli="icml25.tpo.cli:add_parser",
     ),
     Paper(
         17,

@@ -1,0 +1,341 @@
+"""The TPO loop (paper §3, official ``run.py``/``tpo_utils.py``): sample, score, contrast the best
+and worst cached responses into a textual loss, turn it into a textual gradient, regenerate, repeat.
+
+Cost per query: ``1 + 3 D`` policy calls and ``N (D + 1)`` sampled and scored responses (fewer when
+update outputs lack the improved-variable tags: those are dropped and counted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import asdict, dataclass, field
+
+from icml25.tpo.prompts import PromptSet, extract_tagged
+
+__all__ = [
+    "CacheEntry",
+    "IterationLog",
+    "TPOConfig",
+    "TPOResult",
+    "best_of_n",
+    "tpo_batch",
+    "tpo_optimize",
+]
+
+
+@dataclass
+class TPOConfig:
+    width: int = 5  # N, official sample_size
+    depth: int = 2  # D, the paper's main setting (code default 5)
+    mode: str = "tpo"  # "tpo" | "revision" | "bon"
+    temperature: float = 0.7  # official sampling
+    top_p: float = 0.95  # official sampling
+    seed: int | None = 7  # official: the same seed on every call
+    seed_policy: str = "fixed"  # "fixed" (official) | "increment"
+    max_tokens_response: int = 2048  # official
+    feedback_temperature: float = 0.7  # official loss/gradient calls
+    feedback_top_p: float = 0.99  # official loss/gradient calls
+    max_tokens_feedback: int = 4096  # (unverified) paper summary: 4096-token context
+    truncate_tokens: int | None = 2048  # official: chosen/rejected cut to 2048 RM tokens
+    truncate_fn: object = None  # (text, n_tokens) -> text; None: no truncation
+    pair_selection: str = "extreme"  # "extreme" (official) | "median"
+    nan_policy: str = "worst"  # "worst": NaN/inf rewards never chosen | "raise"
+
+    def validate(self) -> None:
+        if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
+            raise ValueError(f"width must be an integer >= 1, got {self.width!r}")
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 0:
+            raise ValueError(f"depth must be an integer >= 0, got {self.depth!r}")
+        for name, value, valid in (
+            ("mode", self.mode, ("tpo", "revision", "bon")),
+            ("seed_policy", self.seed_policy, ("fixed", "increment")),
+            ("pair_selection", self.pair_selection, ("extreme", "median")),
+            ("nan_policy", self.nan_policy, ("worst", "raise")),
+        ):
+            if value not in valid:
+                raise ValueError(f"{name} must be one of {valid}, got {value!r}")
+
+
+@dataclass
+class CacheEntry:
+    iteration: int  # -1 for the initial samples
+    text: str
+    reward: float
+
+
+@dataclass
+class IterationLog:
+    chosen: str
+    rejected: str | None
+    loss_text: str
+    gradient_text: str
+    update_prompt: str
+    n_parsed: int
+    n_dropped: int
+    new_rewards: list[float]
+    same_pair: bool = False  # chosen and rejected were the same entry (N = 1 or all rewards equal)
+
+
+@dataclass
+class TPOResult:
+    query: str
+    best_response: str
+    best_reward: float
+    cache: list[CacheEntry] = field(default_factory=list)
+    iterations: list[IterationLog] = field(default_factory=list)
+    n_policy_calls: int = 0
+    n_reward_calls: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TPOResult:
+        return cls(
+            d["query"],
+            d["best_response"],
+            d["best_reward"],
+            [CacheEntry(**c) for c in d["cache"]],
+            [IterationLog(**i) for i in d["iterations"]],
+            d["n_policy_calls"],
+            d["n_reward_calls"],
+        )
+
+
+class _Caller:
+    """Counts calls, applies the seed policy and enforces the exactly-``n`` contract."""
+
+    def __init__(self, config: TPOConfig) -> None:
+        self.config, self.calls = config, 0
+
+    def __call__(self, backend, messages, *, n, temperature, top_p, max_tokens) -> list[str]:
+        c = self.config
+        seed = (
+            None
+            if c.seed is None
+            else (c.seed if c.seed_policy == "fixed" else c.seed + self.calls)
+        )
+        out = backend.chat(
+            messages, n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+        )
+        self.calls += 1
+        texts = [getattr(o, "text", o) for o in out]
+        if len(texts) != n:
+            raise RuntimeError(f"the backend returned {len(texts)} completions for n={n}")
+        return [t if isinstance(t, str) else str(t) for t in texts]
+
+
+def _score(reward, query: str, texts: list[str], policy: str) -> list[float]:
+    if not texts:
+        return []
+    vals = [float(v) for v in reward.score([query] * len(texts), texts)]
+    if len(vals) != len(texts):
+        raise RuntimeError(
+            f"the reward model returned {len(vals)} scores for {len(texts)} responses"
+        )
+    out = []
+    for v, t in zip(vals, texts):
+        if not math.isfinite(v):
+            if policy == "raise":
+                raise ValueError(f"the reward model returned {v} for response {t[:80]!r}")
+            v = -math.inf
+        out.append(v)
+    return out
+
+
+def _select(cache: list[CacheEntry], how: str) -> tuple[int, int]:
+    """Chosen = argmax, rejected = argmin (or the lower median) over the whole cache; ties go to
+    the earliest entry (numpy argmax/argmin)."""
+    rewards = [e.reward for e in cache]
+    best = max(range(len(rewards)), key=lambda i: (rewards[i], -i))
+    if how == "extreme":
+        worst = min(range(len(rewards)), key=lambda i: (rewards[i], i))
+    else:
+        order = sorted(range(len(rewards)), key=lambda i: (rewards[i], i))
+        worst = order[(len(order) - 1) // 2]
+    return best, worst
+
+
+def tpo_optimize(
+    query: str,
+    backend,
+    reward,
+    config: TPOConfig | None = None,
+    prompts: PromptSet | None = None,
+    *,
+    feedback_backend=None,
+) -> TPOResult:
+    """Test-time preference optimisation of one query (``config.mode``: ``"tpo"``, ``"revision"``
+    or ``"bon"``). ``backend`` is any :class:`icml25.llm.ChatBackend`; ``reward`` any
+    :class:`icml25.llm.RewardModel`; ``feedback_backend`` (default: ``backend``, as in the paper)
+    serves the loss, gradient and update calls."""
+    config = config or TPOConfig()
+    config.validate()
+    prompts = prompts or PromptSet.default()
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"query must be a non-empty string, got {query!r}")
+    fb = feedback_backend or backend
+    call = _Caller(config)
+    N = config.width
+    cut = (
+        (lambda t: config.truncate_fn(t, config.truncate_tokens))
+        if config.truncate_fn is not None and config.truncate_tokens is not None
+        else (lambda t: t)
+    )
+    sample_args = dict(
+        temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens_response
+    )
+    feedback_args = dict(
+        temperature=config.feedback_temperature,
+        top_p=config.feedback_top_p,
+        max_tokens=config.max_tokens_feedback,
+    )
+    first = call(backend, prompts.generation_messages(query), n=N, **sample_args)
+    scores = _score(reward, query, first, config.nan_policy)
+    cache = [CacheEntry(-1, t, r) for t, r in zip(first, scores)]
+    n_scored = len(first)
+    logs: list[IterationLog] = []
+    depth = 0 if config.mode == "bon" else config.depth
+    warned = False
+    for i in range(depth):
+        b, w = _select(cache, config.pair_selection)
+        chosen = cut(cache[b].text)
+        rejected = None if config.mode == "revision" else cut(cache[w].text)
+        loss = call(fb, prompts.loss_messages(query, chosen, rejected), n=1, **feedback_args)[0]
+        grad = call(
+            fb, prompts.gradient_messages(query, chosen, rejected, loss), n=1, **feedback_args
+        )[0]
+        upd_msgs = prompts.update_messages(query, chosen, rejected, loss, grad)
+        outs = call(fb, upd_msgs, n=N, **sample_args)
+        parsed = [
+            p
+            for p in (extract_tagged(o, prompts.start_tag, prompts.end_tag) for o in outs)
+            if p is not None
+        ]
+        if not parsed and not warned:
+            warnings.warn(
+                f"no update output carried {prompts.start_tag}...{prompts.end_tag} at iteration {i}; "
+                "continuing with the cache",
+                UserWarning,
+                stacklevel=2,
+            )
+            warned = True
+        new = _score(reward, query, parsed, config.nan_policy)
+        n_scored += len(parsed)
+        cache += [CacheEntry(i, t, r) for t, r in zip(parsed, new)]
+        logs.append(
+            IterationLog(
+                chosen=chosen,
+                rejected=rejected,
+                loss_text=loss,
+                gradient_text=grad,
+                update_prompt=upd_msgs[-1]["content"],
+                n_parsed=len(parsed),
+                n_dropped=len(outs) - len(parsed),
+                new_rewards=new,
+                same_pair=(b == w),
+            )
+        )
+    best, _ = _select(cache, "extreme")
+    return TPOResult(
+        query=query,
+        best_response=cache[best].text,
+        best_reward=cache[best].reward,
+        cache=cache,
+        iterations=logs,
+        n_policy_calls=call.calls,
+        n_reward_calls=n_scored,
+    )
+
+
+def best_of_n(query: str, backend, reward, n: int, config: TPOConfig | None = None) -> TPOResult:
+    """Best-of-N (the paper's baseline): one call with ``n`` samples, the best-scoring one."""
+    base = config or TPOConfig()
+    cfg = TPOConfig(**{**base.__dict__, "width": n, "mode": "bon"})
+    return tpo_optimize(query, backend, reward, cfg)
+
+
+def _load_done(path) -> dict[int, TPOResult]:
+    """Finished records of a JSONL output (``{"index": i, "result": {...}}`` per line); a torn
+    last line (a crash mid-write) is ignored."""
+    from pathlib import Path
+
+    done: dict[int, TPOResult] = {}
+    p = Path(path)
+    if not p.exists():
+        return done
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            done[int(rec["index"])] = TPOResult.from_dict(rec["result"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
+def tpo_batch(
+    queries: list[str],
+    backend,
+    reward,
+    config: TPOConfig | None = None,
+    prompts: PromptSet | None = None,
+    *,
+    num_threads: int = 4,
+    out_path=None,
+    resume: bool = True,
+    feedback_backend=None,
+    progress: bool | None = None,
+) -> list[TPOResult]:
+    """TPO over many queries with a thread pool (like the official runner). With ``out_path`` each
+    finished query is appended to a JSONL file at once (flushed and synced); with ``resume`` a rerun
+    skips the queries already there, so a crash loses at most the queries in flight. Queries share
+    nothing mutable: each call builds its own cache and prompts."""
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from icml25.progress import track
+
+    if isinstance(queries, str) or not all(isinstance(q, str) for q in queries):
+        raise ValueError("queries must be a list of strings")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    config = config or TPOConfig()
+    config.validate()
+    done = _load_done(out_path) if (out_path is not None and resume) else {}
+    for i, r in done.items():
+        if i >= len(queries) or r.query != queries[i]:
+            raise ValueError(
+                f"{out_path} holds a result for query {i} that is not this query list's; "
+                "use another out_path or resume=False"
+            )
+    if out_path is not None and not resume and os.path.exists(out_path):
+        os.remove(out_path)
+    todo = [i for i in range(len(queries)) if i not in done]
+    lock = threading.Lock()
+    results: dict[int, TPOResult] = dict(done)
+
+    def one(i: int) -> tuple[int, TPOResult]:
+        return i, tpo_optimize(
+            queries[i], backend, reward, config, prompts, feedback_backend=feedback_backend
+        )
+
+    with ThreadPoolExecutor(max_workers=num_threads) as pool:
+        futures = [pool.submit(one, i) for i in todo]
+        for fut in track(
+            as_completed(futures),
+            "TPO",
+            total=len(futures),
+            disable=None if progress is None else not progress,
+        ):
+            i, res = fut.result()
+            results[i] = res
+            if out_path is not None:
+                line = json.dumps({"index": i, "result": asdict(res)}, ensure_ascii=False)
+                with lock, open(out_path, "a", encoding="utf-8") as f:
+                    f.write(line + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+    return [results[i] for i in range(len(queries))]

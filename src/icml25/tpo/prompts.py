@@ -1,0 +1,257 @@
+"""The four TPO prompts (paper §3; structure from the official code, wording ours).
+
+Roles: *generate* (the plain query), *loss* (a critique of the chosen response against the rejected
+one), *gradient* (improvement instructions given the critique), *update* (a new response, answered
+between ``<IMPROVED_VARIABLE>`` tags). The tag vocabulary and block order follow TextGrad's, as used
+by TPO: ``<ROLE>``, ``<LM_SYSTEM_PROMPT>``, ``<LM_INPUT>``, ``<LM_OUTPUT>``, ``<OBJECTIVE_FUNCTION>``,
+``<VARIABLE>``, ``<CONTEXT>``, ``<CONVERSATION>``, ``<FEEDBACK>``, ``<CONSTRAINTS>``. Placeholders are
+filled in one pass, so user text with ``{braces}`` or placeholder names is never re-interpreted; every
+rendered prompt can be parsed back (``parse_*``), which lets an offline policy read real prompts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["PromptSet", "extract_tagged", "short_value"]
+
+_PLACEHOLDER = re.compile(r"\{(query|rejected|start_tag|end_tag)\}")
+
+
+def _fill(template: str, **values: str) -> str:
+    """Replace ``{name}`` for the given names in one pass (inserted text is not re-scanned)."""
+    return _PLACEHOLDER.sub(
+        lambda m: values[m.group(1)] if m.group(1) in values else m.group(0), template
+    )
+
+
+def short_value(text: str, n_words: int = 10) -> str:
+    """TextGrad's ``get_short_value``: split on single spaces; more than ``2 n_words`` pieces become
+    the first ``n_words`` + ``" (...) "`` + the last ``n_words``."""
+    pieces = text.split(" ")
+    if len(pieces) <= 2 * n_words:
+        return text
+    return " ".join(pieces[:n_words]) + " (...) " + " ".join(pieces[-n_words:])
+
+
+def extract_tagged(text: str, start: str, end: str) -> str | None:
+    """The text after the first ``start`` and before the next ``end``, stripped; None if either
+    tag is missing."""
+    i = text.find(start)
+    if i < 0:
+        return None
+    j = text.find(end, i + len(start))
+    if j < 0:
+        return None
+    return text[i + len(start) : j].strip()
+
+
+def _block(tag: str, value: str) -> str:
+    return f"<{tag}> {value} </{tag}>"
+
+
+def _unblock(text: str, tag: str) -> str:
+    """Inverse of :func:`_block` for the first block of ``tag`` (exact, no stripping)."""
+    start, end = f"<{tag}> ", f" </{tag}>"
+    i = text.find(start)
+    if i < 0:
+        raise ValueError(f"no <{tag}> block in the prompt")
+    j = text.find(end, i + len(start))
+    if j < 0:
+        raise ValueError(f"no </{tag}> after <{tag}> in the prompt")
+    return text[i + len(start) : j]
+
+
+_LOSS = (
+    "You compare two responses to a user query: a chosen one and a rejected one. Go through the "
+    "strengths and weaknesses of each, step by step, and say why the first is preferred and the "
+    "second is not. Do not answer the query yourself, and keep it short.\n\n"
+    "<QUERY>{query}</QUERY>\n\n<REJECTED_RESPONSE>{rejected}</REJECTED_RESPONSE>\n\n"
+    "The chosen response is the next message."
+)
+_LOSS_REVISION = (
+    "You review a response to a user query. Go through its strengths and weaknesses, step by "
+    "step. Do not answer the query yourself, and keep it short.\n\n<QUERY>{query}</QUERY>\n\n"
+    "The response is the next message."
+)
+_BACKWARD = (
+    "You are the feedback step of an optimisation loop over text. You receive a variable and an "
+    "objective in <OBJECTIVE_FUNCTION> tags and write criticism and concrete ways to improve the "
+    "variable for that objective. Do not write a new version of the variable. If the variable "
+    "already serves the objective, say that no change is needed.\n"
+    "Tags: <LM_SYSTEM_PROMPT> the system prompt of a language-model call; <LM_INPUT> its input; "
+    "<LM_OUTPUT> its output; <OBJECTIVE_FUNCTION> what to optimise; <VARIABLE> the text to "
+    "criticise; <ROLE> what the variable is for."
+)
+_OPTIMIZER = (
+    "You improve a text variable in an optimisation loop, using feedback that may be noisy. Keep "
+    "to the variable's role and context. Answer with the improved variable between {start_tag} and "
+    "{end_tag}; the text between the tags replaces the variable.\n"
+    "Tags: <LM_SYSTEM_PROMPT>, <LM_INPUT>, <LM_OUTPUT> the parts of a language-model call; "
+    "<FEEDBACK> the feedback on the variable; <CONVERSATION> the call the variable took part in; "
+    "<FOCUS> what to focus on; <ROLE> what the variable is for."
+)
+
+
+@dataclass
+class PromptSet:
+    """Templates and renderers of the four roles (``{query}``, ``{rejected}``, ``{start_tag}`` and
+    ``{end_tag}`` placeholders). :meth:`default` is our wording with TPO's tag vocabulary."""
+
+    generation_system: str | None = "You are a helpful assistant."
+    loss_template: str = _LOSS
+    loss_template_revision: str = _LOSS_REVISION
+    backward_system: str = _BACKWARD
+    optimizer_system: str = _OPTIMIZER
+    role_tpo: str = "a chosen response to a user query"
+    role_revision: str = "a model response to a user query"
+    response_desc: str = "the language model's response"
+    constraints_tpo: tuple[str, ...] = (
+        "only generate a chosen response",
+        "do NOT generate a rejected response",
+    )
+    constraints_revision: tuple[str, ...] = ("only generate a model response",)
+    start_tag: str = "<IMPROVED_VARIABLE>"
+    end_tag: str = "</IMPROVED_VARIABLE>"
+
+    @classmethod
+    def default(cls) -> PromptSet:
+        return cls()
+
+    # ------------------------------------------------------------------ renderers
+    def generation_messages(self, query: str) -> list[dict[str, str]]:
+        msgs = (
+            []
+            if self.generation_system is None
+            else [{"role": "system", "content": self.generation_system}]
+        )
+        return msgs + [{"role": "user", "content": query}]
+
+    def loss_system(self, query: str, rejected: str | None) -> str:
+        if rejected is None:
+            return _fill(self.loss_template_revision, query=query)
+        return _fill(self.loss_template, query=query, rejected=rejected)
+
+    def loss_messages(self, query: str, chosen: str, rejected: str | None) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": self.loss_system(query, rejected)},
+            {"role": "user", "content": chosen},
+        ]
+
+    def _role(self, rejected: str | None) -> str:
+        return self.role_revision if rejected is None else self.role_tpo
+
+    def _conversation(self, loss_system: str, chosen: str, critique: str) -> str:
+        return "\n\n".join(
+            [
+                _block("LM_SYSTEM_PROMPT", loss_system),
+                _block("LM_INPUT", chosen),
+                _block("LM_OUTPUT", critique),
+            ]
+        )
+
+    def gradient_messages(
+        self, query: str, chosen: str, rejected: str | None, critique: str
+    ) -> list[dict[str, str]]:
+        role = self._role(rejected)
+        user = (
+            f"You give feedback to a variable whose role is {_block('ROLE', role)}. A language model "
+            "evaluated the variable as follows:\n\n"
+            + self._conversation(self.loss_system(query, rejected), chosen, critique)
+            + "\n\n<OBJECTIVE_FUNCTION>Criticise the variable in the light of the evaluation output "
+            "above; improving that evaluation is the only goal.</OBJECTIVE_FUNCTION>\n\n"
+            f"Give feedback on {self.response_desc} in this conversation, on this span:\n\n"
+            + _block("VARIABLE", short_value(chosen))
+            + f"\n\nDescribe how {self.response_desc} could be improved for the objective. Be "
+            "critical and creative."
+        )
+        return [
+            {"role": "system", "content": self.backward_system},
+            {"role": "user", "content": user},
+        ]
+
+    def update_messages(
+        self,
+        query: str,
+        chosen: str,
+        rejected: str | None,
+        critique: str,
+        gradient: str,
+    ) -> list[dict[str, str]]:
+        role = self._role(rejected)
+        cons = self.constraints_revision if rejected is None else self.constraints_tpo
+        constraints = "\n".join(f"Constraint {i + 1}: <{c}>" for i, c in enumerate(cons))
+        user = (
+            f"The variable to improve has the role {_block('ROLE', role)}.\n\n"
+            f"The variable is the text in this span: {_block('VARIABLE', short_value(chosen))}\n\n"
+            "Context and feedback for the variable:\n\n<CONTEXT>\n<CONVERSATION>"
+            + self._conversation(self.loss_system(query, rejected), chosen, critique)
+            + f"</CONVERSATION>\n\nThe output is used as {self.response_desc}.\n\n"
+            f"Feedback on {self.response_desc}:\n\n"
+            + _block("FEEDBACK", gradient)
+            + "\n</CONTEXT>\n\n"
+            f"Improve the variable ({role}) with the feedback in <FEEDBACK>.\n\n"
+            f"<CONSTRAINTS>{constraints}</CONSTRAINTS>\n\n"
+            f"Answer in this format: {self.start_tag}the improved variable{self.end_tag}, and "
+            "nothing else."
+        )
+        return [
+            {
+                "role": "system",
+                "content": _fill(
+                    self.optimizer_system, start_tag=self.start_tag, end_tag=self.end_tag
+                ),
+            },
+            {"role": "user", "content": user},
+        ]
+
+    # ------------------------------------------------------------------ parsers
+    def detect_role(self, messages: list[dict[str, str]]) -> str:
+        """``"generate"``, ``"loss"``, ``"gradient"`` or ``"update"`` for a rendered prompt."""
+        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+        if system == self.backward_system:
+            return "gradient"
+        if system == _fill(self.optimizer_system, start_tag=self.start_tag, end_tag=self.end_tag):
+            return "update"
+        if "<QUERY>" in system:
+            return "loss"
+        return "generate"
+
+    def parse_loss(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
+        system, chosen = messages[0]["content"], messages[1]["content"]
+        query = extract_exact(system, "<QUERY>", "</QUERY>")
+        rejected = (
+            extract_exact(system, "<REJECTED_RESPONSE>", "</REJECTED_RESPONSE>")
+            if "<REJECTED_RESPONSE>" in system
+            else None
+        )
+        return {"query": query, "chosen": chosen, "rejected": rejected}
+
+    def parse_gradient(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
+        user = messages[-1]["content"]
+        loss_system = _unblock(user, "LM_SYSTEM_PROMPT")
+        out = self.parse_loss(
+            [{"role": "system", "content": loss_system}, {"role": "user", "content": ""}]
+        )
+        return {
+            "query": out["query"],
+            "rejected": out["rejected"],
+            "chosen": _unblock(user, "LM_INPUT"),
+            "critique": _unblock(user, "LM_OUTPUT"),
+            "role": _unblock(user, "ROLE"),
+        }
+
+    def parse_update(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
+        out = self.parse_gradient(messages)
+        out["gradient"] = _unblock(messages[-1]["content"], "FEEDBACK")
+        return out
+
+
+def extract_exact(text: str, start: str, end: str) -> str:
+    """The text between the first ``start`` and the next ``end``, unstripped."""
+    i = text.find(start)
+    j = text.find(end, i + len(start)) if i >= 0 else -1
+    if i < 0 or j < 0:
+        raise ValueError(f"no {start}...{end} block in the prompt")
+    return text[i + len(start) : j]
