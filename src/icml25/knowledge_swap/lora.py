@@ -35,15 +35,14 @@ def _check_rank(r: int, alpha: float) -> None:
         raise ValueError(f"LoRA alpha must be > 0, got {alpha}")
 
 
-class LoRALinear(nn.Module):
-    """A frozen ``nn.Linear`` plus a trainable rank-``r`` update (``r = 0``: plain passthrough)."""
+class _LoRABase(nn.Module):
+    """Shared part of the LoRA layers: a frozen ``base``, ``lora_A (r, fan_in)``, ``lora_B
+    (out, r)`` and the scaling ``alpha / r``; subclasses define :meth:`delta_weight` and the
+    forward pass."""
 
-    def __init__(
-        self, base: nn.Linear, r: int = 8, alpha: float = 1.0, init_a: float = math.sqrt(50)
-    ) -> None:
-        super().__init__()
-        if not isinstance(base, nn.Linear):
-            raise TypeError(f"LoRALinear wraps an nn.Linear, got {type(base).__name__}")
+    def _setup(
+        self, base: nn.Module, fan_in: int, fan_out: int, r: int, alpha: float, init_a: float
+    ):
         _check_rank(r, alpha)
         self.base, self.r, self.alpha, self.init_a = base, r, float(alpha), float(init_a)
         self.scaling = self.alpha / r if r else 0.0
@@ -52,12 +51,8 @@ class LoRALinear(nn.Module):
             p.requires_grad_(False)
         w = base.weight
         if r:
-            self.lora_A = nn.Parameter(
-                torch.empty(r, base.in_features, dtype=w.dtype, device=w.device)
-            )
-            self.lora_B = nn.Parameter(
-                torch.empty(base.out_features, r, dtype=w.dtype, device=w.device)
-            )
+            self.lora_A = nn.Parameter(torch.empty(r, fan_in, dtype=w.dtype, device=w.device))
+            self.lora_B = nn.Parameter(torch.empty(fan_out, r, dtype=w.dtype, device=w.device))
             self.reset_lora()
 
     def reset_lora(self, generator: torch.Generator | None = None) -> None:
@@ -66,22 +61,12 @@ class LoRALinear(nn.Module):
             return
         bound = math.sqrt(6.0 / ((1 + self.init_a**2) * self.lora_A.shape[1]))
         with torch.no_grad():
-            self.lora_A.copy_(
-                torch.rand(self.lora_A.shape, generator=generator, dtype=self.lora_A.dtype)
-                * 2
-                * bound
-                - bound
-            )
+            u = torch.rand(self.lora_A.shape, generator=generator, dtype=self.lora_A.dtype)
+            self.lora_A.copy_(u * 2 * bound - bound)
             self.lora_B.zero_()
 
-    def delta_weight(self) -> Tensor:
-        return self.scaling * (self.lora_B @ self.lora_A)
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = self.base(x)
-        if self.r and not self.merged:
-            out = out + self.scaling * F.linear(F.linear(x, self.lora_A), self.lora_B)
-        return out
+    def delta_weight(self) -> Tensor:  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
 
     @torch.no_grad()
     def merge(self) -> None:
@@ -96,7 +81,28 @@ class LoRALinear(nn.Module):
             self.merged = False
 
 
-class LoRAConv2d(nn.Module):
+class LoRALinear(_LoRABase):
+    """A frozen ``nn.Linear`` plus a trainable rank-``r`` update (``r = 0``: plain passthrough)."""
+
+    def __init__(
+        self, base: nn.Linear, r: int = 8, alpha: float = 1.0, init_a: float = math.sqrt(50)
+    ) -> None:
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"LoRALinear wraps an nn.Linear, got {type(base).__name__}")
+        self._setup(base, base.in_features, base.out_features, r, alpha, init_a)
+
+    def delta_weight(self) -> Tensor:
+        return self.scaling * (self.lora_B @ self.lora_A)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.base(x)
+        if self.r and not self.merged:
+            out = out + self.scaling * F.linear(F.linear(x, self.lora_A), self.lora_B)
+        return out
+
+
+class LoRAConv2d(_LoRABase):
     """A frozen ``nn.Conv2d`` (``groups = 1``) plus ``Delta W = (alpha / r) (B A).reshape(kernel)``."""
 
     def __init__(
@@ -107,20 +113,8 @@ class LoRAConv2d(nn.Module):
             raise TypeError(f"LoRAConv2d wraps an nn.Conv2d, got {type(base).__name__}")
         if base.groups != 1:
             raise ValueError(f"LoRAConv2d supports groups=1 only, got groups={base.groups}")
-        _check_rank(r, alpha)
-        self.base, self.r, self.alpha, self.init_a = base, r, float(alpha), float(init_a)
-        self.scaling = self.alpha / r if r else 0.0
-        self.merged = False
-        for p in base.parameters():
-            p.requires_grad_(False)
         w = base.weight
-        fan_in = w.shape[1] * w.shape[2] * w.shape[3]
-        if r:
-            self.lora_A = nn.Parameter(torch.empty(r, fan_in, dtype=w.dtype, device=w.device))
-            self.lora_B = nn.Parameter(torch.empty(w.shape[0], r, dtype=w.dtype, device=w.device))
-            self.reset_lora()
-
-    reset_lora = LoRALinear.reset_lora
+        self._setup(base, w.shape[1] * w.shape[2] * w.shape[3], w.shape[0], r, alpha, init_a)
 
     def delta_weight(self) -> Tensor:
         return self.scaling * (self.lora_B @ self.lora_A).reshape(self.base.weight.shape)
@@ -136,9 +130,6 @@ class LoRAConv2d(nn.Module):
                 pad = b.padding
             out = out + F.conv2d(x, self.delta_weight(), None, b.stride, pad, b.dilation)
         return out
-
-    merge = LoRALinear.merge
-    unmerge = LoRALinear.unmerge
 
 
 def inject_lora(
