@@ -78,6 +78,9 @@ def worker(rank: int, port: int) -> None:
     try:
         ddp_check(rank)
         dtensor_check(rank)
+        # both ranks finish before teardown: without it gloo's background threads can outlive
+        # the peer and abort one process ("terminate called without an active exception")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_repro_smoke(tmp_path):
-    from icml25.tpo import repro
+    from icml25.tpo import experiment as repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path, smoke=True)
     assert r.slug == "tpo" and r.held in (True, False)

@@ -1,4 +1,5 @@
-"""Reproduction of paper 16 (TPO) offline, with a tiny role model behind the real prompts.
+"""The reproduction of paper 16 (TPO) offline, with a tiny role model behind the real prompts
+(work in progress: becomes ``repro.py`` and is registered once the role model meets its bars).
 
 The policy is a small transformer trained to play TPO's four roles on a synthetic task (see
 :mod:`icml25.tpo.tiny`); ``tpo_optimize`` runs the same code path as with a real LLM. Gates (spec,
