@@ -161,6 +161,8 @@ PAPERS: tuple[Paper, ...] = (
         "tpo",
         "Test-Time Preference Optimization: On-the-Fly Alignment via Iterative Textual Feedback",
         "arXiv:2501.12895",
+        repro="icml25.tpo.repro:run",
+        usage="icml25.tpo.tpo_optimize(query, icml25.llm.OpenAIChat(url, model), reward_model)",
         cli="icml25.tpo.cli:add_parser",
     ),
     Paper(

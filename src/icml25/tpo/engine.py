@@ -91,6 +91,16 @@ class TPOResult:
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 
+    def best_reward_at(self, depth: int) -> float:
+        """The best cached reward after ``depth`` iterations (0 = Best-of-N of the initial
+        samples). Iteration ``i`` depends only on iterations before it, so this equals the final
+        reward of a run with ``depth`` iterations and the same seeds: one deep run gives the
+        whole depth curve."""
+        done = len(self.iterations)
+        if not isinstance(depth, int) or not 0 <= depth <= done:
+            raise ValueError(f"depth must be an int in [0, {done}] for this result, got {depth!r}")
+        return max(e.reward for e in self.cache if e.iteration < depth)
+
     @classmethod
     def from_dict(cls, d: dict) -> TPOResult:
         return cls(

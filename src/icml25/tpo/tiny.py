@@ -16,6 +16,8 @@ the spec's quality bars (critic accuracy, generator noise at the sampling temper
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ VOCAB = (
         "bad",
         "fix",
         "none",
+        "ok",
     ]
 )
 TOK = {t: i for i, t in enumerate(VOCAB)}
@@ -95,15 +98,12 @@ class _Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
         self.heads = heads
 
-    def forward(self, x: Tensor, pad_mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         B, T, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
         shape = (B, T, self.heads, D // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        if pad_mask is not None:
-            mask = mask & pad_mask[:, None, None, :]
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
         return x + self.mlp(self.ln2(x))
 
@@ -117,11 +117,11 @@ class RoleModel(nn.Module):
         self.blocks = nn.ModuleList(_Block(d, heads) for _ in range(n_layer))
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, len(VOCAB), bias=False)
 
-    def forward(self, ids: Tensor, pad_mask: Tensor | None = None) -> Tensor:
+    def forward(self, ids: Tensor) -> Tensor:
         T = ids.shape[1]
         x = self.tok(ids) + self.pos(torch.arange(T, device=ids.device))
         for b in self.blocks:
-            x = b(x, pad_mask)
+            x = b(x)
         return self.head(self.ln(x))
 
 
@@ -134,26 +134,35 @@ def _digits(ds: list[int]) -> list[str]:
     return [str(d) for d in ds[:L]] + ["0"] * max(0, L - len(ds))
 
 
+def mask_tokens(positions) -> list[str]:
+    """A set of positions as six aligned slots: ``@i`` where flagged, ``ok`` elsewhere (the compact
+    encoding of ``bad @i @j ...`` / ``fix @i @j ...``; aligned slots are much easier for a tiny
+    model to learn than a variable-length list)."""
+    flagged = set(positions)
+    return [f"@{i}" if i in flagged else "ok" for i in range(L)]
+
+
+PROMPT_LEN = 23  # every prompt is left-padded to this length (see prompt_tokens)
+
+
 def prompt_tokens(role: str, q: list[int], c=None, r=None, positions=None) -> list[str]:
+    """The compact encoding of one role's prompt. Every prompt is left-padded to ``PROMPT_LEN``
+    and ends with the query followed by ``<out>``, so the query digits and the six output slots sit
+    at the same absolute positions in every role: the circuit that maps slot ``k`` to the query's
+    digit ``5 - k`` is shared by the generator, the critic and the updater."""
+    qd = _digits(q) if role != "grad" else []
     if role == "gen":
-        return ["<bos>", "<gen>", *_digits(q), "<out>"]
-    if role in ("loss", "lossrev"):
+        body = []
+    elif role in ("loss", "lossrev"):
         body = ["<c>", *_digits(c)] + (["<r>", *_digits(r)] if role == "loss" else [])
-        return ["<bos>", f"<{role}>", *_digits(q), *body, "<out>"]
-    if role == "grad":
-        return ["<bos>", "<grad>", "bad", *([f"@{i}" for i in positions] or ["none"]), "<out>"]
-    if role == "upd":
-        return [
-            "<bos>",
-            "<upd>",
-            *_digits(q),
-            "<c>",
-            *_digits(c),
-            "<fix>",
-            *([f"@{i}" for i in positions] or ["none"]),
-            "<out>",
-        ]
-    raise ValueError(role)
+    elif role == "grad":
+        body = ["bad", *mask_tokens(positions)]
+    elif role == "upd":
+        body = ["<c>", *_digits(c), "<fix>", *mask_tokens(positions)]
+    else:
+        raise ValueError(f"unknown role {role!r}; valid: gen, loss, lossrev, grad, upd")
+    toks = ["<bos>", f"<{role}>", *body, *qd, "<out>"]
+    return ["<pad>"] * (PROMPT_LEN - len(toks)) + toks
 
 
 def _noisy(g: list[int], p: float, rng: random.Random) -> list[int]:
@@ -181,13 +190,10 @@ def make_example(rng: random.Random, rho: float = 0.5) -> tuple[list[str], list[
         if len(_wrong(a, g)) > len(_wrong(b, g)):
             a, b = b, a
         pos = _flip(_wrong(a, g), 0.1, rng)
-        return prompt_tokens(role, q, a, b), ["bad", *([f"@{i}" for i in pos] or ["none"])]
+        return prompt_tokens(role, q, a, b), mask_tokens(pos)
     if role == "grad":
         pos = sorted(rng.sample(range(L), rng.randint(0, L)))
-        return prompt_tokens("grad", q, positions=pos), [
-            "fix",
-            *([f"@{i}" for i in pos] or ["none"]),
-        ]
+        return prompt_tokens("grad", q, positions=pos), mask_tokens(pos)
     c = _noisy(g, rng.random() * 0.8, rng)
     pos = _flip(_wrong(c, g), 0.1, rng)
     out = [
@@ -196,7 +202,7 @@ def make_example(rng: random.Random, rho: float = 0.5) -> tuple[list[str], list[
     return prompt_tokens("upd", q, c, positions=pos), _digits(out)
 
 
-def _batch(examples) -> tuple[Tensor, Tensor, Tensor]:
+def _batch(examples) -> tuple[Tensor, Tensor]:
     seqs = [_enc(p + t + ["<eos>"]) for p, t in examples]
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), PAD, dtype=torch.long)
@@ -204,7 +210,7 @@ def _batch(examples) -> tuple[Tensor, Tensor, Tensor]:
     for k, ((p, _t), s) in enumerate(zip(examples, seqs)):
         ids[k, : len(s)] = torch.tensor(s)
         loss_mask[k, len(p) : len(s)] = True  # predict the output and EOS only
-    return ids, loss_mask, ids != PAD
+    return ids, loss_mask
 
 
 @dataclass
@@ -226,8 +232,10 @@ def train_role_model(
     loss_v = float("nan")
     model.train()
     for _ in range(steps):
-        ids, lmask, pmask = _batch([make_example(rng, rho) for _ in range(batch)])
-        logits = model(ids[:, :-1], pmask[:, :-1])
+        ids, lmask = _batch([make_example(rng, rho) for _ in range(batch)])
+        # no attention mask: the left pads are part of the fixed layout (the same at inference)
+        # and the right pads come after every position that is trained
+        logits = model(ids[:, :-1])
         loss = F.cross_entropy(logits[lmask[:, 1:]], ids[:, 1:][lmask[:, 1:]])
         opt.zero_grad()
         loss.backward()
@@ -245,7 +253,7 @@ def sample(
     n: int,
     temperature: float,
     top_p: float,
-    max_new: int = 12,
+    max_new: int = 8,
     generator: torch.Generator | None = None,
 ) -> list[list[str]]:
     """``n`` continuations of one prompt, decoded as a batch (the prompts are at most ~30 tokens,
@@ -288,14 +296,21 @@ class TinyRoleBackend(BaseChat):
 
     name = "tiny-role-model"
 
-    def __init__(self, model: RoleModel, prompts: PromptSet | None = None) -> None:
+    def __init__(self, model: RoleModel, prompts: PromptSet | None = None, seed: int = 0) -> None:
         self.model, self.prompts = model, prompts or PromptSet.default()
+        self._unseeded = torch.Generator().manual_seed(seed)
 
     def _complete(self, messages, params) -> list[Completion]:
         P = self.prompts
         msgs = [dict(m) for m in messages]
         role = P.detect_role(msgs)
-        gen = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
+        # like a seeded server: a request with a seed is a deterministic function of the prompt
+        # and the seed; without one, draws continue one stream
+        gen = (
+            self._unseeded
+            if params.seed is None
+            else torch.Generator().manual_seed(int(params.seed))
+        )
         if role == "generate":
             q = parse_digits(msgs[-1]["content"].split("solve:", 1)[-1])
             prompt = prompt_tokens("gen", q)
@@ -323,27 +338,42 @@ class TinyRoleBackend(BaseChat):
             if role in ("generate", "update"):
                 body = " ".join(w for w in words if w.isdigit())
                 texts.append(body if role == "generate" else f"{P.start_tag}{body}{P.end_tag}")
-            else:
-                texts.append(" ".join(words))
+            else:  # render the aligned mask back as the text a critic would write
+                head = "bad" if role == "loss" else "fix"
+                pos = _positions(words)
+                texts.append(f"{head} " + (" ".join(f"@{i}" for i in pos) if pos else "none"))
         return [Completion(t) for t in texts]
 
 
 class ScrambledCritiqueBackend(BaseChat):
     """The control of the reproduction: every loss (critique) output keeps its number of flagged
-    positions but flags a uniformly random set of them."""
+    positions but flags a uniformly random set of them.
+
+    The random set is drawn like the model's own sampling: with a request seed it is a
+    deterministic function of (control seed, request seed, prompt), so the control differs from
+    the real critic only in what the critique says, not in how often it repeats itself (with the
+    official fixed seed, an unchanged chosen response gives an identical critique)."""
 
     name = "scrambled-critiques"
 
     def __init__(self, inner: TinyRoleBackend, seed: int = 0) -> None:
-        self.inner, self.gen = inner, torch.Generator().manual_seed(seed)
+        self.inner, self.seed = inner, seed
+        self.gen = torch.Generator().manual_seed(seed)
 
     def _complete(self, messages, params) -> list[Completion]:
+        msgs = [dict(m) for m in messages]
         out = self.inner._complete(messages, params)
-        if self.inner.prompts.detect_role([dict(m) for m in messages]) != "loss":
+        if self.inner.prompts.detect_role(msgs) != "loss":
             return out
+        gen = self.gen
+        if params.seed is not None:
+            key = json.dumps([self.seed, int(params.seed), msgs], sort_keys=True).encode()
+            gen = torch.Generator().manual_seed(
+                int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+            )
         res = []
         for c in out:
             k = len(_positions(c.text.split()))
-            pos = sorted(torch.randperm(L, generator=self.gen)[:k].tolist())
+            pos = sorted(torch.randperm(L, generator=gen)[:k].tolist())
             res.append(Completion("bad " + (" ".join(f"@{i}" for i in pos) if pos else "none")))
         return res
