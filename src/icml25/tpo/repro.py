@@ -89,16 +89,24 @@ def role_quality(model, n: int = 200, seed: int = 0) -> dict[str, float]:
                 )
             )
             acc.append(sum(1 for i in range(L) if (i in pos) == (i in wrong)) / L)
-        d = [
-            int(w)
-            for w in sample(
-                model, prompt_tokens("upd", q, c, positions=sorted(wrong)), 1, 1.0, 1.0, generator=g
-            )[0]
-            if w.isdigit()
-        ]
-        if len(d) == L:
-            copy += [d[i] == c[i] for i in range(L) if i not in wrong]
-            fix += [d[i] == tgt[i] for i in wrong]
+        # copy: unflagged digits kept under flags drawn independently of correctness (an updater
+        # that fixes wrong digits on its own, ignoring the instruction, fails this); fix: the
+        # flagged wrong digits that come back right under the exact instruction
+        flags = sorted(i for i in range(L) if rng.random() < 0.5)
+        for fl, kind in ((flags, "copy"), (sorted(wrong), "fix")):
+            d = [
+                int(w)
+                for w in sample(
+                    model, prompt_tokens("upd", q, c, positions=fl), 1, 1.0, 1.0, generator=g
+                )[0]
+                if w.isdigit()
+            ]
+            if len(d) != L:
+                continue
+            if kind == "copy":
+                copy += [d[i] == c[i] for i in range(L) if i not in fl]
+            else:
+                fix += [d[i] == tgt[i] for i in wrong]
     return {
         "gen": st.mean(gen),
         "critic": st.mean(crit),
