@@ -51,9 +51,11 @@ def _block(tag: str, value: str) -> str:
     return f"<{tag}> {value} </{tag}>"
 
 
-def _unblock(text: str, tag: str) -> str:
-    """Inverse of :func:`_block` for the first block of ``tag`` (exact, no stripping)."""
-    start, end = f"<{tag}> ", f" </{tag}>"
+def _unblock(text: str, tag: str, spaced: bool = True) -> str:
+    """Inverse of :func:`_block` for the first block of ``tag`` (exact, no stripping);
+    ``spaced=False`` reads ``<TAG>value</TAG>`` (some of TextGrad's blocks)."""
+    pad = " " if spaced else ""
+    start, end = f"<{tag}>{pad}", f"{pad}</{tag}>"
     i = text.find(start)
     if i < 0:
         raise ValueError(f"no <{tag}> block in the prompt")
@@ -114,10 +116,57 @@ class PromptSet:
     constraints_revision: tuple[str, ...] = ("only generate a model response",)
     start_tag: str = "<IMPROVED_VARIABLE>"
     end_tag: str = "</IMPROVED_VARIABLE>"
+    # TextGrad's own gradient/update templates (set by from_textgrad; None = our wording)
+    textgrad: dict[str, str] | None = None
 
     @classmethod
     def default(cls) -> PromptSet:
         return cls()
+
+    @classmethod
+    def from_textgrad(cls, loss_template: str | None = None, **overrides) -> PromptSet:
+        """Gradient and update prompts byte-identical to TextGrad's (``LLMCall`` backward without
+        an output gradient, ``TextualGradientDescent._update_prompt`` with constraints), built
+        from the constants of the installed ``textgrad`` package (PyPI ``textgrad``). TPO's loss
+        template lives only in the TPO repository: pass it as ``loss_template`` (placeholders
+        ``{query}`` and ``{rejected}``), or our wording is kept. The response description is
+        TextGrad's default output role."""
+        try:
+            from textgrad import defaults as tg_defaults
+            from textgrad.autograd import llm_backward_prompts as bp
+            from textgrad.optimizer import optimizer_prompts as op
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "PromptSet.from_textgrad needs the textgrad package: pip install textgrad"
+            ) from e
+        start, end = (
+            overrides.pop("start_tag", cls.start_tag),
+            overrides.pop("end_tag", cls.end_tag),
+        )
+        templates = {
+            "conversation": bp.CONVERSATION_TEMPLATE,
+            "backward_start": bp.CONVERSATION_START_INSTRUCTION_BASE,
+            "backward_objective": bp.OBJECTIVE_INSTRUCTION_BASE,
+            "backward_evaluate": bp.EVALUATE_VARIABLE_INSTRUCTION,
+            "gradient_context": op.GRADIENT_TEMPLATE,
+            "tgd_prefix": op.TGD_PROMPT_PREFIX,
+            "tgd_constraints": op.CONSTRAINT_PROMPT_ADDITION,
+            "tgd_suffix": op.TGD_PROMPT_SUFFIX,
+        }
+        fields = dict(
+            backward_system=bp.BACKWARD_SYSTEM_PROMPT,
+            optimizer_system=op.OPTIMIZER_SYSTEM_PROMPT.format(
+                new_variable_start_tag=start, new_variable_end_tag=end
+            ),
+            response_desc=tg_defaults.VARIABLE_OUTPUT_DEFAULT_ROLE,
+            start_tag=start,
+            end_tag=end,
+            textgrad=templates,
+        )
+        if loss_template is not None:
+            fields["loss_template"] = loss_template
+        fields.update(overrides)
+        return cls(**fields)
 
     # ------------------------------------------------------------------ renderers
     def generation_messages(self, query: str) -> list[dict[str, str]]:
@@ -151,10 +200,31 @@ class PromptSet:
             ]
         )
 
+    def _tg_conversation(self, query: str, chosen: str, rejected: str | None, critique: str):
+        return self.textgrad["conversation"].format(
+            system_prompt=self.loss_system(query, rejected), prompt=chosen, response_value=critique
+        )
+
     def gradient_messages(
         self, query: str, chosen: str, rejected: str | None, critique: str
     ) -> list[dict[str, str]]:
         role = self._role(rejected)
+        if self.textgrad is not None:  # str.format never re-scans inserted values: safe on braces
+            t = self.textgrad
+            user = (
+                t["backward_start"].format(
+                    variable_desc=role,
+                    conversation=self._tg_conversation(query, chosen, rejected, critique),
+                )
+                + t["backward_objective"]
+                + t["backward_evaluate"].format(
+                    variable_desc=role, variable_short=short_value(chosen)
+                )
+            )
+            return [
+                {"role": "system", "content": self.backward_system},
+                {"role": "user", "content": user},
+            ]
         user = (
             f"You give feedback to a variable whose role is {_block('ROLE', role)}. A language model "
             "evaluated the variable as follows:\n\n"
@@ -181,6 +251,31 @@ class PromptSet:
     ) -> list[dict[str, str]]:
         role = self._role(rejected)
         cons = self.constraints_revision if rejected is None else self.constraints_tpo
+        if self.textgrad is not None:
+            t = self.textgrad
+            info = {
+                "variable_desc": role,
+                "variable_short": short_value(chosen),
+                "variable_grad": t["gradient_context"].format(
+                    context=self._tg_conversation(query, chosen, rejected, critique),
+                    response_desc=self.response_desc,
+                    variable_desc=role,
+                    feedback=gradient,
+                ),
+                "constraint_text": "\n".join(
+                    f"Constraint {i + 1}: {c}" for i, c in enumerate(cons)
+                ),
+                "new_variable_start_tag": self.start_tag,
+                "new_variable_end_tag": self.end_tag,
+            }
+            user = t["tgd_prefix"].format(**info)
+            if cons:
+                user += t["tgd_constraints"].format(**info)
+            user += t["tgd_suffix"].format(**info)
+            return [
+                {"role": "system", "content": self.optimizer_system},
+                {"role": "user", "content": user},
+            ]
         constraints = "\n".join(f"Constraint {i + 1}: <{c}>" for i, c in enumerate(cons))
         user = (
             f"The variable to improve has the role {_block('ROLE', role)}.\n\n"
@@ -243,9 +338,24 @@ class PromptSet:
         }
 
     def parse_update(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
-        out = self.parse_gradient(messages)
-        out["gradient"] = _unblock(messages[-1]["content"], "FEEDBACK")
-        return out
+        user = messages[-1]["content"]
+        if self.textgrad is None:
+            out = self.parse_gradient(messages)
+            out["gradient"] = _unblock(user, "FEEDBACK")
+            return out
+        # TextGrad writes <ROLE>..</ROLE> and <FEEDBACK>..</FEEDBACK> without inner spaces
+        loss_system = _unblock(user, "LM_SYSTEM_PROMPT")
+        out = self.parse_loss(
+            [{"role": "system", "content": loss_system}, {"role": "user", "content": ""}]
+        )
+        return {
+            "query": out["query"],
+            "rejected": out["rejected"],
+            "chosen": _unblock(user, "LM_INPUT"),
+            "critique": _unblock(user, "LM_OUTPUT"),
+            "role": _unblock(user, "ROLE", spaced=False),
+            "gradient": _unblock(user, "FEEDBACK", spaced=False),
+        }
 
 
 def extract_exact(text: str, start: str, end: str) -> str:
