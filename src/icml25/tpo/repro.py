@@ -46,7 +46,7 @@ CLAIM = (
 # are below the spec's (1500/4000 steps, 100/400 queries) to fit 3 / 30 minutes on 2 cores; the
 # role model meets its quality bars well before (docs/tpo.md has the learning curve).
 QUICK = {"seeds": 3, "steps": 800, "queries": 50, "grid_queries": 0}
-FULL = {"seeds": 5, "steps": 1500, "queries": 150, "grid_queries": 60}
+FULL = {"seeds": 5, "steps": 1500, "queries": 120, "grid_queries": 40}
 SMOKE = {"seeds": 1, "steps": 30, "queries": 4, "grid_queries": 2}
 WIDTHS, MAX_DEPTH = (5, 10, 15, 20), 5
 BARS = {"gen": (0.48, 0.62), "critic": (0.85, 1.0), "copy": (0.95, 1.0)}

@@ -310,12 +310,16 @@ class TinyRoleBackend(BaseChat):
         msgs = [dict(m) for m in messages]
         role = P.detect_role(msgs)
         # like a seeded server: a request with a seed is a deterministic function of the prompt
-        # and the seed; without one, draws continue one stream
-        gen = (
-            self._unseeded
-            if params.seed is None
-            else torch.Generator().manual_seed(int(params.seed))
-        )
+        # and the seed; without one, draws continue one stream. The prompt enters the seed: a
+        # real LLM's logits differ so much between queries that one shared random stream does not
+        # correlate their outcomes, but this model's error rates are nearly query-independent,
+        # so a shared stream would give every query the same right/wrong pattern
+        gen = self._unseeded
+        if params.seed is not None:
+            key = json.dumps([int(params.seed), msgs], sort_keys=True).encode()
+            gen = torch.Generator().manual_seed(
+                int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+            )
         if role == "generate":
             q = parse_digits(msgs[-1]["content"].split("solve:", 1)[-1])
             prompt = prompt_tokens("gen", q)
