@@ -171,6 +171,8 @@ PAPERS: tuple[Paper, ...] = (
         "Antidote: Post-fine-tuning Safety Alignment for Large Language Models against Harmful "
         "Fine-tuning",
         "arXiv:2408.09600",
+        repro="icml25.antidote.repro:run",
+        usage="icml25.antidote.antidote_prune(peft_model, make_realign_batches(tokenizer, harmful_pairs), AntidoteConfig(dense_ratio=0.1))",
     ),
     Paper(18, "rlthf", "RLTHF: Targeted Human Feedback for LLM Alignment", "arXiv:2502.13417"),
     Paper(

@@ -1,0 +1,327 @@
+"""align -> harmful fine-tune -> prune -> evaluate (spec "Threat model / three stages").
+
+:func:`compare_pruning` is the post-fine-tuning part for any model (toy or real): each scorer
+and ratio is applied in place, evaluated and undone exactly, so no model copy is needed.
+:class:`HarmfulFinetuneExperiment` runs the whole pipeline on the synthetic safety language of
+:mod:`icml25.toy.safety_lang` in one call.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from icml25.antidote.masks import undo_mask
+from icml25.antidote.prune import AntidoteConfig, antidote_prune
+from icml25.antidote.targets import select_target_layers
+
+__all__ = [
+    "ALPACA",
+    "ALPACA_INPUT",
+    "HarmfulFinetuneExperiment",
+    "ToySettings",
+    "compare_pruning",
+    "make_realign_batches",
+]
+
+# The Stanford-Alpaca template (official prompt format)
+ALPACA = (
+    "Below is an instruction that describes a task. Write a response that appropriately "
+    "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"
+)
+ALPACA_INPUT = (
+    "Below is an instruction that describes a task, paired with an input that provides further "
+    "context. Write a response that appropriately completes the request.\n\n### Instruction:\n"
+    "{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+)
+
+
+def make_realign_batches(
+    tokenizer,
+    pairs: Iterable,
+    *,
+    template: str = "alpaca",
+    max_length: int | None = None,
+    batch_size: int = 1,
+) -> list[dict[str, torch.Tensor]]:
+    """Tokenised calibration batches in the training format: Alpaca prompt + answer + EOS,
+    right-padded with an attention mask (padding is excluded from the statistics). ``pairs``:
+    ``(prompt, response)`` tuples or dicts with ``prompt``/``instruction``, optional ``input``,
+    and ``response``/``output``. ``template="none"`` uses the prompt text as is."""
+    if template not in ("alpaca", "none"):
+        raise ValueError(f"template must be 'alpaca' or 'none', got {template!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    texts = []
+    for p in pairs:
+        if isinstance(p, dict):
+            instr = p.get("prompt", p.get("instruction"))
+            inp, resp = p.get("input") or "", p.get("response", p.get("output"))
+        else:
+            (instr, resp), inp = p, ""
+        if instr is None or resp is None:
+            raise ValueError(f"a calibration pair needs a prompt and a response, got {p!r}")
+        if template == "alpaca":
+            head = (
+                (ALPACA_INPUT if inp else ALPACA)
+                .replace("{instruction}", instr)
+                .replace("{input}", inp)
+            )
+        else:
+            head = instr
+        texts.append(head + resp + (tokenizer.eos_token or ""))
+    if not texts:
+        raise ValueError("no calibration pairs")
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    out = []
+    for i in range(0, len(texts), batch_size):
+        enc = [
+            tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts[i : i + batch_size]
+        ]
+        if max_length is not None:
+            enc = [e[:max_length] for e in enc]
+        T = max(len(e) for e in enc)
+        ids = torch.full((len(enc), T), pad_id, dtype=torch.long)
+        am = torch.zeros(len(enc), T, dtype=torch.long)
+        for j, e in enumerate(enc):
+            ids[j, : len(e)], am[j, : len(e)] = torch.tensor(e), 1
+        out.append({"input_ids": ids, "attention_mask": am})
+    return out
+
+
+def compare_pruning(
+    model: nn.Module,
+    evaluate: Callable[[nn.Module], dict[str, float]],
+    *,
+    harmful_batches: list | None,
+    benign_batches: list | None = None,
+    ratios: Iterable[float] = (0.05, 0.1, 0.2),
+    scorers: Iterable[str] = ("antidote", "benign_wanda", "magnitude", "random"),
+    target: str = "lora",
+    target_filter=None,
+    seed: int = 0,
+) -> dict[str, dict[float, dict[str, float]]]:
+    """``{scorer: {rho: evaluate(pruned model)}}`` plus ``{"none": {0.0: evaluate(model)}}``.
+
+    Scorers: ``"antidote"`` (Wanda on ``harmful_batches``), ``"benign_wanda"`` (Wanda on the
+    user's data, ``benign_batches``), ``"magnitude"``, ``"random"`` (per tensor), and
+    ``"grad_magnitude"``. Each pruning is undone exactly before the next, so one model serves
+    every point (no copies: a real 7B model works the same way)."""
+    layers = select_target_layers(model, target, target_filter)
+    results: dict[str, dict[float, dict[str, float]]] = {"none": {0.0: evaluate(model)}}
+    kinds = {
+        "antidote": ("wanda", harmful_batches),
+        "benign_wanda": ("wanda", benign_batches),
+        "magnitude": ("magnitude", None),
+        "random": ("random", None),
+        "grad_magnitude": ("grad_magnitude", harmful_batches),
+    }
+    for scorer in scorers:
+        if scorer not in kinds:
+            raise ValueError(f"unknown scorer {scorer!r}; valid: {sorted(kinds)}")
+        score, data = kinds[scorer]
+        if score in ("wanda", "grad_magnitude") and data is None:
+            raise ValueError(f"scorer {scorer!r} needs calibration batches")
+        for rho in ratios:
+            cfg = AntidoteConfig(dense_ratio=rho, score=score, target=target, seed=seed)
+            res = antidote_prune(model, data, cfg, layers=layers)
+            try:
+                results.setdefault(scorer, {})[float(rho)] = evaluate(model)
+            finally:
+                undo_mask(layers, res.mask, res.removed)
+    return results
+
+
+@dataclass
+class ToySettings:
+    """Spec "Small-scale reproduction" sizes; the H1/H2 attack settings are (lr, epochs)."""
+
+    pretrain_steps: int = 800
+    pretrain_batch: int = 64
+    pretrain_lr: float = 3e-3
+    align_steps: int = 266
+    align_batch: int = 64
+    align_lr: float = 1e-3
+    lora_r: int = 32
+    lora_alpha: float = 32.0
+    lora_targets: tuple[str, ...] = (
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    )  # fmt: skip
+    n_finetune: int = 1000
+    poison_ratio: float = 0.2
+    ft_batch: int = 32
+    attacks: dict[str, tuple[float, int]] = field(
+        default_factory=lambda: {"H1": (3e-3, 15), "H2": (1e-3, 10)}
+    )
+    n_calibration: int = 200
+    calibration_batch: int = 64
+    n_eval: int = 400
+
+
+def _train(
+    model, params, sample_batch: Callable[[int], dict], steps: int, lr: float, schedule: str
+):
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warm = max(1, int(0.1 * steps)) if schedule == "cosine" else 0
+
+    def factor(s: int) -> float:
+        if schedule == "constant":
+            return 1.0
+        if s < warm:
+            return (s + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    model.train()
+    losses = []
+    for s in range(steps):
+        batch = sample_batch(s)
+        loss = model(**batch).loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training loss became {float(loss)} at step {s}")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+class HarmfulFinetuneExperiment:
+    """The three stages on the synthetic safety language, one seed.
+
+    ``aligned()`` pre-trains (knowledge, harmful included) and safety-aligns a tiny Llama (cached
+    under ``cache_dir`` when given); ``attack(name)`` fine-tunes a new LoRA adapter on the
+    user's data with ``poison_ratio`` harmful samples; ``evaluate(model)`` gives the harmful
+    score and task accuracy; ``run(ratios, scorers)`` does everything in one call."""
+
+    def __init__(
+        self,
+        seed: int = 0,
+        settings: ToySettings | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        from icml25.toy.safety_lang import HarmfulFinetuneWorld
+
+        self.seed, self.s = seed, settings or ToySettings()
+        self.world = HarmfulFinetuneWorld(seed)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._aligned = None
+        self.log: dict[str, float] = {}
+
+    def _sampler(self, draw, batch: int, seed: int):
+        rng = random.Random(seed)
+        return lambda _s: self.world.encode([draw(rng) for _ in range(batch)])
+
+    def aligned(self) -> nn.Module:
+        if self._aligned is not None:
+            return self._aligned
+        path = self.cache_dir / f"aligned_seed{self.seed}.pt" if self.cache_dir else None
+        model = self.world.model(self.seed)
+        if path is not None and path.exists():
+            model.load_state_dict(torch.load(path, map_location="cpu"))
+            model.eval()
+        else:
+            t0 = time.perf_counter()
+            s = self.s
+            _train(model, model.parameters(),
+                   self._sampler(self.world.pretrain_pair, s.pretrain_batch, 1000 + self.seed),
+                   s.pretrain_steps, s.pretrain_lr, "cosine")  # fmt: skip
+            self.log["pretrain HS"] = self.world.harmful_score(model, s.n_eval)
+            _train(model, model.parameters(),
+                   self._sampler(self.world.align_pair, s.align_batch, 2000 + self.seed),
+                   s.align_steps, s.align_lr, "cosine")  # fmt: skip
+            self.log["align seconds"] = time.perf_counter() - t0
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                torch.save(model.state_dict(), tmp)
+                tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint
+        self._aligned = model
+        return model
+
+    def attack(self, setting: str = "H1") -> nn.Module:
+        """A copy of the aligned model with a new LoRA adapter (r 32, alpha 32, all linear
+        layers) fine-tuned on ``n`` samples, ``poison_ratio`` of them harmful (constant lr)."""
+        from icml25.knowledge_swap.lora import inject_lora, mark_only_lora_trainable
+
+        if setting not in self.s.attacks:
+            raise ValueError(f"unknown attack setting {setting!r}; valid: {sorted(self.s.attacks)}")
+        lr, epochs = self.s.attacks[setting]
+        model = copy.deepcopy(self.aligned())
+        torch.manual_seed(10_000 + self.seed)
+        inject_lora(
+            model,
+            list(self.s.lora_targets),
+            r=self.s.lora_r,
+            alpha=self.s.lora_alpha,
+            init_a=math.sqrt(5),
+        )  # fmt: skip  (PEFT's kaiming-uniform init of A)
+        mark_only_lora_trainable(model)
+        rng = random.Random(3000 + self.seed)
+        data = self.world.finetune_set(self.s.n_finetune, self.s.poison_ratio, rng)
+        bs = self.s.ft_batch
+        per_epoch = math.ceil(len(data) / bs)
+        order: list[int] = []
+
+        def batch(step: int):
+            if step % per_epoch == 0:
+                order[:] = list(range(len(data)))
+                rng.shuffle(order)
+            i = (step % per_epoch) * bs
+            return self.world.encode([data[j] for j in order[i : i + bs]])
+
+        params = [p for p in model.parameters() if p.requires_grad]
+        _train(model, params, batch, per_epoch * epochs, lr, "constant")
+        return model
+
+    def calibration(self, kind: str = "harmful") -> list[dict]:
+        """Re-alignment data: harmful CAL-object requests with their recipes (disjoint from the
+        attack and the evaluation), or the user's benign task data for the ablation."""
+        rng = random.Random(4000 + self.seed)
+        draw = (lambda r: self.world.harmful("cal", r)) if kind == "harmful" else self.world.task
+        pairs = [draw(rng) for _ in range(self.s.n_calibration)]
+        return self.world.batches(pairs, self.s.calibration_batch)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {
+            "HS": self.world.harmful_score(model, self.s.n_eval),
+            "FA": self.world.finetune_accuracy(model, self.s.n_eval),
+        }
+
+    def run(
+        self,
+        ratios: Iterable[float] = (0.05, 0.1, 0.2),
+        scorers: Iterable[str] = ("antidote", "benign_wanda", "magnitude", "random"),
+        settings: Iterable[str] = ("H1",),
+        target: str = "lora",
+        target_filter=None,
+    ) -> dict:
+        """``{"aligned": {HS, FA}, setting: {scorer: {rho: {HS, FA}}}}`` in one call."""
+        out: dict = {"aligned": self.evaluate(self.aligned())}
+        harmful, benign = self.calibration("harmful"), self.calibration("benign")
+        for name in settings:
+            model = self.attack(name)
+            out[name] = compare_pruning(
+                model,
+                self.evaluate,
+                harmful_batches=harmful,
+                benign_batches=benign,
+                ratios=ratios,
+                scorers=scorers,
+                target=target,
+                target_filter=target_filter,
+                seed=self.seed,
+            )
+        return out

@@ -1,0 +1,183 @@
+"""Importance scores (spec "Importance score"): Wanda on harmful data, ``S_ij = |W_ij| a_j`` with
+``a_j^2 = (1/N) sum_n sum_t X_n[t, j]^2`` over the ``N`` re-alignment sequences (official
+``WrappedGPT.add_batch``), collected with forward hooks on every target in one pass (the official
+code also scores every layer on the unpruned model, so one pass is exact)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+from icml25.antidote.targets import hook_module, input_of
+
+__all__ = ["activation_sq_norms", "grad_magnitude_scores", "magnitude_scores", "wanda_scores"]
+
+
+def _check_finite(name: str, t: Tensor, what: str) -> None:
+    if not torch.isfinite(t).all():
+        raise FloatingPointError(f"non-finite {what} in target layer {name!r}")
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+@torch.no_grad()
+def activation_sq_norms(
+    model: nn.Module,
+    layers: dict,
+    batches: Iterable,
+    *,
+    exclude_padding: bool = True,
+    stat_dtype: torch.dtype = torch.float32,
+    max_length: int | None = None,
+) -> dict[str, Tensor]:
+    """``a_j^2`` per target (shape ``(d_in,)``, ``stat_dtype``, on the layer's device).
+
+    ``batches`` yields dicts with ``input_ids`` ``(B, T)`` and optionally ``attention_mask``
+    (other keys such as ``labels`` are ignored), or plain tensors for models called as
+    ``model(x)``. Padding positions (``attention_mask == 0``) are excluded; ``N`` counts
+    sequences. The model runs in eval mode (no dropout) and is put back afterwards."""
+    if stat_dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"stat_dtype must be torch.float32 or torch.float64, got {stat_dtype}")
+    sums: dict[str, Tensor] = {}
+    state = {"mask": None, "n": 0}
+    groups: dict[int, list[str]] = {}
+    mods: dict[int, nn.Module] = {}
+    for name, t in layers.items():
+        m = hook_module(t)
+        groups.setdefault(id(m), []).append(name)
+        mods[id(m)] = m
+
+    def make_hook(names):
+        def hook(_mod, inp):
+            x = inp[0]
+            for name in names:
+                xi = input_of(layers[name], x).to(stat_dtype)
+                _check_finite(name, xi, "activations")
+                mask = state["mask"]
+                if mask is not None and xi.dim() == 3:
+                    xi = xi * mask.to(xi.device, stat_dtype)[..., None]
+                sq = xi.pow(2).reshape(-1, xi.shape[-1]).sum(0)
+                sums[name] = sums[name] + sq if name in sums else sq
+
+        return hook
+
+    handles = [mods[k].register_forward_pre_hook(make_hook(v)) for k, v in groups.items()]
+    was_training = model.training
+    model.eval()
+    dev = _model_device(model)
+    try:
+        for batch in batches:
+            if isinstance(batch, Tensor):
+                x = batch.to(dev)
+                state["mask"], n = None, x.shape[0]
+                if n == 0:
+                    continue
+                model(x)
+            else:
+                ids = batch["input_ids"]
+                if max_length is not None and ids.shape[1] > max_length:
+                    warnings.warn(
+                        f"calibration sequences of {ids.shape[1]} tokens truncated to "
+                        f"max_length={max_length}",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                    ids = ids[:, :max_length]
+                am = batch.get("attention_mask")
+                if am is not None:
+                    am = am[:, : ids.shape[1]]
+                    keep = am.sum(1) > 0
+                    if not bool(keep.any()):
+                        continue
+                    ids, am = ids[keep], am[keep]
+                state["mask"] = am if (exclude_padding and am is not None) else None
+                n = ids.shape[0]
+                kwargs = {"input_ids": ids.to(dev)}
+                if am is not None:
+                    kwargs["attention_mask"] = am.to(dev)
+                model(**kwargs)
+            state["n"] += n
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    if state["n"] == 0 or not sums:
+        raise ValueError(
+            "no calibration statistics: the batch iterator was empty or every sequence was padding"
+        )
+    out = {}
+    for name in layers:
+        if name not in sums:
+            raise ValueError(f"target layer {name!r} was never called during the calibration pass")
+        out[name] = sums[name] / state["n"]
+    return out
+
+
+def wanda_scores(layers: dict, sq_norms: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``S = |W| * sqrt(a^2)[None, :]`` per target, in the statistics' dtype."""
+    out = {}
+    for name, t in layers.items():
+        w = t.weight.detach()
+        _check_finite(name, w, "weights")
+        a = sq_norms[name]
+        if a.shape != (w.shape[1],):
+            raise ValueError(
+                f"{name}: statistics of shape {tuple(a.shape)} for weight {tuple(w.shape)}"
+            )
+        out[name] = w.to(a.dtype).abs() * a.to(w.device).sqrt()[None, :]
+    return out
+
+
+def magnitude_scores(layers: dict) -> dict[str, Tensor]:
+    """``S = |W|`` (the official ``sample_num = 0`` ablation: Wanda with unit activations)."""
+    out = {}
+    for name, t in layers.items():
+        w = t.weight.detach()
+        _check_finite(name, w, "weights")
+        out[name] = w.float().abs()
+    return out
+
+
+def grad_magnitude_scores(model: nn.Module, layers: dict, batches: Iterable) -> dict[str, Tensor]:
+    """``S = |W| * |sum of dL/dW|`` over the calibration batches (the official, unused
+    ``prune_with_FI`` idea; an optional ablation). Each batch must make ``model(**batch)`` return
+    an object with ``.loss`` (a Hugging Face causal LM with ``labels``)."""
+    weights = {n: t.weight for n, t in layers.items()}
+    grads = {n: torch.zeros_like(w, dtype=torch.float32) for n, w in weights.items()}
+    flags = {n: w.requires_grad for n, w in weights.items()}
+    was_training = model.training
+    model.eval()
+    dev = _model_device(model)
+    seen = 0
+    try:
+        for w in weights.values():
+            w.requires_grad_(True)
+        for batch in batches:
+            batch = {k: v.to(dev) for k, v in batch.items()}
+            if "labels" not in batch:
+                raise ValueError("grad_magnitude scores need batches with 'labels'")
+            out = model(**batch)
+            loss = getattr(out, "loss", None)
+            if loss is None:
+                raise ValueError("model(**batch) returned no .loss; grad_magnitude needs a LM loss")
+            for w in weights.values():
+                w.grad = None
+            loss.backward()
+            for n, w in weights.items():
+                if w.grad is not None:
+                    grads[n] += w.grad.float()
+            seen += 1
+    finally:
+        for n, w in weights.items():
+            w.requires_grad_(flags[n])
+            w.grad = None
+        model.train(was_training)
+    if not seen:
+        raise ValueError("no calibration batches for grad_magnitude scores")
+    return {n: weights[n].detach().float().abs() * grads[n].abs() for n in weights}
