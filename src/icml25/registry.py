@@ -173,6 +173,7 @@ PAPERS: tuple[Paper, ...] = (
         "arXiv:2408.09600",
         repro="icml25.antidote.repro:run",
         usage="icml25.antidote.antidote_prune(peft_model, make_realign_batches(tokenizer, harmful_pairs), AntidoteConfig(dense_ratio=0.1))",
+        cli="icml25.antidote.cli:add_parser",
     ),
     Paper(18, "rlthf", "RLTHF: Targeted Human Feedback for LLM Alignment", "arXiv:2502.13417"),
     Paper(

@@ -4,9 +4,10 @@
     >>> result.best_response, result.best_reward
 
 ``backend`` is any :class:`icml25.llm.ChatBackend` (an OpenAI-compatible server, a local Hugging
-Face model), ``reward`` any :class:`icml25.llm.RewardModel`. Work in progress (issue 10): the loop,
-the prompts and the baselines are here; the offline role model, the reproduction and the
-``icml25 tpo`` command are not yet.
+Face model), ``reward`` any :class:`icml25.llm.RewardModel`. Modes: ``"tpo"``, ``"revision"``
+and ``"bon"`` (Best-of-N). ``tpo_batch`` runs many queries with a resumable JSONL file; the shell
+command is ``icml25 tpo``. ``PromptSet.from_textgrad()`` gives TextGrad's exact gradient and update
+prompts. The offline role model of the reproduction is in :mod:`icml25.tpo.tiny`.
 """
 
 from icml25.tpo.engine import (

@@ -1,0 +1,100 @@
+"""``icml25 antidote prune``: Antidote on a saved Hugging Face causal LM and its (unmerged) PEFT
+adapter, calibrated on a JSONL file of harmful ``{"prompt", "response"}`` rows; writes the pruned
+adapter and the mask.
+
+    icml25 antidote prune --model BASE --adapter USER_ADAPTER --realign harmful.jsonl \\
+        --dense-ratio 0.1 --out pruned_adapter
+
+No torch import at module level (the command line must start fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "antidote",
+        help="post-fine-tuning pruning of a harmful fine-tune (paper 17)",
+        description=__doc__.split("\n\n")[0],
+    )
+    s = p.add_subparsers(dest="antidote_cmd", required=True)
+    q = s.add_parser("prune", help="prune a PEFT adapter (or q/k/v weights) by Antidote's score")
+    q.add_argument("--model", required=True, help="base model: local path or HF id")
+    q.add_argument(
+        "--adapter", default=None, help="the user's PEFT adapter (omit with --target qkv)"
+    )
+    q.add_argument("--realign", required=True, help="JSONL with harmful prompt/response rows")
+    q.add_argument("--dense-ratio", type=float, default=0.1, help="fraction of each row removed")
+    q.add_argument("--target", choices=("lora", "qkv"), default="lora")
+    q.add_argument("--score", choices=("wanda", "magnitude", "random"), default="wanda")
+    q.add_argument("--batch-size", type=int, default=1, help="calibration batch (official 1)")
+    q.add_argument("--max-length", type=int, default=None)
+    q.add_argument("--template", choices=("alpaca", "none"), default="alpaca")
+    q.add_argument("--device", default=None, help="e.g. cuda (default: CPU)")
+    q.add_argument("--out", required=True, help="output directory")
+    q.set_defaults(func=_cmd_prune, parser=q)
+
+
+def load_pairs(path: str | Path) -> list[dict]:
+    rows = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{i}: not JSON ({exc})") from exc
+        if not isinstance(row, dict) or "prompt" not in row or "response" not in row:
+            raise ValueError(f"{path}:{i}: each row needs 'prompt' and 'response'")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no calibration rows")
+    return rows
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from icml25.antidote.pipeline import make_realign_batches
+    from icml25.antidote.prune import AntidoteConfig, antidote_prune
+
+    try:
+        pairs = load_pairs(args.realign)
+        if args.target == "lora" and args.adapter is None:
+            raise ValueError("--target lora needs --adapter (the user's fine-tuning adapter)")
+        cfg = AntidoteConfig(dense_ratio=args.dense_ratio, score=args.score, target=args.target)
+        cfg.validate()
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    tok = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    if args.adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.adapter)
+    if args.device:
+        model.to(args.device)
+    batches = make_realign_batches(
+        tok, pairs, template=args.template, max_length=args.max_length, batch_size=args.batch_size
+    )
+    res = antidote_prune(model, batches, cfg)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    torch.save({k: v.cpu() for k, v in res.mask.items()}, out / "antidote_mask.pt")
+    print(
+        f"pruned {res.n_pruned} of {res.n_target} target weights ({100 * res.fraction:.2f}%); "
+        f"{'adapter' if args.adapter else 'model'} and mask in {out}",
+        file=sys.stderr,
+    )
+    return 0
