@@ -323,8 +323,7 @@ class PromptSet:
         )
         return {"query": query, "chosen": chosen, "rejected": rejected}
 
-    def parse_gradient(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
-        user = messages[-1]["content"]
+    def _parse_conversation(self, user: str, spaced_role: bool) -> dict[str, str | None]:
         loss_system = _unblock(user, "LM_SYSTEM_PROMPT")
         out = self.parse_loss(
             [{"role": "system", "content": loss_system}, {"role": "user", "content": ""}]
@@ -334,28 +333,19 @@ class PromptSet:
             "rejected": out["rejected"],
             "chosen": _unblock(user, "LM_INPUT"),
             "critique": _unblock(user, "LM_OUTPUT"),
-            "role": _unblock(user, "ROLE"),
+            "role": _unblock(user, "ROLE", spaced=spaced_role),
         }
 
+    def parse_gradient(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
+        return self._parse_conversation(messages[-1]["content"], spaced_role=True)
+
     def parse_update(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
-        user = messages[-1]["content"]
-        if self.textgrad is None:
-            out = self.parse_gradient(messages)
-            out["gradient"] = _unblock(user, "FEEDBACK")
-            return out
-        # TextGrad writes <ROLE>..</ROLE> and <FEEDBACK>..</FEEDBACK> without inner spaces
-        loss_system = _unblock(user, "LM_SYSTEM_PROMPT")
-        out = self.parse_loss(
-            [{"role": "system", "content": loss_system}, {"role": "user", "content": ""}]
-        )
-        return {
-            "query": out["query"],
-            "rejected": out["rejected"],
-            "chosen": _unblock(user, "LM_INPUT"),
-            "critique": _unblock(user, "LM_OUTPUT"),
-            "role": _unblock(user, "ROLE", spaced=False),
-            "gradient": _unblock(user, "FEEDBACK", spaced=False),
-        }
+        # TextGrad's update prompt writes <ROLE>..</ROLE> and <FEEDBACK>..</FEEDBACK> without
+        # inner spaces; ours and both styles' gradient prompts use "<TAG> value </TAG>"
+        user, ours = messages[-1]["content"], self.textgrad is None
+        out = self._parse_conversation(user, spaced_role=ours)
+        out["gradient"] = _unblock(user, "FEEDBACK", spaced=ours)
+        return out
 
 
 def extract_exact(text: str, start: str, end: str) -> str:
