@@ -86,4 +86,4 @@ def test_quick_repro_runs_its_checks(tmp_path):
 
     r = repro.run(quick=True, seed=0, out=tmp_path)
     assert r.seconds < 240
-    assert len(r.criterion.split(";")) == 3  # checks 1-3 on one seed, reported
+    assert len(r.criterion.split(";")) == 3  # checks 1-3 (H1), reported
