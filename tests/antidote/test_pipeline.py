@@ -87,3 +87,14 @@ def test_quick_repro_runs_its_checks(tmp_path):
     r = repro.run(quick=True, seed=0, out=tmp_path)
     assert r.seconds < 240
     assert len(r.criterion.split(";")) == 3  # checks 1-3 (H1), reported
+
+
+def test_one_call_pipeline_structure():
+    st = ToySettings(pretrain_steps=10, align_steps=5, n_finetune=64, n_eval=16, n_calibration=16,
+                     attacks={"H1": (3e-3, 1)})  # fmt: skip
+    out = HarmfulFinetuneExperiment(1, st).run(ratios=(0.1,), scorers=("antidote", "random"))
+    assert set(out) == {"aligned", "H1"}
+    assert set(out["H1"]) == {"none", "antidote", "random"}
+    assert set(out["H1"]["antidote"][0.1]) == {"HS", "FA"}
+    with pytest.raises(ValueError, match="unknown attack"):
+        HarmfulFinetuneExperiment(1, st).attack("H3")
