@@ -15,7 +15,12 @@ import torch
 from torch import Tensor, nn
 
 from icml25.antidote.masks import apply_mask, check_ratio, random_mask, row_mask
-from icml25.antidote.scores import activation_sq_norms, grad_magnitude_scores
+from icml25.antidote.scores import (
+    activation_sq_norms,
+    grad_magnitude_scores,
+    magnitude_scores,
+    wanda_scores,
+)
 from icml25.antidote.targets import select_target_layers
 
 __all__ = ["AntidoteConfig", "AntidoteResult", "antidote_prune"]
@@ -36,12 +41,7 @@ class AntidoteConfig:
     seed: int = 0  # random mask
 
     def validate(self) -> None:
-        if isinstance(self.dense_ratio, bool) or not isinstance(self.dense_ratio, (int, float)):
-            raise ValueError(f"dense_ratio must be a number in [0, 1], got {self.dense_ratio!r}")
-        if not 0 <= self.dense_ratio <= 1:
-            raise ValueError(
-                f"dense_ratio must be in [0, 1] (fraction of each row removed), got {self.dense_ratio!r}"
-            )
+        check_ratio(self.dense_ratio)  # ValueError outside [0, 1]; warns at 0 and 1
         if self.score not in ("wanda", "magnitude", "random", "grad_magnitude"):
             raise ValueError(
                 f"score must be 'wanda', 'magnitude', 'random' or 'grad_magnitude', got {self.score!r}"
@@ -83,7 +83,7 @@ def antidote_prune(
     so the extra memory is one target's float32 scores plus the masks and the removed values."""
     config = config or AntidoteConfig()
     config.validate()
-    rho = check_ratio(config.dense_ratio)
+    rho = float(config.dense_ratio)
     layers = layers or select_target_layers(model, config.target, config.target_filter)
     sq: dict[str, Tensor] = {}
     if config.score == "random":
@@ -107,13 +107,11 @@ def antidote_prune(
         )
         mask = {}
         for name, t in layers.items():
-            w = t.weight.detach()
-            if not torch.isfinite(w).all():
-                raise FloatingPointError(f"non-finite weights in target layer {name!r}")
+            # one target at a time: only this target's float scores are alive at once
             if config.score == "wanda":
-                s = w.to(config.stat_dtype).abs() * sq[name].to(w.device).sqrt()[None, :]
+                s = wanda_scores({name: t}, {name: sq[name]})[name]
             elif config.score == "magnitude":
-                s = w.float().abs()
+                s = magnitude_scores({name: t})[name]
             else:
                 s = grads.pop(name)
             mask[name] = row_mask(s, rho)
