@@ -98,3 +98,20 @@ def test_one_call_pipeline_structure():
     assert set(out["H1"]["antidote"][0.1]) == {"HS", "FA"}
     with pytest.raises(ValueError, match="unknown attack"):
         HarmfulFinetuneExperiment(1, st).attack("H3")
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"pretrain_steps": 0}, r"pretrain_steps must be a positive int, got 0"),
+        ({"ft_batch": 2.5}, r"ft_batch must be a positive int, got 2.5"),
+        ({"align_lr": -1e-3}, r"align_lr must be a positive number"),
+        ({"poison_ratio": 1.5}, r"poison_ratio must be in \[0, 1\], got 1.5"),
+        ({"lora_targets": ()}, r"lora_targets must be a non-empty tuple"),
+        ({"attacks": {}}, r"attacks must name at least one"),
+        ({"attacks": {"H1": (3e-3, 0)}}, r"attacks\['H1'\] must be \(lr > 0, epochs >= 1\)"),
+    ],
+)
+def test_toy_settings_reject_bad_sizes(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ToySettings(**kw)

@@ -167,6 +167,36 @@ class ToySettings:
     calibration_batch: int = 64
     n_eval: int = 400
 
+    def __post_init__(self) -> None:
+        counts = ("pretrain_steps", "pretrain_batch", "align_steps", "align_batch", "lora_r",
+                  "n_finetune", "ft_batch", "n_calibration", "calibration_batch", "n_eval")  # fmt: skip
+        for name in counts:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"ToySettings.{name} must be a positive int, got {v!r}")
+        for name in ("pretrain_lr", "align_lr", "lora_alpha"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"ToySettings.{name} must be a positive number, got {v!r}")
+        p = self.poison_ratio
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise ValueError(f"ToySettings.poison_ratio must be in [0, 1], got {p!r}")
+        if not self.lora_targets or not all(isinstance(t, str) for t in self.lora_targets):
+            raise ValueError(
+                f"ToySettings.lora_targets must be a non-empty tuple of module names, "
+                f"got {self.lora_targets!r}"
+            )
+        if not self.attacks:
+            raise ValueError("ToySettings.attacks must name at least one (lr, epochs) setting")
+        for key, val in self.attacks.items():
+            ok = isinstance(val, tuple | list) and len(val) == 2
+            lr, epochs = val if ok else (None, None)
+            if not (ok and isinstance(lr, int | float) and lr > 0
+                    and isinstance(epochs, int) and not isinstance(epochs, bool) and epochs >= 1):  # fmt: skip
+                raise ValueError(
+                    f"ToySettings.attacks[{key!r}] must be (lr > 0, epochs >= 1), got {val!r}"
+                )
+
 
 def _train(
     model, params, sample_batch: Callable[[int], dict], steps: int, lr: float, schedule: str
