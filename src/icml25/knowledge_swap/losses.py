@@ -52,35 +52,23 @@ def swap_losses(
 
     ``stage``: ``"learn"``, ``"forget"`` or ``"simultaneous"``; ``retain`` is the stage's main batch
     (retained classes, plus learned ones in the forget stage of learn-then-forget)."""
+    # each stage's supervised terms and their weights, in the order they are summed
+    weights = {
+        "learn": {"learn": w_learn, "retain": beta_retain},
+        "forget": {"retain": 1.0, "forget": beta_forget},
+        "simultaneous": {"learn": w_learn, "retain": 1.0, "forget": beta_forget},
+    }.get(stage)
+    if weights is None:
+        raise ValueError(f"stage must be 'learn', 'forget' or 'simultaneous', got {stage!r}")
+    batches = {"learn": learn, "retain": retain, "forget": forget}
     out: dict[str, Tensor] = {"gs": l_gs}
     total = alpha * l_gs
-    if stage == "learn":
-        if learn is not None:
-            out["ce_learn"] = F.cross_entropy(*learn)
-            total = total + w_learn * out["ce_learn"]
-        if retain is not None:
-            out["ce_retain"] = F.cross_entropy(*retain)
-            total = total + beta_retain * out["ce_retain"]
-    elif stage == "forget":
-        if retain is not None:
-            out["ce_retain"] = F.cross_entropy(*retain)
-            total = total + out["ce_retain"]
-        if forget is not None:
-            out["ce_forget"] = F.cross_entropy(*forget)
-            out["forget"] = torch.relu(bnd - out["ce_forget"])
-            total = total + beta_forget * out["forget"]
-    elif stage == "simultaneous":
-        if learn is not None:
-            out["ce_learn"] = F.cross_entropy(*learn)
-            total = total + w_learn * out["ce_learn"]
-        if retain is not None:
-            out["ce_retain"] = F.cross_entropy(*retain)
-            total = total + out["ce_retain"]
-        if forget is not None:
-            out["ce_forget"] = F.cross_entropy(*forget)
-            out["forget"] = torch.relu(bnd - out["ce_forget"])
-            total = total + beta_forget * out["forget"]
-    else:
-        raise ValueError(f"stage must be 'learn', 'forget' or 'simultaneous', got {stage!r}")
+    for name, weight in weights.items():
+        if batches[name] is None:
+            continue
+        term = out[f"ce_{name}"] = F.cross_entropy(*batches[name])
+        if name == "forget":
+            term = out["forget"] = torch.relu(bnd - term)
+        total = total + weight * term
     out["total"] = total
     return out
