@@ -26,7 +26,7 @@ from icml25.antidote import (
     select_target_layers,
     wanda_scores,
 )
-from icml25.knowledge_swap.lora import inject_lora
+from icml25.lora import inject_lora
 from icml25.toy.safety_lang import HarmfulFinetuneWorld
 
 

@@ -14,7 +14,7 @@ from icml25.antidote import (
     antidote_prune,
     select_target_layers,
 )
-from icml25.knowledge_swap.lora import inject_lora
+from icml25.lora import inject_lora
 from icml25.toy.safety_lang import HarmfulFinetuneWorld
 
 

@@ -1,4 +1,4 @@
-"""LoRA layers, the swap losses and their wiring (paper 14, spec "Tests that must exist")."""
+"""The LoRA re-exports, the swap losses and their wiring (paper 14, spec "Tests that must exist")."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from torch import nn
 
 from icml25.knowledge_swap import (
     KnowledgeSwapper,
-    LoRAConv2d,
-    LoRALinear,
     bounded_forget_loss,
     expand_head,
     group_sparse_loss,
@@ -25,45 +23,16 @@ from icml25.knowledge_swap import (
 D = torch.float64
 
 
-def test_lora_linear_starts_at_the_base_and_trains_only_a_b():
-    torch.manual_seed(0)
-    base = nn.Linear(6, 4).double()
-    ref = base.weight.detach().clone()
-    lora = LoRALinear(base, r=2, alpha=1.0)
-    x = torch.randn(5, 6, dtype=D)
-    assert torch.equal(lora(x), base(x))  # B = 0 at init
-    with torch.no_grad():
-        lora.lora_B.normal_()
-    lora(x).sum().backward()
-    assert base.weight.grad is None and base.bias.grad is None
-    assert lora.lora_A.grad is not None and lora.lora_B.grad is not None
-    y = lora(x)
-    lora.merge()
-    assert torch.allclose(lora(x), y, atol=1e-12) and lora.merged
-    lora.unmerge()
-    assert torch.allclose(base.weight, ref, atol=1e-12) and torch.allclose(lora(x), y, atol=1e-12)
-    # the official init: kaiming_uniform with a = sqrt(50): |A| <= sqrt(6 / (51 fan_in))
-    assert float(lora.lora_A.detach().abs().max()) <= math.sqrt(6 / (51 * 6)) + 1e-12
-    plain = nn.Linear(3, 2)
-    passthrough = LoRALinear(plain, r=0)
-    assert torch.equal(passthrough(torch.ones(1, 3)), plain(torch.ones(1, 3)))
-    assert not any("lora" in n for n, _ in passthrough.named_parameters())
-    with pytest.raises(ValueError, match="rank"):
-        LoRALinear(nn.Linear(3, 2), r=-1)
+def test_the_lora_layers_are_icml25_lora_re_exported():
+    """The README's ``icml25.knowledge_swap.inject_lora`` is the shared module's own function."""
+    import icml25.knowledge_swap as ks
+    import icml25.lora as shared
 
-
-def test_lora_conv_equals_conv_with_the_merged_kernel():
-    torch.manual_seed(1)
-    base = nn.Conv2d(3, 5, 3, padding=1, stride=2).double()
-    lora = LoRAConv2d(base, r=2, alpha=2.0)
-    with torch.no_grad():
-        lora.lora_B.normal_()
-    x = torch.randn(2, 3, 9, 9, dtype=D)
-    merged = F.conv2d(x, base.weight + lora.delta_weight(), base.bias, 2, 1)
-    assert torch.allclose(lora(x), merged, atol=1e-12)
-    assert lora.lora_A.numel() == 2 * 3 * 3 * 3 and lora.lora_B.numel() == 5 * 2
-    with pytest.raises(ValueError, match="groups=1"):
-        LoRAConv2d(nn.Conv2d(4, 4, 3, groups=2))
+    for name in shared.__all__:
+        assert getattr(ks, name) is getattr(shared, name), name
+    net = nn.Sequential()
+    net.fc1, net.fc2 = nn.Linear(4, 4), nn.Linear(4, 2)
+    assert set(ks.inject_lora(net, ["fc1", "fc2"])) == {"fc1", "fc2"}
 
 
 def test_bounded_forget_loss_below_and_above_the_bound():

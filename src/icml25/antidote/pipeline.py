@@ -284,7 +284,7 @@ class HarmfulFinetuneExperiment:
     def attack(self, setting: str = "H1") -> nn.Module:
         """A copy of the aligned model with a new LoRA adapter (r 32, alpha 32, all linear
         layers) fine-tuned on ``n`` samples, ``poison_ratio`` of them harmful (constant lr)."""
-        from icml25.knowledge_swap.lora import inject_lora, mark_only_lora_trainable
+        from icml25.lora import inject_lora, mark_only_lora_trainable
 
         if setting not in self.s.attacks:
             raise ValueError(f"unknown attack setting {setting!r}; valid: {sorted(self.s.attacks)}")

@@ -2,7 +2,7 @@
 
 ``"lora"`` (paper default): the user's fine-tuning adapter only: every ``nn.Linear`` whose name
 contains ``lora_A`` or ``lora_B`` (PEFT: ``...self_attn.q_proj.lora_A.default``) and the ``lora_A`` /
-``lora_B`` factors of our own :class:`icml25.knowledge_swap.LoRALinear`. ``"qkv"`` (official full
+``lora_B`` factors of our own :class:`icml25.lora.LoRALinear`. ``"qkv"`` (official full
 fine-tuning mode): the ``q_proj``/``k_proj``/``v_proj`` weights. ``"custom"``: any ``nn.Linear``
 accepted by ``target_filter(name, module)``. A target is anything with a ``weight`` of shape
 ``(d_out, d_in)`` and a way to see its input during a forward pass.

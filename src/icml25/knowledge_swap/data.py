@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.knowledge_swap.lora import inject_lora, mark_only_lora_trainable
+from icml25.lora import inject_lora, mark_only_lora_trainable
 
 __all__ = ["DigitsSwapTask", "digits_cnn", "pretrain", "swap_ready"]
 

@@ -102,7 +102,7 @@ class KnowledgeSwapper:
 
     Args:
         model: any ``nn.Module`` returning logits (or a tuple whose first element is the logits)
-            with LoRA layers injected (:func:`~icml25.knowledge_swap.lora.inject_lora`, or PEFT).
+            with LoRA layers injected (:func:`~icml25.lora.inject_lora`, or PEFT).
         groups: LoRA parameter groups for the group-sparse loss (default: one per block).
         strategy: ``"learn_then_forget"`` (paper), ``"forget_then_learn"``, ``"simultaneous"``.
         epochs_per_stage (official 5), lr (1e-2), weight_decay (0.05, on matrices), min_lr (1e-5),

@@ -1,0 +1,193 @@
+"""Low-rank adapters (LoRA; Hu et al., arXiv:2106.09685, Eq. 3) for any ``nn.Module``, shared by
+the papers that fine-tune through an adapter (knowledge swapping, paper 14; Antidote, paper 17).
+
+``LoRALinear``: ``h = W0 x + b + (alpha / r) B (A x)`` with the base frozen, ``A`` kaiming-uniform
+(``a = init_a``) and ``B = 0``, so a freshly wrapped model computes exactly the pretrained function.
+``LoRAConv2d``: the same low-rank update of the kernel reshaped to ``[out, in * kh * kw]``.
+:func:`inject_lora` places them by PEFT's ``target_modules`` name rule; :func:`lora_parameters`
+finds the LoRA matrices of ours and of PEFT's adapters.
+
+The default ``init_a = sqrt(50)`` is the knowledge-swapping code's (768-d ViTs), kept so existing
+callers are unchanged; PEFT and ``loralib`` use ``kaiming_uniform_(a=sqrt(5))``: pass
+``init_a=math.sqrt(5)`` for their initialisation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "LoRAConv2d",
+    "LoRALinear",
+    "inject_lora",
+    "lora_parameters",
+    "mark_only_lora_trainable",
+]
+
+
+def _check_rank(r: int, alpha: float) -> None:
+    if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+        raise ValueError(f"LoRA rank r must be an integer >= 0, got {r!r}")
+    if not alpha > 0:
+        raise ValueError(f"LoRA alpha must be > 0, got {alpha}")
+
+
+class _LoRABase(nn.Module):
+    """Shared part of the LoRA layers: a frozen ``base``, ``lora_A (r, fan_in)``, ``lora_B
+    (out, r)`` and the scaling ``alpha / r``; subclasses define :meth:`delta_weight` and the
+    forward pass."""
+
+    def _setup(
+        self, base: nn.Module, fan_in: int, fan_out: int, r: int, alpha: float, init_a: float
+    ):
+        _check_rank(r, alpha)
+        self.base, self.r, self.alpha, self.init_a = base, r, float(alpha), float(init_a)
+        self.scaling = self.alpha / r if r else 0.0
+        self.merged = False
+        for p in base.parameters():
+            p.requires_grad_(False)
+        w = base.weight
+        if r:
+            self.lora_A = nn.Parameter(torch.empty(r, fan_in, dtype=w.dtype, device=w.device))
+            self.lora_B = nn.Parameter(torch.empty(fan_out, r, dtype=w.dtype, device=w.device))
+            self.reset_lora()
+
+    def reset_lora(self, generator: torch.Generator | None = None) -> None:
+        """``A ~ kaiming_uniform(a=init_a)`` (bound ``sqrt(6 / ((1 + a^2) fan_in))``), ``B = 0``."""
+        if not self.r:
+            return
+        bound = math.sqrt(6.0 / ((1 + self.init_a**2) * self.lora_A.shape[1]))
+        with torch.no_grad():
+            u = torch.rand(self.lora_A.shape, generator=generator, dtype=self.lora_A.dtype)
+            self.lora_A.copy_(u * 2 * bound - bound)
+            self.lora_B.zero_()
+
+    def delta_weight(self) -> Tensor:  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def merge(self) -> None:
+        if self.r and not self.merged:
+            self.base.weight += self.delta_weight()
+            self.merged = True
+
+    @torch.no_grad()
+    def unmerge(self) -> None:
+        if self.r and self.merged:
+            self.base.weight -= self.delta_weight()
+            self.merged = False
+
+
+class LoRALinear(_LoRABase):
+    """A frozen ``nn.Linear`` plus a trainable rank-``r`` update (``r = 0``: plain passthrough)."""
+
+    def __init__(
+        self, base: nn.Linear, r: int = 8, alpha: float = 1.0, init_a: float = math.sqrt(50)
+    ) -> None:
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"LoRALinear wraps an nn.Linear, got {type(base).__name__}")
+        self._setup(base, base.in_features, base.out_features, r, alpha, init_a)
+
+    def delta_weight(self) -> Tensor:
+        return self.scaling * (self.lora_B @ self.lora_A)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.base(x)
+        if self.r and not self.merged:
+            out = out + self.scaling * F.linear(F.linear(x, self.lora_A), self.lora_B)
+        return out
+
+
+class LoRAConv2d(_LoRABase):
+    """A frozen ``nn.Conv2d`` (``groups = 1``) plus ``Delta W = (alpha / r) (B A).reshape(kernel)``."""
+
+    def __init__(
+        self, base: nn.Conv2d, r: int = 8, alpha: float = 1.0, init_a: float = math.sqrt(50)
+    ) -> None:
+        super().__init__()
+        if not isinstance(base, nn.Conv2d):
+            raise TypeError(f"LoRAConv2d wraps an nn.Conv2d, got {type(base).__name__}")
+        if base.groups != 1:
+            raise ValueError(f"LoRAConv2d supports groups=1 only, got groups={base.groups}")
+        w = base.weight
+        self._setup(base, w.shape[1] * w.shape[2] * w.shape[3], w.shape[0], r, alpha, init_a)
+
+    def delta_weight(self) -> Tensor:
+        return self.scaling * (self.lora_B @ self.lora_A).reshape(self.base.weight.shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.base(x)
+        if self.r and not self.merged:
+            b = self.base
+            if b.padding_mode != "zeros":
+                x = F.pad(x, b._reversed_padding_repeated_twice, mode=b.padding_mode)
+                pad = 0
+            else:
+                pad = b.padding
+            out = out + F.conv2d(x, self.delta_weight(), None, b.stride, pad, b.dilation)
+        return out
+
+
+def inject_lora(
+    model: nn.Module,
+    target: Callable[[str, nn.Module], bool] | Sequence[str],
+    r: int = 8,
+    alpha: float = 1.0,
+    init_a: float = math.sqrt(50),
+) -> dict[str, nn.Module]:
+    """Replace the matching ``nn.Linear``/``nn.Conv2d`` modules of ``model`` in place.
+
+    ``target``: a predicate ``(name, module) -> bool`` or a list of names; a name matches a module
+    whose qualified name equals it or ends with ``"." + name`` (PEFT's ``target_modules`` rule,
+    e.g. ``["mlp.fc1", "mlp.fc2"]``). Returns ``{qualified name: LoRA module}``."""
+    _check_rank(r, alpha)
+    if callable(target):
+        pred = target
+    else:
+        names = list(target)
+
+        def pred(name, module):
+            return any(name == t or name.endswith("." + t) for t in names)
+
+    found = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, (nn.Linear, nn.Conv2d)) and pred(name, m)
+    ]
+    if not found:
+        raise ValueError(f"no nn.Linear or nn.Conv2d module matched the target {target!r}")
+    out: dict[str, nn.Module] = {}
+    for name, m in found:
+        wrapped = (
+            LoRALinear(m, r, alpha, init_a)
+            if isinstance(m, nn.Linear)
+            else LoRAConv2d(m, r, alpha, init_a)
+        )
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, wrapped)
+        out[name] = wrapped
+    return out
+
+
+def lora_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` of every LoRA matrix: ours (``lora_A``/``lora_B``) or PEFT's
+    (``...lora_A.<adapter>.weight``)."""
+    return [(n, p) for n, p in model.named_parameters() if re.search(r"(^|\.)lora_[AB](\.|$)", n)]
+
+
+def mark_only_lora_trainable(model: nn.Module) -> int:
+    """Freeze everything except the LoRA matrices; returns the number of trainable tensors."""
+    names = {n for n, _ in lora_parameters(model)}
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+    if not names:
+        raise ValueError("the model has no LoRA parameters: call inject_lora first")
+    return len(names)
