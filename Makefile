@@ -7,6 +7,12 @@ EXTRAS ?= all
 # `torch` requirement would pull a multi-GB CUDA build. Elsewhere pip's normal choice is fine.
 TORCH_SPEC ?= torch==2.13.0
 PIP_FLAGS ?= -q --progress-bar off
+# The TextGrad equivalence test (tests/tpo) runs where textgrad is installed; `test-all` installs it.
+TEXTGRAD_SPEC ?= textgrad==0.1.8
+# textgrad writes a log file into ./logs/ when imported, and litellm (its dependency) fetches a model
+# price list from the network when imported: keep the first out of the work tree, the second local.
+export TEXTGRAD_LOG_DIR ?= $(or $(TMPDIR),/tmp)/icml25-textgrad-logs
+export LITELLM_LOCAL_MODEL_COST_MAP ?= True
 
 .PHONY: install test test-all repro repro-full lint format bench bench-deps
 
@@ -17,7 +23,10 @@ install:
 test: install
 	$(PYTHON) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS)
 
+# Everything but the GPU tests: the slow ones, and the TextGrad equivalence test (textgrad pulls in
+# litellm, boto3, aiohttp, ..., which is why it is not in an extra).
 test-all: install
+	$(PIP) install $(PIP_FLAGS) "$(TEXTGRAD_SPEC)"
 	$(PYTHON) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 repro: install
