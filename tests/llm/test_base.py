@@ -18,11 +18,17 @@ USER = [{"role": "user", "content": "hi"}]
     [
         ({"n": 0}, "n must be a positive integer, got 0"),
         ({"n": True}, "n must be a positive integer"),
-        ({"temperature": -0.1}, "temperature must be a finite number >= 0, got -0.1"),
+        (
+            {"temperature": -0.1},
+            r"temperature must be a finite number >= 0 or None \(provider default\), got -0.1",
+        ),
         ({"temperature": float("nan")}, "temperature"),
-        ({"top_p": 0.0}, r"top_p must be in \(0, 1\], got 0.0"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\] or None \(provider default\), got 0.0"),
         ({"top_p": 1.5}, "top_p"),
-        ({"max_tokens": 0}, "max_tokens must be a positive integer, got 0"),
+        (
+            {"max_tokens": 0},
+            r"max_tokens must be a positive integer or None \(provider default\), got 0",
+        ),
         ({"seed": 1.5}, "seed must be an integer or None, got 1.5"),
         ({"stop": [""]}, "stop must be a list of non-empty strings"),
     ],

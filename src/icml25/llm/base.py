@@ -22,7 +22,9 @@ __all__ = [
     "BaseChat",
     "ChatBackend",
     "Completion",
+    "RequestResult",
     "SamplingParams",
+    "TokenLogprob",
     "message_text",
     "validate_messages",
 ]
@@ -33,7 +35,12 @@ Message = Mapping[str, Any]
 
 @runtime_checkable
 class ChatBackend(Protocol):
-    """Anything that answers chat requests: HTTP servers, local models, scripted stand-ins."""
+    """Anything that answers chat requests: HTTP servers, local models, scripted stand-ins.
+
+    Sampling arguments left at ``None`` mean "the provider's default": an HTTP backend does not
+    send the field at all (reasoning models such as OpenAI's o-series refuse ``temperature`` and
+    ``top_p``), a local model uses its ``generation_config``.
+    """
 
     name: str
 
@@ -42,9 +49,9 @@ class ChatBackend(Protocol):
         messages: Sequence[Message],
         *,
         n: int = 1,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
     ) -> list[str]:
@@ -56,9 +63,9 @@ class ChatBackend(Protocol):
         requests: Sequence[Sequence[Message]],
         *,
         n: int = 1,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
     ) -> list[list[str]]:
@@ -68,26 +75,38 @@ class ChatBackend(Protocol):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """The sampling arguments of one request, validated once at the public boundary."""
+    """The sampling arguments of one request, validated once at the public boundary.
+
+    ``None`` for ``temperature``, ``top_p`` or ``max_tokens`` is the provider's default (the field
+    is not sent). ``logprobs`` asks for the log-probability of every generated token and
+    ``top_logprobs`` (0-20, implies ``logprobs``) for that many alternatives per position.
+    """
 
     n: int = 1
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 1024
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"n must be a positive integer, got {self.n!r}")
-        if not _finite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        t = self.temperature
+        if t is not None and (not _finite(t) or t < 0):
+            raise ValueError(
+                f"temperature must be a finite number >= 0 or None (provider default), got {t!r}"
+            )
+        p = self.top_p
+        if p is not None and (not _finite(p) or not 0 < p <= 1):
+            raise ValueError(f"top_p must be in (0, 1] or None (provider default), got {p!r}")
+        m = self.max_tokens
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(
+                f"max_tokens must be a positive integer or None (provider default), got {m!r}"
+            )
         if self.seed is not None and (
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
@@ -99,9 +118,23 @@ class SamplingParams:
         if any(not isinstance(s, str) or not s for s in stop):
             raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
         object.__setattr__(self, "stop", stop)
+        k = self.top_logprobs
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20:
+                raise ValueError(f"top_logprobs must be an integer in [0, 20] or None, got {k!r}")
+            object.__setattr__(self, "logprobs", True)
+        if not isinstance(self.logprobs, bool):
+            raise ValueError(f"logprobs must be True or False, got {self.logprobs!r}")
+
+    @property
+    def sampled(self) -> bool:
+        """False only for explicit greedy decoding (``temperature == 0``)."""
+        return self.temperature != 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The arguments as keyword arguments of ``chat``; the log-prob fields only when set, so
+        cache keys of plain requests are unchanged."""
+        out: dict[str, Any] = {
             "n": self.n,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -109,20 +142,74 @@ class SamplingParams:
             "seed": self.seed,
             "stop": list(self.stop),
         }
+        if self.logprobs:
+            out["logprobs"] = True
+            out["top_logprobs"] = self.top_logprobs
+        return out
+
+
+@dataclass
+class TokenLogprob:
+    """One generated token: its text, its log-probability and the ``top`` alternatives
+    (``[(token, logprob), ...]``, most likely first) when they were asked for."""
+
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = field(default_factory=list)
+
+    def to_list(self) -> list[Any]:
+        return [self.token, _json_number(self.logprob), [[t, _json_number(v)] for t, v in self.top]]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> TokenLogprob:
+        token, logprob, top = data
+        return cls(token, _from_json_number(logprob), [(t, _from_json_number(v)) for t, v in top])
 
 
 @dataclass
 class Completion:
     """One returned choice, with what the server said about it.
 
-    ``blocked`` is True when the provider refused to answer (OpenAI ``finish_reason ==
-    "content_filter"``); the text is then empty.
+    ``blocked`` is True when the provider refused to answer: OpenAI ``finish_reason ==
+    "content_filter"``, or a response with no choices at all (a gateway's "no candidates"); the
+    text is then empty. ``logprobs`` holds one :class:`TokenLogprob` per generated token when
+    the request asked for them (``None`` otherwise).
     """
 
     text: str
     finish_reason: str | None = None
     blocked: bool = False
     raw: dict[str, Any] | None = field(default=None, repr=False)
+    logprobs: list[TokenLogprob] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (``raw`` is dropped), as :class:`~icml25.llm.CachedChat` stores it."""
+        out: dict[str, Any] = {
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "blocked": self.blocked,
+        }
+        if self.logprobs is not None:
+            out["logprobs"] = [t.to_list() for t in self.logprobs]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Completion:
+        lps = data.get("logprobs")
+        return cls(
+            data["text"],
+            data.get("finish_reason"),
+            bool(data.get("blocked", False)),
+            logprobs=None if lps is None else [TokenLogprob.from_list(t) for t in lps],
+        )
+
+
+def _json_number(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # -inf log-probs (masked tokens) become null
+
+
+def _from_json_number(x: float | None) -> float:
+    return -math.inf if x is None else float(x)
 
 
 def _finite(x: Any) -> bool:
@@ -132,7 +219,10 @@ def _finite(x: Any) -> bool:
 def validate_messages(messages: Any) -> list[dict[str, Any]]:
     """Check OpenAI chat messages and return them as a list of plain dicts.
 
-    Raises ``TypeError``/``ValueError`` naming the offending message and what would be valid.
+    Content parts are checked too: a ``text`` part needs a string ``text``; an ``image_url``
+    part needs ``{"image_url": {"url": URL}}`` with an ``http(s)://`` URL or a ``data:image/...``
+    URL (the form vision servers accept). Raises ``TypeError``/``ValueError`` naming the
+    offending message and what would be valid.
     """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TypeError(
@@ -152,12 +242,7 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
             pass
         elif isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
             for j, part in enumerate(content):
-                kind = part.get("type") if isinstance(part, Mapping) else None
-                if kind not in ("text", "image_url"):
-                    raise ValueError(
-                        f"message {i} content part {j} must be a dict with type 'text' or "
-                        f"'image_url', got {part!r:.80}"
-                    )
+                _check_part(i, j, part)
         else:
             raise TypeError(
                 f"message {i} content must be a string or a list of content parts, "
@@ -165,6 +250,28 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
             )
         out.append(dict(m))
     return out
+
+
+def _check_part(i: int, j: int, part: Any) -> None:
+    kind = part.get("type") if isinstance(part, Mapping) else None
+    where = f"message {i} content part {j}"
+    if kind == "text":
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f"{where} has type 'text' but no string 'text' field: {part!r:.80}")
+        return
+    if kind != "image_url":
+        raise ValueError(
+            f"{where} must be a dict with type 'text' or 'image_url', got {part!r:.80}"
+        )
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else None
+    if not isinstance(url, str) or not url.startswith(("http://", "https://", "data:image/")):
+        raise ValueError(
+            f"{where} must carry {{'image_url': {{'url': URL}}}} with an http(s):// URL or a "
+            f"data:image/...;base64 URL, got {part!r:.80}"
+        )
+    if url.startswith("data:") and ";base64," not in url:
+        raise ValueError(f"{where}: a data URL must be base64 (data:image/png;base64,...)")
 
 
 def message_text(message: Mapping[str, Any], *, allow_images: bool = False) -> str:
@@ -184,11 +291,18 @@ def message_text(message: Mapping[str, Any], *, allow_images: bool = False) -> s
     return "".join(texts)
 
 
+#: one entry of :meth:`BaseChat.complete_many` with ``errors="return"``
+RequestResult = list[Completion] | BaseException
+
+
 class BaseChat:
-    """Shared front half of every backend: argument checks, ``chat`` and ``chat_many``.
+    """Shared front half of every backend: argument checks, ``chat``, ``complete`` and the
+    concurrent, order-preserving ``complete_many`` / ``chat_many``.
 
     Subclasses implement :meth:`_complete` (one validated request -> exactly ``n``
-    :class:`Completion`) and may override :meth:`_complete_many` to batch natively.
+    :class:`Completion`) and may override :meth:`_complete_many` to batch natively; that method
+    returns one entry per request, a list of completions or the exception that request raised,
+    so one failing request never costs the others their answers.
     """
 
     name: str = "chat"
@@ -202,9 +316,9 @@ class BaseChat:
         messages: Sequence[Message],
         *,
         n: int = 1,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
     ) -> list[str]:
@@ -226,28 +340,48 @@ class BaseChat:
         messages: Sequence[Message],
         *,
         n: int = 1,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
     ) -> list[Completion]:
-        """Like :meth:`chat`, returning :class:`Completion` objects (finish reason, blocked)."""
-        params = SamplingParams(n, temperature, top_p, max_tokens, seed, tuple(stop or ()))
+        """Like :meth:`chat`, returning :class:`Completion` objects (finish reason, blocked and,
+        with ``logprobs``/``top_logprobs``, the generated tokens' log-probabilities)."""
+        params = SamplingParams(
+            n, temperature, top_p, max_tokens, seed, tuple(stop or ()), logprobs, top_logprobs
+        )
         return self._checked(self._complete(validate_messages(messages), params), params)
 
-    def chat_many(
+    def complete_many(
         self,
         requests: Sequence[Sequence[Message]],
         *,
         n: int = 1,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_tokens: int = 1024,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
-    ) -> list[list[str]]:
-        params = SamplingParams(n, temperature, top_p, max_tokens, seed, tuple(stop or ()))
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
+        errors: str = "raise",
+    ) -> list[RequestResult]:
+        """:meth:`complete` for every request, concurrently, in input order.
+
+        Every request runs to its end whatever the others do. ``errors="return"``: a failed
+        request's entry is its exception (the others keep their completions). ``errors="raise"``:
+        once all have finished, the first failure (in input order) is raised, with a note saying
+        how many failed; answers that arrived are not lost when the backend caches them
+        (:class:`~icml25.llm.CachedChat` stores each one as it arrives).
+        """
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
+        params = SamplingParams(
+            n, temperature, top_p, max_tokens, seed, tuple(stop or ()), logprobs, top_logprobs
+        )
         if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
             raise TypeError(
                 f"requests must be a list of message lists, got {type(requests).__name__}"
@@ -260,21 +394,71 @@ class BaseChat:
                 raise type(exc)(f"request {i}: {exc}") from None
         if not checked:
             return []
-        results = self._complete_many(checked, params)
-        return [[c.text for c in self._checked(r, params)] for r in results]
+        results: list[RequestResult] = []
+        for r in self._complete_many(checked, params):
+            if not isinstance(r, BaseException):
+                try:
+                    r = self._checked(r, params)
+                except RuntimeError as exc:
+                    r = exc
+            results.append(r)
+        if errors == "raise":
+            failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+            if failed:
+                first = results[failed[0]]
+                _add_note(
+                    first,
+                    f"request {failed[0]} of {len(results)} failed; {len(failed)} failed in all, "
+                    f"{len(results) - len(failed)} completed (complete_many(..., "
+                    "errors='return') gives each request its own result)",
+                )
+                raise first
+        return results
+
+    def chat_many(
+        self,
+        requests: Sequence[Sequence[Message]],
+        *,
+        n: int = 1,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> list[list[str]]:
+        """Texts of :meth:`complete_many` with ``errors="raise"``."""
+        results = self.complete_many(
+            requests,
+            n=n,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            seed=seed,
+            stop=stop,
+            errors="raise",
+        )
+        return [[c.text for c in r] for r in results]  # type: ignore[union-attr]
 
     def _complete(self, messages: list[dict[str, Any]], params: SamplingParams) -> list[Completion]:
         raise NotImplementedError
 
     def _complete_many(
         self, requests: list[list[dict[str, Any]]], params: SamplingParams
-    ) -> list[list[Completion]]:
-        """Default: a thread pool of ``concurrency`` workers calling :meth:`_complete`."""
+    ) -> list[RequestResult]:
+        """Default: a thread pool of ``concurrency`` workers calling :meth:`_complete`; each
+        request's exception is caught and returned in its place."""
+
+        def one(r: list[dict[str, Any]]) -> RequestResult:
+            try:
+                return self._complete(r, params)
+            except Exception as exc:  # noqa: BLE001 - handed back to the caller per request
+                return exc
+
         workers = max(1, min(int(self.concurrency), len(requests)))
         if workers == 1:
-            return [self._complete(r, params) for r in requests]
+            return [one(r) for r in requests]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{self.name}-") as pool:
-            return list(pool.map(lambda r: self._complete(r, params), requests))
+            return list(pool.map(one, requests))
 
     def _checked(self, completions: list[Completion], params: SamplingParams) -> list[Completion]:
         if len(completions) != params.n:
@@ -283,5 +467,15 @@ class BaseChat:
             )
         return completions
 
+    def cache_identity(self) -> str:
+        """What :class:`~icml25.llm.CachedChat` keys on: the name, unless a backend knows more
+        (a local model adds a fingerprint of its weights)."""
+        return self.name
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(note)

@@ -1,7 +1,9 @@
 """``CachedChat``: a persistent response cache, so a killed pipeline resumes without repeating calls.
 
-Each request is keyed by the backend's ``name``, the messages and every sampling argument. Identical
-requests with ``temperature > 0`` are distinct samples, not repeats: the k-th identical sampled
+Each request is keyed by the backend's identity, the messages and every sampling argument. The
+identity is the backend's ``cache_identity()`` where it has one (a local model adds a fingerprint
+of its weights, so a retrained model never replays another's answers), else its ``name``. Identical
+sampled requests (``temperature > 0`` or the provider's default) are distinct samples, not repeats: the k-th identical sampled
 request of a process gets the k-th cached answer, so a re-run replays the same answers in the same
 places and only new requests reach the backend. Answers are committed to SQLite (standard library)
 as each one arrives: a crash loses at most the requests in flight.
@@ -17,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from icml25.llm.base import BaseChat, ChatBackend, Completion, SamplingParams
+from icml25.llm.base import BaseChat, ChatBackend, Completion, RequestResult, SamplingParams
 
 __all__ = ["CachedChat"]
 
@@ -56,14 +58,22 @@ class CachedChat(BaseChat):
         self.hits = 0
         self.misses = 0
 
+    def identity(self) -> str:
+        """The backend identity in the cache keys (see the module docstring)."""
+        ident = getattr(self.backend, "cache_identity", None)
+        return ident() if callable(ident) else self.name
+
+    def cache_identity(self) -> str:
+        return self.identity()
+
     def _key(self, messages: list[dict[str, Any]], params: SamplingParams) -> tuple[str, str]:
         request = json.dumps(
-            {"backend": self.name, "messages": messages, **params.as_dict()},
+            {"backend": self.identity(), "messages": messages, **params.as_dict()},
             sort_keys=True,
             ensure_ascii=False,
         )
         base = hashlib.sha256(request.encode()).hexdigest()
-        if params.temperature > 0:
+        if params.sampled:
             with self._lock:
                 k = self._occurrences[base]
                 self._occurrences[base] += 1
@@ -78,15 +88,10 @@ class CachedChat(BaseChat):
             if row is None:
                 return None
             self.hits += 1
-        return [Completion(**c) for c in json.loads(row[0])]
+        return [Completion.from_dict(c) for c in json.loads(row[0])]
 
     def _store(self, key: str, request: str, completions: list[Completion]) -> None:
-        stored = json.dumps(
-            [
-                {"text": c.text, "finish_reason": c.finish_reason, "blocked": c.blocked}
-                for c in completions
-            ]
-        )
+        stored = json.dumps([c.to_dict() for c in completions], allow_nan=False)
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses (key, backend, request, completions) "
@@ -106,21 +111,21 @@ class CachedChat(BaseChat):
 
     def _complete_many(
         self, requests: list[list[dict[str, Any]]], params: SamplingParams
-    ) -> list[list[Completion]]:
+    ) -> list[RequestResult]:
         if not getattr(self.backend, "native_batching", False):
-            return super()._complete_many(
-                requests, params
-            )  # threads, each answer stored on arrival
+            # threads, each answer stored on arrival, each failure returned in its place
+            return super()._complete_many(requests, params)
         # A local model batches: look everything up, send the misses in chunks, store each chunk.
         keyed = [self._key(m, params) for m in requests]
-        out: list[list[Completion] | None] = [self._lookup(key) for key, _ in keyed]
+        out: list[RequestResult | None] = [self._lookup(key) for key, _ in keyed]
         misses = [i for i, r in enumerate(out) if r is None]
         chunk = max(1, int(getattr(self.backend, "batch_size", 16)))
         for start in range(0, len(misses), chunk):
             idx = misses[start : start + chunk]
             answers = self.backend._complete_many([requests[i] for i in idx], params)
             for i, completions in zip(idx, answers):
-                self._store(*keyed[i], completions)
+                if not isinstance(completions, BaseException):
+                    self._store(*keyed[i], completions)
                 out[i] = completions
         return out  # type: ignore[return-value]
 
@@ -145,4 +150,5 @@ def _completions_of(
     kwargs = params.as_dict()
     if hasattr(backend, "complete"):
         return list(backend.complete(messages, **kwargs))
+    kwargs.pop("logprobs", None), kwargs.pop("top_logprobs", None)
     return [Completion(t) for t in backend.chat(messages, **kwargs)]

@@ -2,22 +2,34 @@
 
 Prompts are rendered with the tokenizer's chat template (``add_generation_prompt=True``); a template
 that rejects the ``system`` role gets the system text folded into the first user turn; a tokenizer
-without a template gets a plain ``System:/User:/Assistant:`` rendering. Generation is batched with
-left padding, all ``n`` samples of all requests in one batch, each row with its own seeded
-generator (see :mod:`icml25.llm.sampling`); only new tokens are decoded.
+without a template gets a plain ``System:/User:/Assistant:`` rendering, with a warning (or an error
+with ``require_template=True``). Generation is batched with left padding, all ``n`` samples of all
+requests in one batch, each row with its own generator (see :mod:`icml25.llm.sampling`) seeded from
+the request's seed, the prompt and the sample index, so distinct prompts draw independent samples
+while a repeated request reproduces its answer; only new tokens are decoded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from icml25.llm.base import BaseChat, Completion, SamplingParams, message_text, validate_messages
+from icml25.llm.base import (
+    BaseChat,
+    Completion,
+    RequestResult,
+    SamplingParams,
+    TokenLogprob,
+    message_text,
+    validate_messages,
+)
 from icml25.llm.sampling import make_decoder, sample
 
-__all__ = ["HFChat", "render_plain"]
+__all__ = ["HFChat", "render_plain", "row_seed", "weights_fingerprint"]
 
 
 def render_plain(messages: Sequence[dict[str, Any]]) -> str:
@@ -36,7 +48,13 @@ class HFChat(BaseChat):
         device: where to run; default the model's own device.
         batch_size: rows (requests x n) generated together.
         fast: use :class:`~icml25.llm.sampling.FastLlamaDecoder` (default: where it applies).
-        name: the backend name used in cache keys (default ``hf:<name_or_path>``).
+        name: the backend's name (default ``hf:<name_or_path>``); cache keys add a fingerprint of
+            the weights (:meth:`cache_identity`).
+        require_template: raise instead of warning when the tokenizer has no chat template.
+        max_new_tokens: the length limit of a request that leaves ``max_tokens`` at ``None``.
+
+    Sampling arguments left at ``None`` take the model's ``generation_config`` values
+    (``temperature``, ``top_p``; 1.0 where it has none), as vLLM does.
     """
 
     native_batching = True
@@ -50,6 +68,8 @@ class HFChat(BaseChat):
         batch_size: int = 16,
         fast: bool | None = None,
         name: str | None = None,
+        require_template: bool = False,
+        max_new_tokens: int = 1024,
     ) -> None:
         if isinstance(model, str):
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -60,11 +80,26 @@ class HFChat(BaseChat):
             raise ValueError("HFChat needs the model's tokenizer (tokenizer=None was given)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 1
+        ):
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if device is not None:
             model = model.to(device)
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.require_template = bool(require_template)
+        self.max_new_tokens = max_new_tokens
+        self._warned_plain = False
+        self._fingerprint: tuple[tuple, str] | None = None
+        if require_template and not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                "require_template=True but the tokenizer has no chat_template; set "
+                "tokenizer.chat_template (a Jinja string) or allow the plain rendering"
+            )
         self.concurrency = 1
         self.name = (
             name or f"hf:{getattr(model.config, '_name_or_path', '') or type(model).__name__}"
@@ -82,6 +117,18 @@ class HFChat(BaseChat):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def cache_identity(self) -> str:
+        """``name`` plus a fingerprint of the weights: a SHA-256 over every parameter's name,
+        shape, dtype and values (models up to 2^26 weights in full; larger ones through a fixed
+        strided sample of 2^16 values per tensor, which any training step changes). Recomputed
+        only when a parameter was modified in place since the last call (torch's version
+        counters), so a model retrained in place gets a new identity."""
+        params = list(self.model.named_parameters())
+        stamp = tuple((n, p.data_ptr(), p._version) for n, p in params)
+        if self._fingerprint is None or self._fingerprint[0] != stamp:
+            self._fingerprint = (stamp, weights_fingerprint(self.model))
+        return f"{self.name}#{self._fingerprint[1][:16]}"
+
     # -- prompts -----------------------------------------------------------------------------
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
         """The prompt text the model sees for ``messages`` (generation prompt included)."""
@@ -89,6 +136,20 @@ class HFChat(BaseChat):
             {"role": m["role"], "content": message_text(m)} for m in validate_messages(messages)
         ]
         if not getattr(self.tokenizer, "chat_template", None):
+            if self.require_template:
+                raise ValueError(
+                    "the tokenizer has no chat_template and require_template=True; set "
+                    "tokenizer.chat_template or allow the plain System:/User:/Assistant: rendering"
+                )
+            if not self._warned_plain:
+                self._warned_plain = True
+                warnings.warn(
+                    f"{self.name}: the tokenizer has no chat template; prompts are rendered as "
+                    "plain 'System:/User:/Assistant:' text, which a chat-tuned model was not "
+                    "trained on (HFChat(..., require_template=True) makes this an error)",
+                    UserWarning,
+                    stacklevel=3,
+                )
             return render_plain(messages)
         try:
             return self.tokenizer.apply_chat_template(
@@ -113,39 +174,72 @@ class HFChat(BaseChat):
     def _complete(self, messages: list[dict[str, Any]], params: SamplingParams) -> list[Completion]:
         return self._complete_many([messages], params)[0]
 
+    def _resolved(self, params: SamplingParams) -> tuple[float, float, int]:
+        gc = getattr(self.model, "generation_config", None)
+        t = params.temperature
+        if t is None:
+            t = getattr(gc, "temperature", None)
+            t = 1.0 if t is None else float(t)
+        p = params.top_p
+        if p is None:
+            p = getattr(gc, "top_p", None)
+            p = 1.0 if p is None else float(p)
+        return t, p, params.max_tokens if params.max_tokens is not None else self.max_new_tokens
+
     def _complete_many(
         self, requests: list[list[dict[str, Any]]], params: SamplingParams
-    ) -> list[list[Completion]]:
-        prompts = [self.encode_prompt(r) for r in requests]
-        rows = [(i, j) for i in range(len(requests)) for j in range(params.n)]
+    ) -> list[RequestResult]:
+        results: list[RequestResult | None] = [None] * len(requests)
+        prompts: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            try:
+                prompts[i] = self.encode_prompt(r)
+            except Exception as exc:  # noqa: BLE001 - this request fails, the others go on
+                results[i] = exc
+        temperature, top_p, max_tokens = self._resolved(params)
+        rows = [(i, j) for i in prompts for j in range(params.n)]
         rows.sort(key=lambda ij: len(prompts[ij[0]]))  # similar lengths together: less padding
         texts: dict[tuple[int, int], Completion] = {}
+        k = None if not params.logprobs else int(params.top_logprobs or 0)
         for start in range(0, len(rows), self.batch_size):
             batch = rows[start : start + self.batch_size]
             gens = []
-            for _i, j in batch:
+            for i, j in batch:
                 g = torch.Generator()
-                # seed + j: reproducible per request, different across its n samples
                 g.manual_seed(
-                    params.seed + j if params.seed is not None else int(torch.randint(0, 2**62, ()))
+                    row_seed(params.seed, prompts[i], j)
+                    if params.seed is not None
+                    else int(torch.randint(0, 2**62, ()))
                 )
                 gens.append(g)
             stop_fn = self._stop_fn(params.stop) if params.stop else None
-            new_ids = sample(
-                self.decoder,
-                [prompts[i] for i, _ in batch],
-                max_new_tokens=params.max_tokens,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                eos_ids=self.eos_ids,
-                pad_id=self.pad_id,
-                generators=gens,
-                device=self.device,
-                stop_fn=stop_fn,
-            )
-            for key, ids in zip(batch, new_ids):
-                texts[key] = self._finish(ids, params)
-        return [[texts[(i, j)] for j in range(params.n)] for i in range(len(requests))]
+            try:
+                got = sample(
+                    self.decoder,
+                    [prompts[i] for i, _ in batch],
+                    max_new_tokens=max_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    eos_ids=self.eos_ids,
+                    pad_id=self.pad_id,
+                    generators=gens,
+                    device=self.device,
+                    stop_fn=stop_fn,
+                    logprobs=k,
+                )
+            except Exception as exc:  # noqa: BLE001 - e.g. out of memory: this chunk fails
+                for i, _ in batch:
+                    results[i] = exc
+                continue
+            new_ids, lps = got if k is not None else (got, None)
+            for r, (key, ids) in enumerate(zip(batch, new_ids)):
+                texts[key] = self._finish(
+                    ids, max_tokens, params.stop, None if lps is None else lps[r]
+                )
+        for i in prompts:
+            if results[i] is None:
+                results[i] = [texts[(i, j)] for j in range(params.n)]
+        return results  # type: ignore[return-value]
 
     def _stop_fn(self, stops: tuple[str, ...]):
         def hit(_row: int, ids: list[int]) -> bool:
@@ -154,14 +248,23 @@ class HFChat(BaseChat):
 
         return hit
 
-    def _finish(self, ids: list[int], params: SamplingParams) -> Completion:
+    def _finish(
+        self, ids: list[int], max_tokens: int, stops: tuple[str, ...], lps: list | None
+    ) -> Completion:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        reason = "length" if len(ids) >= params.max_tokens else "stop"
-        for s in params.stop:
+        reason = "length" if len(ids) >= max_tokens else "stop"
+        for s in stops:
             cut = text.find(s)
             if cut >= 0:
                 text, reason = text[:cut], "stop"
-        return Completion(text=text, finish_reason=reason)
+        logprobs = None
+        if lps is not None:
+            piece = self.tokenizer.convert_ids_to_tokens
+            logprobs = [
+                TokenLogprob(piece(t), lp, [(piece(a), v) for a, v in top])
+                for t, (lp, top) in zip(ids, lps)
+            ]
+        return Completion(text=text, finish_reason=reason, logprobs=logprobs)
 
     # -- scoring -------------------------------------------------------------------------------
     def logprobs(
@@ -191,3 +294,66 @@ class HFChat(BaseChat):
             logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
         logp = torch.log_softmax(logits, dim=-1)
         return logp.gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
+
+    def text_logprobs(self, text: str) -> list[tuple[str, int, float | None]]:
+        """``(token, char offset, log p(token | tokens before))`` for every token of raw
+        ``text`` as the tokenizer encodes it (special tokens such as BOS included; the first
+        token has no log-prob: ``None``). What a vLLM server returns for ``echo=True,
+        logprobs=1`` on ``/v1/completions``; :class:`~icml25.llm.ChatServer` answers that route
+        with it."""
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"text must be a non-empty string, got {text!r:.40}")
+        try:
+            enc = self.tokenizer(text, return_offsets_mapping=True)
+        except NotImplementedError as exc:  # slow (Python) tokenizers have no offsets
+            raise NotImplementedError(
+                "text_logprobs needs a fast tokenizer (offset mapping)"
+            ) from exc
+        ids, offsets = list(enc["input_ids"]), [int(a) for a, _ in enc["offset_mapping"]]
+        values: list[float | None] = [None]
+        if len(ids) > 1:
+            x = torch.tensor([ids], device=self.device)
+            with torch.inference_mode():
+                logp = torch.log_softmax(self.model(input_ids=x).logits[0, :-1].float(), dim=-1)
+            values += logp.gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
+        tokens = self.tokenizer.convert_ids_to_tokens(ids)
+        return list(zip(tokens, offsets, values))
+
+    def continuation_logprobs(self, prompt: str, continuation: str) -> list[float]:
+        """Per-token ``log p(continuation | prompt)`` of raw text (no chat template): the tokens
+        of ``prompt + continuation`` that start at or after ``len(prompt)``, exactly as
+        :meth:`icml25.llm.OpenAIChat.continuation_logprobs` selects them from a server's echo."""
+        if not isinstance(prompt, str) or not isinstance(continuation, str):
+            raise TypeError("prompt and continuation must be strings")
+        if not continuation:
+            raise ValueError("continuation must not be empty")
+        scored = self.text_logprobs(prompt + continuation)
+        picked = [v for _t, o, v in scored if o >= len(prompt) and not (o == 0 and v is None)]
+        if not picked or any(v is None for v in picked):
+            raise ValueError("no scorable continuation token: pass a non-empty prompt")
+        return [float(v) for v in picked]
+
+
+def row_seed(seed: int, prompt_ids: Sequence[int], sample_index: int) -> int:
+    """The generator seed of sample ``sample_index`` of a request: a hash of the request's
+    seed, its prompt token ids and the index (63 bits), so distinct prompts sharing one seed
+    draw independent samples and a repeated request reproduces its answer."""
+    h = hashlib.sha256(f"{int(seed)}:{int(sample_index)}:".encode())
+    h.update(",".join(map(str, prompt_ids)).encode())
+    return int.from_bytes(h.digest()[:8], "little") >> 1
+
+
+def weights_fingerprint(model: Any, *, full_limit: int = 2**26, sample: int = 2**16) -> str:
+    """SHA-256 hex digest of a model's parameters (see :meth:`HFChat.cache_identity`)."""
+    params = list(model.named_parameters())
+    total = sum(p.numel() for _, p in params)
+    h = hashlib.sha256(type(model).__name__.encode())
+    with torch.no_grad():
+        for name, p in params:
+            flat = p.detach().reshape(-1)
+            if total > full_limit and flat.numel() > sample:
+                step = flat.numel() // sample
+                flat = flat[::step][:sample]
+            h.update(f"{name}:{tuple(p.shape)}:{p.dtype}:".encode())
+            h.update(flat.to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -203,11 +203,16 @@ def sample(
     generators: Sequence[torch.Generator | None],
     device: torch.device,
     stop_fn: Callable[[int, list[int]], bool] | None = None,
-) -> list[list[int]]:
+    logprobs: int | None = None,
+) -> list[list[int]] | tuple[list[list[int]], list[list[tuple[float, list[tuple[int, float]]]]]]:
     """Sample continuations of token-id ``prompts`` (one row each) and return the new ids.
 
     ``temperature == 0`` is greedy. Generation of a row ends at an EOS id (not included), when
     ``stop_fn(row, ids_so_far)`` says so, or after ``max_new_tokens``.
+
+    With ``logprobs=k`` (``k >= 0``) the return value is ``(ids, lps)``: per row and generated
+    token ``(logprob, [(id, logprob)] * k)`` under the model's own distribution (the log-softmax
+    of the raw logits, before temperature and top-p, as vLLM reports them).
     """
     ids, mask = _left_pad(prompts, pad_id, device)
     b = ids.shape[0]
@@ -218,11 +223,19 @@ def sample(
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
     out: list[list[int]] = [[] for _ in range(b)]
+    lps: list[list[tuple[float, list[tuple[int, float]]]]] = [[] for _ in range(b)]
     for step in range(max_new_tokens):
         nxt = _pick(logits, temperature, top_p, generators)
         finished_now = torch.isin(nxt, eos) if eos.numel() else torch.zeros_like(done)
+        if logprobs is not None:
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            chosen = logp.gather(-1, nxt[:, None]).squeeze(-1).tolist()
+            top_v, top_i = logp.topk(min(logprobs, logp.shape[-1]), dim=-1)
+            top_v, top_i = top_v.tolist(), top_i.tolist()
         for r in (~done & ~finished_now).nonzero().flatten().tolist():
             out[r].append(int(nxt[r]))
+            if logprobs is not None:
+                lps[r].append((chosen[r], list(zip(top_i[r], top_v[r]))))
             if stop_fn is not None and stop_fn(r, out[r]):
                 finished_now[r] = True
         done |= finished_now
@@ -230,7 +243,7 @@ def sample(
             break
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         logits, state = decoder.step(nxt[:, None], state)
-    return out
+    return out if logprobs is None else (out, lps)
 
 
 def _pick(

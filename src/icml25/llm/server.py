@@ -1,13 +1,19 @@
 """A local OpenAI-compatible chat server in front of any :class:`ChatBackend`.
 
-Serves ``POST /v1/chat/completions`` and ``GET /v1/models`` on 127.0.0.1. Two uses: expose a local
+Serves ``POST /v1/chat/completions``, ``GET /v1/models`` and, for a backend that can score text
+(``text_logprobs``, e.g. :class:`~icml25.llm.HFChat`), prompt scoring through ``POST
+/v1/completions`` with ``echo=true`` and ``logprobs`` (vLLM's legacy format; no generation on that
+route) on 127.0.0.1. Chat requests may ask for ``logprobs`` / ``top_logprobs``; sampling fields a
+request leaves out reach the backend as ``None`` (its default). Two uses: expose a local
 model (e.g. an :class:`~icml25.llm.hf.HFChat`) to tools that speak the OpenAI protocol, and test
 clients against a real HTTP server, with added latency and injected faults.
 
 Faults, one per incoming request, taken in order from ``faults`` (a list) or decided by a
 function ``faults(request_index, body) -> str | None``:
 
-- ``"429"``: Too Many Requests with ``Retry-After: retry_after``;
+- ``"429"``: Too Many Requests with ``Retry-After: retry_after``; ``"429ms"``: the same with
+  ``retry-after-ms`` (OpenAI's header, milliseconds);
+- ``"empty"``: HTTP 200 with an empty ``choices`` list (a gateway's "no candidates");
 - ``"500"`` / ``"503"``: server errors; ``"400"`` / ``"401"`` / ``"404"``: client errors (not retryable);
 - ``"slow"``: answer only after ``slow_seconds`` (past a client's timeout);
 - ``"drop"``: send the headers and half the body, then close the connection;
@@ -28,7 +34,32 @@ from icml25.llm.base import ChatBackend
 __all__ = ["ChatServer"]
 
 FaultPlan = Sequence[str | None] | Callable[[int, dict[str, Any]], str | None]
-_FAULTS = {"429", "500", "503", "400", "401", "404", "slow", "drop", "fewer", None}
+_FAULTS = {
+    "429",
+    "429ms",
+    "500",
+    "503",
+    "400",
+    "401",
+    "404",
+    "slow",
+    "drop",
+    "fewer",
+    "empty",
+    None,
+}
+
+
+_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/completions": "score",
+    "/completions": "score",
+}
+
+
+def _opt(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
 
 
 class ChatServer:
@@ -90,14 +121,18 @@ class ChatServer:
 
     def _answer(self, body: dict[str, Any], fault: str | None) -> dict[str, Any]:
         n = int(body.get("n", 1))
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         kwargs = {
             "n": n,
-            "temperature": float(body.get("temperature", 0.7)),
-            "top_p": float(body.get("top_p", 1.0)),
-            "max_tokens": int(body.get("max_tokens", 1024)),
+            "temperature": _opt(body.get("temperature"), float),
+            "top_p": _opt(body.get("top_p"), float),
+            "max_tokens": _opt(max_tokens, int),
             "seed": body.get("seed"),
             "stop": body.get("stop"),
         }
+        if body.get("logprobs"):
+            kwargs["logprobs"] = True
+            kwargs["top_logprobs"] = _opt(body.get("top_logprobs"), int)
         if self._backend_lock is None:
             completions = self.backend.complete(body["messages"], **kwargs)
         else:
@@ -105,18 +140,68 @@ class ChatServer:
                 completions = self.backend.complete(body["messages"], **kwargs)
         if fault == "fewer":
             completions = completions[: max(1, n - 1)]
+        if fault == "empty":
+            completions = []
+        choices = []
+        for i, c in enumerate(completions):
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "finish_reason": c.finish_reason or "stop",
+            }
+            if kwargs.get("logprobs"):
+                choice["logprobs"] = {
+                    "content": [
+                        {
+                            "token": t.token,
+                            "logprob": t.logprob,
+                            "top_logprobs": [{"token": a, "logprob": v} for a, v in t.top],
+                        }
+                        for t in (c.logprobs or [])
+                    ]
+                }
+            choices.append(choice)
         return {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name,
+            "choices": choices,
+        }
+
+    def _score(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``/v1/completions`` with ``echo`` and ``logprobs``: the prompt's token log-probs."""
+        scorer = getattr(self.backend, "text_logprobs", None)
+        if scorer is None:
+            raise NotImplementedError(f"backend {self.model_name!r} cannot score text")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not body.get("echo") or body.get("logprobs") is None:
+            raise ValueError(
+                "this test server answers /v1/completions only for prompt scoring: a string "
+                "'prompt' with echo=true and logprobs"
+            )
+        if self._backend_lock is None:
+            scored = scorer(prompt)
+        else:
+            with self._backend_lock:
+                scored = scorer(prompt)
+        return {
+            "id": f"cmpl-{len(self.requests)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
             "choices": [
                 {
-                    "index": i,
-                    "message": {"role": "assistant", "content": c.text},
-                    "finish_reason": c.finish_reason or "stop",
+                    "index": 0,
+                    "text": prompt,
+                    "finish_reason": "length",
+                    "logprobs": {
+                        "tokens": [t for t, _, _ in scored],
+                        "token_logprobs": [v for _, _, v in scored],
+                        "text_offset": [o for _, o, _ in scored],
+                        "top_logprobs": [None if v is None else {t: v} for t, _, v in scored],
+                    },
                 }
-                for i, c in enumerate(completions)
             ],
         }
 
@@ -149,7 +234,8 @@ class ChatServer:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:  # noqa: N802
-                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                route = self.path.rstrip("/")
+                if route not in _ROUTES:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 try:
@@ -162,16 +248,25 @@ class ChatServer:
                 if server.latency:
                     time.sleep(server.latency)
                 try:
-                    if fault in ("429", "500", "503", "400", "401", "404"):
-                        headers = (
-                            {"Retry-After": f"{server.retry_after:g}"} if fault == "429" else {}
-                        )
-                        self._send(int(fault), {"error": {"message": f"injected {fault}"}}, headers)
+                    if fault in ("429", "429ms", "500", "503", "400", "401", "404"):
+                        headers = {}
+                        if fault == "429":
+                            headers = {"Retry-After": f"{server.retry_after:g}"}
+                        elif fault == "429ms":
+                            headers = {"retry-after-ms": f"{1000 * server.retry_after:g}"}
+                        code = int(fault[:3])
+                        self._send(code, {"error": {"message": f"injected {fault}"}}, headers)
                         return
                     if fault == "slow":
                         time.sleep(server.slow_seconds)
                     try:
-                        payload = server._answer(body, fault)
+                        if _ROUTES[route] == "chat":
+                            payload = server._answer(body, fault)
+                        else:
+                            payload = server._score(body)
+                    except NotImplementedError as exc:
+                        self._send(404, {"error": {"message": str(exc)}})
+                        return
                     except (ValueError, TypeError, KeyError) as exc:
                         self._send(400, {"error": {"message": str(exc)}})
                         return

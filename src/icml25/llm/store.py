@@ -1,0 +1,309 @@
+"""``JsonlStore``: the append-only results file of every resumable batch pipeline, and
+``run_resumable``, the loop that fills it.
+
+One JSON object per line. The key fields of a record say which item it belongs to; the last
+record of a key wins. A record with an ``"error"`` field (``{"type", "message"}``) is an error
+row: the item failed, and a rerun retries it only when asked (``retry_errors``). Each record is
+flushed as it is written (``fsync`` every ``fsync_every`` records and on close), so a crash loses
+at most the items in flight; a torn last line (a kill mid-write) is skipped on reading and
+fenced off by a newline before the next append. Non-finite floats (NaN, inf) are written as
+``null``, so every line is strict JSON that any reader accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BatchFailed", "BatchReport", "ItemError", "JsonlStore", "json_safe", "run_resumable"]
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (recursively through dicts,
+    lists and tuples; numpy and torch scalars become Python numbers)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item) and getattr(value, "ndim", 0) == 0:
+        return json_safe(item())
+    return value
+
+
+@dataclass
+class ItemError:
+    """One failed item: its key, the exception's type name and message."""
+
+    key: tuple
+    error_type: str
+    message: str
+
+
+class JsonlStore:
+    """Append-only JSONL records keyed by ``key`` (one field name or several).
+
+    Args:
+        path: the file (created with its folder when missing).
+        key: the field(s) whose values identify an item, e.g. ``"index"`` or ``("stage", "id")``.
+        fsync_every: records between two ``fsync`` calls (each record is flushed at once).
+    """
+
+    def __init__(self, path: str | Path, key: str | Sequence[str], *, fsync_every: int = 64):
+        fields = (key,) if isinstance(key, str) else tuple(key)
+        if not fields or not all(isinstance(f, str) and f for f in fields):
+            raise ValueError(f"key must be a field name or a tuple of field names, got {key!r}")
+        if isinstance(fsync_every, bool) or not isinstance(fsync_every, int) or fsync_every < 1:
+            raise ValueError(f"fsync_every must be a positive integer, got {fsync_every!r}")
+        self.path = Path(path)
+        self.key_fields = fields
+        self.fsync_every = fsync_every
+        self._lock = threading.Lock()
+        self._last: dict[tuple, dict[str, Any]] = {}
+        self.n_torn = 0
+        self._file = None
+        self._unsynced = 0
+        self._load()
+
+    # -- reading -------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    k = self.key_of(rec)
+                except (ValueError, KeyError, TypeError):
+                    self.n_torn += 1  # a torn or foreign line: skipped, never fatal
+                    continue
+                self._last[k] = rec
+
+    def key_of(self, record: Mapping[str, Any]) -> tuple:
+        """The key tuple of ``record`` (``KeyError`` naming the missing field)."""
+        if not isinstance(record, Mapping):
+            raise TypeError(f"a record must be a dict, got {type(record).__name__}")
+        missing = [f for f in self.key_fields if f not in record]
+        if missing:
+            raise KeyError(f"record lacks the key field(s) {missing}: {str(record)[:80]}")
+        return tuple(_hashable(record[f]) for f in self.key_fields)
+
+    def _as_key(self, key: Any) -> tuple:
+        if isinstance(key, Mapping):
+            return self.key_of(key)
+        k = key if isinstance(key, tuple) else (key,)
+        if len(k) != len(self.key_fields):
+            raise ValueError(f"a key of {self.path} has fields {self.key_fields}, got {key!r}")
+        return tuple(_hashable(x) for x in k)
+
+    def get(self, key: Any) -> dict[str, Any] | None:
+        """The last record of ``key`` (a value, a tuple or a dict holding the key fields)."""
+        return self._last.get(self._as_key(key))
+
+    def is_done(self, key: Any) -> bool:
+        """True when the item's last record is a result (not an error row)."""
+        rec = self.get(key)
+        return rec is not None and "error" not in rec
+
+    def is_failed(self, key: Any) -> bool:
+        rec = self.get(key)
+        return rec is not None and "error" in rec
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The last result record of every done item, in first-written order."""
+        return [r for r in self._last.values() if "error" not in r]
+
+    def errors(self) -> list[ItemError]:
+        """The items whose last record is an error row."""
+        return [
+            ItemError(k, str(r["error"].get("type", "")), str(r["error"].get("message", "")))
+            for k, r in self._last.items()
+            if "error" in r and isinstance(r["error"], Mapping)
+        ]
+
+    def pending(self, keys: Iterable[Any], *, retry_errors: bool = False) -> list[Any]:
+        """The keys not done yet: never seen, or failed when ``retry_errors``."""
+        out = []
+        for key in keys:
+            rec = self.get(key)
+            if rec is None or (retry_errors and "error" in rec):
+                out.append(key)
+        return out
+
+    # -- writing -------------------------------------------------------------------------------
+    def _open(self):
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fence = False
+            if self.path.exists() and self.path.stat().st_size:
+                with open(self.path, "rb") as f:
+                    f.seek(-1, os.SEEK_END)
+                    fence = f.read(1) != b"\n"  # a torn last line: keep it on its own line
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+            if fence:
+                self._file.write("\n")
+        return self._file
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Write one record (it must hold the key fields) and flush it."""
+        k = self.key_of(record)
+        line = json.dumps(json_safe(dict(record)), ensure_ascii=False, allow_nan=False)
+        with self._lock:
+            f = self._open()
+            f.write(line + "\n")
+            f.flush()
+            self._unsynced += 1
+            if self._unsynced >= self.fsync_every:
+                os.fsync(f.fileno())
+                self._unsynced = 0
+            self._last[k] = json.loads(line)
+
+    def append_error(self, key: Any, exc: BaseException, **extra: Any) -> ItemError:
+        """Write an error row for ``key`` (``extra`` fields, e.g. the input, go with it)."""
+        k = self._as_key(key)
+        rec = dict(zip(self.key_fields, k))
+        rec.update(extra)
+        err = ItemError(k, type(exc).__name__, str(exc)[:2000])
+        rec["error"] = {"type": err.error_type, "message": err.message}
+        self.append(rec)
+        return err
+
+    def sync(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._unsynced = 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> JsonlStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
+@dataclass
+class BatchReport:
+    """What one :func:`run_resumable` call did."""
+
+    n_items: int
+    n_skipped: int  # done (or failed, without retry_errors) before this call
+    n_ok: int  # finished in this call
+    failures: list[ItemError] = field(default_factory=list)  # failed, in this call or before
+    seconds: float = 0.0
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.failures)
+
+    def summary(self) -> str:
+        text = (
+            f"{self.n_items} items: {self.n_ok} done now, {self.n_skipped} done before, "
+            f"{self.n_failed} failed"
+        )
+        if self.failures:
+            first = self.failures[0]
+            text += f" (first: {first.key} {first.error_type}: {first.message[:120]})"
+        return text
+
+
+class BatchFailed(RuntimeError):
+    """Raised by a pipeline run with ``errors="raise"`` after every item was tried and saved:
+    ``report`` says what failed; ``results`` holds what succeeded (``None`` elsewhere)."""
+
+    def __init__(self, report: BatchReport, results: list[Any]) -> None:
+        super().__init__(
+            report.summary() + "; the error rows are in the results file, rerun with "
+            "retry_errors=True (CLI: --retry-errors) to retry them"
+        )
+        self.report, self.results = report, results
+
+
+def run_resumable(
+    items: Sequence[Any],
+    work: Callable[[Any], Mapping[str, Any]],
+    store: JsonlStore,
+    *,
+    key: Callable[[int, Any], Mapping[str, Any]],
+    concurrency: int = 4,
+    retry_errors: bool = False,
+    progress: bool | None = None,
+    desc: str = "items",
+) -> BatchReport:
+    """Run ``work(item)`` for every item not yet done in ``store``, ``concurrency`` at a time.
+
+    ``key(i, item)`` gives the key fields (and anything else to keep with the record, e.g. the
+    input); ``work`` returns the rest of the record. A success is appended at once; an exception
+    becomes an error row for that item only (the others go on). Items whose last record is an
+    error are skipped unless ``retry_errors``. Returns a :class:`BatchReport`.
+    """
+    from icml25.progress import track
+
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    t0 = time.perf_counter()
+    heads = [dict(key(i, item)) for i, item in enumerate(items)]
+    todo = [
+        i
+        for i, h in enumerate(heads)
+        if store.get(h) is None or (retry_errors and store.is_failed(h))
+    ]
+    n_skipped = len(items) - len(todo)
+
+    def one(i: int) -> tuple[int, Mapping[str, Any] | None, BaseException | None]:
+        try:
+            return i, work(items[i]), None
+        except Exception as exc:  # noqa: BLE001 - recorded as this item's error row
+            return i, None, exc
+
+    n_ok = 0
+    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo)))) as pool:
+        futures = [pool.submit(one, i) for i in todo]
+        for fut in track(
+            as_completed(futures),
+            desc,
+            total=len(futures),
+            disable=None if progress is None else not progress,
+        ):
+            i, rec, exc = fut.result()
+            if exc is None:
+                store.append({**heads[i], **rec})
+                n_ok += 1
+            else:
+                extra = {k: v for k, v in heads[i].items() if k not in store.key_fields}
+                store.append_error(heads[i], exc, **extra)
+    store.sync()
+    failures = [e for e in store.errors() if e.key in {store.key_of(h) for h in heads}]
+    return BatchReport(len(items), n_skipped, n_ok, failures, time.perf_counter() - t0)
