@@ -52,7 +52,8 @@ def test_call_sequence_roles_sampling_args_and_cost():
         assert c["temperature"] == 0.7
         assert c["top_p"] == (0.95 if sampling else 0.99)
         assert c["max_tokens"] == (2048 if sampling else 4096)
-        assert c["seed"] == 7  # the official fixed seed
+        # official: only generation and the update are seeded (loss and gradient get none)
+        assert c["seed"] == (7 if sampling else None)
     # the loss system prompt holds the current rejected text; gradient/update hold the full chosen
     # text in <LM_INPUT> and its short form in <VARIABLE>
     it = res.iterations[0]

@@ -12,6 +12,7 @@ import math
 import warnings
 from dataclasses import asdict, dataclass, field
 
+from icml25.llm.store import json_safe
 from icml25.tpo.prompts import PromptSet, extract_tagged
 
 __all__ = [
@@ -32,14 +33,18 @@ class TPOConfig:
     mode: str = "tpo"  # "tpo" | "revision" | "bon"
     temperature: float = 0.7  # official sampling
     top_p: float = 0.95  # official sampling
-    seed: int | None = 7  # official: the same seed on every call
-    seed_policy: str = "fixed"  # "fixed" (official) | "increment"
+    seed: int | None = 7  # official: seed 7 on candidate generation and update calls only
+    seed_policy: str = (
+        "fixed"  # "fixed" (official) | "increment" (seed + k on the k-th seeded call)
+    )
     max_tokens_response: int = 2048  # official
     feedback_temperature: float = 0.7  # official loss/gradient calls
     feedback_top_p: float = 0.99  # official loss/gradient calls
     max_tokens_feedback: int = 4096  # (unverified) paper summary: 4096-token context
     truncate_tokens: int | None = 2048  # official: chosen/rejected cut to 2048 RM tokens
-    truncate_fn: object = None  # (text, n_tokens) -> text; None: no truncation
+    # (text, n_tokens) -> text; None: the reward model's own ``truncate`` when it has one
+    # (HFRewardModel: its tokenizer, as the official truncate_text), else no truncation
+    truncate_fn: object = None
     pair_selection: str = "extreme"  # "extreme" (official) | "median"
     nan_policy: str = "worst"  # "worst": NaN/inf rewards never chosen | "raise"
 
@@ -88,8 +93,13 @@ class TPOResult:
     n_policy_calls: int = 0
     n_reward_calls: int = 0
 
+    def to_dict(self) -> dict:
+        """JSON-safe form: non-finite rewards (NaN/inf, or ``-inf`` for a NaN under
+        ``nan_policy="worst"``) become ``None``; :meth:`from_dict` reads them back as ``-inf``."""
+        return json_safe(asdict(self))
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
 
     def best_reward_at(self, depth: int) -> float:
         """The best cached reward after ``depth`` iterations (0 = Best-of-N of the initial
@@ -103,30 +113,43 @@ class TPOResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> TPOResult:
+        def reward(v) -> float:
+            return -math.inf if v is None else float(v)
+
+        cache = [CacheEntry(c["iteration"], c["text"], reward(c["reward"])) for c in d["cache"]]
+        logs = [
+            IterationLog(**{**i, "new_rewards": [reward(v) for v in i["new_rewards"]]})
+            for i in d["iterations"]
+        ]
         return cls(
             d["query"],
             d["best_response"],
-            d["best_reward"],
-            [CacheEntry(**c) for c in d["cache"]],
-            [IterationLog(**i) for i in d["iterations"]],
+            reward(d["best_reward"]),
+            cache,
+            logs,
             d["n_policy_calls"],
             d["n_reward_calls"],
         )
 
 
 class _Caller:
-    """Counts calls, applies the seed policy and enforces the exactly-``n`` contract."""
+    """Counts calls, applies the seed policy and enforces the exactly-``n`` contract.
+
+    Only candidate generation and the update are seeded (official ``tpo_utils.py``: the
+    generation parameters with ``seed`` go to the initial sampling and ``optimizer.step``; the
+    loss and gradient calls go through TextGrad's engine defaults, which send no seed)."""
 
     def __init__(self, config: TPOConfig) -> None:
-        self.config, self.calls = config, 0
+        self.config, self.calls, self.seeded_calls = config, 0, 0
 
-    def __call__(self, backend, messages, *, n, temperature, top_p, max_tokens) -> list[str]:
+    def __call__(
+        self, backend, messages, *, n, temperature, top_p, max_tokens, seeded: bool
+    ) -> list[str]:
         c = self.config
-        seed = (
-            None
-            if c.seed is None
-            else (c.seed if c.seed_policy == "fixed" else c.seed + self.calls)
-        )
+        seed = None
+        if seeded and c.seed is not None:
+            seed = c.seed if c.seed_policy == "fixed" else c.seed + self.seeded_calls
+            self.seeded_calls += 1
         out = backend.chat(
             messages, n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
         )
@@ -189,9 +212,12 @@ def tpo_optimize(
     fb = feedback_backend or backend
     call = _Caller(config)
     N = config.width
+    truncate = config.truncate_fn
+    if truncate is None:
+        truncate = getattr(reward, "truncate", None)
     cut = (
-        (lambda t: config.truncate_fn(t, config.truncate_tokens))
-        if config.truncate_fn is not None and config.truncate_tokens is not None
+        (lambda t: truncate(t, config.truncate_tokens))
+        if callable(truncate) and config.truncate_tokens is not None
         else (lambda t: t)
     )
     sample_args = dict(
@@ -202,7 +228,7 @@ def tpo_optimize(
         top_p=config.feedback_top_p,
         max_tokens=config.max_tokens_feedback,
     )
-    first = call(backend, prompts.generation_messages(query), n=N, **sample_args)
+    first = call(backend, prompts.generation_messages(query), n=N, seeded=True, **sample_args)
     scores = _score(reward, query, first, config.nan_policy)
     cache = [CacheEntry(-1, t, r) for t, r in zip(first, scores)]
     n_scored = len(first)
@@ -213,12 +239,12 @@ def tpo_optimize(
         b, w = _select(cache, config.pair_selection)
         chosen = cut(cache[b].text)
         rejected = None if config.mode == "revision" else cut(cache[w].text)
-        loss = call(fb, prompts.loss_messages(query, chosen, rejected), n=1, **feedback_args)[0]
-        grad = call(
-            fb, prompts.gradient_messages(query, chosen, rejected, loss), n=1, **feedback_args
-        )[0]
+        loss_msgs = prompts.loss_messages(query, chosen, rejected)
+        loss = call(fb, loss_msgs, n=1, seeded=False, **feedback_args)[0]
+        grad_msgs = prompts.gradient_messages(query, chosen, rejected, loss)
+        grad = call(fb, grad_msgs, n=1, seeded=False, **feedback_args)[0]
         upd_msgs = prompts.update_messages(query, chosen, rejected, loss, grad)
-        outs = call(fb, upd_msgs, n=N, **sample_args)
+        outs = call(fb, upd_msgs, n=N, seeded=True, **sample_args)
         parsed = [
             p
             for p in (extract_tagged(o, prompts.start_tag, prompts.end_tag) for o in outs)
@@ -267,24 +293,6 @@ def best_of_n(query: str, backend, reward, n: int, config: TPOConfig | None = No
     return tpo_optimize(query, backend, reward, cfg)
 
 
-def _load_done(path) -> dict[int, TPOResult]:
-    """Finished records of a JSONL output (``{"index": i, "result": {...}}`` per line); a torn
-    last line (a crash mid-write) is ignored."""
-    from pathlib import Path
-
-    done: dict[int, TPOResult] = {}
-    p = Path(path)
-    if not p.exists():
-        return done
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-            done[int(rec["index"])] = TPOResult.from_dict(rec["result"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return done
-
-
 def tpo_batch(
     queries: list[str],
     backend,
@@ -295,57 +303,80 @@ def tpo_batch(
     num_threads: int = 4,
     out_path=None,
     resume: bool = True,
+    retry_errors: bool = False,
+    errors: str = "raise",
     feedback_backend=None,
     progress: bool | None = None,
-) -> list[TPOResult]:
-    """TPO over many queries with a thread pool (like the official runner). With ``out_path`` each
-    finished query is appended to a JSONL file at once (flushed and synced); with ``resume`` a rerun
-    skips the queries already there, so a crash loses at most the queries in flight. Queries share
-    nothing mutable: each call builds its own cache and prompts."""
-    import os
-    import threading
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+) -> list:
+    """TPO over many queries with a thread pool (like the official runner).
 
-    from icml25.progress import track
+    With ``out_path`` every query's outcome is appended to a JSONL file as it finishes
+    (:class:`icml25.llm.JsonlStore`; rows ``{"index", "query", "result"}``): a crash loses at
+    most the queries in flight and a rerun (``resume``) skips the queries already there. A query
+    that raises (a 400 "context length exceeded", a reward-model error) becomes an error row
+    ``{"index", "query", "error": {"type", "message"}}`` and the others go on; a rerun retries
+    error rows only with ``retry_errors``. ``errors="raise"`` (default): once every query was
+    tried and saved, :class:`icml25.llm.BatchFailed` is raised if any failed (its ``report``
+    and ``results`` say which and hold the rest); ``errors="return"``: failed queries appear as
+    :class:`icml25.llm.ItemError` in the returned list. Queries share nothing mutable."""
+    import tempfile
+    from pathlib import Path
+
+    from icml25.llm.store import BatchFailed, ItemError, JsonlStore, run_resumable
 
     if isinstance(queries, str) or not all(isinstance(q, str) for q in queries):
         raise ValueError("queries must be a list of strings")
-    if num_threads < 1:
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
     config = config or TPOConfig()
     config.validate()
-    done = _load_done(out_path) if (out_path is not None and resume) else {}
-    for i, r in done.items():
-        if i >= len(queries) or r.query != queries[i]:
-            raise ValueError(
-                f"{out_path} holds a result for query {i} that is not this query list's; "
-                "use another out_path or resume=False"
+    tmp = None
+    if out_path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="tpo_batch_")
+        out_path = Path(tmp.name) / "results.jsonl"
+    elif not resume and Path(out_path).exists():
+        Path(out_path).unlink()
+    try:
+        with JsonlStore(out_path, "index") as store:
+            for rec in list(store.records()) + [store.get(e.key) for e in store.errors()]:
+                i = rec["index"]
+                if not isinstance(i, int) or i >= len(queries) or rec.get("query") != queries[i]:
+                    raise ValueError(
+                        f"{out_path} holds a result for query {i} that is not this query list's; "
+                        "use another out_path or resume=False"
+                    )
+
+            def work(q: str) -> dict:
+                res = tpo_optimize(
+                    q, backend, reward, config, prompts, feedback_backend=feedback_backend
+                )
+                return {"result": res.to_dict()}
+
+            report = run_resumable(
+                queries,
+                work,
+                store,
+                key=lambda i, q: {"index": i, "query": q},
+                concurrency=num_threads,
+                retry_errors=retry_errors,
+                progress=progress,
+                desc="TPO",
             )
-    if out_path is not None and not resume and os.path.exists(out_path):
-        os.remove(out_path)
-    todo = [i for i in range(len(queries)) if i not in done]
-    lock = threading.Lock()
-    results: dict[int, TPOResult] = dict(done)
-
-    def one(i: int) -> tuple[int, TPOResult]:
-        return i, tpo_optimize(
-            queries[i], backend, reward, config, prompts, feedback_backend=feedback_backend
-        )
-
-    with ThreadPoolExecutor(max_workers=num_threads) as pool:
-        futures = [pool.submit(one, i) for i in todo]
-        for fut in track(
-            as_completed(futures),
-            "TPO",
-            total=len(futures),
-            disable=None if progress is None else not progress,
-        ):
-            i, res = fut.result()
-            results[i] = res
-            if out_path is not None:
-                line = json.dumps({"index": i, "result": asdict(res)}, ensure_ascii=False)
-                with lock, open(out_path, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-    return [results[i] for i in range(len(queries))]
+            out: list = []
+            for i in range(len(queries)):
+                rec = store.get(i)
+                if rec is not None and "result" in rec:
+                    out.append(TPOResult.from_dict(rec["result"]))
+                else:
+                    err = (rec or {}).get("error") or {}
+                    out.append(
+                        ItemError((i,), str(err.get("type", "")), str(err.get("message", "")))
+                    )
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if errors == "raise" and report.failures:
+        raise BatchFailed(report, [r if isinstance(r, TPOResult) else None for r in out])
+    return out

@@ -11,8 +11,10 @@ rendered prompt can be parsed back (``parse_*``), which lets an offline policy r
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = ["PromptSet", "extract_tagged", "short_value"]
 
@@ -45,6 +47,19 @@ def extract_tagged(text: str, start: str, end: str) -> str | None:
     if j < 0:
         return None
     return text[i + len(start) : j].strip()
+
+
+def _template_regex(template: str) -> re.Pattern[str]:
+    """A regex that matches ``template`` rendered by :func:`_fill` and captures the inserted
+    ``query`` / ``rejected`` values (non-greedy, whole text)."""
+    parts, last = [], 0
+    for m in _PLACEHOLDER.finditer(template):
+        parts.append(re.escape(template[last : m.start()]))
+        name = m.group(1)
+        parts.append(f"(?P<{name}>.*?)" if name in ("query", "rejected") else re.escape(m.group(0)))
+        last = m.end()
+    parts.append(re.escape(template[last:]))
+    return re.compile("".join(parts), re.DOTALL)
 
 
 def _block(tag: str, value: str) -> str:
@@ -129,8 +144,9 @@ class PromptSet:
         an output gradient, ``TextualGradientDescent._update_prompt`` with constraints), built
         from the constants of the installed ``textgrad`` package (PyPI ``textgrad``). TPO's loss
         template lives only in the TPO repository: pass it as ``loss_template`` (placeholders
-        ``{query}`` and ``{rejected}``), or our wording is kept. The response description is
-        TextGrad's default output role."""
+        ``{query}`` and ``{rejected}``), or our wording is kept; :meth:`from_official` reads all
+        of TPO's own prompts from a checkout. The response description is TextGrad's default
+        output role."""
         try:
             from textgrad import defaults as tg_defaults
             from textgrad.autograd import llm_backward_prompts as bp
@@ -139,34 +155,95 @@ class PromptSet:
             raise ImportError(
                 "PromptSet.from_textgrad needs the textgrad package: pip install textgrad"
             ) from e
-        start, end = (
-            overrides.pop("start_tag", cls.start_tag),
-            overrides.pop("end_tag", cls.end_tag),
-        )
+        if loss_template is not None:
+            overrides["loss_template"] = loss_template
+        return cls._with_textgrad(vars(bp), vars(op), vars(tg_defaults), overrides)
+
+    @classmethod
+    def _with_textgrad(cls, bp: dict, op: dict, defaults: dict, overrides: dict) -> PromptSet:
+        start = overrides.pop("start_tag", cls.start_tag)
+        end = overrides.pop("end_tag", cls.end_tag)
         templates = {
-            "conversation": bp.CONVERSATION_TEMPLATE,
-            "backward_start": bp.CONVERSATION_START_INSTRUCTION_BASE,
-            "backward_objective": bp.OBJECTIVE_INSTRUCTION_BASE,
-            "backward_evaluate": bp.EVALUATE_VARIABLE_INSTRUCTION,
-            "gradient_context": op.GRADIENT_TEMPLATE,
-            "tgd_prefix": op.TGD_PROMPT_PREFIX,
-            "tgd_constraints": op.CONSTRAINT_PROMPT_ADDITION,
-            "tgd_suffix": op.TGD_PROMPT_SUFFIX,
+            "conversation": bp["CONVERSATION_TEMPLATE"],
+            "backward_start": bp["CONVERSATION_START_INSTRUCTION_BASE"],
+            "backward_objective": bp["OBJECTIVE_INSTRUCTION_BASE"],
+            "backward_evaluate": bp["EVALUATE_VARIABLE_INSTRUCTION"],
+            "gradient_context": op["GRADIENT_TEMPLATE"],
+            "tgd_prefix": op["TGD_PROMPT_PREFIX"],
+            "tgd_constraints": op["CONSTRAINT_PROMPT_ADDITION"],
+            "tgd_suffix": op["TGD_PROMPT_SUFFIX"],
         }
         fields = dict(
-            backward_system=bp.BACKWARD_SYSTEM_PROMPT,
-            optimizer_system=op.OPTIMIZER_SYSTEM_PROMPT.format(
+            backward_system=bp["BACKWARD_SYSTEM_PROMPT"],
+            optimizer_system=op["OPTIMIZER_SYSTEM_PROMPT"].format(
                 new_variable_start_tag=start, new_variable_end_tag=end
             ),
-            response_desc=tg_defaults.VARIABLE_OUTPUT_DEFAULT_ROLE,
+            response_desc=defaults["VARIABLE_OUTPUT_DEFAULT_ROLE"],
             start_tag=start,
             end_tag=end,
             textgrad=templates,
         )
-        if loss_template is not None:
-            fields["loss_template"] = loss_template
         fields.update(overrides)
         return cls(**fields)
+
+    @classmethod
+    def from_official(cls, repo: str | Path, **overrides) -> PromptSet:
+        """Every prompt of the official TPO code, read from a local checkout of
+        ``yafuly/TPO`` (nothing is executed: the files are parsed with ``ast``):
+
+        - ``tpo_utils.py``: the loss templates (``EVALUATION_SYS_TEMPLATE``,
+          ``EVALUATION_SYS_TEMPLATE_REVISION``), the variable roles and the constraint strings
+          of ``run_test_time_training_tpo``;
+        - ``textgrad-main/textgrad/``: the (patched) TextGrad backward and optimizer prompts and
+          the default output role, as :meth:`from_textgrad`;
+        - ``textgrad-main/textgrad/engine/openai.py``: ``VllmServer.DEFAULT_SYSTEM_PROMPT``, the
+          system prompt of candidate generation.
+
+        Remaining differences from the official requests are listed in ``docs/tpo.md``.
+        """
+        root = Path(repo)
+        tg = root / "textgrad-main" / "textgrad"
+        files = {
+            "tpo": root / "tpo_utils.py",
+            "bp": tg / "autograd" / "llm_backward_prompts.py",
+            "op": tg / "optimizer" / "optimizer_prompts.py",
+            "defaults": tg / "defaults.py",
+            "engine": tg / "engine" / "openai.py",
+        }
+        missing = [str(f) for f in files.values() if not f.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{root} does not look like a checkout of the official TPO repository "
+                f"(yafuly/TPO): missing {', '.join(missing)}"
+            )
+        tpo = _module_strings(files["tpo"])
+        loss = _from_format(_need(tpo, "EVALUATION_SYS_TEMPLATE", files["tpo"]))
+        loss_rev = _from_format(_need(tpo, "EVALUATION_SYS_TEMPLATE_REVISION", files["tpo"]))
+        choices = _revision_choices(files["tpo"])
+        for name in ("response_role", "constraints"):
+            if name not in choices:
+                raise ValueError(f"{files['tpo']}: no '{name} = (... if ... else ...)' found")
+        (role_rev, role_tpo), (cons_rev, cons_tpo) = (
+            choices["response_role"],
+            choices["constraints"],
+        )
+        system = _class_string(files["engine"], "VllmServer", "DEFAULT_SYSTEM_PROMPT")
+        fields = dict(
+            generation_system=system,
+            loss_template=loss,
+            loss_template_revision=loss_rev,
+            role_tpo=role_tpo,
+            role_revision=role_rev,
+            constraints_tpo=tuple(cons_tpo),
+            constraints_revision=tuple(cons_rev),
+        )
+        fields.update(overrides)
+        return cls._with_textgrad(
+            _module_strings(files["bp"]),
+            _module_strings(files["op"]),
+            _module_strings(files["defaults"]),
+            fields,
+        )
 
     # ------------------------------------------------------------------ renderers
     def generation_messages(self, query: str) -> list[dict[str, str]]:
@@ -309,19 +386,26 @@ class PromptSet:
             return "gradient"
         if system == _fill(self.optimizer_system, start_tag=self.start_tag, end_tag=self.end_tag):
             return "update"
-        if "<QUERY>" in system:
+        if self._match_loss(system) is not None:
             return "loss"
         return "generate"
 
+    def _match_loss(self, system: str) -> dict[str, str | None] | None:
+        for template in (self.loss_template, self.loss_template_revision):
+            m = _template_regex(template).fullmatch(system)
+            if m is not None:
+                got = m.groupdict()
+                return {"query": got.get("query"), "rejected": got.get("rejected")}
+        return None
+
     def parse_loss(self, messages: list[dict[str, str]]) -> dict[str, str | None]:
+        """``query``, ``chosen`` and ``rejected`` (``None`` in revision mode) of a loss prompt,
+        read back through the loss templates themselves."""
         system, chosen = messages[0]["content"], messages[1]["content"]
-        query = extract_exact(system, "<QUERY>", "</QUERY>")
-        rejected = (
-            extract_exact(system, "<REJECTED_RESPONSE>", "</REJECTED_RESPONSE>")
-            if "<REJECTED_RESPONSE>" in system
-            else None
-        )
-        return {"query": query, "chosen": chosen, "rejected": rejected}
+        got = self._match_loss(system)
+        if got is None:
+            raise ValueError("the system prompt matches neither loss template of this PromptSet")
+        return {"query": got["query"], "chosen": chosen, "rejected": got["rejected"]}
 
     def _parse_conversation(self, user: str, spaced_role: bool) -> dict[str, str | None]:
         loss_system = _unblock(user, "LM_SYSTEM_PROMPT")
@@ -355,3 +439,102 @@ def extract_exact(text: str, start: str, end: str) -> str:
     if i < 0 or j < 0:
         raise ValueError(f"no {start}...{end} block in the prompt")
     return text[i + len(start) : j]
+
+
+# -- reading the official repository's constants without running it -----------------------------
+def _eval_str(node: ast.AST, env: dict[str, str]) -> str | None:
+    """The value of a string expression built from literals, earlier module constants, ``+``
+    and f-strings of names; ``None`` for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        a, b = _eval_str(node.left, env), _eval_str(node.right, env)
+        return None if a is None or b is None else a + b
+    if isinstance(node, ast.JoinedStr):
+        out = []
+        for v in node.values:
+            if isinstance(v, ast.FormattedValue) and v.conversion == -1 and v.format_spec is None:
+                piece = _eval_str(v.value, env)
+            else:
+                piece = _eval_str(v, env)
+            if piece is None:
+                return None
+            out.append(piece)
+        return "".join(out)
+    return None
+
+
+def _assigned(body: list[ast.stmt], env: dict[str, str]) -> dict[str, str]:
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                value = _eval_str(node.value, env)
+                if value is not None:
+                    env[target.id] = value
+    return env
+
+
+def _module_strings(path: Path) -> dict[str, str]:
+    return _assigned(ast.parse(path.read_text(encoding="utf-8")).body, {})
+
+
+def _need(env: dict[str, str], name: str, path: Path) -> str:
+    if name not in env:
+        raise ValueError(f"{path} defines no string constant {name}")
+    return env[name]
+
+
+def _class_string(path: Path, cls: str, name: str) -> str:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            env = _assigned(node.body, {})
+            if name in env:
+                return env[name]
+    raise ValueError(f"{path}: no string {cls}.{name}")
+
+
+def _literal(node: ast.AST):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
+
+
+def _revision_choices(path: Path) -> dict[str, tuple]:
+    """``{name: (revision value, tpo value)}`` for assignments ``name = (A if tpo_mode ==
+    "revision" else B)`` in the official ``tpo_utils.py``."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.IfExp)
+        ):
+            continue
+        test = node.value.test
+        if not (
+            isinstance(test, ast.Compare)
+            and len(test.comparators) == 1
+            and _literal(test.comparators[0]) == "revision"
+            and isinstance(test.ops[0], ast.Eq)
+        ):
+            continue
+        body, orelse = _literal(node.value.body), _literal(node.value.orelse)
+        if body is not None and orelse is not None:
+            out[node.targets[0].id] = (body, orelse)
+    return out
+
+
+def _from_format(template: str) -> str:
+    """An official ``str.format`` loss template in our placeholder names: ``{rejected_response}``
+    becomes ``{rejected}`` and doubled braces become single ones (what ``format`` prints)."""
+    names = set(re.findall(r"(?<!\{)\{(\w+)\}(?!\})", template))
+    unknown = names - {"query", "rejected_response"}
+    if unknown:
+        raise ValueError(f"unexpected placeholders {sorted(unknown)} in an official loss template")
+    out = template.replace("{rejected_response}", "{rejected}")
+    return out.replace("{{", "{").replace("}}", "}")

@@ -342,7 +342,10 @@ class TinyRoleBackend(BaseChat):
             prompt = prompt_tokens(
                 "upd", q, parse_digits(f["chosen"]), positions=_positions(f["gradient"].split())
             )
-        outs = sample(self.model, prompt, params.n, params.temperature, params.top_p, generator=gen)
+        # None is the provider's default: plain sampling, like a server's generation config
+        t = 1.0 if params.temperature is None else params.temperature
+        top_p = 1.0 if params.top_p is None else params.top_p
+        outs = sample(self.model, prompt, params.n, t, top_p, generator=gen)
         texts = []
         for words in outs:
             if role in ("generate", "update"):
