@@ -1,4 +1,4 @@
-"""Antidote's statistics, scores and masks against brute force (spec "Tests that must exist")."""
+"""Antidote's statistics, scores and masks against brute force and the official rules."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from icml25.antidote import (
     random_mask,
     row_mask,
     select_target_layers,
+    tensor_mask,
     undo_mask,
     wanda_scores,
 )
@@ -212,3 +213,38 @@ def test_nan_weight_and_config_errors():
         )
     with pytest.raises(ValueError, match="no target layers"):
         select_target_layers(Stack(), "lora")
+
+
+def test_ratios_of_any_real_type_mean_the_same():
+    """numpy floats, 0-d arrays and 0-d tensors are accepted; np.float32(0.1) is 0.1 (at d_in 10
+    its float32 value, 0.10000000149, would otherwise remove 2 weights per row instead of 1)."""
+    import numpy as np
+
+    s = torch.rand(4, 10, generator=torch.Generator().manual_seed(0))
+    ref = harmful_mask({"w": s}, 0.1)["w"]
+    assert (ref.sum(1) == 1).all()
+    for rho in (np.float32(0.1), np.float64(0.1), np.array(0.1, dtype=np.float32),
+                torch.tensor(0.1), torch.tensor(0.1, dtype=torch.float64)):  # fmt: skip
+        assert torch.equal(harmful_mask({"w": s}, rho)["w"], ref), repr(rho)
+    model = Stack(d=10, h=4)
+    layers = {"fc1": model.fc1}
+    cfg = AntidoteConfig(dense_ratio=np.float32(0.1), score="magnitude")
+    res = antidote_prune(model, None, cfg, layers=layers)
+    assert (res.mask["fc1"].sum(1) == 1).all()
+    for bad in (np.bool_(True), torch.tensor(True), torch.tensor([0.1]), np.float32("nan"), None):
+        with pytest.raises(ValueError, match="dense_ratio"):
+            harmful_mask({"w": s}, bad)
+
+
+def test_tensor_mask_is_the_per_tensor_top_rho():
+    g = torch.Generator().manual_seed(3)
+    s = torch.rand(5, 7, generator=g)
+    for rho in (0.0, 0.05, 0.2, 0.5, 1.0):
+        m = tensor_mask(s, rho)
+        k = int(35 * rho)
+        assert int(m.sum()) == k
+        top = set(torch.argsort(s.flatten(), descending=True)[:k].tolist())
+        assert set(torch.nonzero(m.flatten()).flatten().tolist()) == top
+    ties = torch.ones(2, 5)
+    m = tensor_mask(ties, 0.3)  # 3 of 10 equal scores: the highest flat indices are removed
+    assert m.flatten().tolist() == [False] * 7 + [True] * 3

@@ -1,13 +1,19 @@
-"""Masks (spec "Granularity and mask"): per output row, the ``k_row = d_in - floor(d_in (1 - rho))``
-highest-scoring weights are the harmful mask (stable ascending sort: among equal scores the lower
-column index is kept); random masks are per tensor (official ``--random_prune``); pruning is
-``W <- W * (1 - M)`` with nothing else changed."""
+"""Masks (official ``prune_wanda_outlier``): per output row, the ``k_row = d_in - floor(d_in (1 -
+rho))`` highest-scoring weights are the harmful mask (stable ascending sort: among equal scores
+the lower column index is kept); :func:`tensor_mask` is the per-tensor rule of the official
+``prune_with_FI`` (the ``floor(numel rho)`` highest scores of the flattened tensor); random masks
+are per tensor (official ``--random_prune``); pruning is ``W <- W * (1 - M)`` with nothing else
+changed (official ``train.py``). Masks are boolean (True = removed); the official float 0/1 masks
+are accepted wherever a mask is taken."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
+from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -18,24 +24,67 @@ __all__ = [
     "magnitude_mask",
     "random_mask",
     "row_mask",
+    "tensor_mask",
     "undo_mask",
 ]
 
 
-def check_ratio(dense_ratio: float) -> float:
-    if isinstance(dense_ratio, bool) or not isinstance(dense_ratio, (int, float)):
-        raise ValueError(f"dense_ratio must be a number in [0, 1], got {dense_ratio!r}")
-    if not 0.0 <= float(dense_ratio) <= 1.0 or math.isnan(dense_ratio):
+def _shortest_decimal(v: float, same: Callable[[float], bool]) -> float:
+    """The decimal with the fewest significant digits that ``same`` maps back to ``v``."""
+    if not math.isfinite(v):
+        return v
+    for digits in range(1, 18):
+        x = float(f"{v:.{digits}g}")
+        if same(x):
+            return x
+    return v
+
+
+def _as_real(value: object) -> float:
+    """``value`` as a Python float: any real number (``int``, ``float``, numpy scalars, 0-d numpy
+    arrays and tensors), never a bool. Half- and single-precision values are read as the shortest
+    decimal that rounds to them (``np.float32(0.1)`` is 0.1, not 0.10000000149), so a ratio means
+    the same whatever type carried it. ``TypeError`` for anything else."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    if isinstance(value, Tensor):
+        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"a 0-d real tensor, got {value!r}")
+        v, dt = value.item(), value.dtype
+        if dt.is_floating_point and dt != torch.float64:
+            return _shortest_decimal(v, lambda x: torch.tensor(x, dtype=dt).item() == v)
+        return float(v)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"a real number, got {type(value).__name__}")
+    if isinstance(value, np.floating) and value.dtype.itemsize < 8:
+        t = type(value)
+        return _shortest_decimal(float(value), lambda x: t(x) == value)
+    return float(value)
+
+
+def check_ratio(dense_ratio: object) -> float:
+    """``dense_ratio`` as a float in ``[0, 1]`` (the fraction of each row removed; official
+    ``--dense_ratio``). Accepts any real number type (numpy scalars, 0-d tensors); ``ValueError``
+    for bools, strings, NaN and values outside ``[0, 1]``. Warns at 0 (nothing is pruned) and 1
+    (everything is)."""
+    try:
+        rho = _as_real(dense_ratio)
+    except TypeError:
+        raise ValueError(
+            f"dense_ratio must be a real number in [0, 1], got {dense_ratio!r} "
+            f"({type(dense_ratio).__name__})"
+        ) from None
+    if math.isnan(rho) or not 0.0 <= rho <= 1.0:
         raise ValueError(
             f"dense_ratio must be in [0, 1] (the fraction of each row removed), got {dense_ratio!r}"
         )
-    if dense_ratio == 0:
+    if rho == 0:
         warnings.warn(
             "dense_ratio=0: the mask is empty, nothing is pruned", UserWarning, stacklevel=3
         )
-    elif dense_ratio == 1:
+    elif rho == 1:
         warnings.warn("dense_ratio=1: every target weight is removed", UserWarning, stacklevel=3)
-    return float(dense_ratio)
+    return rho
 
 
 def row_mask(scores: Tensor, dense_ratio: float, *, remove: str = "highest") -> Tensor:
@@ -56,6 +105,19 @@ def row_mask(scores: Tensor, dense_ratio: float, *, remove: str = "highest") -> 
         raise ValueError(f"remove must be 'highest' or 'lowest', got {remove!r}")
     mask.scatter_(1, idx, True)
     return mask
+
+
+def tensor_mask(scores: Tensor, dense_ratio: float) -> Tensor:
+    """Boolean mask of one score tensor of any shape: the ``floor(numel * rho)`` highest scores
+    of the whole tensor (official ``prune_with_FI``). Stable ascending sort of the flattened
+    scores, so among equal scores the lower flat index is kept (the official sort is unstable)."""
+    flat = scores.reshape(-1)
+    k = int(flat.numel() * dense_ratio)
+    mask = torch.zeros(flat.shape, dtype=torch.bool, device=scores.device)
+    if k:
+        order = torch.sort(flat, stable=True).indices
+        mask[order[flat.numel() - k :]] = True
+    return mask.view(scores.shape)
 
 
 def harmful_mask(
@@ -89,11 +151,25 @@ def random_mask(
     return out
 
 
+def _as_bool(name: str, m: Tensor) -> Tensor:
+    """A boolean mask from ours (bool) or the official format (float/int 0/1, 1 = removed)."""
+    if m.dtype == torch.bool:
+        return m
+    if not bool(((m == 0) | (m == 1)).all()):
+        raise ValueError(
+            f"mask entry {name!r} holds values other than 0 and 1 ({m.dtype}); a mask is bool "
+            "or 0/1 (1 = the weight is removed)"
+        )
+    return m != 0
+
+
 @torch.no_grad()
 def apply_mask(layers: dict, mask: dict[str, Tensor], *, inplace: bool = True) -> dict[str, Tensor]:
     """``W <- W * (1 - M)`` for every masked target (in the weight's dtype). Returns the removed
     values (``{name: W[M]}``) for :func:`undo_mask`; idempotent on an already pruned model. With
-    ``inplace=False`` only the removed values are returned."""
+    ``inplace=False`` only the removed values are returned. ``mask`` may be the official
+    ``bad_mask.pt`` (float 0/1, keyed by ``named_parameters()`` names like the targets of
+    :func:`~icml25.antidote.select_target_layers`)."""
     removed = {}
     for name, m in mask.items():
         if name not in layers:
@@ -101,7 +177,7 @@ def apply_mask(layers: dict, mask: dict[str, Tensor], *, inplace: bool = True) -
         w = layers[name].weight
         if m.shape != w.shape:
             raise ValueError(f"{name}: mask of shape {tuple(m.shape)} for weight {tuple(w.shape)}")
-        m = m.to(w.device)
+        m = _as_bool(name, m).to(w.device)
         removed[name] = w.detach()[m].clone()
         if inplace:
             w.data[m] = 0
@@ -113,4 +189,4 @@ def undo_mask(layers: dict, mask: dict[str, Tensor], removed: dict[str, Tensor])
     """Put back the values :func:`apply_mask` removed (exact)."""
     for name, m in mask.items():
         w = layers[name].weight
-        w.data[m.to(w.device)] = removed[name].to(w.dtype)
+        w.data[_as_bool(name, m).to(w.device)] = removed[name].to(w.dtype)

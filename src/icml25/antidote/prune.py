@@ -8,32 +8,39 @@ in place; the mask is returned so it can be inspected, undone or re-applied else
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from icml25.antidote.masks import apply_mask, check_ratio, random_mask, row_mask
+from icml25.antidote.masks import apply_mask, check_ratio, random_mask, row_mask, tensor_mask
 from icml25.antidote.scores import (
     activation_sq_norms,
     grad_magnitude_scores,
     magnitude_scores,
     wanda_scores,
 )
-from icml25.antidote.targets import select_target_layers
+from icml25.antidote.targets import inactive_adapters, select_target_layers
 
 __all__ = ["AntidoteConfig", "AntidoteResult", "antidote_prune"]
 
 
 @dataclass
 class AntidoteConfig:
-    """Defaults from the official scripts (spec table "Official hyper-parameters")."""
+    """Defaults from the official scripts (``script/finetune/antidote_*.sh``) and ``train.py``."""
 
     dense_ratio: float = 0.1  # rho, fraction of each row removed (official SST2; 0.05 for GSM8K)
     score: str = "wanda"  # "wanda" | "magnitude" | "random" | "grad_magnitude"
     target: str = "lora"  # official: the fine-tuning LoRA adapter; "qkv" = full-FT mode
     target_filter: Callable[[str, nn.Module], bool] | None = None
+    # PEFT adapter(s) to prune; None = the active one(s). Official flow: the alignment adapter is
+    # merged (merge_and_unload) and the user's adapter is the only one loaded, hence active.
+    adapters: str | Sequence[str] | None = None
+    # comparison group of score-based masks: "row" = per output row (official Wanda path, the
+    # paper's method); "tensor" = the whole tensor (official, unused prune_with_FI for the
+    # gradient score). Random masks are always per tensor (official --random_prune).
+    granularity: str = "row"
     exclude_padding: bool = True
     stat_dtype: torch.dtype = torch.float32
     batch_size: int = 1  # official; used by helpers that build batches (make_realign_batches)
@@ -41,17 +48,28 @@ class AntidoteConfig:
     seed: int = 0  # random mask
 
     def validate(self) -> None:
+        """``ValueError`` naming the field, the value received and the valid choices."""
         check_ratio(self.dense_ratio)  # ValueError outside [0, 1]; warns at 0 and 1
         if self.score not in ("wanda", "magnitude", "random", "grad_magnitude"):
             raise ValueError(
                 f"score must be 'wanda', 'magnitude', 'random' or 'grad_magnitude', got {self.score!r}"
             )
+        if self.granularity not in ("row", "tensor"):
+            raise ValueError(f"granularity must be 'row' or 'tensor', got {self.granularity!r}")
         if (
             isinstance(self.batch_size, bool)
             or not isinstance(self.batch_size, int)
             or self.batch_size < 1
         ):
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        a = self.adapters
+        if a is not None and not (
+            isinstance(a, str)
+            or (isinstance(a, Sequence) and a and all(isinstance(x, str) and x for x in a))
+        ):
+            raise ValueError(
+                f"adapters must be None, an adapter name or a non-empty list of names, got {a!r}"
+            )
 
 
 @dataclass
@@ -77,14 +95,30 @@ def antidote_prune(
 ) -> AntidoteResult:
     """Prune ``model`` in place. ``realign_batches``: harmful (prompt + harmful answer) sequences
     as dicts with ``input_ids``/``attention_mask`` (see ``make_realign_batches``) or tensors; not
-    needed for ``score="magnitude"``/``"random"``. ``layers`` overrides the target selection.
+    needed for ``score="magnitude"``/``"random"``; for ``"grad_magnitude"`` they must carry
+    ``labels``. ``layers`` overrides the target selection (:func:`select_target_layers` with the
+    config's ``target``, ``target_filter`` and ``adapters``).
+
+    The mask is keyed like ``layers`` (by default ``model.named_parameters()`` names, the
+    official ``bad_mask.pt`` keys); True = removed.
 
     Memory: scores are computed one target at a time and dropped once its boolean mask exists,
     so the extra memory is one target's float32 scores plus the masks and the removed values."""
     config = config or AntidoteConfig()
     config.validate()
-    rho = float(config.dense_ratio)
-    layers = layers or select_target_layers(model, config.target, config.target_filter)
+    rho = check_ratio(config.dense_ratio)
+    if layers is None:
+        if config.score in ("wanda", "grad_magnitude"):
+            off = inactive_adapters(model, config.adapters)
+            if off:
+                raise ValueError(
+                    f"adapter(s) {off} are not active, so their layers do not run in the forward "
+                    f"pass and score={config.score!r} has no data for them; activate them "
+                    "(PEFT: model.set_adapter(name)) or use score='magnitude' or 'random'"
+                )
+        layers = select_target_layers(
+            model, config.target, config.target_filter, adapters=config.adapters
+        )
     sq: dict[str, Tensor] = {}
     if config.score == "random":
         mask = random_mask(layers, rho, seed=config.seed)
@@ -114,7 +148,7 @@ def antidote_prune(
                 s = magnitude_scores({name: t})[name]
             else:
                 s = grads.pop(name)
-            mask[name] = row_mask(s, rho)
+            mask[name] = row_mask(s, rho) if config.granularity == "row" else tensor_mask(s, rho)
             del s
     removed = apply_mask(layers, mask)
     per = {n: float(m.float().mean()) for n, m in mask.items()}

@@ -1,4 +1,4 @@
-"""Importance scores (spec "Importance score"): Wanda on harmful data, ``S_ij = |W_ij| a_j`` with
+"""Importance scores (official ``prune_wanda_outlier``): Wanda on harmful data, ``S_ij = |W_ij| a_j`` with
 ``a_j^2 = (1/N) sum_n sum_t X_n[t, j]^2`` over the ``N`` re-alignment sequences (official
 ``WrappedGPT.add_batch``), collected with forward hooks on every target in one pass (the official
 code also scores every layer on the unpruned model, so one pass is exact)."""
@@ -114,7 +114,11 @@ def activation_sq_norms(
     out = {}
     for name in layers:
         if name not in sums:
-            raise ValueError(f"target layer {name!r} was never called during the calibration pass")
+            raise ValueError(
+                f"target layer {name!r} was never called during the calibration pass (an "
+                "inactive PEFT adapter, or a module outside the forward path?); select the "
+                "active adapter (AntidoteConfig(adapters=None)) or drop the layer"
+            )
         out[name] = sums[name] / state["n"]
     return out
 
@@ -145,9 +149,12 @@ def magnitude_scores(layers: dict) -> dict[str, Tensor]:
 
 
 def grad_magnitude_scores(model: nn.Module, layers: dict, batches: Iterable) -> dict[str, Tensor]:
-    """``S = |W| * |sum of dL/dW|`` over the calibration batches (the official, unused
-    ``prune_with_FI`` idea; an optional ablation). Each batch must make ``model(**batch)`` return
-    an object with ``.loss`` (a Hugging Face causal LM with ``labels``)."""
+    """``S = |W| * |sum of dL/dW|`` over the calibration batches, shape and keys of ``layers``,
+    float32: the official ``prune_with_FI`` score (present in ``utils.py`` but not called by the
+    released scripts; an optional ablation here). The official code masks it per tensor
+    (``AntidoteConfig(granularity="tensor")``); our default is per row like Wanda. Each batch
+    must make ``model(**batch)`` return an object with ``.loss`` (a Hugging Face causal LM with
+    ``labels``)."""
     weights = {n: t.weight for n, t in layers.items()}
     grads = {n: torch.zeros_like(w, dtype=torch.float32) for n, w in weights.items()}
     flags = {n: w.requires_grad for n, w in weights.items()}
