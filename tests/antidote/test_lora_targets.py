@@ -80,8 +80,7 @@ def test_qkv_targets_and_errors():
     model = world.model(0, hidden=32, intermediate=64)
     layers = select_target_layers(model, "qkv")
     assert (
-        sorted(k.split(".")[-2] for k in layers)
-        == ["k_proj"] * 2 + ["q_proj"] * 2 + ["v_proj"] * 2
+        sorted(k.split(".")[-2] for k in layers) == ["k_proj"] * 2 + ["q_proj"] * 2 + ["v_proj"] * 2
     )
     with pytest.raises(ValueError, match="no target layers.*merged"):
         select_target_layers(model, "lora")

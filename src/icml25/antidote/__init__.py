@@ -13,6 +13,9 @@ from icml25.antidote.evaluation import (
     Moderator,
     RuleModerator,
     exact_match_accuracy,
+    finetune_accuracy,
+    generate_responses,
+    gsm8k_answer,
     harmful_score,
 )
 from icml25.antidote.masks import (
@@ -21,6 +24,7 @@ from icml25.antidote.masks import (
     magnitude_mask,
     random_mask,
     row_mask,
+    tensor_mask,
     undo_mask,
 )
 from icml25.antidote.pipeline import (
@@ -36,7 +40,7 @@ from icml25.antidote.scores import (
     magnitude_scores,
     wanda_scores,
 )
-from icml25.antidote.targets import LoRAFactor, select_target_layers
+from icml25.antidote.targets import LoRAFactor, peft_adapters, select_target_layers
 
 __all__ = [
     "AntidoteConfig",
@@ -53,15 +57,20 @@ __all__ = [
     "apply_mask",
     "compare_pruning",
     "exact_match_accuracy",
+    "finetune_accuracy",
+    "generate_responses",
     "grad_magnitude_scores",
+    "gsm8k_answer",
     "harmful_mask",
     "harmful_score",
     "magnitude_mask",
     "magnitude_scores",
     "make_realign_batches",
     "random_mask",
+    "peft_adapters",
     "row_mask",
     "select_target_layers",
+    "tensor_mask",
     "undo_mask",
     "wanda_scores",
 ]
