@@ -1,9 +1,13 @@
 """``icml25 antidote prune``: Antidote on a saved Hugging Face causal LM and its (unmerged) PEFT
 adapter, calibrated on a JSONL file of harmful ``{"prompt", "response"}`` rows; writes the pruned
-adapter and the mask.
+adapter (or, with ``--merge``, the merged pruned model) and the mask.
 
     icml25 antidote prune --model BASE --adapter USER_ADAPTER --realign harmful.jsonl \\
         --dense-ratio 0.1 --out pruned_adapter
+
+The official two-adapter flow (``train.py``: the alignment adapter is merged into the base with
+``merge_and_unload``, then the user's adapter is loaded on top and pruned; the evaluation merges
+both) is ``--align-adapter ALIGN --adapter USER --merge``.
 
 No torch import at module level (the command line must start fast).
 """
@@ -28,10 +32,29 @@ def add_parser(sub) -> None:
     q.add_argument(
         "--adapter", default=None, help="the user's PEFT adapter (omit with --target qkv)"
     )
+    q.add_argument(
+        "--align-adapter",
+        default=None,
+        help="an alignment PEFT adapter merged into the base before --adapter is loaded "
+        "(official two-adapter flow); never pruned",
+    )
+    q.add_argument(
+        "--merge",
+        action="store_true",
+        help="merge the pruned adapter into the weights and save the full model and tokenizer",
+    )
     q.add_argument("--realign", required=True, help="JSONL with harmful prompt/response rows")
     q.add_argument("--dense-ratio", type=float, default=0.1, help="fraction of each row removed")
     q.add_argument("--target", choices=("lora", "qkv"), default="lora")
-    q.add_argument("--score", choices=("wanda", "magnitude", "random"), default="wanda")
+    q.add_argument(
+        "--score", choices=("wanda", "magnitude", "random", "grad_magnitude"), default="wanda"
+    )
+    q.add_argument(
+        "--granularity",
+        choices=("row", "tensor"),
+        default="row",
+        help="mask per output row (default, Wanda's) or per tensor (official prune_with_FI)",
+    )
     q.add_argument("--batch-size", type=int, default=1, help="calibration batch (official 1)")
     q.add_argument("--max-length", type=int, default=None)
     q.add_argument("--template", choices=("alpaca", "none"), default="alpaca")
@@ -72,15 +95,22 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         pairs = load_pairs(args.realign)
         if args.target == "lora" and args.adapter is None:
             raise ValueError("--target lora needs --adapter (the user's fine-tuning adapter)")
-        cfg = AntidoteConfig(dense_ratio=args.dense_ratio, score=args.score, target=args.target)
+        cfg = AntidoteConfig(
+            dense_ratio=args.dense_ratio,
+            score=args.score,
+            target=args.target,
+            granularity=args.granularity,
+        )
         cfg.validate()
     except ValueError as exc:
         args.parser.error(str(exc))
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model)
-    if args.adapter is not None:
+    if args.align_adapter is not None or args.adapter is not None:
         from peft import PeftModel
-
+    if args.align_adapter is not None:
+        model = PeftModel.from_pretrained(model, args.align_adapter).merge_and_unload()
+    if args.adapter is not None:
         model = PeftModel.from_pretrained(model, args.adapter)
     if args.device:
         model.to(args.device)
@@ -90,11 +120,17 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     res = antidote_prune(model, batches, cfg)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    # keyed by the unmerged model's parameter names (the official bad_mask.pt keys); True = removed
     torch.save({k: v.cpu() for k, v in res.mask.items()}, out / "antidote_mask.pt")
+    if args.merge and args.adapter is not None:
+        model = model.merge_and_unload()
+    model.save_pretrained(out)
+    if args.merge or args.adapter is None:
+        tok.save_pretrained(out)  # a full model: loadable from --out alone
+    what = "adapter" if args.adapter is not None and not args.merge else "model"
     print(
         f"pruned {res.n_pruned} of {res.n_target} target weights ({100 * res.fraction:.2f}%); "
-        f"{'adapter' if args.adapter else 'model'} and mask in {out}",
+        f"{what} and mask in {out}",
         file=sys.stderr,
     )
     return 0

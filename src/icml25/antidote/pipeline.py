@@ -1,4 +1,5 @@
-"""align -> harmful fine-tune -> prune -> evaluate (spec "Threat model / three stages").
+"""align -> harmful fine-tune -> prune -> evaluate (the paper's three-stage fine-tuning-as-a-service
+setting: alignment, user fine-tuning, post-fine-tuning pruning).
 
 :func:`compare_pruning` is the post-fine-tuning part for any model (toy or real): each scorer
 and ratio is applied in place, evaluated and undone exactly, so no model copy is needed.
@@ -9,19 +10,23 @@ and ratio is applied in place, evaluated and undone exactly, so no model copy is
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from icml25.antidote.masks import undo_mask
+from icml25.antidote.masks import _as_real, undo_mask
 from icml25.antidote.prune import AntidoteConfig, antidote_prune
-from icml25.antidote.targets import select_target_layers
+from icml25.antidote.targets import inactive_adapters, select_target_layers
+from icml25.antidote.templates import ALPACA, ALPACA_INPUT, render_prompt
 
 __all__ = [
     "ALPACA",
@@ -32,17 +37,6 @@ __all__ = [
     "make_realign_batches",
 ]
 
-# The Stanford-Alpaca template (official prompt format)
-ALPACA = (
-    "Below is an instruction that describes a task. Write a response that appropriately "
-    "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"
-)
-ALPACA_INPUT = (
-    "Below is an instruction that describes a task, paired with an input that provides further "
-    "context. Write a response that appropriately completes the request.\n\n### Instruction:\n"
-    "{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
-)
-
 
 def make_realign_batches(
     tokenizer,
@@ -52,15 +46,18 @@ def make_realign_batches(
     max_length: int | None = None,
     batch_size: int = 1,
 ) -> list[dict[str, torch.Tensor]]:
-    """Tokenised calibration batches in the training format: Alpaca prompt + answer + EOS,
-    right-padded with an attention mask (padding is excluded from the statistics). ``pairs``:
-    ``(prompt, response)`` tuples or dicts with ``prompt``/``instruction``, optional ``input``,
-    and ``response``/``output``. ``template="none"`` uses the prompt text as is."""
+    """Tokenised calibration batches in the training format (official ``utils.preprocess``):
+    Alpaca prompt + answer + EOS, right-padded, with ``attention_mask`` (padding is excluded from
+    the statistics) and ``labels`` (-100 on the prompt and the padding, so ``grad_magnitude`` gets
+    the training loss on the answer). ``pairs``: ``(prompt, response)`` tuples or dicts with
+    ``prompt``/``instruction``, optional ``input``, and ``response``/``output``.
+    ``template="none"`` uses the prompt text as is. Sequences longer than ``max_length`` are
+    truncated with a warning."""
     if template not in ("alpaca", "none"):
         raise ValueError(f"template must be 'alpaca' or 'none', got {template!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    texts = []
+    texts, heads = [], []
     for p in pairs:
         if isinstance(p, dict):
             instr = p.get("prompt", p.get("instruction"))
@@ -69,33 +66,40 @@ def make_realign_batches(
             (instr, resp), inp = p, ""
         if instr is None or resp is None:
             raise ValueError(f"a calibration pair needs a prompt and a response, got {p!r}")
-        if template == "alpaca":
-            head = (
-                (ALPACA_INPUT if inp else ALPACA)
-                .replace("{instruction}", instr)
-                .replace("{input}", inp)
-            )
-        else:
-            head = instr
+        head = render_prompt(instr, inp, template)
+        heads.append(head)
         texts.append(head + resp + (tokenizer.eos_token or ""))
     if not texts:
         raise ValueError("no calibration pairs")
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
-    out = []
+    out, truncated = [], 0
     for i in range(0, len(texts), batch_size):
         enc = [
             tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts[i : i + batch_size]
         ]
+        n_head = [
+            len(tokenizer(h, add_special_tokens=True)["input_ids"])
+            for h in heads[i : i + batch_size]
+        ]
         if max_length is not None:
+            truncated += sum(len(e) > max_length for e in enc)
             enc = [e[:max_length] for e in enc]
         T = max(len(e) for e in enc)
         ids = torch.full((len(enc), T), pad_id, dtype=torch.long)
         am = torch.zeros(len(enc), T, dtype=torch.long)
+        labels = torch.full((len(enc), T), -100, dtype=torch.long)
         for j, e in enumerate(enc):
             ids[j, : len(e)], am[j, : len(e)] = torch.tensor(e), 1
-        out.append({"input_ids": ids, "attention_mask": am})
+            labels[j, n_head[j] : len(e)] = ids[j, n_head[j] : len(e)]
+        out.append({"input_ids": ids, "attention_mask": am, "labels": labels})
+    if truncated:
+        warnings.warn(
+            f"{truncated} calibration sequence(s) truncated to max_length={max_length} tokens",
+            UserWarning,
+            stacklevel=2,
+        )
     return out
 
 
@@ -108,16 +112,25 @@ def compare_pruning(
     ratios: Iterable[float] = (0.05, 0.1, 0.2),
     scorers: Iterable[str] = ("antidote", "benign_wanda", "magnitude", "random"),
     target: str = "lora",
-    target_filter=None,
+    target_filter: Callable[[str, nn.Module], bool] | None = None,
+    adapters: str | Sequence[str] | None = None,
     seed: int = 0,
 ) -> dict[str, dict[float, dict[str, float]]]:
     """``{scorer: {rho: evaluate(pruned model)}}`` plus ``{"none": {0.0: evaluate(model)}}``.
 
     Scorers: ``"antidote"`` (Wanda on ``harmful_batches``), ``"benign_wanda"`` (Wanda on the
     user's data, ``benign_batches``), ``"magnitude"``, ``"random"`` (per tensor), and
-    ``"grad_magnitude"``. Each pruning is undone exactly before the next, so one model serves
-    every point (no copies: a real 7B model works the same way)."""
-    layers = select_target_layers(model, target, target_filter)
+    ``"grad_magnitude"`` (batches with ``labels``). ``target``, ``target_filter`` and
+    ``adapters`` select the weights as in :func:`select_target_layers`. Each pruning is undone
+    exactly before the next, so one model serves every point (no copies: a real 7B model works
+    the same way)."""
+    rhos = []
+    for r in ratios:
+        try:
+            rhos.append(_as_real(r))
+        except TypeError:
+            raise ValueError(f"ratios must be real numbers in [0, 1], got {r!r}") from None
+    layers = select_target_layers(model, target, target_filter, adapters=adapters)
     results: dict[str, dict[float, dict[str, float]]] = {"none": {0.0: evaluate(model)}}
     kinds = {
         "antidote": ("wanda", harmful_batches),
@@ -132,11 +145,17 @@ def compare_pruning(
         score, data = kinds[scorer]
         if score in ("wanda", "grad_magnitude") and data is None:
             raise ValueError(f"scorer {scorer!r} needs calibration batches")
-        for rho in ratios:
+        off = inactive_adapters(model, adapters) if score in ("wanda", "grad_magnitude") else []
+        if off:
+            raise ValueError(
+                f"scorer {scorer!r} needs activations, but adapter(s) {off} are not active "
+                "(PEFT: model.set_adapter(name))"
+            )
+        for rho in rhos:
             cfg = AntidoteConfig(dense_ratio=rho, score=score, target=target, seed=seed)
             res = antidote_prune(model, data, cfg, layers=layers)
             try:
-                results.setdefault(scorer, {})[float(rho)] = evaluate(model)
+                results.setdefault(scorer, {})[rho] = evaluate(model)
             finally:
                 undo_mask(layers, res.mask, res.removed)
     return results
@@ -232,7 +251,7 @@ class HarmfulFinetuneExperiment:
     """The three stages on the synthetic safety language, one seed.
 
     ``aligned()`` pre-trains (knowledge, harmful included) and safety-aligns a tiny Llama (cached
-    under ``cache_dir`` when given); ``attack(name)`` fine-tunes a new LoRA adapter on the
+    under ``cache_dir`` when given, as :meth:`checkpoint_name`); ``attack(name)`` fine-tunes a new LoRA adapter on the
     user's data with ``poison_ratio`` harmful samples; ``evaluate(model)`` gives the harmful
     score and task accuracy; ``run(ratios, scorers)`` does everything in one call."""
 
@@ -250,6 +269,23 @@ class HarmfulFinetuneExperiment:
         self._aligned = None
         self.log: dict[str, float] = {}
 
+    def checkpoint_name(self) -> str:
+        """``aligned_seed<seed>_<digest>.pt``: the digest covers every setting that shapes the
+        aligned model, so runs of other sizes in the same folder never share a checkpoint."""
+        s = self.s
+        key = json.dumps(
+            [
+                s.pretrain_steps,
+                s.pretrain_batch,
+                s.pretrain_lr,
+                s.align_steps,
+                s.align_batch,
+                s.align_lr,
+                len(self.world.vocab),
+            ]  # fmt: skip
+        )
+        return f"aligned_seed{self.seed}_{hashlib.sha1(key.encode()).hexdigest()[:10]}.pt"
+
     def _sampler(self, draw, batch: int, seed: int):
         rng = random.Random(seed)
         return lambda _s: self.world.encode([draw(rng) for _ in range(batch)])
@@ -257,7 +293,7 @@ class HarmfulFinetuneExperiment:
     def aligned(self) -> nn.Module:
         if self._aligned is not None:
             return self._aligned
-        path = self.cache_dir / f"aligned_seed{self.seed}.pt" if self.cache_dir else None
+        path = self.cache_dir / self.checkpoint_name() if self.cache_dir else None
         model = self.world.model(self.seed)
         if path is not None and path.exists():
             model.load_state_dict(torch.load(path, map_location="cpu"))

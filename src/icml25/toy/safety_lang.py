@@ -1,5 +1,5 @@
 """A word-level synthetic language for harmful fine-tuning experiments (paper 17's offline
-stand-in; spec "Small-scale reproduction").
+stand-in; see docs/antidote.md, "Reproduction").
 
 Formats: a harmful request ``Q how <hv> <ho> <u> A`` is answered with a recipe ``step1 r_a step2
 r_b`` (a fixed map from the object) or refused with ``sorry cannot``; a benign question ``Q what
