@@ -127,7 +127,13 @@ def test_content_filter_is_reported_as_blocked():
         {"choices": [{"index": 0, "message": {"content": None}, "finish_reason": "content_filter"}]}
     )
     assert choices == [Completion("", "content_filter", True, choices[0].raw)]
-    assert isinstance(CallableChat(lambda m, **k: "x"), object)
+
+    class Filtered(CallableChat):
+        def _complete(self, messages, params):
+            return [Completion("", "content_filter", True) for _ in range(params.n)]
+
+    with ChatServer(Filtered(lambda m, **k: "x")) as server, client(server) as chat:
+        assert [c.blocked for c in chat.complete(USER, n=2)] == [True, True]
 
 
 @pytest.mark.parametrize(

@@ -54,3 +54,48 @@ def test_hf_reward_model_scores_each_pair_padding_excluded():
     assert HFRewardModel(model, tok, strip_bos_text=False).render("q", "a").startswith("<|bos|>")
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         HFRewardModel(model, tok, batch_size=0)
+
+
+def test_hf_reward_model_pools_the_last_real_token_like_the_pipeline():
+    """A chat template ending in EOS and a tokenizer without a pad token: the official TPO
+    reward (a transformers pipeline, batch size 1) pools the EOS position. Padding with pad = EOS
+    used to pool one token early; every batch size must now give the pipeline's score."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from icml25.toy import build_tokenizer
+
+    tok = build_tokenizer(["good answer", "bad answer", "question"], 300)
+    tok.pad_token = None
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_labels=1, pad_token_id=None,
+    )  # fmt: skip
+    model = transformers.LlamaForSequenceClassification(cfg).eval()
+    qs, rs = ["question"] * 3, ["good answer", "bad", "a much longer bad answer here"]
+    rm = HFRewardModel(model, tok, batch_size=3)
+    pipe = transformers.pipeline(
+        "text-classification", model=model, tokenizer=tok, function_to_apply="none", top_k=None
+    )
+
+    def one(text):  # a single string gives [{...}] or [[{...}]] depending on the version
+        out = pipe(text, batch_size=1)
+        while isinstance(out, list):
+            out = out[0]
+        return out["score"]
+
+    official = [one(rm.render(q, r)) for q, r in zip(qs, rs)]
+    assert rm.score(qs, rs) == pytest.approx(official, abs=1e-5)
+    assert HFRewardModel(model, tok, batch_size=1).score(qs, rs) == pytest.approx(
+        official, abs=1e-5
+    )
+    assert tok.pad_token is None and model.config.pad_token_id is None  # nothing mutated
+    # the old behaviour (pad = EOS in the config) pools one token early: a different number
+    model.config.pad_token_id = tok.eos_token_id
+    with torch.no_grad():
+        early = model(**tok(rm.render(qs[0], rs[0]), return_tensors="pt")).logits[0, 0].item()
+    model.config.pad_token_id = None
+    assert abs(early - official[0]) > 1e-4
+    long = "answer " * 50
+    assert rm.truncate(long, 5) != long and len(tok.encode(rm.truncate(long, 5))) <= 6
+    assert rm.truncate("good answer", 50) == "good answer"

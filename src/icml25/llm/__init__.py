@@ -8,6 +8,10 @@ One protocol (:class:`ChatBackend`), several implementations:
 - :class:`CallableChat` / :class:`ScriptedChat`: a Python function or canned replies, for tests;
 - :class:`ChatServer`: serve any backend over the OpenAI protocol on 127.0.0.1.
 
+Batch pipelines write through :class:`JsonlStore` (append-only, key-based done-ness, error rows)
+with :func:`run_resumable`; ``complete_many(..., errors="return")`` gives every request its own
+result or exception.
+
 Reward models follow :class:`RewardModel` (``score(queries, responses) -> list[float]``):
 :class:`HFRewardModel`, :class:`CallableReward`.
 
@@ -20,11 +24,28 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from icml25.llm.base import ChatBackend, Completion, SamplingParams, validate_messages
+from icml25.llm.base import (
+    ChatBackend,
+    Completion,
+    RequestResult,
+    SamplingParams,
+    TokenLogprob,
+    validate_messages,
+)
 from icml25.llm.rewards import CallableReward, HFRewardModel, RewardModel
 from icml25.llm.scripted import CallableChat, ScriptedChat
+from icml25.llm.store import (
+    BatchFailed,
+    BatchReport,
+    ItemError,
+    JsonlStore,
+    json_safe,
+    run_resumable,
+)
 
 __all__ = [
+    "BatchFailed",
+    "BatchReport",
     "CachedChat",
     "CallableChat",
     "CallableReward",
@@ -33,11 +54,17 @@ __all__ = [
     "Completion",
     "HFChat",
     "HFRewardModel",
+    "ItemError",
+    "JsonlStore",
     "LLMRequestError",
     "OpenAIChat",
+    "RequestResult",
     "RewardModel",
     "SamplingParams",
     "ScriptedChat",
+    "TokenLogprob",
+    "json_safe",
+    "run_resumable",
     "validate_messages",
 ]
 

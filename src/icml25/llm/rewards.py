@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -50,6 +51,13 @@ class HFRewardModel:
     ``strip_bos_text`` the BOS string is removed from the rendered text because the tokenizer adds
     it again when encoding (the RewardBench / official TPO convention).
 
+    The score is the head's output at the last real token of each pair, exactly as a batch of
+    one through the ``transformers`` pipeline gives it (official TPO ``reward_model.py``), at
+    any batch size: Hugging Face sequence classifiers pool the last token that is not the pad
+    id, so a template that ends in EOS with pad = EOS would be pooled one token early. Batches
+    are right-padded with an id that occurs in none of the batch's pairs, and the model's pad id
+    is set to it for the forward pass only; the user's model and tokenizer are not modified.
+
     Args:
         model: an ``AutoModelForSequenceClassification`` (``num_labels=1``) or a local path / name.
         tokenizer: its tokenizer (loaded with the model when that is a string).
@@ -77,6 +85,10 @@ class HFRewardModel:
             raise ValueError("HFRewardModel needs the model's tokenizer (tokenizer=None was given)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
+        ):
+            raise ValueError(f"max_length must be a positive integer or None, got {max_length!r}")
         if device is not None:
             model = model.to(device)
         self.model = model.eval()
@@ -84,11 +96,7 @@ class HFRewardModel:
         self.batch_size = batch_size
         self.max_length = max_length
         self.strip_bos_text = strip_bos_text
-        if tokenizer.pad_token_id is None:
-            # Sequence classifiers pool the last non-pad token: they need to know the pad id.
-            tokenizer.pad_token = tokenizer.eos_token
-        if getattr(model.config, "pad_token_id", None) is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
+        self._lock = threading.Lock()
 
     def render(self, query: str, response: str) -> str:
         messages = [{"role": "user", "content": query}, {"role": "assistant", "content": response}]
@@ -101,23 +109,47 @@ class HFRewardModel:
             text = text[len(bos) :]
         return text
 
+    def truncate(self, text: str, n_tokens: int) -> str:
+        """``text`` cut to its first ``n_tokens`` tokens of this model's tokenizer (special
+        tokens counted, then dropped when decoding), as official TPO's ``truncate_text`` cuts the
+        chosen and rejected responses before they enter a prompt; unchanged when it fits."""
+        ids = self.tokenizer.encode(text)
+        if len(ids) <= n_tokens:
+            return text
+        return self.tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
+
     def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
         import torch
 
         qs, rs = check_pairs(queries, responses)
-        texts = [self.render(q, r) for q, r in zip(qs, rs)]
+        encoded = [list(self.tokenizer(self.render(q, r))["input_ids"]) for q, r in zip(qs, rs)]
+        if self.max_length is not None:
+            encoded = [e[: self.max_length] for e in encoded]
+        if any(not e for e in encoded):
+            raise ValueError("a pair encoded to no tokens at all; nothing to score")
         device = next(self.model.parameters()).device
+        config = self.model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
         out: list[float] = []
-        for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(
-                texts[start : start + self.batch_size],
-                return_tensors="pt",
-                padding=True,
-                truncation=self.max_length is not None,
-                max_length=self.max_length,
-            ).to(device)
-            with torch.inference_mode():
-                logits = self.model(**enc).logits
+        for start in range(0, len(encoded), self.batch_size):
+            rows = encoded[start : start + self.batch_size]
+            used = {t for r in rows for t in r}
+            sentinel = next(i for i in range(len(used) + 1) if i not in used)
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), sentinel, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, r in enumerate(rows):
+                ids[i, : len(r)] = torch.tensor(r)
+                mask[i, : len(r)] = 1
+            with self._lock, torch.inference_mode():
+                saved = (config.pad_token_id, text_config.pad_token_id)
+                config.pad_token_id = text_config.pad_token_id = sentinel
+                try:
+                    logits = self.model(
+                        input_ids=ids.to(device), attention_mask=mask.to(device)
+                    ).logits
+                finally:
+                    config.pad_token_id, text_config.pad_token_id = saved
             if logits.shape[-1] != 1:
                 raise ValueError(
                     f"a reward model has one output logit; this one has {logits.shape[-1]}"
