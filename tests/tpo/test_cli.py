@@ -101,3 +101,42 @@ def test_cli_runs_and_resumes(tmp_path, reward_dir, monkeypatch):
                 str(out),
             ]
         )
+
+
+def test_cli_sampling_flags_failures_exit_code_and_retry(tmp_path, reward_dir, monkeypatch, capsys):
+    pytest.importorskip("httpx")
+    from icml25.cli import main
+    from icml25.llm import ChatServer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = tmp_path / "q.json"
+    data.write_text(json.dumps(["question one", "question too long", "question three"]))
+    out = tmp_path / "out.jsonl"
+    state = {"refuse": True}
+
+    def fussy(messages, **kw):
+        if state["refuse"] and "too long" in messages[-1]["content"]:
+            raise ValueError("context length exceeded")  # the server answers 400
+        return policy(messages, **kw)
+
+    with ChatServer(CallableChat(fussy)) as server:
+        argv = ["tpo", "--base-url", server.url, "--model", "policy", "--reward-model",
+                str(reward_dir), "--data", str(data), "--out", str(out), "--width", "2",
+                "--depth", "1", "--temperature", "0.3", "--seed", "11", "--max-tokens", "64",
+                "--reward-batch-size", "1", "--threads", "1", "-q"]  # fmt: skip
+        assert main(argv) == 1  # one query failed: the exit code says so
+        err = capsys.readouterr().err
+        assert "3 queries: 2 done, 1 failed" in err and "--retry-errors" in err
+        gen = [r for r in server.requests if P.detect_role(r["messages"]) == "generate"]
+        assert {r["temperature"] for r in gen} == {0.3} and {r["seed"] for r in gen} == {11}
+        assert {r["max_tokens"] for r in gen} == {64}
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert [r["index"] for r in rows if "error" in r] == [1]
+        assert (
+            "context length exceeded" in next(r for r in rows if "error" in r)["error"]["message"]
+        )
+        n = len(server.requests)
+        assert main(argv) == 1 and len(server.requests) == n  # error rows are not retried
+        state["refuse"] = False
+        assert main([*argv, "--retry-errors"]) == 0
+        assert "3 queries: 3 done, 0 failed" in capsys.readouterr().err

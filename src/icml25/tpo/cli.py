@@ -43,8 +43,28 @@ def add_parser(sub) -> None:
     p.add_argument("--width", type=int, default=5, help="samples per step N (default 5)")
     p.add_argument("--depth", type=int, default=2, help="TPO steps D (default 2)")
     p.add_argument("--mode", choices=("tpo", "revision", "bon"), default="tpo")
+    p.add_argument(
+        "--temperature", type=float, default=0.7, help="candidate sampling temperature (0.7)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=7,
+        help="seed of the generation and update calls (official 7; -1: unseeded)",
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=2048, help="max tokens of one response (official 2048)"
+    )
+    p.add_argument(
+        "--reward-batch-size", type=int, default=8, help="pairs per reward-model forward (8)"
+    )
     p.add_argument("--threads", type=int, default=4, help="queries in parallel (default 4)")
     p.add_argument("--no-resume", action="store_true", help="start the output file afresh")
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="also rerun the queries whose last row in --out is an error row",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_tpo, parser=p)
 
@@ -60,17 +80,32 @@ def load_queries(path: str | Path) -> list[str]:
 
 
 def _cmd_tpo(args: argparse.Namespace) -> int:
-    from icml25.llm import HFRewardModel, OpenAIChat
+    from icml25.llm import HFRewardModel, ItemError, OpenAIChat
     from icml25.tpo.engine import TPOConfig, tpo_batch
 
     try:
         queries = load_queries(args.data)
-        config = TPOConfig(width=args.width, depth=args.depth, mode=args.mode)
+        config = TPOConfig(
+            width=args.width,
+            depth=args.depth,
+            mode=args.mode,
+            temperature=args.temperature,
+            seed=None if args.seed == -1 else args.seed,
+            max_tokens_response=args.max_tokens,
+        )
         config.validate()
+        if not args.temperature >= 0:
+            raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+        if args.max_tokens < 1:
+            raise ValueError(f"--max-tokens must be a positive integer, got {args.max_tokens}")
+        if args.reward_batch_size < 1:
+            raise ValueError(f"--reward-batch-size must be >= 1, got {args.reward_batch_size}")
     except ValueError as exc:
         args.parser.error(str(exc))
     policy = OpenAIChat(args.base_url, args.model, api_key=args.api_key)
-    reward = HFRewardModel(args.reward_model, device=args.reward_device)
+    reward = HFRewardModel(
+        args.reward_model, device=args.reward_device, batch_size=args.reward_batch_size
+    )
     results = tpo_batch(
         queries,
         policy,
@@ -79,11 +114,24 @@ def _cmd_tpo(args: argparse.Namespace) -> int:
         num_threads=args.threads,
         out_path=args.out,
         resume=not args.no_resume,
+        retry_errors=args.retry_errors,
+        errors="return",
         progress=not args.quiet,
     )
-    mean = sum(r.best_reward for r in results) / len(results)
+    ok = [r for r in results if not isinstance(r, ItemError)]
+    failed = [r for r in results if isinstance(r, ItemError)]
+    mean = sum(r.best_reward for r in ok) / len(ok) if ok else float("nan")
     print(
-        f"{len(results)} queries, mean best reward {mean:.4f}; results in {args.out}",
+        f"{len(results)} queries: {len(ok)} done, {len(failed)} failed; mean best reward "
+        f"{mean:.4f}; results in {args.out}",
         file=sys.stderr,
     )
+    if failed:
+        first = failed[0]
+        print(
+            f"first failure: query {first.key[0]}: {first.error_type}: {first.message[:300]}; "
+            "the error rows are in the output file, rerun with --retry-errors to retry them",
+            file=sys.stderr,
+        )
+        return 1
     return 0
