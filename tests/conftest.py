@@ -1,8 +1,12 @@
-"""Shared test setup: quiet progress output, and tests marked ``gpu`` skip where CUDA is absent."""
+"""Shared test setup: quiet progress output, tests marked ``gpu`` skip where CUDA is absent, and
+the ``check_smoke`` fixture for smoke-size reproductions."""
 
 from __future__ import annotations
 
+import math
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,3 +24,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+# -- smoke-size reproductions: a finished, well-formed verdict with finite numbers ---------------
+
+
+def _check_smoke_result(
+    result: Any,
+    slug: str,
+    *,
+    metrics: tuple[str, ...] = (),
+    prefixes: tuple[str, ...] = (),
+    ranges: dict[str, tuple[float, float]] | None = None,
+    allow_nan: tuple[str, ...] = (),
+) -> None:
+    """``result`` is a finished reproduction of ``slug``: a bool verdict, no error, the named
+    metrics (and one metric per prefix) present, every value finite unless its name starts with
+    one of ``allow_nan``, the values of ``ranges`` (name or prefix -> (low, high)) inside them,
+    existing PNG figures, a criterion, and a report section that renders."""
+    from icml25.report import ReproResult, render_markdown
+
+    assert isinstance(result, ReproResult) and result.slug == slug
+    assert result.error is None and isinstance(result.held, bool)
+    assert result.criterion.strip() and result.claim.strip()
+    names = [m.name for m in result.metrics]
+    missing = [m for m in metrics if m not in names]
+    assert not missing, f"missing metrics {missing}; got {names}"
+    for p in prefixes:
+        assert any(n.startswith(p) for n in names), f"no metric starting with {p!r} in {names}"
+    for m in result.metrics:
+        if not m.name.startswith(allow_nan):
+            assert all(math.isfinite(v) for v in m.values), f"{m.name}: {m.values}"
+    for key, (lo, hi) in (ranges or {}).items():
+        hits = [m for m in result.metrics if m.name == key or m.name.startswith(key)]
+        assert hits, f"no metric {key!r} to range-check in {names}"
+        for m in hits:
+            assert all(lo <= v <= hi for v in m.values if math.isfinite(v)), (m.name, m.values)
+    for f in result.figures:
+        assert f.exists() and f.suffix == ".png" and f.stat().st_size > 1000
+    out_dir = result.figures[0].parent if result.figures else Path(".")
+    text = render_markdown([result], out_dir=out_dir)
+    assert slug in text and ("held" in text or "did not hold" in text)
+
+
+@pytest.fixture
+def check_smoke():
+    """``check_smoke(result, slug, metrics=..., prefixes=..., ranges=..., allow_nan=...)``: the
+    result is a finished reproduction (see ``_check_smoke_result``); a test that only asserted
+    ``held in (True, False)`` could not fail."""
+    return _check_smoke_result

@@ -7,11 +7,11 @@ import pytest
 pytest.importorskip("gymnasium")
 
 
-def test_quick_repro_smoke(tmp_path):
+def test_quick_repro_smoke(tmp_path, check_smoke):
     from icml25.distinguishability import repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path, smoke=True)
-    assert r.slug == "distinguishability" and r.held in (True, False)
+    check_smoke(r, "distinguishability", prefixes=("A score gain",))
     names = {f.name for f in r.figures}
     assert names == {
         "pearson_vs_queries.png",

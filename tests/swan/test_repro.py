@@ -15,9 +15,11 @@ def test_tokens_to_target_interpolates():
 
 
 @pytest.mark.parametrize("quick", [True, False])
-def test_repro_smoke_structure(tmp_path, quick):
+def test_repro_smoke_structure(tmp_path, quick, check_smoke):
     result = repro.run(quick=quick, seed=0, out=tmp_path, smoke=True)
-    assert isinstance(result, ReproResult) and result.slug == "swan"
+    assert isinstance(result, ReproResult)
+    # C3 is NaN when a run never reaches the AdamW target loss, as at smoke size
+    check_smoke(result, "swan", metrics=("C1 SWAN optimizer state bytes",), allow_nan=("C3",))
     names = [m.name for m in result.metrics]
     assert "C1 SWAN optimizer state bytes" in names
     assert any(n.startswith("C3") for n in names) == (not quick)

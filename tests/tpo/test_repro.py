@@ -6,11 +6,17 @@ from __future__ import annotations
 import pytest
 
 
-def test_repro_smoke_full_structure(tmp_path):
+def test_repro_smoke_full_structure(tmp_path, check_smoke):
     from icml25.tpo import repro
 
     r = repro.run(quick=False, seed=0, out=tmp_path, smoke=True)
-    assert r.slug == "tpo" and r.held in (True, False)
+    check_smoke(
+        r,
+        "tpo",
+        metrics=("TPO-D2-N5", "BoN-15", "TPO scrambled critiques", "revision-D2-N5"),
+        ranges={"TPO": (-1.0, 1.0), "BoN-": (-1.0, 1.0), "role model": (0.0, 1.0)},
+    )
+    assert len(r.metric("TPO-D2-N5").values) == 1  # one value per seed (one seed at smoke size)
     assert {f.name for f in r.figures} == {
         "reward_vs_iteration.png",
         "tpo_vs_bon.png",
@@ -29,3 +35,5 @@ def test_quick_repro_meets_the_gates(tmp_path):
     r = repro.run(quick=True, seed=0, out=tmp_path)
     assert r.held, r.tables[0]
     assert r.seconds < 240
+    gain = r.metric("TPO-D2-N5").mean - r.metric("BoN-15").mean
+    assert gain >= 0.03, gain
