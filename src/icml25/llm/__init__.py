@@ -12,6 +12,9 @@ Batch pipelines write through :class:`JsonlStore` (append-only, key-based done-n
 with :func:`run_resumable`; ``complete_many(..., errors="return")`` gives every request its own
 result or exception.
 
+Moderators (``moderator(prompts, responses) -> list[bool]``, True = harmful):
+:class:`CallableModerator`, :class:`ChatModerator` (a served judge such as Llama-Guard).
+
 Reward models follow :class:`RewardModel` (``score(queries, responses) -> list[float]``):
 :class:`HFRewardModel`, :class:`CallableReward`.
 
@@ -32,6 +35,7 @@ from icml25.llm.base import (
     TokenLogprob,
     validate_messages,
 )
+from icml25.llm.moderation import CallableModerator, ChatModerator, Moderator
 from icml25.llm.rewards import CallableReward, HFRewardModel, RewardModel
 from icml25.llm.scripted import CallableChat, ScriptedChat
 from icml25.llm.store import (
@@ -48,8 +52,10 @@ __all__ = [
     "BatchReport",
     "CachedChat",
     "CallableChat",
+    "CallableModerator",
     "CallableReward",
     "ChatBackend",
+    "ChatModerator",
     "ChatServer",
     "Completion",
     "HFChat",
@@ -57,6 +63,7 @@ __all__ = [
     "ItemError",
     "JsonlStore",
     "LLMRequestError",
+    "Moderator",
     "OpenAIChat",
     "RequestResult",
     "RewardModel",
