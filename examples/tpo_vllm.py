@@ -9,7 +9,9 @@ OpenAI) as the policy and a Hugging Face sequence-classification reward model, D
 ``queries.json`` is a JSON list of strings (or of objects with a ``"query"`` / ``"prompt"``
 field). With a GPU and hub access this is the official pipeline (Llama-3.1-70B-SFT policy,
 FsfairX or Tulu-3-8B-RM reward model); the same run is ``icml25 tpo ...`` from the shell.
-A killed run resumes: finished queries are skipped on the next start.
+A killed run resumes: finished queries are skipped on the next start; failed queries are error
+rows in the JSONL, retried with ``--retry-errors``. ``--official-prompts PATH`` uses the prompts of
+a local checkout of yafuly/TPO (``PromptSet.from_official``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import argparse
 import json
 from pathlib import Path
 
-from icml25.llm import HFRewardModel, OpenAIChat
-from icml25.tpo import TPOConfig, tpo_batch
+from icml25.llm import HFRewardModel, ItemError, OpenAIChat
+from icml25.tpo import PromptSet, TPOConfig, tpo_batch
 
 
 def main() -> None:
@@ -32,6 +34,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=5)
     ap.add_argument("--depth", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--retry-errors", action="store_true")
+    ap.add_argument("--official-prompts", type=Path, default=None, help="a yafuly/TPO checkout")
     args = ap.parse_args()
 
     items = json.loads(args.data.read_text())
@@ -43,11 +47,18 @@ def main() -> None:
         policy,
         reward,
         TPOConfig(width=args.width, depth=args.depth),
+        PromptSet.from_official(args.official_prompts) if args.official_prompts else None,
         num_threads=args.threads,
         out_path=args.out,
+        retry_errors=args.retry_errors,
+        errors="return",
     )
-    rewards = [r.best_reward for r in results]
-    print(f"{len(results)} queries, mean best reward {sum(rewards) / max(1, len(rewards)):.4f}")
+    rewards = [r.best_reward for r in results if not isinstance(r, ItemError)]
+    failed = len(results) - len(rewards)
+    print(
+        f"{len(results)} queries, {failed} failed, mean best reward "
+        f"{sum(rewards) / max(1, len(rewards)):.4f}"
+    )
 
 
 if __name__ == "__main__":
