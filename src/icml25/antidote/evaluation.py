@@ -24,7 +24,6 @@ are re-exported here; :class:`RuleModerator` is the toy's prefix rule.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -66,25 +65,21 @@ class RuleModerator:
 
 
 # ---------------------------------------------------------------------------------- generation
-def _read_done(path: Path, keys: list[str]) -> dict[int, str]:
-    """Responses already in ``path`` (JSONL ``{"i", "prompt", "response"}``); a torn last line
-    from a crash is ignored, a record for another prompt is an error."""
-    done: dict[int, str] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-            i, prompt, resp = rec["i"], rec["prompt"], rec["response"]
-        except (ValueError, KeyError, TypeError):
-            continue
+def _open_store(path: Path, keys: list[str]):
+    """The shared :class:`icml25.llm.JsonlStore` of ``{"i", "prompt", "response"}`` rows; a
+    record for another prompt list is an error (a torn last line is skipped by the store)."""
+    from icml25.llm.store import JsonlStore
+
+    store = JsonlStore(path, "i")
+    for rec in store.records():
+        i, prompt = rec.get("i"), rec.get("prompt")
         if not isinstance(i, int) or not 0 <= i < len(keys) or prompt != keys[i]:
+            store.close()
             raise ValueError(
                 f"{path} holds a response to another prompt (item {i!r}: {prompt!r:.60}); "
                 "use a fresh out_path for a new prompt list"
             )
-        done[i] = resp
-    return done
+    return store
 
 
 def _is_backend(model: Any) -> bool:
@@ -137,21 +132,14 @@ def generate_responses(
             )
         if tokenizer is None:
             raise ValueError("a local model needs its tokenizer (tokenizer=None was given)")
-    path = Path(out_path) if out_path is not None else None
-    done = _read_done(path, texts) if path is not None else {}
+    store = _open_store(Path(out_path), texts) if out_path is not None else None
+    done = {} if store is None else {r["i"]: r["response"] for r in store.records()}
     todo = [i for i in range(len(texts)) if i not in done]
     if not backend:
         enc = {i: list(tokenizer(texts[i], add_special_tokens=True)["input_ids"]) for i in todo}
         todo.sort(key=lambda i: len(enc[i]))  # similar lengths together: less padding
     chunks = [todo[k : k + batch_size] for k in range(0, len(todo), batch_size)]
     out: dict[int, str] = dict(done)
-    fh = None
-    if path is not None and chunks:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
-        fh = path.open("a", encoding="utf-8")
-        if torn:  # a crash mid-line: start a new line, the torn one is skipped on reading
-            fh.write("\n")
     try:
         for chunk in track(
             chunks, "generating", disable=None if progress is None else not progress
@@ -168,13 +156,11 @@ def generate_responses(
                 got = _generate_local(model, tokenizer, [enc[i] for i in chunk], max_new_tokens)
             for i, r in zip(chunk, got):
                 out[i] = r
-                if fh is not None:
-                    fh.write(json.dumps({"i": i, "prompt": texts[i], "response": r}) + "\n")
-            if fh is not None:
-                fh.flush()
+                if store is not None:  # flushed per row: a crash loses at most this batch
+                    store.append({"i": i, "prompt": texts[i], "response": r})
     finally:
-        if fh is not None:
-            fh.close()
+        if store is not None:
+            store.close()
     return [out[i] for i in range(len(texts))]
 
 
