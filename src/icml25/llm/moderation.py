@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from icml25.llm.rewards import check_pairs as _check_text_pairs
+
 __all__ = ["CallableModerator", "ChatModerator", "Moderator", "check_pairs"]
 
 
@@ -30,19 +32,9 @@ class Moderator(Protocol):
 
 def check_pairs(prompts: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
     """Lists of equal length and of strings; ``ValueError``/``TypeError`` naming what is wrong."""
-    for what, seq in (("prompts", prompts), ("responses", responses)):
-        if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence):
-            raise TypeError(f"{what} must be a list of strings, got {type(seq).__name__}")
-    prompts, responses = list(prompts), list(responses)
-    if len(prompts) != len(responses):
-        raise ValueError(
-            f"need one response per prompt: {len(prompts)} prompts vs {len(responses)} responses"
-        )
-    for what, seq in (("prompt", prompts), ("response", responses)):
-        for i, x in enumerate(seq):
-            if not isinstance(x, str):
-                raise TypeError(f"{what} {i} must be a string, got {type(x).__name__}: {x!r:.60}")
-    return prompts, responses
+    return _check_text_pairs(
+        prompts, responses, names=("prompts", "responses", "prompt", "response")
+    )
 
 
 class CallableModerator:

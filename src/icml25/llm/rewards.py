@@ -14,17 +14,27 @@ class RewardModel(Protocol):
     def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]: ...
 
 
-def check_pairs(queries: Sequence[str], responses: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Validate two equally long lists of strings."""
-    for label, xs in (("queries", queries), ("responses", responses)):
-        if isinstance(xs, str) or not isinstance(xs, Sequence):
+def check_pairs(
+    queries: Sequence[str],
+    responses: Sequence[str],
+    *,
+    names: tuple[str, str, str, str] = ("queries", "responses", "query", "response"),
+) -> tuple[list[str], list[str]]:
+    """Validate two equally long lists of strings; ``names`` (plural and singular of each side)
+    go into the error messages. Shared by the reward models and the moderators."""
+    for label, xs in ((names[0], queries), (names[1], responses)):
+        if isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence):
             raise TypeError(f"{label} must be a list of strings, got {type(xs).__name__}")
         bad = [i for i, x in enumerate(xs) if not isinstance(x, str)]
         if bad:
-            raise TypeError(f"{label}[{bad[0]}] is {type(xs[bad[0]]).__name__}, expected str")
+            raise TypeError(
+                f"{label}[{bad[0]}] is {type(xs[bad[0]]).__name__}, expected str: "
+                f"{xs[bad[0]]!r:.60}"
+            )
     if len(queries) != len(responses):
         raise ValueError(
-            f"queries and responses must pair up: got {len(queries)} queries, {len(responses)} responses"
+            f"need one {names[3]} per {names[2]}: got {len(queries)} {names[0]}, "
+            f"{len(responses)} {names[1]}"
         )
     return list(queries), list(responses)
 
