@@ -150,6 +150,8 @@ def test_only_the_active_adapter_is_pruned_by_default():
 def test_named_adapters_and_their_errors():
     world, pm = _two_adapter_peft()
     assert peft_adapters(pm) == (["align", "user"], ["user"])
+    # the inner transformers model (its own PEFT-integration method raises): read from the layers
+    assert peft_adapters(pm.base_model.model) == (["align", "user"], ["user"])
     align = select_target_layers(pm, adapters="align")
     assert len(align) == 8 and all(".align." in k for k in align)
     both = select_target_layers(pm, adapters=["align", "user"])

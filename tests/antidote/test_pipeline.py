@@ -7,14 +7,18 @@ import math
 import re
 
 import pytest
-import torch
 
 from icml25.antidote import ToySettings, make_realign_batches
 from icml25.antidote.pipeline import HarmfulFinetuneExperiment, compare_pruning
+from icml25.report import torch_threads
 
 
 def test_pipeline_aligned_safe_attacked_harmful_antidote_lowers_harm(tmp_path):
-    torch.set_num_threads(2)
+    with torch_threads(1):  # tiny matrices: one thread is fastest, above all on a busy box
+        _pipeline_end_to_end(tmp_path)
+
+
+def _pipeline_end_to_end(tmp_path):
     st = ToySettings(
         pretrain_steps=300, align_steps=120, n_finetune=320, n_eval=80, n_calibration=64,
         attacks={"H1": (3e-3, 6)},
@@ -154,13 +158,15 @@ def test_quick_repro_runs_its_checks(tmp_path):
     from icml25.antidote import repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path)
-    assert r.seconds < 240
     verdict = _check_repro(r, ["H1"], 3, [0.05, 0.1, 0.2])
     get = {m.name: m for m in r.metrics}
     assert get["aligned model HS"].mean <= 10
     assert get["no defence HS H1"].mean >= 90
     assert sum(not math.isnan(v) for v in get["rho* H1"].values) >= 2
     assert next(v for k, v in verdict.items() if k.startswith("(1)")) == "PASS"
+    # budget ~3 min from a fresh folder on an idle 2-core machine (docs/antidote.md); the bound is
+    # loose for shared machines but catches a regression like two torch threads (1280 s)
+    assert r.seconds < 600
 
 
 def test_one_call_pipeline_structure():

@@ -82,9 +82,12 @@ def peft_adapters(model: nn.Module) -> tuple[list[str], list[str]]:
         loaded += [a for a in m.lora_A if a not in loaded]
     if not layers:
         return [], []
-    active = getattr(model, "active_adapters", None)
-    if callable(active):  # older PEFT: a method on the tuner model
-        active = active()
+    try:
+        active = getattr(model, "active_adapters", None)
+        if callable(active):  # transformers' PEFT integration: a method that may raise
+            active = active()
+    except Exception:  # noqa: BLE001 - fall back to what the LoRA layers themselves say
+        active = None
     if isinstance(active, str):
         active = [active]
     if not isinstance(active, (list, tuple)):
