@@ -139,7 +139,7 @@ def test_run_resumable_saves_the_others_and_retries_errors_only_when_asked(tmp_p
     assert store.get(3)["error"]["message"] == "boom" and store.get(3)["x"] == 3
     calls.clear()
     rep = run_resumable(list(range(6)), work, store, key=key)
-    assert calls == [] and rep.n_skipped == 6 and rep.n_failed == 1
+    assert calls == [] and rep.n_skipped == 5 and rep.n_failed == 1  # 5 done + 1 failed
     rep = run_resumable(list(range(6)), work, store, key=key, retry_errors=True)
     assert calls == [3] and rep.n_failed == 1 and "boom" in rep.summary()
 
@@ -208,3 +208,60 @@ def test_completion_round_trips_through_dict():
 
     c = Completion("hi", "stop", False, logprobs=[TokenLogprob("hi", -0.5, [("hi", -0.5)])])
     assert Completion.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+
+
+def test_run_resumable_turns_bad_results_into_error_rows_and_checks_keys(tmp_path):
+    np = pytest.importorskip("numpy")
+
+    def work(x: int):
+        if x == 1:
+            return {"v": {1, 2}}  # not JSON
+        if x == 2:
+            return {"i": 99}  # clashes with the key
+        if x == 3:
+            return 7  # not a dict
+        return {"v": np.array([x, 0.5])}  # arrays become lists
+
+    store = JsonlStore(tmp_path / "r.jsonl", "i")
+    rep = run_resumable(list(range(5)), work, store, key=lambda i, x: {"i": i}, concurrency=2)
+    assert rep.n_ok == 2 and sorted(e.key for e in rep.failures) == [(1,), (2,), (3,)]
+    assert store.get(4)["v"] == [4.0, 0.5] and store.get(0)["v"] == [0.0, 0.5]
+    assert "not JSON serializable" in store.get(1)["error"]["message"]
+    assert "key field" in store.get(2)["error"]["message"]
+    again = run_resumable(list(range(5)), work, store, key=lambda i, x: {"i": i})
+    assert (again.n_ok, again.n_skipped, again.n_failed) == (0, 2, 3)  # 2 + 3 = 5 items
+    with pytest.raises(ValueError, match="share the key"):
+        run_resumable([1, 2], work, store, key=lambda i, x: {"i": 0})
+    with pytest.raises(TypeError, match="must return a dict holding the key"):
+        run_resumable([1], work, store, key=lambda i, x: i)
+
+
+def test_server_reports_a_backend_failure_as_http_500_with_its_message():
+    pytest.importorskip("httpx")
+    from icml25.llm import ChatServer, LLMRequestError, OpenAIChat
+
+    def broken(messages, **kw):
+        raise RuntimeError("the model fell over")
+
+    with ChatServer(CallableChat(broken)) as server:
+        with OpenAIChat(server.url, "m", max_retries=1, backoff=0.01) as chat:
+            with pytest.raises(
+                LLMRequestError, match="HTTP 500: RuntimeError: the model fell over"
+            ):
+                chat.chat(USER)
+
+
+def test_hf_errors_a_user_meets_first(tiny_chat):
+    image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+    with pytest.raises(ValueError, match="text-only models"):
+        tiny_chat.chat([{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}])
+    from icml25.llm import HFChat, HFRewardModel
+
+    for cls in (HFChat, HFRewardModel):
+        with pytest.raises(FileNotFoundError, match="no model folder '/nonexistent/model'"):
+            cls("/nonexistent/model")
+    # a token straddling the prompt/continuation boundary is refused, not silently dropped
+    with pytest.raises(ValueError, match="spans the prompt/continuation boundary"):
+        tiny_chat.continuation_logprobs("reverse red ca", "t red")
+    with pytest.raises(ValueError, match="empty content list"):
+        tiny_chat.chat([{"role": "user", "content": []}])

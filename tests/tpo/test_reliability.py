@@ -193,3 +193,20 @@ def test_from_official_on_a_real_checkout_matches_textgrad(tmp_path):
     tg = PromptSet.from_textgrad(loss_template=official.loss_template)
     for name in ("backward_system", "optimizer_system", "response_desc", "textgrad"):
         assert getattr(official, name) == getattr(tg, name)
+
+
+def test_wrong_roles_and_bad_config_fields_name_what_is_expected():
+    reward = CallableReward(lambda q, r: 0.0)
+    with pytest.raises(TypeError, match="wrap a function in icml25.llm.CallableChat"):
+        tpo_optimize("q", lambda m, **k: "x", reward)
+    with pytest.raises(TypeError, match="wrap a function in icml25.llm.CallableReward"):
+        tpo_optimize("q", CallableChat(policy), lambda q, r: 0.0)
+    for field, value in (
+        ("max_tokens_response", 0),
+        ("max_tokens_feedback", -5),
+        ("truncate_tokens", 0),
+        ("top_p", 1.5),
+        ("temperature", -1.0),
+    ):
+        with pytest.raises(ValueError, match=f"TPOConfig.{field} must be"):
+            TPOConfig(**{field: value}).validate()

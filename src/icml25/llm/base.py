@@ -173,13 +173,14 @@ class Completion:
     ``blocked`` is True when the provider refused to answer: OpenAI ``finish_reason ==
     "content_filter"``, or a response with no choices at all (a gateway's "no candidates"); the
     text is then empty. ``logprobs`` holds one :class:`TokenLogprob` per generated token when
-    the request asked for them (``None`` otherwise).
+    the request asked for them (``None`` otherwise). ``raw`` is the server's choice as received
+    (not stored by caches, not compared by ``==``).
     """
 
     text: str
     finish_reason: str | None = None
     blocked: bool = False
-    raw: dict[str, Any] | None = field(default=None, repr=False)
+    raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     logprobs: list[TokenLogprob] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -241,6 +242,8 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
         if isinstance(content, str):
             pass
         elif isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
+            if not content:
+                raise ValueError(f"message {i} has an empty content list; give text or parts")
             for j, part in enumerate(content):
                 _check_part(i, j, part)
         else:
@@ -270,8 +273,10 @@ def _check_part(i: int, j: int, part: Any) -> None:
             f"{where} must carry {{'image_url': {{'url': URL}}}} with an http(s):// URL or a "
             f"data:image/...;base64 URL, got {part!r:.80}"
         )
-    if url.startswith("data:") and ";base64," not in url:
-        raise ValueError(f"{where}: a data URL must be base64 (data:image/png;base64,...)")
+    if url.startswith("data:") and (";base64," not in url or not url.split(";base64,", 1)[1]):
+        raise ValueError(
+            f"{where}: a data URL must carry a base64 payload (data:image/png;base64,...)"
+        )
 
 
 def message_text(message: Mapping[str, Any], *, allow_images: bool = False) -> str:

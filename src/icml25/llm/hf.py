@@ -74,6 +74,8 @@ class HFChat(BaseChat):
         if isinstance(model, str):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            _check_local_path(model)
+
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
             model = AutoModelForCausalLM.from_pretrained(model)
         if tokenizer is None:
@@ -172,7 +174,10 @@ class HFChat(BaseChat):
 
     # -- generation ----------------------------------------------------------------------------
     def _complete(self, messages: list[dict[str, Any]], params: SamplingParams) -> list[Completion]:
-        return self._complete_many([messages], params)[0]
+        (result,) = self._complete_many([messages], params)
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def _resolved(self, params: SamplingParams) -> tuple[float, float, int]:
         gc = getattr(self.model, "generation_config", None)
@@ -301,6 +306,10 @@ class HFChat(BaseChat):
         token has no log-prob: ``None``). What a vLLM server returns for ``echo=True,
         logprobs=1`` on ``/v1/completions``; :class:`~icml25.llm.ChatServer` answers that route
         with it."""
+        tokens, starts, _ends, values = self._scored(text)
+        return list(zip(tokens, starts, values))
+
+    def _scored(self, text: str) -> tuple[list[str], list[int], list[int], list[float | None]]:
         if not isinstance(text, str) or not text:
             raise ValueError(f"text must be a non-empty string, got {text!r:.40}")
         try:
@@ -309,29 +318,50 @@ class HFChat(BaseChat):
             raise NotImplementedError(
                 "text_logprobs needs a fast tokenizer (offset mapping)"
             ) from exc
-        ids, offsets = list(enc["input_ids"]), [int(a) for a, _ in enc["offset_mapping"]]
+        ids = list(enc["input_ids"])
+        starts = [int(a) for a, _ in enc["offset_mapping"]]
+        ends = [int(b) for _, b in enc["offset_mapping"]]
         values: list[float | None] = [None]
         if len(ids) > 1:
             x = torch.tensor([ids], device=self.device)
             with torch.inference_mode():
                 logp = torch.log_softmax(self.model(input_ids=x).logits[0, :-1].float(), dim=-1)
             values += logp.gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
-        tokens = self.tokenizer.convert_ids_to_tokens(ids)
-        return list(zip(tokens, offsets, values))
+        return self.tokenizer.convert_ids_to_tokens(ids), starts, ends, values
 
     def continuation_logprobs(self, prompt: str, continuation: str) -> list[float]:
         """Per-token ``log p(continuation | prompt)`` of raw text (no chat template): the tokens
         of ``prompt + continuation`` that start at or after ``len(prompt)``, exactly as
-        :meth:`icml25.llm.OpenAIChat.continuation_logprobs` selects them from a server's echo."""
+        :meth:`icml25.llm.OpenAIChat.continuation_logprobs` selects them from a server's echo.
+        A token that straddles the boundary raises ``ValueError`` (with byte-level BPE, start
+        the continuation with its space: ``("Answer:", " yes")``)."""
         if not isinstance(prompt, str) or not isinstance(continuation, str):
             raise TypeError("prompt and continuation must be strings")
         if not continuation:
             raise ValueError("continuation must not be empty")
-        scored = self.text_logprobs(prompt + continuation)
-        picked = [v for _t, o, v in scored if o >= len(prompt) and not (o == 0 and v is None)]
+        _tokens, starts, ends, values = self._scored(prompt + continuation)
+        begin = len(prompt)
+        if any(a < begin < b for a, b in zip(starts, ends)):
+            from icml25.llm.openai_http import _STRADDLE
+
+            raise ValueError(_STRADDLE.format(at=begin))
+        picked = [v for o, v in zip(starts, values) if o >= begin and not (o == 0 and v is None)]
         if not picked or any(v is None for v in picked):
             raise ValueError("no scorable continuation token: pass a non-empty prompt")
         return [float(v) for v in picked]
+
+
+def _check_local_path(name: str) -> None:
+    """A name that is written as a path (absolute, ``./``, ``../``, ``~``) must exist: otherwise
+    transformers would read it as a hub id and answer with a confusing hub error."""
+    import os
+
+    looks_local = os.path.isabs(name) or name.startswith(("./", "../", "~"))
+    if looks_local and not os.path.isdir(os.path.expanduser(name)):
+        raise FileNotFoundError(
+            f"no model folder {name!r}: pass an existing local folder (save_pretrained output) "
+            "or a hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
+        )
 
 
 def row_seed(seed: int, prompt_ids: Sequence[int], sample_index: int) -> int:

@@ -226,7 +226,7 @@ class OpenAIChat(BaseChat):
                     except (ValueError, KeyError, TypeError) as exc:
                         problem = f"malformed response body ({exc})"
                 elif response.status_code in _RETRY_STATUS:
-                    problem = f"HTTP {response.status_code}"
+                    problem = f"HTTP {response.status_code}: {_server_message(response)[:200]}"
                     wait_hint = _retry_after(response.headers)
                 else:
                     raise LLMRequestError(
@@ -321,6 +321,13 @@ class OpenAIChat(BaseChat):
         self.close()
 
 
+_STRADDLE = (
+    "a token spans the prompt/continuation boundary at character {at}: its log-prob belongs to "
+    "neither part. Byte-level BPE tokenizers (Llama 3, Qwen, GPT-2) attach a space to the next "
+    "word, so start the continuation with the space (prompt 'Answer:', continuation ' yes')"
+)
+
+
 def _echoed_logprobs(data: dict[str, Any], begin: int, end: int, where: str) -> list[float]:
     missing = NotImplementedError(
         f"{where} returned no echoed prompt log-probs from /completions; prompt scoring needs a "
@@ -336,6 +343,9 @@ def _echoed_logprobs(data: dict[str, Any], begin: int, end: int, where: str) -> 
     picked = [v for o, v in zip(offsets, values) if begin <= o < end]
     if not picked:
         raise missing
+    for a, b in zip(offsets, offsets[1:]):
+        if a < begin < b:
+            raise ValueError(_STRADDLE.format(at=begin))
     if any(v is None for v in picked):
         raise ValueError(
             "the server gave no log-prob for a continuation token (it scores the first token of "

@@ -73,7 +73,8 @@ class HFRewardModel:
         tokenizer: its tokenizer (loaded with the model when that is a string).
         device: where to run; default the model's device.
         batch_size: pairs per forward pass (padding is excluded through the attention mask).
-        max_length: truncate the encoded pair to this many tokens (``None``: no truncation).
+        max_length: cut the encoded pair to its first ``max_length`` tokens (``None``: no cut);
+            the cut is at the end, so a long query can leave little or nothing of the response.
     """
 
     def __init__(
@@ -88,6 +89,10 @@ class HFRewardModel:
     ) -> None:
         if isinstance(model, str):
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+            from icml25.llm.hf import _check_local_path
+
+            _check_local_path(model)
 
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
             model = AutoModelForSequenceClassification.from_pretrained(model)
@@ -123,6 +128,8 @@ class HFRewardModel:
         """``text`` cut to its first ``n_tokens`` tokens of this model's tokenizer (special
         tokens counted, then dropped when decoding), as official TPO's ``truncate_text`` cuts the
         chosen and rejected responses before they enter a prompt; unchanged when it fits."""
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+            raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}")
         ids = self.tokenizer.encode(text)
         if len(ids) <= n_tokens:
             return text

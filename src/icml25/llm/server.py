@@ -270,6 +270,10 @@ class ChatServer:
                     except (ValueError, TypeError, KeyError) as exc:
                         self._send(400, {"error": {"message": str(exc)}})
                         return
+                    except Exception as exc:  # noqa: BLE001 - a backend failure is a 500
+                        msg = f"{type(exc).__name__}: {exc}"
+                        self._send(500, {"error": {"message": msg}})
+                        return
                     if fault == "drop":
                         data = json.dumps(payload).encode()
                         self.send_response(200)

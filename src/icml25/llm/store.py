@@ -28,7 +28,8 @@ __all__ = ["BatchFailed", "BatchReport", "ItemError", "JsonlStore", "json_safe",
 
 def json_safe(value: Any) -> Any:
     """``value`` with every non-finite float replaced by ``None`` (recursively through dicts,
-    lists and tuples; numpy and torch scalars become Python numbers)."""
+    lists and tuples; numpy and torch scalars become Python numbers, arrays and tensors lists).
+    Anything else is left for ``json.dumps`` to accept or refuse."""
     if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
         return value
     if isinstance(value, float):
@@ -37,9 +38,10 @@ def json_safe(value: Any) -> Any:
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    item = getattr(value, "item", None)  # numpy / torch scalars
-    if callable(item) and getattr(value, "ndim", 0) == 0:
-        return json_safe(item())
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return json_safe(value.item())  # numpy / torch scalars
+    if callable(getattr(value, "tolist", None)):
+        return json_safe(value.tolist())  # numpy arrays, torch tensors
     return value
 
 
@@ -219,7 +221,7 @@ class BatchReport:
     """What one :func:`run_resumable` call did."""
 
     n_items: int
-    n_skipped: int  # done (or failed, without retry_errors) before this call
+    n_skipped: int  # done before this call (earlier failures count in ``failures`` only)
     n_ok: int  # finished in this call
     failures: list[ItemError] = field(default_factory=list)  # failed, in this call or before
     seconds: float = 0.0
@@ -265,7 +267,9 @@ def run_resumable(
     """Run ``work(item)`` for every item not yet done in ``store``, ``concurrency`` at a time.
 
     ``key(i, item)`` gives the key fields (and anything else to keep with the record, e.g. the
-    input); ``work`` returns the rest of the record. A success is appended at once; an exception
+    input; every item needs its own key); ``work`` returns the rest of the record as a dict. A
+    result that is not a dict, clashes with the key or cannot be written as JSON is an error row
+    for that item, like an exception. A success is appended at once; an exception
     becomes an error row for that item only (the others go on). Items whose last record is an
     error are skipped unless ``retry_errors``. Returns a :class:`BatchReport`.
     """
@@ -274,17 +278,38 @@ def run_resumable(
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
     t0 = time.perf_counter()
-    heads = [dict(key(i, item)) for i, item in enumerate(items)]
+    heads = []
+    for i, item in enumerate(items):
+        h = key(i, item)
+        if not isinstance(h, Mapping):
+            raise TypeError(
+                f"key(i, item) must return a dict holding the key field(s) {store.key_fields}, "
+                f"got {type(h).__name__}: {h!r:.60}"
+            )
+        heads.append(dict(h))
+    keys = [store.key_of(h) for h in heads]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"two items share the key {dup}: every item needs its own key")
     todo = [
         i
         for i, h in enumerate(heads)
         if store.get(h) is None or (retry_errors and store.is_failed(h))
     ]
-    n_skipped = len(items) - len(todo)
+    todo_set = set(todo)
+    n_skipped = sum(1 for i, h in enumerate(heads) if i not in todo_set and store.is_done(h))
 
-    def one(i: int) -> tuple[int, Mapping[str, Any] | None, BaseException | None]:
+    def one(i: int) -> tuple[int, dict[str, Any] | None, BaseException | None]:
         try:
-            return i, work(items[i]), None
+            rec = work(items[i])
+            if not isinstance(rec, Mapping):
+                raise TypeError(f"work(item) must return a dict, got {type(rec).__name__}")
+            clash = [f for f in store.key_fields if f in rec and rec[f] != heads[i][f]]
+            if clash:
+                raise ValueError(f"work(item) returned the key field(s) {clash} with other values")
+            record = {**rec, **heads[i]}
+            json.dumps(json_safe(record), allow_nan=False)  # refuse it here, not at write time
+            return i, record, None
         except Exception as exc:  # noqa: BLE001 - recorded as this item's error row
             return i, None, exc
 
@@ -299,11 +324,12 @@ def run_resumable(
         ):
             i, rec, exc = fut.result()
             if exc is None:
-                store.append({**heads[i], **rec})
+                store.append(rec)
                 n_ok += 1
             else:
                 extra = {k: v for k, v in heads[i].items() if k not in store.key_fields}
                 store.append_error(heads[i], exc, **extra)
     store.sync()
-    failures = [e for e in store.errors() if e.key in {store.key_of(h) for h in heads}]
+    wanted = set(keys)
+    failures = [e for e in store.errors() if e.key in wanted]
     return BatchReport(len(items), n_skipped, n_ok, failures, time.perf_counter() - t0)

@@ -61,6 +61,31 @@ class TPOConfig:
         ):
             if value not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {value!r}")
+        for name in ("max_tokens_response", "max_tokens_feedback"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"TPOConfig.{name} must be a positive integer, got {v!r}")
+        t = self.truncate_tokens
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ValueError(
+                f"TPOConfig.truncate_tokens must be a positive integer or None (no cut), got {t!r}"
+            )
+        for name in ("temperature", "feedback_temperature"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+            ):
+                raise ValueError(f"TPOConfig.{name} must be a number >= 0 or None, got {v!r}")
+        for name in ("top_p", "feedback_top_p"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1
+            ):
+                raise ValueError(f"TPOConfig.{name} must be in (0, 1] or None, got {v!r}")
+        if self.truncate_fn is not None and not callable(self.truncate_fn):
+            raise ValueError(
+                f"TPOConfig.truncate_fn must be callable or None, got {self.truncate_fn!r}"
+            )
 
 
 @dataclass
@@ -160,6 +185,20 @@ class _Caller:
         return [t if isinstance(t, str) else str(t) for t in texts]
 
 
+def _check_roles(backend, reward, feedback_backend) -> None:
+    for label, obj in (("backend", backend), ("feedback_backend", feedback_backend)):
+        if obj is not None and not callable(getattr(obj, "chat", None)):
+            raise TypeError(
+                f"{label} must be a chat backend with .chat() (icml25.llm.OpenAIChat, HFChat, ...; "
+                f"wrap a function in icml25.llm.CallableChat), got {type(obj).__name__}"
+            )
+    if not callable(getattr(reward, "score", None)):
+        raise TypeError(
+            "reward must be a reward model with .score(queries, responses) (icml25.llm."
+            f"HFRewardModel; wrap a function in icml25.llm.CallableReward), got {type(reward).__name__}"
+        )
+
+
 def _score(reward, query: str, texts: list[str], policy: str) -> list[float]:
     if not texts:
         return []
@@ -209,6 +248,7 @@ def tpo_optimize(
     prompts = prompts or PromptSet.default()
     if not isinstance(query, str) or not query.strip():
         raise ValueError(f"query must be a non-empty string, got {query!r}")
+    _check_roles(backend, reward, feedback_backend)
     fb = feedback_backend or backend
     call = _Caller(config)
     N = config.width

@@ -147,6 +147,10 @@ class PromptSet:
         ``{query}`` and ``{rejected}``), or our wording is kept; :meth:`from_official` reads all
         of TPO's own prompts from a checkout. The response description is TextGrad's default
         output role."""
+        import os
+
+        # textgrad imports litellm, which otherwise tries to fetch a price list from the network
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
             from textgrad import defaults as tg_defaults
             from textgrad.autograd import llm_backward_prompts as bp
