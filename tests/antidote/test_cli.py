@@ -125,3 +125,31 @@ def test_cli_bad_input(saved, tmp_path):
     ):
         with pytest.raises(SystemExit):
             main(_argv(saved, out, *argv))
+
+
+def test_cli_refuses_what_it_cannot_save_and_names_missing_folders(saved, tmp_path, capsys):
+    from icml25.cli import main
+
+    out = tmp_path / "x"
+    user = str(saved / "user")
+    cases = [
+        (["--adapter", user, "--target", "qkv"], "add --merge"),  # pruned base weights lost
+        (["--adapter", user, "--batch-size", "0"], "--batch-size must be a positive integer"),
+        (["--adapter", str(tmp_path / "nope")], "not a PEFT adapter folder"),
+        (["--adapter", user, "--align-adapter", str(saved)], "not a PEFT adapter folder"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as err:
+            main([*_argv(saved, out, "--batch-size", "2"), *extra])
+        assert err.value.code == 2 and message in capsys.readouterr().err
+    missing = ["antidote", "prune", "--model", str(tmp_path / "none"), "--adapter", user,
+               "--realign", str(saved / "harmful.jsonl"), "--out", str(out)]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(missing)
+    assert "no such folder" in capsys.readouterr().err
+    # instruction/output rows, as make_realign_batches takes them, are calibration rows too
+    alpaca = tmp_path / "alpaca.jsonl"
+    alpaca.write_text(json.dumps({"instruction": "how", "input": "x", "output": "steps"}) + "\n")
+    argv = ["antidote", "prune", "--model", str(saved / "base"), "--adapter", user, "--realign",
+            str(alpaca), "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0

@@ -166,6 +166,9 @@ def test_named_adapters_and_their_errors():
         select_target_layers(pm, adapters=["nope"])
     with pytest.raises(ValueError, match=r"\['align'\] are not active"):
         antidote_prune(pm, _calib(world), AntidoteConfig(adapters="align"))
+    # with the default Wanda score too, an unknown name is "not loaded", not "not active"
+    with pytest.raises(ValueError, match=r"\['nope'\] not loaded"):
+        antidote_prune(pm, _calib(world), AntidoteConfig(adapters=["nope"]))
     with pytest.raises(ValueError, match="target='lora' only"):
         select_target_layers(pm, "qkv", adapters="user")
     with pytest.raises(ValueError, match="adapters must be"):

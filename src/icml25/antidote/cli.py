@@ -76,12 +76,39 @@ def load_pairs(path: str | Path) -> list[dict]:
             row = json.loads(line)
         except ValueError as exc:
             raise ValueError(f"{path}:{i}: not JSON ({exc})") from exc
-        if not isinstance(row, dict) or "prompt" not in row or "response" not in row:
-            raise ValueError(f"{path}:{i}: each row needs 'prompt' and 'response'")
+        if (
+            not isinstance(row, dict)
+            or not ("prompt" in row or "instruction" in row)
+            or not ("response" in row or "output" in row)
+        ):
+            raise ValueError(
+                f"{path}:{i}: each row needs 'prompt' (or 'instruction', with an optional "
+                "'input') and 'response' (or 'output')"
+            )
         rows.append(row)
     if not rows:
         raise ValueError(f"{path} holds no calibration rows")
     return rows
+
+
+def _check_folders(args: argparse.Namespace) -> None:
+    """Missing local folders are named here, not by a hub error from transformers."""
+    import os
+
+    model = args.model
+    if (os.path.isabs(model) or model.startswith(("./", "../", "~"))) and not os.path.isdir(
+        os.path.expanduser(model)
+    ):
+        raise ValueError(f"--model {model}: no such folder")
+    for flag, folder in (("--adapter", args.adapter), ("--align-adapter", args.align_adapter)):
+        if folder is None:
+            continue
+        config = Path(folder).expanduser() / "adapter_config.json"
+        if not config.is_file():
+            raise ValueError(
+                f"{flag} {folder}: not a PEFT adapter folder (no adapter_config.json); pass the "
+                "folder that save_pretrained wrote for the adapter"
+            )
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
@@ -95,6 +122,16 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         pairs = load_pairs(args.realign)
         if args.target == "lora" and args.adapter is None:
             raise ValueError("--target lora needs --adapter (the user's fine-tuning adapter)")
+        if args.target == "qkv" and args.adapter is not None and not args.merge:
+            raise ValueError(
+                "--target qkv prunes the base model's q/k/v weights, which an adapter folder does "
+                "not hold: add --merge to save the merged, pruned model (or drop --adapter)"
+            )
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size must be a positive integer, got {args.batch_size}")
+        if args.max_length is not None and args.max_length < 1:
+            raise ValueError(f"--max-length must be a positive integer, got {args.max_length}")
+        _check_folders(args)
         cfg = AntidoteConfig(
             dense_ratio=args.dense_ratio,
             score=args.score,

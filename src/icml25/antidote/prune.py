@@ -8,6 +8,7 @@ in place; the mask is returned so it can be inspected, undone or re-applied else
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -105,9 +106,15 @@ def antidote_prune(
     Memory: scores are computed one target at a time and dropped once its boolean mask exists,
     so the extra memory is one target's float32 scores plus the masks and the removed values."""
     config = config or AntidoteConfig()
-    config.validate()
-    rho = check_ratio(config.dense_ratio)
+    config.validate()  # warns once at dense_ratio 0 or 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rho = check_ratio(config.dense_ratio)
     if layers is None:
+        # selection first: an adapter name that is not loaded is reported as such
+        layers = select_target_layers(
+            model, config.target, config.target_filter, adapters=config.adapters
+        )
         if config.score in ("wanda", "grad_magnitude"):
             off = inactive_adapters(model, config.adapters)
             if off:
@@ -116,9 +123,6 @@ def antidote_prune(
                     f"pass and score={config.score!r} has no data for them; activate them "
                     "(PEFT: model.set_adapter(name)) or use score='magnitude' or 'random'"
                 )
-        layers = select_target_layers(
-            model, config.target, config.target_filter, adapters=config.adapters
-        )
     sq: dict[str, Tensor] = {}
     if config.score == "random":
         mask = random_mask(layers, rho, seed=config.seed)

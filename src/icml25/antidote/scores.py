@@ -109,7 +109,9 @@ def activation_sq_norms(
         model.train(was_training)
     if state["n"] == 0 or not sums:
         raise ValueError(
-            "no calibration statistics: the batch iterator was empty or every sequence was padding"
+            "no calibration statistics: the batch iterator was empty, every sequence was padding, "
+            "or the target layers never ran (a LoRA adapter disabled with "
+            "model.disable_adapter() does not run)"
         )
     out = {}
     for name in layers:
