@@ -248,3 +248,21 @@ def test_tensor_mask_is_the_per_tensor_top_rho():
     ties = torch.ones(2, 5)
     m = tensor_mask(ties, 0.3)  # 3 of 10 equal scores: the highest flat indices are removed
     assert m.flatten().tolist() == [False] * 7 + [True] * 3
+
+
+def test_bad_calibration_input_and_score_containers_say_what_is_expected():
+    import torch as _torch
+
+    from icml25.antidote import antidote_prune, harmful_mask
+    from icml25.lora import inject_lora
+    from icml25.toy import build_tokenizer, tiny_causal_lm
+
+    tok = build_tokenizer(["a b c"], 300)
+    model = tiny_causal_lm(tok, d_model=16, n_layers=1, max_positions=32)
+    inject_lora(model, ["q_proj"], r=2, alpha=2.0)
+    with pytest.raises(TypeError, match="iterable of batches"):
+        antidote_prune(model, "some harmful text")
+    with pytest.raises(TypeError, match="dict with 'input_ids'"):
+        antidote_prune(model, [{"foo": 1}])
+    with pytest.raises(TypeError, match="use row_mask"):
+        harmful_mask(_torch.ones(2, 3), 0.5)

@@ -124,6 +124,11 @@ def harmful_mask(
     scores: dict[str, Tensor], dense_ratio: float, *, remove: str = "highest"
 ) -> dict[str, Tensor]:
     """Per-row top-``rho`` masks of every score matrix (Antidote's harmful weights)."""
+    if not isinstance(scores, dict):
+        raise TypeError(
+            f"scores must be a dict {{name: (d_out, d_in) tensor}} (as wanda_scores returns), "
+            f"got {type(scores).__name__}; for one matrix use row_mask(scores, dense_ratio)"
+        )
     rho = check_ratio(dense_ratio)
     return {name: row_mask(s, rho, remove=remove) for name, s in scores.items()}
 

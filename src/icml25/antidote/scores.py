@@ -72,7 +72,20 @@ def activation_sq_norms(
     model.eval()
     dev = _model_device(model)
     try:
+        if isinstance(batches, (str, bytes, Tensor, dict)):
+            raise TypeError(
+                "batches must be an iterable of batches (dicts with 'input_ids' and "
+                "'attention_mask', e.g. from make_realign_batches, or tensors), got "
+                f"{type(batches).__name__}"
+            )
         for batch in batches:
+            if not isinstance(batch, Tensor) and not (
+                hasattr(batch, "get") and batch.get("input_ids") is not None
+            ):
+                raise TypeError(
+                    "each calibration batch must be a tensor of token ids or a dict with "
+                    f"'input_ids' (make_realign_batches builds them), got {str(batch)[:80]}"
+                )
             if isinstance(batch, Tensor):
                 x = batch.to(dev)
                 state["mask"], n = None, x.shape[0]
