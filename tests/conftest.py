@@ -70,6 +70,6 @@ def _check_smoke_result(
 @pytest.fixture
 def check_smoke():
     """``check_smoke(result, slug, metrics=..., prefixes=..., ranges=..., allow_nan=...)``: the
-    result is a finished reproduction (see ``_check_smoke_result``); a test that only asserted
-    ``held in (True, False)`` could not fail."""
+    result is a finished reproduction (see ``_check_smoke_result``): its verdict, metrics,
+    ranges and figures are checked, not merely that a verdict exists."""
     return _check_smoke_result
