@@ -38,15 +38,21 @@ def _check_smoke_result(
     ranges: dict[str, tuple[float, float]] | None = None,
     allow_nan: tuple[str, ...] = (),
 ) -> None:
-    """``result`` is a finished reproduction of ``slug``: a bool verdict, no error, the named
-    metrics (and one metric per prefix) present, every value finite unless its name starts with
-    one of ``allow_nan``, the values of ``ranges`` (name or prefix -> (low, high)) inside them,
-    existing PNG figures, a criterion, and a report section that renders."""
+    """``result`` is a finished reproduction of ``slug``: no error, checks from pre-registered
+    criteria with finite estimates, intervals around them and stored data that recompute to the
+    same verdict, the named metrics (and one metric per prefix) present, every value finite unless
+    its name starts with one of ``allow_nan``, the values of ``ranges`` (name or prefix -> (low,
+    high)) inside them, existing PNG figures, and a report section that renders."""
     from icml25.report import ReproResult, render_markdown
 
     assert isinstance(result, ReproResult) and result.slug == slug
-    assert result.error is None and isinstance(result.held, bool)
-    assert result.criterion.strip() and result.claim.strip()
+    assert result.error is None and result.status in ("held", "inconclusive", "did not hold")
+    assert result.claim.strip() and result.checks and result.seeds
+    for c in result.checks:
+        assert math.isfinite(c.estimate) and c.low <= c.estimate <= c.high, c.to_dict()
+        assert c.test.strip() and c.criterion.threshold_text
+        again = c.recompute()
+        assert (again.low, again.high, again.verdict) == (c.low, c.high, c.verdict), c.name
     names = [m.name for m in result.metrics]
     missing = [m for m in metrics if m not in names]
     assert not missing, f"missing metrics {missing}; got {names}"
@@ -64,7 +70,7 @@ def _check_smoke_result(
         assert f.exists() and f.suffix == ".png" and f.stat().st_size > 1000
     out_dir = result.figures[0].parent if result.figures else Path(".")
     text = render_markdown([result], out_dir=out_dir)
-    assert slug in text and ("held" in text or "did not hold" in text)
+    assert slug in text and "estimate [95% interval]" in text
 
 
 @pytest.fixture

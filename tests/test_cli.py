@@ -50,6 +50,7 @@ def test_unknown_slug_is_an_argument_error_naming_valid_slugs(capsys, tmp_path):
     "argv",
     [
         ["repro", "--seed", "-1"],
+        ["repro", "--seeds", "0"],
         ["repro", "--seed", "abc"],
         ["repro", "--bogus"],
         ["nosuchcommand"],
@@ -115,3 +116,41 @@ def test_import_is_cheap_and_module_entry_point_works():
         [sys.executable, "-m", "icml25", "--version"], capture_output=True, text=True, check=True
     )
     assert run.stdout.strip() == f"icml25 {__version__}"
+
+
+def test_report_rerenders_and_compares(tmp_path, capsys):
+    from icml25.report import Criterion, ReproResult, write_report
+
+    gain = Criterion("gain", "paired", above=0.0)
+    a = ReproResult("lapsum", "c", checks=[gain.check([1.0, 1.2, 1.1], [0.0, 0.1, 0.0])])
+    b = ReproResult("lapsum", "c", checks=[gain.check([1.0, -1.2, 1.1], [0.0, 0.1, 0.0])])
+    write_report([a], tmp_path / "one", meta={"mode": "quick", "seed": 0})
+    write_report([b], tmp_path / "two", meta={"mode": "quick", "seed": 5})
+    (tmp_path / "one" / "report.md").unlink()
+    assert cli.main(["report", str(tmp_path / "one")]) == 0
+    assert "✅ held" in (tmp_path / "one" / "report.md").read_text()
+    assert cli.main(["report", str(tmp_path / "one"), "--compare", str(tmp_path / "two")]) == 0
+    out = capsys.readouterr().out
+    assert "✅ held (one) · ❔ inconclusive (two)" in out
+    target = tmp_path / "cmp.md"
+    assert (
+        cli.main(
+            [
+                "report",
+                str(tmp_path / "one"),
+                "--compare",
+                str(tmp_path / "two"),
+                "--out",
+                str(target),
+            ]
+        )
+        == 0
+    )
+    assert "seed 5" in target.read_text()
+    for argv in (
+        ["report", str(tmp_path / "none")],
+        ["report", str(tmp_path / "one"), "--out", "x.md"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 2

@@ -9,16 +9,21 @@ import pytest
 
 from icml25 import cli
 from icml25.registry import Paper
-from icml25.report import Metric, ReproResult, load_results
+from icml25.report import Criterion, Metric, ReproResult, load_results, reproduction
 from icml25.runner import run_reproductions
 
 CALLS: list[str] = []
+GAIN = Criterion("gain", "paired", above=0.0)
+BYTES = Criterion("bytes", "exact", below=10)
 
 
 def _held(quick, seed, out):
     CALLS.append("held")
     (out / "marker.txt").write_text("written by the fake repro")
-    return ReproResult("aaa", "A holds.", held=True, metrics=[Metric("x", [1.0, 2.0])], seed=seed)
+    check = GAIN.check([1.0, 1.1, 1.2], [0.0, 0.05, 0.1])
+    return ReproResult(
+        "aaa", "A holds.", checks=[check], metrics=[Metric("x", [1.0, 2.0])], seed=seed
+    )
 
 
 def _raises(quick, seed, out):
@@ -28,17 +33,26 @@ def _raises(quick, seed, out):
 
 def _not_held(quick, seed, out):
     CALLS.append("not_held")
-    return ReproResult("ccc", "C holds.", held=False)
+    return ReproResult("ccc", "C holds.", checks=[BYTES.check(20)])
 
 
 def _wrong_type(quick, seed, out):
     return {"held": True}
 
 
+@reproduction("fff", seeds=(3, 5), threads=None)
+def _seeded(r):
+    CALLS.append(f"seeded {r.mode} {r.seeds}")
+    runs = r.over_seeds(lambda s: {"ours": 1.0 + 0.1 * s, "base": 0.5})
+    check = GAIN.check([x["ours"] for x in runs], [x["base"] for x in runs])
+    return r.result(claim="F holds.", checks=[check], criteria=[GAIN])
+
+
 @pytest.fixture
 def fake_papers(monkeypatch):
     mod = types.ModuleType("icml25_fake_repros")
     mod.held, mod.raises, mod.not_held, mod.wrong_type = _held, _raises, _not_held, _wrong_type
+    mod.seeded = _seeded
     monkeypatch.setitem(sys.modules, "icml25_fake_repros", mod)
     CALLS.clear()
     return [
@@ -87,6 +101,7 @@ def test_resume_skips_finished_papers_with_same_mode_and_seed(fake_papers, tmp_p
         ([0], False, 0),
         ([0, 2, 3], False, 0),  # a claim that did not hold is a result, not a failure
         ([0, 2, 3], True, 1),  # ... unless --strict
+        ([0, 3], True, 0),
         ([0, 1, 2], False, 1),  # a reproduction raised
     ],
 )
@@ -95,3 +110,39 @@ def test_cli_exit_codes(fake_papers, tmp_path, monkeypatch, capsys, which, stric
     argv = ["repro", "--out", str(tmp_path), "--quiet"] + (["--strict"] if strict else [])
     assert cli.main(argv) == code
     assert f"Report: {tmp_path / 'report.md'}" in capsys.readouterr().out
+
+
+def test_seed_override_reaches_the_harness_and_is_reported(fake_papers, tmp_path):
+    paper = Paper(6, "fff", "F", "arXiv:0000.00006", repro="icml25_fake_repros:seeded")
+    (default,) = run_reproductions([paper], out=tmp_path / "a", seed=2)
+    assert CALLS == ["seeded quick [2, 3, 4]"] and default.seeds == [2, 3, 4]
+    assert "set on the command line" not in default.notes
+    (full,) = run_reproductions([paper], out=tmp_path / "b", quick=False, seeds=None)
+    assert full.seeds == [0, 1, 2, 3, 4]
+    (over,) = run_reproductions([paper], out=tmp_path / "c", seeds=7)
+    assert over.seeds == list(range(7)) and over.check("gain").n == 7
+    assert "set on the command line (7 seeds)" in over.notes
+    meta, _ = load_results(tmp_path / "c")
+    assert meta["seeds"] == 7
+    # a resumed run only reuses results made with the same seed count
+    CALLS.clear()
+    run_reproductions([paper], out=tmp_path / "c", seeds=7, resume=True)
+    assert CALLS == []
+    run_reproductions([paper], out=tmp_path / "c", seeds=4, resume=True)
+    assert CALLS == ["seeded quick [0, 1, 2, 3]"]
+    # a repro that takes no seed count says so instead of ignoring --seeds
+    held = Paper(1, "aaa", "A", "arXiv:0000.00001", repro="icml25_fake_repros:held")
+    (err,) = run_reproductions([held], out=tmp_path / "d", seeds=3)
+    assert err.status == "error" and "does not take a seed count" in err.error
+
+
+def test_harness_refuses_checks_from_undeclared_criteria(tmp_path):
+    @reproduction("ggg", seeds=(2, 2), threads=None)
+    def body(r):
+        moved = Criterion("gain", "paired", above=-1.0)  # threshold changed after the fact
+        return r.result(claim="c", checks=[moved.check([1, 2], [0, 0])], criteria=[GAIN])
+
+    with pytest.raises(ValueError, match="do not come from the declared criteria"):
+        body(out=tmp_path)
+    with pytest.raises(ValueError, match="number of seeds must be a positive integer"):
+        body(out=tmp_path, seeds=0)

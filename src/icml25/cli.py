@@ -1,6 +1,7 @@
-"""The ``icml25`` command: ``list``, ``repro``, ``bench`` and one subcommand per paper that has one.
+"""The ``icml25`` command: ``list``, ``repro``, ``report``, ``bench`` and one subcommand per paper
+that has one.
 
-Exit codes: 0 success; 1 a reproduction raised (or, with ``--strict``, a claim did not hold) or a
+Exit codes: 0 success; 1 a reproduction raised (or, with ``--strict``, a claim was not held) or a
 benchmark failed; 2 bad arguments (argparse's convention).
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from icml25 import __version__
 from icml25.registry import PAPERS, load_entry_point, resolve
+from icml25.report.result import STATUSES
 
 __all__ = ["build_parser", "main"]
 
@@ -58,6 +60,8 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))
     if args.seed < 0:
         args.parser.error(f"--seed must be a non-negative integer, got {args.seed}")
+    if args.seeds is not None and args.seeds < 1:
+        args.parser.error(f"--seeds must be a positive integer, got {args.seeds}")
     out = Path(args.out) if args.out else default_out_dir()
     if args.quiet:
         set_quiet(True)
@@ -71,19 +75,45 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=out,
         resume=args.resume,
+        seeds=args.seeds,
         echo=None if args.quiet else echo,
     )
-    counts = {
-        s: sum(r.status == s for r in results) for s in ("held", "did not hold", "error", "planned")
-    }
+    counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     print(
-        f"{len(results)} paper(s): {counts['held']} held, {counts['did not hold']} did not hold, "
-        f"{counts['error']} error(s), {counts['planned']} planned. Report: {out / 'report.md'}"
+        f"{len(results)} paper(s): {counts['held']} held, {counts['inconclusive']} inconclusive, "
+        f"{counts['did not hold']} did not hold, {counts['error']} error(s), "
+        f"{counts['planned']} planned. Report: {out / 'report.md'}"
     )
     if counts["error"]:
         return 1
-    if args.strict and counts["did not hold"]:
+    if args.strict and (counts["did not hold"] or counts["inconclusive"]):
         return 1
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from icml25.report import load_results, render_comparison, write_report
+
+    if args.out and not args.compare:
+        args.parser.error("--out names the comparison file; it needs --compare DIR2")
+    try:
+        meta, results = load_results(args.dir)
+        other = load_results(args.compare) if args.compare else None
+    except (FileNotFoundError, ValueError) as exc:
+        args.parser.error(str(exc))
+    if other is None:
+        report = write_report(results, args.dir, meta=meta)
+        print(f"Report: {report}")
+        return 0
+    labels = (Path(args.dir).name or "A", Path(args.compare).name or "B")
+    if labels[0] == labels[1]:
+        labels = ("A", "B")
+    text = render_comparison((meta, results), other, labels=labels) + "\n"
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"Comparison: {args.out}")
+    else:
+        print(text, end="")
     return 0
 
 
@@ -129,18 +159,26 @@ def build_parser() -> argparse.ArgumentParser:
         "repro",
         help="reproduce papers' central claims and write a report",
         description="Run the registered reproductions (all by default, quick mode by default) and "
-        "write DIR/report.md, DIR/results.json and the figures. A claim that does not hold is "
-        "reported, not an error; the exit code is non-zero only when a reproduction raised "
-        "(or, with --strict, when a claim did not hold).",
+        "write DIR/report.md, DIR/results.json and the figures. Each claim is held, inconclusive "
+        "or did not hold, from its checks' 95%% intervals; a claim that is not held is "
+        "reported, not an error: the exit code is non-zero only when a reproduction raised "
+        "(or, with --strict, when a claim was not held).",
     )
     p_repro.add_argument(
         "papers", nargs="*", metavar="SLUG", help="papers by slug or number (default: all)"
     )
     p_repro.add_argument("--full", action="store_true", help="full mode (up to ~30 min a paper)")
     p_repro.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p_repro.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="number of seeds for every paper, instead of each mode's pre-registered count "
+        "(the report lists it as a deviation)",
+    )
     p_repro.add_argument("--out", metavar="DIR", help="report folder (default runs/<timestamp>/)")
     p_repro.add_argument(
-        "--strict", action="store_true", help="also fail when a claim did not hold"
+        "--strict", action="store_true", help="also fail when a claim was not held"
     )
     p_repro.add_argument(
         "--resume",
@@ -149,6 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_repro.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p_repro.set_defaults(func=_cmd_repro, parser=p_repro)
+
+    p_report = sub.add_parser(
+        "report",
+        help="re-render a report from its results.json, or compare two runs",
+        description="Rewrite DIR/report.md from DIR/results.json; with --compare DIR2, print the "
+        "two runs' checks side by side (the same claims on other seeds or another version).",
+    )
+    p_report.add_argument("dir", metavar="DIR", help="a report folder written by `icml25 repro`")
+    p_report.add_argument("--compare", metavar="DIR2", help="a second report folder")
+    p_report.add_argument("--out", metavar="FILE", help="write the comparison here, not stdout")
+    p_report.set_defaults(func=_cmd_report, parser=p_report)
 
     p_bench = sub.add_parser("bench", help="run the side-by-side benchmarks in benchmarks/")
     p_bench.add_argument(

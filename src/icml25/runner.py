@@ -8,6 +8,7 @@ with the same mode and seed.
 
 from __future__ import annotations
 
+import inspect
 import platform
 import sys
 import time
@@ -31,8 +32,12 @@ def default_out_dir(root: Path | str = "runs") -> Path:
     return Path(root) / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
-def run_one(paper: Paper, *, quick: bool, seed: int, out: Path) -> ReproResult:
-    """Run one paper's reproduction into ``out/<slug>/``, turning any exception into a result."""
+def run_one(
+    paper: Paper, *, quick: bool, seed: int, out: Path, seeds: int | None = None
+) -> ReproResult:
+    """Run one paper's reproduction into ``out/<slug>/``, turning any exception into a result.
+
+    ``seeds`` overrides the number of seeds the mode pre-registers (``icml25 repro --seeds N``)."""
     if paper.repro is None:
         return ReproResult.for_planned(paper.slug, paper.title)
     paper_out = Path(out) / paper.slug
@@ -40,7 +45,12 @@ def run_one(paper: Paper, *, quick: bool, seed: int, out: Path) -> ReproResult:
     t0 = time.perf_counter()
     try:
         run = load_repro(paper)
-        result = run(quick=quick, seed=seed, out=paper_out)
+        kwargs: dict[str, Any] = {}
+        if seeds is not None:
+            if "seeds" not in inspect.signature(run).parameters:
+                raise TypeError(f"{paper.repro} does not take a seed count (seeds=...)")
+            kwargs["seeds"] = seeds
+        result = run(quick=quick, seed=seed, out=paper_out, **kwargs)
         if not isinstance(result, ReproResult):
             raise TypeError(
                 f"{paper.repro} returned {type(result).__name__}, expected icml25.report.ReproResult"
@@ -79,6 +89,7 @@ def run_reproductions(
     seed: int = 0,
     out: Path | str,
     resume: bool = False,
+    seeds: int | None = None,
     echo: Printer | None = None,
 ) -> list[ReproResult]:
     """Run ``papers`` in order and write ``out/report.md`` + ``out/results.json`` after each.
@@ -88,8 +99,9 @@ def run_reproductions(
         quick: quick mode (default) or full mode.
         seed: base seed handed to every reproduction.
         out: report folder; each paper writes its figures under ``out/<slug>/``.
-        resume: reuse results in ``out/results.json`` that finished (held or did not hold) with
-            the same mode and seed, instead of running those papers again.
+        resume: reuse results in ``out/results.json`` that finished (with a verdict) with the
+            same mode, seed and seed count, instead of running those papers again.
+        seeds: number of seeds for every paper, instead of each mode's pre-registered count.
         echo: called with one line of progress per event; ``None`` prints nothing.
 
     Returns:
@@ -100,15 +112,19 @@ def run_reproductions(
     say = echo or (lambda _line: None)
     previous: dict[str, ReproResult] = {}
     if resume and (out / "results.json").exists():
-        _, old = load_results(out)
-        previous = {
-            r.slug: r
-            for r in old
-            if r.status in ("held", "did not hold") and r.quick == quick and r.seed == seed
-        }
+        old_meta, old = load_results(out)
+        if old_meta.get("seeds") == seeds:
+            previous = {
+                r.slug: r
+                for r in old
+                if r.status in ("held", "inconclusive", "did not hold")
+                and r.quick == quick
+                and r.seed == seed
+            }
     meta: dict[str, Any] = {
         "mode": "quick" if quick else "full",
         "seed": seed,
+        "seeds": seeds,
         "icml25_version": __version__,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
@@ -129,7 +145,7 @@ def run_reproductions(
             say(
                 f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: running {mode} reproduction…"
             )
-            result = run_one(paper, quick=quick, seed=seed, out=out)
+            result = run_one(paper, quick=quick, seed=seed, out=out, seeds=seeds)
             line = f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
             if result.key_number():
                 line += f" · {result.key_number()}"

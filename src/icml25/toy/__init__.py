@@ -1,4 +1,5 @@
-"""Offline stand-ins for tests and quick reproductions: tiny tokenizers and causal LMs.
+"""Offline stand-ins for tests and quick reproductions: tiny tokenizers and causal LMs, and the
+scikit-learn digits data that several reproductions train on.
 
 Nothing here replaces a real model. It exists so tests and small reproductions run the same code
 paths users run on real models (:class:`icml25.llm.HFChat` and friends), offline, in seconds.
@@ -8,6 +9,7 @@ Importing this package is cheap; torch / transformers / tokenizers load on first
 
 from __future__ import annotations
 
+from icml25.toy.digits import digits, digits_split
 from icml25.toy.models import tiny_causal_lm
 from icml25.toy.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer
 from icml25.toy.training import encode_examples, train_causal_lm
@@ -16,6 +18,8 @@ __all__ = [
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "build_tokenizer",
+    "digits",
+    "digits_split",
     "encode_examples",
     "tiny_causal_lm",
     "tiny_chat_model",

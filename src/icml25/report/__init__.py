@@ -1,0 +1,57 @@
+"""Reproduction results, the checks that decide their verdicts, and the report they render into.
+
+* :mod:`~icml25.report.stats`: t-intervals, the exact sign-flip test, Wilson intervals,
+  (two-stage) bootstrap intervals, Spearman intervals, detectable effect sizes.
+* :mod:`~icml25.report.checks`: :class:`Criterion` (pre-registered in a ``repro.py``) and the
+  :class:`Check` it yields, with three verdicts: held, inconclusive, did not hold.
+* :mod:`~icml25.report.result`: :class:`ReproResult` and :class:`Metric`.
+* :mod:`~icml25.report.harness`: the :func:`reproduction` decorator and :class:`Run` every
+  ``repro.py`` is written with.
+* :mod:`~icml25.report.render`: ``report.md`` / ``results.json``, and comparisons of two runs.
+
+Importing this package loads only the standard library; numpy, scipy and matplotlib load on use.
+"""
+
+from __future__ import annotations
+
+from icml25.report.checks import DESIGNS, VERDICTS, Check, Criterion, combine
+from icml25.report.harness import (
+    Run,
+    metrics_over,
+    pyplot,
+    reproduction,
+    save_figure,
+    seed_list,
+    torch_threads,
+)
+from icml25.report.render import (
+    checks_markdown,
+    load_results,
+    render_comparison,
+    render_markdown,
+    write_report,
+)
+from icml25.report.result import STATUSES, Metric, ReproResult
+
+__all__ = [
+    "DESIGNS",
+    "STATUSES",
+    "VERDICTS",
+    "Check",
+    "Criterion",
+    "Metric",
+    "ReproResult",
+    "Run",
+    "checks_markdown",
+    "combine",
+    "load_results",
+    "metrics_over",
+    "pyplot",
+    "render_comparison",
+    "render_markdown",
+    "reproduction",
+    "save_figure",
+    "seed_list",
+    "torch_threads",
+    "write_report",
+]

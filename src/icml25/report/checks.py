@@ -1,0 +1,454 @@
+"""Pre-registered criteria and the checks they yield: a reproduction's verdict with its evidence.
+
+A :class:`Criterion` is written at the top of a ``repro.py``, before any number is measured: what is
+compared, the design (paired over seeds, a proportion over items, ...), the direction and margin
+of the claim, and the paper's own effect size. Calling :meth:`Criterion.check` with the measured
+values gives a :class:`Check`: the estimate, its 95% interval, the test used, the raw values (so a
+reader can recompute it from ``results.json``) and one of three verdicts:
+
+* **held**: the whole interval lies on the claim's side of the threshold;
+* **did not hold**: the whole interval lies on the other side;
+* **inconclusive**: the interval straddles the threshold.
+
+A claim with several checks is held only when every check is held (:func:`combine`).
+
+Designs (what :meth:`Criterion.check` takes):
+
+========== ======================== ==========================================================
+design     data                     interval
+========== ======================== ==========================================================
+paired     ``a, b`` (one per seed)  t-interval of ``a - b``; exact sign-flip p reported beside it
+mean       ``values``               t-interval of the mean; sign-flip p against the threshold
+proportion ``successes, n``         Wilson score interval (counts may be lists, then pooled)
+bootstrap  ``values[, clusters]``   percentile bootstrap of the mean (two-stage with clusters)
+spearman   ``x, y``                 Fisher-z interval, Bonett-Wright standard error
+exact      ``value``                none: a deterministic quantity (exact math, byte counts)
+========== ======================== ==========================================================
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from icml25.report import stats
+
+__all__ = ["DESIGNS", "VERDICTS", "Check", "Criterion", "combine"]
+
+#: The three verdicts of a check (and of a claim), best first.
+VERDICTS = ("held", "inconclusive", "did not hold")
+DESIGNS = ("paired", "mean", "proportion", "bootstrap", "spearman", "exact")
+
+
+def _number(name: str, what: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"criterion {name!r}: {what} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"criterion {name!r}: {what} must be a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise ValueError(f"criterion {name!r}: {what} must be finite, got {value!r}")
+    return out
+
+
+def _values(name: str, what: str, values: Any) -> list[float]:
+    if hasattr(values, "tolist"):  # numpy arrays, torch tensors
+        values = values.tolist()
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        values = [values]
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"check {name!r}: {what} must be a sequence of real numbers, got {values!r}"
+        ) from None
+    bad = [v for v in out if not math.isfinite(v)]
+    if bad:
+        raise ValueError(
+            f"check {name!r}: {what} must be finite; got {bad[:3]} among {len(out)} values "
+            "(a run that produced NaN is a failed measurement: report it, do not test it)"
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A pass criterion fixed before the numbers: see the module docstring for the designs.
+
+    Args:
+        name: the check's name in the report, e.g. ``"Q2 VRNS raises probe accuracy"``.
+        design: one of :data:`DESIGNS`.
+        above: the claim is that the quantity is greater than this (the margin).
+        below: the claim is that the quantity is less than this. Give both for "within".
+        confidence: two-sided confidence of the interval (0.95).
+        unit: unit of the compared quantity (shown with the numbers).
+        paper_effect: the paper's own effect, as a distance from the threshold in the same unit;
+            the report flags the check as underpowered when the effect it could detect with 80%
+            power is larger.
+        over: what the independent units are ("seeds", "images", "queries", ...).
+        description: one line on what is compared, for the report.
+
+    Interval designs are strict (held means the whole interval is beyond the threshold); the
+    ``exact`` design compares its one value inclusively (``value >= above``, ``value <= below``).
+    """
+
+    name: str
+    design: str
+    above: float | None = None
+    below: float | None = None
+    confidence: float = 0.95
+    unit: str = ""
+    paper_effect: float | None = None
+    over: str = "seeds"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"criterion name must be a non-empty string, got {self.name!r}")
+        if self.design not in DESIGNS:
+            raise ValueError(
+                f"criterion {self.name!r}: design must be one of {DESIGNS}, got {self.design!r}"
+            )
+        above = _number(self.name, "above", self.above)
+        below = _number(self.name, "below", self.below)
+        if above is None and below is None:
+            raise ValueError(
+                f"criterion {self.name!r}: give the claim's threshold as above=... and/or below=..."
+            )
+        if above is not None and below is not None and not above < below:
+            raise ValueError(
+                f"criterion {self.name!r}: 'within' needs above < below, got [{above}, {below}]"
+            )
+        object.__setattr__(self, "above", above)
+        object.__setattr__(self, "below", below)
+        object.__setattr__(
+            self, "paper_effect", _number(self.name, "paper_effect", self.paper_effect)
+        )
+        if not 0.5 <= float(self.confidence) < 1:
+            raise ValueError(
+                f"criterion {self.name!r}: confidence must be in [0.5, 1), got {self.confidence}"
+            )
+
+    @property
+    def threshold_text(self) -> str:
+        u = f" {self.unit}" if self.unit else ""
+        if self.above is not None and self.below is not None:
+            return f"in [{_fmt(self.above)}, {_fmt(self.below)}]{u}"
+        if self.above is not None:
+            return f"{'≥' if self.design == 'exact' else '>'} {_fmt(self.above)}{u}"
+        return f"{'≤' if self.design == 'exact' else '<'} {_fmt(self.below)}{u}"
+
+    def check(self, *args: Any, **kwargs: Any) -> Check:
+        """Evaluate the criterion on measured data; the arguments depend on the design (module
+        docstring): ``paired(a, b)``, ``mean(values)``, ``proportion(successes, n)``,
+        ``bootstrap(values, clusters=None)``, ``spearman(x, y)``, ``exact(value)``."""
+        fn = getattr(self, f"_check_{self.design}")
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as exc:
+            if f"check {self.name!r}" in str(exc) or "wilson" in str(exc):
+                raise
+            raise TypeError(
+                f"criterion {self.name!r} (design {self.design!r}): {exc}; "
+                f"it takes {_SIGNATURES[self.design]}"
+            ) from None
+
+    # -- designs -------------------------------------------------------------------------------
+
+    def _check_paired(self, a: Any, b: Any) -> Check:
+        a, b = _values(self.name, "a", a), _values(self.name, "b", b)
+        if len(a) != len(b):
+            raise ValueError(
+                f"check {self.name!r}: paired values need equal lengths, got {len(a)} and {len(b)}"
+            )
+        d = [x - y for x, y in zip(a, b)]
+        return self._t_check(d, {"a": a, "b": b}, "paired t-interval of the differences")
+
+    def _check_mean(self, values: Any) -> Check:
+        v = _values(self.name, "values", values)
+        return self._t_check(v, {"values": v}, "t-interval of the mean")
+
+    def _t_check(self, d: list[float], data: dict[str, Any], what: str) -> Check:
+        if len(d) < 2:
+            raise ValueError(
+                f"check {self.name!r}: a {self.design} design needs at least 2 {self.over}, got "
+                f"{len(d)} (run more seeds, or use the 'exact' design for a single measurement)"
+            )
+        iv = stats.mean_t_interval(d, self.confidence)
+        p = None
+        test = f"{what} over {iv.n} {self.over}"
+        if (self.above is None) != (self.below is None):
+            null = self.above if self.above is not None else self.below
+            alt = "greater" if self.above is not None else "less"
+            p = stats.sign_flip_p(d, null=null, alternative=alt)
+            test += f"; exact sign-flip p = {p:.3g} (one-sided)"
+            if iv.n < 5:
+                test += f", which cannot go below {2.0**-iv.n:.3g} with {iv.n} {self.over}"
+        det = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence)
+        return self._make(iv, test, data, p_value=p, detectable=det)
+
+    def _check_proportion(self, successes: Any, n: Any) -> Check:
+        ks = successes if isinstance(successes, (list, tuple)) else [successes]
+        ns = n if isinstance(n, (list, tuple)) else [n]
+        if len(ks) != len(ns):
+            raise ValueError(f"check {self.name!r}: {len(ks)} success counts for {len(ns)} totals")
+        try:
+            ks, ns = [operator.index(k) for k in ks], [operator.index(m) for m in ns]
+        except TypeError:
+            raise TypeError(
+                f"check {self.name!r}: success counts and totals must be integers, got "
+                f"{successes!r} and {n!r}"
+            ) from None
+        bad = [(k, m) for k, m in zip(ks, ns) if m < 1 or not 0 <= k <= m]
+        if bad:
+            raise ValueError(
+                f"check {self.name!r}: each count needs 0 <= successes <= n and n >= 1, got "
+                f"{bad[0][0]} of {bad[0][1]}"
+            )
+        k_sum, n_sum = sum(ks), sum(ns)
+        iv = stats.wilson_interval(k_sum, n_sum, self.confidence)
+        pooled = f", pooled over {len(ks)} runs" if len(ks) > 1 else ""
+        ref = self.above if self.above is not None else self.below
+        p0 = min(max(ref if 0 < ref < 1 else iv.estimate, 0.01), 0.99)
+        det = stats.detectable_effect(math.sqrt(p0 * (1 - p0) / n_sum), n_sum, t_dist=False)
+        test = f"Wilson interval of {k_sum}/{n_sum} {self.over}{pooled}"
+        return self._make(iv, test, {"successes": ks, "n": ns}, detectable=det)
+
+    def _check_bootstrap(self, values: Any, clusters: Sequence[Any] | None = None) -> Check:
+        v = _values(self.name, "values", values)
+        cl = (
+            None
+            if clusters is None
+            else [c if isinstance(c, (int, str)) else str(c) for c in clusters]
+        )
+        iv = stats.bootstrap_mean(v, clusters=cl, confidence=self.confidence)
+        how = (
+            f"two-stage percentile bootstrap (clusters, then items) of the mean of {len(v)} values "
+            f"in {iv.n} clusters"
+            if cl is not None
+            else f"percentile bootstrap of the mean over {iv.n} {self.over}"
+        )
+        det = stats.detectable_effect(iv.se, iv.n, t_dist=False)
+        return self._make(
+            iv, how + ", 10 000 resamples", {"values": v, "clusters": cl}, detectable=det
+        )
+
+    def _check_spearman(self, x: Any, y: Any) -> Check:
+        xs, ys = _values(self.name, "x", x), _values(self.name, "y", y)
+        iv = stats.spearman_interval(xs, ys, self.confidence)
+        det = None
+        ref = self.above if self.above is not None else self.below
+        if ref is not None and abs(ref) < 1:
+            q = stats.detectable_effect(iv.se, iv.n, t_dist=False)
+            sign = 1 if self.above is not None else -1
+            det = abs(math.tanh(math.atanh(ref) + sign * q) - ref)
+        test = (
+            f"Spearman rank correlation over {iv.n} {self.over}, Fisher-z interval (Bonett-Wright)"
+        )
+        return self._make(iv, test, {"x": xs, "y": ys}, detectable=det)
+
+    def _check_exact(self, value: Any) -> Check:
+        v = _values(self.name, "value", value)
+        if len(v) != 1:
+            raise ValueError(f"check {self.name!r}: the exact design takes one value, got {len(v)}")
+        iv = stats.Interval(v[0], v[0], v[0], 1, 0.0, self.confidence)
+        return self._make(iv, "deterministic quantity, compared as measured", {"value": v[0]})
+
+    def _make(self, iv: stats.Interval, test: str, data: dict[str, Any], **extra: Any) -> Check:
+        return Check(
+            criterion=self,
+            estimate=iv.estimate,
+            low=iv.low,
+            high=iv.high,
+            n=iv.n,
+            se=iv.se,
+            verdict=_verdict(self, iv.low, iv.high),
+            test=test,
+            data=data,
+            **extra,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "design": self.design,
+            "above": self.above,
+            "below": self.below,
+            "confidence": self.confidence,
+            "unit": self.unit,
+            "paper_effect": self.paper_effect,
+            "over": self.over,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Criterion:
+        return cls(**{k: data[k] for k in _CRITERION_KEYS if k in data})
+
+
+_CRITERION_KEYS = (
+    "name",
+    "design",
+    "above",
+    "below",
+    "confidence",
+    "unit",
+    "paper_effect",
+    "over",
+    "description",
+)
+_SIGNATURES = {
+    "paired": "(a, b): one value per seed for each arm",
+    "mean": "(values)",
+    "proportion": "(successes, n): counts, or lists of counts to pool",
+    "bootstrap": "(values, clusters=None)",
+    "spearman": "(x, y)",
+    "exact": "(value)",
+}
+
+
+def _verdict(c: Criterion, low: float, high: float) -> str:
+    if c.design == "exact":
+        ok = (c.above is None or low >= c.above) and (c.below is None or high <= c.below)
+        return "held" if ok else "did not hold"
+    held = (c.above is None or low > c.above) and (c.below is None or high < c.below)
+    if held:
+        return "held"
+    failed = (c.above is not None and high < c.above) or (c.below is not None and low > c.below)
+    return "did not hold" if failed else "inconclusive"
+
+
+@dataclass
+class Check:
+    """One evaluated criterion: estimate, interval, test, raw data and verdict."""
+
+    criterion: Criterion
+    estimate: float
+    low: float
+    high: float
+    n: int
+    se: float
+    verdict: str
+    test: str
+    data: dict[str, Any] = field(default_factory=dict)
+    p_value: float | None = None
+    detectable: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(
+                f"check {self.name!r}: verdict must be one of {VERDICTS}, got {self.verdict!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.criterion.name
+
+    @property
+    def held(self) -> bool:
+        return self.verdict == "held"
+
+    @property
+    def underpowered(self) -> bool:
+        """The effect this check detects with 80% power is larger than the paper's own."""
+        pe = self.criterion.paper_effect
+        return pe is not None and self.detectable is not None and self.detectable > abs(pe)
+
+    def interval_text(self) -> str:
+        """``"0.42 [0.31, 0.53]"``, or the value alone for an exact check; unit appended."""
+        u = f" {self.criterion.unit}" if self.criterion.unit else ""
+        if self.criterion.design == "exact":
+            return f"{_fmt(self.estimate)}{u}"
+        return f"{_fmt(self.estimate)} [{_fmt(self.low)}, {_fmt(self.high)}]{u}"
+
+    def power_text(self) -> str:
+        if self.detectable is None:
+            return ""
+        text = f"detects ≥ {_fmt(self.detectable)}"
+        if self.criterion.paper_effect is not None:
+            text += f" (paper: {_fmt(abs(self.criterion.paper_effect))})"
+            if self.underpowered:
+                text += ": underpowered"
+        return text
+
+    def recompute(self) -> Check:
+        """Evaluate the criterion again on the stored data (what a reader of results.json does)."""
+        c = self.criterion
+        d = self.data
+        if c.design == "paired":
+            return c.check(d["a"], d["b"])
+        if c.design == "mean":
+            return c.check(d["values"])
+        if c.design == "proportion":
+            return c.check(list(d["successes"]), list(d["n"]))
+        if c.design == "bootstrap":
+            return c.check(d["values"], d.get("clusters"))
+        if c.design == "spearman":
+            return c.check(d["x"], d["y"])
+        return c.check(d["value"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "criterion": self.criterion.to_dict(),
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "n": self.n,
+            "se": self.se,
+            "verdict": self.verdict,
+            "test": self.test,
+            "p_value": self.p_value,
+            "detectable": self.detectable,
+            "data": self.data,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+        return cls(
+            criterion=Criterion.from_dict(data["criterion"]),
+            estimate=float(data["estimate"]),
+            low=float(data["low"]),
+            high=float(data["high"]),
+            n=int(data["n"]),
+            se=float(data.get("se", 0.0)),
+            verdict=data["verdict"],
+            test=data.get("test", ""),
+            data=dict(data.get("data", {})),
+            p_value=data.get("p_value"),
+            detectable=data.get("detectable"),
+        )
+
+    def renamed(self, name: str) -> Check:
+        """The same check under another name (e.g. one criterion applied per setting)."""
+        return replace(self, criterion=replace(self.criterion, name=name))
+
+
+def combine(checks: Iterable[Check]) -> str:
+    """The verdict of a claim from its checks: held only if every check held; did not hold if any
+    check did not hold; inconclusive otherwise."""
+    verdicts = [c.verdict for c in checks]
+    if not verdicts:
+        raise ValueError("a claim needs at least one check to have a verdict")
+    if "did not hold" in verdicts:
+        return "did not hold"
+    return "held" if all(v == "held" for v in verdicts) else "inconclusive"
+
+
+def _fmt(x: float) -> str:
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    if float(x).is_integer() and abs(x) < 1e5:
+        return str(int(x))
+    if abs(x) >= 1e5 or abs(x) < 1e-3:
+        return f"{x:.3g}"
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    return f"{x:.4g}"
