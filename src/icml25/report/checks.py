@@ -22,7 +22,8 @@ mean       ``values``               t-interval of the mean; sign-flip p against 
 proportion ``successes, n``         Wilson score interval (counts may be lists, then pooled)
 bootstrap  ``values[, clusters]``   percentile bootstrap of the mean (two-stage with clusters)
 spearman   ``x, y``                 Fisher-z interval, Bonett-Wright standard error
-exact      ``value``                none: a deterministic quantity (exact math, byte counts)
+exact      ``value[, how]``         none: a deterministic quantity (exact math, byte counts), or
+                                    one measurement without replicates, described by ``how``
 ========== ======================== ==========================================================
 """
 
@@ -147,7 +148,7 @@ class Criterion:
     def check(self, *args: Any, **kwargs: Any) -> Check:
         """Evaluate the criterion on measured data; the arguments depend on the design (module
         docstring): ``paired(a, b)``, ``mean(values)``, ``proportion(successes, n)``,
-        ``bootstrap(values, clusters=None)``, ``spearman(x, y)``, ``exact(value)``."""
+        ``bootstrap(values, clusters=None)``, ``spearman(x, y)``, ``exact(value, how=None)``."""
         fn = getattr(self, f"_check_{self.design}")
         try:
             return fn(*args, **kwargs)
@@ -253,12 +254,13 @@ class Criterion:
         )
         return self._make(iv, test, {"x": xs, "y": ys}, detectable=det)
 
-    def _check_exact(self, value: Any) -> Check:
+    def _check_exact(self, value: Any, how: str | None = None) -> Check:
         v = _values(self.name, "value", value)
         if len(v) != 1:
             raise ValueError(f"check {self.name!r}: the exact design takes one value, got {len(v)}")
         iv = stats.Interval(v[0], v[0], v[0], 1, 0.0, self.confidence)
-        return self._make(iv, "deterministic quantity, compared as measured", {"value": v[0]})
+        test = how or "deterministic quantity, compared as measured"
+        return self._make(iv, test, {"value": v[0], "how": how})
 
     def _make(self, iv: stats.Interval, test: str, data: dict[str, Any], **extra: Any) -> Check:
         return Check(
@@ -309,7 +311,7 @@ _SIGNATURES = {
     "proportion": "(successes, n): counts, or lists of counts to pool",
     "bootstrap": "(values, clusters=None)",
     "spearman": "(x, y)",
-    "exact": "(value)",
+    "exact": "(value, how=None): how describes a measurement that is not deterministic",
 }
 
 
@@ -391,7 +393,7 @@ class Check:
             return c.check(d["values"], d.get("clusters"))
         if c.design == "spearman":
             return c.check(d["x"], d["y"])
-        return c.check(d["value"])
+        return c.check(d["value"], d.get("how"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
