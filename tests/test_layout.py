@@ -82,3 +82,27 @@ def test_the_scan_sees_every_import_form(tmp_path):
         "icml25.swan",
         "icml25.tpo",
     }
+
+
+def test_every_reproduction_uses_the_shared_harness_with_declared_criteria():
+    """Each implemented paper's ``run`` is built by ``icml25.report.reproduction`` (so it takes
+    ``seeds=`` and declares its seed counts) and its module declares its criteria at module level,
+    before any measurement, as ``Criterion`` objects with unique names."""
+    import importlib
+    import inspect
+
+    from icml25.report import Criterion
+
+    for paper in registry.PAPERS:
+        if paper.repro is None:
+            continue
+        module_name, _, attr = paper.repro.partition(":")
+        module = importlib.import_module(module_name)
+        run = getattr(module, attr)
+        assert "seeds" in inspect.signature(run).parameters, paper.slug
+        counts = run.preregistered_seeds
+        assert counts["quick"] >= 1 and counts["full"] >= counts["quick"], (paper.slug, counts)
+        criteria = module.CRITERIA
+        assert criteria and all(isinstance(c, Criterion) for c in criteria), paper.slug
+        names = [c.name for c in criteria]
+        assert len(set(names)) == len(names), (paper.slug, names)

@@ -244,3 +244,19 @@ def test_check_round_trips_through_json_and_recomputes():
             c.high,
             c.verdict,
         )
+
+
+def test_identical_values_need_the_sign_flip_test_to_decide():
+    """A saturated score on every seed collapses the t-interval to a point; the verdict then rests
+    on the exact sign-flip test, which needs at least 6 units to reach 2.5%."""
+    c = Criterion("harm", "mean", above=50)
+    assert c.check([100.0] * 3).verdict == "inconclusive"
+    assert "identical" in c.check([100.0] * 3).test
+    assert c.check([100.0] * 6).verdict == "held"
+    assert c.check([0.0] * 3).verdict == "inconclusive"
+    assert c.check([0.0] * 6).verdict == "did not hold"
+    band = Criterion("ratio", "mean", above=0.85, below=1.15)
+    assert (
+        band.check([1.0] * 6).verdict == "held" and band.check([2.0] * 6).verdict == "did not hold"
+    )
+    assert Criterion("d", "paired", above=0).check([1.0] * 3, [0.0] * 3).verdict == "inconclusive"

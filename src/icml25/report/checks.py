@@ -192,7 +192,27 @@ class Criterion:
             if iv.n < 5:
                 test += f", which cannot go below {2.0**-iv.n:.3g} with {iv.n} {self.over}"
         det = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence)
-        return self._make(iv, test, data, p_value=p, detectable=det)
+        check = self._make(iv, test, data, p_value=p, detectable=det)
+        if iv.se == 0 and check.verdict != "inconclusive":
+            # Identical values (e.g. a saturated score on every seed) collapse the t-interval to
+            # a point, which is no evidence of zero spread. The verdict then rests on the exact
+            # sign-flip test alone, whose floor is 2**-n: it needs enough units to decide.
+            alpha = (1 - self.confidence) / 2
+            sides = [("greater", self.above), ("less", self.below)]
+            if check.verdict == "did not hold":  # the opposite direction must be established
+                sides = [("less", self.above), ("greater", self.below)]
+            ps = [stats.sign_flip_p(d, null=t, alternative=a) for a, t in sides if t is not None]
+            if check.verdict == "did not hold":
+                ps = [min(ps)]  # outside a band on one side suffices
+            if max(ps) > alpha:
+                check.verdict = "inconclusive"
+                check.test += (
+                    f"; all {iv.n} values identical, so the verdict rests on the exact sign-flip "
+                    f"test, whose p cannot go below {2.0**-iv.n:.3g} > {alpha:.3g}"
+                )
+            else:
+                check.test += "; all values identical: the verdict rests on the sign-flip test"
+        return check
 
     def _check_proportion(self, successes: Any, n: Any) -> Check:
         ks = successes if isinstance(successes, (list, tuple)) else [successes]
