@@ -1,4 +1,5 @@
-"""Theory helpers (test 5), statistics (7), determinism (10) and the repro smoke run (9)."""
+"""Theory helpers (test 5), statistics (7) and determinism (10); the repro smoke run (9) is in
+test_repro.py."""
 
 from __future__ import annotations
 
@@ -108,29 +109,6 @@ def test_training_is_deterministic():
         return [h["loss"] for h in hist]
 
     assert losses() == losses()
-
-
-def test_repro_smoke(tmp_path, check_smoke):
-    pytest.importorskip("sklearn")
-    from icml25.contrastive import repro
-
-    result = repro.run(quick=True, seed=0, out=tmp_path, smoke=True)
-    check_smoke(result, "contrastive")
-    assert {f.name for f in result.figures} == {
-        "theory_similarities.png",
-        "neg_sim_hist.png",
-        "acc_vs_temperature.png",
-    }
-    assert all(f.exists() for f in result.figures)
-    assert "Q1 VRNS lowers" in result.criterion
-
-
-@pytest.mark.slow
-def test_quick_repro_holds(tmp_path):
-    from icml25.contrastive import repro
-
-    result = repro.run(quick=True, seed=0, out=tmp_path)
-    assert result.seconds < 240 and result.held, result.notes
 
 
 def test_nt_xent_reference_value():
