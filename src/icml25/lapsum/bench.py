@@ -2,7 +2,7 @@
 
 ``saved_bytes`` counts what autograd keeps for the backward pass (every tensor packed through
 ``torch.autograd.graph.saved_tensors_hooks`` during the forward); ``time_fwd_bwd`` is the median
-wall time of forward + backward with a random cotangent.
+wall time of forward + backward with a random cotangent (``fwd_bwd_times`` gives every repeat).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["saved_bytes", "time_fwd", "time_fwd_bwd", "METHODS"]
+__all__ = ["METHODS", "fwd_bwd_times", "saved_bytes", "time_fwd", "time_fwd_bwd"]
 
 
 def saved_bytes(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> int:
@@ -36,14 +36,17 @@ def saved_bytes(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return sum(seen.values())
 
 
-def time_fwd_bwd(
+def fwd_bwd_times(
     fn: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
     *,
     repeats: int = 5,
     warmup: int = 1,
-) -> float:
-    """Median seconds of ``fn(x).backward(v)`` with ``v ~ N(0, 1)`` (fixed across repeats)."""
+) -> list[float]:
+    """Seconds of each of ``repeats`` timed ``fn(x).backward(v)`` calls after ``warmup`` untimed
+    ones, with ``v ~ N(0, 1)`` (fixed across repeats): the replicates behind ``time_fwd_bwd``."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     x = x.detach().requires_grad_(True)
     v = None
     times = []
@@ -58,7 +61,18 @@ def time_fwd_bwd(
             torch.cuda.synchronize()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
+
+
+def time_fwd_bwd(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+) -> float:
+    """Median seconds of ``fn(x).backward(v)`` with ``v ~ N(0, 1)`` (fixed across repeats)."""
+    return statistics.median(fwd_bwd_times(fn, x, repeats=repeats, warmup=warmup))
 
 
 def time_fwd(

@@ -45,14 +45,13 @@ def noisy_many_class(
 def digit_number_sets(seed_split: int = 123):
     """Digits images split into train / test pools (spec Part B): ``(train_x, train_y, test_x, test_y)``.
 
-    ``sklearn.datasets.load_digits`` (1797 8x8 images, bundled with scikit-learn), scaled by 1/16
-    and flattened to 64 features; a fixed permutation (seed 123) gives 1300 train / 497 test images.
+    scikit-learn's 8x8 digits (1797 images, through the shared loader :func:`icml25.toy.digits`),
+    scaled by 1/16 and flattened to 64 features; a fixed permutation (seed 123) gives 1300 train /
+    497 test images.
     """
-    from sklearn.datasets import load_digits
+    from icml25.toy import digits
 
-    digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.long)
+    x, y = digits("flat")
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed_split))
     tr, te = perm[:1300], perm[1300:]
     return x[tr], y[tr], x[te], y[te]
