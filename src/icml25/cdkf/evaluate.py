@@ -30,8 +30,9 @@ def monte_carlo_covariance(
     costs: list[float] | Tensor | None = None,
 ) -> dict:
     """``tr(W Sigma)`` under Poisson measurement times: mean path, its standard error, and the time
-    average with its standard error over ``M`` realisations. Events are applied at the end of the
-    fine step they fall in (``T / n_fine``); all paths are propagated as one batch. With ``costs``
+    average with its standard error over ``M`` realisations (``time_avgs``: each realisation's
+    time average, ``(M,)``). Events are applied at the end of the fine step they fall in
+    (``T / n_fine``); all paths are propagated as one batch. With ``costs``
     (per measurement and sensor) also ``cost_paths``: the cumulative realised cost of each path on
     the grid, ``(M, n_fine + 1)``."""
     if not sde.time_invariant:
@@ -76,6 +77,7 @@ def monte_carlo_covariance(
         "se_path": tr.std(0) / M**0.5,
         "time_avg": float(avg.mean()),
         "time_avg_se": float(avg.std() / M**0.5),
+        "time_avgs": avg,
     }
 
 
@@ -107,7 +109,8 @@ def simulate_and_filter(
 ) -> dict:
     """Sample ``n_paths`` true trajectories and measurements at the given times, run the CD-KF, and
     compare the empirical squared error of ``H x`` with the predicted variance ``H Sigma H^T``
-    (time averages on the fine grid). All paths share the schedule, hence one covariance path."""
+    (time averages on the fine grid). All paths share the schedule, hence one covariance path.
+    ``path_mse``: each path's time-averaged squared error, ``(n_paths,)``; ``mse`` is their mean."""
     grid = torch.linspace(0, T, n_fine + 1, dtype=torch.float64).tolist()
     events = sorted((float(t), s) for s, ts in enumerate(times_per_sensor) for t in ts.tolist())
     points = sorted({*grid, *(t for t, _ in events)})
@@ -147,8 +150,9 @@ def simulate_and_filter(
             _, Sigma = joseph_update(torch.zeros(n, dtype=torch.float64), Sigma, None, C, R)
             e += 1
         if p in grid_set:
-            err.append(((x - mu) @ H.mT).pow(2).mean())
+            err.append(((x - mu) @ H.mT).pow(2).mean(-1))
             var.append((H @ Sigma @ H.mT).squeeze())
-    err_t, var_t = torch.stack(err), torch.stack(var)
-    mse, pred = float(time_average(err_t, T)), float(time_average(var_t, T))
-    return {"mse": mse, "predicted": pred, "ratio": mse / pred}
+    err_t, var_t = torch.stack(err, dim=-1), torch.stack(var)  # (n_paths, grid), (grid,)
+    path_mse = time_average(err_t, T)
+    mse, pred = float(path_mse.mean()), float(time_average(var_t, T))
+    return {"mse": mse, "predicted": pred, "ratio": mse / pred, "path_mse": path_mse}

@@ -5,13 +5,20 @@ target (accurate near t = 4). At an expected-cost budget, rates are optimised th
 Proposition 6.1 and turned into deterministic time stamps (Proposition 8.1). Claims: (1) the bound
 holds against Monte Carlo; (2) optimised rates beat uniform and best-constant rates at equal cost;
 (3) the deterministic schedule beats Poisson sampling of the same rates; (4) the filter is calibrated.
+Full mode adds the "robot with energy" setting (claims 5 and 6).
+
+The optimisation and the schedules are deterministic; seeds only drive the Monte Carlo (Poisson
+paths, simulated GP paths), whose paths are independent across seeds. The Monte-Carlo checks use
+batch means: each seed's paths are cut into ``BATCHES`` equal batches, and the t-interval over all
+batches has the Monte-Carlo standard error of the pooled paths. The module reads: constants and
+pre-registered criteria -> setup (optimisation, schedules) -> per-seed Monte Carlo -> checks ->
+figures.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
@@ -20,7 +27,7 @@ from icml25.cdkf.evaluate import monte_carlo_covariance, schedule_trace, simulat
 from icml25.cdkf.ocp import SchedulingProblem
 from icml25.cdkf.schedule import RateSchedule, deterministic_schedule
 from icml25.cdkf.ssm import Sensor, matern_ssm
-from icml25.report import Metric, ReproResult, checks_table, pyplot, save_figure, torch_threads
+from icml25.report import Check, Criterion, Metric, ReproResult, Run, pyplot, reproduction
 
 CLAIM = (
     "Optimising time-varying Poisson measurement rates through the covariance bound, then placing "
@@ -29,47 +36,217 @@ CLAIM = (
 )
 D = torch.float64
 T, K, BUDGET, LAM_MAX = 10.0, 20, 12.0, 8.0  # spec "GP-pass-by"
+COSTS = (1.0, 0.2)  # precise, pass-by
+METHODS = ("uniform", "best_constant", "optimized")
+#: pre-registered seed counts (quick, full), as before issue 17
+SEEDS = (3, 5)
+#: Monte-Carlo batches per seed (batch means); M and the calibration paths are multiples of it
+BATCHES = 20
+CAL_PATHS, CAL_FINE = 200, 400  # simulated GP paths per seed for the calibration (spec: 200)
+
+# -- pre-registered criteria (thresholds as in the spec; fixed before any number) ----------------
+
+BOUND = Criterion(
+    "1 bound - Poisson MC, time-averaged variance",
+    "mean",
+    above=0.0,
+    unit="var",
+    over="MC batches",
+    description=(
+        "the bound of Prop. 6.1 minus the Monte-Carlo time average of tr(W Sigma) under Poisson "
+        "sampling of the same rates, one value per batch of Poisson paths (all seeds)"
+    ),
+)
+BOUND_POINTWISE = Criterion(
+    "1 largest pointwise excess of Poisson MC over the bound",
+    "exact",
+    below=4.0,
+    unit="se",
+    description=(
+        "max over the RK4 grid times and the three methods of (MC mean - bound) / se, Monte Carlo "
+        "pooled over seeds; the spec's 4 se"
+    ),
+)
+OPT_VS_UNIFORM = Criterion(
+    "2 optimized / uniform, deterministic schedules",
+    "exact",
+    below=0.85,
+    unit="x",
+    description="time-averaged posterior variance of f, exact covariance paths",
+)
+OPT_VS_CONSTANT = Criterion(
+    "2 optimized / best constant, deterministic schedules",
+    "exact",
+    below=0.9,
+    unit="x",
+    description="time-averaged posterior variance of f, exact covariance paths",
+)
+COST = Criterion(
+    "2 realised cost of the optimized schedule",
+    "exact",
+    below=BUDGET + max(COSTS),
+    unit="cost",
+    description="count='round' may exceed the budget B by one measurement per sensor: <= B + max c",
+)
+SCHEDULE_VS_POISSON = Criterion(
+    "3 Poisson MC - deterministic schedule, optimized rates",
+    "mean",
+    above=0.0,
+    unit="var",
+    over="MC batches",
+    description=(
+        "Monte-Carlo time-averaged variance under Poisson sampling of the optimised rates minus "
+        "that of their deterministic schedule, one value per batch of Poisson paths (all seeds)"
+    ),
+)
+CALIBRATION = Criterion(
+    "4 filter calibration: MSE / predicted variance",
+    "mean",
+    above=0.85,
+    below=1.15,
+    unit="x",
+    over="batches of simulated paths",
+    description=(
+        "time-averaged squared error of f-hat over simulated GP paths, divided by the filter's "
+        "predicted variance, one value per batch of paths (all seeds); 1 for an exact filter"
+    ),
+)
+ROBOT_ENERGY = Criterion(
+    "5 robot: optimized minimum mean energy",
+    "exact",
+    above=0.0,
+    unit="energy",
+    description="the optimised plan must itself keep the mean energy >= 0 to be the best eligible",
+)
+ROBOT_VS_SCHEDULE = Criterion(
+    "5 robot: deterministic method / optimized variance - 1",
+    "exact",
+    above=0.0,
+    unit="rel.",
+    description="a method with mean energy >= 0 whose schedule is deterministic (exact paths)",
+)
+ROBOT_VS_M_OPTIMIZED = Criterion(
+    "5 robot: M-optimized / optimized variance - 1",
+    "mean",
+    above=0.0,
+    unit="rel.",
+    # the paper's radioactive-GP table: M-Optimized 1.925 vs Optimized 1.902 covariance trace
+    paper_effect=0.012,
+    description="the best of 100 Poisson draws of the optimised rates, one draw set per seed",
+)
+ROBOT_VS_RANDOM = Criterion(
+    "5 robot: random / optimized variance - 1",
+    "mean",
+    above=0.0,
+    unit="rel.",
+    paper_effect=0.171,  # the paper's table: Random 2.228 vs Optimized 1.902
+    description="Poisson rate 1 on every sensor, Monte Carlo per seed (tested only if eligible)",
+)
+ROBOT_VIOLATION = Criterion(
+    "6 robot: optimized violation frequency",
+    "exact",
+    below=0.05,
+    unit="",
+    description="fraction of realisations whose energy goes below 0 (deterministic schedule)",
+)
+CRITERIA = (
+    BOUND,
+    BOUND_POINTWISE,
+    OPT_VS_UNIFORM,
+    OPT_VS_CONSTANT,
+    COST,
+    SCHEDULE_VS_POISSON,
+    CALIBRATION,
+    ROBOT_ENERGY,
+    ROBOT_VS_SCHEDULE,
+    ROBOT_VS_M_OPTIMIZED,
+    ROBOT_VS_RANDOM,
+    ROBOT_VIOLATION,
+)
+
+POWER = (
+    "Monte Carlo: 2000 Poisson paths per seed and method (3 seeds quick, 5 full) in batches of "
+    "100; the standard error of a seed's time-averaged variance was 0.0006-0.0019 before, so the "
+    "pooled checks 1 and 3 detect (80% power) a gap of about 0.001-0.003, against measured gaps "
+    "of 0.007-0.013 (bound) and 0.09 (schedule vs Poisson). Calibration: 200 simulated paths per "
+    "seed in batches of 10; the per-seed ratios had sd 0.023, so the interval's half-width is "
+    "about 0.03 with 3 seeds, far inside the band's 0.15 around 1. The paper reports no effect "
+    "sizes for this setting (the spec's reference numbers are a prototype's). Full mode: the "
+    "paper's M-Optimized trails Optimized by 1.2% (radioactive-GP table); our per-seed spread of "
+    "M-optimized (sd 3% of the optimized variance) lets 5 seeds detect about 5%, so that check "
+    "is underpowered for an effect of the paper's size (our measured gap was 15%)."
+)
+DEVIATIONS = [
+    "Monte Carlo applies each event at the end of its fine step (T/1600).",
+    "Quick mode runs the pass-by setting only; the 'robot with energy' setting, the budget "
+    "trade-off and five seeds are full mode.",
+    "Robot setting: the mean-energy constraint is imposed at the 40 control-interval ends (exact "
+    "here because the energy only decreases) and checked at every RK4 node after the solve; "
+    "schedules use count='floor' so that the realised energy never goes below the planned mean.",
+    "issue 17: claims 1 and 3 ('bound >= MC mean - 3 se' and 'schedule < MC mean - 3 se', for "
+    "every method and seed) are t-intervals over batch means of the Poisson paths (20 batches "
+    "per seed, every seed's paths pooled) against the same threshold 0: the 95% interval "
+    "replaces the 3 se allowance, and the pooled estimate replaces 'every seed'.",
+    "issue 17: the pointwise rule (no grid time with MC - bound > 4 se) is applied once to the "
+    "Monte Carlo pooled over seeds, as the largest z-score over grid times and methods (an exact "
+    "check against the same 4 se; a simultaneous one-sided test at about 3e-5 per time).",
+    "issue 17: calibration ('every seed's ratio in [0.85, 1.15]') is a t-interval of the ratio "
+    "over batches of 10 simulated paths (every seed's paths pooled), same band.",
+    "issue 17: robot check 5 ('optimized has the lowest variance among methods with mean energy "
+    ">= 0') is one check per eligible competitor, as (competitor / optimized - 1) > 0: exact for "
+    "deterministic schedules, a t-interval over seeds for M-optimized (and random, if it were "
+    "eligible); the optimised plan's own eligibility is an exact check.",
+    "issue 17: monte_carlo_covariance and simulate_and_filter also return per-path values "
+    "(time_avgs, path_mse) so that batches can be formed; their other outputs are unchanged.",
+    "issue 17: torch runs on 1 thread (the harness default) instead of 2.",
+]
 
 
 def pass_by_problem(budget: float = BUDGET):
     """The spec's quick setting: GP (l = 1, s2 = 1), precise sensor (R 0.01, cost 1) and pass-by
     sensor (R 0.09 exp(p(t)^2), p(t) = 2 cos(pi t / 8), cost 0.2); ``W = H^T H``."""
     m = matern_ssm(1.5, 1.0, 1.0)
-    precise = Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=1.0, name="precise")
+    precise = Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=COSTS[0], name="precise")
 
     def r2(xi, t):
         return torch.tensor([[0.09 * math.exp((2 * math.cos(math.pi * t / 8)) ** 2)]], dtype=D)
 
-    passby = Sensor(lambda xi, t: m.H, r2, cost=0.2, name="pass-by")
+    passby = Sensor(lambda xi, t: m.H, r2, cost=COSTS[1], name="pass-by")
     sensors = [precise, passby]
     W = m.H.T @ m.H
     return m, sensors, W, SchedulingProblem(m, sensors, T, K, W=W, budget=budget, lam_max=LAM_MAX)
 
 
-def run(
-    quick: bool = True, seed: int = 0, out: Path | str = Path("runs/cdkf"), *, smoke: bool = False
-) -> ReproResult:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with torch_threads(2):
-        return _run(quick, seed, out, smoke)
+def batch_means(values, batches: int = BATCHES) -> list[float]:
+    """Means of ``batches`` equal consecutive batches of ``values`` (batch-means Monte Carlo)."""
+    v = torch.as_tensor(values, dtype=D).reshape(-1)
+    if v.numel() % batches or v.numel() < batches:
+        raise ValueError(f"{v.numel()} values do not split into {batches} equal batches")
+    return v.reshape(batches, -1).mean(1).tolist()
 
 
-def _evaluate(m, sensors, W, rates, seeds, M, n_fine):
-    mcs = [
-        monte_carlo_covariance(m, sensors, rates, M, n_fine, torch.Generator().manual_seed(s), W)
-        for s in seeds
-    ]
-    times = deterministic_schedule(rates)
-    tr, det = schedule_trace(m, sensors, times, T, n_fine, W)
-    return mcs, times, tr, det
+# -- setup: the deterministic part -------------------------------------------------------------
 
 
-def _run(quick: bool, seed: int, out: Path, smoke: bool) -> ReproResult:
-    t0 = time.perf_counter()
-    seeds = [seed + s for s in ((0,) if smoke else (0, 1, 2) if quick else (0, 1, 2, 3, 4))]
-    M, n_fine = (50, 320) if smoke else (2000, 1600)
-    maxiter = 5 if smoke else 200
+@dataclass
+class Setup:
+    """The pass-by problem, its solutions and everything about them that no seed changes."""
+
+    m: object
+    sensors: list
+    W: torch.Tensor
+    prob: SchedulingProblem
+    opt: object
+    methods: dict  # name -> RateSchedule
+    bounds: dict  # name -> time-averaged bound
+    bound_paths: dict  # name -> tr(W Sigma-hat) on the RK4 grid
+    times: dict  # name -> deterministic schedule (one tensor per sensor)
+    det: dict  # name -> time-averaged exact variance of the schedule
+    det_paths: dict  # name -> tr(W Sigma) of the schedule on the fine grid
+    costs: dict  # name -> realised cost of the schedule
+
+
+def _setup(maxiter: int, n_fine: int) -> Setup:
     m, sensors, W, prob = pass_by_problem()
     opt = prob.solve(maxiter=maxiter)
     const = prob.solve(constant=True, maxiter=maxiter)
@@ -78,147 +255,259 @@ def _run(quick: bool, seed: int, out: Path, smoke: bool) -> ReproResult:
         "best_constant": const.rates,
         "optimized": opt.rates,
     }
-    bounds = {name: float(prob.objective(r.values)) for name, r in methods.items()}
-    evals = {name: _evaluate(m, sensors, W, r, seeds, M, n_fine) for name, r in methods.items()}
-    checks, metrics, rows = {}, [], []
-    step = n_fine // prob.n_steps
-    ok1 = True
-    for name, r in methods.items():
-        bpath = torch.einsum("ij,tji->t", W, prob.bound(r.values).detach())
-        mcs, times, _tr, det = evals[name]
-        for mc in mcs:
-            mean_ok = bounds[name] >= mc["time_avg"] - 3 * mc["time_avg_se"]
-            point = mc["mean_path"][::step] - bpath > 4 * mc["se_path"][::step]
-            ok1 &= mean_ok and not bool(point.any())
-        mc_avg = sum(mc["time_avg"] for mc in mcs) / len(mcs)
-        se = max(mc["time_avg_se"] for mc in mcs)
-        cost = sum(s.cost * len(t) for s, t in zip(sensors, times))
-        rows.append(
-            f"| {name} | {bounds[name]:.4f} | {mc_avg:.4f} ± {se:.4f} | {det:.4f} | "
-            f"{', '.join(str(len(t)) for t in times)} | {cost:.2f} |"
-        )
-        metrics.append(Metric(f"bound {name}", bounds[name]))
-        metrics.append(Metric(f"Poisson MC {name}", [mc["time_avg"] for mc in mcs]))
-        metrics.append(Metric(f"deterministic schedule {name}", det))
-    checks["1 bound >= Monte Carlo (mean - 3se; no point > 4se)"] = ok1
-    det = {name: evals[name][3] for name in methods}
-    opt_cost = sum(s.cost * len(t) for s, t in zip(sensors, evals["optimized"][1]))
-    checks[
-        "2 optimized <= 0.85 uniform and <= 0.9 best constant (schedules), cost <= B + max c"
-    ] = (
-        det["optimized"] <= 0.85 * det["uniform"]
-        and det["optimized"] <= 0.9 * det["best_constant"]
-        and opt_cost <= BUDGET + max(s.cost for s in sensors)
-    )
-    opt_mc = evals["optimized"][0]
-    checks["3 deterministic schedule < Poisson MC - 3se (optimized rates)"] = all(
-        det["optimized"] < mc["time_avg"] - 3 * mc["time_avg_se"] for mc in opt_mc
-    )
-    cal = [
-        simulate_and_filter(
-            m,
-            sensors,
-            evals["optimized"][1],
-            T,
-            200,
-            400,
-            torch.Generator().manual_seed(100 + s),
-            m.H,
-        )["ratio"]
-        for s in seeds
-    ]
-    checks["4 filter calibration: MSE / predicted variance in [0.85, 1.15]"] = all(
-        0.85 <= c <= 1.15 for c in cal
-    )
-    metrics.append(
-        Metric("calibration MSE / predicted variance", cal, description="200 GP paths per seed")
-    )
-    metrics.append(
-        Metric("optimized / uniform (deterministic schedules)", det["optimized"] / det["uniform"])
-    )
-    metrics.append(Metric("SLSQP iterations", opt.info["iterations"]))
-    tables = [
-        checks_table(checks),
-        "Time-averaged posterior variance of f (T = 10, budget 12):\n\n"
-        "| method | bound | Poisson MC (mean ± se) | deterministic schedule | counts (s1, s2) | realised cost |\n"
-        "|---|---|---|---|---|---|\n" + "\n".join(rows),
-    ]
-    # report-only baselines of spec §9 on the same budget
-    greedy = greedy_schedule(m, sensors, T, BUDGET, 0.25, W)
-    mopt = m_optimized(
+    bounds = {n: float(prob.objective(r.values)) for n, r in methods.items()}
+    bound_paths = {
+        n: torch.einsum("ij,tji->t", W, prob.bound(r.values).detach()) for n, r in methods.items()
+    }
+    times = {n: deterministic_schedule(r) for n, r in methods.items()}
+    traces = {n: schedule_trace(m, sensors, times[n], T, n_fine, W) for n in methods}
+    costs = {n: sum(s.cost * len(t) for s, t in zip(sensors, times[n])) for n in methods}
+    return Setup(
         m,
         sensors,
-        opt.rates,
-        100 if not smoke else 5,
         W,
-        torch.Generator().manual_seed(seed),
-        budget=BUDGET + max(s.cost for s in sensors),
+        prob,
+        opt,
+        methods,
+        bounds,
+        bound_paths,
+        times,
+        {n: tr[1] for n, tr in traces.items()},
+        {n: tr[0] for n, tr in traces.items()},
+        costs,
+    )
+
+
+# -- per-seed measurement: Monte Carlo only ----------------------------------------------------
+
+
+def measure_seed(su: Setup, seed: int, M: int, n_fine: int) -> dict:
+    """Poisson Monte Carlo of every method's rates and the filter calibration, for one seed."""
+    out = {
+        name: monte_carlo_covariance(
+            su.m, su.sensors, rates, M, n_fine, torch.Generator().manual_seed(seed), su.W
+        )
+        for name, rates in su.methods.items()
+    }
+    out["calibration"] = simulate_and_filter(
+        su.m,
+        su.sensors,
+        su.times["optimized"],
+        T,
+        CAL_PATHS,
+        CAL_FINE,
+        torch.Generator().manual_seed(100 + seed),
+        su.m.H,
+    )
+    return out
+
+
+def pooled(mcs: list[dict]) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    """Mean path, its se, the time average and its se over every seed's paths (equal M)."""
+    n = len(mcs)
+    mean = sum(mc["mean_path"] for mc in mcs) / n
+    se = torch.sqrt(sum(mc["se_path"] ** 2 for mc in mcs)) / n
+    avg = sum(mc["time_avg"] for mc in mcs) / n
+    avg_se = math.sqrt(sum(mc["time_avg_se"] ** 2 for mc in mcs)) / n
+    return mean, se, avg, avg_se
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def build_checks(
+    bounds: dict,
+    bound_paths: dict,
+    det: dict,
+    opt_cost: float,
+    per_seed: list[dict],
+    *,
+    batches: int = BATCHES,
+) -> list[Check]:
+    """Claims 1-4 from the deterministic quantities and the per-seed Monte Carlo."""
+    checks = []
+    worst, where = -math.inf, ""
+    for name in METHODS:
+        mcs = [s[name] for s in per_seed]
+        gaps = [bounds[name] - b for mc in mcs for b in batch_means(mc["time_avgs"], batches)]
+        checks.append(BOUND.check(gaps).renamed(f"1 bound - Poisson MC, {name}"))
+        mean, se, _, _ = pooled(mcs)
+        fine = mean.numel() - 1
+        coarse = bound_paths[name].numel() - 1
+        if fine % coarse:
+            raise ValueError(f"the MC grid ({fine} steps) does not refine the RK4 grid ({coarse})")
+        step = fine // coarse
+        excess = mean[::step] - bound_paths[name]
+        z = excess / se[::step].clamp_min(1e-15)  # se = 0 at t = 0, where both equal Sigma0
+        z_max = float(z.max())
+        if z_max > worst:
+            worst, where = z_max, f"{name}, t = {float(mcs[0]['grid'][::step][int(z.argmax())]):g}"
+    n_paths = sum(s[METHODS[0]]["time_avgs"].numel() for s in per_seed)
+    checks.append(
+        BOUND_POINTWISE.check(
+            worst,
+            how=(
+                f"largest (MC mean - bound) / se over {coarse + 1} grid times x {len(METHODS)} "
+                f"methods, MC pooled over {len(per_seed)} seeds ({n_paths} paths per method); "
+                f"at {where}"
+            ),
+        )
+    )
+    checks.append(OPT_VS_UNIFORM.check(det["optimized"] / det["uniform"]))
+    checks.append(OPT_VS_CONSTANT.check(det["optimized"] / det["best_constant"]))
+    checks.append(COST.check(opt_cost))
+    poisson = [
+        b - det["optimized"]
+        for s in per_seed
+        for b in batch_means(s["optimized"]["time_avgs"], batches)
+    ]
+    checks.append(SCHEDULE_VS_POISSON.check(poisson))
+    ratios = [
+        b / s["calibration"]["predicted"]
+        for s in per_seed
+        for b in batch_means(s["calibration"]["path_mse"], batches)
+    ]
+    checks.append(CALIBRATION.check(ratios))
+    return checks
+
+
+ROBOT_METHODS = ("optimized", "m_optimized", "kalman_bucy", "uniform", "greedy", "random")
+ROBOT_RANDOM = {"m_optimized": ROBOT_VS_M_OPTIMIZED, "random": ROBOT_VS_RANDOM}
+
+
+def robot_checks(res: dict) -> tuple[list[Check], list[str]]:
+    """Claims 5 and 6 from :func:`icml25.cdkf.robot.run_methods`' per-seed results: the checks
+    and the methods whose mean energy stays >= 0 (eligible)."""
+
+    def avg(name, key):
+        return sum(r[key] for r in res[name]) / len(res[name])
+
+    opt_var = res["optimized"][0]["variance"]
+    eligible = [n for n in ROBOT_METHODS if avg(n, "min_mean_energy") >= 0]
+    checks = [ROBOT_ENERGY.check(min(r["min_mean_energy"] for r in res["optimized"]))]
+    for name in ROBOT_METHODS[1:]:
+        if name not in eligible:
+            continue
+        rel = [r["variance"] / opt_var - 1 for r in res[name]]
+        if name in ROBOT_RANDOM:
+            checks.append(ROBOT_RANDOM[name].check(rel))
+        else:  # deterministic schedule: the same value for every seed
+            checks.append(
+                ROBOT_VS_SCHEDULE.check(rel[0]).renamed(f"5 robot: {name} / optimized variance - 1")
+            )
+    checks.append(ROBOT_VIOLATION.check(max(r["violation"] for r in res["optimized"])))
+    return checks, eligible
+
+
+# -- the reproduction --------------------------------------------------------------------------
+
+
+@reproduction("cdkf", seeds=SEEDS, smoke_seeds=2)
+def run(r: Run) -> ReproResult:
+    """Optimise the pass-by schedule, Monte Carlo per seed, check claims 1-4 (full: + robot)."""
+    M, n_fine = r.size(smoke=(40, 320), quick=(2000, 1600), full=(2000, 1600))
+    maxiter = r.size(smoke=5, quick=200, full=200)
+    su = _setup(maxiter, n_fine)
+    per_seed = r.over_seeds(lambda s: measure_seed(su, s, M, n_fine), label="Monte Carlo")
+    checks = build_checks(su.bounds, su.bound_paths, su.det, su.costs["optimized"], per_seed)
+
+    metrics, rows = [], []
+    for name in METHODS:
+        mcs = [s[name] for s in per_seed]
+        _, _, avg, avg_se = pooled(mcs)
+        rows.append(
+            f"| {name} | {su.bounds[name]:.4f} | {avg:.4f} ± {avg_se:.4f} | {su.det[name]:.4f} | "
+            f"{', '.join(str(len(t)) for t in su.times[name])} | {su.costs[name]:.2f} |"
+        )
+        metrics.append(Metric(f"bound {name}", su.bounds[name]))
+        metrics.append(Metric(f"Poisson MC {name}", [mc["time_avg"] for mc in mcs]))
+        metrics.append(Metric(f"deterministic schedule {name}", su.det[name]))
+    metrics.append(
+        Metric(
+            "calibration MSE / predicted variance",
+            [s["calibration"]["ratio"] for s in per_seed],
+            description=f"{CAL_PATHS} GP paths per seed",
+        )
+    )
+    metrics.append(
+        Metric(
+            "optimized / uniform (deterministic schedules)", su.det["optimized"] / su.det["uniform"]
+        )
+    )
+    metrics.append(Metric("SLSQP iterations", su.opt.info["iterations"]))
+    tables = [
+        "Time-averaged posterior variance of f (T = 10, budget 12; Poisson MC pooled over seeds):"
+        "\n\n| method | bound | Poisson MC (mean ± se) | deterministic schedule | counts (s1, s2) "
+        "| realised cost |\n|---|---|---|---|---|---|\n" + "\n".join(rows),
+    ]
+    # report-only baselines of spec §9 on the same budget
+    greedy = greedy_schedule(su.m, su.sensors, T, BUDGET, 0.25, su.W)
+    mopt = m_optimized(
+        su.m,
+        su.sensors,
+        su.opt.rates,
+        r.size(smoke=5, quick=100, full=100),
+        su.W,
+        torch.Generator().manual_seed(r.seed),
+        budget=BUDGET + max(COSTS),
     )
     base_rows = ["| baseline | deterministic trace | counts (s1, s2) | cost |", "|---|---|---|---|"]
     for name, times in (
         ("greedy (slots of 0.25)", greedy),
         ("M-optimized (best of 100 Poisson draws)", mopt),
     ):
-        _tr, avg = schedule_trace(m, sensors, times, T, n_fine, W)
-        cost = sum(sn.cost * len(t) for sn, t in zip(sensors, times))
+        _tr, avg = schedule_trace(su.m, su.sensors, times, T, n_fine, su.W)
+        cost = sum(sn.cost * len(t) for sn, t in zip(su.sensors, times))
         base_rows.append(
             f"| {name} | {avg:.4f} | {', '.join(str(len(t)) for t in times)} | {cost:.2f} |"
         )
         metrics.append(Metric(f"baseline {name.split(' ')[0]}", avg, description="report only"))
     tables.append("Other baselines (report only):\n\n" + "\n".join(base_rows))
-    if not quick:
-        trade = ["| budget | uniform | best constant | optimized |", "|---|---|---|---|"]
-        curve = {}
-        for B in (4.0, 8.0, 12.0, 20.0):
-            _m, _s, _W, p = pass_by_problem(B)
-            o, c = p.solve(maxiter=maxiter), p.solve(constant=True, maxiter=maxiter)
-            uni = RateSchedule(p.initial_rates(), T)
-            vals = {
-                k: schedule_trace(m, sensors, deterministic_schedule(r), T, n_fine, W)[1]
-                for k, r in (("uniform", uni), ("best_constant", c.rates), ("optimized", o.rates))
-            }
-            curve[B] = vals
-            trade.append(
-                f"| {B:g} | {vals['uniform']:.4f} | {vals['best_constant']:.4f} | {vals['optimized']:.4f} |"
-            )
+
+    r.figure(_plot_rates(su.opt.rates, su.times["optimized"]), "cdkf_rates.png")
+    r.figure(_plot_bound_vs_mc(su, per_seed), "cdkf_bound_vs_mc.png")
+    notes = []
+    if not r.quick:
+        curve = _tradeoff(maxiter, n_fine)
         tables.append(
             "Budget trade-off (deterministic schedules; uniform = equal budget split):\n\n"
-            + "\n".join(trade)
+            + "\n".join(
+                ["| budget | uniform | best constant | optimized |", "|---|---|---|---|"]
+                + [
+                    f"| {B:g} | {v['uniform']:.4f} | {v['best_constant']:.4f} | "
+                    f"{v['optimized']:.4f} |"
+                    for B, v in curve.items()
+                ]
+            )
         )
-    figures = [
-        _plot_rates(opt.rates, evals["optimized"][1], out),
-        _plot_bound_vs_mc(prob, methods, evals, W, out),
-    ]
-    if not quick:
-        figures.append(_plot_tradeoff(curve, out))
-        robot_checks, robot_metrics, robot_table, robot_fig = _robot_part(seeds, smoke, out)
-        checks.update(robot_checks)
+        r.figure(_plot_tradeoff(curve), "cdkf_tradeoff.png")
+        robot_c, robot_metrics, robot_table, robot_fig, ineligible = _robot_part(r)
+        checks.extend(robot_c)
         metrics.extend(robot_metrics)
         tables.append(robot_table)
-        figures.append(robot_fig)
-    tables[0] = checks_table(checks)  # with the robot checks in full mode
-    held = all(checks.values())
-    failed = [k for k, v in checks.items() if not v]
-    notes = []
-    if failed:
-        notes.append("Checks that failed: " + "; ".join(failed) + ".")
-    if smoke:
-        notes.append("Smoke size: everything shrunk for a test; the verdict means nothing here.")
-    return ReproResult(
-        slug="cdkf",
+        r.figure(robot_fig, "cdkf_robot.png")
+        if ineligible:
+            notes.append(
+                "Robot: not compared (mean energy below 0 at some time, so not eligible): "
+                + ", ".join(ineligible)
+                + "."
+            )
+    return r.result(
         claim=CLAIM,
-        held=held,
+        checks=checks,
         metrics=metrics,
-        key_metric="optimized / uniform (deterministic schedules)",
+        criteria=CRITERIA,
+        key_check=OPT_VS_UNIFORM.name,
         setup=(
-            ("" if quick else "Part 1, 'GP-pass-by': ")
+            ("" if r.quick else "Part 1, 'GP-pass-by': ")
             + f"Matern-3/2 GP (l=1, s2=1), T={T:g}; sensor 1 R=0.01 cost 1; sensor 2 R=0.09 exp(p(t)^2), "
             f"p(t)=2cos(pi t/8), cost 0.2; budget {BUDGET:g}, lam_max {LAM_MAX:g}, K={K}, RK4 "
-            f"N={prob.n_steps}; SLSQP; Monte Carlo {M} Poisson paths on {n_fine} fine steps per seed "
-            f"{seeds}; calibration with 200 simulated GP paths."
+            f"N={su.prob.n_steps}; SLSQP; Monte Carlo {M} Poisson paths on {n_fine} fine steps per "
+            f"seed and method, seeds {r.seeds}, in {BATCHES} batches each; calibration with "
+            f"{CAL_PATHS} simulated GP paths per seed."
             + (
                 ""
-                if quick
+                if r.quick
                 else " Part 2, 'robot with energy': the same GP, three sensors (precise R=0.01 "
                 "cost 1; on a 1-D robot R=0.09 exp(p^2) cost 0.2, dp/dt=u, |u|<=1, p(0)=2; velocity "
                 "C=[0,1] R=0.05 cost 0.5), energy 15 drained by 0.5u^2 and the measurement costs, "
@@ -227,26 +516,79 @@ def _run(quick: bool, seed: int, out: Path, smoke: bool) -> ReproResult:
                 "the Kalman-Bucy relaxation; 2000 Monte-Carlo paths per seed for random."
             )
         ),
-        criterion="All of: " + "; ".join(checks) + ".",
-        figures=figures,
         tables=tables,
-        notes=" ".join(notes),
-        deviations=[
-            "Monte Carlo applies each event at the end of its fine step (T/1600).",
-            "Quick mode runs the pass-by setting only; the 'robot with energy' setting, the budget "
-            "trade-off and five seeds are full mode.",
-            "Robot setting: the mean-energy constraint is imposed at the 40 control-interval ends "
-            "(exact here because the energy only decreases) and checked at every RK4 node after "
-            "the solve; schedules use count='floor' so that the realised energy never goes below "
-            "the planned mean.",
-        ],
-        seconds=time.perf_counter() - t0,
-        quick=quick,
-        seed=seed,
+        notes=notes,
+        deviations=DEVIATIONS,
+        power=POWER,
     )
 
 
-def _plot_rates(rates: RateSchedule, times, out: Path) -> Path:
+def _tradeoff(maxiter: int, n_fine: int) -> dict:
+    m, sensors, W, _ = pass_by_problem()
+    curve = {}
+    for B in (4.0, 8.0, 12.0, 20.0):
+        _m, _s, _W, p = pass_by_problem(B)
+        o, c = p.solve(maxiter=maxiter), p.solve(constant=True, maxiter=maxiter)
+        uni = RateSchedule(p.initial_rates(), T)
+        curve[B] = {
+            k: schedule_trace(m, sensors, deterministic_schedule(rr), T, n_fine, W)[1]
+            for k, rr in (("uniform", uni), ("best_constant", c.rates), ("optimized", o.rates))
+        }
+    return curve
+
+
+def _robot_part(r: Run):
+    """Full mode's "robot with energy" setting: checks, metrics, table, figure, ineligible."""
+    from icml25.cdkf import robot
+
+    plans = robot.solve_plans(maxiter=r.size(smoke=3, quick=200, full=200))
+    M, n_fine = r.size(smoke=(50, 200), quick=(2000, 1600), full=(2000, 1600))
+    res = robot.run_methods(plans, r.seeds, M, n_fine, m_draws=r.size(smoke=5, quick=100, full=100))
+    checks, eligible = robot_checks(res)
+    opt = plans["optimized"]
+    aux_min = float(opt.info["aux_path"][:, 1].min())
+
+    def avg(name, key):
+        return sum(x[key] for x in res[name]) / len(res[name])
+
+    rows = [
+        "| method | variance (time avg, mean ± sd over seeds) | std / max over t | energy mean / std "
+        "/ max | final mean energy | violation freq. | counts (precise, robot, velocity) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    metrics = []
+    for name in ROBOT_METHODS:
+        vals = [x["variance"] for x in res[name]]
+        mean = sum(vals) / len(vals)
+        sd = (sum((v - mean) ** 2 for v in vals) / max(len(vals) - 1, 1)) ** 0.5
+        counts = ", ".join(f"{c:g}" for c in res[name][0]["counts"])
+        rows.append(
+            f"| {name} | {mean:.4f} ± {sd:.4f} | {avg(name, 'variance_std'):.3f} / "
+            f"{avg(name, 'variance_max'):.3f} | {avg(name, 'energy_mean'):.2f} / "
+            f"{avg(name, 'energy_std'):.2f} / {avg(name, 'energy_max'):.1f} | "
+            f"{avg(name, 'final_energy'):.2f} | {avg(name, 'violation'):.3f} | {counts} |"
+        )
+        metrics.append(Metric(f"robot variance {name}", vals))
+        metrics.append(Metric(f"robot final mean energy {name}", avg(name, "final_energy")))
+    metrics.append(Metric("robot SLSQP iterations", opt.info["iterations"]))
+    metrics.append(Metric("robot planned min mean energy", aux_min))
+    table = (
+        "Robot with energy (variance = posterior variance of f; statistics over time, and over "
+        "Monte-Carlo paths for random; deterministic schedules are the same for every seed):\n\n"
+        + "\n".join(rows)
+        + f"\n\nJoint SLSQP: {opt.info['iterations']} iterations ({opt.info['status']}); planned "
+        f"mean energy min {aux_min:.2e} on the RK4 grid; Kalman-Bucy relaxation: "
+        f"{plans['kalman_bucy'].info['iterations']} iterations. Methods with mean energy >= 0 "
+        f"at all times: {', '.join(eligible) or 'none'}."
+    )
+    ineligible = [n for n in ROBOT_METHODS if n not in eligible]
+    return checks, metrics, table, _plot_robot(plans, res), ineligible
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def _plot_rates(rates: RateSchedule, times):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     edges = torch.linspace(0, rates.T, rates.K + 1)
@@ -263,106 +605,47 @@ def _plot_rates(rates: RateSchedule, times, out: Path) -> Path:
     ax.set_ylabel("rate (1/s); ticks: schedule")
     ax.legend()
     ax.set_title("optimised measurement rates and deterministic time stamps")
-    return save_figure(fig, out / "cdkf_rates.png")
+    return fig
 
 
-def _plot_bound_vs_mc(prob, methods, evals, W, out: Path) -> Path:
+def _plot_bound_vs_mc(su: Setup, per_seed: list[dict]):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    grid = torch.linspace(0, T, prob.n_steps + 1)
-    for name, r in methods.items():
-        b = torch.einsum("ij,tji->t", W, prob.bound(r.values).detach())
-        line = ax.plot(grid, b, label=f"{name}: bound")[0]
-        mc = evals[name][0][0]
+    grid = torch.linspace(0, T, su.prob.n_steps + 1)
+    for name in METHODS:
+        line = ax.plot(grid, su.bound_paths[name], label=f"{name}: bound")[0]
+        mean, se, _, _ = pooled([s[name] for s in per_seed])
+        fine = per_seed[0][name]["grid"]
+        ax.plot(fine, mean, ":", color=line.get_color(), label=f"{name}: Poisson MC")
+        ax.fill_between(fine, mean - 2 * se, mean + 2 * se, color=line.get_color(), alpha=0.2)
         ax.plot(
-            mc["grid"], mc["mean_path"], ":", color=line.get_color(), label=f"{name}: Poisson MC"
-        )
-        ax.plot(
-            mc["grid"],
-            evals[name][2],
+            fine,
+            su.det_paths[name],
             "--",
             color=line.get_color(),
             lw=0.8,
             label=f"{name}: schedule",
         )
     ax.set_xlabel("t")
-    ax.set_ylabel("posterior variance of f")
+    ax.set_ylabel("posterior variance of f (MC: mean ± 2 se, seeds pooled)")
     ax.legend(fontsize=6)
-    return save_figure(fig, out / "cdkf_bound_vs_mc.png")
+    return fig
 
 
-ROBOT_METHODS = ("optimized", "m_optimized", "kalman_bucy", "uniform", "greedy", "random")
-
-
-def _robot_part(seeds, smoke: bool, out: Path):
-    """Full mode's "robot with energy" setting: table, checks and figure."""
-    from icml25.cdkf import robot
-
-    plans = robot.solve_plans(maxiter=3 if smoke else 200)
-    M, n_fine = (50, 200) if smoke else (2000, 1600)
-    res = robot.run_methods(plans, seeds, M, n_fine, m_draws=5 if smoke else 100)
-    opt = plans["optimized"]
-    aux_min = float(opt.info["aux_path"][:, 1].min())
-
-    def avg(name, key):
-        return sum(r[key] for r in res[name]) / len(res[name])
-
-    rows = [
-        "| method | variance (time avg, mean ± sd over seeds) | std / max over t | energy mean / std "
-        "/ max | final mean energy | violation freq. | counts (precise, robot, velocity) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    metrics = []
-    for name in ROBOT_METHODS:
-        vals = [r["variance"] for r in res[name]]
-        mean = sum(vals) / len(vals)
-        sd = (sum((v - mean) ** 2 for v in vals) / max(len(vals) - 1, 1)) ** 0.5
-        r0 = res[name][0]
-        counts = ", ".join(f"{c:g}" for c in r0["counts"])
-        rows.append(
-            f"| {name} | {mean:.4f} ± {sd:.4f} | {avg(name, 'variance_std'):.3f} / "
-            f"{avg(name, 'variance_max'):.3f} | {avg(name, 'energy_mean'):.2f} / "
-            f"{avg(name, 'energy_std'):.2f} / {avg(name, 'energy_max'):.1f} | "
-            f"{avg(name, 'final_energy'):.2f} | {avg(name, 'violation'):.3f} | {counts} |"
-        )
-        metrics.append(Metric(f"robot variance {name}", vals))
-        metrics.append(Metric(f"robot final mean energy {name}", avg(name, "final_energy")))
-    eligible = [n for n in ROBOT_METHODS if avg(n, "min_mean_energy") >= 0]
-    best = min(eligible, key=lambda n: avg(n, "variance")) if eligible else None
-    checks = {
-        "5 robot: optimized has the lowest variance among methods with mean energy >= 0": (
-            best == "optimized"
-        ),
-        "6 robot: optimized violation frequency <= 5%": avg("optimized", "violation") <= 0.05,
-    }
-    metrics.append(Metric("robot SLSQP iterations", opt.info["iterations"]))
-    metrics.append(Metric("robot planned min mean energy", aux_min))
-    table = (
-        "Robot with energy (variance = posterior variance of f; statistics over time, and over "
-        "Monte-Carlo paths for random; deterministic schedules are the same for every seed):\n\n"
-        + "\n".join(rows)
-        + f"\n\nJoint SLSQP: {opt.info['iterations']} iterations ({opt.info['status']}); planned "
-        f"mean energy min {aux_min:.2e} on the RK4 grid; Kalman-Bucy relaxation: "
-        f"{plans['kalman_bucy'].info['iterations']} iterations. Methods with mean energy >= 0 "
-        f"at all times: {', '.join(eligible) or 'none'}."
-    )
-    return checks, metrics, table, _plot_robot(plans, res, out)
-
-
-def _plot_tradeoff(curve: dict, out: Path) -> Path:
+def _plot_tradeoff(curve: dict):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     budgets = sorted(curve)
-    for name in ("uniform", "best_constant", "optimized"):
+    for name in METHODS:
         ax.plot(budgets, [curve[b][name] for b in budgets], "o-", label=name)
     ax.set_xlabel("expected-cost budget B")
     ax.set_ylabel("time-averaged variance of f (schedule)")
     ax.set_title("GP pass-by: budget trade-off")
     ax.legend()
-    return save_figure(fig, out / "cdkf_tradeoff.png")
+    return fig
 
 
-def _plot_robot(plans, res, out: Path) -> Path:
+def _plot_robot(plans, res):
     from icml25.cdkf import robot
 
     plt = pyplot()
@@ -400,4 +683,4 @@ def _plot_robot(plans, res, out: Path) -> Path:
     axes[2].set_xlabel("t")
     axes[2].legend(fontsize=6, ncol=3)
     fig.suptitle("robot with energy")
-    return save_figure(fig, out / "cdkf_robot.png")
+    return fig
