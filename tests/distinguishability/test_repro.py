@@ -1,41 +1,114 @@
-"""The reproduction's structure at smoke size, and the quick claim (slow)."""
+"""The reproduction at smoke size: structure, checks from the pre-registered criteria built from the
+right arms (recomputed by direct calls of the per-seed functions), and the quick claim (slow)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytest.importorskip("gymnasium")
 
+FIGURES = {
+    "pearson_vs_queries.png",
+    "teacher_error.png",
+    "reward_scatter.png",
+    "lottery_accuracy.png",
+    "utility_recovery.png",
+}
 
-def test_quick_repro_smoke(tmp_path, check_smoke):
+
+@pytest.fixture(scope="module")
+def smoke_result(tmp_path_factory):
     from icml25.distinguishability import repro
 
-    r = repro.run(quick=True, seed=0, out=tmp_path, smoke=True)
-    check_smoke(r, "distinguishability", prefixes=("A score gain",))
-    names = {f.name for f in r.figures}
-    assert names == {
-        "pearson_vs_queries.png",
-        "teacher_error.png",
-        "reward_scatter.png",
-        "lottery_accuracy.png",
-        "utility_recovery.png",
-    }
-    assert all(f.exists() for f in r.figures)
-    assert any(m.name.startswith("A score gain") for m in r.metrics)
-    assert "B DQ balanced lottery accuracy" in r.criterion
+    return repro.run(quick=True, seed=0, out=tmp_path_factory.mktemp("dist"), smoke=True)
+
+
+def test_criteria_are_declared_at_module_level():
+    from icml25.distinguishability import repro
+    from icml25.report import Criterion
+
+    assert all(isinstance(c, Criterion) for c in repro.CRITERIA)
+    names = [c.name for c in repro.CRITERIA]
+    assert len(set(names)) == len(names) == 4
+    assert names == [
+        *(repro.A_GAIN[t].name for t in repro.TEACHERS),
+        *(
+            repro.B_GAIN.name,
+            repro.C_GAIN.name,
+        ),
+    ]
+    assert all((c.design, c.above, c.below) == ("paired", 0.0, None) for c in repro.CRITERIA)
+    assert repro.run.preregistered_seeds == {"quick": repro.N_QUICK, "full": repro.N_FULL}
+
+
+def test_quick_repro_smoke(smoke_result, check_smoke):
+    from icml25.distinguishability import repro
+
+    r = smoke_result
+    check_smoke(
+        r,
+        "distinguishability",
+        metrics=("B lottery balanced accuracy PCQ", "B lottery balanced accuracy DQ"),
+        prefixes=("A score gain",),
+        ranges={"B lottery balanced accuracy": (0, 1), "A seeds with": (0, 1)},
+    )
+    assert {f.name for f in r.figures} == FIGURES
+    assert r.seeds == [0, 1] and "Smoke size" in r.notes and r.power and r.deviations
+    # quick mode: every criterion but Part C's, in the declared order; the key check is Part A's
+    assert [c.name for c in r.checks] == [c.name for c in repro.CRITERIA[:-1]]
+    assert r.key().name == repro.A_GAIN["boltzmann"].name
+    # each check is built from the right arms: a = DQ, b = PCQ (the reported per-seed metrics)
+    get = {m.name: m.values for m in r.metrics}
+    for t in repro.TEACHERS:
+        c = r.check(repro.A_GAIN[t].name)
+        assert c.n == 2
+        np.testing.assert_allclose(c.data["a"], get[f"A score {t} {repro.PAPER}"])
+        np.testing.assert_allclose(c.data["b"], get[f"A score {t} {repro.BASE}"])
+        np.testing.assert_allclose(
+            np.array(c.data["a"]) - np.array(c.data["b"]), get[f"A score gain dq-pcq {t}"]
+        )
+    b = r.check(repro.B_GAIN.name)
+    np.testing.assert_allclose(b.data["a"], get["B lottery balanced accuracy DQ"])
+    np.testing.assert_allclose(b.data["b"], get["B lottery balanced accuracy PCQ"])
+
+
+def test_checks_match_direct_calls_of_the_per_seed_functions(smoke_result):
+    """Recompute seed 1's numbers by calling the per-seed functions directly: a check that paired
+    the wrong method, teacher or seed would not match."""
+    from icml25.distinguishability import repro
+    from icml25.distinguishability.experiments import CurveConfig, lottery_experiment
+    from icml25.report import torch_threads
+
+    r = smoke_result
+    cfg = CurveConfig(budgets=(10, 20), epochs=5, n_quadruples=100)
+    with torch_threads(1):  # the harness runs the reproduction on one thread
+        one = repro.measure_part_a(1, cfg, (repro.BASE, repro.PAPER), smoke=True)
+    for t in repro.TEACHERS:
+        c = r.check(repro.A_GAIN[t].name)
+        assert c.data["a"][1] == pytest.approx(one["curves"][(t, repro.PAPER)]["score"])
+        assert c.data["b"][1] == pytest.approx(one["curves"][(t, repro.BASE)]["score"])
+    lot = lottery_experiment(1)
+    b = r.check(repro.B_GAIN.name)
+    assert (b.data["a"][1], b.data["b"][1]) == pytest.approx((lot["acc_dq"], lot["acc_pcq"]))
 
 
 @pytest.mark.slow
-def test_full_repro_smoke_has_the_rl_part(tmp_path):
+def test_full_repro_smoke_has_the_rl_part(tmp_path, check_smoke):
     from icml25.distinguishability import repro
 
     r = repro.run(quick=False, seed=0, out=tmp_path, smoke=True)
+    check_smoke(r, "distinguishability", prefixes=("C final true return",))
     assert "return_curves.png" in {f.name for f in r.figures}
-    assert any(m.name.startswith("C final true return") for m in r.metrics)
+    assert [c.name for c in r.checks] == [c.name for c in repro.CRITERIA]
+    get = {m.name: m.values for m in r.metrics}
+    c = r.check(repro.C_GAIN.name)
+    np.testing.assert_allclose(c.data["a"], get[f"C final true return {repro.PAPER}"])
+    np.testing.assert_allclose(c.data["b"], get[f"C final true return {repro.BASE}"])
 
 
 @pytest.mark.slow
-def test_quick_repro_runs_and_reports(tmp_path):
+def test_quick_repro_runs_and_reports(tmp_path, check_smoke):
     import time
 
     from icml25.distinguishability import repro
@@ -43,7 +116,10 @@ def test_quick_repro_runs_and_reports(tmp_path):
     t0 = time.perf_counter()
     r = repro.run(quick=True, seed=0, out=tmp_path)
     assert time.perf_counter() - t0 < 180
+    check_smoke(r, "distinguishability", metrics=("A score gain dq-pcq boltzmann",))
+    assert len(r.seeds) == repro.N_QUICK
     assert {m.name for m in r.metrics} >= {
         "A score gain dq-pcq boltzmann",
         "B lottery balanced accuracy DQ",
+        "A per-answer DQ@30 oracle",
     }
