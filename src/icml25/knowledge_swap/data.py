@@ -24,27 +24,22 @@ FORGET, RETAIN, LEARN = (0, 1), (2, 3, 4, 5, 6, 7), (8, 9)
 
 @dataclass
 class DigitsSwapTask:
-    """Stratified 50/50 split (``random_state = seed``) and the swap subsets: ``frac`` of the retain
-    and forget training sets (at least ``min_per_set`` each; official 10%), the full learn set."""
+    """Stratified 50/50 split from the shared loader :func:`icml25.toy.digits_split`
+    (``random_state = seed``) and the swap subsets: ``frac`` of the retain and forget training sets
+    (at least ``min_per_set`` each; official 10%), the full learn set."""
 
     seed: int = 0
     frac: float = 0.1
     min_per_set: int = 16
 
     def __post_init__(self) -> None:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
+        from icml25.toy import digits_split
 
         if not 0 < self.frac <= 1:
             raise ValueError(f"frac must be in (0, 1], got {self.frac}")
-        d = load_digits()
-        x = torch.tensor(d.data / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)
-        y = torch.tensor(d.target, dtype=torch.long)
-        itr, ite = train_test_split(
-            list(range(len(y))), test_size=0.5, stratify=d.target, random_state=self.seed
+        self.x_train, self.y_train, self.x_test, self.y_test = digits_split(
+            0.5, seed=self.seed, shape="image"
         )
-        self.x_train, self.y_train = x[itr], y[itr]
-        self.x_test, self.y_test = x[ite], y[ite]
         g = torch.Generator().manual_seed(self.seed)
 
         def pick(classes, split, subset):

@@ -3,16 +3,17 @@
 A CNN pretrained on digits 0-7 must forget {0, 1}, keep {2..7} and learn {8, 9}, training LoRA only
 (r = 4 on the five hidden layers), from the identical start for every strategy. Claim: learning
 before forgetting ends in a better swap than forgetting before learning (complete forgetting,
-higher retention, new classes not sacrificed). Criteria (spec, paired means over seeds):
-(a) S(L->F) >= S(F->L) + 3 with S = (Acc_r + Acc_l + 100 - Acc_f) / 3; (b) Acc_f(L->F) <= Acc_f(F->L);
-(c) Acc_l(L->F) >= Acc_l(F->L) - 5; (d) sanity Acc_f(L->F) <= 20 and Acc_l(L->F) >= 80, else
-"inconclusive" (the swap itself did not happen).
+higher retention, new classes not sacrificed).
+
+The module reads: the claim and the pre-registered criteria (spec, paired over seeds: (a) the swap
+score S = (Acc_r + Acc_l + 100 - Acc_f) / 3 of L->F beats F->L's by more than 3 points; (b) L->F
+leaves fewer forgotten classes recognised; (c) L->F's new-class accuracy is no more than 5 points
+below F->L's; (d) sanity: the swap happened, Acc_f(L->F) < 20 and Acc_l(L->F) > 80) -> setup ->
+per-seed measurement (pretrain once, then every strategy from the same start) -> checks -> the
+full mode's sweeps and probes -> figures.
 """
 
 from __future__ import annotations
-
-import time
-from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from icml25.knowledge_swap.data import (
 )
 from icml25.knowledge_swap.metrics import accuracy_on, linear_probe_by_layer
 from icml25.knowledge_swap.swap import KnowledgeSwapper
-from icml25.report import Metric, ReproResult, checks_table, pyplot, save_figure, torch_threads
+from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduction
 
 CLAIM = (
     "Learning before forgetting (LoRA, then bounded gradient ascent with the learned classes "
@@ -36,19 +37,227 @@ CLAIM = (
 )
 LF, FL, SIM = "learn_then_forget", "forget_then_learn", "simultaneous"
 SHORT = {LF: "L->F", FL: "F->L", SIM: "simultaneous"}
+ACC = ("acc_r", "acc_f", "acc_l", "S")
+
+# -- pre-registered: seeds and criteria (thresholds are the spec's, frozen before the first run) --
+
+#: Seeds in quick / full mode. Quick: ~10 s per seed on one core (500 pretraining steps, 2 x 100
+#: swap steps per strategy), 12 seeds fit the ~3-minute budget; full: 20 seeds for the main
+#: comparison, the sweeps, anchors and probes on the first N_SWEEP / N_PROBE of them.
+N_QUICK, N_FULL = 12, 20
+N_SWEEP, N_PROBE = 10, 3
+
+S_GAP = Criterion(
+    "(a) S(L->F) - S(F->L) > 3",
+    "paired",
+    above=3.0,
+    unit="points",
+    description="swap score S = (Acc_r + Acc_l + 100 - Acc_f) / 3 of both orders from the same "
+    "start, paired by seed",
+)
+FORGETS_MORE = Criterion(
+    "(b) Acc_f(L->F) - Acc_f(F->L) < 0",
+    "paired",
+    below=0.0,
+    unit="points",
+    description="accuracy on the forgotten classes 0-1 (lower is better), paired by seed",
+)
+LEARNS_ENOUGH = Criterion(
+    "(c) Acc_l(L->F) - Acc_l(F->L) > -5",
+    "paired",
+    above=-5.0,
+    unit="points",
+    description="accuracy on the new classes 8-9, paired by seed",
+)
+SANE_FORGET = Criterion(
+    "(d) sanity: Acc_f(L->F) < 20",
+    "mean",
+    below=20.0,
+    unit="%",
+    description="the swap happened: L->F forgot classes 0-1",
+)
+SANE_LEARN = Criterion(
+    "(d) sanity: Acc_l(L->F) > 80",
+    "mean",
+    above=80.0,
+    unit="%",
+    description="the swap happened: L->F learned classes 8-9",
+)
+CRITERIA = [S_GAP, FORGETS_MORE, LEARNS_ENOUGH, SANE_FORGET, SANE_LEARN]
 
 
-def run(
-    quick: bool = True,
-    seed: int = 0,
-    out: Path | str = Path("runs/knowledge_swap"),
-    *,
-    smoke: bool = False,
-) -> ReproResult:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with torch_threads(2):
-        return _run(quick, seed, out, smoke)
+@reproduction("knowledge_swap", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
+def run(r: Run) -> ReproResult:
+    # -- setup -----------------------------------------------------------------------------------
+    pre_steps = r.size(smoke=60, quick=500, full=800)
+    main_steps = r.size(smoke=10, quick=100, full=150)
+    strategies = (LF, FL) if r.quick else (LF, FL, SIM)
+
+    # -- per-seed measurement ----------------------------------------------------------------------
+    per_seed = r.over_seeds(lambda s: measure_seed(s, pre_steps, main_steps, strategies))
+    runs = {strat: [p["runs"][strat] for p in per_seed] for strat in strategies}
+    M = {strat: {k: [x["metrics"][k] for x in runs[strat]] for k in ACC} for strat in strategies}
+    lf, fl = M[LF], M[FL]
+
+    # -- checks ------------------------------------------------------------------------------------
+    checks = swap_checks(lf, fl)
+
+    metrics, tables, notes = [], [], []
+    for strat in strategies:
+        for k in ACC:
+            metrics.append(Metric(f"{SHORT[strat]} {k}", M[strat][k], unit="%"))
+    gap = list(np.array(lf["S"]) - np.array(fl["S"]))
+    relapse = [
+        x["stage_acc"]["learn"]["acc_f"] - x["stage_acc"]["forget"]["acc_f"] for x in runs[FL]
+    ]
+    metrics += [
+        Metric("S(L->F) - S(F->L)", gap, unit="points"),
+        Metric(
+            "seeds with S(L->F) - S(F->L) > 3",
+            [float(g > 3) for g in gap],
+            description="1 per seed where the gap clears the margin (reported, not tested)",
+        ),
+        Metric("F->L relapse (Acc_f after learn - after forget)", relapse, unit="points"),
+        Metric("pretrained Acc_r", [p["pre_acc_r"] for p in per_seed], unit="%"),
+        Metric("pretrained Acc_f", [p["pre_acc_f"] for p in per_seed], unit="%"),
+    ]
+    rows = ["| strategy | Acc_r | Acc_f | Acc_l | S |", "|---|---|---|---|---|"]
+    for strat in strategies:
+        cells = [f"{_mean_sd(M[strat][k])[0]:.1f} ± {_mean_sd(M[strat][k])[1]:.1f}" for k in ACC]
+        rows.append(f"| {SHORT[strat]} | " + " | ".join(cells) + " |")
+    tables.append(
+        f"Main setting ({main_steps} steps per stage, 10% retain/forget subsets, head frozen; "
+        f"mean ± sd over seeds {r.seeds}):\n\n"
+        + "\n".join(rows)
+        + "\n\nS gap L->F - F->L per seed: "
+        + ", ".join(f"{v:+.1f}" for v in gap)
+        + " points. F->L relapse of the forgotten classes after its learn stage: "
+        + ", ".join(f"{v:+.1f}" for v in relapse)
+        + " points."
+    )
+    if not all(c.held for c in checks if c.name.startswith("(d)")):
+        notes.append(
+            "A sanity check (d) was not held: the swap itself may not have happened (Acc_f(L->F) "
+            "not surely below 20 or Acc_l(L->F) not surely above 80), so the comparison of the "
+            "orders means little."
+        )
+
+    # -- full mode: sensitivity sweeps, anchors, per-layer probes ---------------------------------
+    bases = {s: (p["task"], p["base"]) for s, p in zip(r.seeds, per_seed)}
+    if not r.quick:
+        tables.append(_sweeps(bases, r.seeds[:N_SWEEP], r.smoke, metrics))
+
+    # -- figures -----------------------------------------------------------------------------------
+    r.figure(_plot_bars(M, strategies), "swap_bars.png")
+    r.figure(_plot_traj(runs, strategies, main_steps), "forget_trajectory.png")
+    r.figure(_plot_norms(runs), "lora_norm_profile.png")
+    if not r.quick:
+        probe_table, probe_fig = _probe(bases, r.seeds[:N_PROBE], main_steps)
+        tables.append(probe_table)
+        r.figure(probe_fig, "knock_on_probes.png")
+
+    return r.result(
+        claim=CLAIM,
+        checks=checks,
+        criteria=CRITERIA,
+        key_check=S_GAP.name,
+        metrics=metrics,
+        setup=(
+            f"sklearn digits 8x8 (icml25.toy.digits_split), stratified 50/50 split per seed; forget "
+            f"{list(FORGET)}, retain 2-7, learn {list(LEARN)}. CNN (3 convs, 2 hidden fcs, 10-way "
+            f"head) pretrained on 0-7 with 8-way logits ({pre_steps} Adam steps); head rows 8-9 "
+            f"re-initialised (seeded), head and base frozen; LoRA r=4, alpha=4 on "
+            f"{', '.join(HIDDEN)}. Swap: 10% subsets of retain/forget train (>= 16 each), full "
+            f"learn train; AdamW lr 1e-2, wd 0.05, cosine to 1e-5 per stage (per iteration), batch "
+            f"32 per set, beta 0.2/0.2, alpha 0.005, BND 105; {main_steps} steps per stage; "
+            f"{len(r.seeds)} seeds {r.seeds[0]}-{r.seeds[-1]}, every strategy from the same start "
+            "per seed (so the orders are compared paired by seed)."
+            + (
+                ""
+                if r.quick
+                else f" Sweeps, anchors (GS-LoRA, no-LoRA fine-tuning) on the first "
+                f"{min(N_SWEEP, len(r.seeds))} seeds, per-layer probes on the first "
+                f"{min(N_PROBE, len(r.seeds))}."
+            )
+        ),
+        criterion=(
+            "Every check must hold (95% intervals over seeds): (a) the S gap is above +3, (b) L->F "
+            "leaves fewer forgotten classes recognised than F->L, (c) L->F's Acc_l is at most 5 "
+            "points below F->L's, (d) the swap happened in L->F (mean Acc_f < 20, mean Acc_l > 80)."
+        ),
+        power=_power_text(checks, len(r.seeds)),
+        tables=tables,
+        notes=notes,
+        deviations=[
+            "8x8 digits and a 5-layer CNN instead of ViT-B/16 on ImageNet-100 + CUB/Pets/RESISC/"
+            "PlantVillage; LoRA r=4 on every hidden layer (official: r=8 on the ViT FFNs).",
+            "The cosine schedule is stepped per iteration over a stage's 100-300 steps (official: "
+            "per epoch over 5 epochs).",
+            "LoRA A is initialised with kaiming_uniform(a=sqrt(5)) (official sqrt(50) for 768-d ViTs).",
+            "issue 17: the criteria are tested, not compared as means: (a)-(c) are paired "
+            "t-intervals of the per-seed differences, (d) t-intervals of L->F's means; a claim "
+            "holds only when every interval clears its threshold (the thresholds +3, 0, -5, 20 and "
+            "80 are the spec's, unchanged). (b) 'Acc_f(L->F) <= Acc_f(F->L)' becomes the strict "
+            "'L->F forgets more' (the spec's 'learning afterwards revives forgotten classes in "
+            "F->L'): with both orders at 0% in most seeds it reads inconclusive, not held.",
+            "issue 17: the sanity check (d) is a check like the others: when it fails with "
+            "confidence the claim reads 'did not hold' (before: 'inconclusive').",
+            "issue 17: seeds 3 -> 12 (quick) and 10 -> 20 (full, the sweeps, anchors and probes "
+            "stay on the first 10 / 3), sized from the earlier per-seed spread of the S gap (sd 6-8 "
+            "points) so that a gap like the spec pilot's (+9.2) is detected in quick mode; torch "
+            "runs on 1 thread (before 2).",
+        ],
+    )
+
+
+def swap_checks(lf: dict, fl: dict) -> list:
+    """The pre-registered checks from the per-seed metrics of L->F (``lf``) and F->L (``fl``):
+    dicts of ``acc_r``, ``acc_f``, ``acc_l``, ``S`` lists, one value per seed."""
+    return [
+        S_GAP.check(lf["S"], fl["S"]),
+        FORGETS_MORE.check(lf["acc_f"], fl["acc_f"]),
+        LEARNS_ENOUGH.check(lf["acc_l"], fl["acc_l"]),
+        SANE_FORGET.check(lf["acc_f"]),
+        SANE_LEARN.check(lf["acc_l"]),
+    ]
+
+
+def _power_text(checks: list, n: int) -> str:
+    det = {c.name: c.detectable for c in checks}
+    return (
+        "The paper's own numbers could not be read (spec), so no paper effect is set; the seed "
+        "counts are sized on this reproduction's earlier runs. (a): the per-seed S gap spread "
+        "about 6-8 points (sd), so 12 seeds detect with 80% power a true gap about 6 points above "
+        "the +3 margin, i.e. a gap of about +9, the spec pilot's +9.2. The earlier measured means "
+        "(+6.1 quick and +7.4 in the issue's run, +4.6 full) lie only 1.6-4.4 points above the "
+        "margin: detecting those needs about 19-120 seeds, more than the ~3-minute quick budget "
+        "(about 10 s per seed) allows, so an inconclusive (a) at that size is expected and is "
+        "not evidence against the claim. (b): in most seeds both orders end at Acc_f = 0; F->L's "
+        "residues (full run: -9.2 points mean, sd 13.9) need about 20 seeds to be detected, and "
+        "with 100 steps per stage (quick) F->L rarely relapses, so (b) is expected to be "
+        "inconclusive in quick mode. Full mode (20 seeds, 150 steps per stage): (a) detects about "
+        "4 points above the margin (a gap of about +7), (b) about 9 points. This run "
+        f"({n} seeds): (a) detects a distance of {_f(det[S_GAP.name])} points from the margin, "
+        f"(b) a difference of {_f(det[FORGETS_MORE.name])} points."
+    )
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def measure_seed(seed: int, pre_steps: int, main_steps: int, strategies) -> dict:
+    """One seed: the task split, the pretrained base, and every strategy's swap from the same
+    start (metrics, Acc_f trajectory, stage records, per-layer LoRA changes)."""
+    task = DigitsSwapTask(seed)
+    base = pretrain(digits_cnn(seed), task, pre_steps, seed)
+    return {
+        "task": task,
+        "base": base,
+        "pre_acc_r": accuracy_on(base, task.retain_test),
+        "pre_acc_f": accuracy_on(base, task.forget_test),
+        "runs": {strat: _swap(base, task, seed, strat, main_steps) for strat in strategies},
+    }
 
 
 def _swap(
@@ -120,124 +329,6 @@ def _mean_sd(v):
     return v.mean(), (v.std(ddof=1) if len(v) > 1 else 0.0)
 
 
-def _run(quick: bool, seed: int, out: Path, smoke: bool) -> ReproResult:
-    t0 = time.perf_counter()
-    n_seeds = 1 if smoke else (3 if quick else 10)
-    seeds = [seed + i for i in range(n_seeds)]
-    pre_steps = 60 if smoke else (500 if quick else 800)
-    main_steps = 10 if smoke else (100 if quick else 150)
-    strategies = (LF, FL) if quick else (LF, FL, SIM)
-    runs: dict[tuple, list[dict]] = {}
-    pre_acc = []
-    bases = {}
-    for s in seeds:
-        task = DigitsSwapTask(s)
-        base = pretrain(digits_cnn(s), task, pre_steps, s)
-        bases[s] = (task, base)
-        pre_acc.append((accuracy_on(base, task.retain_test), accuracy_on(base, task.forget_test)))
-        for strat in strategies:
-            runs.setdefault(("main", strat), []).append(_swap(base, task, s, strat, main_steps))
-    checks, metrics, tables, notes = {}, [], [], []
-    M = {
-        k: {key: [r["metrics"][key] for r in v] for key in ("acc_r", "acc_f", "acc_l", "S")}
-        for k, v in runs.items()
-    }
-    lf, fl = M[("main", LF)], M[("main", FL)]
-    mean = lambda x: float(np.mean(x))  # noqa: E731
-    sane = mean(lf["acc_f"]) <= 20 and mean(lf["acc_l"]) >= 80
-    checks["(a) S(L->F) >= S(F->L) + 3"] = mean(lf["S"]) >= mean(fl["S"]) + 3
-    checks["(b) Acc_f(L->F) <= Acc_f(F->L)"] = mean(lf["acc_f"]) <= mean(fl["acc_f"])
-    checks["(c) Acc_l(L->F) >= Acc_l(F->L) - 5"] = mean(lf["acc_l"]) >= mean(fl["acc_l"]) - 5
-    checks["(d) sanity: Acc_f(L->F) <= 20 and Acc_l(L->F) >= 80"] = sane
-    relapse = [
-        r["stage_acc"]["learn"]["acc_f"] - r["stage_acc"]["forget"]["acc_f"]
-        for r in runs[("main", FL)]
-    ]
-    rows = ["| strategy | Acc_r | Acc_f | Acc_l | S |", "|---|---|---|---|---|"]
-    for strat in strategies:
-        d = M[("main", strat)]
-        cells = [
-            f"{_mean_sd(d[k])[0]:.1f} ± {_mean_sd(d[k])[1]:.1f}"
-            for k in ("acc_r", "acc_f", "acc_l", "S")
-        ]
-        rows.append(f"| {SHORT[strat]} | " + " | ".join(cells) + " |")
-        for k in ("acc_r", "acc_f", "acc_l", "S"):
-            metrics.append(Metric(f"{SHORT[strat]} {k}", d[k], unit="%"))
-    metrics.append(
-        Metric("S(L->F) - S(F->L)", list(np.array(lf["S"]) - np.array(fl["S"])), unit="points")
-    )
-    metrics.append(
-        Metric("F->L relapse (Acc_f after learn - after forget)", relapse, unit="points")
-    )
-    metrics.append(Metric("pretrained Acc_r", [a for a, _ in pre_acc], unit="%"))
-    metrics.append(Metric("pretrained Acc_f", [b for _, b in pre_acc], unit="%"))
-    tables.append(
-        f"Main setting ({main_steps} steps per stage, 10% retain/forget subsets, head frozen; "
-        f"mean ± sd over seeds {seeds}):\n\n"
-        + "\n".join(rows)
-        + "\n\nF->L relapse of the forgotten classes after its learn stage: "
-        + ", ".join(f"{v:+.1f}" for v in relapse)
-        + " points."
-    )
-    if not quick:
-        tables.append(_sweeps(bases, seeds, smoke, metrics))
-    figures = [
-        _plot_bars(M, strategies, out),
-        _plot_traj(runs, strategies, main_steps, out),
-        _plot_norms(runs, out),
-    ]
-    if not quick:
-        probe_table, probe_fig = _probe(bases, seeds[:3], main_steps, out)
-        tables.append(probe_table)
-        figures.append(probe_fig)
-    verdict_checks = {k: v for k, v in checks.items() if not k.startswith("(d)")}
-    held = all(verdict_checks.values()) and sane
-    if not sane:
-        notes.append(
-            "Inconclusive: the swap itself did not happen (Acc_f(L->F) > 20 or Acc_l(L->F) < 80), "
-            "so the comparison of orders means little."
-        )
-    failed = [k for k, v in checks.items() if not v]
-    if failed:
-        notes.append("Checks that failed: " + "; ".join(failed) + ".")
-    if smoke:
-        notes.append("Smoke size: everything shrunk for a test; the verdict means nothing here.")
-    tables.insert(0, checks_table(checks))
-    return ReproResult(
-        slug="knowledge_swap",
-        claim=CLAIM,
-        held=held,
-        metrics=metrics,
-        key_metric="S(L->F) - S(F->L)",
-        setup=(
-            f"sklearn digits 8x8, stratified 50/50 split per seed; forget {list(FORGET)}, retain "
-            f"2-7, learn {list(LEARN)}. CNN (3 convs, 2 hidden fcs, 10-way head) pretrained on "
-            f"0-7 with 8-way logits ({pre_steps} Adam steps); head rows 8-9 re-initialised (seeded), "
-            f"head and base frozen; LoRA r=4, alpha=4 on {', '.join(HIDDEN)}. Swap: 10% subsets "
-            f"of retain/forget train (>= 16 each), full learn train; AdamW lr 1e-2, wd 0.05, cosine to "
-            f"1e-5 per stage (per iteration), batch 32 per set, beta 0.2/0.2, alpha 0.005, BND 105; "
-            f"{main_steps} steps per stage; seeds {seeds}."
-        ),
-        criterion=(
-            "All of (a) S(L->F) >= S(F->L) + 3, (b) Acc_f(L->F) <= Acc_f(F->L), (c) Acc_l(L->F) >= "
-            "Acc_l(F->L) - 5 (means over seeds), given the sanity check (d); otherwise inconclusive."
-        ),
-        figures=figures,
-        tables=tables,
-        notes=" ".join(notes),
-        deviations=[
-            "8x8 digits and a 5-layer CNN instead of ViT-B/16 on ImageNet-100 + CUB/Pets/RESISC/"
-            "PlantVillage; LoRA r=4 on every hidden layer (official: r=8 on the ViT FFNs).",
-            "The cosine schedule is stepped per iteration over a stage's 100-300 steps (official: "
-            "per epoch over 5 epochs).",
-            "LoRA A is initialised with kaiming_uniform(a=sqrt(5)) (official sqrt(50) for 768-d ViTs).",
-        ],
-        seconds=time.perf_counter() - t0,
-        quick=quick,
-        seed=seed,
-    )
-
-
 def _sweeps(bases, seeds, smoke, metrics) -> str:
     """Full mode: one factor at a time around the main setting, L->F vs F->L (+ GS-LoRA)."""
     rows = [
@@ -298,8 +389,8 @@ def _sweeps(bases, seeds, smoke, metrics) -> str:
     ft = []
     for s in seeds:
         task, base = bases[s]
-        run = _swap(base, task, s, SIM, 10 if smoke else 150, lora=False, track_every=10**9)
-        ft.append(run["metrics"])
+        one = _swap(base, task, s, SIM, 10 if smoke else 150, lora=False, track_every=10**9)
+        ft.append(one["metrics"])
     v = {k: float(np.mean([m[k] for m in ft])) for k in ("acc_r", "acc_f", "acc_l", "S")}
     rows.append(
         f"| no LoRA: fine-tune + gradient ascent, simultaneous, 2 x 150 steps | "
@@ -314,7 +405,7 @@ def _sweeps(bases, seeds, smoke, metrics) -> str:
     )
 
 
-def _probe(bases, seeds, steps, out: Path):
+def _probe(bases, seeds, steps):
     """Per-layer linear probes (classes 0, 1, 8, 9) before and after each stage of both orders."""
     records: dict[str, list[dict]] = {}
     for s in seeds:
@@ -361,19 +452,19 @@ def _probe(bases, seeds, steps, out: Path):
     ax.legend(fontsize=6)
     table = (
         "Per-layer linear probes (4-way among the forget and learn classes; held-out half of the "
-        "test split; mean over 3 seeds):\n\n" + "\n".join(rows)
+        f"test split; mean over {len(seeds)} seeds):\n\n" + "\n".join(rows)
     )
-    return table, save_figure(fig, out / "knock_on_probes.png")
+    return table, fig
 
 
-def _plot_bars(M, strategies, out: Path) -> Path:
+def _plot_bars(M, strategies):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     keys = ("acc_r", "acc_f", "acc_l")
     x = np.arange(len(keys))
     w = 0.8 / len(strategies)
     for i, strat in enumerate(strategies):
-        d = M[("main", strat)]
+        d = M[strat]
         ax.bar(
             x + i * w,
             [np.mean(d[k]) for k in keys],
@@ -385,14 +476,14 @@ def _plot_bars(M, strategies, out: Path) -> Path:
     ax.set_xticks(x + w * (len(strategies) - 1) / 2, ["Acc_r (up)", "Acc_f (down)", "Acc_l (up)"])
     ax.set_ylabel("test accuracy (%)")
     ax.legend()
-    return save_figure(fig, out / "swap_bars.png")
+    return fig
 
 
-def _plot_traj(runs, strategies, steps, out: Path) -> Path:
+def _plot_traj(runs, strategies, steps):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for strat in strategies:
-        trajs = [r["traj"] for r in runs[("main", strat)]]
+        trajs = [x["traj"] for x in runs[strat]]
         xs = [t for t, _ in trajs[0]]
         ys = np.array([[a for _, a in tr] for tr in trajs])
         ax.plot(xs, ys.mean(0), label=SHORT[strat])
@@ -401,18 +492,18 @@ def _plot_traj(runs, strategies, steps, out: Path) -> Path:
     ax.set_xlabel("step (the line marks the stage change)")
     ax.set_ylabel("Acc_f on the forget classes (%)")
     ax.legend()
-    return save_figure(fig, out / "forget_trajectory.png")
+    return fig
 
 
-def _plot_norms(runs, out: Path) -> Path:
+def _plot_norms(runs):
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
     for ax, strat in zip(axes, (LF, FL)):
         for stage in ("learn", "forget"):
-            arr = np.array([r["moved"][stage] for r in runs[("main", strat)]])
+            arr = np.array([x["moved"][stage] for x in runs[strat]])
             ax.plot(HIDDEN, arr.mean(0), "o-", label=f"{stage} stage")
         ax.set_title(SHORT[strat])
         ax.set_xlabel("layer (low to high)")
     axes[0].set_ylabel("norm of the LoRA change in the stage")
     axes[0].legend()
-    return save_figure(fig, out / "lora_norm_profile.png")
+    return fig
