@@ -59,7 +59,7 @@ def test_metric_rejects_bad_values(values, error):
         Metric("m", values)
 
 
-HELD = Criterion("gain", "paired", above=0.0, unit="pt")
+HELD = Criterion("gain", "paired", above=0.0, unit="pt", description="ours minus baseline")
 EXACT = Criterion("bytes", "exact", below=100)
 
 
@@ -141,6 +141,9 @@ def test_report_with_fake_result_and_figure(tmp_path):
     assert "## Planned (no reproduction yet)" in text and "| 16 | tpo |" in text
     assert "- smaller n than the paper" in text
     assert "**Criteria.** speedup >= 3 and max error <= 1e-10" in text
+    assert "What each check compares:" not in text.split("## 05")[0]  # no descriptions given
+    described = render_markdown([ReproResult("swan", "c", checks=[_held_check()])], out_dir=out)
+    assert "- *gain*: ours minus baseline" in described
 
     data = json.loads((out / "results.json").read_text())
     assert [r["status"] for r in data["results"]] == ["held", "did not hold", "error", "planned"]
@@ -177,6 +180,10 @@ def test_comparison_puts_two_runs_side_by_side(tmp_path):
     assert "## 04 · lapsum: ✅ held (s0) · ❔ inconclusive (s4)" in text
     row = next(line for line in text.splitlines() if line.startswith("| gain |"))
     assert "(n=4)" in row and "(n=3)" in row and "✅ held" in row and "❔ inconclusive" in row
+    assert "| > 0 pt |" in row  # the claim both runs tested
+    other = ReproResult("swan", "c", checks=[_failed_check()])
+    text = render_comparison(({}, [a, other]), ({}, [b]), labels=("s0", "s4"))
+    assert "In one run only: swan (in s0)." in text
 
 
 def test_missing_figure_is_marked_not_fatal(tmp_path):

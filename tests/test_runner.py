@@ -116,12 +116,12 @@ def test_seed_override_reaches_the_harness_and_is_reported(fake_papers, tmp_path
     paper = Paper(6, "fff", "F", "arXiv:0000.00006", repro="icml25_fake_repros:seeded")
     (default,) = run_reproductions([paper], out=tmp_path / "a", seed=2)
     assert CALLS == ["seeded quick [2, 3, 4]"] and default.seeds == [2, 3, 4]
-    assert "set on the command line" not in default.notes
+    assert "set by the caller" not in default.notes
     (full,) = run_reproductions([paper], out=tmp_path / "b", quick=False, seeds=None)
     assert full.seeds == [0, 1, 2, 3, 4]
     (over,) = run_reproductions([paper], out=tmp_path / "c", seeds=7)
     assert over.seeds == list(range(7)) and over.check("gain").n == 7
-    assert "set on the command line (7 seeds)" in over.notes
+    assert "set by the caller (7 seeds" in over.notes
     meta, _ = load_results(tmp_path / "c")
     assert meta["seeds"] == 7
     # a resumed run only reuses results made with the same seed count
@@ -136,13 +136,46 @@ def test_seed_override_reaches_the_harness_and_is_reported(fake_papers, tmp_path
     assert err.status == "error" and "does not take a seed count" in err.error
 
 
-def test_harness_refuses_checks_from_undeclared_criteria(tmp_path):
+def _tiny_figure():
+    from icml25.report import pyplot
+
+    fig, ax = pyplot().subplots()
+    ax.plot([0, 1])
+    return fig
+
+
+def test_harness_refuses_checks_from_undeclared_criteria(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
     @reproduction("ggg", seeds=(2, 2), threads=None)
     def body(r):
         moved = Criterion("gain", "paired", above=-1.0)  # threshold changed after the fact
         return r.result(claim="c", checks=[moved.check([1, 2], [0, 0])], criteria=[GAIN])
 
-    with pytest.raises(ValueError, match="do not come from the declared criteria"):
+    with pytest.raises(
+        ValueError, match=r"differs from its declared criterion \(above: declared 0.0, used -1.0\)"
+    ):
         body(out=tmp_path)
+
+    @reproduction("hhh", seeds=(2, 2), threads=None)
+    def stray(r):
+        other = Criterion("other", "mean", below=5.0)
+        return r.result(claim="c", checks=[other.check([1, 2])], criteria=[GAIN])
+
+    with pytest.raises(ValueError, match="comes from no declared criterion"):
+        stray(out=tmp_path)
+
+    @reproduction("iii", seeds=(2, 2), threads=None)
+    def partial(r):
+        r.figure(_tiny_figure(), "f.png")
+        return r.result(claim="c", checks=[GAIN.check([1, 2], [0, 0])], criteria=[GAIN, BYTES])
+
+    res = partial(out="rel/out")  # a relative folder: the figure is recorded by absolute path
+    assert "Declared criteria not evaluated in this quick run: bytes." in res.notes
+    assert res.figures[0].is_absolute() and res.figures[0].exists()
+    with pytest.raises(TypeError, match="Check objects"):
+        reproduction("jjj", seeds=(2, 2), threads=None)(
+            lambda r: r.result(claim="c", checks=["held"], criteria=[GAIN])
+        )(out=tmp_path)
     with pytest.raises(ValueError, match="number of seeds must be a positive integer"):
         body(out=tmp_path, seeds=0)

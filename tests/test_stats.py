@@ -63,8 +63,8 @@ def test_sign_flip_floor_and_monte_carlo():
 
 
 def test_spearman_matches_scipy_and_covers():
-    x = [1.0, 2.5, 2.0, 4.0, 3.5, 6.0, 5.0, 8.0]
-    y = [2.0, 1.0, 4.0, 3.0, 6.0, 5.0, 8.0, 7.0]
+    x = [1.0, 2.5, 2.0, 4.0, 3.5, 6.0, 5.0, 8.0, 9.5, 9.0]
+    y = [2.0, 1.0, 4.0, 3.0, 6.0, 5.0, 8.0, 7.0, 9.0, 10.0]
     iv = S.spearman_interval(x, y)
     assert iv.estimate == pytest.approx(sps.spearmanr(x, y).statistic)
     assert -1 < iv.low < iv.estimate < iv.high < 1
@@ -94,12 +94,12 @@ def test_bootstrap_coverage_on_a_known_distribution():
 
 def test_clustered_bootstrap_counts_clusters_and_is_wider():
     rng = np.random.default_rng(3)
-    offsets = rng.normal(0, 1.0, size=4)  # a strong per-cluster (per-seed) effect
+    offsets = rng.normal(0, 1.0, size=6)  # a strong per-cluster (per-seed) effect
     values = np.concatenate([o + rng.normal(0, 0.2, size=50) for o in offsets])
-    labels = np.repeat(np.arange(4), 50)
+    labels = np.repeat(np.arange(6), 50)
     flat = S.bootstrap_mean(values)
     clustered = S.bootstrap_mean(values, clusters=labels.tolist())
-    assert clustered.n == 4 and flat.n == 200
+    assert clustered.n == 6 and flat.n == 300
     assert (clustered.high - clustered.low) > 3 * (flat.high - flat.low)
     again = S.bootstrap_mean(values, clusters=labels.tolist())
     assert (again.low, again.high) == (clustered.low, clustered.high)  # seeded: reproducible
@@ -203,18 +203,53 @@ def test_detectable_effect_and_underpowered_flag():
             ValueError,
             "successes <= n",
         ),
-        (lambda: Criterion("x", "proportion", above=0.5).check(0.5, 10), TypeError, "integers"),
+        (
+            lambda: Criterion("x", "proportion", above=0.5).check(0.5, 10),
+            TypeError,
+            "integer counts",
+        ),
         (lambda: Criterion("x", "exact", above=0).check([1, 2]), ValueError, "one value"),
         (
             lambda: Criterion("x", "spearman", above=0).check([1, 2, 3], [1, 2, 3]),
             ValueError,
-            "4 pairs",
+            "10 pairs",
         ),
         (
             lambda: Criterion("x", "bootstrap", above=0).check([1.0, 2.0], clusters=[0]),
             ValueError,
             "cluster labels",
         ),
+        (lambda: Criterion("x", "bootstrap", above=0).check([1.0, 2.0]), ValueError, "at least 10"),
+        (
+            lambda: Criterion("x", "bootstrap", above=0).check([1.0] * 20, clusters=[0, 1] * 10),
+            ValueError,
+            "at least 5 clusters",
+        ),
+        (
+            lambda: Criterion("x", "bootstrap", above=0).check([1.0] * 10, clusters=[None] * 10),
+            ValueError,
+            "None or NaN",
+        ),
+        (
+            lambda: Criterion("x", "paired", above=0).check({3.0, 1.0}, {2.0, 0.5}),
+            TypeError,
+            "ordered",
+        ),
+        (lambda: Criterion("x", "mean", above=0).check(["1", "2"]), TypeError, "real numbers"),
+        (lambda: Criterion("x", "mean", above=0).check([True, False]), TypeError, "real numbers"),
+        (lambda: Criterion("x", "exact", above=0).check(True), TypeError, "takes a number"),
+        (lambda: Criterion("x", "mean", above=0).check([1e308, 1e308]), ValueError, "overflow"),
+        (lambda: Criterion("x", "mean", above=0).check([1.0, math.inf]), ValueError, "NaN or inf"),
+        (lambda: Criterion("x", "proportion", above=1.5), ValueError, "outside the range"),
+        (lambda: Criterion("x", "spearman", below=-2), ValueError, "outside the range"),
+        (lambda: Criterion("x", "mean", above=0, paper_effect=-1), ValueError, ">= 0"),
+        (lambda: Criterion("x", "mean", above=0, paper_effect="1"), TypeError, "must be a number"),
+        (
+            lambda: Criterion("x", "proportion", above=0.5).check([], []),
+            ValueError,
+            "one count per",
+        ),
+        (lambda: Criterion("x", "mean", above=0).check(), TypeError, r"takes \(values\)"),
     ],
 )
 def test_bad_input_names_the_value(make, error, match):
@@ -230,8 +265,8 @@ def test_check_round_trips_through_json_and_recomputes():
     crits = [
         (Criterion("p", "paired", above=0.0), ([1.0, 2.0, 1.5], [0.0, 0.5, 0.2])),
         (Criterion("w", "proportion", above=0.5), ([30, 35], [50, 50])),
-        (Criterion("b", "bootstrap", above=0.0), ([0.1, 0.3, -0.1, 0.2] * 5, [0, 1] * 10)),
-        (Criterion("s", "spearman", above=0.0), ([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])),
+        (Criterion("b", "bootstrap", above=0.0), ([0.1, 0.3, -0.1, 0.2] * 5, [0, 1, 2, 3, 4] * 4)),
+        (Criterion("s", "spearman", above=0.0), (list(range(10)), [2, 1, 4, 3, 5, 7, 6, 9, 8, 10])),
         (Criterion("e", "exact", below=3), (2.0,)),
     ]
     for crit, args in crits:
@@ -260,3 +295,27 @@ def test_identical_values_need_the_sign_flip_test_to_decide():
         band.check([1.0] * 6).verdict == "held" and band.check([2.0] * 6).verdict == "did not hold"
     )
     assert Criterion("d", "paired", above=0).check([1.0] * 3, [0.0] * 3).verdict == "inconclusive"
+
+
+def test_review_cases_rounding_noise_and_saturation():
+    """Cases a first user found: rounding noise must not dodge the identical-values rule, 0/n and
+    n/n must not be held in the impossible direction, numpy counts work, Monte Carlo is labelled."""
+    assert Criterion("m", "mean", above=0).check([0.3, 0.1 + 0.2]).verdict == "inconclusive"
+    near = Criterion("p", "paired", above=0).check([100.0, 100.0], [99.0, 99.0 + 1e-9])
+    assert near.verdict == "inconclusive"
+    assert Criterion("p", "proportion", above=0.0).check(0, 100).verdict == "inconclusive"
+    assert Criterion("p", "proportion", below=1.0).check(30, 30).verdict == "inconclusive"
+    counts = Criterion("p", "proportion", above=0.5).check(np.array([8, 9]), np.array([10, 10]))
+    assert counts.n == 20
+    assert "Monte Carlo" in Criterion("m", "mean", above=0).check(np.linspace(0.1, 1, 20)).test
+    assert "exact sign-flip" in Criterion("m", "mean", above=0).check([0.1, 0.5, 0.2]).test
+    refuted = Criterion("p", "paired", above=0).check([0.0] * 6, [1.0] * 6)
+    assert refuted.verdict == "did not hold" and refuted.p_value == pytest.approx(1 / 64)
+    flat = Criterion("x", "mean", above=0, paper_effect=1).check([2.0] * 5)
+    assert flat.detectable is None and "not estimable" in flat.power_text()
+    d90 = Criterion("p", "proportion", above=0.5, confidence=0.9).check(80, 100).detectable
+    d99 = Criterion("p", "proportion", above=0.5, confidence=0.99).check(80, 100).detectable
+    assert d99 > d90
+    assert Criterion("p", "proportion", above=0.5).over == "items"
+    # the short form would print "10" against "<= 10": more digits show the side
+    assert Criterion("e", "exact", below=10).check(10.0000001).interval_text() == "10.0000001"

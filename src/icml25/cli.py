@@ -92,29 +92,42 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from icml25.report import load_results, render_comparison, write_report
+    from icml25.report import load_results, render_comparison, verify_results, write_markdown
 
     if args.out and not args.compare:
         args.parser.error("--out names the comparison file; it needs --compare DIR2")
+    folder = Path(args.dir)
+    if folder.is_file():  # DIR/results.json given: the report goes next to it
+        folder = folder.parent
     try:
         meta, results = load_results(args.dir)
         other = load_results(args.compare) if args.compare else None
     except (FileNotFoundError, ValueError) as exc:
         args.parser.error(str(exc))
+    # the stored per-seed data are the source of truth: every check is recomputed from them
+    problems = verify_results(results) + (verify_results(other[1]) if other else [])
+    for line in problems:
+        print(f"warning: {line}", file=sys.stderr)
     if other is None:
-        report = write_report(results, args.dir, meta=meta)
+        try:
+            report = write_markdown(results, folder, meta=meta)
+        except OSError as exc:
+            args.parser.error(f"cannot write the report into {str(folder)!r}: {exc}")
         print(f"Report: {report}")
-        return 0
-    labels = (Path(args.dir).name or "A", Path(args.compare).name or "B")
+        return 1 if problems else 0
+    labels = (Path(args.dir).resolve().name or "A", Path(args.compare).resolve().name or "B")
     if labels[0] == labels[1]:
         labels = ("A", "B")
     text = render_comparison((meta, results), other, labels=labels) + "\n"
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            args.parser.error(f"cannot write --out {args.out!r}: {exc}")
         print(f"Comparison: {args.out}")
     else:
         print(text, end="")
-    return 0
+    return 1 if problems else 0
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -191,8 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_report = sub.add_parser(
         "report",
         help="re-render a report from its results.json, or compare two runs",
-        description="Rewrite DIR/report.md from DIR/results.json; with --compare DIR2, print the "
-        "two runs' checks side by side (the same claims on other seeds or another version).",
+        description="Rewrite DIR/report.md from DIR/results.json (results.json is left as it is); "
+        "with --compare DIR2, print the two runs' checks side by side (the same claims on other "
+        "seeds or another version). Every check is recomputed from its stored per-seed data; a "
+        "stored number or verdict that disagrees is reported on stderr, the recomputed one is "
+        "shown, and the exit code is 1.",
     )
     p_report.add_argument("dir", metavar="DIR", help="a report folder written by `icml25 repro`")
     p_report.add_argument("--compare", metavar="DIR2", help="a second report folder")

@@ -29,6 +29,8 @@ from icml25.report.render import (
     load_results,
     render_comparison,
     render_markdown,
+    verify_results,
+    write_markdown,
     write_report,
 )
 from icml25.report.result import STATUSES, Metric, ReproResult
@@ -53,5 +55,7 @@ __all__ = [
     "save_figure",
     "seed_list",
     "torch_threads",
+    "verify_results",
+    "write_markdown",
     "write_report",
 ]

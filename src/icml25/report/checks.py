@@ -29,6 +29,7 @@ exact      ``value[, how]``         none: a deterministic quantity (exact math, 
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,7 +48,7 @@ DESIGNS = ("paired", "mean", "proportion", "bootstrap", "spearman", "exact")
 def _number(name: str, what: str, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, (bool, str, bytes)):
         raise TypeError(f"criterion {name!r}: {what} must be a number, got {value!r}")
     try:
         out = float(value)
@@ -59,12 +60,33 @@ def _number(name: str, what: str, value: Any) -> float | None:
 
 
 def _values(name: str, what: str, values: Any) -> list[float]:
-    if hasattr(values, "tolist"):  # numpy arrays, torch tensors
+    if isinstance(values, (set, frozenset, dict)):
+        raise TypeError(
+            f"check {name!r}: {what} must be an ordered sequence (list, tuple, array), got a "
+            f"{type(values).__name__}, whose order is arbitrary and would break the pairing"
+        )
+    if hasattr(values, "tolist"):  # numpy arrays, torch tensors, pandas Series
         values = values.tolist()
     if isinstance(values, (int, float)) and not isinstance(values, bool):
         values = [values]
+    if isinstance(values, (str, bytes, bool)):
+        raise TypeError(
+            f"check {name!r}: {what} must be a sequence of real numbers, got {values!r}"
+        )
     try:
-        out = [float(v) for v in values]
+        items = list(values)
+    except TypeError:
+        raise TypeError(
+            f"check {name!r}: {what} must be a sequence of real numbers, got {values!r}"
+        ) from None
+    bad_type = [v for v in items if isinstance(v, (bool, str, bytes))]
+    if bad_type:
+        raise TypeError(
+            f"check {name!r}: {what} must hold real numbers, got {bad_type[0]!r} "
+            f"({type(bad_type[0]).__name__})"
+        )
+    try:
+        out = [float(v) for v in items]
     except (TypeError, ValueError):
         raise TypeError(
             f"check {name!r}: {what} must be a sequence of real numbers, got {values!r}"
@@ -73,9 +95,56 @@ def _values(name: str, what: str, values: Any) -> list[float]:
     if bad:
         raise ValueError(
             f"check {name!r}: {what} must be finite; got {bad[:3]} among {len(out)} values "
-            "(a run that produced NaN is a failed measurement: report it, do not test it)"
+            "(a run that produced NaN or inf is a failed measurement: report it, do not test it)"
         )
     return out
+
+
+def _counts(name: str, what: str, values: Any) -> list[int]:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    items = list(values) if isinstance(values, (list, tuple)) else [values]
+    out = []
+    for v in items:
+        if isinstance(v, (bool, str, bytes)):
+            raise TypeError(f"check {name!r}: {what} must be integer counts, got {v!r}")
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise TypeError(f"check {name!r}: {what} must be integer counts, got {v!r}") from None
+    return out
+
+
+def _labels(name: str, clusters: Any) -> list[Any]:
+    if isinstance(clusters, (set, frozenset, dict)):
+        raise TypeError(
+            f"check {name!r}: clusters must be an ordered sequence, one label per value"
+        )
+    if hasattr(clusters, "tolist"):
+        clusters = clusters.tolist()
+    out = []
+    for c in clusters:
+        if c is None or (isinstance(c, float) and math.isnan(c)):
+            raise ValueError(f"check {name!r}: cluster labels must not be None or NaN, got {c!r}")
+        try:
+            out.append(operator.index(c))
+        except TypeError:
+            out.append(c if isinstance(c, str) else str(c))
+    return out
+
+
+#: Relative spread below which values count as identical (rounding noise, e.g. 0.1 + 0.2 vs 0.3).
+_IDENTICAL = 1e-9
+
+#: Default name of the independent units, per design.
+_OVER = {
+    "paired": "seeds",
+    "mean": "seeds",
+    "proportion": "items",
+    "bootstrap": "items",
+    "spearman": "pairs",
+    "exact": "",
+}
 
 
 @dataclass(frozen=True)
@@ -92,7 +161,8 @@ class Criterion:
         paper_effect: the paper's own effect, as a distance from the threshold in the same unit;
             the report flags the check as underpowered when the effect it could detect with 80%
             power is larger.
-        over: what the independent units are ("seeds", "images", "queries", ...).
+        over: what the independent units are ("seeds", "images", "queries", ...); the default
+            depends on the design (seeds for paired and mean, items, pairs).
         description: one line on what is compared, for the report.
 
     Interval designs are strict (held means the whole interval is beyond the threshold); the
@@ -106,7 +176,7 @@ class Criterion:
     confidence: float = 0.95
     unit: str = ""
     paper_effect: float | None = None
-    over: str = "seeds"
+    over: str = ""
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -124,13 +194,27 @@ class Criterion:
             )
         if above is not None and below is not None and not above < below:
             raise ValueError(
-                f"criterion {self.name!r}: 'within' needs above < below, got [{above}, {below}]"
+                f"criterion {self.name!r}: a band (both above= and below=) needs above < below, "
+                f"got above={above}, below={below}"
             )
+        limits = {"proportion": (0.0, 1.0), "spearman": (-1.0, 1.0)}.get(self.design)
+        if limits is not None:
+            for what, t in (("above", above), ("below", below)):
+                if t is not None and not limits[0] <= t <= limits[1]:
+                    raise ValueError(
+                        f"criterion {self.name!r}: {what}={t} is outside the range of a "
+                        f"{self.design} ({limits[0]:g} to {limits[1]:g})"
+                    )
         object.__setattr__(self, "above", above)
         object.__setattr__(self, "below", below)
-        object.__setattr__(
-            self, "paper_effect", _number(self.name, "paper_effect", self.paper_effect)
-        )
+        effect = _number(self.name, "paper_effect", self.paper_effect)
+        if effect is not None and effect < 0:
+            raise ValueError(
+                f"criterion {self.name!r}: paper_effect is a distance from the threshold in the "
+                f"claim's direction and must be >= 0, got {effect}"
+            )
+        object.__setattr__(self, "paper_effect", effect)
+        object.__setattr__(self, "over", self.over or _OVER[self.design])
         if not 0.5 <= float(self.confidence) < 1:
             raise ValueError(
                 f"criterion {self.name!r}: confidence must be in [0.5, 1), got {self.confidence}"
@@ -151,14 +235,19 @@ class Criterion:
         ``bootstrap(values, clusters=None)``, ``spearman(x, y)``, ``exact(value, how=None)``."""
         fn = getattr(self, f"_check_{self.design}")
         try:
-            return fn(*args, **kwargs)
-        except TypeError as exc:
-            if f"check {self.name!r}" in str(exc) or "wilson" in str(exc):
-                raise
+            inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError:
             raise TypeError(
-                f"criterion {self.name!r} (design {self.design!r}): {exc}; "
-                f"it takes {_SIGNATURES[self.design]}"
+                f"criterion {self.name!r} (design {self.design!r}) takes "
+                f"{_SIGNATURES[self.design]}; got {len(args)} positional argument(s)"
+                + (f" and {sorted(kwargs)}" if kwargs else "")
             ) from None
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:
+            if str(exc).startswith("check "):
+                raise
+            raise ValueError(f"check {self.name!r}: {exc}") from None
 
     # -- designs -------------------------------------------------------------------------------
 
@@ -184,48 +273,58 @@ class Criterion:
         iv = stats.mean_t_interval(d, self.confidence)
         p = None
         test = f"{what} over {iv.n} {self.over}"
-        if (self.above is None) != (self.below is None):
+        one_sided = (self.above is None) != (self.below is None)
+        if one_sided:
             null = self.above if self.above is not None else self.below
             alt = "greater" if self.above is not None else "less"
             p = stats.sign_flip_p(d, null=null, alternative=alt)
-            test += f"; exact sign-flip p = {p:.3g} (one-sided)"
+            test += f"; {_sign_flip_name(iv.n)} p = {p:.3g} (one-sided)"
             if iv.n < 5:
                 test += f", which cannot go below {2.0**-iv.n:.3g} with {iv.n} {self.over}"
-        det = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence)
+        det: float | None = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence)
         check = self._make(iv, test, data, p_value=p, detectable=det)
-        if iv.se == 0 and check.verdict != "inconclusive":
+        scale = max(abs(x) for x in d)
+        if iv.se <= _IDENTICAL * scale or scale == 0:
             # Identical values (e.g. a saturated score on every seed) collapse the t-interval to
-            # a point, which is no evidence of zero spread. The verdict then rests on the exact
-            # sign-flip test alone, whose floor is 2**-n: it needs enough units to decide.
+            # a point, which is no evidence of zero spread. The verdict then rests on the sign-flip
+            # test alone, whose floor is 2**-n: it takes at least 6 units to reach 2.5%.
+            check.detectable = None
             alpha = (1 - self.confidence) / 2
-            sides = [("greater", self.above), ("less", self.below)]
-            if check.verdict == "did not hold":  # the opposite direction must be established
-                sides = [("less", self.above), ("greater", self.below)]
-            ps = [stats.sign_flip_p(d, null=t, alternative=a) for a, t in sides if t is not None]
-            if check.verdict == "did not hold":
-                ps = [min(ps)]  # outside a band on one side suffices
-            if max(ps) > alpha:
+            iv_mid = iv.estimate
+            # the side the data are on, for each threshold: the test must establish that side
+            sides = [
+                ("greater" if iv_mid > t else "less", t)
+                for t in (self.above, self.below)
+                if t is not None and iv_mid != t
+            ]
+            ps = [stats.sign_flip_p(d, null=t, alternative=a) for a, t in sides]
+            if check.verdict == "held":
+                decisive = max(ps) if ps else 1.0
+            elif check.verdict == "did not hold":
+                decisive = min(ps) if ps else 1.0
+            else:
+                decisive = 1.0
+            check.p_value = decisive if ps else check.p_value
+            if decisive > alpha:
                 check.verdict = "inconclusive"
                 check.test += (
-                    f"; all {iv.n} values identical, so the verdict rests on the exact sign-flip "
-                    f"test, whose p cannot go below {2.0**-iv.n:.3g} > {alpha:.3g}"
+                    f"; all {iv.n} values identical, so the verdict rests on the sign-flip test "
+                    f"alone, whose p cannot go below {2.0**-iv.n:.3g} (> {alpha:.3g})"
                 )
-            else:
-                check.test += "; all values identical: the verdict rests on the sign-flip test"
+            elif check.verdict != "inconclusive":
+                check.test += (
+                    f"; all {iv.n} values identical: the verdict rests on the sign-flip test, "
+                    f"p = {decisive:.3g}"
+                )
         return check
 
     def _check_proportion(self, successes: Any, n: Any) -> Check:
-        ks = successes if isinstance(successes, (list, tuple)) else [successes]
-        ns = n if isinstance(n, (list, tuple)) else [n]
-        if len(ks) != len(ns):
-            raise ValueError(f"check {self.name!r}: {len(ks)} success counts for {len(ns)} totals")
-        try:
-            ks, ns = [operator.index(k) for k in ks], [operator.index(m) for m in ns]
-        except TypeError:
-            raise TypeError(
-                f"check {self.name!r}: success counts and totals must be integers, got "
-                f"{successes!r} and {n!r}"
-            ) from None
+        ks, ns = _counts(self.name, "successes", successes), _counts(self.name, "n", n)
+        if len(ks) != len(ns) or not ks:
+            raise ValueError(
+                f"check {self.name!r}: {len(ks)} success count(s) for {len(ns)} total(s); give "
+                "one count per total"
+            )
         bad = [(k, m) for k, m in zip(ks, ns) if m < 1 or not 0 <= k <= m]
         if bad:
             raise ValueError(
@@ -237,17 +336,15 @@ class Criterion:
         pooled = f", pooled over {len(ks)} runs" if len(ks) > 1 else ""
         ref = self.above if self.above is not None else self.below
         p0 = min(max(ref if 0 < ref < 1 else iv.estimate, 0.01), 0.99)
-        det = stats.detectable_effect(math.sqrt(p0 * (1 - p0) / n_sum), n_sum, t_dist=False)
+        det = stats.detectable_effect(
+            math.sqrt(p0 * (1 - p0) / n_sum), n_sum, confidence=self.confidence, t_dist=False
+        )
         test = f"Wilson interval of {k_sum}/{n_sum} {self.over}{pooled}"
         return self._make(iv, test, {"successes": ks, "n": ns}, detectable=det)
 
     def _check_bootstrap(self, values: Any, clusters: Sequence[Any] | None = None) -> Check:
         v = _values(self.name, "values", values)
-        cl = (
-            None
-            if clusters is None
-            else [c if isinstance(c, (int, str)) else str(c) for c in clusters]
-        )
+        cl = None if clusters is None else _labels(self.name, clusters)
         iv = stats.bootstrap_mean(v, clusters=cl, confidence=self.confidence)
         how = (
             f"two-stage percentile bootstrap (clusters, then items) of the mean of {len(v)} values "
@@ -255,10 +352,17 @@ class Criterion:
             if cl is not None
             else f"percentile bootstrap of the mean over {iv.n} {self.over}"
         )
-        det = stats.detectable_effect(iv.se, iv.n, t_dist=False)
-        return self._make(
+        det: float | None = stats.detectable_effect(
+            iv.se, iv.n, confidence=self.confidence, t_dist=False
+        )
+        check = self._make(
             iv, how + ", 10 000 resamples", {"values": v, "clusters": cl}, detectable=det
         )
+        if iv.se == 0 and check.verdict != "inconclusive":
+            # every resample gives the same mean: no spread is no evidence of certainty
+            check.verdict, check.detectable = "inconclusive", None
+            check.test += "; every resample gives the same mean, so it cannot decide"
+        return check
 
     def _check_spearman(self, x: Any, y: Any) -> Check:
         xs, ys = _values(self.name, "x", x), _values(self.name, "y", y)
@@ -266,7 +370,7 @@ class Criterion:
         det = None
         ref = self.above if self.above is not None else self.below
         if ref is not None and abs(ref) < 1:
-            q = stats.detectable_effect(iv.se, iv.n, t_dist=False)
+            q = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence, t_dist=False)
             sign = 1 if self.above is not None else -1
             det = abs(math.tanh(math.atanh(ref) + sign * q) - ref)
         test = (
@@ -275,9 +379,13 @@ class Criterion:
         return self._make(iv, test, {"x": xs, "y": ys}, detectable=det)
 
     def _check_exact(self, value: Any, how: str | None = None) -> Check:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError(f"check {self.name!r}: the exact design takes a number, got {value!r}")
         v = _values(self.name, "value", value)
         if len(v) != 1:
             raise ValueError(f"check {self.name!r}: the exact design takes one value, got {len(v)}")
+        if how is not None and not isinstance(how, str):
+            raise TypeError(f"check {self.name!r}: how must be a string, got {how!r}")
         iv = stats.Interval(v[0], v[0], v[0], 1, 0.0, self.confidence)
         test = how or "deterministic quantity, compared as measured"
         return self._make(iv, test, {"value": v[0], "how": how})
@@ -335,6 +443,12 @@ _SIGNATURES = {
 }
 
 
+def _sign_flip_name(n: int) -> str:
+    if stats.sign_flip_is_exact(n):
+        return "exact sign-flip"
+    return "sign-flip (Monte Carlo, 20 000 patterns)"
+
+
 def _verdict(c: Criterion, low: float, high: float) -> str:
     if c.design == "exact":
         ok = (c.above is None or low >= c.above) and (c.below is None or high <= c.below)
@@ -385,14 +499,19 @@ class Check:
     def interval_text(self) -> str:
         """``"0.42 [0.31, 0.53]"``, or the value alone for an exact check; unit appended."""
         u = f" {self.criterion.unit}" if self.criterion.unit else ""
+        ts = [t for t in (self.criterion.above, self.criterion.below) if t is not None]
         if self.criterion.design == "exact":
-            return f"{_fmt(self.estimate)}{u}"
-        return f"{_fmt(self.estimate)} [{_fmt(self.low)}, {_fmt(self.high)}]{u}"
+            return f"{_fmt_near(self.estimate, ts)}{u}"
+        return f"{_fmt(self.estimate)} [{_fmt_near(self.low, ts)}, {_fmt_near(self.high, ts)}]{u}"
 
     def power_text(self) -> str:
         if self.detectable is None:
+            if "values identical" in self.test:
+                return "not estimable (identical values)"
             return ""
-        text = f"detects ≥ {_fmt(self.detectable)}"
+        band = self.criterion.above is not None and self.criterion.below is not None
+        what = " from the nearer edge" if band else ""
+        text = f"detects ≥ {_fmt(self.detectable)}{what}"
         if self.criterion.paper_effect is not None:
             text += f" (paper: {_fmt(abs(self.criterion.paper_effect))})"
             if self.underpowered:
@@ -460,6 +579,14 @@ def combine(checks: Iterable[Check]) -> str:
     if "did not hold" in verdicts:
         return "did not hold"
     return "held" if all(v == "held" for v in verdicts) else "inconclusive"
+
+
+def _fmt_near(x: float, thresholds: Sequence[float]) -> str:
+    """:func:`_fmt`, with more digits where the short form would hide the side of a threshold."""
+    text = _fmt(x)
+    if any(t != x and _fmt(t) == text for t in thresholds):
+        return f"{x:.10g}"
+    return text
 
 
 def _fmt(x: float) -> str:

@@ -86,8 +86,9 @@ class Run:
         return [measure(s) for s in track(seeds, desc, total=len(seeds))]
 
     def figure(self, fig: Any, name: str) -> Path:
-        """Save a matplotlib figure as ``out/name`` (PNG) and list it in the result."""
-        path = save_figure(fig, self.out / name)
+        """Save a matplotlib figure as ``out/name`` (PNG) and list it in the result (by its
+        absolute path, so a report written elsewhere finds it)."""
+        path = save_figure(fig, self.out.resolve() / name)
         self.figures.append(path)
         return path
 
@@ -96,37 +97,68 @@ class Run:
         *,
         claim: str,
         checks: Sequence[Check],
+        criteria: Sequence[Criterion],
         metrics: Sequence[Metric] = (),
-        criteria: Sequence[Criterion] | None = None,
         notes: str | Sequence[str] = "",
         **fields: Any,
     ) -> ReproResult:
         """The :class:`ReproResult`, with slug, mode, seeds, time and figures filled in.
 
-        ``criteria``, when given, are the module's pre-registered criteria: every check must come
-        from one of them (a check renamed per setting keeps its criterion's thresholds), so a
-        threshold cannot be changed after the numbers without changing the declared criteria.
+        ``criteria`` are the module's pre-registered criteria: every check must come from one of
+        them (a check renamed per setting keeps its criterion's design, thresholds, confidence,
+        unit and paper effect), so a threshold cannot be changed after the numbers without
+        changing the declared criteria. Declared criteria this run did not evaluate (e.g. the
+        full-mode ones in quick mode) are listed in the notes.
         """
-        if criteria is not None:
-            declared = {_thresholds(c) for c in criteria}
-            stray = [c.name for c in checks if _thresholds(c.criterion) not in declared]
-            if stray:
-                raise ValueError(
-                    f"{self.slug}: checks {stray} do not come from the declared criteria; "
-                    "declare every criterion at module level before measuring"
+        checks = list(checks)
+        bad = [c for c in checks if not isinstance(c, Check)]
+        if bad:
+            raise TypeError(
+                f"{self.slug}: checks must be icml25.report.Check objects (Criterion.check(...)), "
+                f"got {bad[0]!r}"
+            )
+        declared = list(criteria)
+        if not declared or not all(isinstance(c, Criterion) for c in declared):
+            raise TypeError(
+                f"{self.slug}: criteria must be the module's declared Criterion objects"
+            )
+        keys = {_thresholds(c) for c in declared}
+        for c in checks:
+            if _thresholds(c.criterion) in keys:
+                continue
+            same = [d for d in declared if d.name == c.name]
+            if same:
+                diff = ", ".join(
+                    f"{f}: declared {getattr(same[0], f)!r}, used {getattr(c.criterion, f)!r}"
+                    for f in _KEY_FIELDS
+                    if getattr(same[0], f) != getattr(c.criterion, f)
                 )
+                raise ValueError(
+                    f"{self.slug}: check {c.name!r} differs from its declared criterion ({diff})"
+                )
+            raise ValueError(
+                f"{self.slug}: check {c.name!r} comes from no declared criterion (none has its "
+                f"design {c.criterion.design!r} with above={c.criterion.above}, "
+                f"below={c.criterion.below}); declare every criterion at module level"
+            )
+        used = {_thresholds(c.criterion) for c in checks}
+        unused = [d.name for d in declared if _thresholds(d) not in used]
         notes_list = [notes] if isinstance(notes, str) else list(notes)
+        if unused:
+            notes_list.append(
+                f"Declared criteria not evaluated in this {self.mode} run: {'; '.join(unused)}."
+            )
         if self.smoke:
             notes_list.append(SMOKE_NOTE)
         if self.seeds_overridden:
             notes_list.append(
-                f"The seed count was set on the command line ({len(self.seeds)} seeds), not the "
-                "mode's pre-registered default."
+                f"The seed count was set by the caller ({len(self.seeds)} seeds: `--seeds` or "
+                "`seeds=`), not the mode's pre-registered default."
             )
         return ReproResult(
             slug=self.slug,
             claim=claim,
-            checks=list(checks),
+            checks=checks,
             metrics=list(metrics),
             figures=[*self.figures, *fields.pop("figures", [])],
             notes=" ".join(n for n in notes_list if n),
@@ -138,15 +170,18 @@ class Run:
         )
 
 
+_KEY_FIELDS = ("design", "above", "below", "confidence", "unit", "paper_effect")
+
+
 def _thresholds(c: Criterion) -> tuple[Any, ...]:
-    return (c.design, c.above, c.below, c.confidence, c.unit, c.paper_effect)
+    return tuple(getattr(c, f) for f in _KEY_FIELDS)
 
 
 def reproduction(
     slug: str,
     *,
     seeds: tuple[int, int],
-    smoke_seeds: int = 1,
+    smoke_seeds: int = 2,
     threads: int | None = 1,
     default_out: str | None = None,
 ) -> Callable[[Callable[[Run], ReproResult]], Callable[..., ReproResult]]:
@@ -155,10 +190,12 @@ def reproduction(
     Args:
         slug: the paper's slug.
         seeds: pre-registered number of seeds in (quick, full) mode.
-        smoke_seeds: seeds in the smoke size used by the default test suite.
+        smoke_seeds: seeds in the smoke size used by the default test suite (2: the paired and
+            mean designs need at least two).
         threads: torch thread count for the run (1: tiny models are slower oversubscribed);
             ``None`` leaves it alone.
-        default_out: default output folder (``runs/<slug>``).
+        default_out: default output folder when ``out`` is None (``runs/<slug>`` under the
+            current directory).
     """
     n_quick, n_full = seeds
     seed_list(0, n_quick), seed_list(0, n_full), seed_list(0, smoke_seeds)  # validated once

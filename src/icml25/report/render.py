@@ -9,6 +9,7 @@ reads it back and :func:`render_comparison` puts two runs side by side.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -18,7 +19,15 @@ from typing import Any
 from icml25.report.checks import Check, _fmt
 from icml25.report.result import STATUSES, ReproResult
 
-__all__ = ["load_results", "render_comparison", "render_markdown", "write_report"]
+__all__ = [
+    "checks_markdown",
+    "load_results",
+    "render_comparison",
+    "render_markdown",
+    "verify_results",
+    "write_markdown",
+    "write_report",
+]
 
 _BADGE = {
     "held": "✅ held",
@@ -166,6 +175,11 @@ def _section(r: ReproResult, out_dir: Path) -> list[str]:
         lines += ["**The reproduction raised:**", "", "```", r.error.rstrip(), "```", ""]
     if r.checks:
         lines += [checks_markdown(r.checks), ""]
+        described = [c for c in r.checks if c.criterion.description]
+        if described:
+            lines += ["What each check compares:", ""]
+            lines += [f"- *{_cell(c.name)}*: {_cell(c.criterion.description)}" for c in described]
+            lines.append("")
         weak = [c for c in r.checks if c.underpowered]
         if weak:
             lines += [
@@ -212,6 +226,45 @@ def _seed_text(seeds: Sequence[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
+def write_markdown(
+    results: Iterable[ReproResult], out_dir: Path | str, *, meta: Mapping[str, Any] | None = None
+) -> Path:
+    """Write only ``report.md`` (atomically) from results, leaving ``results.json`` as it is."""
+    out_dir = Path(out_dir)
+    report = out_dir / "report.md"
+    _atomic_write(report, render_markdown(list(results), out_dir=out_dir, meta=meta) + "\n")
+    return report
+
+
+def verify_results(results: Sequence[ReproResult]) -> list[str]:
+    """Recompute every check from its stored data; return one line per check whose stored
+    estimate, interval or verdict disagrees, and replace it by the recomputed check."""
+    problems = []
+    for r in results:
+        fixed = []
+        for c in r.checks:
+            try:
+                again = c.recompute()
+            except (KeyError, TypeError, ValueError) as exc:
+                problems.append(
+                    f"{r.slug}: check {c.name!r}: its stored data cannot be re-evaluated ({exc})"
+                )
+                fixed.append(c)
+                continue
+            same = again.verdict == c.verdict and all(
+                math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+                for x, y in ((again.estimate, c.estimate), (again.low, c.low), (again.high, c.high))
+            )
+            if not same:
+                problems.append(
+                    f"{r.slug}: check {c.name!r}: stored {c.interval_text()} ({c.verdict}) but its "
+                    f"data give {again.interval_text()} ({again.verdict}); the report shows the latter"
+                )
+            fixed.append(again if not same else c)
+        r.checks = fixed
+    return problems
+
+
 def write_report(
     results: Iterable[ReproResult], out_dir: Path | str, *, meta: Mapping[str, Any] | None = None
 ) -> Path:
@@ -247,9 +300,13 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[ReproResult]]:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{str(path)!r} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or "results" not in data:
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise ValueError(f"{str(path)!r} is not an icml25 results.json (no 'results' list)")
-    return data.get("meta", {}), [ReproResult.from_dict(r) for r in data["results"]]
+    try:
+        results = [ReproResult.from_dict(r) for r in data["results"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{str(path)!r}: a result or check is malformed ({exc!r})") from None
+    return data.get("meta", {}), results
 
 
 def render_comparison(
@@ -271,7 +328,9 @@ def render_comparison(
         "",
     ]
     shared = [r for r in res_a if r.slug in by_b and not r.planned]
-    only = sorted({r.slug for r in res_a} ^ {r.slug for r in res_b})
+    slugs_a, slugs_b = {r.slug for r in res_a}, {r.slug for r in res_b}
+    only = [f"{s} (in {la})" for s in sorted(slugs_a - slugs_b)]
+    only += [f"{s} (in {lb})" for s in sorted(slugs_b - slugs_a)]
     if not shared:
         lines.append("The two runs have no reproduced paper in common.")
     for ra in shared:
@@ -280,8 +339,9 @@ def render_comparison(
             f"## {_number(ra.slug)} · {ra.slug}: {_BADGE[ra.status]} ({la}) · "
             f"{_BADGE[rb.status]} ({lb})",
             "",
-            f"| check | {la}: estimate [95%] (n) | {la} | {lb}: estimate [95%] (n) | {lb} |",
-            "|---|---|---|---|---|",
+            f"| check | claim ({la} / {lb}) | {la}: estimate [95%] (n) | {la} | "
+            f"{lb}: estimate [95%] (n) | {lb} |",
+            "|---|---|---|---|---|---|",
         ]
         checks_b = {c.name: c for c in rb.checks}
         names = [c.name for c in ra.checks] + [
@@ -290,9 +350,13 @@ def render_comparison(
         checks_a = {c.name: c for c in ra.checks}
         for name in names:
             ca, cb = checks_a.get(name), checks_b.get(name)
+            ta = ca.criterion.threshold_text if ca else "—"
+            tb = cb.criterion.threshold_text if cb else "—"
+            claim = ta if ta == tb else f"{ta} / {tb} (differs)"
             lines.append(
-                f"| {_cell(name)} | {_check_cell(ca)} | {_BADGE[ca.verdict] if ca else '—'} | "
-                f"{_check_cell(cb)} | {_BADGE[cb.verdict] if cb else '—'} |"
+                f"| {_cell(name)} | {_cell(claim)} | {_check_cell(ca)} | "
+                f"{_BADGE[ca.verdict] if ca else '—'} | {_check_cell(cb)} | "
+                f"{_BADGE[cb.verdict] if cb else '—'} |"
             )
         lines.append("")
     if only:

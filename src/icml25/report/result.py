@@ -216,7 +216,7 @@ class ReproResult:
         c = self.key()
         if c is None:
             return ""
-        n = "" if c.criterion.design == "exact" else f" (n={c.n})"
+        n = " (exact)" if c.criterion.design == "exact" else f" (n={c.n})"
         return f"{c.name} = {c.interval_text()}{n}"
 
     @classmethod

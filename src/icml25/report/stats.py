@@ -21,6 +21,7 @@ __all__ = [
     "bootstrap_mean",
     "detectable_effect",
     "mean_t_interval",
+    "sign_flip_is_exact",
     "sign_flip_p",
     "spearman_interval",
     "wilson_interval",
@@ -56,6 +57,9 @@ def _finite(name: str, values: Sequence[Any]) -> list[float]:
     bad = [v for v in out if not math.isfinite(v)]
     if bad:
         raise ValueError(f"{name}: values must be finite, got {bad[:3]} among {len(out)} values")
+    big = max((abs(v) for v in out), default=0.0)
+    if big > 1e150:
+        raise ValueError(f"{name}: values up to {big:.3g} overflow the statistics; rescale them")
     return out
 
 
@@ -89,8 +93,9 @@ def sign_flip_p(
     """Permutation p-value of the paired sign-flip test of ``mean(values) == null``.
 
     Under the null the differences ``values - null`` are symmetric about zero, so every pattern of
-    signs is equally likely. Exact over all ``2**n`` patterns for ``n <= 16``, otherwise 20 000
-    random patterns (with the observed one counted, so p is never 0). ``alternative`` is
+    signs is equally likely. Exact over all ``2**n`` patterns for ``n <= 16``
+    (:func:`sign_flip_is_exact`), otherwise a Monte Carlo estimate from 20 000 random patterns
+    (with the observed one counted, so p is never below 1/20 001). ``alternative`` is
     ``"greater"``, ``"less"`` or ``"two-sided"``. Note the floor: with n values the smallest
     one-sided p is ``2**-n``; below n = 5 no result reaches 5%.
     """
@@ -123,6 +128,20 @@ def sign_flip_p(
     return float((hits + extra) / (len(means) + extra))
 
 
+def sign_flip_is_exact(n: int) -> bool:
+    """Whether :func:`sign_flip_p` enumerates all sign patterns for ``n`` values."""
+    return n <= _EXACT_SIGN_FLIP_MAX
+
+
+#: Smallest sample for the plain bootstrap, and smallest number of clusters for the two-stage one:
+#: below these the percentile interval is far too narrow (with 2 clusters it cannot leave the range
+#: of the two cluster means, whatever their spread).
+MIN_BOOTSTRAP_ITEMS = 10
+MIN_BOOTSTRAP_CLUSTERS = 5
+#: Smallest number of pairs for the Spearman interval (the Fisher-z approximation is poor below).
+MIN_SPEARMAN_PAIRS = 10
+
+
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:
     """Wilson score interval for a proportion ``successes / n`` (items scored right or wrong)."""
     from scipy import stats
@@ -143,14 +162,11 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interva
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(
-        p,
-        max(0.0, centre - half),
-        min(1.0, centre + half),
-        n,
-        math.sqrt(p * (1 - p) / n),
-        confidence,
-    )
+    # 0/n cannot show a rate above 0, nor n/n one below 1: pin those ends exactly (the formula
+    # leaves rounding noise of order 1e-17 there)
+    low = 0.0 if k == 0 else max(0.0, centre - half)
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return Interval(p, low, high, n, math.sqrt(p * (1 - p) / n), confidence)
 
 
 def bootstrap_mean(
@@ -174,8 +190,11 @@ def bootstrap_mean(
 
     confidence = _check_confidence(confidence)
     x = np.asarray(_finite("bootstrap_mean", values), dtype=np.float64)
-    if x.size < 2:
-        raise ValueError(f"bootstrap_mean needs at least 2 values, got {x.size}")
+    if clusters is None and x.size < MIN_BOOTSTRAP_ITEMS:
+        raise ValueError(
+            f"the bootstrap needs at least {MIN_BOOTSTRAP_ITEMS} values, got {x.size}; for fewer "
+            "independent units use a t-interval (the 'mean' or 'paired' design)"
+        )
     if n_boot < 100:
         raise ValueError(f"n_boot must be at least 100, got {n_boot}")
     rng = np.random.default_rng(seed)
@@ -191,8 +210,12 @@ def bootstrap_mean(
             )
         groups = [x[[i for i, c in enumerate(labels) if c == g]] for g in dict.fromkeys(labels)]
         n_units = len(groups)
-        if n_units < 2:
-            raise ValueError("bootstrap_mean: clusters need at least 2 distinct labels")
+        if n_units < MIN_BOOTSTRAP_CLUSTERS:
+            raise ValueError(
+                f"the two-stage bootstrap needs at least {MIN_BOOTSTRAP_CLUSTERS} clusters, got "
+                f"{n_units}; with fewer, compare the clusters' means with a t-interval (the "
+                "'mean' or 'paired' design over seeds)"
+            )
         boots = np.empty(n_boot)
         picks = rng.integers(0, n_units, size=(n_boot, n_units))
         for b in range(n_boot):
@@ -207,7 +230,7 @@ def bootstrap_mean(
 
 def spearman_interval(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> Interval:
     """Spearman rank correlation with a Fisher-z interval using the Bonett-Wright standard error
-    ``sqrt((1 + r**2 / 2) / (n - 3))``. Needs at least 4 pairs."""
+    ``sqrt((1 + r**2 / 2) / (n - 3))``. Needs at least 10 pairs."""
     from scipy import stats
 
     confidence = _check_confidence(confidence)
@@ -215,8 +238,11 @@ def spearman_interval(x: Sequence[float], y: Sequence[float], confidence: float 
     if len(a) != len(b):
         raise ValueError(f"spearman_interval: x has {len(a)} values, y has {len(b)}")
     n = len(a)
-    if n < 4:
-        raise ValueError(f"spearman_interval needs at least 4 pairs, got {n}")
+    if n < MIN_SPEARMAN_PAIRS:
+        raise ValueError(
+            f"the Spearman interval needs at least {MIN_SPEARMAN_PAIRS} pairs, got {n} (its "
+            "Fisher-z approximation is poor below that)"
+        )
     if len(set(a)) < 2 or len(set(b)) < 2:
         raise ValueError("spearman_interval: x and y must each take at least two distinct values")
     r = float(stats.spearmanr(a, b).statistic)
