@@ -90,8 +90,7 @@ def test_checks_use_the_right_arms():
     assert bon.n == 3 and bon.data["values"] == pytest.approx([0.11, 0.115, 0.12])
     # a TPO that is worse than Best-of-15 and no better than scrambled critiques fails (2), (3)
     runs = [
-        _planted(s, tpo=0.85, bon=0.88, scrambled=0.85, fresh=(0.55, 0.6 + 0.01 * s))
-        for s in seeds
+        _planted(s, tpo=0.85, bon=0.88, scrambled=0.85, fresh=(0.55, 0.6 + 0.01 * s)) for s in seeds
     ]
     fresh, bon, scr = repro.tpo_checks(runs, seeds)
     assert [c.verdict for c in (fresh, bon, scr)] == ["did not hold"] * 3
