@@ -52,23 +52,17 @@ A1 = Criterion(
     description="B=1, k=n/2, alpha=1; one slope per timed repeat (the i-th timing at every n); "
     "O(n log n) gives about 1, O(n^2) 2",
 )
-A2_NS = Criterion(
-    "A2 speed-up of LapSum over NeuralSort top-k",
-    "mean",
-    above=5.0,
-    unit="x",
-    over="timing repeats",
-    description="fwd+bwd time ratio at the largest baseline n (4096; k = n/2), one ratio per "
-    "timed repeat",
-)
-A2_SS = Criterion(
-    "A2 speed-up of LapSum over SoftSort top-k",
-    "mean",
-    above=5.0,
-    unit="x",
-    over="timing repeats",
-    description="fwd+bwd time ratio at the largest baseline n (4096; k = n/2), one ratio per "
-    "timed repeat",
+A2_NS, A2_SS = (
+    Criterion(
+        f"A2 speed-up of LapSum over {peer} top-k",
+        "mean",
+        above=5.0,
+        unit="x",
+        over="timing repeats",
+        description="fwd+bwd time ratio at the largest baseline n (4096; k = n/2), one ratio per "
+        "timed repeat",
+    )
+    for peer in ("NeuralSort", "SoftSort")
 )
 A3 = Criterion(
     "A3 saved-for-backward bytes / 4n beyond 4096 bytes, worst n",
