@@ -237,8 +237,9 @@ def write_markdown(
 
 
 def verify_results(results: Sequence[ReproResult]) -> list[str]:
-    """Recompute every check from its stored data; return one line per check whose stored
-    estimate, interval or verdict disagrees, and replace it by the recomputed check."""
+    """Recompute every check from its stored data and replace it by the recomputed one (so the
+    test and power texts follow the current rules); return one line per check whose stored
+    estimate, interval or verdict disagrees."""
     problems = []
     for r in results:
         fixed = []
@@ -260,7 +261,7 @@ def verify_results(results: Sequence[ReproResult]) -> list[str]:
                     f"{r.slug}: check {c.name!r}: stored {c.interval_text()} ({c.verdict}) but its "
                     f"data give {again.interval_text()} ({again.verdict}); the report shows the latter"
                 )
-            fixed.append(again if not same else c)
+            fixed.append(again)  # also refreshes the test and power text under the current rules
         r.checks = fixed
     return problems
 
