@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="number of seeds for every paper, instead of each mode's pre-registered count "
-        "(the report lists it as a deviation)",
+        "(the report notes it)",
     )
     p_repro.add_argument("--out", metavar="DIR", help="report folder (default runs/<timestamp>/)")
     p_repro.add_argument(
