@@ -109,3 +109,22 @@ def test_training_learns_and_is_seeded():
         train_causal_lm(m1, tok, pairs, steps=1, lr=0)
     with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
         train_causal_lm(m1, tok, pairs, steps=0)
+
+
+def test_digits_loader_shapes_scaling_and_bad_input():
+    pytest.importorskip("sklearn")
+    from icml25.toy import digits, digits_split
+
+    x, y = digits()
+    assert tuple(x.shape) == (1797, 1, 8, 8) and float(x.min()) == 0.0 and float(x.max()) == 1.0
+    assert digits("flat")[0].shape == (1797, 64) and sorted(set(y.tolist())) == list(range(10))
+    xtr, ytr, xte, yte = digits_split(0.2, seed=0)
+    assert len(xtr) + len(xte) == 1797 and len(xte) == 360
+    # stratified: every class keeps its share in the test set
+    assert all(
+        abs((yte == c).sum().item() / 360 - (y == c).sum().item() / 1797) < 0.01 for c in range(10)
+    )
+    with pytest.raises(ValueError, match="shape must be one of"):
+        digits("square")
+    with pytest.raises(ValueError, match="test_size"):
+        digits_split(1.5)

@@ -215,10 +215,12 @@ class Criterion:
             )
         object.__setattr__(self, "paper_effect", effect)
         object.__setattr__(self, "over", self.over or _OVER[self.design])
-        if not 0.5 <= float(self.confidence) < 1:
+        confidence = _number(self.name, "confidence", self.confidence)
+        if confidence is None or not 0.5 <= confidence < 1:
             raise ValueError(
                 f"criterion {self.name!r}: confidence must be in [0.5, 1), got {self.confidence}"
             )
+        object.__setattr__(self, "confidence", confidence)
 
     @property
     def threshold_text(self) -> str:
