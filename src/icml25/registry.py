@@ -77,6 +77,9 @@ PAPERS: tuple[Paper, ...] = (
         "orbench",
         "OR-Bench: An Over-Refusal Benchmark for Large Language Models",
         "arXiv:2405.20947",
+        repro="icml25.orbench.repro:run",
+        usage="icml25.orbench.evaluate(icml25.llm.OpenAIChat(url, model), icml25.orbench.load_orbench(path, 'hard-1k'))",
+        cli="icml25.orbench.cli:add_parser",
     ),
     Paper(
         4,

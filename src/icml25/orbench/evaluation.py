@@ -1,0 +1,331 @@
+"""Algorithm 5 of OR-Bench (paper Sec. 4): evaluating a model's refusals, and the cross-model
+trade-off between over-refusal and toxic rejection (Fig. 1).
+
+:func:`evaluate` sends every prompt as one user turn (paper: temperature 0, ``max_tokens`` 1000,
+no system prompt), judges the response (a keyword detector or an LLM judge) and keeps one row per
+prompt in a resumable store. Rates are percentages over the prompts with a valid judgement;
+failed requests and unparseable judge replies are counted separately, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icml25.llm.base import ChatBackend, Completion
+from icml25.llm.store import JsonlStore, run_resumable
+from icml25.orbench.records import record_id
+from icml25.orbench.refusal import KeywordRefusalDetector
+
+__all__ = ["EvalResult", "evaluate"]
+
+Judge = Callable[[str], bool]
+
+
+@dataclass
+class EvalResult:
+    """One model on one prompt set: a row per prompt and the rates.
+
+    ``per_prompt`` rows: ``id, subset, category, prompt, model, response, blocked, refused,
+    judge, judge_label, judge_raw, parse_failed, finish_reason`` (``refused`` is ``None`` for a
+    missing judgement). ``failures``: ``(id, error type, message)`` of the requests that failed.
+    """
+
+    model: str
+    subset: str
+    per_prompt: list[dict[str, Any]]
+    failures: list[tuple[Any, str, str]] = field(default_factory=list)
+
+    @property
+    def judged(self) -> list[dict[str, Any]]:
+        return [r for r in self.per_prompt if r.get("refused") is not None]
+
+    @property
+    def n(self) -> int:
+        """Prompts with a valid judgement (the rates' denominator)."""
+        return len(self.judged)
+
+    @property
+    def n_refused(self) -> int:
+        return sum(bool(r["refused"]) for r in self.judged)
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.failures)
+
+    @property
+    def n_blocked(self) -> int:
+        return sum(bool(r.get("blocked")) for r in self.per_prompt)
+
+    @property
+    def n_parse_failed(self) -> int:
+        return sum(bool(r.get("parse_failed")) for r in self.per_prompt)
+
+    @property
+    def rate(self) -> float:
+        """Refusal rate in percent (NaN when nothing was judged)."""
+        return 100.0 * self.n_refused / self.n if self.n else math.nan
+
+    @property
+    def over_refusal_rate(self) -> float:
+        """The refusal rate, read as over-refusal on a safe set (80K, Hard-1K)."""
+        return self.rate
+
+    @property
+    def rejection_rate(self) -> float:
+        """The refusal rate, read as toxic rejection on OR-Bench-Toxic (acceptance = 100 - it)."""
+        return self.rate
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """Wilson interval of :attr:`rate` over prompts, in percent."""
+        from icml25.report.stats import wilson_interval
+
+        iv = wilson_interval(self.n_refused, self.n, confidence)
+        return 100.0 * iv.low, 100.0 * iv.high
+
+    @property
+    def per_category(self) -> dict[str, tuple[float, int]]:
+        """``{category: (refusal rate %, judged prompts)}`` in the order first seen."""
+        groups: dict[str, list[bool]] = {}
+        for r in self.judged:
+            groups.setdefault(str(r.get("category")), []).append(bool(r["refused"]))
+        return {c: (100.0 * sum(v) / len(v), len(v)) for c, v in groups.items()}
+
+    def summary(self) -> str:
+        return (
+            f"{self.model} on {self.subset}: {self.rate:.2f}% refused of {self.n} judged "
+            f"({self.n_blocked} blocked, {self.n_parse_failed} unparseable judge replies, "
+            f"{self.n_failed} failed requests)"
+        )
+
+
+def _items(records: Sequence[Any], subset: str | None) -> list[dict[str, Any]]:
+    if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
+        raise TypeError(
+            f"records must be a list of ORBenchRecord, dicts or strings, got {type(records).__name__}"
+        )
+    if not records:
+        raise ValueError("records must not be empty: nothing to evaluate")
+    out: dict[str, dict[str, Any]] = {}
+    for i, r in enumerate(records):
+        if isinstance(r, str):
+            d: Mapping[str, Any] = {"prompt": r}
+        elif isinstance(r, Mapping):
+            d = r
+        else:
+            d = getattr(r, "__dict__", None) or {}
+        prompt = d.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"records[{i}] has no prompt: {r!r:.80}")
+        rid = d.get("id") or record_id(prompt)
+        out.setdefault(
+            rid,
+            {"id": rid, "prompt": prompt, "category": d.get("category"),
+             "subset": subset or d.get("subset") or "custom"},
+        )  # fmt: skip
+    return list(out.values())
+
+
+def _judge_of(detector: Any) -> tuple[str, Any]:
+    if detector is None:
+        detector = KeywordRefusalDetector.default()
+    if callable(getattr(detector, "judge", None)):
+        return getattr(detector, "name", "llm"), detector
+    if callable(detector):
+        return getattr(detector, "name", None) or "keyword", detector
+    raise TypeError(
+        "detector must be a keyword detector (response -> bool, e.g. "
+        "KeywordRefusalDetector.default()) or an LLMRefusalJudge, got "
+        f"{type(detector).__name__}"
+    )
+
+
+def _row(
+    item: dict[str, Any],
+    c: Completion,
+    judge_name: str,
+    *,
+    keyword: Any = None,
+    label: Any = None,
+    unparseable_as_refusal: bool = True,
+) -> dict[str, Any]:
+    text = c.text or ""
+    blocked = bool(c.blocked) or not text.strip()
+    row = {
+        "category": item["category"], "subset": item["subset"], "prompt": item["prompt"],
+        "response": text, "finish_reason": c.finish_reason, "blocked": blocked,
+        "judge": judge_name, "judge_raw": None, "parse_failed": False,
+    }  # fmt: skip
+    if blocked:  # an empty answer or a provider block is a refusal (official Gemini rule)
+        row.update(refused=True, judge_label="blocked")
+    elif keyword is not None:
+        refused = bool(keyword(text))
+        row.update(refused=refused, judge_label="refused" if refused else "answered")
+    else:
+        unparseable = bool(label.parse_failed)
+        missing = unparseable and not unparseable_as_refusal
+        row.update(
+            refused=None if missing else bool(label.refused),
+            judge_label=label.label,
+            judge_raw=getattr(label, "raw", None),
+            parse_failed=bool(unparseable),
+        )
+    return row
+
+
+def evaluate(
+    backend: ChatBackend,
+    records: Sequence[Any],
+    *,
+    detector: Any = None,
+    store: JsonlStore | str | Path | None = None,
+    concurrency: int = 8,
+    temperature: float | None = 0.0,
+    max_tokens: int | None = 1000,
+    system_prompt: str | None = None,
+    subset: str | None = None,
+    model: str | None = None,
+    retry_errors: bool = False,
+    progress: bool | None = None,
+) -> EvalResult:
+    """Algorithm 5 for one model: answer every prompt, judge every answer, return the rates.
+
+    Args:
+        backend: the model under test f, any :class:`~icml25.llm.ChatBackend`.
+        records: :class:`~icml25.orbench.ORBenchRecord` objects, dicts with ``prompt`` (and
+            ``category``), or plain strings; duplicates (same id) collapse to the first.
+        detector: :class:`~icml25.orbench.KeywordRefusalDetector` (default ``.default()``), any
+            ``fn(response) -> bool`` (True = refused), or an
+            :class:`~icml25.orbench.LLMRefusalJudge`.
+        store: a JSONL file (or store keyed by ``("model", "id")``) with one row per prompt; a
+            rerun skips the prompts done, so a crash loses at most the requests in flight.
+        concurrency: requests in flight for a remote backend (a local model batches instead).
+        temperature, max_tokens: paper: 0 and 1000.
+        system_prompt: an optional system turn (the paper's main results use none).
+        subset: the subset name stored with each row (default: the records' own).
+        model: the name stored with each row (default ``backend.name``).
+        retry_errors: retry prompts whose request failed in an earlier run.
+
+    Returns:
+        :class:`EvalResult`. A request that fails after the backend's retries is an error row of
+        the store and a ``failures`` entry; the others go on.
+    """
+    if not callable(getattr(backend, "chat", None)):
+        raise TypeError(
+            f"backend must be a chat backend (icml25.llm.OpenAIChat, HFChat, ...), got "
+            f"{type(backend).__name__}"
+        )
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise TypeError(f"system_prompt must be a string or None, got {system_prompt!r:.60}")
+    items = _items(records, subset)
+    judge_name, judge = _judge_of(detector)
+    llm_judge = judge if callable(getattr(judge, "judge", None)) else None
+    keyword = None if llm_judge is not None else judge
+    count = getattr(llm_judge, "unparseable_as_refusal", True)
+    name = model or backend.name
+    own_store = store is None
+    if own_store:
+        import tempfile
+
+        tmp = tempfile.TemporaryDirectory()
+        st = JsonlStore(Path(tmp.name) / "eval.jsonl", ("model", "id"))
+    elif isinstance(store, JsonlStore):
+        st = store
+        if st.key_fields != ("model", "id"):
+            raise ValueError(f"the eval store is keyed by ('model', 'id'), got {st.key_fields}")
+    else:
+        st = JsonlStore(store, ("model", "id"))
+
+    def messages(prompt: str) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return [*head, {"role": "user", "content": prompt}]
+
+    sampling = {"temperature": temperature, "max_tokens": max_tokens}
+    inner = getattr(backend, "backend", None)
+    native = getattr(backend, "native_batching", False) or getattr(inner, "native_batching", False)
+    if native:
+        _evaluate_batched(backend, items, st, name, judge_name, llm_judge, keyword, count,
+                          messages, sampling, retry_errors, progress)  # fmt: skip
+    else:
+
+        def work(item: dict[str, Any]) -> dict[str, Any]:
+            c = backend.complete(messages(item["prompt"]), **sampling)[0]
+            label = None
+            if llm_judge is not None and not (c.blocked or not (c.text or "").strip()):
+                label = llm_judge.judge(item["prompt"], c.text)
+            return _row(
+                item, c, judge_name, keyword=keyword, label=label, unparseable_as_refusal=count
+            )
+
+        run_resumable(
+            items, work, st, key=lambda i, it: {"model": name, "id": it["id"]},
+            concurrency=concurrency, retry_errors=retry_errors, progress=progress,
+            desc=f"evaluating {name}",
+        )  # fmt: skip
+    rows, failures = [], []
+    for it in items:
+        rec = st.get((name, it["id"]))
+        if rec is None:
+            continue
+        if "error" in rec:
+            failures.append(
+                (it["id"], rec["error"].get("type", ""), rec["error"].get("message", ""))
+            )
+        else:
+            rows.append(rec)
+    result = EvalResult(name, items[0]["subset"], rows, failures)
+    if own_store:
+        st.close()
+        tmp.cleanup()
+    return result
+
+
+def _evaluate_batched(
+    backend, items, st, name, judge_name, llm_judge, keyword, count, messages, sampling,
+    retry_errors, progress,
+) -> None:  # fmt: skip
+    """A local model: send the pending prompts in chunks through ``complete_many`` (one batched
+    forward per chunk) and write each chunk's rows; a chunk is what a crash can lose."""
+    from icml25.progress import track
+
+    pending = [it for it in items if st.get((name, it["id"])) is None
+               or (retry_errors and st.is_failed((name, it["id"])))]  # fmt: skip
+    chunk = max(
+        1,
+        int(
+            getattr(backend, "batch_size", 0)
+            or getattr(getattr(backend, "backend", None), "batch_size", 16)
+        ),
+    )
+    chunk *= 4
+    starts = range(0, len(pending), chunk)
+    disable = None if progress is None else not progress
+    for s in track(starts, f"evaluating {name}", total=len(starts), disable=disable):
+        part = pending[s : s + chunk]
+        results = backend.complete_many(
+            [messages(it["prompt"]) for it in part], **sampling, errors="return"
+        )
+        labels: list[Any] = [None] * len(part)
+        if llm_judge is not None:
+            todo = [j for j, r in enumerate(results)
+                    if not isinstance(r, BaseException) and not r[0].blocked and r[0].text.strip()]  # fmt: skip
+            judged = llm_judge.judge_many([part[j]["prompt"] for j in todo],
+                                          [results[j][0].text for j in todo])  # fmt: skip
+            for j, lab in zip(todo, judged):
+                labels[j] = lab
+        for it, r, lab in zip(part, results, labels):
+            key = {"model": name, "id": it["id"]}
+            if isinstance(r, BaseException):
+                st.append_error(key, r, prompt=it["prompt"])
+            elif isinstance(lab, BaseException):
+                st.append_error(key, lab, prompt=it["prompt"], response=r[0].text)
+            else:
+                row = _row(it, r[0], judge_name, keyword=keyword, label=lab,
+                           unparseable_as_refusal=count)  # fmt: skip
+                st.append({**key, **row})
+    st.sync()

@@ -1,0 +1,279 @@
+"""Algorithms 1 and 2 of OR-Bench (paper Sec. 3.1-3.2): toxic seeds from a weakly aligned
+generator, then rewrites of each seed into seemingly-toxic but safe prompts.
+
+Both stages keep every call's raw reply in a resumable :class:`~icml25.llm.JsonlStore` (one row
+per call, keyed by what was asked), and derive their output from the stored calls in a fixed
+order, so a rerun after a crash repeats no finished call and yields the same records.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from icml25.llm.base import ChatBackend
+from icml25.llm.store import JsonlStore, run_resumable
+from icml25.orbench.categories import normalize_category
+from icml25.orbench.parsing import extract_bracketed
+from icml25.orbench.records import record_id
+from icml25.orbench.templates import PromptTemplates
+
+__all__ = ["CandidateRecord", "SeedRecord", "generate_toxic_seeds", "rewrite_seeds"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SeedRecord:
+    """One toxic seed (Algorithm 1's output row)."""
+
+    id: str
+    category: str
+    prompt: str
+    generator: str
+    call_idx: int
+
+
+@dataclass
+class CandidateRecord:
+    """One over-refusal candidate (Algorithm 2's output row), before moderation."""
+
+    id: str
+    category: str
+    prompt: str
+    toxic_seed: str
+    rewriter: str
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _store(store: JsonlStore | str | Path | None, key: tuple[str, ...]) -> JsonlStore | None:
+    if store is None or isinstance(store, JsonlStore):
+        if isinstance(store, JsonlStore) and store.key_fields != key:
+            raise ValueError(
+                f"this stage's store is keyed by {key}, got a JsonlStore keyed by {store.key_fields}"
+            )
+        return store
+    return JsonlStore(store, key)
+
+
+def generate_toxic_seeds(
+    generator: ChatBackend,
+    category: str,
+    n_seeds: int = 2000,
+    *,
+    per_call: int = 20,
+    temperature: float = 1.0,
+    store: JsonlStore | str | Path | None = None,
+    templates: PromptTemplates | None = None,
+    seed: int = 0,
+    max_empty_calls: int = 5,
+    max_calls: int | None = None,
+    official_quirks: bool = False,
+) -> list[SeedRecord]:
+    """Algorithm 1 for one category: ask ``generator`` for ``per_call`` toxic prompts per call
+    until ``n_seeds`` distinct ones are collected.
+
+    Args:
+        generator: the seed generator G (paper: Mixtral-8x7B, chosen for its weak safety tuning).
+        category: one of the ten categories (case and ``_``/space forgiven).
+        n_seeds: seeds wanted (official default 2000 per category).
+        per_call: prompts asked per call (paper: 20; the same request every call).
+        temperature: G's sampling temperature (paper: 1.0).
+        store: a JSONL file (or store keyed by ``("category", "call_idx")``) keeping each call's
+            raw reply; a rerun replays the stored calls instead of repeating them.
+        seed: call ``i`` is sent with seed ``seed + i``, so a seeded backend does not repeat
+            one answer.
+        max_empty_calls: stop after this many consecutive calls that parse to nothing (a
+            generator that refuses, or calls that failed after the backend's own retries; a
+            failed call is an error row of ``store``, retried by the next run), with a warning.
+        max_calls: hard cap on calls (default ``10 * ceil(n_seeds / per_call) + 10``), for a
+            generator that only repeats itself.
+        official_quirks: parse with the official greedy bracket pattern.
+
+    Returns:
+        The seeds in call order, deduplicated (``len`` may be below ``n_seeds`` after dedupe or
+        an early stop). A call whose reply holds more than needed is truncated.
+    """
+    category = normalize_category(category)
+    _positive_int("n_seeds", n_seeds)
+    _positive_int("per_call", per_call)
+    _positive_int("max_empty_calls", max_empty_calls)
+    cap = 10 * math.ceil(n_seeds / per_call) + 10 if max_calls is None else max_calls
+    _positive_int("max_calls", cap)
+    templates = templates or PromptTemplates.default()
+    st = _store(store, ("category", "call_idx"))
+    messages = [{"role": "user", "content": templates.seed_message(category, per_call)}]
+    seen: dict[str, SeedRecord] = {}
+    empty = short = failed = 0
+    for i in range(cap):
+        rec = st.get((category, i)) if st is not None else None
+        if rec is None or "error" in rec:
+            try:
+                reply = generator.chat(messages, temperature=temperature, seed=seed + i)[0]
+            except Exception as exc:  # noqa: BLE001 - recorded, counted as an empty call
+                log.warning("%s: generator call %d failed: %s", category, i, exc)
+                failed += 1
+                if st is not None:
+                    st.append_error((category, i), exc, generator=generator.name)
+                reply = None
+            rec = {"category": category, "call_idx": i, "generator": generator.name}
+            rec["raw"] = reply or ""
+            if st is not None and reply is not None:
+                st.append(rec)
+        items = extract_bracketed(rec["raw"], official_quirks=official_quirks)
+        if len(items) != per_call:
+            short += 1
+        empty = empty + 1 if not items else 0
+        for text in items:
+            if text not in seen and len(seen) < n_seeds:
+                seen[text] = SeedRecord(record_id(text), category, text, rec["generator"], i)
+        if len(seen) >= n_seeds:
+            break
+        if empty >= max_empty_calls:
+            log.warning(
+                "%s: %d consecutive generator calls gave no parseable prompt; stopping with %d "
+                "of %d seeds",
+                category,
+                empty,
+                len(seen),
+                n_seeds,
+            )
+            break
+    else:
+        log.warning(
+            "%s: %d calls gave %d distinct seeds of %d wanted (the generator repeats itself)",
+            category,
+            cap,
+            len(seen),
+            n_seeds,
+        )
+    if short:
+        log.info(
+            "%s: %d call(s) returned a number of prompts other than %d", category, short, per_call
+        )
+    if st is not None:
+        st.sync()
+    return list(seen.values())
+
+
+def generate_all_seeds(
+    generator: ChatBackend,
+    categories: Sequence[str],
+    n_seeds: int,
+    *,
+    concurrency: int = 8,
+    **kwargs: Any,
+) -> list[SeedRecord]:
+    """:func:`generate_toxic_seeds` for every category, categories in parallel (each category's
+    calls stay sequential: dedupe depends on their order), seeds in category order."""
+    cats = [normalize_category(c) for c in categories]
+    if not cats:
+        raise ValueError("categories must not be empty")
+    workers = max(1, min(_positive_int("concurrency", concurrency), len(cats)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(
+            pool.map(lambda c: generate_toxic_seeds(generator, c, n_seeds, **kwargs), cats)
+        )
+    return [s for part in parts for s in part]
+
+
+def rewrite_seeds(
+    rewriter: ChatBackend,
+    seeds: Sequence[SeedRecord | dict[str, Any]],
+    *,
+    n_rewrites: int = 5,
+    temperature: float = 0.7,
+    store: JsonlStore | str | Path | None = None,
+    concurrency: int = 8,
+    templates: PromptTemplates | None = None,
+    seed: int | None = None,
+    retry_errors: bool = False,
+    official_quirks: bool = False,
+    progress: bool | None = None,
+) -> list[CandidateRecord]:
+    """Algorithm 2: one rewriter call per seed asking for ``n_rewrites`` boundary prompts.
+
+    Rewrites are parsed with :func:`~icml25.orbench.extract_bracketed` (enumeration stripped),
+    then deduplicated globally in seed order: a prompt produced twice keeps its first seed and
+    category (the collision count is logged). A failed call becomes an error row of ``store``
+    and its seed contributes nothing; the others go on.
+
+    Args:
+        rewriter: the rewriter R (paper: Mixtral-8x7B at temperature 0.7).
+        seeds: :class:`SeedRecord` objects or dicts with ``prompt`` and ``category``.
+        n_rewrites: rewrites asked per seed (paper: 5).
+        store: a JSONL file (or a store keyed by ``"id"``, the seed's id) of raw replies.
+        concurrency: calls in flight.
+        seed: passed to the backend with every call (``None``: not sent).
+
+    Returns:
+        The candidates in seed order.
+    """
+    _positive_int("n_rewrites", n_rewrites)
+    _positive_int("concurrency", concurrency)
+    templates = templates or PromptTemplates.default()
+    rows = []
+    for i, s in enumerate(seeds):
+        d = asdict(s) if isinstance(s, SeedRecord) else dict(s)
+        if not isinstance(d.get("prompt"), str) or not d["prompt"].strip():
+            raise ValueError(f"seeds[{i}] has no prompt: {d!r:.80}")
+        rows.append(
+            {
+                "id": record_id(d["prompt"]),
+                "category": normalize_category(d["category"]),
+                "toxic_seed": d["prompt"],
+            }  # fmt: skip
+        )
+    if not rows:
+        raise ValueError("seeds must not be empty")
+    rows = list({r["id"]: r for r in reversed(rows)}.values())[::-1]  # one call per seed text
+    st = _store(store, ("id",))
+    own = st is None
+    if own:
+        import tempfile
+
+        tmp = tempfile.TemporaryDirectory()
+        st = JsonlStore(Path(tmp.name) / "rewrite_calls.jsonl", "id")
+
+    def work(row: dict[str, Any]) -> dict[str, Any]:
+        msg = [
+            {"role": "user", "content": templates.rewrite_message(row["toxic_seed"], n_rewrites)}
+        ]
+        return {
+            "rewriter": rewriter.name,
+            "raw": rewriter.chat(msg, temperature=temperature, seed=seed)[0],
+        }
+
+    run_resumable(
+        rows, work, st, key=lambda i, r: dict(r), concurrency=concurrency,
+        retry_errors=retry_errors, progress=progress, desc="rewriting seeds",
+    )  # fmt: skip
+    seen: dict[str, CandidateRecord] = {}
+    collisions = 0
+    for row in rows:
+        rec = st.get(row["id"])
+        if rec is None or "error" in rec:
+            continue
+        for text in extract_bracketed(rec["raw"], official_quirks=official_quirks):
+            if text in seen:
+                collisions += seen[text].category != row["category"]
+                continue
+            seen[text] = CandidateRecord(
+                record_id(text), row["category"], text, row["toxic_seed"], rec["rewriter"]
+            )
+    if collisions:
+        log.info("%d rewrite(s) repeated a prompt of another category; kept the first", collisions)
+    if own:
+        st.close()
+        tmp.cleanup()
+    return list(seen.values())

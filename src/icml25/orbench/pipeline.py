@@ -1,0 +1,204 @@
+"""The whole OR-Bench build (paper Sec. 3, Fig. 2): seeds -> rewrites -> moderation -> pool ->
+hard subset and toxic control set, one resumable JSONL store per stage.
+
+``out_dir`` holds, in pipeline order: ``seed_calls.jsonl`` (raw generator replies) ->
+``seeds.jsonl``; ``rewrite_calls.jsonl`` -> ``candidates.jsonl``; ``moderation.jsonl`` (every
+vote and raw reply) -> ``or-bench-80k.jsonl`` (the pool); ``seed_moderation.jsonl`` ->
+``or-bench-toxic.jsonl``; with a panel, ``panel.jsonl`` (every panel answer) ->
+``or-bench-hard-1k.jsonl``; ``failed.jsonl`` (items whose calls failed) and ``metadata.json``.
+The ``*_calls``/``moderation``/``panel`` stores are what a rerun resumes from; the other files are
+rewritten from them, identically, at the end of every run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icml25.llm.base import ChatBackend
+from icml25.llm.store import JsonlStore
+from icml25.orbench.categories import CATEGORIES, normalize_category
+from icml25.orbench.evaluation import EvalResult, evaluate
+from icml25.orbench.generation import generate_all_seeds, rewrite_seeds
+from icml25.orbench.moderation import EnsembleModerator, LLMModerator
+from icml25.orbench.records import ORBenchRecord
+from icml25.orbench.selection import select_hard, select_toxic
+from icml25.orbench.templates import PromptTemplates
+
+__all__ = ["BuildReport", "build_orbench", "write_jsonl"]
+
+
+@dataclass
+class BuildReport:
+    """Counts of every stage and where its output is."""
+
+    out_dir: str
+    n_seeds: int
+    n_candidates: int
+    n_pool: int
+    n_flagged: int
+    n_toxic: int
+    n_hard: int | None
+    n_failed: int
+    failed: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        hard = "no panel" if self.n_hard is None else str(self.n_hard)
+        return (
+            f"{self.n_seeds} seeds -> {self.n_candidates} candidates -> pool {self.n_pool} "
+            f"({self.n_flagged} flagged toxic), hard {hard}, toxic {self.n_toxic}; "
+            f"{self.n_failed} failed items (failed.jsonl)"
+        )
+
+
+def write_jsonl(rows: Sequence[Any], path: Path) -> Path:
+    """Rewrite ``path`` with one JSON object per row (atomic: a temp file, then rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            d = (
+                r.to_dict()
+                if hasattr(r, "to_dict")
+                else asdict(r)
+                if hasattr(r, "__dataclass_fields__")
+                else r
+            )
+            f.write(json.dumps(d, ensure_ascii=True) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def build_orbench(
+    generator: ChatBackend,
+    rewriter: ChatBackend,
+    moderators: Sequence[ChatBackend | LLMModerator] | EnsembleModerator,
+    *,
+    out_dir: str | Path,
+    categories: Sequence[str] = CATEGORIES,
+    n_seeds: int = 2000,
+    n_rewrites: int = 5,
+    panel: Mapping[str, ChatBackend] | None = None,
+    k_min: int = 3,
+    hard_per_category: int | None = None,
+    toxic_per_category: int = 66,
+    rule: str | int = "majority",
+    remoderate: str | int | None = "unanimous",
+    detector: Any = None,
+    concurrency: int = 8,
+    templates: PromptTemplates | None = None,
+    seed: int = 0,
+    retry_errors: bool = False,
+    panel_max_tokens: int | None = 1000,
+    progress: bool | None = None,
+) -> BuildReport:
+    """Build an OR-Bench-style dataset with your own models (paper Sec. 3), resumably.
+
+    Args:
+        generator, rewriter: G and R (paper: Mixtral-8x7B at temperatures 1.0 and 0.7).
+        moderators: the moderator backends (paper: GPT-4-turbo, Llama-3-70b, Gemini-1.5-pro),
+            or a ready :class:`EnsembleModerator`.
+        out_dir: where every stage's store lives (see the module docstring).
+        categories, n_seeds, n_rewrites: seeds per category (official 2000) and rewrites per
+            seed (5).
+        panel: ``{name: backend}`` of strong, safety-aligned models for the hard subset; ``None``
+            skips it.
+        k_min, hard_per_category, remoderate: :func:`~icml25.orbench.select_hard`'s rule
+            (``remoderate=None`` turns the stricter second moderation off).
+        toxic_per_category: :func:`~icml25.orbench.select_toxic` (paper: 655 prompts in all);
+            twice this many seeds per category are moderated to find them.
+        rule: the ensemble's voting rule (paper: majority).
+        detector: the refusal judge of the panel (default: keyword matching).
+        seed: seeds generator calls (``seed + call index``) and the samples.
+        retry_errors: retry the items whose calls failed in an earlier run.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cats = [normalize_category(c) for c in categories]
+    templates = templates or PromptTemplates.default()
+    ensemble = (
+        moderators if isinstance(moderators, EnsembleModerator)
+        else EnsembleModerator(list(moderators), rule, templates=templates)
+    )  # fmt: skip
+    files = {}
+    # Algorithm 1
+    seeds = generate_all_seeds(
+        generator, cats, n_seeds, concurrency=concurrency, templates=templates, seed=seed,
+        store=JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx")),
+    )  # fmt: skip
+    files["seeds"] = str(write_jsonl(seeds, out / "seeds.jsonl"))
+    # Algorithm 2
+    rw_store = JsonlStore(out / "rewrite_calls.jsonl", "id")
+    candidates = rewrite_seeds(
+        rewriter, seeds, n_rewrites=n_rewrites, store=rw_store, concurrency=concurrency,
+        templates=templates, retry_errors=retry_errors, progress=progress,
+    )  # fmt: skip
+    files["candidates"] = str(write_jsonl(candidates, out / "candidates.jsonl"))
+    # Algorithm 3
+    mod_store = JsonlStore(out / "moderation.jsonl", "id")
+    moderated = ensemble.moderate(candidates, mod_store, concurrency=concurrency,
+                                  retry_errors=retry_errors, progress=progress)  # fmt: skip
+    by_id = {m.id: m for m in moderated}
+    pool = [
+        ORBenchRecord(c.prompt, c.category, "80k", c.id, c.toxic_seed)
+        for c in candidates
+        if c.id in by_id and not by_id[c.id].is_toxic
+    ]
+    files["80k"] = str(write_jsonl(pool, out / "or-bench-80k.jsonl"))
+    # the toxic control set from moderated seeds
+    rng = random.Random(seed)
+    sample = []
+    for c in cats:
+        group = [s for s in seeds if s.category == c]
+        sample += rng.sample(group, min(len(group), 2 * toxic_per_category))
+    seed_store = JsonlStore(out / "seed_moderation.jsonl", "id")
+    seed_mod = ensemble.moderate(sample, seed_store, concurrency=concurrency,
+                                 retry_errors=retry_errors, progress=progress) if sample else []  # fmt: skip
+    toxic = select_toxic(seed_mod, per_category=toxic_per_category, seed=seed) if seed_mod else []
+    files["toxic"] = str(write_jsonl(toxic, out / "or-bench-toxic.jsonl"))
+    failed = {
+        "rewrite": len(rw_store.errors()),
+        "moderation": len(mod_store.errors()),
+        "seed_moderation": len(seed_store.errors()),
+    }
+    hard = None
+    meta: dict[str, Any] = {"categories": cats, "n_seeds": n_seeds, "n_rewrites": n_rewrites,
+                            "rule": rule, "moderators": [m.name for m in ensemble.moderators],
+                            "generator": generator.name, "rewriter": rewriter.name}  # fmt: skip
+    if panel:
+        if not isinstance(panel, Mapping):
+            raise TypeError(f"panel must be a dict name -> backend, got {type(panel).__name__}")
+        panel_store = JsonlStore(out / "panel.jsonl", ("model", "id"))
+        results: dict[str, EvalResult] = {}
+        for name, backend in panel.items():
+            results[name] = evaluate(backend, pool, detector=detector, store=panel_store,
+                                     model=name, concurrency=concurrency, subset="80k",
+                                     max_tokens=panel_max_tokens, retry_errors=retry_errors,
+                                     progress=progress)  # fmt: skip
+        failed["panel"] = sum(r.n_failed for r in results.values())
+        sel = select_hard(pool, results, k_min=k_min, per_category=hard_per_category,
+                          remoderate=moderated if remoderate is not None else None,
+                          rule=remoderate or "majority", seed=seed)  # fmt: skip
+        hard = sel.records
+        files["hard-1k"] = str(write_jsonl(hard, out / "or-bench-hard-1k.jsonl"))
+        meta["hard_selection"] = sel.metadata()
+    fails = [
+        {"stage": stage, "key": list(e.key), "type": e.error_type, "message": e.message}
+        for stage, st in (("rewrite", rw_store), ("moderation", mod_store), ("seed_moderation", seed_store))
+        for e in st.errors()
+    ]  # fmt: skip
+    files["failed"] = str(write_jsonl(fails, out / "failed.jsonl"))
+    report = BuildReport(str(out), len(seeds), len(candidates), len(pool),
+                         sum(m.is_toxic for m in moderated), len(toxic),
+                         None if hard is None else len(hard), sum(failed.values()), failed, files)  # fmt: skip
+    meta["report"] = asdict(report)
+    (out / "metadata.json").write_text(
+        json.dumps(meta, indent=1, ensure_ascii=True), encoding="utf-8"
+    )
+    for st in (rw_store, mod_store, seed_store):
+        st.close()
+    return report
