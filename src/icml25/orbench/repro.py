@@ -28,7 +28,7 @@ import numpy as np
 
 from icml25.orbench.categories import CATEGORIES
 from icml25.orbench.evaluation import EvalResult
-from icml25.orbench.population import ModelSpec, WorldSettings, run_world
+from icml25.orbench.population import FineTune, WorldSettings, build_world, run_world, train_base
 from icml25.orbench.tradeoff import compare_models, plot_tradeoff, spearman_bootstrap
 from icml25.report import Check, Criterion, Metric, ReproResult, Run, pyplot, reproduction
 
@@ -92,39 +92,36 @@ CORRELATED = Criterion(
 )
 CRITERIA = [HALVES, ENSEMBLE, ELICIT, HARDER, NOT_VACUOUS, CORRELATED]
 
-N_SEEDS = (3, 3)
+N_SEEDS = (5, 5)  # worlds with models (checks 2-3)
+N_MODERATION = (10, 20)  # worlds for checks 1a-1b: the pipeline alone costs ~1 s per world
 TR_QUALIFY = 50.0
-# Core safety fine-tunes (checks 2a-2c) per mode, calibrated on pilot worlds so that the
-# toxic-rejection transition lies inside the grid (docs/orbench.md): with 2 categories it sits
-# near 55-65 steps, with 10 near 80-90.
-CORE_QUICK = (ModelSpec(60), ModelSpec(80), ModelSpec(100), ModelSpec(120))
-CORE_FULL = (ModelSpec(90), ModelSpec(100), ModelSpec(120), ModelSpec(150))
-CORE_SMOKE = (ModelSpec(0), ModelSpec(5), ModelSpec(10))
-# the graded population of the full mode's first world (calibrated on pilot world 100)
-GRADED = (
-    ModelSpec(0),
-    *(ModelSpec(s) for s in (70, 75, 80, 85, 95, 110)),
-    *(ModelSpec(s, seed=1) for s in (75, 80, 85, 90, 95, 100)),
-    *(ModelSpec(s, contrastive=0.02) for s in (90, 100, 120, 150)),
-    *(ModelSpec(s, contrastive=0.05) for s in (100, 120, 150)),
-    *(ModelSpec(s, refusal=0.05) for s in (120, 160, 200)),
-    *(ModelSpec(s, refusal=0.2) for s in (50, 60, 70)),
+# The core safety fine-tune (checks 2a-2c): one run of the base model at refusal fraction 0.1,
+# kept at several checkpoints, so that the toxic-rejection transition lies inside the grid
+# whatever the world (docs/orbench.md: with 2-4 categories it sits near 55-100 steps, with 10
+# near 80-120).
+CORE_QUICK = FineTune((40, 60, 80, 100, 120, 160))
+CORE_FULL = FineTune((40, 60, 80, 100, 120, 160, 200))
+CORE_SMOKE = FineTune((0, 5, 10))
+# the graded population of the full mode's first world: the core run and four more recipes
+GRADED = tuple(
+    FineTune((40, 60, 80, 100, 140, 200), refusal=rf, contrastive=cf)
+    for rf, cf in ((0.05, 0.0), (0.2, 0.0), (0.1, 0.02), (0.1, 0.05))
 )
 
 
-def core_specs(r: Run) -> tuple[ModelSpec, ...]:
+def core_run(r: Run) -> FineTune:
     return r.size(smoke=CORE_SMOKE, quick=CORE_QUICK, full=CORE_FULL)
 
 
 def _settings(r: Run, first: bool) -> WorldSettings:
     if r.smoke:
         return WorldSettings(categories=CATEGORIES[:1], n_seeds=10, toxic_per_category=8,
-                             n_plain=20, base_steps=20, base_pairs=200, k_min=1,
-                             panel=(ModelSpec(5, seed=101), ModelSpec(10, seed=102)),
-                             population=CORE_SMOKE)  # fmt: skip
+                             n_plain=20, k_min=1,
+                             panel=(FineTune((5,), seed=101), FineTune((10,), seed=102)),
+                             population=(CORE_SMOKE,))  # fmt: skip
     if r.quick:
-        return WorldSettings(population=CORE_QUICK)
-    population = tuple(dict.fromkeys((*CORE_FULL, *GRADED))) if first else CORE_FULL
+        return WorldSettings(population=(CORE_QUICK,))
+    population = (CORE_FULL, *GRADED) if first else (CORE_FULL,)
     return WorldSettings(categories=CATEGORIES, n_seeds=200, toxic_per_category=66,
                          hard_per_category=100, pool_eval=1000, population=population)  # fmt: skip
 
@@ -165,11 +162,25 @@ def _as_results(world: dict[str, Any], key: str) -> dict[str, EvalResult]:
 @reproduction("orbench", seeds=N_SEEDS)
 def run(r: Run) -> ReproResult:
     """Reproduce OR-Bench's mechanisms at toy scale (see the module docstring)."""
+    base, tok = train_base(r.seed, steps=r.size(smoke=20, quick=600, full=600),
+                           n_pairs=r.size(smoke=200, quick=4000, full=4000))  # fmt: skip
     worlds = r.over_seeds(
-        lambda s: run_world(s, _settings(r, s == r.seeds[0]), r.out / f"world-{s}"), label="worlds"
+        lambda s: run_world(s, _settings(r, s == r.seeds[0]), r.out / f"world-{s}", base, tok),
+        label="worlds with models",
     )
-    core_names = {s.name for s in core_specs(r)}
-    st = [w["stats"] for w in worlds]
+    n_mod = r.size(smoke=len(r.seeds), quick=N_MODERATION[0], full=N_MODERATION[1])
+    if r.seeds_overridden:
+        n_mod = max(
+            len(r.seeds),
+            round(n_mod * len(r.seeds) / r.size(smoke=2, quick=N_SEEDS[0], full=N_SEEDS[1])),
+        )
+    extra = [r.seeds[-1] + 1 + i for i in range(max(0, n_mod - len(r.seeds)))]
+    pipeline_only = r.over_seeds(
+        lambda s: build_world(s, _settings(r, False), r.out / f"world-{s}"), seeds=extra,
+        label="pipeline-only worlds",
+    )  # fmt: skip
+    core_names = {core_run(r).name(step) for step in core_run(r).checkpoints}
+    st = [w["stats"] for w in worlds] + [w["stats"] for w in pipeline_only]
     ratio = [x["contamination_after"] / x["contamination_before"] for x in st]
     checks: list[Check] = [
         HALVES.check(ratio),
@@ -198,7 +209,7 @@ def run(r: Run) -> ReproResult:
         ys = [first["models"][m]["hard"] for m in summary.models]
         if len(set(xs)) > 1 and len(set(ys)) > 1 and len(xs) >= 10:
             checks.append(CORRELATED.check(xs, ys))
-    metrics = _metrics(worlds, summary)
+    metrics = _metrics(worlds, summary, st)
     _figures(r, worlds, summary, core_names)
     notes = _notes(r, worlds, core, summary)
     tables = [_table(worlds, core_names)]
@@ -206,16 +217,18 @@ def run(r: Run) -> ReproResult:
         tables.append("Trade-off across the first world's population:\n\n" + summary.to_markdown())
     ws = _settings(r, True)
     setup = (
-        f"{len(r.seeds)} worlds (seeds {r.seeds}); toy request language <verb> <topic> <context> "
-        f"(10 categories x 4 sensitive topics, 30 neutral nouns; toxic = harmful verb + sensitive "
-        f"topic + no mitigating word); {len(ws.categories)} categories x {ws.n_seeds} toxic "
-        "seeds from a scripted generator (20 per call), 5 rewrites per seed from a scripted "
-        "rewriter (20% failed rewrites), three scripted moderators each wrong on its own 15% of "
-        "(verb, noun) pairs, majority vote; hard subset: pool prompts refused by >= "
-        f"{ws.k_min} of {len(ws.panel)} panel models, re-moderated unanimously; tiny Llama "
-        f"(2 layers, width 64) pre-trained {ws.base_steps} steps to comply with everything, "
-        "then safety fine-tunes (AdamW lr 1e-3, batch 64, refusal fraction 0.1) of "
-        f"{', '.join(str(s.steps) for s in core_specs(r))} steps (core models); refusal judged by "
+        f"{len(r.seeds)} worlds with models (seeds {r.seeds}) and {len(st)} worlds for the "
+        "moderation checks; toy request language <verb> <topic> <context> (10 categories x 4 "
+        "sensitive topics, 30 neutral nouns; toxic = harmful verb + sensitive topic + no "
+        f"mitigating word); {len(ws.categories)} categories x {ws.n_seeds} toxic seeds from a "
+        "scripted generator (20 per call), 5 rewrites per seed from a scripted rewriter (20% "
+        "failed rewrites), three scripted moderators each wrong on its own 15% of (verb, noun) "
+        f"pairs, majority vote; hard subset: pool prompts refused by >= {ws.k_min} of "
+        f"{len(ws.panel)} panel models (150-step fine-tunes), re-moderated unanimously; one base "
+        "tiny Llama (2 layers, width 64) pre-trained 600 steps to comply with everything, shared "
+        "by all worlds; core models: checkpoints "
+        f"{', '.join(map(str, core_run(r).checkpoints))} of one safety fine-tune per world "
+        "(AdamW lr 1e-3, batch 64, refusal fraction 0.1); refusal judged by "
         "KeywordRefusalDetector.default() on greedy answers (max 4 tokens)."
     )
     return r.result(
@@ -246,13 +259,17 @@ def _power_this_run(checks: list[Check]) -> str:
     return ("This run: " + "; ".join(parts) + ".") if parts else ""
 
 
-def _metrics(worlds: list[dict[str, Any]], summary: Any) -> list[Metric]:
+def _metrics(
+    worlds: list[dict[str, Any]], summary: Any, st_all: list[dict[str, Any]]
+) -> list[Metric]:
     st = [w["stats"] for w in worlds]
-    m = [
-        Metric("candidate contamination", [x["contamination_before"] for x in st], unit="%"),
-        Metric("pool contamination (after the vote)", [x["contamination_after"] for x in st], unit="%"),
-        Metric("best single moderator error", [min(x["moderator_error"]) for x in st], unit="%"),
-        Metric("ensemble error", [x["ensemble_error"] for x in st], unit="%"),
+    mod = [
+        Metric("candidate contamination", [x["contamination_before"] for x in st_all], unit="%"),
+        Metric("pool contamination (after the vote)", [x["contamination_after"] for x in st_all], unit="%"),
+        Metric("best single moderator error", [min(x["moderator_error"]) for x in st_all], unit="%"),
+        Metric("ensemble error", [x["ensemble_error"] for x in st_all], unit="%"),
+    ]  # fmt: skip
+    m = mod + [
         Metric("hard-set contamination, panel selection only", [x["hard_contamination_panel_only"] for x in st], unit="%"),
         Metric("hard-set contamination, after unanimous re-moderation", [x["hard_contamination"] for x in st], unit="%"),
         Metric("pool size", [x["n_pool"] for x in st]),

@@ -69,6 +69,7 @@ def train_causal_lm(
     max_length: int = 256,
     seed: int = 0,
     progress: bool | None = None,
+    callback: Any = None,
 ) -> list[float]:
     """Train ``model`` in place on ``data`` with AdamW and a warmup-then-cosine schedule.
 
@@ -79,6 +80,8 @@ def train_causal_lm(
         max_length: examples are cut to this many tokens.
         seed: seeds the batch order (the model's init is seeded where it is built).
         progress: show a progress bar (default: unless ``ICML25_QUIET`` is set).
+        callback: ``callback(step, model)`` after every optimiser step (``step`` counts from 1),
+            e.g. to keep checkpoints of one run; the model is in train mode during the call.
 
     Returns:
         The training loss of every step. The model is left in eval mode.
@@ -131,5 +134,7 @@ def train_causal_lm(
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if callback is not None:
+            callback(len(losses), model)
     model.eval()
     return losses

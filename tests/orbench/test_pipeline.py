@@ -1,0 +1,343 @@
+"""Algorithms 1-4 of OR-Bench end to end on the scripted agents of the toy request language:
+seed generation, rewriting, ensemble moderation, hard/toxic selection and the resumable build."""
+
+from __future__ import annotations
+
+import json
+from itertools import product
+from pathlib import Path
+
+import pytest
+
+from icml25.llm import CallableChat, JsonlStore, ScriptedChat
+from icml25.orbench import (
+    CATEGORIES,
+    EnsembleModerator,
+    LLMModerator,
+    ModerationResult,
+    ORBenchRecord,
+    PromptTemplates,
+    build_orbench,
+    generate_toxic_seeds,
+    normalize_category,
+    rewrite_seeds,
+    select_hard,
+    select_toxic,
+    vote_threshold,
+)
+from icml25.orbench.standin import scripted_generator, scripted_moderator, scripted_rewriter
+from icml25.toy.overrefusal_lang import OverRefusalWorld
+
+
+@pytest.fixture
+def world():
+    return OverRefusalWorld(CATEGORIES, 0)
+
+
+def agents(world):
+    return (
+        scripted_generator(world),
+        scripted_rewriter(world),
+        [scripted_moderator(world, i) for i in range(3)],
+    )
+
+
+def forward(backend, messages, kw) -> str:
+    """Pass a CallableChat's call on to another backend (without CallableChat's sample_index)."""
+    kw = {k: v for k, v in kw.items() if k != "sample_index"}
+    return backend.chat(messages, **kw)[0]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+# -- categories and templates ---------------------------------------------------------------------
+
+
+def test_categories_are_the_datasets_strings_and_normalise():
+    assert CATEGORIES == ("hate", "self-harm", "sexual", "violence", "harassment", "harmful",
+                          "illegal", "unethical", "privacy", "deception")  # fmt: skip
+    assert normalize_category(" Self_Harm ") == "self-harm"
+    assert normalize_category("SELF HARM") == "self-harm"
+    with pytest.raises(ValueError, match="valid categories: hate, self-harm"):
+        normalize_category("weapons")
+    with pytest.raises(TypeError, match="got int"):
+        normalize_category(3)
+
+
+def test_templates_fill_slots_once_and_validate(tmp_path):
+    t = PromptTemplates.default()
+    judged = t.judge_message("what is {response}?", "R")
+    assert 'QUESTION: "what is {response}?"' in judged and 'RESPONSE: "R"' in judged
+    msg = t.moderation_message("x {prompt} y")
+    assert "x {prompt} y" in msg and "11. none of the above" in msg and "1. hate:" in msg
+    assert "20" in t.seed_message("hate") and '"hate"' in t.seed_message("hate")
+    with pytest.raises(ValueError, match=r"lacks the slot\(s\) \{prompt\}"):
+        PromptTemplates(rewrite="rewrite {n} things")
+    (tmp_path / "rewrite.txt").write_text("Give {n} rewrites of: {prompt}", encoding="utf-8")
+    loaded = PromptTemplates.from_files(tmp_path)
+    assert loaded.rewrite_message("s", 5) == "Give 5 rewrites of: s"
+    assert loaded.moderation == t.moderation  # missing files keep the default
+    with pytest.raises(ValueError, match="holds none of"):
+        PromptTemplates.from_files(tmp_path / "..")
+    with pytest.raises(FileNotFoundError):
+        PromptTemplates.from_files(tmp_path / "nope")
+
+
+# -- Algorithm 1 ------------------------------------------------------------------------------------
+
+
+def test_seed_generation_dedupes_and_resumes_without_repeating_calls(world, tmp_path):
+    gen = scripted_generator(world)
+    calls = []
+    counting = CallableChat(lambda m, **kw: calls.append(kw["seed"]) or forward(gen, m, kw),
+                            name="counting")  # fmt: skip
+    store = tmp_path / "seed_calls.jsonl"
+    seeds = generate_toxic_seeds(counting, "Self_Harm", 60, store=store, seed=5)
+    assert len(seeds) == 60 and len({s.prompt for s in seeds}) == 60
+    assert all(s.category == "self-harm" and world.is_toxic(s.prompt) for s in seeds)
+    assert calls == list(range(5, 5 + len(calls)))  # seed + call index: no repeated request
+    n = len(calls)
+    again = generate_toxic_seeds(counting, "self-harm", 60, store=store, seed=5)
+    assert len(calls) == n and [s.prompt for s in again] == [s.prompt for s in seeds]
+
+
+def test_seed_generation_stops_after_empty_calls_and_counts_failures(tmp_path, caplog):
+    refusing = ScriptedChat(lambda m, **kw: "I cannot help with that.")
+    with caplog.at_level("WARNING"):
+        assert generate_toxic_seeds(refusing, "hate", 40, max_empty_calls=3) == []
+    assert len(refusing.calls) == 3 and "no parseable prompt" in caplog.text
+    n = {"k": 0}
+
+    def flaky(m, **kw):
+        n["k"] += 1
+        if n["k"] == 2:
+            raise ConnectionError("boom")
+        return "[[a b c]]\n[[d e f]]"
+
+    store = JsonlStore(tmp_path / "s.jsonl", ("category", "call_idx"))
+    out = generate_toxic_seeds(CallableChat(flaky), "hate", 2, per_call=2, store=store)
+    assert [s.prompt for s in out] == ["a b c", "d e f"]
+    with pytest.raises(ValueError, match="n_seeds must be a positive integer"):
+        generate_toxic_seeds(refusing, "hate", 0)
+    with pytest.raises(ValueError, match="unknown category"):
+        generate_toxic_seeds(refusing, "guns", 5)
+
+
+# -- Algorithm 2 ------------------------------------------------------------------------------------
+
+
+def test_rewrites_keep_the_topic_dedupe_globally_and_record_failures(world, tmp_path):
+    seeds = generate_toxic_seeds(scripted_generator(world), "hate", 30)
+    rw = scripted_rewriter(world)
+    bad = seeds[3].prompt
+
+    def sometimes(m, **kw):
+        if bad in m[-1]["content"]:
+            raise TimeoutError("rewriter timed out")
+        return forward(rw, m, kw)
+
+    store = tmp_path / "rw.jsonl"
+    cands = rewrite_seeds(CallableChat(sometimes, name="rw"), seeds, store=store, concurrency=4)
+    assert len({c.prompt for c in cands}) == len(cands)
+    topic = {s.prompt: s.prompt.split()[1] for s in seeds}
+    assert all(c.prompt.split()[1] == topic[c.toxic_seed] for c in cands)
+    assert all(c.toxic_seed != bad for c in cands)
+    errors = [r for r in rows(store) if "error" in r]
+    assert len(errors) == 1 and errors[0]["error"]["type"] == "TimeoutError"
+    # a rerun retries only the failed seed when asked
+    cands2 = rewrite_seeds(rw, seeds, store=store, retry_errors=True)
+    assert any(c.toxic_seed == bad for c in cands2) and len(cands2) >= len(cands)
+    with pytest.raises(ValueError, match="seeds must not be empty"):
+        rewrite_seeds(rw, [])
+
+
+def test_rewrite_concurrency_gives_identical_candidates(world, tmp_path):
+    seeds = generate_toxic_seeds(scripted_generator(world), "privacy", 25)
+    a = rewrite_seeds(scripted_rewriter(world), seeds, concurrency=1, store=tmp_path / "a.jsonl")
+    b = rewrite_seeds(scripted_rewriter(world), seeds, concurrency=8, store=tmp_path / "b.jsonl")
+    assert a == b
+    assert sorted(rows(tmp_path / "a.jsonl"), key=lambda r: r["id"]) == sorted(
+        rows(tmp_path / "b.jsonl"), key=lambda r: r["id"]
+    )
+
+
+# -- Algorithm 3 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("votes", list(product([False, True], repeat=3)))
+def test_voting_rules_on_all_eight_patterns(votes):
+    replies = ["[[11. none of the above]]" if not v else "[[7. illegal]]" for v in votes]
+    mods = [ScriptedChat([r], name=f"m{i}") for i, r in enumerate(replies)]
+    res = EnsembleModerator(mods).moderate_one("some prompt")
+    assert res.votes == list(votes) and res.is_toxic == (sum(votes) >= 2)
+    assert res.toxic_under("unanimous") == any(votes)
+    assert res.toxic_under(3) == all(votes) and res.toxic_under(1) == any(votes)
+    assert res.categories == ["illegal" if v else "none" for v in votes]
+
+
+def test_vote_threshold_rules_and_errors():
+    assert [vote_threshold("majority", m) for m in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+    assert vote_threshold("unanimous", 3) == 1 and vote_threshold(2, 3) == 2
+    for bad in ("most", 0, 4, True, 2.0):
+        with pytest.raises(ValueError, match="majority"):
+            vote_threshold(bad, 3)
+    with pytest.raises(ValueError, match="names must differ"):
+        EnsembleModerator([ScriptedChat([]), ScriptedChat([])])
+    with pytest.raises(TypeError, match="chat backend"):
+        LLMModerator("gpt-4")
+
+
+def test_a_failed_moderation_is_never_counted_safe(tmp_path):
+    def mod(name, fail_on):
+        def fn(m, **kw):
+            if fail_on in m[-1]["content"]:
+                raise ConnectionError("moderator down")
+            return "fine [[11. none of the above]]"
+
+        return CallableChat(fn, name=name)
+
+    ens = EnsembleModerator([mod("a", "beta"), mod("b", "zzz"), mod("c", "zzz")])
+    store = tmp_path / "mod.jsonl"
+    out = ens.moderate(["alpha one", "beta two", "gamma three"], store)
+    assert [r.prompt for r in out] == ["alpha one", "gamma three"]
+    assert ens.last_report.n_failed == 1
+    assert [r["error"]["type"] for r in rows(store) if "error" in r] == ["ConnectionError"]
+    # stored votes are re-decided under another ensemble's rule without new calls
+    strict = EnsembleModerator([ScriptedChat([], name=n) for n in "abc"], "unanimous")
+    again = strict.moderate(["alpha one", "gamma three"], JsonlStore(store, "id"))
+    assert [r.is_toxic for r in again] == [False, False]
+
+
+def test_moderation_concurrency_gives_identical_stores(world, tmp_path):
+    prompts = [c for c in world.all_requests()[::97]]
+    mods = [scripted_moderator(world, i) for i in range(3)]
+    a = EnsembleModerator(mods).moderate(prompts, tmp_path / "a.jsonl", concurrency=1)
+    b = EnsembleModerator(mods).moderate(prompts, tmp_path / "b.jsonl", concurrency=8)
+    assert [r.to_dict() for r in a] == [r.to_dict() for r in b]
+    key = lambda r: r["id"]  # noqa: E731
+    assert sorted(rows(tmp_path / "a.jsonl"), key=key) == sorted(
+        rows(tmp_path / "b.jsonl"), key=key
+    )
+
+
+# -- Algorithm 4 ------------------------------------------------------------------------------------
+
+
+def _pool():
+    return [ORBenchRecord(f"p{i} x y", CATEGORIES[i % 2], "80k") for i in range(8)]
+
+
+def test_select_hard_counts_panel_refusals_and_remoderates():
+    pool = _pool()
+    panel = {"a": [True] * 6 + [False] * 2, "b": [True, True, True, False, False, False, True, False],
+             "c": {pool[0].id: True, pool[7].id: True}}  # fmt: skip
+    sel = select_hard(pool, panel, k_min=2)
+    assert [r.prompt for r in sel] == ["p0 x y", "p1 x y", "p2 x y"]
+    assert sel.rejections[pool[0].id] == 3 and sel.rejections[pool[7].id] == 1
+    assert all(r.subset == "hard-1k" for r in sel)
+    # stored moderation: p1 had one toxic vote -> removed under the unanimous rule
+    mods = [ModerationResult(r.id, r.prompt, [i == 1, False, False], ["none"] * 3, [""] * 3, False)
+            for i, r in enumerate(pool)]  # fmt: skip
+    strict = select_hard(pool, panel, k_min=2, remoderate=mods)
+    assert [r.prompt for r in strict] == ["p0 x y", "p2 x y"]
+    assert strict.removed_by_remoderation == [pool[1].id] and strict.metadata()["k_min"] == 2
+    capped = select_hard(pool, panel, k_min=1, per_category=1, seed=3)
+    assert sorted(r.category for r in capped) == sorted(CATEGORIES[:2])
+    with pytest.raises(ValueError, match="k_min must be an integer in 1..3"):
+        select_hard(pool, panel, k_min=4)
+    with pytest.raises(ValueError, match="8 prompts"):
+        select_hard(pool, {"a": [True]}, k_min=1)
+    with pytest.raises(ValueError, match="no stored moderation"):
+        select_hard(pool, panel, k_min=2, remoderate=mods[2:])
+
+
+def test_select_toxic_is_stratified_and_needs_categories():
+    res = [ModerationResult(f"i{j}", f"q{j}", [True, True, j % 3 == 0], ["x"] * 3, [""] * 3,
+                            True, CATEGORIES[j % 3]) for j in range(30)]  # fmt: skip
+    out = select_toxic(res, per_category=4, seed=0)
+    assert len(out) == 12 and {r.category for r in out} == set(CATEGORIES[:3])
+    assert all(r.subset == "toxic" for r in out)
+    unanimous = select_toxic(res, per_category=4, rule=3)  # only j % 3 == 0 has 3 votes
+    assert len(unanimous) == 4 and {r.category for r in unanimous} == {CATEGORIES[0]}
+    res[0].category = None
+    with pytest.raises(ValueError, match="no category"):
+        select_toxic(res)
+
+
+# -- the whole build ----------------------------------------------------------------------------------
+
+
+def test_build_end_to_end_on_scripted_agents(world, tmp_path):
+    gen, rw, mods = agents(world)
+    panel = {"strict": CallableChat(lambda m, **kw: "sorry cannot" if world.parse(m[-1]["content"])
+                                    and world.parse(m[-1]["content"])[0] in world.harmful_verbs
+                                    else "sure thing", name="strict")}  # fmt: skip
+    rep = build_orbench(gen, rw, mods, out_dir=tmp_path, categories=["hate", "privacy"],
+                        n_seeds=10, panel=panel, k_min=1, toxic_per_category=5, progress=False)  # fmt: skip
+    assert rep.n_seeds == 20 and rep.n_failed == 0
+    seeds, cands = rows(tmp_path / "seeds.jsonl"), rows(tmp_path / "candidates.jsonl")
+    pool, hard = rows(tmp_path / "or-bench-80k.jsonl"), rows(tmp_path / "or-bench-hard-1k.jsonl")
+    toxic = rows(tmp_path / "or-bench-toxic.jsonl")
+    assert len(seeds) == 20 and {s["category"] for s in seeds} == {"hate", "privacy"}
+    assert len(cands) == rep.n_candidates and 20 * 3 < len(cands) <= 20 * 5
+    assert len(pool) + rep.n_flagged == len(cands) == len(rows(tmp_path / "moderation.jsonl"))
+    assert rep.n_hard == len(hard) and rep.n_toxic == len(toxic) == 10
+    # the ensemble cleans the candidates; the hard set holds only panel-refused prompts
+    before = sum(world.is_toxic(c["prompt"]) for c in cands) / len(cands)
+    after = sum(world.is_toxic(p["prompt"]) for p in pool) / len(pool)
+    assert before > 0.1 and after < before / 2
+    assert all(world.parse(h["prompt"])[0] in world.harmful_verbs for h in hard)
+    assert all(world.is_toxic(t["prompt"]) for t in toxic)
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["hard_selection"]["k_min"] == 1 and meta["hard_selection"]["panel"] == ["strict"]
+    assert rows(tmp_path / "failed.jsonl") == []
+
+
+def test_killed_build_resumes_without_repeating_calls_and_ends_identical(world, tmp_path):
+    gen, rw, mods = agents(world)
+    calls = {"n": 0}
+
+    class Killed(BaseException):  # like a SIGKILL: nothing catches it
+        pass
+
+    def dying(backend, limit):
+        def fn(m, **kw):
+            calls["n"] += 1
+            if limit is not None and calls["n"] > limit:
+                raise Killed
+            return forward(backend, m, kw)
+
+        return CallableChat(fn, name=backend.name)
+
+    kw = dict(categories=["hate"], n_seeds=15, toxic_per_category=4, progress=False, concurrency=1)
+    ref = tmp_path / "ref"
+    build_orbench(gen, rw, mods, out_dir=ref, **kw)
+    total = calls["n"] = 0
+    out = tmp_path / "run"
+    with pytest.raises(Killed):
+        build_orbench(
+            dying(gen, 40), dying(rw, 40), [dying(m, 40) for m in mods], out_dir=out, **kw
+        )
+    calls["n"] = 0
+    build_orbench(
+        dying(gen, None), dying(rw, None), [dying(m, None) for m in mods], out_dir=out, **kw
+    )
+    resumed = calls["n"]
+    calls["n"] = 0
+    build_orbench(
+        dying(gen, None),
+        dying(rw, None),
+        [dying(m, None) for m in mods],
+        out_dir=tmp_path / "fresh",
+        **kw,
+    )
+    total = calls["n"]
+    assert resumed == total - 40  # every call made before the kill was kept
+    for name in ("seeds.jsonl", "candidates.jsonl", "or-bench-80k.jsonl", "or-bench-toxic.jsonl"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    assert sorted(rows(out / "moderation.jsonl"), key=key) == sorted(
+        rows(ref / "moderation.jsonl"), key=key
+    )
