@@ -265,3 +265,17 @@ def test_hf_errors_a_user_meets_first(tiny_chat):
         tiny_chat.continuation_logprobs("reverse red ca", "t red")
     with pytest.raises(ValueError, match="empty content list"):
         tiny_chat.chat([{"role": "user", "content": []}])
+
+
+def test_jsonl_store_keeps_lone_surrogates_and_control_characters(tmp_path):
+    from icml25.llm.store import JsonlStore
+
+    path = tmp_path / "s.jsonl"
+    with JsonlStore(path, "k") as st:
+        st.append({"k": 1, "text": "lone \ud800 surrogate"})
+        st.append({"k": 2, "text": "ctrl \x00\x07\t and é"})
+    raw = path.read_text(encoding="utf-8")
+    assert "\\ud800" in raw and "é" in raw  # escaped only where UTF-8 cannot hold it
+    again = JsonlStore(path, "k")
+    assert again.get(1)["text"] == "lone \ud800 surrogate"
+    assert again.get(2)["text"] == "ctrl \x00\x07\t and é"

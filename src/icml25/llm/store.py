@@ -12,6 +12,7 @@ fenced off by a newline before the next append. Non-finite floats (NaN, inf) are
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -170,6 +171,10 @@ class JsonlStore:
         """Write one record (it must hold the key fields) and flush it."""
         k = self.key_of(record)
         line = json.dumps(json_safe(dict(record)), ensure_ascii=False, allow_nan=False)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: keep it as a JSON escape, never drop it
+            line = json.dumps(json_safe(dict(record)), ensure_ascii=True, allow_nan=False)
         with self._lock:
             f = self._open()
             f.write(line + "\n")
@@ -263,6 +268,7 @@ def run_resumable(
     retry_errors: bool = False,
     progress: bool | None = None,
     desc: str = "items",
+    redo: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> BatchReport:
     """Run ``work(item)`` for every item not yet done in ``store``, ``concurrency`` at a time.
 
@@ -271,7 +277,8 @@ def run_resumable(
     result that is not a dict, clashes with the key or cannot be written as JSON is an error row
     for that item, like an exception. A success is appended at once; an exception
     becomes an error row for that item only (the others go on). Items whose last record is an
-    error are skipped unless ``retry_errors``. Returns a :class:`BatchReport`.
+    error are skipped unless ``retry_errors``; a done item is run again when ``redo(its last
+    record)`` is true (e.g. it was made with other settings). Returns a :class:`BatchReport`.
     """
     from icml25.progress import track
 
@@ -294,7 +301,9 @@ def run_resumable(
     todo = [
         i
         for i, h in enumerate(heads)
-        if store.get(h) is None or (retry_errors and store.is_failed(h))
+        if store.get(h) is None
+        or (retry_errors and store.is_failed(h))
+        or (redo is not None and store.is_done(h) and redo(store.get(h)))
     ]
     todo_set = set(todo)
     n_skipped = sum(1 for i, h in enumerate(heads) if i not in todo_set and store.is_done(h))
@@ -314,7 +323,22 @@ def run_resumable(
             return i, None, exc
 
     n_ok = 0
-    with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo)))) as pool:
+    written: set[int] = set()
+
+    def write(fut: Any) -> None:
+        nonlocal n_ok
+        i, rec, exc = fut.result()
+        written.add(i)
+        if exc is None:
+            store.append(rec)
+            n_ok += 1
+        else:
+            extra = {k: v for k, v in heads[i].items() if k not in store.key_fields}
+            store.append_error(heads[i], exc, **extra)
+
+    pool = ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo))))
+    futures: list[Any] = []
+    try:
         futures = [pool.submit(one, i) for i in todo]
         for fut in track(
             as_completed(futures),
@@ -322,13 +346,18 @@ def run_resumable(
             total=len(futures),
             disable=None if progress is None else not progress,
         ):
-            i, rec, exc = fut.result()
-            if exc is None:
-                store.append(rec)
-                n_ok += 1
-            else:
-                extra = {k: v for k, v in heads[i].items() if k not in store.key_fields}
-                store.append_error(heads[i], exc, **extra)
+            write(fut)
+    except BaseException:
+        # a kill (KeyboardInterrupt, a BaseException from work) stops sending requests at once
+        # and keeps every answer that already arrived
+        pool.shutdown(wait=False, cancel_futures=True)
+        for fut, i in zip(futures, todo):
+            if fut.done() and not fut.cancelled() and i not in written:
+                with contextlib.suppress(BaseException):  # the item that raised stays undone
+                    write(fut)
+        store.sync()
+        raise
+    pool.shutdown()
     store.sync()
     wanted = set(keys)
     failures = [e for e in store.errors() if e.key in wanted]

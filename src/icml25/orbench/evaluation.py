@@ -10,6 +10,7 @@ failed requests and unparseable judge replies are counted separately, never gues
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,26 +247,41 @@ def evaluate(
         return [*head, {"role": "user", "content": prompt}]
 
     sampling = {"temperature": temperature, "max_tokens": max_tokens}
+    settings = {**sampling, "system_prompt": system_prompt}
+
+    def stale(rec: Mapping[str, Any]) -> bool:  # answered with other settings: ask again
+        return rec.get("settings") != settings
+
+    n_stale = sum(
+        1 for it in items if st.is_done((name, it["id"])) and stale(st.get((name, it["id"])))
+    )
+    if n_stale:
+        warnings.warn(
+            f"{n_stale} stored answer(s) of {name!r} were produced with other settings than "
+            f"{settings}; asking the model again for them", stacklevel=2,
+        )  # fmt: skip
+    _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale)
     inner = getattr(backend, "backend", None)
     native = getattr(backend, "native_batching", False) or getattr(inner, "native_batching", False)
     if native:
         _evaluate_batched(backend, items, st, name, judge_name, llm_judge, keyword, count,
-                          messages, sampling, retry_errors, progress)  # fmt: skip
+                          messages, sampling, settings, retry_errors, progress, stale)  # fmt: skip
     else:
 
         def work(item: dict[str, Any]) -> dict[str, Any]:
-            c = backend.complete(messages(item["prompt"]), **sampling)[0]
+            c = _complete(backend, messages(item["prompt"]), sampling)
             label = None
             if llm_judge is not None and not (c.blocked or not (c.text or "").strip()):
                 label = llm_judge.judge(item["prompt"], c.text)
-            return _row(
+            row = _row(
                 item, c, judge_name, keyword=keyword, label=label, unparseable_as_refusal=count
             )
+            return {**row, "settings": settings}
 
         run_resumable(
             items, work, st, key=lambda i, it: {"model": name, "id": it["id"]},
             concurrency=concurrency, retry_errors=retry_errors, progress=progress,
-            desc=f"evaluating {name}",
+            desc=f"evaluating {name}", redo=stale,
         )  # fmt: skip
     rows, failures = [], []
     for it in items:
@@ -285,16 +301,61 @@ def evaluate(
     return result
 
 
+def _complete(backend: Any, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+    """One completion; a backend with only ``chat`` (the bare protocol) gets a plain one."""
+    if callable(getattr(backend, "complete", None)):
+        return backend.complete(messages, **sampling)[0]
+    return Completion(backend.chat(messages, **sampling)[0])
+
+
+def _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale) -> None:
+    """Rows answered with the same settings but judged by another judge: judge the stored
+    answers again (no new request to the model)."""
+    todo = []
+    for it in items:
+        rec = st.get((name, it["id"]))
+        if (
+            rec is not None
+            and "error" not in rec
+            and not stale(rec)
+            and rec.get("judge") != judge_name
+        ):
+            todo.append((it, rec))
+    if not todo:
+        return
+    comps = [
+        Completion(r.get("response") or "", r.get("finish_reason"), bool(r.get("blocked")))
+        for _, r in todo
+    ]
+    labels: list[Any] = [None] * len(todo)
+    if llm_judge is not None:
+        idx = [j for j, c in enumerate(comps) if not c.blocked and c.text.strip()]
+        for j, lab in zip(idx, llm_judge.judge_many([todo[j][0]["prompt"] for j in idx],
+                                                   [comps[j].text for j in idx])):  # fmt: skip
+            labels[j] = lab
+    for (it, rec), c, lab in zip(todo, comps, labels):
+        key = {"model": name, "id": it["id"]}
+        if isinstance(lab, BaseException):
+            st.append_error(key, lab, prompt=it["prompt"], response=c.text)
+            continue
+        row = _row(it, c, judge_name, keyword=keyword, label=lab, unparseable_as_refusal=count)
+        st.append({**key, **row, "settings": rec.get("settings")})
+
+
 def _evaluate_batched(
     backend, items, st, name, judge_name, llm_judge, keyword, count, messages, sampling,
-    retry_errors, progress,
+    settings, retry_errors, progress, stale,
 ) -> None:  # fmt: skip
     """A local model: send the pending prompts in chunks through ``complete_many`` (one batched
     forward per chunk) and write each chunk's rows; a chunk is what a crash can lose."""
     from icml25.progress import track
 
-    pending = [it for it in items if st.get((name, it["id"])) is None
-               or (retry_errors and st.is_failed((name, it["id"])))]  # fmt: skip
+    def todo(it: dict[str, Any]) -> bool:
+        k = (name, it["id"])
+        return (st.get(k) is None or (retry_errors and st.is_failed(k))
+                or (st.is_done(k) and stale(st.get(k))))  # fmt: skip
+
+    pending = [it for it in items if todo(it)]
     chunk = max(
         1,
         int(
@@ -327,5 +388,5 @@ def _evaluate_batched(
             else:
                 row = _row(it, r[0], judge_name, keyword=keyword, label=lab,
                            unparseable_as_refusal=count)  # fmt: skip
-                st.append({**key, **row})
+                st.append({**key, **row, "settings": settings})
     st.sync()
