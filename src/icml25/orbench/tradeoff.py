@@ -209,7 +209,8 @@ def plot_tradeoff(
     annotate: bool = True,
 ) -> Any:
     """Fig. 1: x = over-refusal on the hard set, y = toxic rejection, one marker per model
-    (coloured by ``groups[model]``, e.g. the family), and the quadratic fit. Saves a PNG when
+    (coloured by ``groups[model]``, e.g. the family), and the quadratic fit; model names are
+    written beside the markers when ``annotate`` and at most 16 models. Saves a PNG when
     ``path`` is given; returns the figure."""
     import numpy as np
 
@@ -224,7 +225,7 @@ def plot_tradeoff(
         rows = [r for r in summary.table if groups.get(r["model"], "models") == g]
         ax.scatter([r["over_refusal"] for r in rows], [r["toxic_rejection"] for r in rows],
                    marker=markers[j % len(markers)], label=g, s=36)  # fmt: skip
-        if annotate and len(summary.table) <= 40:
+        if annotate and len(summary.table) <= 16:  # more labels would cover each other
             for r in rows:
                 ax.annotate(r["model"], (r["over_refusal"], r["toxic_rejection"]), fontsize=6,
                             xytext=(3, 2), textcoords="offset points")  # fmt: skip
