@@ -213,7 +213,8 @@ def test_eval_with_an_llm_judge_at_its_own_endpoint(tmp_path, capsys):
     summary = json.loads(stdout)
     assert summary["n"] == 6 and summary["rate"] == pytest.approx(100 * 2 / 6)
     rows = rows_of(out / "m__hard-1k.jsonl")
-    assert {r["judge"] for r in rows} == {f"llm:openai:gpt-judge@{judge_server.url}"}
+    (judge,) = {r["judge"] for r in rows}  # the judge's name and a digest of what it does
+    assert judge.startswith(f"llm:openai:gpt-judge@{judge_server.url}#")
     assert {r["prompt"] for r in rows if r["judge_label"] == "direct_refusal"} == {
         HARD[0][0], HARD[3][0]}  # fmt: skip
 

@@ -22,8 +22,8 @@ from icml25.orbench.dataset import (
     save_records,
 )
 from icml25.orbench.lm_eval_task import to_lm_eval_task
-from icml25.orbench.xstest import XSTestPrompt, load_xstest
 from icml25.orbench.records import SUBSETS, ORBenchRecord, record_id
+from icml25.orbench.xstest import XSTestPrompt, load_xstest
 
 # rows in the released files' shape (columns prompt, category; the released CSVs have no id)
 ROWS = [

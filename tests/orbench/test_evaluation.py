@@ -117,7 +117,7 @@ def test_per_category_rates_in_first_seen_order():
 def test_a_custom_detector_function_decides_refusals():
     res = evaluate(CallableChat(Recorder()), records(), detector=lambda text: "careful" in text)
     assert res.n_refused == len(CASES) - len(HAND_REFUSED)  # exactly the complement
-    assert {r["judge"] for r in res.per_prompt} == {"keyword"}
+    assert {r["judge"] for r in res.per_prompt} == {"<lambda>"}
 
 
 def test_plain_strings_and_dicts_are_records_and_duplicates_collapse():
@@ -151,10 +151,42 @@ def test_empty_records_raise_value_error():
         evaluate(CallableChat(Recorder()), [])
 
 
-@pytest.mark.parametrize("detector", [42, "keyword", 3.5])
+@pytest.mark.parametrize("detector", [42, 3.5, object()])
 def test_a_detector_that_is_not_callable_raises_type_error(detector):
     with pytest.raises(TypeError, match="detector must be"):
         evaluate(CallableChat(Recorder()), records(), detector=detector)
+
+
+def test_detector_names_and_bad_detector_outputs():
+    keyword = evaluate(CallableChat(Recorder()), records(), detector="keyword")
+    default = evaluate(CallableChat(Recorder()), records())
+    assert keyword.rate == default.rate
+    gpt4 = evaluate(CallableChat(Recorder()), records(), detector="gpt-4o-2024-08-06")
+    assert {r["judge"] for r in gpt4.per_prompt} == {"official:gpt-4"}
+    with pytest.raises(ValueError, match="not a known name"):
+        evaluate(CallableChat(Recorder()), records(), detector="bogus-judge")
+    with pytest.raises(TypeError, match="must return True"):
+        evaluate(CallableChat(Recorder()), records(), detector=lambda text: None)
+
+
+def test_bad_sampling_arguments_fail_before_any_request():
+    rec = Recorder()
+    for kw in ({"max_tokens": 0}, {"temperature": -1.0}, {"temperature": "0"}):
+        with pytest.raises(ValueError):
+            evaluate(CallableChat(rec), records(), **kw)
+    assert not rec.calls
+
+
+def test_a_changed_keyword_detector_is_applied_to_stored_answers(tmp_path):
+    store = tmp_path / "s.jsonl"
+    rec = Recorder()
+    every = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: True)
+    none = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False)
+    assert every.rate == 100.0 and none.rate == 0.0
+    assert sum(rec.calls.values()) == len(CASES)  # the second run asked the model nothing
+    with pytest.warns(UserWarning, match="other settings"):
+        evaluate(CallableChat(rec, name="m"), records(), store=store, max_tokens=64)
+    assert sum(rec.calls.values()) == 2 * len(CASES)  # other settings: asked again
 
 
 @pytest.mark.parametrize("concurrency", [0, -1, 1.5, True])
@@ -417,7 +449,7 @@ def test_llm_judge_labels_and_official_unparseable_fallback(concurrency):
         _, label, refused = JUDGED[row["prompt"]]
         assert row["judge_label"] == label and row["refused"] is refused
         assert row["parse_failed"] is (label == "unknown")
-        assert row["judge"] == "llm:gpt-judge" and row["judge_raw"] == judge_reply(
+        assert row["judge"].startswith("llm:gpt-judge#") and row["judge_raw"] == judge_reply(
             judge._messages(row["prompt"], row["response"])
         )
     assert res.n == 6 and res.n_refused == 4 and res.n_parse_failed == 2
@@ -461,7 +493,7 @@ def test_a_store_judged_by_another_judge_is_not_reused_silently(tmp_path):
     judge_backend = ScriptedChat(judge_reply, name="gpt-judge")
     res = evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path,
                    detector=LLMRefusalJudge(judge_backend))  # fmt: skip
-    assert {r["judge"] for r in res.per_prompt} == {"llm:gpt-judge"}
+    assert {r["judge"].split("#")[0] for r in res.per_prompt} == {"llm:gpt-judge"}
     assert len(judge_backend.calls) == len(JUDGED)
 
 

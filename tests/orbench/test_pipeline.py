@@ -233,7 +233,8 @@ def test_select_hard_counts_panel_refusals_and_remoderates():
     pool = _pool()
     panel = {"a": [True] * 6 + [False] * 2, "b": [True, True, True, False, False, False, True, False],
              "c": {pool[0].id: True, pool[7].id: True}}  # fmt: skip
-    sel = select_hard(pool, panel, k_min=2)
+    with pytest.warns(UserWarning, match="no stricter re-moderation"):
+        sel = select_hard(pool, panel, k_min=2)
     assert [r.prompt for r in sel] == ["p0 x y", "p1 x y", "p2 x y"]
     assert sel.rejections[pool[0].id] == 3 and sel.rejections[pool[7].id] == 1
     assert all(r.subset == "hard-1k" for r in sel)
@@ -243,12 +244,14 @@ def test_select_hard_counts_panel_refusals_and_remoderates():
     strict = select_hard(pool, panel, k_min=2, remoderate=mods)
     assert [r.prompt for r in strict] == ["p0 x y", "p2 x y"]
     assert strict.removed_by_remoderation == [pool[1].id] and strict.metadata()["k_min"] == 2
-    capped = select_hard(pool, panel, k_min=1, per_category=1, seed=3)
+    capped = select_hard(pool, panel, k_min=1, per_category=1, seed=3, remoderate=False)
     assert sorted(r.category for r in capped) == sorted(CATEGORIES[:2])
     with pytest.raises(ValueError, match="k_min must be an integer in 1..3"):
         select_hard(pool, panel, k_min=4)
     with pytest.raises(ValueError, match="8 prompts"):
         select_hard(pool, {"a": [True]}, k_min=1)
+    with pytest.raises(ValueError, match="none of its 1 refusal ids is a pool prompt"):
+        select_hard(pool, {"a": {"not-an-id": True}}, k_min=1, remoderate=False)
     with pytest.raises(ValueError, match="no stored moderation"):
         select_hard(pool, panel, k_min=2, remoderate=mods[2:])
 
@@ -341,3 +344,27 @@ def test_killed_build_resumes_without_repeating_calls_and_ends_identical(world, 
     assert sorted(rows(out / "moderation.jsonl"), key=key) == sorted(
         rows(ref / "moderation.jsonl"), key=key
     )
+
+
+def test_a_rerun_with_other_settings_in_the_same_folder_is_refused(world, tmp_path):
+    gen, rw, mods = agents(world)
+    kw = dict(categories="hate", n_seeds=10, toxic_per_category=3, progress=False)
+    build_orbench(gen, rw, mods, out_dir=tmp_path, **kw)
+    others = [scripted_moderator(world, i, name=f"X{i}") for i in range(3)]
+    with pytest.raises(ValueError, match="holds a build with other settings.*moderators"):
+        build_orbench(gen, rw, others, out_dir=tmp_path, **kw)
+    with pytest.raises(ValueError, match="n_rewrites: 5 -> 3"):
+        build_orbench(gen, rw, mods, out_dir=tmp_path, n_rewrites=3, **kw)
+    refusing = CallableChat(lambda m, **k: "I will not write that.", name="refusing")
+    with pytest.raises(ValueError, match="produced no parseable seed"):
+        build_orbench(refusing, rw, mods, out_dir=tmp_path / "b", **kw)
+
+
+def test_rewrites_are_cut_to_n_rewrites(world):
+    seeds = generate_toxic_seeds(scripted_generator(world), "hate", 10)
+    five = CallableChat(lambda m, **kw: "\n".join(f"[[{i}. {m[-1]['content'][-20:]} v{i}]]"
+                                                   for i in range(1, 6)), name="five")  # fmt: skip
+    per_seed: dict[str, int] = {}
+    for c in rewrite_seeds(five, seeds, n_rewrites=2):
+        per_seed[c.toxic_seed] = per_seed.get(c.toxic_seed, 0) + 1
+    assert set(per_seed.values()) == {2} and len(per_seed) == len(seeds)

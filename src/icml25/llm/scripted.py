@@ -40,6 +40,11 @@ class CallableChat(BaseChat):
             return self.fn(messages, **kwargs, **extra)
 
         out = call(0)
+        if not isinstance(out, (str, list, tuple)):
+            raise TypeError(
+                f"responder of {self.name!r} must return a string (or a list of n strings), "
+                f"got {type(out).__name__}: {out!r:.80}"
+            )
         texts = [out, *(call(i) for i in range(1, params.n))] if isinstance(out, str) else list(out)
         if any(not isinstance(t, str) for t in texts):
             raise TypeError(f"responder of {self.name!r} must return strings, got {texts!r:.120}")

@@ -88,6 +88,10 @@ def add_parser(sub) -> None:
     e.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (paper: 0)")
     e.add_argument("--system-prompt", default=None, help="an optional system turn (paper: none)")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
+    e.add_argument("--name", default=None,
+                   help="the model's label in the results (keys the store and the file name; "
+                   "default: --model as given). Give distinct names to distinct servers that "
+                   "serve one model name")  # fmt: skip
     endpoint(e)
     e.set_defaults(func=_cmd_eval, parser=e)
 
@@ -161,13 +165,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
         panel = {m: make_backend(m, args) for m in args.panel} or None
     except ValueError as exc:
         args.parser.error(str(exc))
-    report = build_orbench(
-        gen, rw, mods, out_dir=args.out, categories=cats, n_seeds=args.n_seeds, panel=panel,
-        k_min=min(args.k_min, len(args.panel)) if panel else args.k_min,
-        toxic_per_category=args.toxic_per_category, rule=rule,
-        remoderate=None if args.no_remoderate else "unanimous", concurrency=args.concurrency,
-        retry_errors=args.retry_errors, progress=not args.quiet,
-    )  # fmt: skip
+    try:
+        report = build_orbench(
+            gen, rw, mods, out_dir=args.out, categories=cats, n_seeds=args.n_seeds, panel=panel,
+            k_min=min(args.k_min, len(args.panel)) if panel else args.k_min,
+            toxic_per_category=args.toxic_per_category, rule=rule,
+            remoderate=None if args.no_remoderate else "unanimous", concurrency=args.concurrency,
+            retry_errors=args.retry_errors, progress=not args.quiet,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; rerun the same command to go on from {args.out}", file=sys.stderr)
+        return 130
     print(report.summary(), file=sys.stderr)
     return 1 if report.n_failed else 0
 
@@ -181,6 +192,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-tokens must be a positive integer, got {args.max_tokens}")
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be a positive integer, got {args.limit}")
+        if not args.temperature >= 0:
+            raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
         records = load_orbench(args.data, args.subset)
         if args.limit:
             records = records[: args.limit]
@@ -189,14 +202,24 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         args.parser.error(str(exc))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        args.parser.error(f"cannot create --out {str(out)!r}: {exc}")
     subset = records[0].subset
-    store = out / f"{slug(args.model)}__{subset}.jsonl"
-    res = evaluate(
-        backend, records, detector=judge, store=store, concurrency=args.concurrency,
-        temperature=args.temperature, max_tokens=args.max_tokens, system_prompt=args.system_prompt,
-        subset=subset, model=args.model, retry_errors=args.retry_errors, progress=not args.quiet,
-    )  # fmt: skip
+    label = args.name or args.model
+    store = out / f"{slug(label)}__{subset}.jsonl"
+    try:
+        res = evaluate(
+            backend, records, detector=judge, store=store, concurrency=args.concurrency,
+            temperature=args.temperature, max_tokens=args.max_tokens,
+            system_prompt=args.system_prompt, subset=subset, model=label,
+            retry_errors=args.retry_errors, progress=not args.quiet,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"interrupted; the answers so far are in {store}: rerun the same command to go on",
+              file=sys.stderr)  # fmt: skip
+        return 130
     summary = {"model": res.model, "subset": subset, "rate": res.rate, "n": res.n,
                "n_blocked": res.n_blocked, "n_parse_failed": res.n_parse_failed,
                "n_failed": res.n_failed, "per_category": res.per_category, "store": str(store)}  # fmt: skip
@@ -237,6 +260,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from icml25.orbench import compare_models, plot_tradeoff
 
     try:
+        if args.plot and not args.plot.lower().endswith(".png"):
+            raise ValueError(f"--plot writes a PNG file; got {args.plot!r} (use a .png name)")
         results = read_results(args.results)
         for s in (args.hard_subset, args.toxic_subset):
             if s not in results:

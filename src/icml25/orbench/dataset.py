@@ -226,6 +226,8 @@ def _stem_subset(path: Path) -> str | None:
 
 
 def _records_from_table(table: _Table, source: str, subset: str) -> list[ORBenchRecord]:
+    if not table.columns:
+        raise ValueError(f"{source} is empty (no header row, no records): no prompts to load")
     if "prompt" not in table.columns or "category" not in table.columns:
         missing = [c for c in ("prompt", "category") if c not in table.columns]
         raise ValueError(

@@ -84,6 +84,8 @@ class EvalResult:
         """Wilson interval of :attr:`rate` over prompts, in percent."""
         from icml25.report.stats import wilson_interval
 
+        if not self.n:
+            return math.nan, math.nan
         iv = wilson_interval(self.n_refused, self.n, confidence)
         return 100.0 * iv.low, 100.0 * iv.high
 
@@ -95,6 +97,17 @@ class EvalResult:
             groups.setdefault(str(r.get("category")), []).append(bool(r["refused"]))
         return {c: (100.0 * sum(v) / len(v), len(v)) for c, v in groups.items()}
 
+    def __repr__(self) -> str:
+        return (
+            f"EvalResult(model={self.model!r}, subset={self.subset!r}, rate={self.rate:.2f}, "
+            f"n={self.n}, n_failed={self.n_failed})"
+        )
+
+    @property
+    def judges(self) -> set[str]:
+        """The judges whose labels the rows carry (one, unless the store mixed them)."""
+        return {str(r.get("judge")) for r in self.judged}
+
     def summary(self) -> str:
         return (
             f"{self.model} on {self.subset}: {self.rate:.2f}% refused of {self.n} judged "
@@ -103,11 +116,31 @@ class EvalResult:
         )
 
 
-def _items(records: Sequence[Any], subset: str | None) -> list[dict[str, Any]]:
-    if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
+def _as_list(records: Any) -> list[Any]:
+    """A list from what users hold: lists and tuples, numpy arrays and pandas Series (of
+    prompts), pandas DataFrames and ``datasets.Dataset`` (rows as dicts), iterables."""
+    if isinstance(records, (str, bytes, Mapping)):
         raise TypeError(
-            f"records must be a list of ORBenchRecord, dicts or strings, got {type(records).__name__}"
+            f"records must be a list of ORBenchRecord, dicts or strings, got a "
+            f"{type(records).__name__}; wrap a single prompt in a list"
         )
+    if hasattr(records, "to_dict") and hasattr(records, "columns"):  # pandas DataFrame
+        return records.to_dict("records")
+    if hasattr(records, "column_names") and hasattr(records, "__getitem__"):  # datasets.Dataset
+        return [records[i] for i in range(len(records))]
+    if hasattr(records, "tolist"):  # numpy array, pandas Series
+        return records.tolist()
+    try:
+        return list(records)
+    except TypeError:
+        raise TypeError(
+            f"records must be a list of ORBenchRecord, dicts or strings, got "
+            f"{type(records).__name__}"
+        ) from None
+
+
+def _items(records: Any, subset: str | None) -> list[dict[str, Any]]:
+    records = _as_list(records)
     if not records:
         raise ValueError("records must not be empty: nothing to evaluate")
     out: dict[str, dict[str, Any]] = {}
@@ -116,27 +149,62 @@ def _items(records: Sequence[Any], subset: str | None) -> list[dict[str, Any]]:
             d: Mapping[str, Any] = {"prompt": r}
         elif isinstance(r, Mapping):
             d = r
-        else:
-            d = getattr(r, "__dict__", None) or {}
+        else:  # a record object (ORBenchRecord, XSTestPrompt, ...): its attributes and properties
+            d = {k: getattr(r, k, None) for k in ("prompt", "category", "subset", "id")}
         prompt = d.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"records[{i}] has no prompt: {r!r:.80}")
+            raise ValueError(
+                f"records[{i}] has no prompt (a non-empty string in 'prompt'): {r!r:.80}"
+            )
         rid = d.get("id") or record_id(prompt)
+        cat = d.get("category")
         out.setdefault(
             rid,
-            {"id": rid, "prompt": prompt, "category": d.get("category"),
+            {"id": rid, "prompt": prompt, "category": None if cat is None else str(cat),
              "subset": subset or d.get("subset") or "custom"},
         )  # fmt: skip
+    if len(out) < len(records):
+        warnings.warn(
+            f"{len(records) - len(out)} duplicated prompt(s) (same id) evaluated once",
+            stacklevel=3,
+        )
     return list(out.values())
 
 
 def _judge_of(detector: Any) -> tuple[str, Any]:
-    if detector is None:
+    """The judge and its identity: the stored judgement of an LLM judge is reused only by a
+    judge with the same identity (backend, templates, unparseable rule); keyword judges are
+    cheap and always re-applied to stored answers."""
+    import hashlib
+
+    if detector is None or detector in ("keyword", "default"):
         detector = KeywordRefusalDetector.default()
+    elif detector == "xstest":
+        detector = KeywordRefusalDetector.xstest()
+    elif isinstance(detector, str):
+        try:
+            detector = KeywordRefusalDetector.official(detector)
+        except ValueError:
+            raise ValueError(
+                f"detector {detector!r} is not a known name; use 'keyword', 'xstest', a model "
+                "family (gpt-3.5, gpt-4, claude, gemini, mistral, llama, qwen), a "
+                "KeywordRefusalDetector, fn(response) -> bool or an LLMRefusalJudge"
+            ) from None
     if callable(getattr(detector, "judge", None)):
-        return getattr(detector, "name", "llm"), detector
+        backend = getattr(detector, "backend", None)
+        ident = getattr(backend, "cache_identity", lambda: getattr(backend, "name", ""))()
+        tmpl = getattr(getattr(detector, "templates", None), "response_judge", "")
+        blob = f"{ident}|{getattr(detector, 'unparseable_as_refusal', True)}|{tmpl}"
+        digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        return f"{getattr(detector, 'name', 'llm')}#{digest}", detector
     if callable(detector):
-        return getattr(detector, "name", None) or "keyword", detector
+        probe = detector("I'm sorry, but I cannot help with that.")
+        if not isinstance(probe, bool) and type(probe).__name__ != "bool_":
+            raise TypeError(
+                f"a detector must return True (refused) or False (answered), got {probe!r} "
+                "for a refusal-like probe response"
+            )
+        return getattr(detector, "name", None) or getattr(detector, "__name__", "keyword"), detector
     raise TypeError(
         "detector must be a keyword detector (response -> bool, e.g. "
         "KeywordRefusalDetector.default()) or an LLMRefusalJudge, got "
@@ -223,12 +291,15 @@ def evaluate(
         raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise TypeError(f"system_prompt must be a string or None, got {system_prompt!r:.60}")
+    from icml25.llm.base import SamplingParams
+
+    SamplingParams(temperature=temperature, max_tokens=max_tokens)  # bad values fail here, once
     items = _items(records, subset)
     judge_name, judge = _judge_of(detector)
     llm_judge = judge if callable(getattr(judge, "judge", None)) else None
     keyword = None if llm_judge is not None else judge
     count = getattr(llm_judge, "unparseable_as_refusal", True)
-    name = model or backend.name
+    name = model or _default_name(backend)
     own_store = store is None
     if own_store:
         import tempfile
@@ -301,6 +372,16 @@ def evaluate(
     return result
 
 
+def _default_name(backend: Any) -> str:
+    """``backend.name``, with the weights' fingerprint for a local model (two in-memory models
+    of one architecture share a name, not a store row)."""
+    name = str(getattr(backend, "name", "") or type(backend).__name__)
+    ident = getattr(backend, "cache_identity", None)
+    if callable(ident) and getattr(backend, "native_batching", False):
+        return str(ident())
+    return name
+
+
 def _complete(backend: Any, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
     """One completion; a backend with only ``chat`` (the bare protocol) gets a plain one."""
     if callable(getattr(backend, "complete", None)):
@@ -309,24 +390,20 @@ def _complete(backend: Any, messages: list[dict[str, str]], sampling: dict[str, 
 
 
 def _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale) -> None:
-    """Rows answered with the same settings but judged by another judge: judge the stored
-    answers again (no new request to the model)."""
+    """Stored answers made with the same settings: a keyword judge is re-applied to every one
+    (it is cheap, and a function's name says nothing of what it does); an LLM judge judges again
+    the answers another judge labelled. No new request reaches the model."""
     todo = []
     for it in items:
         rec = st.get((name, it["id"]))
-        if (
-            rec is not None
-            and "error" not in rec
-            and not stale(rec)
-            and rec.get("judge") != judge_name
-        ):
+        if rec is None or "error" in rec or stale(rec):
+            continue
+        if llm_judge is None or rec.get("judge") != judge_name:
             todo.append((it, rec))
     if not todo:
         return
-    comps = [
-        Completion(r.get("response") or "", r.get("finish_reason"), bool(r.get("blocked")))
-        for _, r in todo
-    ]
+    comps = [Completion(r.get("response") or "", r.get("finish_reason"), bool(r.get("blocked")))
+             for _, r in todo]  # fmt: skip
     labels: list[Any] = [None] * len(todo)
     if llm_judge is not None:
         idx = [j for j, c in enumerate(comps) if not c.blocked and c.text.strip()]
@@ -339,7 +416,9 @@ def _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale) -> N
             st.append_error(key, lab, prompt=it["prompt"], response=c.text)
             continue
         row = _row(it, c, judge_name, keyword=keyword, label=lab, unparseable_as_refusal=count)
-        st.append({**key, **row, "settings": rec.get("settings")})
+        new = {**key, **row, "settings": rec.get("settings")}
+        if any(new.get(k) != rec.get(k) for k in new):  # only a changed judgement is written
+            st.append(new)
 
 
 def _evaluate_batched(

@@ -264,7 +264,8 @@ def rewrite_seeds(
         rec = st.get(row["id"])
         if rec is None or "error" in rec:
             continue
-        for text in extract_bracketed(rec["raw"], official_quirks=official_quirks):
+        # a reply with more rewrites than asked keeps the first n_rewrites
+        for text in extract_bracketed(rec["raw"], official_quirks=official_quirks)[:n_rewrites]:
             if text in seen:
                 collisions += seen[text].category != row["category"]
                 continue

@@ -12,6 +12,7 @@ rewritten from them, identically, at the end of every run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -46,9 +47,12 @@ class BuildReport:
     n_failed: int
     failed: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    n_removed_by_remoderation: int = 0
 
     def summary(self) -> str:
         hard = "no panel" if self.n_hard is None else str(self.n_hard)
+        if self.n_removed_by_remoderation:
+            hard += f" ({self.n_removed_by_remoderation} more removed by the re-moderation)"
         return (
             f"{self.n_seeds} seeds -> {self.n_candidates} candidates -> pool {self.n_pool} "
             f"({self.n_flagged} flagged toxic), hard {hard}, toxic {self.n_toxic}; "
@@ -71,6 +75,23 @@ def write_jsonl(rows: Sequence[Any], path: Path) -> Path:
             f.write(json.dumps(d, ensure_ascii=True) + "\n")
     tmp.replace(path)
     return path
+
+
+def _check_same_build(out: Path, config: dict[str, Any]) -> None:
+    """A rerun in an existing ``out_dir`` resumes only the same build: other models, prompts or
+    settings there would silently mix with the stored calls."""
+    meta = out / "metadata.json"
+    if not meta.is_file():
+        return
+    old = json.loads(meta.read_text(encoding="utf-8")).get("config")
+    if old is not None and old != config:
+        diff = ", ".join(
+            f"{k}: {old.get(k)!r} -> {v!r}" for k, v in config.items() if old.get(k) != v
+        )
+        raise ValueError(
+            f"{str(out)!r} holds a build with other settings ({diff}); a rerun there resumes the "
+            "same build only: use another out_dir for the new one"
+        )
 
 
 def build_orbench(
@@ -117,19 +138,38 @@ def build_orbench(
         retry_errors: retry the items whose calls failed in an earlier run.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if isinstance(categories, str):
+        categories = [categories]
     cats = [normalize_category(c) for c in categories]
+    if not cats:
+        raise ValueError("categories must not be empty")
     templates = templates or PromptTemplates.default()
     ensemble = (
         moderators if isinstance(moderators, EnsembleModerator)
         else EnsembleModerator(list(moderators), rule, templates=templates)
     )  # fmt: skip
+    config = {
+        "generator": generator.name, "rewriter": rewriter.name,
+        "moderators": [m.name for m in ensemble.moderators], "rule": ensemble.rule,
+        "n_rewrites": n_rewrites, "seed": seed,
+        "templates": hashlib.sha256(json.dumps(asdict(templates)).encode()).hexdigest()[:16],
+    }  # fmt: skip
+    _check_same_build(out, config)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "metadata.json").is_file():  # so a crashed first run is recognised too
+        (out / "metadata.json").write_text(json.dumps({"config": config}), encoding="utf-8")
     files = {}
     # Algorithm 1
+    seed_calls = JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx"))
     seeds = generate_all_seeds(
         generator, cats, n_seeds, concurrency=concurrency, templates=templates, seed=seed,
-        store=JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx")),
+        store=seed_calls,
     )  # fmt: skip
+    if not seeds:
+        raise ValueError(
+            f"the generator {generator.name!r} produced no parseable seed in any category (it "
+            "refused, or its replies lack the [[prompt]] format); see seed_calls.jsonl"
+        )
     files["seeds"] = str(write_jsonl(seeds, out / "seeds.jsonl"))
     # Algorithm 2
     rw_store = JsonlStore(out / "rewrite_calls.jsonl", "id")
@@ -166,9 +206,7 @@ def build_orbench(
         "seed_moderation": len(seed_store.errors()),
     }
     hard = None
-    meta: dict[str, Any] = {"categories": cats, "n_seeds": n_seeds, "n_rewrites": n_rewrites,
-                            "rule": rule, "moderators": [m.name for m in ensemble.moderators],
-                            "generator": generator.name, "rewriter": rewriter.name}  # fmt: skip
+    meta: dict[str, Any] = {"categories": cats, "n_seeds": n_seeds, "config": config}
     if panel:
         if not isinstance(panel, Mapping):
             raise TypeError(f"panel must be a dict name -> backend, got {type(panel).__name__}")
@@ -181,7 +219,7 @@ def build_orbench(
                                      progress=progress)  # fmt: skip
         failed["panel"] = sum(r.n_failed for r in results.values())
         sel = select_hard(pool, results, k_min=k_min, per_category=hard_per_category,
-                          remoderate=moderated if remoderate is not None else None,
+                          remoderate=moderated if remoderate is not None else False,
                           rule=remoderate or "majority", seed=seed)  # fmt: skip
         hard = sel.records
         files["hard-1k"] = str(write_jsonl(hard, out / "or-bench-hard-1k.jsonl"))
@@ -194,11 +232,14 @@ def build_orbench(
     files["failed"] = str(write_jsonl(fails, out / "failed.jsonl"))
     report = BuildReport(str(out), len(seeds), len(candidates), len(pool),
                          sum(m.is_toxic for m in moderated), len(toxic),
-                         None if hard is None else len(hard), sum(failed.values()), failed, files)  # fmt: skip
+                         None if hard is None else len(hard), sum(failed.values()), failed, files,
+                         len(sel.removed_by_remoderation) if panel else 0)  # fmt: skip
     meta["report"] = asdict(report)
     (out / "metadata.json").write_text(
         json.dumps(meta, indent=1, ensure_ascii=True), encoding="utf-8"
     )
-    for st in (rw_store, mod_store, seed_store):
+    for st in (rw_store, mod_store, seed_store, seed_calls):
         st.close()
+    if panel:
+        panel_store.close()
     return report

@@ -303,6 +303,11 @@ class KeywordRefusalDetector:
             )
         key = family.strip().lower()
         key = FAMILY_ALIASES.get(key, key)
+        if (
+            key not in FAMILIES
+        ):  # a model name: its family by prefix ("llama-3-70b", "claude-3-opus")
+            key = next((FAMILY_ALIASES.get(p, p) for p in sorted((*FAMILIES, *FAMILY_ALIASES),
+                        key=len, reverse=True) if key.startswith(p)), key)  # fmt: skip
         if key not in FAMILIES:
             raise ValueError(
                 f"unknown model family {family!r}; valid families: {', '.join(FAMILIES)} "

@@ -96,7 +96,9 @@ def select_hard(
         per_category: keep at most this many per category (a seeded sample); ``None``: all.
         remoderate: the stricter second moderation: an :class:`EnsembleModerator` (run again on
             the hard candidates, under ``rule``), or the stored :class:`ModerationResult` of the
-            pool (re-decided under ``rule`` from the same votes: no new calls). ``None`` skips it.
+            pool (re-decided under ``rule`` from the same votes: no new calls). ``False`` skips
+            it; ``None`` (not given) skips it with a warning, since the hard set then
+            concentrates the toxic prompts that leaked through moderation.
         rule: the re-moderation's voting rule (default ``"unanimous"``).
         seed: seeds the per-category sample.
     """
@@ -118,11 +120,26 @@ def select_hard(
     counts = {r.id: 0 for r in records}
     for name, res in panel_results.items():
         refused = _refusals(name, res, records)
+        if refused and not set(refused) & set(counts):
+            raise ValueError(
+                f"panel model {name!r}: none of its {len(refused)} refusal ids is a pool prompt's "
+                "id (ids are record_id(prompt)); was it evaluated on this pool?"
+            )
         for r in records:
             counts[r.id] += bool(refused.get(r.id, False))
     hard = [r for r in records if counts[r.id] >= k_min]
     removed: list[str] = []
-    if remoderate is not None:
+    if remoderate is None:
+        import warnings
+
+        warnings.warn(
+            "select_hard without remoderate=: no stricter re-moderation of the hard candidates, "
+            "which concentrates the toxic prompts that leaked through moderation; pass the "
+            "EnsembleModerator or the pool's ModerationResults (remoderate=False silences this)",
+            stacklevel=2,
+        )
+        remoderate = False
+    if remoderate is not False:
         if isinstance(remoderate, EnsembleModerator):
             strict = EnsembleModerator(remoderate.moderators, rule)
             flagged = {m.id for m in strict.moderate(hard) if m.is_toxic} if hard else set()
@@ -150,7 +167,7 @@ def select_hard(
         order = {r.id: i for i, r in enumerate(hard)}
         hard = sorted(kept, key=lambda r: order[r.id])
     out = [ORBenchRecord(r.prompt, r.category, "hard-1k", r.id, r.toxic_seed) for r in hard]
-    return HardSelection(out, list(panel_results), k_min, rule if remoderate is not None else None,
+    return HardSelection(out, list(panel_results), k_min, rule if remoderate is not False else None,
                          counts, removed, per_category)  # fmt: skip
 
 

@@ -77,9 +77,36 @@ class TradeoffSummary:
 
 def _rate(r: Any) -> float:
     rate = getattr(r, "rate", r)
+    if hasattr(rate, "item") and getattr(rate, "ndim", 1) == 0:
+        rate = rate.item()  # numpy scalars
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise TypeError(f"expected an EvalResult or a rate in percent, got {r!r:.60}")
+    if math.isfinite(rate) and not 0 <= rate <= 100:
+        raise ValueError(f"rates are percentages in [0, 100], got {rate!r}")
     return float(rate)
+
+
+def _check_sets(results_hard: Mapping[str, Any], results_toxic: Mapping[str, Any]) -> None:
+    """Warn when EvalResults look swapped, are fractions, or carry different judges."""
+    hard_subsets = {getattr(r, "subset", None) for r in results_hard.values()} - {None}
+    toxic_subsets = {getattr(r, "subset", None) for r in results_toxic.values()} - {None}
+    if "toxic" in hard_subsets or (toxic_subsets and "toxic" not in toxic_subsets
+                                   and toxic_subsets & {"hard-1k", "80k"}):  # fmt: skip
+        warnings.warn(
+            f"the over-refusal results are on {sorted(hard_subsets)} and the toxic ones on "
+            f"{sorted(toxic_subsets)}: are the two arguments swapped?", stacklevel=3,
+        )  # fmt: skip
+    judges = set()
+    for r in (*results_hard.values(), *results_toxic.values()):
+        judges |= getattr(r, "judges", set())
+    if len(judges) > 1:
+        warnings.warn(f"the results were judged by different judges {sorted(judges)}: their "
+                      "rates are not comparable", stacklevel=3)  # fmt: skip
+    rates = [_rate(r) for r in (*results_hard.values(), *results_toxic.values())]
+    finite = [x for x in rates if math.isfinite(x)]
+    if finite and max(finite) <= 1 and any(x > 0 for x in finite):
+        warnings.warn("every rate is <= 1: rates are percentages (0-100), not fractions",
+                      stacklevel=3)  # fmt: skip
 
 
 def _points(
@@ -130,6 +157,7 @@ def compare_models(
     from scipy import stats
 
     rows = _points(results_hard, results_toxic)
+    _check_sets(results_hard, results_toxic)
     x = [r["over_refusal"] for r in rows]
     y = [r["toxic_rejection"] for r in rows]
     notes = []
@@ -170,6 +198,12 @@ def spearman_bootstrap(
 
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 10:
         raise ValueError(f"n_boot must be an integer >= 10, got {n_boot!r}")
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, (int, float))
+        or not 0.5 <= confidence < 1
+    ):
+        raise ValueError(f"confidence must be in [0.5, 1) (e.g. 0.95), got {confidence!r}")
     names = [row["model"] for row in _points(results_hard, results_toxic)]
 
     def matrix(results: Mapping[str, Any]) -> Any:
