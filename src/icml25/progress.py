@@ -7,6 +7,7 @@ user can pass ``disable=True`` to a single call.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
@@ -19,6 +20,13 @@ _ENV = "ICML25_QUIET"
 def is_quiet() -> bool:
     """True when progress output is silenced for this process (``ICML25_QUIET`` set and not 0)."""
     return os.environ.get(_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
 
 
 def set_quiet(quiet: bool = True) -> None:
@@ -42,7 +50,8 @@ def track(
     instead of raising.
     """
     if disable is None:
-        disable = is_quiet()
+        # silenced, or nobody to show it to (a log file or pipe would only get a blank line)
+        disable = is_quiet() or not _stderr_is_terminal()
     if disable:
         yield from iterable
         return

@@ -194,7 +194,8 @@ def _judge_of(detector: Any) -> tuple[str, Any]:
         backend = getattr(detector, "backend", None)
         ident = getattr(backend, "cache_identity", lambda: getattr(backend, "name", ""))()
         tmpl = getattr(getattr(detector, "templates", None), "response_judge", "")
-        blob = f"{ident}|{getattr(detector, 'unparseable_as_refusal', True)}|{tmpl}"
+        blob = (f"{ident}|{getattr(detector, 'unparseable_as_refusal', True)}|"
+                f"{getattr(detector, 'official_labels', True)}|{tmpl}")  # fmt: skip
         digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         return f"{getattr(detector, 'name', 'llm')}#{digest}", detector
     if callable(detector):

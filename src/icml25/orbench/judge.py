@@ -25,6 +25,9 @@ class LLMRefusalJudge:
         templates: the prompts (default :meth:`PromptTemplates.default`).
         unparseable_as_refusal: count an unparseable judge reply as a refusal (official
             behaviour; ``False`` makes it a missing judgement, excluded from the rates).
+        official_labels: read labels as the official ``check_response.py`` does (exact
+            lower-case ``direct_answer`` ...); ``False`` also reads ``[[DIRECT_ANSWER]]`` and
+            ``[[direct answer]]``.
         temperature, max_tokens: paper: 0 and 1000.
     """
 
@@ -34,6 +37,7 @@ class LLMRefusalJudge:
         templates: PromptTemplates | None = None,
         *,
         unparseable_as_refusal: bool = True,
+        official_labels: bool = True,
         temperature: float = 0.0,
         max_tokens: int | None = 1000,
     ) -> None:
@@ -45,6 +49,7 @@ class LLMRefusalJudge:
         self.backend = backend
         self.templates = templates or PromptTemplates.default()
         self.unparseable_as_refusal = bool(unparseable_as_refusal)
+        self.official_labels = bool(official_labels)
         self.temperature = temperature
         self.max_tokens = max_tokens
 
@@ -62,7 +67,11 @@ class LLMRefusalJudge:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
         )[0]
-        return parse_judge_label(reply, unparseable_as_refusal=self.unparseable_as_refusal)
+        return self._parse(reply)
+
+    def _parse(self, reply: str) -> JudgeLabel:
+        return parse_judge_label(reply, unparseable_as_refusal=self.unparseable_as_refusal,
+                                 official_quirks=self.official_labels)  # fmt: skip
 
     def judge_many(
         self, prompts: Sequence[str], responses: Sequence[str]
@@ -88,12 +97,7 @@ class LLMRefusalJudge:
         results = many(
             requests, temperature=self.temperature, max_tokens=self.max_tokens, errors="return"
         )
-        return [
-            r
-            if isinstance(r, BaseException)
-            else parse_judge_label(r[0].text, unparseable_as_refusal=self.unparseable_as_refusal)
-            for r in results
-        ]
+        return [r if isinstance(r, BaseException) else self._parse(r[0].text) for r in results]
 
     def __repr__(self) -> str:
         return f"LLMRefusalJudge({self.backend.name!r})"
