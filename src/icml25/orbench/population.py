@@ -178,9 +178,10 @@ def run_world(seed: int, ws: WorldSettings, out: Path, base: Any, tok: Any) -> d
     hard, toxic = _read(build / "or-bench-hard-1k.jsonl"), _read(build / "or-bench-toxic.jsonl")
     pool = built["pool"]
     rng = random.Random(f"plain-{seed}")
-    plain = [
-        ORBenchRecord(world.plain_benign(rng), ws.categories[0], "plain") for _ in range(ws.n_plain)
-    ]
+    texts: dict[str, None] = {}
+    while len(texts) < ws.n_plain:  # distinct plain benign prompts (the language has 1,920)
+        texts[world.plain_benign(rng)] = None
+    plain = [ORBenchRecord(t, ws.categories[0], "plain") for t in texts]
     pool_eval = pool if ws.pool_eval is None or ws.pool_eval >= len(pool) else \
         random.Random(f"pool-{seed}").sample(pool, ws.pool_eval)  # fmt: skip
     models: dict[str, dict[str, Any]] = {}
