@@ -196,3 +196,17 @@ def test_to_markdown_lists_every_model_sorted_by_over_refusal():
     assert names[0] == "Llama-3.1-70B" and names[-1] == "Claude-2.1"  # 2.9 % ... 99.8 %
     assert "| GPT-4o | 6.78 | 84.90 |" in text
     assert "Spearman rho = 0.893" in text and "32 models" in text
+
+
+def test_rank_agreement_is_kendall_tau_b_over_common_models():
+    from scipy import stats
+
+    from icml25.orbench import rank_agreement
+
+    ours = {"a": 10.0, "b": 20.0, "c": 30.0, "d": 30.0, "only-ours": 5.0}
+    theirs = {"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}
+    tau, p = rank_agreement(ours, theirs)
+    ref = stats.kendalltau([10, 20, 30, 30], [1, 3, 2, 4])
+    assert tau == pytest.approx(ref.statistic) and p == pytest.approx(ref.pvalue)
+    with pytest.raises(ValueError, match="at least 3 models"):
+        rank_agreement({"a": 1.0, "b": 2.0}, {"a": 1.0, "b": 2.0})

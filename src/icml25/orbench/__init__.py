@@ -52,6 +52,7 @@ from icml25.orbench.tradeoff import (
     TradeoffSummary,
     compare_models,
     plot_tradeoff,
+    rank_agreement,
     spearman_bootstrap,
 )
 from icml25.orbench.xstest import XSTestPrompt, load_xstest
@@ -90,6 +91,7 @@ __all__ = [
     "parse_judge_label",
     "parse_moderation",
     "plot_tradeoff",
+    "rank_agreement",
     "record_id",
     "rewrite_seeds",
     "save_records",

@@ -17,6 +17,7 @@ __all__ = [
     "TradeoffSummary",
     "compare_models",
     "plot_tradeoff",
+    "rank_agreement",
     "spearman_bootstrap",
 ]
 
@@ -276,3 +277,17 @@ def plot_tradeoff(
 
         save_figure(fig, path)
     return fig
+
+
+def rank_agreement(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[float, float]:
+    """Kendall tau (tau-b, ties allowed) between two rankings of the same models, e.g. toxic
+    rejection judged by our keyword detector vs by HarmBench's or JailbreakBench's classifier on
+    their behaviour strings: do both judges rank the models alike? Values are EvalResults or
+    rates in %; returns ``(tau, p-value)`` over the models in both (at least 3)."""
+    from scipy import stats
+
+    common = [k for k in ours if k in theirs]
+    if len(common) < 3:
+        raise ValueError(f"a rank agreement needs at least 3 models in both, got {len(common)}")
+    res = stats.kendalltau([_rate(ours[k]) for k in common], [_rate(theirs[k]) for k in common])
+    return float(res.statistic), float(res.pvalue)
