@@ -343,7 +343,7 @@ def _figures(r: Run, worlds, summary, core_names: set[str]) -> None:
     a1.set_xticks(x, [f"world {w['seed']}" for w in worlds])
     a1.set_ylabel("ground-truth toxic (%)")
     a1.set_title("Contamination before / after moderation")
-    a1.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for j in range(3):
         a2.bar(
             x + (j - 1.5) * 0.2,
@@ -355,7 +355,7 @@ def _figures(r: Run, worlds, summary, core_names: set[str]) -> None:
     a2.set_xticks(x, [f"world {w['seed']}" for w in worlds])
     a2.set_ylabel("error vs ground truth (%)")
     a2.set_title("Single moderators vs the ensemble")
-    a2.legend(fontsize=7)
+    a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     r.figure(fig, "moderation.png")  # fmt: skip
     first = worlds[0]
     if summary is None:
@@ -381,5 +381,5 @@ def _figures(r: Run, worlds, summary, core_names: set[str]) -> None:
     ax.set_xticks(np.arange(len(cats)), cats, rotation=30, fontsize=7)
     ax.set_ylabel("rate (%), mean over core models")
     ax.set_title(f"World {first['seed']}: per category")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     r.figure(fig, "per_category.png")  # fmt: skip
