@@ -172,7 +172,8 @@ def test_contrastive_loss_module_and_components():
     for kind in ("infonce", "dcl", "dhel", "siglip", "siglip_within", "spectral"):
         assert torch.isfinite(ContrastiveLoss(kind)(u, v))
     assert ContrastiveLoss("simclr")(u.half(), v.half()).dtype == torch.float32  # computed in fp32
-    gathered = ContrastiveLoss("simclr", 0.2, gather=lambda x: x)(u, v)  # identity gather = 1 rank
+    ids = torch.arange(u.shape[0])
+    gathered = ContrastiveLoss("simclr", 0.2, gather=lambda x: x)(u, v, ids)  # 1 rank
     torch.testing.assert_close(gathered, nt_xent_loss(u, v, 0.2))
 
 

@@ -18,6 +18,8 @@ from torch import Tensor, nn
 
 __all__ = [
     "ContrastiveLoss",
+    "gather_with_grad",
+    "global_index",
     "SigmoidLoss",
     "dcl_loss",
     "dhel_loss",
@@ -31,6 +33,26 @@ __all__ = [
 ]
 
 Gather = Callable[[Tensor], Tensor]
+
+
+def gather_with_grad(x: Tensor) -> Tensor:
+    """All ranks' rows of ``x`` concatenated in rank order, with gradients flowing back to every
+    rank (``torch.distributed.nn.functional.all_gather``): the ``gather=`` of a DDP run."""
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_gather
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return x
+    return torch.cat(all_gather(x), dim=0)
+
+
+def global_index(m: int, device: torch.device | str | None = None) -> Tensor:
+    """Instance ids ``rank * m + arange(m)``: what ``index=`` must be when gathering (every
+    rank's local ``arange(m)`` would mark other ranks' rows as positives)."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return rank * m + torch.arange(m, device=device)
 
 
 def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, validate: bool):
@@ -51,6 +73,8 @@ def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, valida
         raise TypeError(f"u and v must be floating tensors, got {u.dtype}")
     if validate and not (bool(torch.isfinite(u).all()) and bool(torch.isfinite(v).all())):
         raise ValueError("u or v contains NaN/inf")
+    # the bodies run in float32 whatever the autocast context: in bf16 a VRNS delta of
+    # -1/(n - 1) vanishes and the log-sum-exp loses the small negatives
     dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
     u, v = u.to(dtype), v.to(dtype)
     if normalize:
@@ -67,9 +91,33 @@ def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, valida
     return u, v, index.to(u.device)
 
 
-def _check_temperature(t: float) -> None:
+def _check_temperature(t: float | Tensor) -> None:
+    """A finite number > 0, or a 0-d tensor (a learnable temperature, as CLIP trains it)."""
+    if isinstance(t, Tensor):
+        if t.ndim != 0 or not t.is_floating_point():
+            raise ValueError(f"a tensor temperature must be a 0-d float tensor, got {t!r:.60}")
+        value = float(t.detach())
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"temperature must be finite and > 0, got {value}")
+        return
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+
+
+def _integer(name: str, value: object) -> int:
+    """An integer, numpy integers included (``operator.index``); bools are refused."""
+    import operator
+
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _no_autocast(device: torch.device):
+    return torch.autocast(device_type=device.type, enabled=False)
 
 
 def _one_direction(
@@ -81,17 +129,21 @@ def _one_direction(
     c1: int,
     c2: int,
     psi: str,
-    t: float,
+    t: float | Tensor,
+    aw: Tensor | None = None,
+    iw: Tensor | None = None,
 ) -> Tensor:
     """Per-anchor losses (Def 3.1) for anchors ``a`` whose positive is the same row of ``partner``;
     cross-view negatives come from ``b`` (``partner``, or all ranks' rows when gathered) and
-    within-view negatives from ``a``; entries sharing the anchor's id are never negatives."""
+    within-view negatives from ``aw`` (``a``, or all ranks' rows of ``a``'s view; ids ``iw``);
+    entries sharing the anchor's id are never negatives."""
+    aw, iw = (a, ia) if aw is None else (aw, iw)
     pos = (a * partner).sum(-1) / t
     terms = []
     if c1:
         terms.append((a @ b.T / t).masked_fill(ia[:, None] == ib[None, :], -math.inf))
     if c2:
-        terms.append((a @ a.T / t).masked_fill(ia[:, None] == ia[None, :], -math.inf))
+        terms.append((a @ aw.T / t).masked_fill(ia[:, None] == iw[None, :], -math.inf))
     logits = torch.cat(terms, dim=-1)
     if bool(torch.isneginf(logits).all(-1).any()):
         raise ValueError("an anchor has no negatives enabled (check c1/c2 and index duplicates)")
@@ -119,8 +171,13 @@ def info_nce_family(
 
     ``c1`` switches on cross-view negatives, ``c2`` within-view negatives; ``psi="log1p"``
     (InfoNCE, SimCLR) keeps the positive in the denominator, ``psi="log"`` (DCL, DHEL) removes it.
-    ``symmetric`` averages both directions (2m anchors). ``gather`` (DDP) all-gathers the second
-    view's embeddings and ids before the cross-view terms, like the official code.
+    ``symmetric`` averages both directions (2m anchors). ``gather`` (DDP, e.g.
+    :func:`gather_with_grad`) all-gathers both views and their ids, as solo-learn does: each
+    rank's anchors meet every rank's rows as cross- and within-view negatives. Gathering needs
+    global instance ids (:func:`global_index`); the loss is the mean over the local anchors, so
+    DDP's gradient averaging gives the single-process gradient on the concatenated batch.
+    ``temperature`` may be a 0-d tensor (learnable). The body runs in float32 (float64 stays
+    float64) under any autocast context.
     """
     _check_temperature(temperature)
     if (c1, c2) not in ((1, 0), (0, 1), (1, 1)):
@@ -129,15 +186,34 @@ def info_nce_family(
         raise ValueError(f"psi must be 'log1p' or 'log', got {psi!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    u, v, index = _prepare(u, v, index, normalize, validate)
-    vb, ib = (v, index) if gather is None else (gather(v), gather(index))
-    losses = _one_direction(u, v, vb, index, ib, c1, c2, psi, temperature)
-    if symmetric:
-        ub, ia = (u, index) if gather is None else (gather(u), gather(index))
-        losses = torch.cat([losses, _one_direction(v, u, ub, index, ia, c1, c2, psi, temperature)])
+    _require_global_ids(gather, index)
+    with _no_autocast(u.device):
+        u, v, index = _prepare(u, v, index, normalize, validate)
+        t = temperature.to(u.dtype) if isinstance(temperature, Tensor) else temperature
+        if gather is None:
+            ug = vg = ig = None
+            losses = _one_direction(u, v, v, index, index, c1, c2, psi, t)
+        else:
+            ug, vg, ig = gather(u), gather(v), gather(index)
+            losses = _one_direction(u, v, vg, index, ig, c1, c2, psi, t, ug, ig)
+        if symmetric:
+            if gather is None:
+                back = _one_direction(v, u, u, index, index, c1, c2, psi, t)
+            else:
+                back = _one_direction(v, u, ug, index, ig, c1, c2, psi, t, vg, ig)
+            losses = torch.cat([losses, back])
     if reduction == "none":
         return losses
     return losses.mean() if reduction == "mean" else losses.sum()
+
+
+def _require_global_ids(gather: Gather | None, index: Tensor | None) -> None:
+    if gather is not None and index is None:
+        raise ValueError(
+            "gather= needs index= with global instance ids (e.g. icml25.contrastive."
+            "global_index(m)): the default arange(m) repeats on every rank, so other ranks' rows "
+            "with the same local position would be taken for positives"
+        )
 
 
 def infonce_loss(u: Tensor, v: Tensor, temperature: float = 0.07, **kw) -> Tensor:
@@ -172,16 +248,18 @@ def independent_additive_loss(
     validate: bool = True,
 ) -> Tensor:
     """Def. 3.2: ``-(1/m) sum phi(s_ii) + c1/(m(m-1)) sum psi(s_ij) + c2/(2m(m-1)) sum within``."""
-    u, v, index = _prepare(u, v, None, normalize, validate)
-    m = u.shape[0]
-    off = ~torch.eye(m, dtype=torch.bool, device=u.device)
-    S = u @ v.T
-    loss = -phi(S.diagonal()).mean()
-    if c1:
-        loss = loss + psi(S[off]).sum() / (m * (m - 1))
-    if c2:
-        loss = loss + (psi((u @ u.T)[off]).sum() + psi((v @ v.T)[off]).sum()) / (2 * m * (m - 1))
-    return loss
+    with _no_autocast(u.device):
+        u, v, index = _prepare(u, v, None, normalize, validate)
+        m = u.shape[0]
+        off = ~torch.eye(m, dtype=torch.bool, device=u.device)
+        S = u @ v.T
+        loss = -phi(S.diagonal()).mean()
+        if c1:
+            loss = loss + psi(S[off]).sum() / (m * (m - 1))
+        if c2:
+            within = psi((u @ u.T)[off]).sum() + psi((v @ v.T)[off]).sum()
+            loss = loss + within / (2 * m * (m - 1))
+        return loss
 
 
 def sigmoid_loss(
@@ -200,17 +278,26 @@ def sigmoid_loss(
     ``within_view=True`` adds the paper's within-view negatives (c2 = 1). The paper's ``b`` is
     ``-bias``.
     """
-    u, v, _ = _prepare(u, v, None, normalize, validate)
-    m = u.shape[0]
-    off = ~torch.eye(m, dtype=torch.bool, device=u.device)
-    S = t * (u @ v.T) + bias
-    loss = F.softplus(-S.diagonal()).sum() / m + F.softplus(S[off]).sum() / m
-    if within_view:
-        loss = loss + (
-            F.softplus(t * (u @ u.T) + bias)[off].sum()
-            + F.softplus(t * (v @ v.T) + bias)[off].sum()
-        ) / (2 * m)
-    return loss
+    _check_temperature(t)
+    if isinstance(bias, Tensor):
+        if bias.ndim != 0 or not bool(torch.isfinite(bias)):
+            raise ValueError(f"bias must be a finite 0-d tensor or number, got {bias!r:.60}")
+    elif isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+        raise ValueError(f"bias must be a finite number, got {bias!r}")
+    with _no_autocast(u.device):
+        u, v, _ = _prepare(u, v, None, normalize, validate)
+        t = t.to(u.dtype) if isinstance(t, Tensor) else t
+        bias = bias.to(u.dtype) if isinstance(bias, Tensor) else bias
+        m = u.shape[0]
+        off = ~torch.eye(m, dtype=torch.bool, device=u.device)
+        S = t * (u @ v.T) + bias
+        loss = F.softplus(-S.diagonal()).sum() / m + F.softplus(S[off]).sum() / m
+        if within_view:
+            loss = loss + (
+                F.softplus(t * (u @ u.T) + bias)[off].sum()
+                + F.softplus(t * (v @ v.T) + bias)[off].sum()
+            ) / (2 * m)
+        return loss
 
 
 def spectral_contrastive_loss(
@@ -243,18 +330,23 @@ def vrns_loss(
     if (n_train is None) == (delta is None):
         raise ValueError("give exactly one of n_train (delta = -1/(n_train-1)) and delta")
     if n_train is not None:
-        if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 2:
+        n_train = _integer("n_train", n_train)
+        if n_train < 2:
             raise ValueError(f"n_train must be an integer >= 2, got {n_train!r}")
         delta = -1.0 / (n_train - 1)
     if isinstance(p, bool) or not isinstance(p, int) or p < 2 or p % 2:
         raise ValueError(f"p must be an even integer >= 2, got {p!r}")
-    u, v, index = _prepare(u, v, index, normalize, validate)
-    vb, ib = (v, index) if gather is None else (gather(v), gather(index))
-    S = u @ vb.T
-    mask = index[:, None] != ib[None, :]
-    if not bool(mask.any()):
-        raise ValueError("no negative pairs in this batch (every index is the same)")
-    return (S[mask] - delta).pow(p).mean()
+    _require_global_ids(gather, index)
+    with _no_autocast(u.device):
+        u, v, index = _prepare(u, v, index, normalize, validate)
+        vb, ib = (v, index) if gather is None else (gather(v), gather(index))
+        S = u @ vb.T
+        mask = index[:, None] != ib[None, :]
+        if validate and not bool(mask.any()):
+            raise ValueError("no negative pairs in this batch (every index is the same)")
+        # mean over the masked entries without boolean indexing (no host sync, no copy)
+        w = mask.to(S.dtype)
+        return ((S - delta).pow(p) * w).sum() / w.sum()
 
 
 _KINDS = ("infonce", "simclr", "dcl", "dhel", "siglip", "siglip_within", "spectral")
@@ -265,35 +357,57 @@ class ContrastiveLoss(nn.Module):
     """A base contrastive loss plus ``vrns_weight * VRNS`` (``vrns_weight=0`` gives the base loss).
 
     ``forward(u, v, index=None)`` takes the two views in the order lightly's ``NTXentLoss(out0,
-    out1)`` does, returns a scalar, and records detached ``last_components`` (base, vrns, positive
-    mean, negative mean and variance) for logging. The paper uses ``vrns_weight=30`` with
-    ``n_train`` the number of training instances (Table 1, official default).
+    out1)`` does, returns a scalar, and every ``log_every`` calls records detached
+    ``last_components`` (base, vrns, positive mean, negative mean and variance; one host sync).
+    The paper uses ``vrns_weight=30`` with ``n_train`` the number of training instances (Table 1,
+    official default).
+
+    ``temperature`` is the divisor of the InfoNCE family (defaults: InfoNCE 0.07, SimCLR 0.5,
+    DCL/DHEL 0.1) and SigLIP's logit scale ``t`` (default 10, multiplying), with ``bias`` SigLIP's
+    bias (default -10); both may be 0-d tensors, e.g. learnable parameters. With ``gather`` (DDP,
+    :func:`gather_with_grad`) pass global ids as ``index`` (:func:`global_index`).
     """
 
     def __init__(
         self,
         kind: str = "simclr",
-        temperature: float | None = None,
+        temperature: float | Tensor | None = None,
         vrns_weight: float = 0.0,
         n_train: int | None = None,
         delta: float | None = None,
         p: int = 2,
         gather: Gather | None = None,
+        *,
+        bias: float | Tensor | None = None,
+        log_every: int = 1,
     ) -> None:
         super().__init__()
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-        if not (isinstance(vrns_weight, (int, float)) and vrns_weight >= 0):
-            raise ValueError(f"vrns_weight must be >= 0, got {vrns_weight!r}")
+        if isinstance(vrns_weight, bool) or not (
+            isinstance(vrns_weight, (int, float))
+            and math.isfinite(vrns_weight)
+            and vrns_weight >= 0
+        ):
+            raise ValueError(f"vrns_weight must be a finite number >= 0, got {vrns_weight!r}")
         if vrns_weight > 0 and (n_train is None) == (delta is None):
             raise ValueError("vrns_weight > 0 needs exactly one of n_train and delta")
+        if n_train is not None:
+            n_train = _integer("n_train", n_train)
+        if bias is not None and kind not in ("siglip", "siglip_within"):
+            raise ValueError(f"bias is SigLIP's; kind {kind!r} has none")
+        self.log_every = _integer("log_every", log_every)
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be a positive integer, got {log_every!r}")
         self.kind, self.vrns_weight = kind, float(vrns_weight)
         self.temperature = _DEFAULT_T.get(kind, 10.0) if temperature is None else temperature
-        if kind in _DEFAULT_T:
+        self.bias = -10.0 if bias is None else bias
+        if kind != "spectral":
             _check_temperature(self.temperature)
         self.n_train, self.delta, self.p, self.gather = n_train, delta, p, gather
         self.last_components: dict[str, float] = {}
         self._validated = False
+        self._calls = 0
 
     def _base(self, u, v, index, validate):
         kw = {"index": index, "validate": validate, "gather": self.gather}
@@ -305,8 +419,13 @@ class ContrastiveLoss(nn.Module):
             return dcl_loss(u, v, self.temperature, **kw)
         if self.kind == "dhel":
             return dhel_loss(u, v, self.temperature, **kw)
+        if self.gather is not None:
+            raise ValueError(
+                f"gather= is supported by the InfoNCE family and VRNS, not {self.kind!r}"
+            )
         if self.kind in ("siglip", "siglip_within"):
-            return sigmoid_loss(u, v, within_view=self.kind == "siglip_within", validate=validate)
+            return sigmoid_loss(u, v, self.temperature, self.bias,
+                                within_view=self.kind == "siglip_within", validate=validate)  # fmt: skip
         return spectral_contrastive_loss(u, v, validate=validate)
 
     def forward(self, u: Tensor, v: Tensor, index: Tensor | None = None) -> Tensor:
@@ -315,31 +434,27 @@ class ContrastiveLoss(nn.Module):
         total = base
         vr = None
         if self.vrns_weight > 0:
-            vr = vrns_loss(
-                u,
-                v,
-                n_train=self.n_train,
-                delta=self.delta,
-                p=self.p,
-                index=index,
-                validate=validate,
-                gather=self.gather,
-            )
+            vr = vrns_loss(u, v, n_train=self.n_train, delta=self.delta, p=self.p, index=index,
+                           validate=validate, gather=self.gather)  # fmt: skip
             total = base + self.vrns_weight * vr
         self._validated = True
-        with torch.no_grad():
-            un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
-            S = un @ vn.T
-            m = S.shape[0]
-            off = ~torch.eye(m, dtype=torch.bool, device=S.device)
-            neg = S[off]
-            self.last_components = {
-                "base": float(base),
-                "vrns": float(vr) if vr is not None else 0.0,
-                "pos_mean": float(S.diagonal().mean()),
-                "neg_mean": float(neg.mean()),
-                "neg_var": float(neg.var(unbiased=False)),
-            }
+        if self._calls % self.log_every == 0:
+            with torch.no_grad(), _no_autocast(u.device):
+                un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
+                S = un @ vn.T
+                m = S.shape[0]
+                diag = S.diagonal()
+                neg_sum = S.sum() - diag.sum()
+                neg_sq = (S * S).sum() - (diag * diag).sum()
+                k = m * (m - 1)
+                neg_mean = neg_sum / k
+                zero = base.new_zeros(())
+                stats = torch.stack([base.detach().float(), (vr.detach() if vr is not None else zero).float(),
+                                     diag.mean(), neg_mean, neg_sq / k - neg_mean**2]).tolist()  # fmt: skip
+            self.last_components = dict(
+                zip(("base", "vrns", "pos_mean", "neg_mean", "neg_var"), stats)
+            )
+        self._calls += 1
         return total
 
 
