@@ -152,3 +152,32 @@ def test_numpy_integers_and_logged_components():
     assert every3.last_components == first
     with pytest.raises(ValueError, match="log_every"):
         ContrastiveLoss(log_every=0)
+
+
+def _solo_learn_simclr(z1, z2, ids, t):
+    """solo-learn's simclr_loss_func (one process): z = cat(views), positives = same index."""
+    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=-1)
+    idx = torch.cat([ids, ids])
+    sim = torch.exp(z @ z.T / t)
+    pos_mask = (idx[:, None] == idx[None, :]).to(sim.dtype)
+    pos_mask.fill_diagonal_(0)
+    neg_mask = (idx[:, None] != idx[None, :]).to(sim.dtype)
+    pos, neg = (sim * pos_mask).sum(1), (sim * neg_mask).sum(1)
+    return -torch.log(pos / (pos + neg)).mean()
+
+
+def test_positives_all_equals_solo_learn_with_class_labels_and_instance_with_ids():
+    g = torch.Generator().manual_seed(4)
+    u = torch.randn(12, 5, generator=g, dtype=torch.float64)
+    v = torch.randn(12, 5, generator=g, dtype=torch.float64)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 3, 4])
+    ours = nt_xent_loss(u, v, 0.3, index=labels, positives="all")
+    torch.testing.assert_close(ours, _solo_learn_simclr(u, v, labels, 0.3))
+    ids = torch.arange(12)  # instance ids: both readings agree with solo-learn
+    torch.testing.assert_close(nt_xent_loss(u, v, 0.3, index=ids, positives="all"),
+                               _solo_learn_simclr(u, v, ids, 0.3))  # fmt: skip
+    torch.testing.assert_close(nt_xent_loss(u, v, 0.3), _solo_learn_simclr(u, v, ids, 0.3))
+    # with class labels the paper's instance reading differs: same-class rows are not positives
+    assert not torch.allclose(nt_xent_loss(u, v, 0.3, index=labels), ours)
+    with pytest.raises(ValueError, match="positives must be"):
+        nt_xent_loss(u, v, 0.3, positives="some")

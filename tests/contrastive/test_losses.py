@@ -144,22 +144,19 @@ def test_invariances():
 
 
 def test_infonce_gradient_on_negatives_shrinks_with_batch():
+    # with v the first m basis vectors, S = u v^T is u's first m columns, so the library loss's
+    # gradient with respect to u[0, 1] is its gradient with respect to the negative S_01 (Thm 5.6)
     g = torch.Generator().manual_seed(0)
     grads = {4: [], 16: []}
     for _ in range(200):
-        u = F.normalize(torch.randn(16, 6, dtype=D, generator=g), dim=-1)
-        v = F.normalize(torch.randn(16, 6, dtype=D, generator=g), dim=-1)
+        u_all = F.normalize(torch.randn(16, 16, dtype=D, generator=g), dim=-1)
         for m in grads:
-            S = (u[:m] @ v[:m].T).requires_grad_(True)
-            t = 0.5
-            logits = S / t  # the un-halved sum of both directions (Thm 5.6)
-            target = torch.arange(m)
-            loss = F.cross_entropy(logits, target, reduction="sum") + F.cross_entropy(
-                logits.T, target, reduction="sum"
-            )
-            (gS,) = torch.autograd.grad(loss / m, S)
-            assert float(gS[0, 1]) >= 0
-            grads[m].append(float(gS[0, 1]))
+            u = u_all[:m].clone().requires_grad_(True)
+            v = torch.eye(16, dtype=D)[:m]
+            loss = infonce_loss(u, v, 0.5, normalize=False)
+            (gu,) = torch.autograd.grad(loss, u)
+            assert float(gu[0, 1]) >= 0  # pushing a negative's similarity up raises the loss
+            grads[m].append(float(gu[0, 1]))
     assert sum(grads[16]) < sum(grads[4])
 
 

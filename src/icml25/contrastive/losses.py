@@ -132,12 +132,15 @@ def _one_direction(
     t: float | Tensor,
     aw: Tensor | None = None,
     iw: Tensor | None = None,
+    all_positives: bool = False,
 ) -> Tensor:
     """Per-anchor losses (Def 3.1) for anchors ``a`` whose positive is the same row of ``partner``;
     cross-view negatives come from ``b`` (``partner``, or all ranks' rows when gathered) and
     within-view negatives from ``aw`` (``a``, or all ranks' rows of ``a``'s view; ids ``iw``);
     entries sharing the anchor's id are never negatives."""
     aw, iw = (a, ia) if aw is None else (aw, iw)
+    if all_positives:
+        return _all_positives(a, b, aw, ia, ib, iw, c1, c2, psi, t)
     pos = (a * partner).sum(-1) / t
     terms = []
     if c1:
@@ -150,6 +153,36 @@ def _one_direction(
     if psi == "log1p":  # psi(x) = log(1 + x): the positive joins the log-sum-exp
         logits = torch.cat([pos[:, None], logits], dim=-1)
     return torch.logsumexp(logits, dim=-1) - pos
+
+
+def _all_positives(a, b, aw, ia, ib, iw, c1, c2, psi, t) -> Tensor:
+    """Every entry sharing the anchor's id is a positive (class labels as ids, solo-learn's
+    ``simclr_loss_func``): ``-log(sum_P e^s / (sum_P e^s + sum_N e^s))`` for ``psi="log1p"``,
+    ``-log sum_P e^s + log sum_N e^s`` for ``psi="log"``. Cross-view entries with the anchor's id
+    are always positives (the partner among them); within-view ones (but the anchor itself) when
+    ``c2``; negatives come from the enabled terms."""
+    cross = a @ b.T / t
+    same_c = ia[:, None] == ib[None, :]
+    pos_parts = [cross.masked_fill(~same_c, -math.inf)]
+    neg_parts = [cross.masked_fill(same_c, -math.inf)] if c1 else []
+    if c2:
+        within = a @ aw.T / t
+        same_w = ia[:, None] == iw[None, :]
+        neg_parts.append(within.masked_fill(same_w, -math.inf))
+        # within-view positives without the anchor itself: log(sum e^s - e^{s_self})
+        lse = torch.logsumexp(within.masked_fill(~same_w, -math.inf), dim=-1)
+        self_logit = (a * a).sum(-1) / t
+        rest = lse + torch.log1p(-torch.exp((self_logit - lse).clamp(max=0)).clamp(max=1 - 1e-12))
+        pos_parts.append(
+            torch.where(lse - self_logit > 1e-9, rest, torch.full_like(lse, -math.inf))[:, None]
+        )
+    pos = torch.logsumexp(torch.cat(pos_parts, dim=-1), dim=-1)
+    neg = torch.cat(neg_parts, dim=-1)
+    if bool(torch.isneginf(neg).all(-1).any()):
+        raise ValueError("an anchor has no negatives (every entry shares its id)")
+    if psi == "log1p":
+        return torch.logsumexp(torch.cat([pos[:, None], neg], dim=-1), dim=-1) - pos
+    return torch.logsumexp(neg, dim=-1) - pos
 
 
 def info_nce_family(
@@ -166,8 +199,14 @@ def info_nce_family(
     normalize: bool = True,
     validate: bool = True,
     gather: Gather | None = None,
+    positives: str = "instance",
 ) -> Tensor:
     """Def. 3.1 with phi = exp(x / t), computed stably through log-sum-exp.
+
+    ``positives="instance"`` (the paper's): the positive of an anchor is its partner row; other
+    rows with the same ``index`` are neither positives nor negatives. ``positives="all"``: every
+    row with the same ``index`` is a positive, as solo-learn's ``simclr_loss_func`` counts them
+    (supervised-contrastive style, ``index`` = class labels); with instance ids both agree.
 
     ``c1`` switches on cross-view negatives, ``c2`` within-view negatives; ``psi="log1p"``
     (InfoNCE, SimCLR) keeps the positive in the denominator, ``psi="log"`` (DCL, DHEL) removes it.
@@ -186,21 +225,24 @@ def info_nce_family(
         raise ValueError(f"psi must be 'log1p' or 'log', got {psi!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if positives not in ("instance", "all"):
+        raise ValueError(f"positives must be 'instance' or 'all', got {positives!r}")
+    ap = positives == "all"
     _require_global_ids(gather, index)
     with _no_autocast(u.device):
         u, v, index = _prepare(u, v, index, normalize, validate)
         t = temperature.to(u.dtype) if isinstance(temperature, Tensor) else temperature
         if gather is None:
             ug = vg = ig = None
-            losses = _one_direction(u, v, v, index, index, c1, c2, psi, t)
+            losses = _one_direction(u, v, v, index, index, c1, c2, psi, t, all_positives=ap)
         else:
             ug, vg, ig = gather(u), gather(v), gather(index)
-            losses = _one_direction(u, v, vg, index, ig, c1, c2, psi, t, ug, ig)
+            losses = _one_direction(u, v, vg, index, ig, c1, c2, psi, t, ug, ig, ap)
         if symmetric:
             if gather is None:
-                back = _one_direction(v, u, u, index, index, c1, c2, psi, t)
+                back = _one_direction(v, u, u, index, index, c1, c2, psi, t, all_positives=ap)
             else:
-                back = _one_direction(v, u, ug, index, ig, c1, c2, psi, t, vg, ig)
+                back = _one_direction(v, u, ug, index, ig, c1, c2, psi, t, vg, ig, ap)
             losses = torch.cat([losses, back])
     if reduction == "none":
         return losses
