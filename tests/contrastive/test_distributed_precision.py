@@ -181,3 +181,39 @@ def test_positives_all_equals_solo_learn_with_class_labels_and_instance_with_ids
     assert not torch.allclose(nt_xent_loss(u, v, 0.3, index=labels), ours)
     with pytest.raises(ValueError, match="positives must be"):
         nt_xent_loss(u, v, 0.3, positives="some")
+
+
+def test_augment_follows_the_input_and_trainer_takes_epochs_and_device():
+    from icml25.contrastive.augment import digits_augment
+    from icml25.contrastive.train import DigitsSimCLR, train_simclr
+
+    x = torch.rand(6, 1, 8, 8)
+    a32 = digits_augment(x, torch.Generator().manual_seed(0))
+    a64 = digits_augment(x.double(), torch.Generator().manual_seed(0))
+    assert a64.dtype == torch.float64 and a32.dtype == torch.float32
+    torch.testing.assert_close(a64.float(), a32)
+    with pytest.raises(TypeError, match="torch.Generator"):
+        digits_augment(x, 0)
+    model = DigitsSimCLR()
+    hist = train_simclr(model, torch.rand(20, 1, 8, 8), digits_augment,
+                        loss=ContrastiveLoss("simclr", 0.5), batch_size=8, epochs=2,
+                        device="cpu", progress=False)  # fmt: skip
+    assert len(hist) == 2 * (20 // 8)
+    with pytest.raises(ValueError, match="exactly one of steps and epochs"):
+        train_simclr(model, torch.rand(20, 1, 8, 8), digits_augment,
+                     loss=ContrastiveLoss(), batch_size=8, steps=2, epochs=1)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_inputs_get_the_cpu_generators_augmentations_and_a_cuda_loss():
+    from icml25.contrastive.augment import digits_augment
+
+    x = torch.rand(6, 1, 8, 8)
+    cpu = digits_augment(x, torch.Generator().manual_seed(0))
+    gpu = digits_augment(x.cuda(), torch.Generator().manual_seed(0))
+    assert gpu.is_cuda
+    torch.testing.assert_close(gpu.cpu(), cpu)
+    u, v = torch.randn(8, 4, device="cuda"), torch.randn(8, 4, device="cuda")
+    loss = ContrastiveLoss("simclr", 0.2, vrns_weight=30, n_train=100)(u, v)
+    assert loss.is_cuda

@@ -45,27 +45,47 @@ def train_simclr(
     *,
     loss: ContrastiveLoss,
     batch_size: int,
-    steps: int,
+    steps: int | None = None,
+    epochs: int | None = None,
     lr: float = 1e-3,
     weight_decay: float = 1e-5,
     seed: int = 0,
+    device: torch.device | str | None = None,
+    progress: bool | None = None,
 ) -> list[dict]:
-    """SimCLR training by steps: each step draws ``batch_size`` instances (fresh ``randperm`` per
-    epoch, ``drop_last``), two augmentations each, and minimises ``loss(z1, z2)``. The same seeded
-    generator drives shuffling and augmentation. Returns per-step ``loss.last_components``."""
+    """SimCLR training by steps (or ``epochs``, each ``len(data) // batch_size`` steps): each step
+    draws ``batch_size`` instances (fresh ``randperm`` per epoch, ``drop_last``), two
+    augmentations each, and minimises ``loss(z1, z2)``. The same seeded CPU generator drives
+    shuffling and augmentation, so a run is the same on any device. ``device``: where the batches
+    go (default: the model's device; ``data`` may stay on the CPU). Returns per-step
+    ``loss.last_components``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ValueError(f"batch_size must be an integer, got {batch_size!r}")
     if batch_size < 2 or batch_size > len(data):
         raise ValueError(f"batch_size must be in [2, {len(data)}], got {batch_size}")
+    if (steps is None) == (epochs is None):
+        raise ValueError("give exactly one of steps and epochs")
+    if epochs is not None:
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+        steps = epochs * (len(data) // batch_size)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if device is None:
+        device = next((p.device for p in model.parameters()), data.device)
+    device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
     history: list[dict] = []
     order: list[Tensor] = []
-    for _ in track(range(steps), f"SimCLR b={batch_size}", total=steps):
+    disable = None if progress is None else not progress
+    for _ in track(range(steps), f"SimCLR b={batch_size}", total=steps, disable=disable):
         if not order:
             perm = torch.randperm(len(data), generator=g)
             order = list(perm[: len(perm) // batch_size * batch_size].split(batch_size))
         idx = order.pop(0)
-        x = data[idx]
+        x = data[idx].to(device, non_blocking=True)
         _, z1 = model(augment(x, g))
         _, z2 = model(augment(x, g))
         value = loss(z1, z2)
