@@ -220,10 +220,3 @@ def test_pytorch_metric_learning_agreement():
         torch.cat([u, v]).float(), torch.arange(6).repeat(2)
     )
     torch.testing.assert_close(nt_xent_loss(u.float(), v.float(), 0.07), ref, atol=1e-6, rtol=1e-6)
-
-
-def test_lightly_agreement():
-    lightly_loss = pytest.importorskip("lightly.loss")
-    u, v = views(6)
-    ref = lightly_loss.NTXentLoss(temperature=0.5, memory_bank_size=0)(u.float(), v.float())
-    torch.testing.assert_close(nt_xent_loss(u.float(), v.float(), 0.5), ref, atol=1e-6, rtol=1e-6)
