@@ -133,22 +133,29 @@ def _one_direction(
     aw: Tensor | None = None,
     iw: Tensor | None = None,
     all_positives: bool = False,
+    cross: Tensor | None = None,
+    within: Tensor | None = None,
+    check: bool = True,
 ) -> Tensor:
     """Per-anchor losses (Def 3.1) for anchors ``a`` whose positive is the same row of ``partner``;
     cross-view negatives come from ``b`` (``partner``, or all ranks' rows when gathered) and
     within-view negatives from ``aw`` (``a``, or all ranks' rows of ``a``'s view; ids ``iw``);
-    entries sharing the anchor's id are never negatives."""
+    entries sharing the anchor's id are never negatives. ``cross`` / ``within``: the similarity
+    matrices ``a b^T`` / ``a aw^T`` when the caller already has them (not gathered: the partner
+    is ``b``, so the positives are ``cross``'s diagonal)."""
     aw, iw = (a, ia) if aw is None else (aw, iw)
     if all_positives:
         return _all_positives(a, b, aw, ia, ib, iw, c1, c2, psi, t)
-    pos = (a * partner).sum(-1) / t
+    cross = a @ b.T if cross is None else cross
+    pos = (cross.diagonal() if b is partner else (a * partner).sum(-1)) / t
     terms = []
     if c1:
-        terms.append((a @ b.T / t).masked_fill(ia[:, None] == ib[None, :], -math.inf))
+        terms.append((cross / t).masked_fill(ia[:, None] == ib[None, :], -math.inf))
     if c2:
-        terms.append((a @ aw.T / t).masked_fill(ia[:, None] == iw[None, :], -math.inf))
-    logits = torch.cat(terms, dim=-1)
-    if bool(torch.isneginf(logits).all(-1).any()):
+        within = a @ aw.T if within is None else within
+        terms.append((within / t).masked_fill(ia[:, None] == iw[None, :], -math.inf))
+    logits = torch.cat(terms, dim=-1) if len(terms) > 1 else terms[0]
+    if check and bool(torch.isneginf(logits).all(-1).any()):
         raise ValueError("an anchor has no negatives enabled (check c1/c2 and index duplicates)")
     if psi == "log1p":  # psi(x) = log(1 + x): the positive joins the log-sum-exp
         logits = torch.cat([pos[:, None], logits], dim=-1)
@@ -227,26 +234,43 @@ def info_nce_family(
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if positives not in ("instance", "all"):
         raise ValueError(f"positives must be 'instance' or 'all', got {positives!r}")
-    ap = positives == "all"
     _require_global_ids(gather, index)
     with _no_autocast(u.device):
         u, v, index = _prepare(u, v, index, normalize, validate)
-        t = temperature.to(u.dtype) if isinstance(temperature, Tensor) else temperature
-        if gather is None:
-            ug = vg = ig = None
-            losses = _one_direction(u, v, v, index, index, c1, c2, psi, t, all_positives=ap)
-        else:
-            ug, vg, ig = gather(u), gather(v), gather(index)
-            losses = _one_direction(u, v, vg, index, ig, c1, c2, psi, t, ug, ig, ap)
-        if symmetric:
-            if gather is None:
-                back = _one_direction(v, u, u, index, index, c1, c2, psi, t, all_positives=ap)
-            else:
-                back = _one_direction(v, u, ug, index, ig, c1, c2, psi, t, vg, ig, ap)
-            losses = torch.cat([losses, back])
+        losses, _ = _info_nce(u, v, index, c1, c2, psi, temperature, symmetric, gather,
+                              positives == "all", validate)  # fmt: skip
     if reduction == "none":
         return losses
     return losses.mean() if reduction == "mean" else losses.sum()
+
+
+def _info_nce(u, v, index, c1, c2, psi, temperature, symmetric, gather, ap, check):
+    """Per-anchor losses of prepared views, and the local similarity matrix ``u v^T`` when it
+    was formed (not gathered), for a caller that needs it too (VRNS in ``ContrastiveLoss``)."""
+    t = temperature.to(u.dtype) if isinstance(temperature, Tensor) else temperature
+    if gather is None and not ap:
+        S = u @ v.T  # one matmul for both directions (the reverse one reads S^T)
+        wu, wv = (u @ u.T, v @ v.T) if c2 else (None, None)
+        losses = _one_direction(u, v, v, index, index, c1, c2, psi, t, cross=S, within=wu,
+                                check=check)  # fmt: skip
+        if symmetric:
+            back = _one_direction(v, u, u, index, index, c1, c2, psi, t, cross=S.T, within=wv,
+                                  check=check)  # fmt: skip
+            losses = torch.cat([losses, back])
+        return losses, S
+    if gather is None:
+        ug = vg = ig = None
+        losses = _one_direction(u, v, v, index, index, c1, c2, psi, t, all_positives=ap)
+    else:
+        ug, vg, ig = gather(u), gather(v), gather(index)
+        losses = _one_direction(u, v, vg, index, ig, c1, c2, psi, t, ug, ig, ap)
+    if symmetric:
+        if gather is None:
+            back = _one_direction(v, u, u, index, index, c1, c2, psi, t, all_positives=ap)
+        else:
+            back = _one_direction(v, u, ug, index, ig, c1, c2, psi, t, vg, ig, ap)
+        losses = torch.cat([losses, back])
+    return losses, None
 
 
 def _require_global_ids(gather: Gather | None, index: Tensor | None) -> None:
@@ -382,17 +406,24 @@ def vrns_loss(
     with _no_autocast(u.device):
         u, v, index = _prepare(u, v, index, normalize, validate)
         vb, ib = (v, index) if gather is None else (gather(v), gather(index))
-        S = u @ vb.T
-        mask = index[:, None] != ib[None, :]
-        if validate and not bool(mask.any()):
-            raise ValueError("no negative pairs in this batch (every index is the same)")
-        # mean over the masked entries without boolean indexing (no host sync, no copy)
-        w = mask.to(S.dtype)
-        return ((S - delta).pow(p) * w).sum() / w.sum()
+        return _vrns_from_similarity(u @ vb.T, index, ib, delta, p, validate)
+
+
+def _vrns_from_similarity(
+    S: Tensor, ia: Tensor, ib: Tensor, delta: float, p: int, check: bool
+) -> Tensor:
+    mask = ia[:, None] != ib[None, :]
+    if check and not bool(mask.any()):
+        raise ValueError("no negative pairs in this batch (every index is the same)")
+    # mean over the masked entries without boolean indexing (no host sync, no copy)
+    w = mask.to(S.dtype)
+    return ((S - delta).pow(p) * w).sum() / w.sum()
 
 
 _KINDS = ("infonce", "simclr", "dcl", "dhel", "siglip", "siglip_within", "spectral")
 _DEFAULT_T = {"infonce": 0.07, "simclr": 0.5, "dcl": 0.1, "dhel": 0.1}
+_FAMILY = {"infonce": (1, 0, "log1p"), "simclr": (1, 1, "log1p"), "dcl": (1, 1, "log"),
+           "dhel": (0, 1, "log")}  # fmt: skip
 
 
 class ContrastiveLoss(nn.Module):
@@ -472,32 +503,57 @@ class ContrastiveLoss(nn.Module):
 
     def forward(self, u: Tensor, v: Tensor, index: Tensor | None = None) -> Tensor:
         validate = not self._validated  # check inputs once, then trust the training loop
-        base = self._base(u, v, index, validate)
-        total = base
-        vr = None
-        if self.vrns_weight > 0:
-            vr = vrns_loss(u, v, n_train=self.n_train, delta=self.delta, p=self.p, index=index,
-                           validate=validate, gather=self.gather)  # fmt: skip
-            total = base + self.vrns_weight * vr
+        S = None
+        if self.kind in _DEFAULT_T and self.gather is None:
+            # one normalisation and one u v^T for the base loss, VRNS and the logged statistics
+            c1, c2, psi = _FAMILY[self.kind]
+            with _no_autocast(u.device):
+                un, vn, idx = _prepare(u, v, index, True, validate)
+                losses, S = _info_nce(un, vn, idx, c1, c2, psi, self.temperature, True, None,
+                                      False, validate)  # fmt: skip
+                base = losses.mean()
+                vr = None
+                if self.vrns_weight > 0:
+                    delta = -1.0 / (self.n_train - 1) if self.n_train is not None else self.delta
+                    if self.n_train is not None and self.n_train < 2:
+                        raise ValueError(f"n_train must be an integer >= 2, got {self.n_train!r}")
+                    if (
+                        isinstance(self.p, bool)
+                        or not isinstance(self.p, int)
+                        or self.p < 2
+                        or self.p % 2
+                    ):
+                        raise ValueError(f"p must be an even integer >= 2, got {self.p!r}")
+                    vr = _vrns_from_similarity(S, idx, idx, delta, self.p, validate)
+        else:
+            base = self._base(u, v, index, validate)
+            vr = None
+            if self.vrns_weight > 0:
+                vr = vrns_loss(u, v, n_train=self.n_train, delta=self.delta, p=self.p,
+                               index=index, validate=validate, gather=self.gather)  # fmt: skip
+        total = base if vr is None else base + self.vrns_weight * vr
         self._validated = True
         if self._calls % self.log_every == 0:
-            with torch.no_grad(), _no_autocast(u.device):
-                un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
-                S = un @ vn.T
-                m = S.shape[0]
-                diag = S.diagonal()
-                neg_sum = S.sum() - diag.sum()
-                neg_sq = (S * S).sum() - (diag * diag).sum()
-                k = m * (m - 1)
-                neg_mean = neg_sum / k
-                zero = base.new_zeros(())
-                stats = torch.stack([base.detach().float(), (vr.detach() if vr is not None else zero).float(),
-                                     diag.mean(), neg_mean, neg_sq / k - neg_mean**2]).tolist()  # fmt: skip
-            self.last_components = dict(
-                zip(("base", "vrns", "pos_mean", "neg_mean", "neg_var"), stats)
-            )
+            self.last_components = self._components(u, v, S, base, vr)
         self._calls += 1
         return total
+
+    @torch.no_grad()
+    def _components(self, u: Tensor, v: Tensor, S: Tensor | None, base: Tensor, vr: Tensor | None):
+        with _no_autocast(u.device):
+            if S is None:
+                un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
+                S = un @ vn.T
+            S = S.detach().float()
+            m = S.shape[0]
+            diag = S.diagonal()
+            k = m * (m - 1)
+            neg_mean = (S.sum() - diag.sum()) / k
+            neg_var = ((S * S).sum() - (diag * diag).sum()) / k - neg_mean**2
+            zero = base.new_zeros(())
+            stats = torch.stack([base.detach().float(), (vr.detach() if vr is not None else zero).float(),
+                                 diag.mean(), neg_mean, neg_var]).tolist()  # fmt: skip
+        return dict(zip(("base", "vrns", "pos_mean", "neg_mean", "neg_var"), stats))
 
 
 class SigmoidLoss(nn.Module):
