@@ -119,8 +119,17 @@ def test_filter_equals_exact_gp_regression():
     variance = var - k_star @ torch.linalg.solve(Ky, k_star)
     assert float((m.H @ mu[-1]).item()) == pytest.approx(float(mean), abs=1e-8)
     assert float((m.H @ Sigma[-1] @ m.H.T).item()) == pytest.approx(float(variance), abs=1e-8)
-    with pytest.raises(ValueError, match="sorted"):
-        kf.filter(times.flip(0), torch.zeros(12, dtype=torch.long), ys, times[-1:])
+    # unsorted events are taken in time order: the same result
+    mu_r, Sigma_r = kf.filter(
+        times.flip(0), torch.zeros(12, dtype=torch.long), ys[::-1], times[-1:]
+    )
+    torch.testing.assert_close(mu_r, mu)
+    torch.testing.assert_close(Sigma_r, Sigma)
+    with pytest.raises(ValueError, match="finite"):
+        kf.filter(torch.tensor([0.5, float("nan")], dtype=D), torch.zeros(2, dtype=torch.long),
+                  None, times[-1:])  # fmt: skip
+    with pytest.raises(ValueError, match="sensor ids must be in"):
+        kf.filter(times, torch.ones(12, dtype=torch.long), ys, times[-1:])
 
 
 def _problem():
@@ -237,3 +246,43 @@ def test_bad_input():
     assert path.shape[0] == 21  # refined so that h * 5 <= 0.5
     with pytest.raises(ValueError, match="multiple of K"):
         covariance_bound(m, sensors, RateSchedule(torch.ones(2, 3, dtype=D), 2.0), n_steps=4)
+
+
+def test_time_varying_drift_is_integrated_not_frozen():
+    # dx = -(1 + 2t) x dt + dbeta, Var(0) = 1: dP/dt = -2(1 + 2t) P + 1, integrated finely
+    sde = LinearSDE(lambda xi, t: torch.tensor([[-(1.0 + 2.0 * t)]], dtype=D),
+                    torch.eye(1, dtype=D), torch.zeros(1, dtype=D), torch.eye(1, dtype=D))  # fmt: skip
+    kf = ContinuousDiscreteKF(sde, [Sensor(torch.eye(1, dtype=D), torch.eye(1, dtype=D))])
+    _, Sigma = kf.predict(torch.zeros(1, dtype=D), torch.eye(1, dtype=D), 0.0, 2.0)
+    P, n = 1.0, 200_000
+    h = 2.0 / n
+    for i in range(n):  # explicit Euler at a tiny step: the reference
+        P += h * (-2 * (1 + 2 * i * h) * P + 1)
+    assert float(Sigma) == pytest.approx(P, rel=1e-4)
+    frozen = ContinuousDiscreteKF(
+        LinearSDE(-torch.eye(1, dtype=D), torch.eye(1, dtype=D), torch.zeros(1, dtype=D),
+                  torch.eye(1, dtype=D)), kf.sensors)  # fmt: skip
+    assert (
+        abs(float(frozen.predict(torch.zeros(1, dtype=D), torch.eye(1, dtype=D), 0.0, 2.0)[1]) - P)
+        > 0.1
+    )
+
+
+def test_joseph_update_is_batched_and_checks_shapes():
+    g = torch.Generator().manual_seed(5)
+    B, n = 4, 3
+    A = torch.randn(B, n, n, generator=g, dtype=D)
+    S = A @ A.mT + torch.eye(n, dtype=D)
+    mu = torch.randn(B, n, generator=g, dtype=D)
+    C = torch.randn(2, n, generator=g, dtype=D)
+    R = torch.eye(2, dtype=D) * 0.5
+    y = torch.randn(B, 2, generator=g, dtype=D)
+    mb, Sb = joseph_update(mu, S, y, C, R)
+    for b in range(B):
+        m1, S1 = joseph_update(mu[b], S[b], y[b], C, R)
+        torch.testing.assert_close(mb[b], m1)
+        torch.testing.assert_close(Sb[b], S1)
+    with pytest.raises(ValueError, match="C must have 3 columns"):
+        joseph_update(mu[0], S[0], y[0], torch.randn(2, 4, dtype=D), R)
+    with pytest.raises(ValueError, match="R must be"):
+        joseph_update(mu[0], S[0], y[0], C, torch.eye(3, dtype=D))

@@ -15,33 +15,72 @@ def joseph_update(mu: Tensor, Sigma: Tensor, y: Tensor | None, C: Tensor, R: Ten
     """One measurement update in Joseph form; ``y=None`` updates the covariance only.
 
     ``K = Sigma C^T (C Sigma C^T + R)^{-1}`` through a Cholesky solve; the covariance equals the
-    information form ``(Sigma^{-1} + C^T R^{-1} C)^{-1}``.
+    information form ``(Sigma^{-1} + C^T R^{-1} C)^{-1}``. Batched: ``mu (..., n)``, ``Sigma
+    (..., n, n)`` and ``y (..., p)`` with any leading batch shape (``C``, ``R`` broadcast).
     """
+    n = Sigma.shape[-1]
+    if C.shape[-1] != n:
+        raise ValueError(f"C must have {n} columns to match the state, got shape {tuple(C.shape)}")
+    if R.shape[-1] != C.shape[-2] or R.shape[-2] != C.shape[-2]:
+        raise ValueError(
+            f"R must be ({C.shape[-2]}, {C.shape[-2]}) to match C's rows, got {tuple(R.shape)}"
+        )
     Sy = C @ Sigma @ C.mT + R
     L = torch.linalg.cholesky(Sy)
     K = torch.cholesky_solve(C @ Sigma.mT, L).mT  # Sigma C^T Sy^{-1}
     if y is not None:
-        mu = mu + K @ (y - C @ mu)
-    I_KC = torch.eye(Sigma.shape[-1], dtype=Sigma.dtype, device=Sigma.device) - K @ C
+        innov = y - (C @ mu.unsqueeze(-1)).squeeze(-1)
+        mu = mu + (K @ innov.unsqueeze(-1)).squeeze(-1)
+    I_KC = torch.eye(n, dtype=Sigma.dtype, device=Sigma.device) - K @ C
     Sigma = I_KC @ Sigma @ I_KC.mT + K @ R @ K.mT
     return mu, 0.5 * (Sigma + Sigma.mT)
+
+
+def _rk4_moments(sde: LinearSDE, mu: Tensor, Sigma: Tensor, t0: float, t1: float, xi, max_step):
+    """Mean ``m' = A m`` and covariance ``P' = A P + P A^T + Qc`` integrated by RK4 on a sub-grid
+    of steps <= ``max_step`` with ``A(xi, t)`` and ``Qc(xi, t)`` evaluated at every stage: a
+    time-varying model (a frozen ``A`` is exact only when it does not vary)."""
+    import math
+
+    k = max(1, math.ceil((t1 - t0) / max_step))
+    h = (t1 - t0) / k
+
+    def f(t: float, m: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
+        A, Qc = sde.matrices(xi, t)
+        return m @ A.mT, A @ P + P @ A.mT + Qc
+
+    m, P = mu, Sigma
+    for i in range(k):
+        t = t0 + i * h
+        k1 = f(t, m, P)
+        k2 = f(t + h / 2, m + h / 2 * k1[0], P + h / 2 * k1[1])
+        k3 = f(t + h / 2, m + h / 2 * k2[0], P + h / 2 * k2[1])
+        k4 = f(t + h, m + h * k3[0], P + h * k3[1])
+        m = m + h / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        P = P + h / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+    return m, 0.5 * (P + P.mT)
 
 
 class ContinuousDiscreteKF:
     """CD-KF for a :class:`LinearSDE` observed by :class:`Sensor` s at irregular times."""
 
-    def __init__(self, sde: LinearSDE, sensors: list[Sensor]) -> None:
+    def __init__(self, sde: LinearSDE, sensors: list[Sensor], *, max_step: float = 0.01) -> None:
         if not sensors:
             raise ValueError("ContinuousDiscreteKF needs at least one sensor")
-        self.sde, self.sensors = sde, list(sensors)
+        if not (isinstance(max_step, (int, float)) and max_step > 0):
+            raise ValueError(f"max_step must be a number > 0, got {max_step!r}")
+        self.sde, self.sensors, self.max_step = sde, list(sensors), float(max_step)
 
     def predict(self, mu: Tensor, Sigma: Tensor, t0: float, t1: float, xi: Tensor | None = None):
-        """Propagate over ``[t0, t1]``: ``mu <- Phi mu``, ``Sigma <- Phi Sigma Phi^T + Qd`` (Van Loan),
-        with ``A``/``Qc`` frozen at ``(xi, t0)``."""
+        """Propagate over ``[t0, t1]``. A time-invariant model: ``mu <- Phi mu``, ``Sigma <- Phi
+        Sigma Phi^T + Qd`` (Van Loan, exact). A time-varying ``A(xi, t)`` / ``Qc(xi, t)``: RK4 on
+        the moment equations over sub-steps of at most ``max_step`` (spec §2's RK4 sub-grid)."""
         if t1 < t0:
             raise ValueError(f"predict needs t1 >= t0, got t0={t0}, t1={t1}")
         if t1 == t0:
             return mu, Sigma
+        if not self.sde.time_invariant:
+            return _rk4_moments(self.sde, mu, Sigma, t0, t1, xi, self.max_step)
         Phi, Qd = self.sde.discretize(t1 - t0, xi, t0)
         Sigma = Phi @ Sigma @ Phi.mT + Qd
         return mu @ Phi.mT, 0.5 * (Sigma + Sigma.mT)
@@ -69,8 +108,21 @@ class ContinuousDiscreteKF:
         """
         if times.ndim != 1 or sensor_ids.shape != times.shape:
             raise ValueError("times and sensor_ids must be 1-D tensors of equal length")
-        if times.numel() and bool((times.diff() < 0).any()):
-            raise ValueError("event times must be sorted")
+        if times.numel() and not bool(torch.isfinite(times).all()):
+            raise ValueError(
+                f"event times must be finite, got {times[~torch.isfinite(times)].tolist()}"
+            )
+        if times.numel() and bool((times < 0).any()):
+            raise ValueError(
+                f"event times must be >= 0 (the filter starts at t = 0), got {times.min().item()}"
+            )
+        if sensor_ids.numel() and (
+            int(sensor_ids.min()) < 0 or int(sensor_ids.max()) >= len(self.sensors)
+        ):
+            raise ValueError(
+                f"sensor ids must be in [0, {len(self.sensors)}), got {sensor_ids.tolist()}"
+            )
+        # unsorted events are taken in time order (ties in sensor order), as for covariance_path
         mu, Sigma = self.sde.mu0.clone(), self.sde.Sigma0.clone()
         t = 0.0
         events = sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
