@@ -286,3 +286,30 @@ def test_joseph_update_is_batched_and_checks_shapes():
         joseph_update(mu[0], S[0], y[0], torch.randn(2, 4, dtype=D), R)
     with pytest.raises(ValueError, match="R must be"):
         joseph_update(mu[0], S[0], y[0], C, torch.eye(3, dtype=D))
+
+
+def test_aux_state_path_float32_promotion_and_bad_models():
+    from icml25.cdkf import NumericalError
+
+    # a sensor whose noise depends on an auxiliary state xi(t): R = (1 + xi^2)
+    sde = matern_ssm(0.5, 1.0, 1.0)
+    sensor = Sensor(sde.H, lambda xi, t: (1.0 + xi**2).reshape(1, 1))
+    kf = ContinuousDiscreteKF(sde, [sensor])
+    times = torch.tensor([0.5, 1.0], dtype=D)
+    near = kf.covariance_path([times], times[-1:], xi_path=lambda t: torch.tensor(0.0, dtype=D))
+    far = kf.covariance_path([times], times[-1:], xi_path=lambda t: torch.tensor(3.0, dtype=D))
+    assert float(far[-1, 0, 0]) > float(near[-1, 0, 0])  # noisier sensor far away
+    # a float32 model with float64 sensors is promoted, not a dtype error
+    m32 = LinearSDE(sde.A.float(), sde.Qc.float(), sde.mu0.float(), sde.Sigma0.float())
+    out = ContinuousDiscreteKF(m32, [Sensor(sde.H, torch.eye(1, dtype=D))]).covariance_path(
+        [times], times[-1:]
+    )
+    assert out.dtype == torch.float64
+    with pytest.raises(ValueError, match="Sigma0 must be symmetric"):
+        LinearSDE(-torch.eye(2, dtype=D), torch.eye(2, dtype=D), torch.zeros(2, dtype=D),
+                  torch.tensor([[1.0, 0.5], [0.0, 1.0]], dtype=D))  # fmt: skip
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        LinearSDE(sde.A, sde.Qc, torch.zeros(1, dtype=D), -torch.eye(1, dtype=D))
+    bad = Sensor(sde.H, lambda xi, t: -torch.eye(1, dtype=D))
+    with pytest.raises(NumericalError, match="not positive definite"):
+        ContinuousDiscreteKF(sde, [bad]).covariance_path([times], times[-1:])

@@ -3,12 +3,19 @@ updates at measurement times."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from icml25.cdkf.ssm import LinearSDE, Sensor
 
-__all__ = ["ContinuousDiscreteKF", "joseph_update"]
+__all__ = ["ContinuousDiscreteKF", "NumericalError", "joseph_update"]
+
+
+class NumericalError(ArithmeticError):
+    """A covariance lost positive (semi-)definiteness: an unstable model, a non-SPD noise
+    matrix, or too coarse an integration step."""
 
 
 def joseph_update(mu: Tensor, Sigma: Tensor, y: Tensor | None, C: Tensor, R: Tensor):
@@ -46,7 +53,8 @@ def _rk4_moments(sde: LinearSDE, mu: Tensor, Sigma: Tensor, t0: float, t1: float
     h = (t1 - t0) / k
 
     def f(t: float, m: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
-        A, Qc = sde.matrices(xi, t)
+        A, Qc = sde.matrices(xi(t) if callable(xi) else xi, t)
+        A, Qc = A.to(P.dtype), Qc.to(P.dtype)
         return m @ A.mT, A @ P + P @ A.mT + Qc
 
     m, P = mu, Sigma
@@ -81,7 +89,8 @@ class ContinuousDiscreteKF:
             return mu, Sigma
         if not self.sde.time_invariant:
             return _rk4_moments(self.sde, mu, Sigma, t0, t1, xi, self.max_step)
-        Phi, Qd = self.sde.discretize(t1 - t0, xi, t0)
+        Phi, Qd = self.sde.discretize(t1 - t0, xi(t0) if callable(xi) else xi, t0)
+        Phi, Qd = Phi.to(Sigma.dtype), Qd.to(Sigma.dtype)
         Sigma = Phi @ Sigma @ Phi.mT + Qd
         return mu @ Phi.mT, 0.5 * (Sigma + Sigma.mT)
 
@@ -96,15 +105,32 @@ class ContinuousDiscreteKF:
     ):
         if not 0 <= sensor_idx < len(self.sensors):
             raise ValueError(f"sensor_idx must be in [0, {len(self.sensors)}), got {sensor_idx}")
-        C, R = self.sensors[sensor_idx].matrices(xi, t)
-        return joseph_update(mu, Sigma, y, C, R)
+        C, R = self.sensors[sensor_idx].matrices(xi(t) if callable(xi) else xi, t)
+        try:
+            return joseph_update(mu, Sigma, y, C.to(Sigma.dtype), R.to(Sigma.dtype))
+        except torch.linalg.LinAlgError as exc:
+            raise NumericalError(
+                f"sensor {sensor_idx} at t = {t}: C Sigma C^T + R is not positive definite (is "
+                f"R(xi, t) symmetric positive definite? R = {R.tolist()})"
+            ) from exc
 
-    def filter(self, times: Tensor, sensor_ids: Tensor, ys: list[Tensor] | None, t_grid: Tensor):
-        """Filter the events (sorted ``times``, one sensor id and observation each; ``ys=None`` for
+    def filter(
+        self,
+        times: Tensor,
+        sensor_ids: Tensor,
+        ys: list[Tensor] | None,
+        t_grid: Tensor,
+        xi_path: Callable[[float], Tensor] | None = None,
+    ):
+        """Filter the events (``times``, one sensor id and observation each; ``ys=None`` for
         covariance only) and report the predicted state at every ``t_grid`` time.
 
         An event at a grid time is applied before that grid point is reported; simultaneous events
-        are applied in sensor-index order. Returns ``mu (G, n)`` and ``Sigma (G, n, n)``.
+        are applied in sensor-index order. ``xi_path(t)`` gives the auxiliary state at time ``t``
+        (models and sensors whose matrices depend on it, spec §1). The state follows the model's
+        dtype, promoted to float64 when the model or a sensor is float64. Returns ``mu (G, n)``
+        and ``Sigma (G, n, n)``; ``NumericalError`` when a covariance stops being positive
+        semi-definite.
         """
         if times.ndim != 1 or sensor_ids.shape != times.shape:
             raise ValueError("times and sensor_ids must be 1-D tensors of equal length")
@@ -123,7 +149,8 @@ class ContinuousDiscreteKF:
                 f"sensor ids must be in [0, {len(self.sensors)}), got {sensor_ids.tolist()}"
             )
         # unsorted events are taken in time order (ties in sensor order), as for covariance_path
-        mu, Sigma = self.sde.mu0.clone(), self.sde.Sigma0.clone()
+        dtype = self._dtype()
+        mu, Sigma = self.sde.mu0.clone().to(dtype), self.sde.Sigma0.clone().to(dtype)
         t = 0.0
         events = sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
         mus, sigmas = [], []
@@ -132,18 +159,49 @@ class ContinuousDiscreteKF:
             while e < len(events) and float(times[events[e]]) <= g:
                 k = events[e]
                 te = float(times[k])
-                mu, Sigma = self.predict(mu, Sigma, t, te)
+                mu, Sigma = self.predict(mu, Sigma, t, te, xi_path)
                 t = te
                 y = None if ys is None else ys[k]
-                mu, Sigma = self.update(mu, Sigma, y, int(sensor_ids[k]), te)
+                mu, Sigma = self.update(mu, Sigma, y, int(sensor_ids[k]), te, xi_path)
                 e += 1
-            mu, Sigma = self.predict(mu, Sigma, t, g)
+            mu, Sigma = self.predict(mu, Sigma, t, g, xi_path)
             t = g
             mus.append(mu)
             sigmas.append(Sigma)
-        return torch.stack(mus), torch.stack(sigmas)
+        sigmas_t = torch.stack(sigmas)
+        diag = sigmas_t.diagonal(dim1=-2, dim2=-1)
+        if not bool(torch.isfinite(sigmas_t).all()) or bool(
+            (diag < -1e-9 * diag.abs().amax().clamp(min=1)).any()
+        ):
+            raise NumericalError(
+                "the filtered covariance is not finite or has a negative variance (an unstable "
+                "model, or max_step too large for a time-varying one)"
+            )
+        return torch.stack(mus), sigmas_t
 
-    def covariance_path(self, event_times_per_sensor: list[Tensor], t_grid: Tensor) -> Tensor:
+    def _dtype(self) -> torch.dtype:
+        dtypes = {self.sde.mu0.dtype, self.sde.Sigma0.dtype}
+        for m in (self.sde.A, self.sde.Qc):
+            if not callable(m):
+                dtypes.add(m.dtype)
+        for sensor in self.sensors:
+            for m in (sensor.C, sensor.R):
+                if not callable(m):
+                    dtypes.add(m.dtype)
+        if torch.float64 in dtypes:
+            return torch.float64
+        return (
+            torch.float32
+            if dtypes <= {torch.float32, torch.float16, torch.bfloat16}
+            else torch.float64
+        )
+
+    def covariance_path(
+        self,
+        event_times_per_sensor: list[Tensor],
+        t_grid: Tensor,
+        xi_path: Callable[[float], Tensor] | None = None,
+    ) -> Tensor:
         """The covariance path for given measurement times (no observations needed)."""
         if len(event_times_per_sensor) != len(self.sensors):
             raise ValueError(f"need one time tensor per sensor ({len(self.sensors)})")
@@ -159,4 +217,4 @@ class ContinuousDiscreteKF:
             ]
         )
         order = torch.argsort(times, stable=True)
-        return self.filter(times[order], ids[order], None, t_grid)[1]
+        return self.filter(times[order], ids[order], None, t_grid, xi_path)[1]
