@@ -313,3 +313,42 @@ def test_aux_state_path_float32_promotion_and_bad_models():
     bad = Sensor(sde.H, lambda xi, t: -torch.eye(1, dtype=D))
     with pytest.raises(NumericalError, match="not positive definite"):
         ContinuousDiscreteKF(sde, [bad]).covariance_path([times], times[-1:])
+
+
+def test_log_likelihood_and_rts_smoother_equal_exact_gp_regression():
+    nu, ell, var, noise = 1.5, 0.6, 1.2, 0.1
+    m = matern_ssm(nu, ell, var)
+    kf = ContinuousDiscreteKF(m, [Sensor(m.H, torch.tensor([[noise]], dtype=D))])
+    g = torch.Generator().manual_seed(7)
+    times = torch.sort(torch.rand(10, generator=g, dtype=D) * 4).values
+    ys = [torch.randn(1, generator=g, dtype=D) for _ in times]
+    ids = torch.zeros(10, dtype=torch.long)
+    y = torch.cat(ys)
+    K = matern_kernel(times[:, None] - times[None, :], nu, ell, var)
+    Ky = K + noise * torch.eye(10, dtype=D)
+    exact = torch.distributions.MultivariateNormal(torch.zeros(10, dtype=D), Ky).log_prob(y)
+    assert float(kf.log_likelihood(times, ids, ys)) == pytest.approx(float(exact), abs=1e-8)
+    # smoothing at a time inside the data, one between events and one at an event
+    grid = torch.tensor([1.234, float(times[4]), 3.9], dtype=D)
+    mu_s, S_s = kf.smooth(times, ids, ys, grid)
+    k_star = matern_kernel(grid[:, None] - times[None, :], nu, ell, var)
+    mean = k_star @ torch.linalg.solve(Ky, y)
+    cov = var - (k_star @ torch.linalg.solve(Ky, k_star.T)).diagonal()
+    torch.testing.assert_close((mu_s @ m.H.T)[:, 0], mean, atol=1e-8, rtol=0)
+    torch.testing.assert_close((m.H @ S_s @ m.H.T)[:, 0, 0], cov, atol=1e-8, rtol=0)
+    # the log-likelihood is differentiable in the kernel's hyper-parameters
+    ell_t = torch.tensor(0.6, dtype=D, requires_grad=True)
+    lam = (2 * nu) ** 0.5 / ell_t
+    A = torch.stack([torch.stack([torch.zeros((), dtype=D), torch.ones((), dtype=D)]),
+                     torch.stack([-(lam**2), -2 * lam])])  # fmt: skip
+    q = var * 4 * lam**3
+    Qc = torch.zeros(2, 2, dtype=D) + torch.stack(
+        [torch.zeros(2, dtype=D), torch.stack([torch.zeros((), dtype=D), q])]
+    )
+    P0 = torch.diag(torch.stack([torch.tensor(var, dtype=D), var * lam**2]))
+    sde = LinearSDE(A, Qc, torch.zeros(2, dtype=D), P0.detach(), m.H)
+    ll = ContinuousDiscreteKF(sde, kf.sensors).log_likelihood(times, ids, ys)
+    ll.backward()
+    assert ell_t.grad is not None and torch.isfinite(ell_t.grad)
+    with pytest.raises(ValueError, match="one observation per event"):
+        kf.log_likelihood(times, ids, ys[:3])

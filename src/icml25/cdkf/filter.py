@@ -132,27 +132,10 @@ class ContinuousDiscreteKF:
         and ``Sigma (G, n, n)``; ``NumericalError`` when a covariance stops being positive
         semi-definite.
         """
-        if times.ndim != 1 or sensor_ids.shape != times.shape:
-            raise ValueError("times and sensor_ids must be 1-D tensors of equal length")
-        if times.numel() and not bool(torch.isfinite(times).all()):
-            raise ValueError(
-                f"event times must be finite, got {times[~torch.isfinite(times)].tolist()}"
-            )
-        if times.numel() and bool((times < 0).any()):
-            raise ValueError(
-                f"event times must be >= 0 (the filter starts at t = 0), got {times.min().item()}"
-            )
-        if sensor_ids.numel() and (
-            int(sensor_ids.min()) < 0 or int(sensor_ids.max()) >= len(self.sensors)
-        ):
-            raise ValueError(
-                f"sensor ids must be in [0, {len(self.sensors)}), got {sensor_ids.tolist()}"
-            )
-        # unsorted events are taken in time order (ties in sensor order), as for covariance_path
+        events = self._events(times, sensor_ids)
         dtype = self._dtype()
         mu, Sigma = self.sde.mu0.clone().to(dtype), self.sde.Sigma0.clone().to(dtype)
         t = 0.0
-        events = sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
         mus, sigmas = [], []
         e = 0
         for g in t_grid.tolist():
@@ -178,6 +161,47 @@ class ContinuousDiscreteKF:
                 "model, or max_step too large for a time-varying one)"
             )
         return torch.stack(mus), sigmas_t
+
+    def _events(self, times: Tensor, sensor_ids: Tensor) -> list[int]:
+        """The event indices in time order (ties in sensor order), after checking the inputs."""
+        if times.ndim != 1 or sensor_ids.shape != times.shape:
+            raise ValueError("times and sensor_ids must be 1-D tensors of equal length")
+        if times.numel() and not bool(torch.isfinite(times).all()):
+            raise ValueError(
+                f"event times must be finite, got {times[~torch.isfinite(times)].tolist()}"
+            )
+        if times.numel() and bool((times < 0).any()):
+            raise ValueError(
+                f"event times must be >= 0 (the filter starts at t = 0), got {times.min().item()}"
+            )
+        if sensor_ids.numel() and (
+            int(sensor_ids.min()) < 0 or int(sensor_ids.max()) >= len(self.sensors)
+        ):
+            raise ValueError(
+                f"sensor ids must be in [0, {len(self.sensors)}), got {sensor_ids.tolist()}"
+            )
+        return sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
+
+    def log_likelihood(
+        self,
+        times: Tensor,
+        sensor_ids: Tensor,
+        ys: list[Tensor],
+        xi_path: Callable[[float], Tensor] | None = None,
+    ) -> Tensor:
+        """``log p(y_1, ..., y_K)`` by the prediction-error decomposition: the sum over events of
+        ``log N(y_k; C mu_k^-, C Sigma_k^- C^T + R)``. Differentiable (fit a GP's kernel
+        hyper-parameters by maximising it)."""
+        from icml25.cdkf.smoother import log_likelihood
+
+        return log_likelihood(self, times, sensor_ids, ys, xi_path)
+
+    def smooth(self, times: Tensor, sensor_ids: Tensor, ys: list[Tensor], t_grid: Tensor):
+        """Rauch-Tung-Striebel smoothing: ``E[x(t) | all y]`` and its covariance at every
+        ``t_grid`` time (time-invariant models). Returns ``mu (G, n)``, ``Sigma (G, n, n)``."""
+        from icml25.cdkf.smoother import rts_smooth
+
+        return rts_smooth(self, times, sensor_ids, ys, t_grid)
 
     def _dtype(self) -> torch.dtype:
         dtypes = {self.sde.mu0.dtype, self.sde.Sigma0.dtype}

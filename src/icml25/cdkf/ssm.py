@@ -58,7 +58,7 @@ class LinearSDE:
             m = getattr(self, name)
             if not callable(m) and m.shape != (n, n):
                 raise ValueError(f"{name} must be ({n}, {n}), got {tuple(m.shape)}")
-        S = self.Sigma0.double()
+        S = self.Sigma0.detach().double()
         if not torch.allclose(S, S.mT, atol=1e-10 * max(1.0, float(S.abs().max()))):
             raise ValueError(f"Sigma0 must be symmetric, got {self.Sigma0.tolist()}")
         if bool((torch.linalg.eigvalsh(S) < -1e-10 * max(1.0, float(S.abs().max()))).any()):
@@ -66,7 +66,7 @@ class LinearSDE:
                 f"Sigma0 must be positive semi-definite, got eigenvalues {torch.linalg.eigvalsh(S).tolist()}"
             )
         if not callable(self.Qc):
-            Q = self.Qc.double()
+            Q = self.Qc.detach().double()
             if not torch.allclose(Q, Q.mT, atol=1e-10 * max(1.0, float(Q.abs().max()))):
                 raise ValueError(f"Qc must be symmetric, got {self.Qc.tolist()}")
 
