@@ -6,6 +6,7 @@ user can pass ``disable=True`` to a single call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -75,3 +76,30 @@ def track(
         if not first:
             raise
         yield from iterable
+
+
+@contextlib.contextmanager
+def counter(description: str, total: int | None = None, *, disable: bool | None = None):
+    """A progress bar advanced by hand, for loops that live inside another library (an optimiser's
+    ``callback``): ``with counter("SLSQP", maxiter) as step: minimize(..., callback=lambda z:
+    step())``. Silent under ``ICML25_QUIET`` or without a terminal, like :func:`track`."""
+    if disable is None:
+        disable = is_quiet() or not _stderr_is_terminal()
+    if disable:
+        yield lambda *args, **kwargs: None
+        return
+    from rich.console import Console
+    from rich.errors import LiveError
+    from rich.progress import Progress
+
+    progress = Progress(transient=True, console=Console(stderr=True))
+    try:
+        progress.start()
+    except LiveError:  # another live display is running: stay silent
+        yield lambda *args, **kwargs: None
+        return
+    try:
+        task = progress.add_task(description, total=total)
+        yield lambda *args, **kwargs: progress.advance(task)
+    finally:
+        progress.stop()

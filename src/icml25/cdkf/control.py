@@ -4,7 +4,6 @@ carrying a sensor whose noise grows with distance, under a mean-energy constrain
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import torch
@@ -14,7 +13,6 @@ from icml25.cdkf.aux import AuxiliaryModel, mean_aux_bound
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.ocp import SchedulingProblem, Solution
 from icml25.cdkf.schedule import RateSchedule
-from icml25.progress import is_quiet
 
 __all__ = ["ControlledSchedulingProblem"]
 
@@ -211,24 +209,20 @@ class ControlledSchedulingProblem(SchedulingProblem):
                 }
             )
         bounds = [(0.0, self.lam_max)] * nl + [self.u_bounds] * nu
-        show = (not is_quiet()) if progress is None else progress
-        count = {"k": 0}
+        from icml25.progress import counter
 
-        def report(z):
-            count["k"] += 1
-            if show and count["k"] % 10 == 0:
-                print(f"SLSQP iteration {count['k']}", file=sys.stderr, flush=True)
-
-        res = minimize(
-            fun,
-            z0.numpy(),
-            jac=True,
-            method="SLSQP",
-            bounds=bounds,
-            constraints=cons,
-            callback=report,
-            options={"maxiter": maxiter, "ftol": ftol},
-        )
+        with counter(f"SLSQP over {nl + nu} variables", maxiter,
+                     disable=None if progress is None else not progress) as step:  # fmt: skip
+            res = minimize(
+                fun,
+                z0.numpy(),
+                jac=True,
+                method="SLSQP",
+                bounds=bounds,
+                constraints=cons,
+                callback=lambda z: step(),
+                options={"maxiter": maxiter, "ftol": ftol},
+            )
         z = torch.tensor(np.clip(res.x, [b[0] for b in bounds], [b[1] for b in bounds]))
         return z.to(torch.float64), {
             "iterations": int(res.nit),

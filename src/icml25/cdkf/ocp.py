@@ -251,15 +251,19 @@ class SchedulingProblem:
                     "jac": lambda z: -grad,
                 }
             )
-        res = minimize(
-            fun,
-            start.reshape(-1).numpy(),
-            jac=True,
-            method="SLSQP",
-            bounds=[(0.0, self.lam_max)] * (self.S * cols),
-            constraints=cons,
-            options={"maxiter": maxiter, "ftol": ftol},
-        )
+        from icml25.progress import counter
+
+        with counter(f"SLSQP over {self.S * cols} rates", maxiter) as step:
+            res = minimize(
+                fun,
+                start.reshape(-1).numpy(),
+                jac=True,
+                method="SLSQP",
+                bounds=[(0.0, self.lam_max)] * (self.S * cols),
+                constraints=cons,
+                callback=lambda z: step(),
+                options={"maxiter": maxiter, "ftol": ftol},
+            )
         values = full(torch.tensor(np.clip(res.x, 0.0, self.lam_max), dtype=torch.float64))
         return values, {
             "iterations": int(res.nit),
