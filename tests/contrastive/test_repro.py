@@ -111,6 +111,8 @@ def test_full_checks_use_the_right_arms_and_batch_order():
             runs[(t, b, lam)] = [
                 {"neg_var": v / 2, "acc": 0.96 + 0.0021 * s} for s, v in enumerate(var)
             ]
+            # at equal samples seen (what F3 compares) the variance also falls with batch
+            runs[(t, b, "matched")] = [{"neg_var": 1.1 * v} for v in var]
     checks = repro.full_checks(runs, grid_t, grid_b)
     assert all(c.held for c in checks), [(c.name, c.verdict) for c in checks]
     assert len(checks) == 6 + 2 + 4
@@ -124,6 +126,28 @@ def test_full_checks_use_the_right_arms_and_batch_order():
     )
     f3 = [c for c in reversed_b if c.name.startswith(repro.F3.name)]
     assert f3 and all(c.verdict == "did not hold" for c in f3)
+    # F3 reads the equal-samples runs, not the equal-steps ones: reversing only the latter
+    # leaves it held, reversing only the former makes it fail
+    mirror = dict(zip(grid_b, reversed(grid_b)))
+    steps_reversed = {
+        k: (runs[(k[0], mirror[k[1]], k[2])] if k[2] == 0.0 else v) for k, v in runs.items()
+    }
+    f3 = [c for c in repro.full_checks(steps_reversed, grid_t, grid_b) if c.name.startswith("F3")]
+    assert all(c.held for c in f3)
+    samples_reversed = {
+        k: (runs[(k[0], mirror[k[1]], k[2])] if k[2] == "matched" else v) for k, v in runs.items()
+    }
+    f3 = [c for c in repro.full_checks(samples_reversed, grid_t, grid_b) if c.name.startswith("F3")]
+    assert all(c.verdict == "did not hold" for c in f3)
+
+
+def test_f3_budget_is_equal_samples():
+    assert [repro.matched_steps(b, repro.STEPS) * b for b in repro.GRID_B] == [
+        repro.STEPS * repro.Q_CELL[1]
+    ] * len(repro.GRID_B)
+    assert repro.matched_steps(8, 600) == 1200 and repro.matched_steps(128, 600) == 75
+    with pytest.raises(ValueError, match="does not divide"):
+        repro.matched_steps(7, 600)
 
 
 def _reverse(runs: dict, grid_b: list[int]):
