@@ -58,28 +58,80 @@ def covariance_bound(
     ``dSigma/dt = A Sigma + Sigma A^T + Qc - sum_s lambda_s(t) Sigma C_s^T (C_s Sigma C_s^T + R_s)^{-1} C_s Sigma``
 
     from ``Sigma0``, which bounds the expected covariance under Poisson measurements in the Loewner
-    order (Prop. 6.1). RK4 in the rates' dtype; differentiable with respect to the rates (autograd).
-    ``xi_path(t)`` (optional) gives the auxiliary state for time-varying models.
+    order (Prop. 6.1). RK4 in the rates' dtype; differentiable with respect to the rates and to
+    any tensor the model's matrices are built from (autograd). ``xi_path(t)`` (optional) gives the
+    auxiliary state for time-varying models. The model and sensor matrices are evaluated once per
+    stage time and the recursion and its gradient run in numpy (``icml25.cdkf.adjoint``); sensors
+    of different output sizes fall back to a torch loop with the same result. The result is on
+    the rates' device.
     """
     T = rates.T if T is None else T
     n_steps = 5 * rates.K if n_steps is None else n_steps
     if len(sensors) != rates.S:
         raise ValueError(f"rates have {rates.S} sensors, {len(sensors)} sensors were given")
     h, n_steps = _grid(rates, T, n_steps)
+    stages = stage_matrices(sde, sensors, h, n_steps, xi_path, rates.values.dtype)
+    if stages is None:
+        return _covariance_bound_torch(sde, sensors, rates, h, n_steps, xi_path)
+    return bound_from_stages(stages, rates, h, n_steps)
+
+
+def stage_matrices(
+    sde: LinearSDE, sensors: list[Sensor], h: float, n_steps: int, xi_path=None, dtype=None
+) -> tuple[Tensor, ...] | None:
+    """``(A, Qc, C, R, Sigma0)`` at the RK4 stage times ``j h / 2``, ``j = 0..2 n_steps`` (one time
+    for constant matrices): ``A, Qc (T', n, n)``, ``C (T', S, p, n)``, ``R (T', S, p, p)``. None when
+    the sensors' outputs differ in size (the torch loop handles that case)."""
+    dtype = torch.float64 if dtype is None else dtype
+    times = [0.5 * j * h for j in range(2 * n_steps + 1)]
+    xis = None
+
+    def at(j: int):
+        nonlocal xis
+        if xi_path is None:
+            return None
+        if xis is None:  # a path may carry its values at the stage times (half_grid)
+            half = getattr(xi_path, "half_grid", None)
+            xis = list(half) if half is not None and len(half) == len(times) else None
+            xis = xis or [xi_path(t) for t in times]
+        return xis[j]
+
+    if sde.time_invariant:
+        A, Qc = (m.to(dtype)[None] for m in sde.matrices(None, 0.0))
+    else:
+        pairs = [sde.matrices(at(j), t) for j, t in enumerate(times)]
+        A = torch.stack([torch.as_tensor(a).to(dtype) for a, _ in pairs])
+        Qc = torch.stack([torch.as_tensor(q).to(dtype) for _, q in pairs])
+    constant = all(not callable(s.C) and not callable(s.R) for s in sensors)
+    idx = [0] if constant else range(len(times))
+    mats = [[s.matrices(at(j), times[j]) for s in sensors] for j in idx]
+    shapes = {(tuple(c.shape), tuple(torch.as_tensor(r).shape)) for row in mats for c, r in row}
+    if len({(c[0], r) for c, r in shapes}) != 1:
+        return None
+    C = torch.stack([torch.stack([c.to(dtype) for c, _ in row]) for row in mats])
+    R = torch.stack([torch.stack([torch.as_tensor(r).to(dtype) for _, r in row]) for row in mats])
+    return A, Qc, C, R, sde.Sigma0.to(dtype)
+
+
+def bound_from_stages(stages: tuple[Tensor, ...], rates: RateSchedule, h: float, n_steps: int):
+    """:func:`covariance_bound` from precomputed :func:`stage_matrices` (reused across calls by
+    :class:`~icml25.cdkf.SchedulingProblem` when the model does not change)."""
+    from icml25.cdkf.adjoint import riccati_rk4
+
+    A, Qc, C, R, P0 = stages
+    return riccati_rk4(rates.values, A, Qc, C, R, P0, h, n_steps // rates.K)
+
+
+def _covariance_bound_torch(sde, sensors, rates, h, n_steps, xi_path) -> Tensor:
+    """The RK4 recursion in torch (autograd); for sensors with different output sizes."""
     per = n_steps // rates.K
 
     def rhs(P: Tensor, t: float, lam: Tensor) -> Tensor:
         xi = None if xi_path is None else xi_path(t)
-        A, Qc = sde.matrices(xi, t)
+        A, Qc = (m.to(P.dtype) for m in sde.matrices(xi, t))
         out = A @ P + P @ A.mT + Qc
-        mats = [tuple(m.to(P.dtype) for m in sensor.matrices(xi, t)) for sensor in sensors]
-        if len({tuple(C.shape) for C, _ in mats}) == 1:  # one batched update for all sensors
-            C = torch.stack([c for c, _ in mats])
-            R = torch.stack([r for _, r in mats])
-            CP = C @ P
-            G = CP.mT @ torch.linalg.solve(CP @ C.mT + R, CP)
-            return out - (lam[:, None, None] * G).sum(0)
-        for s, (C, R) in enumerate(mats):
+        for s, sensor in enumerate(sensors):
+            C, R = (torch.as_tensor(m).to(P.dtype) for m in sensor.matrices(xi, t))
             CP = C @ P
             out = out - lam[s] * CP.mT @ torch.linalg.solve(CP @ C.mT + R, CP)
         return out

@@ -81,6 +81,10 @@ class ControlledSchedulingProblem(SchedulingProblem):
             w = t / h - i
             return (1 - w) * path[i] + w * path[i + 1]
 
+        # the same interpolation at the RK4 stage times (grid points and midpoints), in one go
+        mid = 0.5 * (path[:-1] + path[1:])
+        xi_at.half_grid = torch.stack([path[:-1], mid], 1).reshape(-1, path.shape[-1])
+        xi_at.half_grid = torch.cat([xi_at.half_grid, path[-1:]])
         return self._path(values, xi_at)
 
     def objective_with(self, values: Tensor, controls: Tensor) -> Tensor:

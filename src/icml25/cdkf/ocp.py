@@ -13,7 +13,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icml25.cdkf.bound import covariance_bound, information_lower_bound, stable_steps
+from icml25.cdkf.bound import (
+    _grid,
+    bound_from_stages,
+    covariance_bound,
+    information_lower_bound,
+    stable_steps,
+    stage_matrices,
+)
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.schedule import RateSchedule, deterministic_schedule
 from icml25.cdkf.ssm import LinearSDE, Sensor
@@ -92,6 +99,19 @@ class SchedulingProblem:
         self.surrogate = surrogate
 
     def _path(self, values: Tensor, xi_path=None) -> Tensor:
+        rates = RateSchedule(values, self.T)
+        if self.surrogate == "bound" and xi_path is None:
+            # the model's matrices at the RK4 stage times do not depend on the rates: evaluate them
+            # once per problem (unless they carry gradients a caller wants back)
+            h, n = _grid(rates, self.T, self.n_steps)
+            key = (n, values.dtype)
+            cached = self.__dict__.setdefault("_stages", {})
+            if key not in cached:
+                stages = stage_matrices(self.sde, self.sensors, h, n, None, values.dtype)
+                if stages is None or any(m.requires_grad for m in stages):
+                    return covariance_bound(self.sde, self.sensors, rates, n_steps=self.n_steps)
+                cached[key] = stages
+            return bound_from_stages(cached[key], rates, h, n)
         fn = covariance_bound if self.surrogate == "bound" else information_lower_bound
         return fn(
             self.sde,
