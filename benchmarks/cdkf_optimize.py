@@ -9,18 +9,29 @@ and projected-gradient solvers.
    solve through the paper's bound next to the same solve through the Kalman-Bucy relaxation (the
    literature anchor), with the time ratio.
 
-Run: ``python benchmarks/cdkf_optimize.py [--maxiter N] [--skip-large]``.
+0. Before/after (issue 19), each timed as the median of repeated calls in this process: the
+   bound + gradient on the pass-by problem through the numpy RK4 with its discrete adjoint
+   (``icml25.cdkf.adjoint``) vs autograd through the torch RK4 loop it replaced; the same for the
+   robot problem's joint objective (rates and control); the robot's mean-energy constraint
+   Jacobian in closed form vs ``torch.autograd.functional.jacobian``; and one filter step (predict
+   + update on a regular grid) vs filterpy's ``KalmanFilter``. The floor printed beside the
+   bound is the numpy forward alone (the recursion the gradient has to run backwards through).
+
+Run: ``python benchmarks/cdkf_optimize.py [--maxiter N] [--skip-large] [--only-speed]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import statistics
 import sys
 import time
 
 import torch
 
-from icml25.cdkf import SchedulingProblem, Sensor, matern_ssm, sum_ssm
+from icml25.cdkf import RateSchedule, SchedulingProblem, Sensor, matern_ssm, sum_ssm
+from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.repro import pass_by_problem
 
 D = torch.float64
@@ -58,13 +69,135 @@ def scaling_problem(S: int, surrogate: str) -> SchedulingProblem:
     )
 
 
+def _median_time(fn, reps: int) -> float:
+    fn()  # warm-up (caches, first-call costs)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def speed_rows(reps: int) -> None:
+    from icml25.cdkf import bound as bound_mod
+    from icml25.cdkf.robot import baseline_controls, robot_problem
+
+    print("| what | ours | before / peer | ratio | floor | ours / floor |")
+    print("|---|---|---|---|---|---|")
+    prob = pass_by_problem()[3]
+    v0 = prob.initial_rates()
+
+    def ours():
+        v = v0.clone().requires_grad_(True)
+        torch.autograd.grad(prob.objective(v), v)
+
+    def before():
+        v = v0.clone().requires_grad_(True)
+        rates = RateSchedule(v, prob.T)
+        h = prob.T / prob.n_steps
+        path = bound_mod._covariance_bound_torch(
+            prob.sde, prob.sensors, rates, h, prob.n_steps, None
+        )
+        tr = torch.einsum("ij,tji->t", prob.W, path)
+        torch.autograd.grad(time_average(tr, prob.T), v)
+
+    def floor():
+        with torch.no_grad():
+            prob.bound(v0)
+
+    a, b, f = (_median_time(fn, reps) for fn in (ours, before, floor))
+    print(f"| pass-by bound + gradient ({prob.n_steps} RK4 steps) | {a * 1e3:.1f} ms | "
+          f"{b * 1e3:.1f} ms (torch loop + autograd) | {b / a:.1f}x | {f * 1e3:.1f} ms "
+          f"(numpy forward) | {a / f:.1f}x |", flush=True)  # fmt: skip
+
+    _, rob = robot_problem()
+    u0 = baseline_controls()
+    r0 = rob.initial_rates()
+
+    def joint():
+        v, u = r0.clone().requires_grad_(True), u0.clone().requires_grad_(True)
+        torch.autograd.grad(rob.objective_with(v, u), [v, u])
+
+    a = _median_time(joint, max(3, reps // 4))
+    real = bound_mod.stage_matrices
+    bound_mod.stage_matrices = lambda *args, **kw: None  # the torch loop, as before issue 19
+    try:
+        b = _median_time(joint, 3)
+    finally:
+        bound_mod.stage_matrices = real
+    print(f"| robot joint objective + gradient ({rob.n_steps} steps, {rob.S * rob.K + rob.K} "
+          f"variables) | {a * 1e3:.0f} ms | {b * 1e3:.0f} ms (torch loop + autograd) | "
+          f"{b / a:.1f}x | | |", flush=True)  # fmt: skip
+
+    rob1 = robot_problem()[1]
+    rob1.constraint_stride = 1  # every RK4 node, the docs' example and the spec's default
+    z = torch.cat([r0.reshape(-1), u0.reshape(-1)])
+    nl = rob1.S * rob1.K
+
+    def split(z):
+        return z[:nl].reshape(rob1.S, rob1.K), z[nl:].reshape(1, rob1.K)
+
+    a = _median_time(lambda: rob1.aux_constraints_jacobian(*split(z)), reps)
+    rob1.aux = dataclasses.replace(rob1.aux, input_only=False)  # the RK4 path, as before
+    b = _median_time(
+        lambda: torch.autograd.functional.jacobian(
+            lambda z: rob1.aux_constraints(*split(z)), z, vectorize=True
+        ),
+        3,
+    )
+    rows = rob1.aux_constraints(*split(z)).numel()
+    print(f"| robot energy constraint Jacobian ({rows} x {z.numel()}) | {a * 1e3:.1f} ms | "
+          f"{b * 1e3:.0f} ms (autograd, vectorize=True) | {b / a:.0f}x | | |", flush=True)  # fmt: skip
+
+    try:
+        from icml25.cdkf.interop import to_filterpy
+    except ImportError:
+        return
+    from icml25.cdkf import ContinuousDiscreteKF, matern_ssm
+
+    m = matern_ssm(2.5, 0.7, 1.3)
+    sensor = Sensor(m.H, torch.tensor([[0.2]], dtype=D))
+    dt, n = 0.05, 200
+    ys = torch.randn(n, 1, generator=torch.Generator().manual_seed(0), dtype=D)
+    try:
+        fp = to_filterpy(m, sensor, dt)
+    except ImportError:
+        return
+    kf = ContinuousDiscreteKF(m, [sensor])
+    times = dt * torch.arange(1, n + 1, dtype=D)
+    ids = torch.zeros(n, dtype=torch.long)
+    grid = torch.tensor([n * dt], dtype=D)
+    ys_list = list(ys)
+
+    def ours_filter():
+        kf.filter(times, ids, ys_list, grid)
+
+    def theirs():
+        f = to_filterpy(m, sensor, dt)
+        for i in range(n):
+            f.predict()
+            f.update(ys_list[i].numpy())
+
+    del fp
+    a, b = _median_time(ours_filter, 5) / n, _median_time(theirs, 5) / n
+    print(f"| filter step (predict + update, n = 3) | {a * 1e6:.0f} us | {b * 1e6:.0f} us "
+          f"(filterpy KalmanFilter) | {b / a:.2f}x | | |", flush=True)  # fmt: skip
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--maxiter", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-large", action="store_true", help="skip the K=100 problem")
+    ap.add_argument("--only-speed", action="store_true", help="only the before/after table")
+    ap.add_argument("--reps", type=int, default=20, help="repetitions per timing (median)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    speed_rows(args.reps)
+    if args.only_speed:
+        return 0
     print(
         "| problem | method | variables | RK4 steps | objective+grad | iterations | wall time | objective |"
     )

@@ -13,6 +13,7 @@ from icml25.cdkf.aux import (
     distance_noise,
     energy_model,
     mean_aux_bound,
+    mean_aux_jacobian,
     robot_energy_model,
 )
 from icml25.cdkf.baselines import (
@@ -44,6 +45,7 @@ __all__ = [
     "kalman_bucy_relaxation",
     "m_optimized",
     "mean_aux_bound",
+    "mean_aux_jacobian",
     "project_budget",
     "robot_energy_model",
     "to_filterpy",

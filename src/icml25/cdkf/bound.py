@@ -80,37 +80,57 @@ def stage_matrices(
     sde: LinearSDE, sensors: list[Sensor], h: float, n_steps: int, xi_path=None, dtype=None
 ) -> tuple[Tensor, ...] | None:
     """``(A, Qc, C, R, Sigma0)`` at the RK4 stage times ``j h / 2``, ``j = 0..2 n_steps`` (one time
-    for constant matrices): ``A, Qc (T', n, n)``, ``C (T', S, p, n)``, ``R (T', S, p, p)``. None when
-    the sensors' outputs differ in size (the torch loop handles that case)."""
+    when every matrix is constant): ``A, Qc (T', n, n)``, ``C (T', S, p, n)``, ``R (T', S, p, p)``.
+    None when the sensors' outputs differ in size (the torch loop handles that case). Callables
+    are evaluated over all times at once with ``torch.func.vmap`` when they allow it (checked
+    against a direct call), else one time after another."""
     dtype = torch.float64 if dtype is None else dtype
     times = [0.5 * j * h for j in range(2 * n_steps + 1)]
     xis = None
-
-    def at(j: int):
-        nonlocal xis
-        if xi_path is None:
-            return None
-        if xis is None:  # a path may carry its values at the stage times (half_grid)
-            half = getattr(xi_path, "half_grid", None)
-            xis = list(half) if half is not None and len(half) == len(times) else None
-            xis = xis or [xi_path(t) for t in times]
-        return xis[j]
-
-    if sde.time_invariant:
-        A, Qc = (m.to(dtype)[None] for m in sde.matrices(None, 0.0))
-    else:
-        pairs = [sde.matrices(at(j), t) for j, t in enumerate(times)]
-        A = torch.stack([torch.as_tensor(a).to(dtype) for a, _ in pairs])
-        Qc = torch.stack([torch.as_tensor(q).to(dtype) for _, q in pairs])
-    constant = all(not callable(s.C) and not callable(s.R) for s in sensors)
-    idx = [0] if constant else range(len(times))
-    mats = [[s.matrices(at(j), times[j]) for s in sensors] for j in idx]
-    shapes = {(tuple(c.shape), tuple(torch.as_tensor(r).shape)) for row in mats for c, r in row}
-    if len({(c[0], r) for c, r in shapes}) != 1:
+    if xi_path is not None:  # a path may carry its values at the stage times (half_grid)
+        half = getattr(xi_path, "half_grid", None)
+        xis = half if half is not None and len(half) == len(times) else None
+        xis = torch.stack([torch.as_tensor(xi_path(t)) for t in times]) if xis is None else xis
+    fns = [sde.A, sde.Qc] + [m for s in sensors for m in (s.C, s.R)]
+    vals = [_over_times(fn, xis, times, dtype) for fn in fns]
+    T2 = max(v.shape[0] for v in vals)
+    vals = [v.expand(T2, *v.shape[1:]) for v in vals]
+    A, Qc, Cs, Rs = vals[0], vals[1], vals[2::2], vals[3::2]
+    if len({(tuple(c.shape[1:]), tuple(r.shape[1:])) for c, r in zip(Cs, Rs)}) != 1:
         return None
-    C = torch.stack([torch.stack([c.to(dtype) for c, _ in row]) for row in mats])
-    R = torch.stack([torch.stack([torch.as_tensor(r).to(dtype) for _, r in row]) for row in mats])
-    return A, Qc, C, R, sde.Sigma0.to(dtype)
+    return A, Qc, torch.stack(Cs, 1), torch.stack(Rs, 1), sde.Sigma0.to(dtype)
+
+
+_NO_VMAP: set[int] = set()  # ids of callables that failed under vmap (evaluated in a loop)
+
+
+def _over_times(fn, xis: Tensor | None, times: list[float], dtype) -> Tensor:
+    """``fn`` at every time as ``(len(times), ...)``, or ``(1, ...)`` for a constant tensor."""
+    if not callable(fn):
+        return torch.as_tensor(fn).to(dtype)[None]
+    if id(fn) not in _NO_VMAP:
+        t = torch.tensor(times, dtype=dtype)
+        try:
+            if xis is None:
+                out = torch.func.vmap(lambda tt: torch.as_tensor(fn(None, tt)).to(dtype))(t)
+            else:
+                out = torch.func.vmap(lambda x, tt: torch.as_tensor(fn(x, tt)).to(dtype))(xis, t)
+            ends = (0, len(times) - 1)
+            direct = [
+                torch.as_tensor(fn(None if xis is None else xis[j], times[j])).to(dtype)
+                for j in ends
+            ]
+            if all(torch.allclose(out[j], d, rtol=1e-12, atol=1e-14) for j, d in zip(ends, direct)):
+                return out
+        except Exception:  # noqa: BLE001 - any failure under vmap means: evaluate in a loop
+            pass
+        _NO_VMAP.add(id(fn))
+    return torch.stack(
+        [
+            torch.as_tensor(fn(None if xis is None else xis[j], t)).to(dtype)
+            for j, t in enumerate(times)
+        ]
+    )
 
 
 def bound_from_stages(stages: tuple[Tensor, ...], rates: RateSchedule, h: float, n_steps: int):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icml25.cdkf.aux import AuxiliaryModel, mean_aux_bound
+from icml25.cdkf.aux import AuxiliaryModel, mean_aux_bound, mean_aux_jacobian
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.ocp import SchedulingProblem, Solution
 from icml25.cdkf.schedule import RateSchedule
@@ -104,6 +104,14 @@ class ControlledSchedulingProblem(SchedulingProblem):
         path = self.aux_path(values, controls)[:: self.constraint_stride]
         return (path[:, finite] - self.aux_lower[finite]).reshape(-1)
 
+    def aux_constraints_jacobian(self, values: Tensor, controls: Tensor) -> Tensor:
+        """Jacobian of :meth:`aux_constraints` in ``(rates, controls)`` flattened, closed form for
+        an ``input_only`` auxiliary model (:func:`~icml25.cdkf.aux.mean_aux_jacobian`)."""
+        finite = torch.isfinite(self.aux_lower)
+        J = mean_aux_jacobian(self.aux, RateSchedule(values, self.T), controls, self.n_steps)
+        J = J[:: self.constraint_stride][:, finite]
+        return J.reshape(-1, J.shape[-1])
+
     def solve_joint(
         self,
         method: str = "slsqp",
@@ -190,6 +198,12 @@ class ControlledSchedulingProblem(SchedulingProblem):
         def aux_cons(v: Tensor) -> Tensor:
             return self.aux_constraints(*split(v))
 
+        def aux_jac(z) -> np.ndarray:
+            v = torch.tensor(z, dtype=torch.float64)
+            if self.aux.input_only:  # closed form (energy, robot position)
+                return self.aux_constraints_jacobian(*split(v)).numpy()
+            return torch.autograd.functional.jacobian(aux_cons, v, vectorize=True).numpy()
+
         cons = []
         if has_aux:
             cons.append(
@@ -198,9 +212,7 @@ class ControlledSchedulingProblem(SchedulingProblem):
                     "fun": lambda z: (
                         aux_cons(torch.tensor(z, dtype=torch.float64)).detach().numpy()
                     ),
-                    "jac": lambda z: torch.autograd.functional.jacobian(
-                        aux_cons, torch.tensor(z, dtype=torch.float64), vectorize=True
-                    ).numpy(),
+                    "jac": aux_jac,
                 }
             )
         if self.budget is not None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from icml25.cdkf.ssm import LinearSDE, Sensor
+from icml25.cdkf.ssm import LinearSDE, Sensor, van_loan
 
 __all__ = ["ContinuousDiscreteKF", "NumericalError", "joseph_update"]
 
@@ -89,10 +89,25 @@ class ContinuousDiscreteKF:
             return mu, Sigma
         if not self.sde.time_invariant:
             return _rk4_moments(self.sde, mu, Sigma, t0, t1, xi, self.max_step)
-        Phi, Qd = self.sde.discretize(t1 - t0, xi(t0) if callable(xi) else xi, t0)
-        Phi, Qd = Phi.to(Sigma.dtype), Qd.to(Sigma.dtype)
+        Phi, Qd = self._discretize(t1 - t0, Sigma.dtype)
         Sigma = Phi @ Sigma @ Phi.mT + Qd
         return mu @ Phi.mT, 0.5 * (Sigma + Sigma.mT)
+
+    def _discretize(self, h: float, dtype) -> tuple[Tensor, Tensor]:
+        """Van Loan over ``h``, memoised per step length (a regular grid costs one exponential);
+        not memoised when the model's matrices carry gradients."""
+        A, Qc = self.sde.matrices(None, 0.0)
+        if A.requires_grad or Qc.requires_grad:
+            Phi, Qd = van_loan(A, Qc, h)
+            return Phi.to(dtype), Qd.to(dtype)
+        cache = self.__dict__.setdefault("_vl_cache", {})
+        key = (float(h), dtype)
+        if key not in cache:
+            if len(cache) > 512:
+                cache.clear()
+            Phi, Qd = van_loan(A, Qc, h)
+            cache[key] = (Phi.to(dtype), Qd.to(dtype))
+        return cache[key]
 
     def update(
         self,
