@@ -50,7 +50,10 @@ def energy_model(costs: list[float], move_cost: float, eta0: float) -> Auxiliary
     def f(xi, u, t):
         return -move_cost * (u * u).sum().reshape(1)
 
-    g = [(lambda xi, u, t, c=c: torch.full((1,), -float(c), dtype=xi.dtype)) for c in costs]
+    g = [
+        (lambda xi, u, t, c=c: torch.full((1,), -float(c), dtype=xi.dtype, device=xi.device))
+        for c in costs
+    ]
     return AuxiliaryModel(
         f, g, torch.tensor([float(eta0)], dtype=torch.float64), ("energy",), input_only=True
     )
@@ -72,7 +75,7 @@ def robot_energy_model(
     def jump(c: float):
         vec = torch.zeros(d + 1, dtype=torch.float64)
         vec[-1] = -float(c)
-        return lambda xi, u, t: vec.to(xi.dtype)
+        return lambda xi, u, t: vec.to(xi)
 
     names = ("position",) if d == 1 else tuple(f"position_{i}" for i in range(d))
     return AuxiliaryModel(
@@ -100,7 +103,7 @@ def distance_noise(R0: float | Tensor, r: float, target, index=0):
         if xi is None:
             raise ValueError("distance_noise needs the auxiliary state xi (pass xi_path)")
         p = torch.atleast_1d(xi[index])
-        return R0.to(xi.dtype) * torch.exp(r * ((p - target.to(xi.dtype)) ** 2).sum())
+        return R0.to(xi) * torch.exp(r * ((p - target.to(xi)) ** 2).sum())
 
     return R
 
@@ -116,11 +119,11 @@ def mean_aux_bound(
         raise ValueError(f"n_steps must be a positive multiple of K={rates.K}, got {n_steps}")
     h = rates.T / n_steps
     per = n_steps // rates.K
-    zero = torch.zeros(1, dtype=rates.values.dtype)
+    zero = rates.values.new_zeros(1)
     if aux.input_only:  # RK4 of a right-hand side constant on each step is exact: cumulative sums
         r = _interval_rates(aux, rates.values, controls, rates.K)  # (K, m)
         steps = (h * r).repeat_interleave(per, 0)
-        xi0 = aux.xi0.to(rates.values.dtype)
+        xi0 = aux.xi0.to(rates.values)
         return torch.cat([xi0[None], xi0 + torch.cumsum(steps, 0)])
 
     def rhs(xi, t, k):
@@ -130,7 +133,7 @@ def mean_aux_bound(
             out = out + rates.values[s, k] * gs(xi, u, t)
         return out
 
-    xi = aux.xi0.to(rates.values.dtype)
+    xi = aux.xi0.to(rates.values)
     path = [xi]
     for i in range(n_steps):
         k, t = i // per, i * h
@@ -146,8 +149,8 @@ def mean_aux_bound(
 def _interval_rates(aux: AuxiliaryModel, values: Tensor, controls: Tensor | None, K: int) -> Tensor:
     """``f(u_k) + sum_s lambda_sk g_s(u_k)`` per control interval, ``(K, m)``, for an
     ``input_only`` model (checked: perturbing ``xi`` and ``t`` must not change it)."""
-    xi0 = aux.xi0.to(values.dtype)
-    zero = torch.zeros(1, dtype=values.dtype)
+    xi0 = aux.xi0.to(values)
+    zero = values.new_zeros(1)
 
     def rhs(xi, t, k):
         u = zero if controls is None else controls[:, k]
@@ -200,8 +203,8 @@ def mean_aux_jacobian(
         )  # (m, S, K), (m, m_c, K)
     jv, ju = jv.permute(2, 0, 1), ju.permute(2, 0, 1)  # (K, m, S), (K, m, m_c)
     m = jv.shape[1]
-    nodes = torch.arange(n_steps + 1, dtype=values.dtype)
-    starts = torch.arange(K, dtype=values.dtype) * per
+    nodes = torch.arange(n_steps + 1, dtype=values.dtype, device=values.device)
+    starts = torch.arange(K, dtype=values.dtype, device=values.device) * per
     counts = (nodes[:, None] - starts[None]).clamp(0, per)  # (nodes, K): n_k(j)
     out = values.new_zeros(n_steps + 1, m, S, K)
     out += h * torch.einsum("jk,kms->jmsk", counts, jv)

@@ -72,8 +72,27 @@ def covariance_bound(
     h, n_steps = _grid(rates, T, n_steps)
     stages = stage_matrices(sde, sensors, h, n_steps, xi_path, rates.values.dtype)
     if stages is None:
-        return _covariance_bound_torch(sde, sensors, rates, h, n_steps, xi_path)
+        return check_psd(_covariance_bound_torch(sde, sensors, rates, h, n_steps, xi_path), h)
     return bound_from_stages(stages, rates, h, n_steps)
+
+
+def check_psd(path: Tensor, h: float) -> Tensor:
+    """Raise :class:`~icml25.cdkf.NumericalError` when a bound path leaves the PSD cone (min
+    eigenvalue below ``-1e-9 tr``); no clamp inside the differentiable path (spec §6)."""
+    from icml25.cdkf.filter import NumericalError
+
+    P = path.detach()
+    ev = torch.linalg.eigvalsh(P).min(-1).values
+    tr = torch.diagonal(P, dim1=-2, dim2=-1).sum(-1).abs().clamp(min=1e-300)
+    bad = ev < -1e-9 * tr
+    if bool(bad.any()) or not bool(torch.isfinite(P).all()):
+        i = int(bad.nonzero()[0]) if bool(bad.any()) else int((~torch.isfinite(P)).nonzero()[0, 0])
+        raise NumericalError(
+            f"the bound left the positive semi-definite cone at grid point {i} (t = {i * h:.4g}, "
+            f"min eigenvalue {float(ev[i]):.3g}): the RK4 step h = {h:.3g} is too large for this "
+            f"model; pass n_steps = {2 * (len(P) - 1)} or more"
+        )
+    return path
 
 
 def stage_matrices(
@@ -109,7 +128,7 @@ def _over_times(fn, xis: Tensor | None, times: list[float], dtype) -> Tensor:
     if not callable(fn):
         return torch.as_tensor(fn).to(dtype)[None]
     if id(fn) not in _NO_VMAP:
-        t = torch.tensor(times, dtype=dtype)
+        t = torch.tensor(times, dtype=dtype, device=None if xis is None else xis.device)
         try:
             if xis is None:
                 out = torch.func.vmap(lambda tt: torch.as_tensor(fn(None, tt)).to(dtype))(t)
@@ -139,7 +158,7 @@ def bound_from_stages(stages: tuple[Tensor, ...], rates: RateSchedule, h: float,
     from icml25.cdkf.adjoint import riccati_rk4
 
     A, Qc, C, R, P0 = stages
-    return riccati_rk4(rates.values, A, Qc, C, R, P0, h, n_steps // rates.K)
+    return check_psd(riccati_rk4(rates.values, A, Qc, C, R, P0, h, n_steps // rates.K), h)
 
 
 def _covariance_bound_torch(sde, sensors, rates, h, n_steps, xi_path) -> Tensor:

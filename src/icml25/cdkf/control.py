@@ -27,6 +27,10 @@ class ControlledSchedulingProblem(SchedulingProblem):
         aux_lower: ``(m,)`` lower bounds on ``xi_hat`` at every RK4 node (``-inf`` for none), e.g.
             energy >= 0. They constrain the mean, not every path (spec §5).
         w_u: weight of ``int ||u||^2 dt``.
+        constraints: general path constraints ``h(xi, u, t) >= 0`` (spec §6: keep-out regions,
+            ``eta >= c``), each a callable returning a scalar or a ``(q,)`` tensor, imposed on the
+            mean auxiliary state at the same RK4 nodes as ``aux_lower`` (SLSQP: autograd Jacobians;
+            ``adam_al``: the augmented Lagrangian).
         constraint_stride: impose ``aux_lower`` at every ``constraint_stride``-th RK4 node (default
             1: every node, as the spec asks). A stride of ``n_steps // K`` (the control-interval
             ends) is exact when the constrained states are monotone within an interval, e.g. an
@@ -45,10 +49,16 @@ class ControlledSchedulingProblem(SchedulingProblem):
         u_bounds: tuple[float, float] = (-1.0, 1.0),
         aux_lower: Tensor | None = None,
         w_u: float = 0.0,
+        constraints=(),
         constraint_stride: int = 1,
         **kwargs,
     ) -> None:
         super().__init__(sde, sensors, T, K, **kwargs)
+        constraints = [constraints] if callable(constraints) else list(constraints)
+        for h in constraints:
+            if not callable(h):
+                raise ValueError(f"constraints must be callables h(xi, u, t) >= 0, got {h!r}")
+        self.constraints = constraints
         if (
             isinstance(constraint_stride, bool)
             or not isinstance(constraint_stride, int)
@@ -88,21 +98,49 @@ class ControlledSchedulingProblem(SchedulingProblem):
         return self._path(values, xi_at)
 
     def objective_with(self, values: Tensor, controls: Tensor) -> Tensor:
-        tr = torch.einsum("ij,tji->t", self.W, self.bound_with(values, controls))
+        path = self.bound_with(values, controls)
+        tr = torch.einsum("ij,tji->t", self.W.to(path), path)
         avg = time_average(tr, self.T)
         dt = self.T / self.K
+        extra = (
+            self.extra_cost(path, values, self.aux_path(values, controls), controls)
+            if self.running_cost is not None or self.terminal_cost is not None or self.w_T
+            else 0.0
+        )
         return (
             avg
             + self.w_lam * (values**2).sum() * dt
             + self.w_u * (controls**2).sum() * dt
             + self.cap_penalty(tr)
+            + extra
         )
+
+    def path_constraints(self, values: Tensor, controls: Tensor) -> Tensor:
+        """The user's ``h(xi_hat, u, t)`` at the constrained nodes, flattened (feasible when all
+        >= 0); empty without ``constraints``."""
+        if not self.constraints:
+            return values.new_zeros(0)
+        xi = self.aux_path(values, controls)
+        per = self.n_steps // self.K
+        h = self.T / self.n_steps
+        out = []
+        for j in range(0, self.n_steps + 1, self.constraint_stride):
+            k = min(j // per, self.K - 1)
+            for fn in self.constraints:
+                out.append(torch.as_tensor(fn(xi[j], controls[:, k], j * h)).to(xi).reshape(-1))
+        return torch.cat(out)
 
     def aux_constraints(self, values: Tensor, controls: Tensor) -> Tensor:
         """``xi_hat - aux_lower`` (flattened) at the constrained nodes; feasible when all >= 0."""
-        finite = torch.isfinite(self.aux_lower)
         path = self.aux_path(values, controls)[:: self.constraint_stride]
-        return (path[:, finite] - self.aux_lower[finite]).reshape(-1)
+        lower = self.aux_lower.to(path)
+        finite = torch.isfinite(lower)
+        return (path[:, finite] - lower[finite]).reshape(-1)
+
+    def _all_constraints(self, values: Tensor, controls: Tensor) -> Tensor:
+        return torch.cat(
+            [self.aux_constraints(values, controls), self.path_constraints(values, controls)]
+        )
 
     def aux_constraints_jacobian(self, values: Tensor, controls: Tensor) -> Tensor:
         """Jacobian of :meth:`aux_constraints` in ``(rates, controls)`` flattened, closed form for
@@ -131,6 +169,7 @@ class ControlledSchedulingProblem(SchedulingProblem):
             raise ValueError(f"method must be 'slsqp' or 'adam_al', got {method!r}")
         nl, nu = self.S * self.K, self.m_c * self.K
         has_aux = bool(torch.isfinite(self.aux_lower).any())
+        has_h = bool(self.constraints)
         budget_w = torch.cat(
             [
                 (self.costs[:, None] * (self.T / self.K)).expand(self.S, self.K).reshape(-1),
@@ -157,7 +196,9 @@ class ControlledSchedulingProblem(SchedulingProblem):
             ).double()
             z, info = adam_al(
                 lambda z: self.objective_with(*split(feasible(z))),
-                (lambda z: self.aux_constraints(*split(feasible(z)))) if has_aux else None,
+                (lambda z: self._all_constraints(*split(feasible(z))))
+                if has_aux or has_h
+                else None,
                 lo,
                 hi,
                 z0,
@@ -167,6 +208,11 @@ class ControlledSchedulingProblem(SchedulingProblem):
             z = feasible(z)
         else:
             z, info = self._slsqp_joint(split, z0, budget_w, has_aux, maxiter, ftol, progress)
+        if has_h:
+            values_, controls_ = split(z)
+            with torch.no_grad():
+                hv = self.path_constraints(values_.clamp(0.0, self.lam_max), controls_)
+            info = {**info, "min_path_constraint": float(hv.min())}
         values, controls = split(z)
         values = values.clamp(0.0, self.lam_max)
         controls = controls.clamp(*self.u_bounds)
@@ -213,6 +259,20 @@ class ControlledSchedulingProblem(SchedulingProblem):
                         aux_cons(torch.tensor(z, dtype=torch.float64)).detach().numpy()
                     ),
                     "jac": aux_jac,
+                }
+            )
+        if self.constraints:
+
+            def h_cons(v: Tensor) -> Tensor:
+                return self.path_constraints(*split(v))
+
+            cons.append(
+                {
+                    "type": "ineq",
+                    "fun": lambda z: h_cons(torch.tensor(z, dtype=torch.float64)).detach().numpy(),
+                    "jac": lambda z: torch.autograd.functional.jacobian(
+                        h_cons, torch.tensor(z, dtype=torch.float64), vectorize=True
+                    ).numpy(),
                 }
             )
         if self.budget is not None:

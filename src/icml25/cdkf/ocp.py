@@ -7,6 +7,7 @@ the RK4 grid (trapezoid) plus ``w_lam ||lambda||^2``; the expected-cost budget
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,15 @@ class SchedulingProblem:
             with cost ``w_eps int eps^2 dt`` (spec §6; ``w_eps = 1e3``). The slack is eliminated
             exactly at every RK4 node (``eps = max(0, tr - cap)``); a solution that still needs
             slack reports ``info["status"] = "infeasible"`` and ``info["max_slack"]``.
+        running_cost: optional extra running cost ``L(t, Sigma, lam, xi, u) -> (G,)``, vectorised
+            over ``G`` nodes (``t (G,)``, ``Sigma (G, n, n)``, ``lam (G, S)``, ``xi (G, m)``, ``u (G,
+            m_c)``; ``xi`` and ``u`` are None without an auxiliary model). Integrated by the
+            trapezoid rule on the RK4 grid, each step with its own piecewise-constant rates and
+            control at both ends (so it is called twice: on the steps' left and right nodes), and
+            added to the objective; e.g. ``lambda t, P, lam, xi, u: lam @ costs`` for the paper's
+            ``sum_s c_s lambda_s``, which then integrates exactly to the expected cost.
+        w_T, terminal_cost: terminal cost ``w_T tr(W Sigma_hat(T))`` (default ``w_T = 0``) plus
+            ``terminal_cost(Sigma_T, xi_T) -> scalar`` if given (``xi_T`` None without aux).
         surrogate: ``"bound"`` (the paper's Prop. 6.1 bound, default) or ``"kalman_bucy"``, the
             continuous-measurement relaxation of Le Ny, Feron & Dahleh (IEEE TAC 2011):
             ``dP/dt = AP + PA^T + Qc - P (sum_s lambda_s C_s^T R_s^-1 C_s) P``, integrated in information
@@ -74,6 +84,9 @@ class SchedulingProblem:
         surrogate: str = "bound",
         cov_cap: float | None = None,
         w_eps: float = 1e3,
+        running_cost=None,
+        terminal_cost=None,
+        w_T: float = 0.0,
     ) -> None:
         if surrogate not in ("bound", "kalman_bucy"):
             raise ValueError(f"surrogate must be 'bound' or 'kalman_bucy', got {surrogate!r}")
@@ -89,6 +102,13 @@ class SchedulingProblem:
             raise ValueError(f"cov_cap must be > 0, got {cov_cap}")
         if w_eps < 0:
             raise ValueError(f"w_eps must be >= 0, got {w_eps}")
+        if running_cost is not None and not callable(running_cost):
+            raise ValueError(f"running_cost must be a callable or None, got {running_cost!r}")
+        if terminal_cost is not None and not callable(terminal_cost):
+            raise ValueError(f"terminal_cost must be a callable or None, got {terminal_cost!r}")
+        if not (w_T >= 0 and math.isfinite(w_T)):
+            raise ValueError(f"w_T must be a finite number >= 0, got {w_T}")
+        self.running_cost, self.terminal_cost, self.w_T = running_cost, terminal_cost, float(w_T)
         self.cov_cap, self.w_eps = cov_cap, float(w_eps)
         self.sde, self.sensors, self.T, self.K = sde, list(sensors), float(T), K
         n = sde.n
@@ -130,11 +150,54 @@ class SchedulingProblem:
         return self._path(values)
 
     def objective(self, values: Tensor) -> Tensor:
-        """``(1/T) int tr(W Sigma_hat) dt`` (trapezoid on the RK4 grid) ``+ w_lam int ||lambda||^2``."""
+        """``(1/T) int tr(W Sigma_hat) dt`` (trapezoid on the RK4 grid) ``+ w_lam int ||lambda||^2``
+        plus the covariance-cap penalty, the user's running cost and the terminal cost."""
         path = self.bound(values)
-        tr = torch.einsum("ij,tji->t", self.W, path)
+        tr = torch.einsum("ij,tji->t", self.W.to(path), path)
         avg = time_average(tr, self.T)
-        return avg + self.w_lam * (values**2).sum() * (self.T / self.K) + self.cap_penalty(tr)
+        return (
+            avg
+            + self.w_lam * (values**2).sum() * (self.T / self.K)
+            + self.cap_penalty(tr)
+            + self.extra_cost(path, values)
+        )
+
+    def extra_cost(
+        self, path: Tensor, values: Tensor, xi: Tensor | None = None, controls: Tensor | None = None
+    ) -> Tensor:
+        """The user's running cost (integrated) and the terminal cost along a bound path."""
+        out = path.new_zeros(())
+        if self.w_T:
+            out = out + self.w_T * torch.einsum("ij,ji->", self.W.to(path), path[-1])
+        if self.terminal_cost is not None:
+            val = torch.as_tensor(self.terminal_cost(path[-1], None if xi is None else xi[-1]))
+            if val.numel() != 1:
+                raise ValueError(
+                    f"terminal_cost must return a scalar, got shape {tuple(val.shape)}"
+                )
+            out = out + val.reshape(()).to(path)
+        if self.running_cost is not None:
+            # trapezoid per RK4 step with the step's own (piecewise-constant) rates and control at
+            # both ends, so that a cost in the rates alone integrates exactly
+            n = path.shape[0] - 1
+            h = self.T / n
+            k = torch.arange(n, device=path.device) * self.K // n
+            t = torch.arange(n + 1, dtype=path.dtype, device=path.device) * h
+            lam = values[:, k].mT
+            u = None if controls is None else controls[:, k].mT
+            total = 0.0
+            for ends in (slice(0, n), slice(1, n + 1)):
+                val = torch.as_tensor(
+                    self.running_cost(t[ends], path[ends], lam, None if xi is None else xi[ends], u)
+                )
+                if val.shape not in ((n,), ()):
+                    raise ValueError(
+                        f"running_cost must return one value per node it is given, shape ({n},), "
+                        f"got {tuple(val.shape)}"
+                    )
+                total = total + val.to(path).expand(n).sum()
+            out = out + 0.5 * h * total
+        return out
 
     def cap_penalty(self, tr: Tensor) -> Tensor:
         """``w_eps int eps^2 dt`` with the optimal slack ``eps = max(0, tr - cov_cap)``."""
@@ -146,11 +209,11 @@ class SchedulingProblem:
     def slack(self, path: Tensor) -> float:
         if self.cov_cap is None:
             return 0.0
-        tr = torch.einsum("ij,tji->t", self.W, path.detach())
+        tr = torch.einsum("ij,tji->t", self.W.to(path), path.detach())
         return float(torch.relu(tr - self.cov_cap).max())
 
     def expected_cost(self, values: Tensor) -> Tensor:
-        return (self.costs[:, None] * values).sum() * (self.T / self.K)
+        return (self.costs.to(values)[:, None] * values).sum() * (self.T / self.K)
 
     def initial_rates(self) -> Tensor:
         """Constant rates that spend the budget exactly, split equally across sensors (spec)."""

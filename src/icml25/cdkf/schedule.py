@@ -72,7 +72,7 @@ def deterministic_schedule(rates: RateSchedule, count: str = "round") -> list[Te
         m = [_first_moment(lam, cum, edges, float(level)) for level in levels]
         cell = total / n
         out.append(torch.tensor([(m[i + 1] - m[i]) / cell for i in range(n)], dtype=torch.float64))
-    return out
+    return [t.to(rates.values.device) for t in out]
 
 
 def _first_moment(lam: Tensor, cum: Tensor, edges: Tensor, level: float) -> float:
@@ -110,4 +110,4 @@ def sample_poisson_times(rates: RateSchedule, generator: torch.Generator) -> lis
         out.append(
             torch.sort(torch.cat(times)).values if times else torch.zeros(0, dtype=torch.float64)
         )
-    return out
+    return [t.to(rates.values.device) for t in out]
