@@ -30,6 +30,15 @@ def stable_steps(T: float, K: int, lam_max: float, n_steps: int | None = None) -
     return max(n, need)
 
 
+def _horizon(rates: RateSchedule, T: float | None) -> float:
+    if T is not None and abs(float(T) - rates.T) > 1e-12 * max(1.0, rates.T):
+        raise ValueError(
+            f"T = {T} differs from the rates' horizon {rates.T}: the rates' K intervals cover "
+            f"[0, {rates.T}]; leave T out or build RateSchedule(values, {T})"
+        )
+    return rates.T
+
+
 def _grid(rates: RateSchedule, T: float, n_steps: int) -> tuple[float, int]:
     if n_steps < rates.K or n_steps % rates.K:
         raise ValueError(f"n_steps must be a positive multiple of K={rates.K}, got {n_steps}")
@@ -65,7 +74,7 @@ def covariance_bound(
     of different output sizes fall back to a torch loop with the same result. The result is on
     the rates' device.
     """
-    T = rates.T if T is None else T
+    T = _horizon(rates, T)
     n_steps = 5 * rates.K if n_steps is None else n_steps
     if len(sensors) != rates.S:
         raise ValueError(f"rates have {rates.S} sensors, {len(sensors)} sensors were given")
@@ -216,7 +225,7 @@ def information_lower_bound(
     ``sum_s lambda_s C_s^T R_s^{-1} C_s``; it is integrated in that form, exactly per step for
     coefficients frozen at the step's midpoint (the ODE is stiff, ``||Qc|| ||Omega||``, so RK4 is not
     used here). Differentiable in the rates. Returns ``(n_steps + 1, n, n)``."""
-    T = rates.T if T is None else T
+    T = _horizon(rates, T)
     n_steps = 5 * rates.K if n_steps is None else n_steps
     h, n_steps = _grid(rates, T, n_steps)
     per = n_steps // rates.K

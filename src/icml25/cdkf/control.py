@@ -75,9 +75,33 @@ class ControlledSchedulingProblem(SchedulingProblem):
             raise ValueError(f"u_bounds must be (low, high) with low < high, got {u_bounds}")
         self.aux, self.m_c, self.u_bounds, self.w_u = aux, n_controls, u_bounds, float(w_u)
         m = aux.xi0.numel()
+        if aux_lower is not None:
+            aux_lower = torch.as_tensor(aux_lower).to(torch.float64)
+            if aux_lower.shape != (m,):
+                names = f" ({', '.join(aux.names)})" if aux.names else ""
+                raise ValueError(
+                    f"aux_lower must be ({m},), one lower bound per auxiliary state{names} "
+                    f"(-inf for none), got shape {tuple(aux_lower.shape)}"
+                )
         self.aux_lower = (
             torch.full((m,), -math.inf, dtype=torch.float64) if aux_lower is None else aux_lower
         )
+        if isinstance(n_controls, bool) or not isinstance(n_controls, int) or n_controls < 1:
+            raise ValueError(f"n_controls must be a positive integer, got {n_controls!r}")
+        try:
+            drift = aux.f(
+                aux.xi0.to(torch.float64), torch.zeros(n_controls, dtype=torch.float64), 0.0
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure here is a control-size mismatch
+            raise ValueError(
+                f"the auxiliary drift f(xi, u, t) fails for a control of n_controls = "
+                f"{n_controls} values ({type(exc).__name__}: {exc}); give the control dimension "
+                "the model expects (a robot_energy_model's position dimension)"
+            ) from exc
+        if torch.as_tensor(drift).reshape(-1).numel() != m:
+            raise ValueError(
+                f"the auxiliary drift returns {torch.as_tensor(drift).numel()} values for {m} states"
+            )
 
     def aux_path(self, values: Tensor, controls: Tensor) -> Tensor:
         return mean_aux_bound(self.aux, RateSchedule(values, self.T), controls, self.n_steps)
@@ -127,7 +151,13 @@ class ControlledSchedulingProblem(SchedulingProblem):
         for j in range(0, self.n_steps + 1, self.constraint_stride):
             k = min(j // per, self.K - 1)
             for fn in self.constraints:
-                out.append(torch.as_tensor(fn(xi[j], controls[:, k], j * h)).to(xi).reshape(-1))
+                val = torch.as_tensor(fn(xi[j], controls[:, k], j * h)).to(xi)
+                if val.ndim > 1:
+                    raise ValueError(
+                        "a path constraint h(xi, u, t) must return a scalar or a (q,) tensor, "
+                        f"got shape {tuple(val.shape)}"
+                    )
+                out.append(val.reshape(-1))
         return torch.cat(out)
 
     def aux_constraints(self, values: Tensor, controls: Tensor) -> Tensor:
@@ -149,6 +179,15 @@ class ControlledSchedulingProblem(SchedulingProblem):
         J = mean_aux_jacobian(self.aux, RateSchedule(values, self.T), controls, self.n_steps)
         J = J[:: self.constraint_stride][:, finite]
         return J.reshape(-1, J.shape[-1])
+
+    def solve(self, *args, **kwargs):
+        """Not for this problem: the rates and the control are optimised together by
+        :meth:`solve_joint`."""
+        raise ValueError(
+            "ControlledSchedulingProblem optimises rates and controls together: call "
+            "solve_joint(); for rates alone along a fixed control, use a SchedulingProblem whose "
+            "sensors follow that control's path"
+        )
 
     def solve_joint(
         self,
@@ -182,6 +221,15 @@ class ControlledSchedulingProblem(SchedulingProblem):
 
         u_start = torch.zeros(self.m_c, self.K, dtype=torch.float64) if u0 is None else u0
         r_start = self.initial_rates() if x0 is None else x0
+        for name, val, shape in (
+            ("x0", r_start, (self.S, self.K)),
+            ("u0", u_start, (self.m_c, self.K)),
+        ):
+            if tuple(torch.as_tensor(val).shape) != shape:
+                raise ValueError(
+                    f"{name} must have shape {shape}, got {tuple(torch.as_tensor(val).shape)}"
+                )
+        r_start, u_start = torch.as_tensor(r_start).cpu(), torch.as_tensor(u_start).cpu()
         z0 = torch.cat(
             [r_start.reshape(-1).to(torch.float64), u_start.reshape(-1).to(torch.float64)]
         )

@@ -121,6 +121,19 @@ class ContinuousDiscreteKF:
         if not 0 <= sensor_idx < len(self.sensors):
             raise ValueError(f"sensor_idx must be in [0, {len(self.sensors)}), got {sensor_idx}")
         C, R = self.sensors[sensor_idx].matrices(xi(t) if callable(xi) else xi, t)
+        if y is not None:
+            y = torch.as_tensor(y)
+            y = y.reshape(1) if y.ndim == 0 else y
+            if y.shape[-1] != C.shape[-2]:
+                raise ValueError(
+                    f"sensor {sensor_idx} gives {C.shape[-2]} value(s) per measurement, got an "
+                    f"observation of shape {tuple(y.shape)} at t = {t}"
+                )
+            if not bool(torch.isfinite(y).all()):
+                raise ValueError(
+                    f"the observation of sensor {sensor_idx} at t = {t} is not finite "
+                    f"({y.tolist()}); drop the event (a missing measurement) instead"
+                )
         try:
             return joseph_update(mu, Sigma, y, C.to(Sigma.dtype), R.to(Sigma.dtype))
         except torch.linalg.LinAlgError as exc:
@@ -147,7 +160,12 @@ class ContinuousDiscreteKF:
         and ``Sigma (G, n, n)``; ``NumericalError`` when a covariance stops being positive
         semi-definite.
         """
-        events = self._events(times, sensor_ids)
+        from icml25.cdkf.smoother import _check_grid, _check_ys
+
+        times, sensor_ids, events = self._events(times, sensor_ids)
+        if ys is not None:
+            _check_ys(ys, len(events))
+        t_grid = _check_grid(t_grid)
         dtype = self._dtype()
         mu, Sigma = self.sde.mu0.clone().to(dtype), self.sde.Sigma0.clone().to(dtype)
         t = 0.0
@@ -177,10 +195,18 @@ class ContinuousDiscreteKF:
             )
         return torch.stack(mus), sigmas_t
 
-    def _events(self, times: Tensor, sensor_ids: Tensor) -> list[int]:
-        """The event indices in time order (ties in sensor order), after checking the inputs."""
+    def _events(self, times, sensor_ids) -> tuple[Tensor, Tensor, list[int]]:
+        """``(times, sensor_ids, order)``: the inputs as tensors (lists and arrays accepted) and
+        the event indices in time order (ties in sensor order), after checking them."""
+        if not isinstance(times, Tensor):
+            times = torch.as_tensor(times, dtype=torch.float64)
+        if not isinstance(sensor_ids, Tensor):
+            sensor_ids = torch.as_tensor(sensor_ids, dtype=torch.long)
         if times.ndim != 1 or sensor_ids.shape != times.shape:
-            raise ValueError("times and sensor_ids must be 1-D tensors of equal length")
+            raise ValueError(
+                "times and sensor_ids must be 1-D and of equal length, got shapes "
+                f"{tuple(times.shape)} and {tuple(sensor_ids.shape)}"
+            )
         if times.numel() and not bool(torch.isfinite(times).all()):
             raise ValueError(
                 f"event times must be finite, got {times[~torch.isfinite(times)].tolist()}"
@@ -195,7 +221,8 @@ class ContinuousDiscreteKF:
             raise ValueError(
                 f"sensor ids must be in [0, {len(self.sensors)}), got {sensor_ids.tolist()}"
             )
-        return sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
+        order = sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
+        return times, sensor_ids, order
 
     def log_likelihood(
         self,
@@ -211,12 +238,20 @@ class ContinuousDiscreteKF:
 
         return log_likelihood(self, times, sensor_ids, ys, xi_path)
 
-    def smooth(self, times: Tensor, sensor_ids: Tensor, ys: list[Tensor], t_grid: Tensor):
+    def smooth(
+        self,
+        times: Tensor,
+        sensor_ids: Tensor,
+        ys: list[Tensor],
+        t_grid: Tensor,
+        xi_path: Callable[[float], Tensor] | None = None,
+    ):
         """Rauch-Tung-Striebel smoothing: ``E[x(t) | all y]`` and its covariance at every
-        ``t_grid`` time (time-invariant models). Returns ``mu (G, n)``, ``Sigma (G, n, n)``."""
+        ``t_grid`` time (time-invariant models; ``xi_path`` for sensors that depend on an
+        auxiliary state). Returns ``mu (G, n)``, ``Sigma (G, n, n)``."""
         from icml25.cdkf.smoother import rts_smooth
 
-        return rts_smooth(self, times, sensor_ids, ys, t_grid)
+        return rts_smooth(self, times, sensor_ids, ys, t_grid, xi_path)
 
     def _dtype(self) -> torch.dtype:
         dtypes = {self.sde.mu0.dtype, self.sde.Sigma0.dtype}

@@ -8,6 +8,7 @@ the RK4 grid (trapezoid) plus ``w_lam ||lambda||^2``; the expected-cost budget
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,21 @@ class Solution:
 
     def schedule(self, count: str = "round") -> list[Tensor]:
         return deterministic_schedule(self.rates, count)
+
+
+def _weight(W, n: int) -> Tensor:
+    """``W`` as a float64 ``(n, n)`` symmetric positive semi-definite weight, or a ValueError."""
+    W = torch.as_tensor(W).to(torch.float64)
+    if W.shape != (n, n):
+        raise ValueError(f"W must be ({n}, {n}) to match the state, got shape {tuple(W.shape)}")
+    if not torch.allclose(W, W.mT, atol=1e-12 * max(1.0, float(W.abs().max()))):
+        raise ValueError(f"W must be symmetric, got {W.tolist()}")
+    ev = torch.linalg.eigvalsh(W)
+    if bool((ev < -1e-12 * max(1.0, float(ev.abs().max()))).any()):
+        raise ValueError(
+            f"W must be positive semi-definite (it weights a covariance), got eigenvalues {ev.tolist()}"
+        )
+    return W
 
 
 class SchedulingProblem:
@@ -110,11 +126,24 @@ class SchedulingProblem:
             raise ValueError(f"w_T must be a finite number >= 0, got {w_T}")
         self.running_cost, self.terminal_cost, self.w_T = running_cost, terminal_cost, float(w_T)
         self.cov_cap, self.w_eps = cov_cap, float(w_eps)
+        if not (w_lam >= 0 and math.isfinite(w_lam)):
+            raise ValueError(f"w_lam must be a finite number >= 0, got {w_lam}")
         self.sde, self.sensors, self.T, self.K = sde, list(sensors), float(T), K
         n = sde.n
-        self.W = torch.eye(n, dtype=torch.float64) if W is None else W.to(torch.float64)
+        self.W = torch.eye(n, dtype=torch.float64) if W is None else _weight(W, n)
         self.budget, self.lam_max, self.w_lam = budget, float(lam_max), float(w_lam)
+        if n_steps is not None and (
+            isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < K or n_steps % K
+        ):
+            raise ValueError(f"n_steps must be a positive multiple of K={K}, got {n_steps!r}")
         self.n_steps = stable_steps(self.T, K, self.lam_max, n_steps)  # fixed over the optimisation
+        if n_steps is not None and self.n_steps != n_steps:
+            warnings.warn(
+                f"n_steps = {n_steps} gives an RK4 step T/n_steps = {self.T / n_steps:.3g} with "
+                f"h * lam_max > 0.5 (stiff): using n_steps = {self.n_steps}",
+                UserWarning,
+                stacklevel=2,
+            )
         self.costs = torch.tensor([s.cost for s in self.sensors], dtype=torch.float64)
         self.surrogate = surrogate
 
@@ -190,7 +219,7 @@ class SchedulingProblem:
                 val = torch.as_tensor(
                     self.running_cost(t[ends], path[ends], lam, None if xi is None else xi[ends], u)
                 )
-                if val.shape not in ((n,), ()):
+                if val.shape != (n,):
                     raise ValueError(
                         f"running_cost must return one value per node it is given, shape ({n},), "
                         f"got {tuple(val.shape)}"
@@ -242,7 +271,14 @@ class SchedulingProblem:
         if method not in ("slsqp", "adam_al", "pgd"):
             raise ValueError(f"method must be 'slsqp', 'adam_al' or 'pgd', got {method!r}")
         cols = 1 if constant else self.K
-        start = self.initial_rates()[:, :cols] if x0 is None else x0[:, :cols].to(torch.float64)
+        if x0 is not None:
+            x0 = torch.as_tensor(x0).to(torch.float64).cpu()
+            if x0.shape not in ((self.S, self.K), (self.S, cols)):
+                raise ValueError(
+                    f"x0 must be ({self.S}, {self.K}) rates (sensors x intervals), got shape "
+                    f"{tuple(x0.shape)}"
+                )
+        start = self.initial_rates()[:, :cols] if x0 is None else x0[:, :cols]
 
         def full(v: Tensor) -> Tensor:
             v = v.reshape(self.S, cols)

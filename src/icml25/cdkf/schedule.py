@@ -19,8 +19,13 @@ class RateSchedule:
             raise ValueError(f"values must be (S, K), got shape {tuple(values.shape)}")
         if not (T > 0 and math.isfinite(T)):
             raise ValueError(f"T must be a positive finite horizon, got {T}")
-        if bool((values.detach() < 0).any()) or not bool(torch.isfinite(values.detach()).all()):
-            raise ValueError("rates must be finite and >= 0")
+        v = values.detach()
+        bad = (v < 0) | ~torch.isfinite(v)
+        if bool(bad.any()):
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"rates must be finite and >= 0, got {float(v[idx])} at (sensor, interval) {idx}"
+            )
         self.values, self.T = values, float(T)
 
     @property

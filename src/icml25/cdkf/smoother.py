@@ -25,6 +25,30 @@ def _check_ys(ys: list[Tensor], n_events: int) -> None:
         )
 
 
+def _check_grid(t_grid, sort_ok: bool = False) -> Tensor:
+    """``t_grid`` as a 1-D float tensor of finite times >= 0 (sorted, unless ``sort_ok``)."""
+    t_grid = (
+        torch.as_tensor(t_grid, dtype=torch.float64) if not isinstance(t_grid, Tensor) else t_grid
+    )
+    if t_grid.ndim != 1 or t_grid.numel() == 0:
+        raise ValueError(
+            f"t_grid must be a non-empty 1-D tensor of times, got shape {tuple(t_grid.shape)}"
+        )
+    if not bool(torch.isfinite(t_grid).all()):
+        raise ValueError(f"t_grid must be finite, got {t_grid[~torch.isfinite(t_grid)].tolist()}")
+    if bool((t_grid < 0).any()):
+        raise ValueError(
+            f"t_grid times must be >= 0 (the model starts at t = 0), got {float(t_grid.min())}"
+        )
+    if not sort_ok and t_grid.numel() > 1 and bool((t_grid[1:] < t_grid[:-1]).any()):
+        i = int((t_grid[1:] < t_grid[:-1]).nonzero()[0])
+        raise ValueError(
+            f"t_grid must be sorted (non-decreasing), got {float(t_grid[i])} before "
+            f"{float(t_grid[i + 1])}; sort it (torch.sort) and reorder the results"
+        )
+    return t_grid
+
+
 def log_likelihood(
     kf: ContinuousDiscreteKF,
     times: Tensor,
@@ -33,7 +57,7 @@ def log_likelihood(
     xi_path: Callable[[float], Tensor] | None = None,
 ) -> Tensor:
     """Sum over events of ``log N(y_k; C mu^-, S_k)``, ``S_k = C Sigma^- C^T + R`` (a scalar)."""
-    events = kf._events(times, sensor_ids)
+    times, sensor_ids, events = kf._events(times, sensor_ids)
     _check_ys(ys, len(events))
     dtype = kf._dtype()
     mu, Sigma = kf.sde.mu0.clone().to(dtype), kf.sde.Sigma0.clone().to(dtype)
@@ -61,7 +85,12 @@ def log_likelihood(
 
 
 def rts_smooth(
-    kf: ContinuousDiscreteKF, times: Tensor, sensor_ids: Tensor, ys: list[Tensor], t_grid: Tensor
+    kf: ContinuousDiscreteKF,
+    times: Tensor,
+    sensor_ids: Tensor,
+    ys: list[Tensor],
+    t_grid: Tensor,
+    xi_path: Callable[[float], Tensor] | None = None,
 ):
     """Smoothed means and covariances at ``t_grid`` from all events (time-invariant models).
 
@@ -69,16 +98,17 @@ def rts_smooth(
     updated moments at each; backward: ``G = Sigma_f Phi^T (Sigma_p^next)^{-1}``,
     ``mu_s = mu_f + G (mu_s^next - mu_p^next)``, ``Sigma_s = Sigma_f + G (Sigma_s^next -
     Sigma_p^next) G^T`` with ``Phi`` the exact transition between consecutive times.
+    ``xi_path(t)``: the auxiliary state, for sensors that depend on it (the model itself must be
+    time-invariant).
     """
     if not kf.sde.time_invariant:
         raise NotImplementedError(
             "rts_smooth needs a time-invariant model (constant A and Qc): the backward pass uses "
             "the exact transition matrix"
         )
-    events = kf._events(times, sensor_ids)
+    times, sensor_ids, events = kf._events(times, sensor_ids)
     _check_ys(ys, len(events))
-    if t_grid.ndim != 1 or t_grid.numel() == 0 or bool((t_grid < 0).any()):
-        raise ValueError(f"t_grid must be a non-empty 1-D tensor of times >= 0, got {t_grid!r:.60}")
+    t_grid = _check_grid(t_grid, sort_ok=True)
     dtype = kf._dtype()
     # the timeline: (time, kind, payload); at equal times events come before the grid point
     line = [(float(times[k]), 0, k) for k in events] + [
@@ -97,7 +127,7 @@ def rts_smooth(
         mu, Sigma = mu_p, Sigma_p
         if kind == 0:
             mu, Sigma = kf.update(
-                mu, Sigma, ys[idx].to(dtype).reshape(-1), int(sensor_ids[idx]), time
+                mu, Sigma, ys[idx].to(dtype).reshape(-1), int(sensor_ids[idx]), time, xi_path
             )
         else:
             grid_at.setdefault(idx, len(filt))

@@ -69,6 +69,11 @@ class LinearSDE:
             Q = self.Qc.detach().double()
             if not torch.allclose(Q, Q.mT, atol=1e-10 * max(1.0, float(Q.abs().max()))):
                 raise ValueError(f"Qc must be symmetric, got {self.Qc.tolist()}")
+            if bool((torch.linalg.eigvalsh(Q) < -1e-10 * max(1.0, float(Q.abs().max()))).any()):
+                raise ValueError(
+                    "Qc = sigma sigma^T must be positive semi-definite, got eigenvalues "
+                    f"{torch.linalg.eigvalsh(Q).tolist()}"
+                )
 
     @property
     def n(self) -> int:
@@ -99,11 +104,27 @@ class Sensor:
 
     def __post_init__(self) -> None:
         if not callable(self.R):
+            if not isinstance(self.R, Tensor):  # a number: a scalar sensor's noise variance
+                self.R = torch.as_tensor(self.R, dtype=torch.float64)
+            if self.R.ndim == 0:
+                self.R = self.R.reshape(1, 1)
             R = self.R
             if R.ndim != 2 or R.shape[0] != R.shape[1]:
                 raise ValueError(f"R must be a square matrix, got shape {tuple(R.shape)}")
             if not torch.allclose(R, R.mT) or bool((torch.linalg.eigvalsh(R) <= 0).any()):
                 raise ValueError(f"R must be symmetric positive definite, got {R.tolist()}")
+        if not callable(self.C):
+            if not isinstance(self.C, Tensor) or self.C.ndim != 2:
+                shape = tuple(self.C.shape) if isinstance(self.C, Tensor) else type(self.C).__name__
+                raise ValueError(
+                    f"C must be a (d, n) tensor (d outputs, n states; one output: C of shape "
+                    f"(1, n), e.g. C[None]), got {shape}"
+                )
+            if not callable(self.R) and self.R.shape[0] != self.C.shape[0]:
+                raise ValueError(
+                    f"R must be ({self.C.shape[0]}, {self.C.shape[0]}) to match C's "
+                    f"{self.C.shape[0]} rows, got {tuple(self.R.shape)}"
+                )
         if self.cost < 0:
             raise ValueError(f"cost must be >= 0, got {self.cost}")
 
@@ -111,12 +132,15 @@ class Sensor:
         return _value(self.C, xi, t), _value(self.R, xi, t)
 
 
-def matern_ssm(nu: float, lengthscale: float, variance: float, dtype=torch.float64) -> LinearSDE:
+def matern_ssm(
+    nu: float, lengthscale: float | Tensor, variance: float | Tensor, dtype=torch.float64
+) -> LinearSDE:
     """Matern-``nu`` GP (``nu = p + 1/2``) as an SDE on ``(f, f', ..., f^(p))`` (spec §8).
 
     ``F`` is the companion matrix of ``(s + lam)^(p+1)`` with ``lam = sqrt(2 nu) / lengthscale``,
     ``Qc = q e_{p+1} e_{p+1}^T`` with ``q = variance 2 sqrt(pi) Gamma(p+1) lam^(2p+1) / Gamma(p+1/2)``,
     started at the stationary covariance ``P_inf`` (solves ``F P + P F^T + Qc = 0``); ``H = e_1^T``.
+    ``lengthscale`` and ``variance`` may be tensors requiring grad (differentiable model).
     """
     p = nu - 0.5
     if p < 0 or abs(p - round(p)) > 1e-12:
@@ -125,19 +149,16 @@ def matern_ssm(nu: float, lengthscale: float, variance: float, dtype=torch.float
         raise ValueError(f"lengthscale and variance must be > 0, got {lengthscale}, {variance}")
     p = int(round(p))
     n = p + 1
-    lam = math.sqrt(2 * nu) / lengthscale
+    # tensors (possibly requiring grad: hyper-parameters fitted through log_likelihood) stay in
+    # the autograd graph; plain floats become float tensors of ``dtype``
+    ell = torch.as_tensor(lengthscale, dtype=dtype)
+    s2 = torch.as_tensor(variance, dtype=dtype)
+    lam = math.sqrt(2 * nu) / ell
     F = torch.zeros(n, n, dtype=dtype)
     if n > 1:
         F[torch.arange(n - 1), torch.arange(1, n)] = 1.0
-    F[-1] = torch.tensor([-math.comb(n, k) * lam ** (n - k) for k in range(n)], dtype=dtype)
-    q = (
-        variance
-        * 2
-        * math.sqrt(math.pi)
-        * math.gamma(p + 1)
-        * lam ** (2 * p + 1)
-        / math.gamma(p + 0.5)
-    )
+    F[-1] = torch.stack([-math.comb(n, k) * lam ** (n - k) for k in range(n)])
+    q = s2 * (2 * math.sqrt(math.pi) * math.gamma(p + 1) / math.gamma(p + 0.5)) * lam ** (2 * p + 1)
     Qc = torch.zeros(n, n, dtype=dtype)
     Qc[-1, -1] = q
     P_inf = stationary_covariance(F, Qc)
