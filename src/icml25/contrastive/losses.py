@@ -437,8 +437,13 @@ class ContrastiveLoss(nn.Module):
 
     ``temperature`` is the divisor of the InfoNCE family (defaults: InfoNCE 0.07, SimCLR 0.5,
     DCL/DHEL 0.1) and SigLIP's logit scale ``t`` (default 10, multiplying), with ``bias`` SigLIP's
-    bias (default -10); both may be 0-d tensors, e.g. learnable parameters. With ``gather`` (DDP,
-    :func:`gather_with_grad`) pass global ids as ``index`` (:func:`global_index`).
+    bias (default -10); both may be 0-d tensors, e.g. learnable parameters (a tensor temperature
+    is checked to be > 0 on every call; other inputs are checked on the first call only).
+    ``positives="all"`` (InfoNCE family) counts every row with the same ``index`` as a positive
+    (class labels, solo-learn's convention); the default ``"instance"`` counts only the partner.
+    ``index`` is supported by the InfoNCE family and VRNS; SigLIP and the spectral loss refuse it.
+    With ``gather`` (DDP, :func:`gather_with_grad`) pass global ids as ``index``
+    (:func:`global_index`).
     """
 
     def __init__(
@@ -453,10 +458,18 @@ class ContrastiveLoss(nn.Module):
         *,
         bias: float | Tensor | None = None,
         log_every: int = 1,
+        positives: str = "instance",
     ) -> None:
         super().__init__()
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+        if positives not in ("instance", "all"):
+            raise ValueError(f"positives must be 'instance' or 'all', got {positives!r}")
+        if positives == "all" and kind not in _DEFAULT_T:
+            raise ValueError(
+                f"positives='all' is for the InfoNCE family {tuple(_DEFAULT_T)}, not {kind!r}"
+            )
+        self.positives = positives
         if isinstance(vrns_weight, bool) or not (
             isinstance(vrns_weight, (int, float))
             and math.isfinite(vrns_weight)
@@ -483,7 +496,8 @@ class ContrastiveLoss(nn.Module):
         self._calls = 0
 
     def _base(self, u, v, index, validate):
-        kw = {"index": index, "validate": validate, "gather": self.gather}
+        kw = {"index": index, "validate": validate, "gather": self.gather,
+              "positives": self.positives}  # fmt: skip
         if self.kind == "infonce":
             return infonce_loss(u, v, self.temperature, **kw)
         if self.kind == "simclr":
@@ -496,6 +510,12 @@ class ContrastiveLoss(nn.Module):
             raise ValueError(
                 f"gather= is supported by the InfoNCE family and VRNS, not {self.kind!r}"
             )
+        if index is not None:
+            raise ValueError(
+                f"index (instance ids) is supported by the InfoNCE family and VRNS, not "
+                f"{self.kind!r}, which counts every off-diagonal pair as a negative: drop the "
+                "duplicate rows before the call"
+            )
         if self.kind in ("siglip", "siglip_within"):
             return sigmoid_loss(u, v, self.temperature, self.bias,
                                 within_view=self.kind == "siglip_within", validate=validate)  # fmt: skip
@@ -503,6 +523,8 @@ class ContrastiveLoss(nn.Module):
 
     def forward(self, u: Tensor, v: Tensor, index: Tensor | None = None) -> Tensor:
         validate = not self._validated  # check inputs once, then trust the training loop
+        if not validate and isinstance(self.temperature, Tensor) and self.kind != "spectral":
+            _check_temperature(self.temperature)  # a learnable one can drift to <= 0
         S = None
         if self.kind in _DEFAULT_T and self.gather is None:
             # one normalisation and one u v^T for the base loss, VRNS and the logged statistics
@@ -510,7 +532,7 @@ class ContrastiveLoss(nn.Module):
             with _no_autocast(u.device):
                 un, vn, idx = _prepare(u, v, index, True, validate)
                 losses, S = _info_nce(un, vn, idx, c1, c2, psi, self.temperature, True, None,
-                                      False, validate)  # fmt: skip
+                                      self.positives == "all", validate)  # fmt: skip
                 base = losses.mean()
                 vr = None
                 if self.vrns_weight > 0:
@@ -524,6 +546,8 @@ class ContrastiveLoss(nn.Module):
                         or self.p % 2
                     ):
                         raise ValueError(f"p must be an even integer >= 2, got {self.p!r}")
+                    if S is None:  # positives="all" takes another path; VRNS needs u v^T
+                        S = un @ vn.T
                     vr = _vrns_from_similarity(S, idx, idx, delta, self.p, validate)
         else:
             base = self._base(u, v, index, validate)

@@ -13,12 +13,19 @@ __all__ = ["SimilarityStats", "embed_two_views", "similarity_stats"]
 
 @dataclass
 class SimilarityStats:
+    """Cosine-similarity statistics of two views: positives ``s_ii`` (mean, population variance),
+    cross-view negatives ``s_ij, i != j`` (mean, population variance over the n(n-1) pairs),
+    within-view negatives (mean), and ``theorem52_gap``, the *slack* of Thm 5.2's bound
+    ``pos_mean - neg_mean <= n/(n-1)``: ``n/(n-1) - (pos_mean - neg_mean) >= 0`` (0 at the
+    simplex ETF). :func:`icml25.contrastive.theory.alignment_gap` returns the gap itself,
+    ``pos_mean - neg_mean``, so the two add up to ``n/(n-1)``."""
+
     pos_mean: float
     pos_var: float
     neg_mean: float
     neg_var: float
     within_neg_mean: float
-    theorem52_gap: float  # 1 + neg_mean + 1/(n-1) - pos_mean >= 0 (Thm 5.2)
+    theorem52_gap: float  # n/(n-1) - (pos_mean - neg_mean) >= 0, the slack of Thm 5.2
 
     def to_dict(self) -> dict:
         return asdict(self)

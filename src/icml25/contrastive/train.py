@@ -57,8 +57,11 @@ def train_simclr(
     draws ``batch_size`` instances (fresh ``randperm`` per epoch, ``drop_last``), two
     augmentations each, and minimises ``loss(z1, z2)``. The same seeded CPU generator drives
     shuffling and augmentation, so a run is the same on any device. ``device``: where the batches
-    go (default: the model's device; ``data`` may stay on the CPU). Returns per-step
-    ``loss.last_components``."""
+    go (default: the model's device; ``data`` may stay on the CPU), in the model's floating dtype.
+    ``model(x)`` must return ``(features, projections)``; the loss sees the projections. Returns
+    one dict per step: ``{"loss": value}`` plus the loss's ``last_components`` on the steps it
+    recorded them (every ``loss.log_every``-th). The model is left in ``eval()`` mode, ready
+    for feature extraction."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise ValueError(f"batch_size must be an integer, got {batch_size!r}")
     if batch_size < 2 or batch_size > len(data):
@@ -74,6 +77,7 @@ def train_simclr(
     if device is None:
         device = next((p.device for p in model.parameters()), data.device)
     device = torch.device(device)
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
@@ -86,15 +90,29 @@ def train_simclr(
             order = list(perm[: len(perm) // batch_size * batch_size].split(batch_size))
         idx = order.pop(0)
         x = data[idx].to(device, non_blocking=True)
-        _, z1 = model(augment(x, g))
-        _, z2 = model(augment(x, g))
+        if dtype is not None and x.is_floating_point():
+            x = x.to(dtype)
+        z1, z2 = _projections(model(augment(x, g))), _projections(model(augment(x, g)))
         value = loss(z1, z2)
         opt.zero_grad()
         value.backward()
         opt.step()
-        history.append({"loss": value.item(), **loss.last_components})
+        every = getattr(loss, "log_every", 1)
+        fresh = (getattr(loss, "_calls", 1) - 1) % every == 0
+        logged = getattr(loss, "last_components", {}) if fresh else {}
+        history.append({"loss": value.item(), **logged})
     model.eval()
     return history
+
+
+def _projections(out) -> Tensor:
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        kind = f"a tuple of {len(out)}" if isinstance(out, (tuple, list)) else type(out).__name__
+        raise ValueError(
+            "train_simclr needs model(x) to return (features, projections), as DigitsSimCLR "
+            f"does (the loss sees the projections, the probe the features); got {kind}"
+        )
+    return out[1]
 
 
 def linear_probe(
