@@ -54,7 +54,7 @@ def _stage_adjoint(F, Y, A, Cf, CfT, lam, lamr, CPf, Lf, S: int, p: int, mats: b
         T3 = CfT @ (lamr * (X @ Cb).reshape(S * p, -1))
     Z = F @ A - T1
     Ybar = Z + Z.T + T3
-    glam = -(LF * CPf).reshape(S, -1).sum(1)  # -<F, Sigma C_s^T L_s>
+    glam = -(LF * CPf).sum(1) if p == 1 else -(LF * CPf).reshape(S, -1).sum(1)
     if not mats:
         return Ybar, glam, None, None, None, None
     LFs = 2.0 * LF
@@ -135,39 +135,34 @@ class _RiccatiRK4(torch.autograd.Function):
         need = ctx.needs_input_grad
         g = gpath.detach().cpu().numpy().astype(np_dt, copy=False)
         n_steps = stages.shape[0]
-        glam = np.zeros_like(lam_)
         gA, gQ = np.zeros_like(A_), np.zeros_like(Q_)
         gC, gR = np.zeros_like(Cf), np.zeros_like(Rf)
         mats = any(need[1:5])
         CfT = np.ascontiguousarray(Cf.transpose(0, 2, 1))
         Pbar = g[n_steps].copy()
-        weights = (h / 6.0, h / 3.0, h / 3.0, h / 6.0)
-        feeds = (None, (0, 0.5 * h), (1, 0.5 * h), (2, h))  # stage j's input: P + coef k_src
+        gl_st = np.empty((n_steps, 4, S), dtype=np_dt)  # d objective / d lambda per stage
+        h6, h3, h2 = h / 6.0, h / 3.0, h / 2.0
         for i in range(n_steps - 1, -1, -1):
             k = i // per
             lk, lr = lam_[:, k], lamr_all[:, :, k]
             (a1, a2, a4), (c1, c2, c4) = ix[0][i], ix[1][i]
-            where = ((a1, c1), (a2, c2), (a2, c2), (a4, c4))
             Qbar = 0.5 * (Pbar + Pbar.T)  # through the symmetrisation
-            kbar = [w * Qbar for w in weights]
-            Pbar = Qbar.copy()
-            for j in (3, 2, 1, 0):
-                a, c = where[j]
-                Y, CPf, Lf = stages[i, j], cps[i, j], ls[i, j]
-                Ybar, gl, dA, dQ, dC, dR = _stage_adjoint(
-                    kbar[j], Y, A_[a], Cf[c], CfT[c], lk, lr, CPf, Lf, S, p, mats
+            # the stages backwards; stage j's cotangent is its RK4 weight times Qbar plus what
+            # the next stage's input (P + c k_j) sends back
+            Ybar = None
+            for j, a, c, F0 in ((3, a4, c4, h6), (2, a2, c2, h3), (1, a2, c2, h3), (0, a1, c1, h6)):
+                F = F0 * Qbar if Ybar is None else F0 * Qbar + (h if j == 2 else h2) * Ybar
+                Ybar, gl_st[i, j], dA, dQ, dC, dR = _stage_adjoint(
+                    F, stages[i, j], A_[a], Cf[c], CfT[c], lk, lr, cps[i, j], ls[i, j], S, p, mats
                 )
-                glam[:, k] += gl
                 if mats:
                     gA[a] += dA
                     gQ[a] += dQ
                     gC[c] += dC
                     gR[c] += dR
-                Pbar += Ybar
-                if feeds[j] is not None:
-                    src, coef = feeds[j]
-                    kbar[src] = kbar[src] + coef * Ybar
-            Pbar += g[i]
+                Qbar_acc = Ybar if j == 3 else Qbar_acc + Ybar
+            Pbar = Qbar + Qbar_acc + g[i]
+        glam = gl_st.sum(1).reshape(-1, per, S).sum(1).T.copy()  # (S, K)
         dev = ctx.dev
 
         def out(x, flag, shape=None):
