@@ -149,7 +149,7 @@ class _RiccatiRK4(torch.autograd.Function):
             Qbar = 0.5 * (Pbar + Pbar.T)  # through the symmetrisation
             # the stages backwards; stage j's cotangent is its RK4 weight times Qbar plus what
             # the next stage's input (P + c k_j) sends back
-            Ybar = None
+            Ybar, acc = None, 0.0  # acc: the sum of the stages' input cotangents
             for j, a, c, F0 in ((3, a4, c4, h6), (2, a2, c2, h3), (1, a2, c2, h3), (0, a1, c1, h6)):
                 F = F0 * Qbar if Ybar is None else F0 * Qbar + (h if j == 2 else h2) * Ybar
                 Ybar, gl_st[i, j], dA, dQ, dC, dR = _stage_adjoint(
@@ -160,8 +160,8 @@ class _RiccatiRK4(torch.autograd.Function):
                     gQ[a] += dQ
                     gC[c] += dC
                     gR[c] += dR
-                Qbar_acc = Ybar if j == 3 else Qbar_acc + Ybar
-            Pbar = Qbar + Qbar_acc + g[i]
+                acc = acc + Ybar
+            Pbar = Qbar + acc + g[i]
         glam = gl_st.sum(1).reshape(-1, per, S).sum(1).T.copy()  # (S, K)
         dev = ctx.dev
 
