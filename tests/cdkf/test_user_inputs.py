@@ -109,7 +109,8 @@ def test_smoother_takes_the_auxiliary_path():
 def _problem(**kw):
     gp = matern_ssm(1.5, 1.0, 1.0)
     sensors = [Sensor(gp.H, torch.tensor([[0.01]], dtype=D), cost=1.0)]
-    return SchedulingProblem(gp, sensors, 4.0, 4, budget=2.0, **kw)
+    kw.setdefault("budget", 2.0)
+    return SchedulingProblem(gp, sensors, 4.0, 4, **kw)
 
 
 def test_scheduling_problem_inputs():
@@ -155,3 +156,51 @@ def test_controlled_problem_inputs():
     bad = make(constraints=[lambda xi, u, t: torch.ones(2, 2, dtype=D)])
     with pytest.raises(ValueError, match=r"scalar or a \(q,\) tensor, got shape \(2, 2\)"):
         bad.path_constraints(torch.ones(1, 4, dtype=D), torch.zeros(1, 4, dtype=D))
+
+
+def test_second_review_inputs():
+    """The second review: a stiff model is refined instead of exploding, and the remaining
+    inputs give answers or clear errors."""
+    gp = matern_ssm(0.5, 0.03, 1.0)  # |eig(A)| = 33: RK4 at the rates' step (h = 0.1) explodes
+    pr = SchedulingProblem(gp, [Sensor(gp.H, 0.01, cost=1.0)], T=10.0, K=20, budget=5.0,
+                           lam_max=1.0)  # fmt: skip
+    assert pr.n_steps == 680  # h |eig(A)| <= 0.5
+    assert 0.9 < float(pr.objective(pr.initial_rates())) < 1.0  # stationary variance 1, measured
+    with pytest.warns(UserWarning, match="fastest mode"):
+        covariance_bound(
+            gp, pr.sensors, RateSchedule(torch.ones(1, 20, dtype=D), 10.0), n_steps=100
+        )
+    g2 = matern_ssm(1.5, 1.0, 1.0)
+    kf = ContinuousDiscreteKF(g2, [Sensor(g2.H, 0.01)])
+    t, ids = torch.tensor([0.5, 1.0], dtype=D), torch.tensor([0, 0])
+    with pytest.raises(
+        ValueError, match=r"gives 1 value\(s\) per measurement, got an observation of 2"
+    ):
+        kf.log_likelihood(t, ids, [torch.zeros(2, dtype=D)] * 2)
+    a = kf.log_likelihood(t, ids, [0.1, 0.1])  # plain numbers as observations
+    assert torch.allclose(a, kf.log_likelihood(t, ids, [torch.tensor([0.1], dtype=D)] * 2))
+    grid = torch.linspace(0, 2, 5, dtype=D)
+    assert kf.smooth(t, ids, [0.1, 0.1], grid)[0].shape == (5, 2)
+    assert torch.equal(kf.covariance_path([[0.5, 1.0]], grid), kf.covariance_path([t], grid))
+    with pytest.raises(ValueError, match="budget must be a finite number"):
+        _problem(budget=math.nan)
+    with pytest.raises(ValueError, match="lam_max must be a finite number"):
+        _problem(lam_max=math.inf)
+    with pytest.raises(ValueError, match="T must be a finite number"):
+        SchedulingProblem(g2, kf.sensors, math.inf, 4)
+    with pytest.raises(ValueError, match="w_eps must be a finite number"):
+        _problem(w_eps=math.nan)
+    with pytest.raises(ValueError, match="A must be finite"):
+        LinearSDE(torch.tensor([[math.nan]], dtype=D), torch.eye(1, dtype=D),
+                  torch.zeros(1, dtype=D), torch.eye(1, dtype=D))  # fmt: skip
+    with pytest.raises(ValueError, match="running_cost returned a non-finite value"):
+        _problem(running_cost=lambda t, P, lam, xi, u: t * math.nan).objective(
+            torch.ones(1, 4, dtype=D)
+        )
+    sensors = [Sensor(lambda xi, t: g2.H, distance_noise(0.09, 1.0, 0.0), cost=0.2)]
+    aux = robot_energy_model([0.2], move_cost=0.1, eta0=10.0, p0=2.0)
+    with pytest.raises(ValueError, match="aux_lower must not contain NaN"):
+        ControlledSchedulingProblem(g2, sensors, 4.0, 4, aux=aux,
+                                    aux_lower=torch.tensor([math.nan, 0.0], dtype=D))  # fmt: skip
+    with pytest.raises(ValueError, match="w_u must be a finite number >= 0"):
+        ControlledSchedulingProblem(g2, sensors, 4.0, 4, aux=aux, w_u=-5.0)

@@ -74,3 +74,17 @@ def test_trainer_inputs_and_history():
     hist = train_simclr(net, data, _noise, loss=ContrastiveLoss(log_every=3), batch_size=4, steps=7)
     assert [("neg_var" in h) for h in hist] == [True, False, False, True, False, False, True]
     assert all("loss" in h for h in hist) and not net.training  # left in eval mode (documented)
+
+
+def test_logged_negatives_exclude_same_id_pairs_and_spectral_has_no_temperature():
+    from icml25.contrastive import similarity_stats
+
+    u, v = _views(m=8, dtype=torch.float64)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    crit = ContrastiveLoss("simclr", 0.2, positives="all")
+    crit(u, v, labels)
+    st = similarity_stats(u, v, labels)
+    assert crit.last_components["neg_mean"] == pytest.approx(st.neg_mean, abs=1e-6)
+    assert crit.last_components["neg_var"] == pytest.approx(st.neg_var, abs=1e-6)
+    with pytest.raises(ValueError, match="spectral loss has no temperature"):
+        ContrastiveLoss("spectral", temperature=-5.0)

@@ -39,15 +39,35 @@ def _horizon(rates: RateSchedule, T: float | None) -> float:
     return rates.T
 
 
-def _grid(rates: RateSchedule, T: float, n_steps: int) -> tuple[float, int]:
+def model_rate(sde: LinearSDE, T: float) -> float:
+    """The model's fastest rate, the spectral radius of ``A`` (the largest over ``t = 0, T/2, T``
+    for a callable ``A`` that can be evaluated without ``xi``; 0 if it cannot). The Riccati ODE's
+    linear part ``P -> A P + P A^T`` has rates up to twice it, so RK4 needs ``h rho(A) <= 0.5``
+    as it needs ``h lambda_max <= 0.5`` (stable_steps takes the larger of the two)."""
+    try:
+        mats = [sde.A] if not callable(sde.A) else [sde.A(None, t) for t in (0.0, T / 2, T)]
+        return max(
+            float(torch.linalg.eigvals(torch.as_tensor(a).detach()).abs().max()) for a in mats
+        )
+    except Exception:  # noqa: BLE001 - A needs xi: no estimate
+        return 0.0
+
+
+def _grid(rates: RateSchedule, T: float, n_steps: int, sde: LinearSDE | None = None):
     if n_steps < rates.K or n_steps % rates.K:
         raise ValueError(f"n_steps must be a positive multiple of K={rates.K}, got {n_steps}")
     lam_max = float(rates.values.detach().max()) if rates.values.numel() else 0.0
-    refined = stable_steps(T, rates.K, lam_max, n_steps)
+    rho = 0.0 if sde is None else model_rate(sde, T)
+    refined = stable_steps(T, rates.K, max(lam_max, rho), n_steps)
     if refined != n_steps:
+        what = (
+            f"the largest rate {lam_max:.3g}"
+            if lam_max >= rho
+            else f"the model's fastest mode |eig(A)| = {rho:.3g}"
+        )
         warnings.warn(
-            f"RK4 step T/n_steps = {T / n_steps:.3g} times the largest rate {lam_max:.3g} exceeds "
-            f"0.5 (stiff): using n_steps = {refined}",
+            f"RK4 step T/n_steps = {T / n_steps:.3g} times {what} exceeds 0.5 (stiff): using "
+            f"n_steps = {refined}",
             UserWarning,
             stacklevel=3,
         )
@@ -78,7 +98,7 @@ def covariance_bound(
     n_steps = 5 * rates.K if n_steps is None else n_steps
     if len(sensors) != rates.S:
         raise ValueError(f"rates have {rates.S} sensors, {len(sensors)} sensors were given")
-    h, n_steps = _grid(rates, T, n_steps)
+    h, n_steps = _grid(rates, T, n_steps, sde)
     stages = stage_matrices(sde, sensors, h, n_steps, xi_path, rates.values.dtype)
     if stages is None:
         return check_psd(_covariance_bound_torch(sde, sensors, rates, h, n_steps, xi_path), h)
@@ -99,7 +119,7 @@ def check_psd(path: Tensor, h: float) -> Tensor:
         raise NumericalError(
             f"the bound left the positive semi-definite cone at grid point {i} (t = {i * h:.4g}, "
             f"min eigenvalue {float(ev[i]):.3g}): the RK4 step h = {h:.3g} is too large for this "
-            f"model; pass n_steps = {2 * (len(P) - 1)} or more"
+            f"model; pass n_steps = {4 * (len(P) - 1)} or more"
         )
     return path
 

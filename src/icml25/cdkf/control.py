@@ -73,10 +73,16 @@ class ControlledSchedulingProblem(SchedulingProblem):
             raise ValueError(f"aux has {len(aux.g)} jump terms for {self.S} sensors")
         if not u_bounds[0] < u_bounds[1]:
             raise ValueError(f"u_bounds must be (low, high) with low < high, got {u_bounds}")
+        if not (w_u >= 0 and math.isfinite(w_u)):
+            raise ValueError(f"w_u must be a finite number >= 0, got {w_u}")
         self.aux, self.m_c, self.u_bounds, self.w_u = aux, n_controls, u_bounds, float(w_u)
         m = aux.xi0.numel()
         if aux_lower is not None:
             aux_lower = torch.as_tensor(aux_lower).to(torch.float64)
+            if bool(torch.isnan(aux_lower).any()):
+                raise ValueError(
+                    f"aux_lower must not contain NaN (use -inf for no bound), got {aux_lower.tolist()}"
+                )
             if aux_lower.shape != (m,):
                 names = f" ({', '.join(aux.names)})" if aux.names else ""
                 raise ValueError(

@@ -278,7 +278,14 @@ class ContinuousDiscreteKF:
     ) -> Tensor:
         """The covariance path for given measurement times (no observations needed)."""
         if len(event_times_per_sensor) != len(self.sensors):
-            raise ValueError(f"need one time tensor per sensor ({len(self.sensors)})")
+            raise ValueError(
+                f"need one time tensor per sensor ({len(self.sensors)}), got "
+                f"{len(event_times_per_sensor)}"
+            )
+        event_times_per_sensor = [
+            torch.as_tensor(t, dtype=torch.float64) if not isinstance(t, Tensor) else t
+            for t in event_times_per_sensor
+        ]
         times = (
             torch.cat([t.reshape(-1) for t in event_times_per_sensor])
             if event_times_per_sensor

@@ -20,6 +20,7 @@ from icml25.cdkf.bound import (
     bound_from_stages,
     covariance_bound,
     information_lower_bound,
+    model_rate,
     stable_steps,
     stage_matrices,
 )
@@ -106,18 +107,18 @@ class SchedulingProblem:
     ) -> None:
         if surrogate not in ("bound", "kalman_bucy"):
             raise ValueError(f"surrogate must be 'bound' or 'kalman_bucy', got {surrogate!r}")
-        if not T > 0:
-            raise ValueError(f"T must be > 0, got {T}")
+        if not (T > 0 and math.isfinite(T)):
+            raise ValueError(f"T must be a finite number > 0, got {T}")
         if isinstance(K, bool) or not isinstance(K, int) or K < 1:
             raise ValueError(f"K must be a positive integer, got {K!r}")
-        if not lam_max > 0:
-            raise ValueError(f"lam_max must be > 0, got {lam_max}")
-        if budget is not None and budget < 0:
-            raise ValueError(f"budget must be >= 0, got {budget}")
+        if not (lam_max > 0 and math.isfinite(lam_max)):
+            raise ValueError(f"lam_max must be a finite number > 0, got {lam_max}")
+        if budget is not None and not (budget >= 0 and math.isfinite(budget)):
+            raise ValueError(f"budget must be a finite number >= 0 (or None), got {budget}")
         if cov_cap is not None and not cov_cap > 0:
             raise ValueError(f"cov_cap must be > 0, got {cov_cap}")
-        if w_eps < 0:
-            raise ValueError(f"w_eps must be >= 0, got {w_eps}")
+        if not (w_eps >= 0 and math.isfinite(w_eps)):
+            raise ValueError(f"w_eps must be a finite number >= 0, got {w_eps}")
         if running_cost is not None and not callable(running_cost):
             raise ValueError(f"running_cost must be a callable or None, got {running_cost!r}")
         if terminal_cost is not None and not callable(terminal_cost):
@@ -136,7 +137,8 @@ class SchedulingProblem:
             isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < K or n_steps % K
         ):
             raise ValueError(f"n_steps must be a positive multiple of K={K}, got {n_steps!r}")
-        self.n_steps = stable_steps(self.T, K, self.lam_max, n_steps)  # fixed over the optimisation
+        # fixed over the optimisation: h * max(lam_max, |eig(A)|) <= 0.5
+        self.n_steps = stable_steps(self.T, K, max(self.lam_max, model_rate(sde, self.T)), n_steps)
         if n_steps is not None and self.n_steps != n_steps:
             warnings.warn(
                 f"n_steps = {n_steps} gives an RK4 step T/n_steps = {self.T / n_steps:.3g} with "
@@ -152,7 +154,7 @@ class SchedulingProblem:
         if self.surrogate == "bound" and xi_path is None:
             # the model's matrices at the RK4 stage times do not depend on the rates: evaluate them
             # once per problem (unless they carry gradients a caller wants back)
-            h, n = _grid(rates, self.T, self.n_steps)
+            h, n = _grid(rates, self.T, self.n_steps, self.sde)
             key = (n, values.dtype)
             cached = self.__dict__.setdefault("_stages", {})
             if key not in cached:
@@ -225,6 +227,8 @@ class SchedulingProblem:
                         f"got {tuple(val.shape)}"
                     )
                 total = total + val.to(path).expand(n).sum()
+            if not bool(torch.isfinite(total)):
+                raise ValueError("running_cost returned a non-finite value")
             out = out + 0.5 * h * total
         return out
 

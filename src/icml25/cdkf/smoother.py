@@ -69,7 +69,12 @@ def log_likelihood(
         xi = xi_path(te) if xi_path is not None else None
         C, R = kf.sensors[int(sensor_ids[k])].matrices(xi, te)
         C, R = C.to(dtype), R.to(dtype)
-        y = ys[k].to(dtype).reshape(-1)
+        y = torch.as_tensor(ys[k]).to(dtype).reshape(-1)
+        if y.numel() != C.shape[0]:
+            raise ValueError(
+                f"sensor {int(sensor_ids[k])} gives {C.shape[0]} value(s) per measurement, got an "
+                f"observation of {y.numel()} at t = {te}"
+            )
         S = C @ Sigma @ C.mT + R
         L = torch.linalg.cholesky(S)
         r = y - C @ mu
@@ -127,7 +132,12 @@ def rts_smooth(
         mu, Sigma = mu_p, Sigma_p
         if kind == 0:
             mu, Sigma = kf.update(
-                mu, Sigma, ys[idx].to(dtype).reshape(-1), int(sensor_ids[idx]), time, xi_path
+                mu,
+                Sigma,
+                torch.as_tensor(ys[idx]).to(dtype).reshape(-1),
+                int(sensor_ids[idx]),
+                time,
+                xi_path,
             )
         else:
             grid_at.setdefault(idx, len(filt))

@@ -54,10 +54,12 @@ class LinearSDE:
             raise ValueError(
                 f"Sigma0 must be ({n}, {n}) to match mu0, got {tuple(self.Sigma0.shape)}"
             )
-        for name in ("A", "Qc"):
+        for name in ("A", "Qc", "mu0", "Sigma0"):
             m = getattr(self, name)
-            if not callable(m) and m.shape != (n, n):
+            if not callable(m) and name in ("A", "Qc") and m.shape != (n, n):
                 raise ValueError(f"{name} must be ({n}, {n}), got {tuple(m.shape)}")
+            if not callable(m) and not bool(torch.isfinite(m.detach()).all()):
+                raise ValueError(f"{name} must be finite, got {m.tolist()}")
         S = self.Sigma0.detach().double()
         if not torch.allclose(S, S.mT, atol=1e-10 * max(1.0, float(S.abs().max()))):
             raise ValueError(f"Sigma0 must be symmetric, got {self.Sigma0.tolist()}")

@@ -482,6 +482,8 @@ class ContrastiveLoss(nn.Module):
             n_train = _integer("n_train", n_train)
         if bias is not None and kind not in ("siglip", "siglip_within"):
             raise ValueError(f"bias is SigLIP's; kind {kind!r} has none")
+        if temperature is not None and kind == "spectral":
+            raise ValueError("the spectral loss has no temperature; leave temperature out")
         self.log_every = _integer("log_every", log_every)
         if self.log_every < 1:
             raise ValueError(f"log_every must be a positive integer, got {log_every!r}")
@@ -558,12 +560,15 @@ class ContrastiveLoss(nn.Module):
         total = base if vr is None else base + self.vrns_weight * vr
         self._validated = True
         if self._calls % self.log_every == 0:
-            self.last_components = self._components(u, v, S, base, vr)
+            self.last_components = self._components(u, v, S, base, vr, index)
         self._calls += 1
         return total
 
     @torch.no_grad()
-    def _components(self, u: Tensor, v: Tensor, S: Tensor | None, base: Tensor, vr: Tensor | None):
+    def _components(self, u, v, S, base, vr, index=None):
+        """Base and VRNS values and the similarity statistics; the negatives are the pairs of
+        different ids (all off-diagonal pairs without ``index``), as VRNS and similarity_stats
+        count them."""
         with _no_autocast(u.device):
             if S is None:
                 un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
@@ -571,9 +576,17 @@ class ContrastiveLoss(nn.Module):
             S = S.detach().float()
             m = S.shape[0]
             diag = S.diagonal()
-            k = m * (m - 1)
-            neg_mean = (S.sum() - diag.sum()) / k
-            neg_var = ((S * S).sum() - (diag * diag).sum()) / k - neg_mean**2
+            if index is None:
+                k = m * (m - 1)
+                neg_mean = (S.sum() - diag.sum()) / k
+                neg_var = ((S * S).sum() - (diag * diag).sum()) / k - neg_mean**2
+            else:
+                idx = torch.as_tensor(index, device=S.device).reshape(-1)
+                neg = S[idx[:, None] != idx[None, :]]
+                if neg.numel() == 0:
+                    neg = S.new_full((1,), float("nan"))
+                neg_mean = neg.mean()
+                neg_var = (neg * neg).mean() - neg_mean**2
             zero = base.new_zeros(())
             stats = torch.stack([base.detach().float(), (vr.detach() if vr is not None else zero).float(),
                                  diag.mean(), neg_mean, neg_var]).tolist()  # fmt: skip
