@@ -57,6 +57,7 @@ def _worker(rank: int, init: str, out: str) -> None:
             loss.backward()
             res[name] = (loss.detach(), u.grad.clone(), v.grad.clone())
         torch.save(res, f"{out}.{rank}")
+        dist.barrier()  # both ranks done before teardown (a gloo teardown race aborted a rank)
     finally:
         dist.destroy_process_group()
 
