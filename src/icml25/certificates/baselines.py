@@ -1,0 +1,98 @@
+"""Baselines of the paper's experiment: the nominal controller and the discrete-time control
+barrier function filter (DTCBF; Cosner, Culbertson, Taylor & Ames, RSS 2023, arXiv:2302.07469)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from icml25.certificates.certificate import TOL, _select
+from icml25.certificates.cmdp import OfflineDataset, _nominal, check_distribution
+
+__all__ = ["DTCBFFilter", "NominalController", "offline_kernel"]
+
+D = torch.float64
+
+
+def offline_kernel(ds: OfflineDataset, n_states: int, n_actions: int) -> Tensor:
+    """The observational statistics ``P_off(x'|x, u)`` of a dataset, ``(X, U, X')``; cells never
+    seen are NaN."""
+    n = torch.zeros(n_states, n_actions, n_states, dtype=D).index_put_(
+        (ds.x, ds.u, ds.x_next), torch.ones(len(ds), dtype=D), accumulate=True
+    )
+    tot = n.sum(-1, keepdim=True)
+    return torch.where(tot > 0, n / tot.clamp(min=1), torch.full_like(n, float("nan")))
+
+
+class NominalController:
+    """``u_t = U^n``: no filter (``n_states`` for the closed-loop table)."""
+
+    def __init__(self, horizon: int, n_states: int) -> None:
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+        self.horizon, self.n_states = horizon, int(n_states)
+
+    def __call__(self, x, t, u_nominal, generator=None):
+        return int(u_nominal), {}
+
+    def table(self, nominal) -> Tensor:
+        nominal = torch.as_tensor(nominal, dtype=D)
+        nominal = _nominal(nominal, self.n_states, nominal.shape[-1])
+        return nominal.expand(self.horizon, *nominal.shape).clone()
+
+
+class DTCBFFilter:
+    """Myopic stochastic CBF filter: certify ``u`` when ``E[h(X') | x, u] >= alpha_cbf h(x)``,
+    with ``h >= 0`` on the safe set, and take the certified action closest to the nominal (ties:
+    larger ``E[h]``, then lower index); none certified: ``argmax E[h]``.
+
+    ``kernel_or_dataset``: a kernel ``(X, U, X')`` (``dtcbf_true`` with the interventional one)
+    or an :class:`OfflineDataset`, whose observational statistics the paper's DTCBF uses.
+    Unseen ``(x, u)`` cells are never certified.
+    """
+
+    def __init__(self, kernel_or_dataset, h, alpha_cbf: float = 0.5, horizon: int = 10,
+                 action_values=None) -> None:  # fmt: skip
+        h = torch.as_tensor(h, dtype=D).reshape(-1)
+        if not (isinstance(alpha_cbf, (int, float)) and 0.0 <= alpha_cbf <= 1.0):
+            raise ValueError(f"alpha_cbf must be in [0, 1], got {alpha_cbf!r}")
+        if isinstance(kernel_or_dataset, OfflineDataset):
+            U = int(kernel_or_dataset.u.max()) + 1 if action_values is None else len(action_values)
+            kernel = offline_kernel(kernel_or_dataset, h.numel(), U)
+        else:
+            kernel = check_distribution("kernel", kernel_or_dataset)
+        if kernel.ndim != 3 or kernel.shape[0] != h.numel() or kernel.shape[2] != h.numel():
+            raise ValueError(f"kernel must be (X={h.numel()}, U, X), got {tuple(kernel.shape)}")
+        self.h, self.alpha, self.horizon = h, float(alpha_cbf), horizon
+        self.expected_h = kernel @ h  # (X, U); NaN for unseen cells
+        U = kernel.shape[1]
+        vals = torch.arange(U, dtype=D) if action_values is None else torch.as_tensor(action_values, dtype=D)
+        self.action_values = vals
+
+    def feasible(self, x) -> Tensor:
+        e = self.expected_h[int(x)]
+        return ~torch.isnan(e) & (e >= self.alpha * self.h[int(x)] - TOL)
+
+    def _choose(self, feas: Tensor, eh: Tensor, un: int) -> Tensor:
+        d = (self.action_values - self.action_values[un]).abs().expand_as(eh)
+        u = _select(feas, eh, d)
+        best = torch.nan_to_num(eh, nan=-math.inf).argmax(-1)
+        return torch.where(u < 0, best, u)
+
+    def __call__(self, x, t, u_nominal, generator=None):
+        x, un = int(x), int(u_nominal)
+        feas = self.feasible(x)
+        u = int(self._choose(feas, self.expected_h[x], un))
+        return u, {"fallback": not bool(feas.any())}
+
+    def table(self, nominal) -> Tensor:
+        X, U = self.expected_h.shape
+        nominal = _nominal(nominal, X, U)
+        feas = ~torch.isnan(self.expected_h) & (self.expected_h >= self.alpha * self.h[:, None] - TOL)
+        out = torch.zeros(X, U, dtype=D)
+        for un in range(U):
+            u = self._choose(feas, self.expected_h, un)
+            out.scatter_add_(-1, u[:, None], nominal[:, un : un + 1])
+        return out.expand(self.horizon, X, U).clone()

@@ -1,0 +1,229 @@
+"""Tabular confounded MDPs (Jing & Nakahira, ICML 2025, §2; docs/certificates.md, "Model").
+
+A latent ``W_t ~ P_W(.|X_t)`` drives both the offline behaviour policy ``pi_b(u|x, w)`` and the
+transition ``P(x'|x, m, w)``; the action acts on the next state only through the observed mediator
+``M_t ~ P_M(.|x, u)`` (front-door, Assumption 3.5). Offline (observational) and online
+(interventional) transition statistics therefore differ whenever ``pi_b`` reads ``W``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["OfflineDataset", "RolloutResult", "TabularConfoundedMDP", "check_distribution"]
+
+D = torch.float64
+
+
+def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float = 1e-9) -> Tensor:
+    """``p`` as float64 with its last ``dims`` axes a probability distribution, or ValueError."""
+    p = torch.as_tensor(p)
+    if not p.is_floating_point():
+        p = p.to(D)
+    p = p.to(D)
+    if not bool(torch.isfinite(p).all()):
+        raise ValueError(f"{name} must be finite")
+    if bool((p < 0).any()):
+        raise ValueError(f"{name} has negative probabilities (min {float(p.min()):.3g})")
+    total = p.sum(dim=tuple(range(-dims, 0)))
+    bad = (total - 1).abs() > tol
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} must sum to 1 over its last {dims} axis(es); at {idx} it sums to "
+            f"{float(total[idx]):.12g}"
+        )
+    return p
+
+
+@dataclass
+class OfflineDataset:
+    """Transitions ``(x, u, m, x_next, t)`` as LongTensors of equal length (the latent is never
+    recorded). ``m`` is the mediator; None for data without one (the naive estimator only)."""
+
+    x: Tensor
+    u: Tensor
+    m: Tensor | None
+    x_next: Tensor
+    t: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        cols = {"x": self.x, "u": self.u, "x_next": self.x_next}
+        if self.m is not None:
+            cols["m"] = self.m
+        if self.t is not None:
+            cols["t"] = self.t
+        n = None
+        for name, col in cols.items():
+            col = torch.as_tensor(col)
+            if col.is_floating_point():
+                if not bool((col == col.round()).all()):
+                    raise ValueError(f"{name} must hold integer indices, got non-integers")
+                col = col.long()
+            col = col.long().reshape(-1)
+            if bool((col < 0).any()):
+                raise ValueError(f"{name} must hold indices >= 0, got {int(col.min())}")
+            if n is not None and col.numel() != n:
+                raise ValueError(f"all columns must have the same length; {name} has {col.numel()}")
+            n = col.numel()
+            setattr(self, name, col)
+        if n == 0:
+            raise ValueError("the dataset is empty")
+
+    def __len__(self) -> int:
+        return self.x.numel()
+
+    @classmethod
+    def from_frame(
+        cls, frame, x="x", u="u", m="m", x_next="x_next", t: str | None = "t"
+    ) -> OfflineDataset:
+        """From a pandas DataFrame (or any mapping of columns, e.g. an OPE library's arrays with
+        an extra mediator column); ``m=None`` for data without a mediator."""
+        def col(name):
+            return None if name is None else torch.as_tensor(__import__("numpy").asarray(frame[name]))
+
+        has_t = t is not None and t in frame
+        return cls(col(x), col(u), col(m) if m is not None else None, col(x_next),
+                   col(t) if has_t else None)  # fmt: skip
+
+
+@dataclass
+class RolloutResult:
+    """Monte-Carlo rollouts: states ``(n, H+1)``, actions ``(n, H)``, ``safe_through (n, H+1)``
+    (safe at every step up to t)."""
+
+    states: Tensor
+    actions: Tensor
+    safe_through: Tensor
+
+
+class TabularConfoundedMDP:
+    """``p_w (X, W)``, ``p_m (X, U, M)``, ``trans (X, M, W, X')``, ``safe (X,)`` bool and
+    ``behavior (X, W, U)`` (the offline policy). Every distribution is checked to sum to 1."""
+
+    def __init__(self, p_w, p_m, trans, safe, behavior) -> None:
+        self.p_w = check_distribution("p_w", p_w)
+        self.p_m = check_distribution("p_m", p_m)
+        self.trans = check_distribution("trans", trans)
+        self.behavior = check_distribution("behavior", behavior)
+        X, W = self.p_w.shape
+        if self.p_m.ndim != 3 or self.p_m.shape[0] != X:
+            raise ValueError(f"p_m must be (X={X}, U, M), got {tuple(self.p_m.shape)}")
+        _, U, M = self.p_m.shape
+        if self.trans.shape != (X, M, W, X):
+            raise ValueError(f"trans must be (X, M, W, X') = {(X, M, W, X)}, got {tuple(self.trans.shape)}")
+        if self.behavior.shape != (X, W, U):
+            raise ValueError(f"behavior must be (X, W, U) = {(X, W, U)}, got {tuple(self.behavior.shape)}")
+        safe = torch.as_tensor(safe)
+        if safe.shape != (X,):
+            raise ValueError(f"safe must be a (X={X},) mask, got shape {tuple(safe.shape)}")
+        self.safe = safe.bool()
+        self.n_states, self.n_latents, self.n_actions, self.n_mediators = X, W, U, M
+
+    # -- kernels -------------------------------------------------------------------------------
+    def interventional_kernel(self) -> Tensor:
+        """``P_on(x'|x, do(u)) = sum_w P_W(w|x) sum_m P_M(m|x,u) P(x'|x,m,w)``, ``(X, U, X')``."""
+        return torch.einsum("xw,xum,xmwy->xuy", self.p_w, self.p_m, self.trans)
+
+    def latent_given_action(self) -> Tensor:
+        """``P_b(w|x, u) ∝ P_W(w|x) pi_b(u|x, w)``, ``(X, U, W)``; where ``u`` is never taken
+        offline, ``P_W(w|x)`` (no information)."""
+        joint = self.p_w[:, :, None] * self.behavior  # (X, W, U)
+        tot = joint.sum(1, keepdim=True)
+        post = torch.where(tot > 0, joint / tot.clamp(min=1e-300), self.p_w[:, :, None])
+        return post.permute(0, 2, 1)
+
+    def observational_kernel(self) -> Tensor:
+        """``P_off(x'|x, u) = sum_w P_b(w|x,u) sum_m P_M(m|x,u) P(x'|x,m,w)``, ``(X, U, X')``."""
+        return torch.einsum("xuw,xum,xmwy->xuy", self.latent_given_action(), self.p_m, self.trans)
+
+    def behavior_marginal(self) -> Tensor:
+        """``p_b(u|x) = sum_w P_W(w|x) pi_b(u|x, w)``, ``(X, U)``."""
+        return torch.einsum("xw,xwu->xu", self.p_w, self.behavior)
+
+    def frontdoor_kernel_population(self) -> Tensor:
+        """The front-door formula with exact probabilities: ``sum_m P(m|x,u) sum_u' p_b(u'|x)
+        P_off(x'|x, m, u')``, with ``P_off(x'|x,m,u') = sum_w P_b(w|x,u') P(x'|x,m,w)``. Equals
+        the interventional kernel under Assumption 3.5."""
+        off_m = torch.einsum("xvw,xmwy->xmvy", self.latent_given_action(), self.trans)  # (X,M,U',X')
+        inner = torch.einsum("xv,xmvy->xmy", self.behavior_marginal(), off_m)
+        return torch.einsum("xum,xmy->xuy", self.p_m, inner)
+
+    # -- sampling ------------------------------------------------------------------------------
+    def _init(self, n: int, init, generator) -> Tensor:
+        if isinstance(init, str):
+            if init != "uniform":
+                raise ValueError(f"init must be 'uniform' or a tensor of states, got {init!r}")
+            return torch.randint(self.n_states, (n,), generator=generator)
+        x0 = torch.as_tensor(init).long().reshape(-1)
+        if x0.numel() == 1:
+            x0 = x0.expand(n)
+        self._check_states("init", x0)
+        return x0.clone()
+
+    def _check_states(self, name: str, x: Tensor) -> None:
+        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.n_states):
+            raise ValueError(f"{name} must be states in [0, {self.n_states}), got {x.tolist()[:8]}")
+
+    @staticmethod
+    def _draw(probs: Tensor, generator) -> Tensor:
+        u = torch.rand(probs.shape[0], 1, generator=generator, dtype=probs.dtype)
+        return (probs.cumsum(-1) < u).sum(-1).clamp(max=probs.shape[-1] - 1)  # inverse CDF
+
+    def sample_offline(self, n_traj: int, horizon: int, init="uniform", generator=None) -> OfflineDataset:
+        """``n_traj`` behaviour-policy trajectories of ``horizon`` steps (vectorised)."""
+        if isinstance(n_traj, bool) or not isinstance(n_traj, int) or n_traj < 1:
+            raise ValueError(f"n_traj must be a positive integer, got {n_traj!r}")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+        x = self._init(n_traj, init, generator)
+        cols = {k: [] for k in ("x", "u", "m", "x_next", "t")}
+        for t in range(horizon):
+            w = self._draw(self.p_w[x], generator)
+            u = self._draw(self.behavior[x, w], generator)
+            m = self._draw(self.p_m[x, u], generator)
+            xn = self._draw(self.trans[x, m, w], generator)
+            for k, v in zip(cols, (x, u, m, xn, torch.full_like(x, t))):
+                cols[k].append(v)
+            x = xn
+        return OfflineDataset(*(torch.cat(cols[k]) for k in ("x", "u", "m", "x_next", "t")))
+
+    def step_online(self, x: Tensor, u: Tensor, generator=None) -> tuple[Tensor, Tensor, Tensor]:
+        """One online step for a batch: ``(x_next, m, w)`` under ``do(u)``."""
+        w = self._draw(self.p_w[x], generator)
+        m = self._draw(self.p_m[x, u], generator)
+        return self._draw(self.trans[x, m, w], generator), m, w
+
+    def rollout(self, controller, n: int, x0, horizon: int, nominal, generator=None) -> RolloutResult:
+        """``n`` online trajectories under ``controller`` (see docs: ``controller(x, t, u_nominal,
+        generator) -> (u, info)``; a controller with ``.table(nominal)`` is sampled from its
+        table, vectorised) with the nominal policy ``nominal (X, U)`` or ``(U,)``."""
+        nominal = _nominal(nominal, self.n_states, self.n_actions)
+        x = self._init(n, x0, generator)
+        states, actions = [x], []
+        table = controller.table(nominal) if hasattr(controller, "table") else None
+        for t in range(horizon):
+            if table is not None:
+                u = self._draw(table[t, x], generator)
+            else:
+                un = self._draw(nominal[x], generator)
+                u = torch.tensor([int(controller(int(xi), t, int(ui), generator)[0])
+                                  for xi, ui in zip(x.tolist(), un.tolist())])  # fmt: skip
+            x = self.step_online(x, u, generator)[0]
+            states.append(x)
+            actions.append(u)
+        S = torch.stack(states, 1)
+        safe_through = torch.cumprod(self.safe[S].to(torch.int64), 1).bool()
+        return RolloutResult(S, torch.stack(actions, 1), safe_through)
+
+
+def _nominal(nominal, X: int, U: int) -> Tensor:
+    p = torch.as_tensor(nominal, dtype=D)
+    if p.ndim == 1:
+        p = p.expand(X, U)
+    if p.shape != (X, U):
+        raise ValueError(f"the nominal policy must be (U={U},) or (X={X}, U={U}), got {tuple(p.shape)}")
+    return check_distribution("nominal policy", p)
