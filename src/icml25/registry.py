@@ -184,6 +184,8 @@ PAPERS: tuple[Paper, ...] = (
         "certificates",
         "Safety Certificate against Latent Variables with Partially Unidentifiable Dynamics",
         "arXiv:2506.17927",
+        repro="icml25.certificates.repro:run",
+        usage="icml25.certificates.SafetyCertificate(FrontDoorFQE(H, safe).fit(data)).filter(x, t, u_nominal)",
     ),
 )
 

@@ -68,7 +68,11 @@ class DTCBFFilter:
         self.h, self.alpha, self.horizon = h, float(alpha_cbf), horizon
         self.expected_h = kernel @ h  # (X, U); NaN for unseen cells
         U = kernel.shape[1]
-        vals = torch.arange(U, dtype=D) if action_values is None else torch.as_tensor(action_values, dtype=D)
+        vals = (
+            torch.arange(U, dtype=D)
+            if action_values is None
+            else torch.as_tensor(action_values, dtype=D)
+        )
         self.action_values = vals
 
     def feasible(self, x) -> Tensor:
@@ -90,7 +94,9 @@ class DTCBFFilter:
     def table(self, nominal) -> Tensor:
         X, U = self.expected_h.shape
         nominal = _nominal(nominal, X, U)
-        feas = ~torch.isnan(self.expected_h) & (self.expected_h >= self.alpha * self.h[:, None] - TOL)
+        feas = ~torch.isnan(self.expected_h) & (
+            self.expected_h >= self.alpha * self.h[:, None] - TOL
+        )
         out = torch.zeros(X, U, dtype=D)
         for un in range(U):
             u = self._choose(feas, self.expected_h, un)

@@ -53,7 +53,9 @@ class SafetyCertificate:
     def __init__(self, q: SafetyQ, pi_risk=None, eps: float = 0.2, alpha: float = 0.0,
                  action_values=None) -> None:  # fmt: skip
         if not isinstance(q, SafetyQ):
-            raise ValueError(f"q must be a SafetyQ (from FrontDoorFQE.fit or exact), got {type(q).__name__}")
+            raise ValueError(
+                f"q must be a SafetyQ (from FrontDoorFQE.fit or exact), got {type(q).__name__}"
+            )
         if not (isinstance(eps, (int, float)) and 0.0 < eps < 1.0):
             raise ValueError(f"eps must be in (0, 1), got {eps!r}")
         if not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
@@ -62,9 +64,15 @@ class SafetyCertificate:
         self.H = q.horizon
         X, U = q.Q.shape[1:]
         self.pi = risk_policy(pi_risk, X, U, self.H).to(q.Q.device)
-        vals = torch.arange(U, dtype=D) if action_values is None else torch.as_tensor(action_values, dtype=D)
+        vals = (
+            torch.arange(U, dtype=D)
+            if action_values is None
+            else torch.as_tensor(action_values, dtype=D)
+        )
         if vals.shape != (U,):
-            raise ValueError(f"action_values must have one value per action ({U}), got {tuple(vals.shape)}")
+            raise ValueError(
+                f"action_values must have one value per action ({U}), got {tuple(vals.shape)}"
+            )
         self.action_values = vals.to(q.Q.device)
         self._margins = self._all_margins()
 

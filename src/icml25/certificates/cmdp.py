@@ -82,8 +82,11 @@ class OfflineDataset:
     ) -> OfflineDataset:
         """From a pandas DataFrame (or any mapping of columns, e.g. an OPE library's arrays with
         an extra mediator column); ``m=None`` for data without a mediator."""
+
         def col(name):
-            return None if name is None else torch.as_tensor(__import__("numpy").asarray(frame[name]))
+            return (
+                None if name is None else torch.as_tensor(__import__("numpy").asarray(frame[name]))
+            )
 
         has_t = t is not None and t in frame
         return cls(col(x), col(u), col(m) if m is not None else None, col(x_next),
@@ -114,9 +117,13 @@ class TabularConfoundedMDP:
             raise ValueError(f"p_m must be (X={X}, U, M), got {tuple(self.p_m.shape)}")
         _, U, M = self.p_m.shape
         if self.trans.shape != (X, M, W, X):
-            raise ValueError(f"trans must be (X, M, W, X') = {(X, M, W, X)}, got {tuple(self.trans.shape)}")
+            raise ValueError(
+                f"trans must be (X, M, W, X') = {(X, M, W, X)}, got {tuple(self.trans.shape)}"
+            )
         if self.behavior.shape != (X, W, U):
-            raise ValueError(f"behavior must be (X, W, U) = {(X, W, U)}, got {tuple(self.behavior.shape)}")
+            raise ValueError(
+                f"behavior must be (X, W, U) = {(X, W, U)}, got {tuple(self.behavior.shape)}"
+            )
         safe = torch.as_tensor(safe)
         if safe.shape != (X,):
             raise ValueError(f"safe must be a (X={X},) mask, got shape {tuple(safe.shape)}")
@@ -148,7 +155,9 @@ class TabularConfoundedMDP:
         """The front-door formula with exact probabilities: ``sum_m P(m|x,u) sum_u' p_b(u'|x)
         P_off(x'|x, m, u')``, with ``P_off(x'|x,m,u') = sum_w P_b(w|x,u') P(x'|x,m,w)``. Equals
         the interventional kernel under Assumption 3.5."""
-        off_m = torch.einsum("xvw,xmwy->xmvy", self.latent_given_action(), self.trans)  # (X,M,U',X')
+        off_m = torch.einsum(
+            "xvw,xmwy->xmvy", self.latent_given_action(), self.trans
+        )  # (X,M,U',X')
         inner = torch.einsum("xv,xmvy->xmy", self.behavior_marginal(), off_m)
         return torch.einsum("xum,xmy->xuy", self.p_m, inner)
 
@@ -173,7 +182,9 @@ class TabularConfoundedMDP:
         u = torch.rand(probs.shape[0], 1, generator=generator, dtype=probs.dtype)
         return (probs.cumsum(-1) < u).sum(-1).clamp(max=probs.shape[-1] - 1)  # inverse CDF
 
-    def sample_offline(self, n_traj: int, horizon: int, init="uniform", generator=None) -> OfflineDataset:
+    def sample_offline(
+        self, n_traj: int, horizon: int, init="uniform", generator=None
+    ) -> OfflineDataset:
         """``n_traj`` behaviour-policy trajectories of ``horizon`` steps (vectorised)."""
         if isinstance(n_traj, bool) or not isinstance(n_traj, int) or n_traj < 1:
             raise ValueError(f"n_traj must be a positive integer, got {n_traj!r}")
@@ -197,7 +208,9 @@ class TabularConfoundedMDP:
         m = self._draw(self.p_m[x, u], generator)
         return self._draw(self.trans[x, m, w], generator), m, w
 
-    def rollout(self, controller, n: int, x0, horizon: int, nominal, generator=None) -> RolloutResult:
+    def rollout(
+        self, controller, n: int, x0, horizon: int, nominal, generator=None
+    ) -> RolloutResult:
         """``n`` online trajectories under ``controller`` (see docs: ``controller(x, t, u_nominal,
         generator) -> (u, info)``; a controller with ``.table(nominal)`` is sampled from its
         table, vectorised) with the nominal policy ``nominal (X, U)`` or ``(U,)``."""
@@ -225,5 +238,7 @@ def _nominal(nominal, X: int, U: int) -> Tensor:
     if p.ndim == 1:
         p = p.expand(X, U)
     if p.shape != (X, U):
-        raise ValueError(f"the nominal policy must be (U={U},) or (X={X}, U={U}), got {tuple(p.shape)}")
+        raise ValueError(
+            f"the nominal policy must be (U={U},) or (X={X}, U={U}), got {tuple(p.shape)}"
+        )
     return check_distribution("nominal policy", p)

@@ -55,7 +55,9 @@ def fit_aux_regression(aux: AuxDataset, safe, n_actions: int, n_mediators: int, 
     c = safe.to(D)
     one = torch.ones(len(aux), dtype=D)
     sel1 = aux.k == 1
-    n_xu = torch.zeros(X, U, dtype=D).index_put_((aux.x[sel1], aux.u[sel1]), one[sel1], accumulate=True)
+    n_xu = torch.zeros(X, U, dtype=D).index_put_(
+        (aux.x[sel1], aux.u[sel1]), one[sel1], accumulate=True
+    )
     n_xum = torch.zeros(X, U, M, dtype=D).index_put_(
         (aux.x[sel1], aux.u[sel1], aux.m[sel1]), one[sel1], accumulate=True
     )
@@ -67,8 +69,12 @@ def fit_aux_regression(aux: AuxDataset, safe, n_actions: int, n_mediators: int, 
     for k in range(1, horizon + 1):
         s = aux.k == k
         target = V[k - 1][aux.x_next[s]]
-        num = torch.zeros(X, M, U, dtype=D).index_put_((aux.x[s], aux.m[s], aux.u[s]), target, accumulate=True)
-        den = torch.zeros(X, M, U, dtype=D).index_put_((aux.x[s], aux.m[s], aux.u[s]), one[s], accumulate=True)
+        num = torch.zeros(X, M, U, dtype=D).index_put_(
+            (aux.x[s], aux.m[s], aux.u[s]), target, accumulate=True
+        )
+        den = torch.zeros(X, M, U, dtype=D).index_put_(
+            (aux.x[s], aux.m[s], aux.u[s]), one[s], accumulate=True
+        )
         q_m = num / den.clamp(min=1)  # cell means: the least-squares solution
         Q[k] = c[:, None] * torch.einsum("xum,xv,xmv->xu", p_m, p_b, q_m)
         V[k] = c * (pi[k] * Q[k]).sum(-1)

@@ -127,7 +127,9 @@ class _TabularFQE:
         for name in ("x", "x_next"):
             col = getattr(ds, name)
             if int(col.max()) >= X:
-                raise ValueError(f"dataset {name} has state {int(col.max())}, but safe has {X} states")
+                raise ValueError(
+                    f"dataset {name} has state {int(col.max())}, but safe has {X} states"
+                )
         U = self.n_actions if self.n_actions is not None else int(ds.u.max()) + 1
         if int(ds.u.max()) >= U:
             raise ValueError(f"dataset has action {int(ds.u.max())} >= n_actions={U}")
@@ -170,11 +172,18 @@ class FrontDoorFQE(_TabularFQE):
         M = self.n_mediators if self.n_mediators is not None else int(ds.m.max()) + 1
         if int(ds.m.max()) >= M:
             raise ValueError(f"dataset has mediator {int(ds.m.max())} >= n_mediators={M}")
-        n_xu = torch.zeros(X, U, dtype=D).index_put_((ds.x, ds.u), torch.ones(len(ds), dtype=D), accumulate=True)
-        n_xum = torch.zeros(X, U, M, dtype=D).index_put_((ds.x, ds.u, ds.m), torch.ones(len(ds), dtype=D), accumulate=True)
-        n_xmuy = torch.zeros(X, M, U, X, dtype=D).index_put_(
-            (ds.x, ds.m, ds.u, ds.x_next), torch.ones(len(ds), dtype=D), accumulate=True
-        ) + self.smoothing
+        n_xu = torch.zeros(X, U, dtype=D).index_put_(
+            (ds.x, ds.u), torch.ones(len(ds), dtype=D), accumulate=True
+        )
+        n_xum = torch.zeros(X, U, M, dtype=D).index_put_(
+            (ds.x, ds.u, ds.m), torch.ones(len(ds), dtype=D), accumulate=True
+        )
+        n_xmuy = (
+            torch.zeros(X, M, U, X, dtype=D).index_put_(
+                (ds.x, ds.m, ds.u, ds.x_next), torch.ones(len(ds), dtype=D), accumulate=True
+            )
+            + self.smoothing
+        )
         n_x = n_xu.sum(1)
         p_b = n_xu / n_x[:, None].clamp(min=1)
         p_m = n_xum / n_xu[:, :, None].clamp(min=1)
@@ -211,9 +220,12 @@ class NaiveFQE(_TabularFQE):
 
     def fit(self, ds: OfflineDataset) -> SafetyQ:
         X, U = self._sizes(ds)
-        n = torch.zeros(X, U, X, dtype=D).index_put_(
-            (ds.x, ds.u, ds.x_next), torch.ones(len(ds), dtype=D), accumulate=True
-        ) + self.smoothing
+        n = (
+            torch.zeros(X, U, X, dtype=D).index_put_(
+                (ds.x, ds.u, ds.x_next), torch.ones(len(ds), dtype=D), accumulate=True
+            )
+            + self.smoothing
+        )
         n_xu = n.sum(-1)
         kernel = n / n_xu[..., None].clamp(min=1e-300)
         unseen = n_xu.sum(-1) == 0
