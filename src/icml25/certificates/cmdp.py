@@ -235,7 +235,7 @@ class TabularConfoundedMDP:
 
 def _nominal(nominal, X: int, U: int) -> Tensor:
     p = torch.as_tensor(nominal, dtype=D)
-    if p.ndim == 1:
+    if p.ndim == 1 and p.shape[0] == U:
         p = p.expand(X, U)
     if p.shape != (X, U):
         raise ValueError(

@@ -1,0 +1,147 @@
+"""Bad input and edge cases (spec "Bad input and edge cases"), and the user's data layouts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from icml25.certificates import (
+    FrontDoorFQE,
+    NaiveFQE,
+    OfflineDataset,
+    SafetyCertificate,
+    SafetyQ,
+    TabularConfoundedMDP,
+    candidate_filter,
+    exact_safety_q,
+    make_confounded_driving,
+)
+
+D = torch.float64
+
+
+def _tiny():
+    X, U, W, M = 3, 2, 2, 2
+    p_w = torch.full((X, W), 0.5, dtype=D)
+    p_m = torch.full((X, U, M), 0.5, dtype=D)
+    trans = torch.full((X, M, W, X), 1 / 3, dtype=D)
+    beh = torch.full((X, W, U), 0.5, dtype=D)
+    return p_w, p_m, trans, torch.tensor([True, True, False]), beh
+
+
+def test_distributions_and_shapes_are_checked():
+    p_w, p_m, trans, safe, beh = _tiny()
+    TabularConfoundedMDP(p_w, p_m, trans, safe, beh)
+    bad = p_w.clone()
+    bad[1, 0] = 0.7
+    with pytest.raises(ValueError, match=r"p_w must sum to 1.*at \(1,\) it sums to 1.2"):
+        TabularConfoundedMDP(bad, p_m, trans, safe, beh)
+    neg = p_m.clone()
+    neg[0, 0] = torch.tensor([1.5, -0.5])
+    with pytest.raises(ValueError, match="p_m has negative probabilities"):
+        TabularConfoundedMDP(p_w, neg, trans, safe, beh)
+    with pytest.raises(ValueError, match=r"trans must be \(X, M, W, X'\)"):
+        TabularConfoundedMDP(p_w, p_m, trans[:, :, :, :2] * 1.5, safe, beh)
+    with pytest.raises(ValueError, match="safe must be"):
+        TabularConfoundedMDP(p_w, p_m, trans, safe[:2], beh)
+
+
+def test_horizon_eps_alpha_and_t_are_checked():
+    mdp, codec = make_confounded_driving()
+    K = mdp.interventional_kernel()
+    with pytest.raises(ValueError, match="horizon must be an integer >= 1, got 0"):
+        exact_safety_q(K, mdp.safe, 0)
+    Q, V = exact_safety_q(K, mdp.safe, 10)
+    q = SafetyQ(Q, V, mdp.safe)
+    with pytest.raises(ValueError, match=r"eps must be in \(0, 1\), got 1.0"):
+        SafetyCertificate(q, eps=1.0)
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
+        SafetyCertificate(q, alpha=2)
+    cert = SafetyCertificate(q)
+    with pytest.raises(IndexError, match=r"t must be in \[0, H\) = \[0, 10\), got 10"):
+        cert.filter(0, 10, 3)
+    with pytest.raises(ValueError, match="u_nominal must be an action"):
+        cert.filter(0, 0, 9)
+    with pytest.raises(ValueError, match="state must be in"):
+        cert.filter(700, 0, 1)
+    with pytest.raises(ValueError, match="distance must be"):
+        cert.filter(0, 0, 1, distance="l3")
+
+
+def test_unsafe_state_returns_the_nominal_and_low_guarantee_warns():
+    mdp, codec = make_confounded_driving()
+    Q, V = exact_safety_q(mdp.interventional_kernel(), mdp.safe, 10)
+    cert = SafetyCertificate(SafetyQ(Q, V, mdp.safe))
+    unsafe = codec.encode(7, 6)
+    u, info = cert.filter(unsafe, 0, 4)
+    assert u == 4 and info["unsafe_state"]
+    with pytest.warns(UserWarning, match="premise fails"):
+        assert cert.guarantee(codec.encode(9, 3)) < 0.8
+    assert SafetyCertificate(SafetyQ(Q, V, mdp.safe), eps=0.2).guarantee(0) == pytest.approx(
+        0.8212, abs=1e-4
+    )
+
+
+def test_datasets_empty_without_mediator_and_user_layouts():
+    with pytest.raises(ValueError, match="the dataset is empty"):
+        OfflineDataset([], [], [], [])
+    with pytest.raises(ValueError, match="same length"):
+        OfflineDataset([0, 1], [0], [0, 1], [1, 0])
+    with pytest.raises(ValueError, match="indices >= 0"):
+        OfflineDataset([0, -1], [0, 0], [0, 1], [1, 0])
+    mdp, _ = make_confounded_driving()
+    ds = mdp.sample_offline(200, 10, generator=torch.Generator().manual_seed(0))
+    no_m = OfflineDataset(ds.x, ds.u, None, ds.x_next)
+    with pytest.raises(ValueError, match="needs the mediator column m"):
+        FrontDoorFQE(10, mdp.safe).fit(no_m)
+    NaiveFQE(10, mdp.safe, n_actions=5).fit(no_m)  # the naive estimator needs no mediator
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"x": ds.x.numpy(), "u": ds.u.numpy(), "m": ds.m.numpy(),
+                          "x_next": ds.x_next.numpy()})  # fmt: skip
+    a = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(OfflineDataset.from_frame(frame))
+    b = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds)
+    assert torch.equal(torch.nan_to_num(a.Q), torch.nan_to_num(b.Q))
+    arrays = {
+        "x": np.asarray(ds.x),
+        "u": np.asarray(ds.u),
+        "m": np.asarray(ds.m),
+        "x_next": np.asarray(ds.x_next),
+    }
+    OfflineDataset.from_frame(arrays)  # an OPE library's dict of arrays plus a mediator column
+    with pytest.raises(ValueError, match="dataset x_next has state 69, but safe has 10 states"):
+        FrontDoorFQE(10, mdp.safe[:10]).fit(OfflineDataset(ds.x % 10, ds.u, ds.m, ds.x_next))
+
+
+def test_unseen_states_and_untaken_actions():
+    """An unseen safe state gets Q = 0 (pessimistic); an action never taken at a visited state is
+    unidentified (NaN), excluded from the certificate, with a warning."""
+    mdp, codec = make_confounded_driving()
+    ds = mdp.sample_offline(2_000, 10, generator=torch.Generator().manual_seed(0))
+    x_star = codec.encode(3, 2)
+    keep = ds.x != x_star
+    no_x = OfflineDataset(ds.x[keep], ds.u[keep], ds.m[keep], ds.x_next[keep])
+    q = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(no_x)
+    assert q.fit_info["unseen_states"] >= 1 and float(q.Q[5, x_star].abs().max()) == 0.0
+    keep = ~((ds.x == x_star) & (ds.u == 0))
+    no_u = OfflineDataset(ds.x[keep], ds.u[keep], ds.m[keep], ds.x_next[keep])
+    with pytest.warns(UserWarning, match="never taken in the data"):
+        q = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(no_u)
+    assert bool(torch.isnan(q.Q[5, x_star, 0]))
+    cert = SafetyCertificate(q)
+    assert not bool(cert.feasible(x_star, 5)[0])
+    u, info = cert.filter(x_star, 5, 0)
+    assert u != 0
+
+
+def test_candidate_filter_for_continuous_actions():
+    """A 1-D action on [-1, 1] with Q(u) = 1 - u^2 and V = 0.5: certified iff |u| <= 0.707;
+    a nominal of 0.9 is pulled back to the boundary."""
+    q_fn = lambda u: 1 - u[:, 0] ** 2  # noqa: E731
+    u, info = candidate_filter(q_fn, lambda u: q_fn(u) - 0.5, torch.tensor([0.9]), -1.0, 1.0,
+                               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert not info["fallback"] and abs(float(u)) <= 0.5**0.5 + 1e-9 and float(u) > 0.6
+    u, info = candidate_filter(q_fn, lambda u: q_fn(u) - 2.0, torch.tensor([0.9]), -1.0, 1.0)
+    assert info["fallback"] and abs(float(u)) < 0.05  # best Q
+    with pytest.raises(ValueError, match="low < high"):
+        candidate_filter(q_fn, q_fn, torch.tensor([0.0]), 1.0, -1.0)
