@@ -83,10 +83,10 @@ class OfflineDataset:
         """From a pandas DataFrame (or any mapping of columns, e.g. an OPE library's arrays with
         an extra mediator column); ``m=None`` for data without a mediator."""
 
+        import numpy as np
+
         def col(name):
-            return (
-                None if name is None else torch.as_tensor(__import__("numpy").asarray(frame[name]))
-            )
+            return None if name is None else torch.as_tensor(np.array(frame[name]))
 
         has_t = t is not None and t in frame
         return cls(col(x), col(u), col(m) if m is not None else None, col(x_next),
