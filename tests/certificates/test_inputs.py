@@ -145,3 +145,22 @@ def test_candidate_filter_for_continuous_actions():
     assert info["fallback"] and abs(float(u)) < 0.05  # best Q
     with pytest.raises(ValueError, match="low < high"):
         candidate_filter(q_fn, q_fn, torch.tensor([0.0]), 1.0, -1.0)
+
+
+def test_batched_filter_equals_the_single_filter():
+    mdp, codec = make_confounded_driving()
+    ds = mdp.sample_offline(3_000, 10, generator=torch.Generator().manual_seed(0))
+    q = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds)
+    for alpha in (0.0, 1.0):
+        cert = SafetyCertificate(q, alpha=alpha, action_values=(-3, -2, -1, 0, 1))
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(70, (300,), generator=g)
+        t = torch.randint(10, (300,), generator=g)
+        un = torch.randint(5, (300,), generator=g)
+        u, info = cert.filter_batch(x, t, un)
+        for i in range(300):
+            ui, inf = cert.filter(int(x[i]), int(t[i]), int(un[i]))
+            assert ui == int(u[i]) and inf["unsafe_state"] == bool(info["unsafe_state"][i])
+            assert inf["fallback"] == bool(info["fallback"][i])
+    with pytest.raises(IndexError):
+        cert.filter_batch(x, 10, un)

@@ -133,6 +133,48 @@ class SafetyCertificate:
         info["margin"] = float(self._margins[k, x, u])
         return u, info
 
+    def filter_batch(self, x, t, u_nominal, distance: str = "abs") -> tuple[Tensor, dict]:
+        """:meth:`filter` for many environments at once: ``x``, ``u_nominal`` ``(B,)`` and ``t``
+        an int or ``(B,)``; returns ``u (B,)`` and boolean ``(B,)`` tensors ``unsafe_state``,
+        ``fallback`` and ``unidentified``. Inputs may live on any device; the tables' device
+        is used for the computation and the result returns to ``x``'s device."""
+        if distance not in ("abs", "sq"):
+            raise ValueError(f"distance must be 'abs' or 'sq', got {distance!r}")
+        x_in = torch.as_tensor(x)
+        dev = self.q.Q.device
+        x = x_in.to(dev).long().reshape(-1)
+        un = torch.as_tensor(u_nominal).to(dev).long().reshape(-1)
+        t = torch.as_tensor(t).to(dev).long().reshape(-1).expand(x.shape[0])
+        X, U = self.q.Q.shape[1:]
+        if un.shape != x.shape:
+            raise ValueError(
+                f"u_nominal must have one action per state, got {tuple(un.shape)} for {tuple(x.shape)}"
+            )
+        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= X):
+            raise ValueError(
+                f"states must be in [0, {X}), got range [{int(x.min())}, {int(x.max())}]"
+            )
+        if un.numel() and (int(un.min()) < 0 or int(un.max()) >= U):
+            raise ValueError(f"u_nominal must be actions in [0, {U})")
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.H):
+            raise IndexError(f"t must be in [0, H) = [0, {self.H})")
+        k = self.H - t
+        M, Q = self._margins[k, x], self.q.Q[k, x]  # (B, U)
+        feas = ~torch.isnan(M) & (M >= -TOL)
+        d = (self.action_values[None, :] - self.action_values[un][:, None]).abs()
+        d = d if distance == "abs" else d * d
+        u = _select(feas, Q, d)
+        known = ~torch.isnan(Q)
+        best = torch.where(known, Q, torch.full_like(Q, -math.inf)).argmax(-1)
+        fallback = (u < 0) & known.any(-1)
+        unidentified = ~known.any(-1)
+        u = torch.where(u < 0, torch.where(unidentified, un, best), u)
+        unsafe = ~self.q.safe.to(dev)[x]
+        u = torch.where(unsafe, un, u)
+        info = {"unsafe_state": unsafe, "fallback": fallback & ~unsafe,
+                "unidentified": unidentified & ~unsafe}  # fmt: skip
+        return u.to(x_in.device), {k_: v.to(x_in.device) for k_, v in info.items()}
+
     def guarantee(self, x0) -> float:
         """``V(x0, H)``, the probability the certificate guarantees (Thm 3.2); warns when it is
         not above ``1 - eps`` (the theorem's premise fails)."""
