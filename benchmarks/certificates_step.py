@@ -65,8 +65,8 @@ def main() -> int:
         g = torch.Generator().manual_seed(B)
         xs = torch.randint(mdp.n_states, (B,), generator=g)
         un = torch.randint(5, (B,), generator=g)
-        fb = _median(lambda: cert.filter_batch(xs, 3, un), max(10, args.reps // 10))
-        fl = _median(lambda: table[3, xs].argmax(-1), max(10, args.reps // 10))
+        fb = _median(lambda xs=xs, un=un: cert.filter_batch(xs, 3, un), max(10, args.reps // 10))
+        fl = _median(lambda xs=xs: table[3, xs].argmax(-1), max(10, args.reps // 10))
         print(f"| certificate filter_batch, B = {B} | {fb * 1e3:.2f} ms | {fb / B * 1e6:.2f} us | "
               f"{fl / B * 1e6:.3f} us | {fb / fl:.1f}x |")  # fmt: skip
     print()
@@ -77,8 +77,10 @@ def main() -> int:
         t0 = time.perf_counter()
         ds = mdp.sample_offline(n, 10, generator=g)
         ts = time.perf_counter() - t0
-        tf = _median(lambda: FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds), 5)
-        tn = _median(lambda: NaiveFQE(10, mdp.safe, n_actions=5).fit(ds), 5)
+        tf = _median(
+            lambda ds=ds: FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds), 5
+        )
+        tn = _median(lambda ds=ds: NaiveFQE(10, mdp.safe, n_actions=5).fit(ds), 5)
         print(
             f"| {n} | {len(ds)} | {ts * 1e3:.0f} ms | {tf * 1e3:.1f} ms | {tn * 1e3:.1f} ms |",
             flush=True,
