@@ -185,7 +185,7 @@ PAPERS: tuple[Paper, ...] = (
         "Safety Certificate against Latent Variables with Partially Unidentifiable Dynamics",
         "arXiv:2506.17927",
         repro="icml25.certificates.repro:run",
-        usage="icml25.certificates.SafetyCertificate(FrontDoorFQE(H, safe).fit(data)).filter(x, t, u_nominal)",
+        usage="icml25.certificates.SafetyCertificate(icml25.certificates.FrontDoorFQE(H, safe).fit(data)).filter(x, t, u_nominal)",
     ),
 )
 
