@@ -305,3 +305,19 @@ def test_nominal_helper_shapes():
     assert p.shape == (3, 2)
     with pytest.raises(ValueError, match="nominal policy must be"):
         _nominal([0.5, 0.5], 3, 3)
+
+
+@pytest.mark.slow
+def test_neural_front_door_reaches_the_tabular_accuracy():
+    """Spec test 11: one-hot features, kappa = 1, 10k trajectories: max Q error <= 0.15 and the
+    certificate on it keeps P_safe >= 0.8 (about 60 s)."""
+    from icml25.certificates import repro
+    from icml25.certificates.qfunctions import NeuralFrontDoorFQE
+
+    st = repro.Setting(1.0)
+    out = repro._neural(st, 0, 10_000, steps=2000)
+    assert out["err"][0] <= 0.15 and out["p_safe"] >= 0.8
+    with pytest.raises(ValueError, match="needs the mediator column"):
+        net = NeuralFrontDoorFQE(torch.eye(70, dtype=D), 5, 5, 10, st.mdp.safe, steps_per_k=1)
+        ds = st.mdp.sample_offline(10, 10)
+        net.fit(OfflineDataset(ds.x, ds.u, None, ds.x_next))

@@ -26,6 +26,7 @@ from icml25.certificates.evaluate import exact_closed_loop_safety, monte_carlo_s
 from icml25.certificates.qfunctions import (
     FrontDoorFQE,
     NaiveFQE,
+    NeuralFrontDoorFQE,
     SafetyQ,
     exact_safety_q,
     risk_policy,
@@ -37,6 +38,7 @@ __all__ = [
     "DTCBFFilter",
     "FrontDoorFQE",
     "NaiveFQE",
+    "NeuralFrontDoorFQE",
     "NominalController",
     "OfflineDataset",
     "RolloutResult",

@@ -15,7 +15,14 @@ from torch import Tensor
 
 from icml25.certificates.cmdp import OfflineDataset, check_distribution
 
-__all__ = ["FrontDoorFQE", "NaiveFQE", "SafetyQ", "exact_safety_q", "risk_policy"]
+__all__ = [
+    "FrontDoorFQE",
+    "NaiveFQE",
+    "NeuralFrontDoorFQE",
+    "SafetyQ",
+    "exact_safety_q",
+    "risk_policy",
+]
 
 D = torch.float64
 
@@ -234,3 +241,134 @@ class NaiveFQE(_TabularFQE):
         never = (n_xu == 0) & ~unseen[:, None]
         kernel = torch.where(never[..., None], torch.full_like(kernel, float("nan")), kernel)
         return self._finish(kernel, info)
+
+
+class NeuralFrontDoorFQE(torch.nn.Module):
+    """Front-door fitted-Q evaluation with networks, for states given by features (continuous
+    ``X``; discrete mediators and actions). Defaults are the spec's (unverified; the paper's
+    experiment is tabular): MLPs with hidden sizes (64, 64) and ReLU; Adam, lr 1e-3, batch 512,
+    2,000 steps per regression.
+
+    - ``p_b(u|x)`` and ``P(m|x, u)``: softmax classifiers (cross-entropy) on ``phi(x)`` and
+      ``(phi(x), onehot(u))``.
+    - ``Q_M(x, k, m, u')``: backward induction over ``k = 1..H``, one sigmoid MLP per ``k`` on
+      ``(phi(x), onehot(m), onehot(u'))`` regressed (MSE) on ``V(x', k-1)``, where ``V`` comes
+      from the previous ``k``'s network through the front-door recovery.
+
+    ``features``: ``(X, d)`` per-state features (tabular states, e.g. one-hot) or a callable
+    ``x (LongTensor) -> (n, d)``. :meth:`safety_q` tabulates the result for a finite state set.
+    """
+
+    def __init__(self, features, n_actions: int, n_mediators: int, horizon: int, safe, pi_risk=None,
+                 hidden=(64, 64), steps_per_k: int = 2000, lr: float = 1e-3, batch_size: int = 512,
+                 seed: int = 0) -> None:  # fmt: skip
+        super().__init__()
+        self.H = _horizon(horizon)
+        self.U, self.M = int(n_actions), int(n_mediators)
+        self.safe = torch.as_tensor(safe).bool().reshape(-1)
+        self._phi = features
+        d = self.phi(torch.zeros(1, dtype=torch.long)).shape[-1]
+        for name, v in (("steps_per_k", steps_per_k), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.steps, self.lr, self.batch = steps_per_k, float(lr), batch_size
+        gen = torch.Generator().manual_seed(seed)
+        torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=gen)))
+
+        def mlp(n_in: int, n_out: int) -> torch.nn.Sequential:
+            layers, width = [], n_in
+            for h in hidden:
+                layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+                width = h
+            return torch.nn.Sequential(*layers, torch.nn.Linear(width, n_out))
+
+        # float32 networks (the probabilities they feed are float64)
+        self.behavior_net = mlp(d, self.U)
+        self.mediator_net = mlp(d + self.U, self.M)
+        self.q_nets = torch.nn.ModuleList(mlp(d + self.M + self.U, 1) for _ in range(self.H))
+        self.pi_risk = pi_risk
+        self.fit_info: dict = {}
+
+    def phi(self, x: Tensor) -> Tensor:
+        if callable(self._phi):
+            return torch.as_tensor(self._phi(x), dtype=D)
+        return torch.as_tensor(self._phi, dtype=D)[x]
+
+    def _onehot(self, i: Tensor, n: int) -> Tensor:
+        return torch.nn.functional.one_hot(i, n).to(D)
+
+    def _train(self, net, inputs: Tensor, target: Tensor, loss: str) -> float:
+        inputs = inputs.float()
+        target = target if loss == "ce" else target.float()
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+        g = torch.Generator().manual_seed(len(self.fit_info))
+        n = inputs.shape[0]
+        last = float("nan")
+        for _ in range(self.steps):
+            idx = torch.randint(n, (min(self.batch, n),), generator=g)
+            out = net(inputs[idx])
+            if loss == "ce":
+                value = torch.nn.functional.cross_entropy(out, target[idx])
+            else:
+                value = torch.nn.functional.mse_loss(torch.sigmoid(out[:, 0]), target[idx])
+            opt.zero_grad()
+            value.backward()
+            opt.step()
+            last = float(value.detach())
+        return last
+
+    def _q(self, phi_x: Tensor, k: int) -> Tensor:
+        """``Q(x, k, u)`` for feature rows ``(n, d)``, ``(n, U)``, before the ``1_C(x)`` factor."""
+        n = phi_x.shape[0]
+        with torch.no_grad():
+            phi_x = phi_x.float()
+            p_b = torch.softmax(self.behavior_net(phi_x), -1).double()  # (n, U')
+            eye_u, eye_m = torch.eye(self.U), torch.eye(self.M)
+            xu = torch.cat([phi_x[:, None, :].expand(n, self.U, -1), eye_u.expand(n, -1, -1)], -1)
+            p_m = torch.softmax(self.mediator_net(xu), -1).double()  # (n, U, M)
+            rows = torch.cat([
+                phi_x[:, None, None, :].expand(n, self.M, self.U, -1),
+                eye_m[None, :, None, :].expand(n, -1, self.U, -1),
+                eye_u[None, None, :, :].expand(n, self.M, -1, -1),
+            ], -1)  # fmt: skip
+            q_m = torch.sigmoid(self.q_nets[k - 1](rows)[..., 0]).double()  # (n, M, U')
+            return torch.einsum("num,nv,nmv->nu", p_m, p_b, q_m)
+
+    def _v(self, x: Tensor, k: int, pi: Tensor) -> Tensor:
+        c = self.safe[x].to(D)
+        if k == 0:
+            return c
+        return c * (pi[k][x] * self._q(self.phi(x), k)).sum(-1)
+
+    def fit(self, ds: OfflineDataset) -> NeuralFrontDoorFQE:
+        if ds.m is None:
+            raise ValueError("NeuralFrontDoorFQE needs the mediator column m")
+        X = self.safe.numel()
+        pi = risk_policy(self.pi_risk, X, self.U, self.H)
+        keep = self.safe[ds.x]  # unsafe x has Q = 0: its rows carry no information
+        x, u, m, xn = ds.x[keep], ds.u[keep], ds.m[keep], ds.x_next[keep]
+        phi_x = self.phi(x)
+        self.fit_info["loss_behavior"] = self._train(self.behavior_net, phi_x, u, "ce")
+        self.fit_info["loss_mediator"] = self._train(
+            self.mediator_net, torch.cat([phi_x, self._onehot(u, self.U)], -1), m, "ce"
+        )
+        rows = torch.cat([phi_x, self._onehot(m, self.M), self._onehot(u, self.U)], -1)
+        for k in range(1, self.H + 1):
+            target = self._v(xn, k - 1, pi)
+            self.fit_info[f"loss_q{k}"] = self._train(self.q_nets[k - 1], rows, target, "mse")
+        self.fit_info["clamped"] = 0  # sigmoid outputs stay in [0, 1]
+        return self
+
+    def safety_q(self) -> SafetyQ:
+        """The fitted values tabulated on the states ``0..X-1`` (``features`` must cover them)."""
+        X = self.safe.numel()
+        pi = risk_policy(self.pi_risk, X, self.U, self.H)
+        c = self.safe.to(D)
+        phi = self.phi(torch.arange(X))
+        Q = torch.empty(self.H + 1, X, self.U, dtype=D)
+        V = torch.empty(self.H + 1, X, dtype=D)
+        Q[0], V[0] = c[:, None].expand(X, self.U), c
+        for k in range(1, self.H + 1):
+            Q[k] = c[:, None] * self._q(phi, k)
+            V[k] = c * (pi[k] * Q[k]).sum(-1)
+        return SafetyQ(Q, V, self.safe, dict(self.fit_info))
