@@ -164,3 +164,82 @@ def test_batched_filter_equals_the_single_filter():
             assert inf["fallback"] == bool(info["fallback"][i])
     with pytest.raises(IndexError):
         cert.filter_batch(x, 10, un)
+
+
+def test_review_findings_float32_numpy_scalars_and_validation():
+    import math
+
+    from icml25.certificates import (
+        ConfoundedDrivingConfig,
+        DTCBFFilter,
+        exact_closed_loop_safety,
+        monte_carlo_safety,
+        progress,
+    )
+
+    p_w, p_m, trans, safe, beh = _tiny()
+    mdp = TabularConfoundedMDP(
+        p_w.float(), p_m.float(), trans.float(), safe, beh.float()
+    )  # float32
+    assert mdp.trans.dtype == D and float((mdp.trans.sum(-1) - 1).abs().max()) < 1e-15
+    with pytest.raises(ValueError, match=r"tolerance 1e-09"):
+        TabularConfoundedMDP(p_w * (1 + 1e-7), p_m, trans, safe, beh)
+    with pytest.raises(ValueError, match="p_w must be"):
+        TabularConfoundedMDP(p_w[0], p_m, trans, safe, beh)
+    ds = mdp.sample_offline(np.int64(20), np.int64(3), generator=torch.Generator().manual_seed(0))
+    assert len(ds) == 60
+    with pytest.raises(ValueError, match="one start state or n_traj = 5"):
+        mdp.sample_offline(5, 2, init=torch.tensor([1, 2]))
+    q = FrontDoorFQE(np.int64(3), safe, pi_risk=np.array([0.5, 0.5], np.float32)).fit(ds)
+    cert = SafetyCertificate(q, alpha=np.float32(0.5))
+    with pytest.raises(ValueError, match="pi_risk is not the policy this Q was evaluated for"):
+        SafetyCertificate(q, pi_risk=[1.0, 0.0])
+    with pytest.raises(ValueError, match=r"pi_risk must be \(U,\)"):
+        FrontDoorFQE(3, safe, pi_risk=torch.tensor([0.2, 0.3, 0.5])).fit(ds)
+    with pytest.raises(ValueError, match="x must be an integer"):
+        cert.filter(1.5, 0, 0)
+    with pytest.raises(ValueError, match="t must be one time or one per state"):
+        cert.filter_batch(torch.tensor([0, 1]), torch.tensor([0, 1, 2]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"got range \[0, 7\]"):
+        cert.filter_batch(torch.tensor([0, 1]), 0, torch.tensor([0, 7]))
+    table = cert.table([0.5, 0.5])
+    with pytest.raises(ValueError, match="x0 must be a state in"):
+        exact_closed_loop_safety(mdp, table, -1)
+    with pytest.raises(ValueError, match="action probabilities"):
+        exact_closed_loop_safety(mdp, table * 2, 0)
+    with pytest.raises(ValueError, match="one number per state"):
+        progress(mdp, table, 0, torch.ones(4))
+    with pytest.raises(ValueError, match="needs horizon="):
+        monte_carlo_safety(mdp, lambda x, t, u, g: (u, {}), 2, 2, 0, nominal=[0.5, 0.5])
+    with pytest.raises(ValueError, match="exceeds the controller's table"):
+        monte_carlo_safety(mdp, cert.as_controller(), 2, 2, 0, nominal=[0.5, 0.5], horizon=9)
+    K = mdp.interventional_kernel()
+    with pytest.raises(ValueError, match="h must have one value per state of the kernel"):
+        DTCBFFilter(K, torch.ones(2))
+    with pytest.raises(ValueError, match="u_nominal in"):
+        DTCBFFilter(K, torch.ones(3))(0, 0, 5)
+    with pytest.raises(ValueError, match="p_latent must be a probability vector"):
+        ConfoundedDrivingConfig(p_latent=(0.5, 0.6, 0.0, 0.0))
+    with pytest.raises(ValueError, match="eps must be in"):
+        ConfoundedDrivingConfig(eps=2.0)
+    with pytest.raises(ValueError, match="action_values must be finite"):
+        SafetyCertificate(q, action_values=[0.0, math.nan])
+    with pytest.raises(ValueError, match="1-D column"):
+        OfflineDataset(np.zeros((3, 2), int), [0, 1, 2], [0, 1, 0], [1, 2, 0])
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"x": [0], "u": [0], "x_next": [1]})
+    with pytest.raises(ValueError, match="no column 'm'.*m=None"):
+        OfflineDataset.from_frame(frame)
+
+
+def test_unseen_state_is_flagged_uninformative():
+    mdp, codec = make_confounded_driving()
+    ds = mdp.sample_offline(2_000, 10, generator=torch.Generator().manual_seed(0))
+    x_star = codec.encode(3, 2)
+    keep = ds.x != x_star
+    q = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(
+        OfflineDataset(ds.x[keep], ds.u[keep], ds.m[keep], ds.x_next[keep])
+    )
+    u, info = SafetyCertificate(q).filter(x_star, 0, 2)
+    assert info["uninformative"] and u == 2
+    assert not SafetyCertificate(q).filter(0, 0, 2)[1]["uninformative"]

@@ -58,13 +58,20 @@ class DTCBFFilter:
         h = torch.as_tensor(h, dtype=D).reshape(-1)
         if not (isinstance(alpha_cbf, (int, float)) and 0.0 <= alpha_cbf <= 1.0):
             raise ValueError(f"alpha_cbf must be in [0, 1], got {alpha_cbf!r}")
+        if h.numel() < 1 or not bool(torch.isfinite(h).all()):
+            raise ValueError(f"h must be a finite barrier value per state, got {h.tolist()[:8]}")
         if isinstance(kernel_or_dataset, OfflineDataset):
             U = int(kernel_or_dataset.u.max()) + 1 if action_values is None else len(action_values)
             kernel = offline_kernel(kernel_or_dataset, h.numel(), U)
         else:
-            kernel = check_distribution("kernel", kernel_or_dataset)
-        if kernel.ndim != 3 or kernel.shape[0] != h.numel() or kernel.shape[2] != h.numel():
-            raise ValueError(f"kernel must be (X={h.numel()}, U, X), got {tuple(kernel.shape)}")
+            kernel = torch.as_tensor(kernel_or_dataset)
+            if kernel.ndim != 3 or kernel.shape[0] != kernel.shape[2]:
+                raise ValueError(f"kernel must be (X, U, X), got {tuple(kernel.shape)}")
+            if kernel.shape[0] != h.numel():
+                raise ValueError(
+                    f"h must have one value per state of the kernel ({kernel.shape[0]}), got {h.numel()}"
+                )
+            kernel = check_distribution("kernel", kernel)
         self.h, self.alpha, self.horizon = h, float(alpha_cbf), horizon
         self.expected_h = kernel @ h  # (X, U); NaN for unseen cells
         U = kernel.shape[1]
@@ -86,7 +93,12 @@ class DTCBFFilter:
         return torch.where(u < 0, best, u)
 
     def __call__(self, x, t, u_nominal, generator=None):
-        x, un = int(x), int(u_nominal)
+        from icml25.certificates.cmdp import as_int
+
+        X, U = self.expected_h.shape
+        x, un = as_int("x", x), as_int("u_nominal", u_nominal)
+        if not 0 <= x < X or not 0 <= un < U:
+            raise ValueError(f"x must be in [0, {X}) and u_nominal in [0, {U}), got {x} and {un}")
         feas = self.feasible(x)
         u = int(self._choose(feas, self.expected_h[x], un))
         return u, {"fallback": not bool(feas.any())}

@@ -25,6 +25,15 @@ D = torch.float64
 TOL = 1e-12  # margins this close to 0 count as certified (rounding)
 
 
+def _number(name: str, value) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
 def _select(feasible: Tensor, Q: Tensor, dist: Tensor) -> Tensor:
     """Index of the feasible action closest to the nominal (``dist`` per action), ties to the
     larger Q, then the lower index; batched over leading dimensions. Rows with no feasible action
@@ -56,14 +65,26 @@ class SafetyCertificate:
             raise ValueError(
                 f"q must be a SafetyQ (from FrontDoorFQE.fit or exact), got {type(q).__name__}"
             )
-        if not (isinstance(eps, (int, float)) and 0.0 < eps < 1.0):
+        eps, alpha = _number("eps", eps), _number("alpha", alpha)
+        if not 0.0 < eps < 1.0:
             raise ValueError(f"eps must be in (0, 1), got {eps!r}")
-        if not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
+        if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
         self.q, self.eps, self.alpha = q, float(eps), float(alpha)
         self.H = q.horizon
         X, U = q.Q.shape[1:]
         self.pi = risk_policy(pi_risk, X, U, self.H).to(q.Q.device)
+        if pi_risk is not None:  # the margin reads q.V: it must be this policy's average of Q
+            known = ~torch.isnan(q.Q[1:])
+            w = self.pi[1:] * known
+            avg = (w * torch.nan_to_num(q.Q[1:])).sum(-1) / w.sum(-1).clamp(min=1e-300)
+            avg = q.safe.to(avg) * avg
+            gap = float((avg - q.V[1:]).abs().max())
+            if gap > 1e-9:
+                raise ValueError(
+                    f"pi_risk is not the policy this Q was evaluated for (its average of Q differs "
+                    f"from q.V by up to {gap:.3g}); fit the Q with this pi_risk, or leave it out"
+                )
         vals = (
             torch.arange(U, dtype=D)
             if action_values is None
@@ -73,6 +94,8 @@ class SafetyCertificate:
             raise ValueError(
                 f"action_values must have one value per action ({U}), got {tuple(vals.shape)}"
             )
+        if not bool(torch.isfinite(vals).all()):
+            raise ValueError(f"action_values must be finite, got {vals.tolist()}")
         self.action_values = vals.to(q.Q.device)
         self._margins = self._all_margins()
 
@@ -82,7 +105,9 @@ class SafetyCertificate:
         return Q - V[..., None] + self.alpha * (V[..., None] - (1.0 - self.eps))
 
     def _k(self, t) -> int:
-        t = int(torch.as_tensor(t))
+        from icml25.certificates.cmdp import as_int
+
+        t = as_int("t", t)
         if t < 0 or t >= self.H:
             raise IndexError(f"t must be in [0, H) = [0, {self.H}), got {t}")
         return self.H - t
@@ -90,7 +115,9 @@ class SafetyCertificate:
     def margin(self, x, u, t) -> float:
         """``S(x, u, t)`` (``S_alpha`` with ``alpha > 0``)."""
         k = self._k(t)
-        x, u = int(torch.as_tensor(x)), int(torch.as_tensor(u))
+        from icml25.certificates.cmdp import as_int
+
+        x, u = as_int("x", x), as_int("u", u)
         if not 0 <= u < self.q.Q.shape[2]:
             raise ValueError(f"action must be in [0, {self.q.Q.shape[2]}), got {u}")
         return float(self._margins[k, self.q._index(x, k)[0], u])
@@ -108,18 +135,24 @@ class SafetyCertificate:
         identified action at all: the nominal, ``info["unidentified"]``."""
         if distance not in ("abs", "sq"):
             raise ValueError(f"distance must be 'abs' or 'sq', got {distance!r}")
+        from icml25.certificates.cmdp import as_int
+
         k = self._k(t)
-        x = self.q._index(x, k)[0]
-        un = int(torch.as_tensor(u_nominal))
+        x = self.q._index(as_int("x", x), k)[0]
+        un = as_int("u_nominal", u_nominal)
         U = self.q.Q.shape[2]
         if not 0 <= un < U:
             raise ValueError(f"u_nominal must be an action in [0, {U}), got {un}")
-        info = {"unsafe_state": False, "fallback": False, "unidentified": False}
+        info = {"unsafe_state": False, "fallback": False, "unidentified": False,
+                "uninformative": False}  # fmt: skip
         if not bool(self.q.safe[x]):
             info["unsafe_state"] = True
             return un, info
         feas = self.feasible(x, t)
         Q = self.q.Q[k, x]
+        # all actions valued 0 at a safe state (unseen in the data: pessimistic Q = 0): every
+        # action is certified, so the certificate cannot tell them apart
+        info["uninformative"] = bool((torch.nan_to_num(Q, nan=0.0) == 0).all())
         d = (self.action_values - self.action_values[un]).abs()
         d = d if distance == "abs" else d * d
         u = int(_select(feas, Q, d))
@@ -142,9 +175,18 @@ class SafetyCertificate:
             raise ValueError(f"distance must be 'abs' or 'sq', got {distance!r}")
         x_in = torch.as_tensor(x)
         dev = self.q.Q.device
+        cols = {"x": x_in, "u_nominal": torch.as_tensor(u_nominal), "t": torch.as_tensor(t)}
+        for name, c in cols.items():
+            if c.is_floating_point() and not bool((c == c.round()).all()):
+                raise ValueError(f"{name} must hold integers, got non-integers")
+            if c.ndim > 1:
+                raise ValueError(f"{name} must be 1-D, got shape {tuple(c.shape)}")
         x = x_in.to(dev).long().reshape(-1)
-        un = torch.as_tensor(u_nominal).to(dev).long().reshape(-1)
-        t = torch.as_tensor(t).to(dev).long().reshape(-1).expand(x.shape[0])
+        un = cols["u_nominal"].to(dev).long().reshape(-1)
+        t = cols["t"].to(dev).long().reshape(-1)
+        if t.numel() not in (1, x.numel()):
+            raise ValueError(f"t must be one time or one per state ({x.numel()}), got {t.numel()}")
+        t = t.expand(x.shape[0])
         X, U = self.q.Q.shape[1:]
         if un.shape != x.shape:
             raise ValueError(
@@ -155,9 +197,13 @@ class SafetyCertificate:
                 f"states must be in [0, {X}), got range [{int(x.min())}, {int(x.max())}]"
             )
         if un.numel() and (int(un.min()) < 0 or int(un.max()) >= U):
-            raise ValueError(f"u_nominal must be actions in [0, {U})")
+            raise ValueError(
+                f"u_nominal must be actions in [0, {U}), got range [{int(un.min())}, {int(un.max())}]"
+            )
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.H):
-            raise IndexError(f"t must be in [0, H) = [0, {self.H})")
+            raise IndexError(
+                f"t must be in [0, H) = [0, {self.H}), got range [{int(t.min())}, {int(t.max())}]"
+            )
         k = self.H - t
         M, Q = self._margins[k, x], self.q.Q[k, x]  # (B, U)
         feas = ~torch.isnan(M) & (M >= -TOL)
@@ -176,8 +222,10 @@ class SafetyCertificate:
         return u.to(x_in.device), {k_: v.to(x_in.device) for k_, v in info.items()}
 
     def guarantee(self, x0) -> float:
-        """``V(x0, H)``, the probability the certificate guarantees (Thm 3.2); warns when it is
-        not above ``1 - eps`` (the theorem's premise fails)."""
+        """``V(x0, H)``, the probability the certificate guarantees (Thm 3.2) at ``alpha = 0``;
+        warns when it is not above ``1 - eps`` (the theorem's premise fails). With ``alpha > 0``
+        the guarantee is only ``1 - eps``, and only while ``S_alpha`` stays feasible (no
+        fallback; it holds when ``V(x0, H) > 1 - eps`` and the Q is exact)."""
         v = self.q.v(x0, self.H)
         if not v > 1.0 - self.eps:
             warnings.warn(

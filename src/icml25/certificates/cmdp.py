@@ -18,12 +18,33 @@ __all__ = ["OfflineDataset", "RolloutResult", "TabularConfoundedMDP", "check_dis
 D = torch.float64
 
 
-def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float = 1e-9) -> Tensor:
-    """``p`` as float64 with its last ``dims`` axes a probability distribution, or ValueError."""
+def as_int(name: str, value, minimum: int | None = None) -> int:
+    """An integer (numpy and 0-d tensor integers included), or ValueError naming it."""
+    import operator
+
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        out = operator.index(
+            value.item() if isinstance(value, Tensor) and value.numel() == 1 else value
+        )
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {out}")
+    return out
+
+
+def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float | None = None) -> Tensor:
+    """``p`` as float64 with its last ``dims`` axes a probability distribution (sums within
+    ``tol`` of 1: 1e-9 for float64 input, 1e-5 for lower precision; renormalised), or
+    ValueError."""
     p = torch.as_tensor(p)
-    if not p.is_floating_point():
-        p = p.to(D)
+    if tol is None:
+        tol = 1e-9 if p.dtype == torch.float64 or not p.is_floating_point() else 1e-5
     p = p.to(D)
+    if p.ndim < dims:
+        raise ValueError(f"{name} must have at least {dims} axis(es), got shape {tuple(p.shape)}")
     if not bool(torch.isfinite(p).all()):
         raise ValueError(f"{name} must be finite")
     if bool((p < 0).any()):
@@ -33,10 +54,10 @@ def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float = 1e-9) -
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise ValueError(
-            f"{name} must sum to 1 over its last {dims} axis(es); at {idx} it sums to "
-            f"{float(total[idx]):.12g}"
+            f"{name} must sum to 1 over its last {dims} axis(es) (tolerance {tol:g}); at {idx} it "
+            f"sums to {float(total[idx]):.12g}"
         )
-    return p
+    return p / total.reshape(*total.shape, *([1] * dims))
 
 
 @dataclass
@@ -63,6 +84,10 @@ class OfflineDataset:
                 if not bool((col == col.round()).all()):
                     raise ValueError(f"{name} must hold integer indices, got non-integers")
                 col = col.long()
+            if col.ndim > 1:
+                raise ValueError(
+                    f"{name} must be a 1-D column of indices, got shape {tuple(col.shape)}"
+                )
             col = col.long().reshape(-1)
             if bool((col < 0).any()):
                 raise ValueError(f"{name} must hold indices >= 0, got {int(col.min())}")
@@ -86,7 +111,14 @@ class OfflineDataset:
         import numpy as np
 
         def col(name):
-            return None if name is None else torch.as_tensor(np.array(frame[name]))
+            if name is None:
+                return None
+            if name not in frame:
+                raise ValueError(
+                    f"the frame has no column {name!r} (columns: {list(frame)}); name it with "
+                    f"x=/u=/m=/x_next=, or m=None for data without a mediator"
+                )
+            return torch.as_tensor(np.array(frame[name]))
 
         has_t = t is not None and t in frame
         return cls(col(x), col(u), col(m) if m is not None else None, col(x_next),
@@ -109,12 +141,16 @@ class TabularConfoundedMDP:
 
     def __init__(self, p_w, p_m, trans, safe, behavior) -> None:
         self.p_w = check_distribution("p_w", p_w)
+        if self.p_w.ndim != 2 or self.p_w.shape[0] < 1:
+            raise ValueError(f"p_w must be (X, W) with X >= 1, got shape {tuple(self.p_w.shape)}")
         self.p_m = check_distribution("p_m", p_m)
         self.trans = check_distribution("trans", trans)
         self.behavior = check_distribution("behavior", behavior)
         X, W = self.p_w.shape
         if self.p_m.ndim != 3 or self.p_m.shape[0] != X:
-            raise ValueError(f"p_m must be (X={X}, U, M), got {tuple(self.p_m.shape)}")
+            raise ValueError(
+                f"p_w has X={X} states, so p_m must be (X={X}, U, M); got {tuple(self.p_m.shape)}"
+            )
         _, U, M = self.p_m.shape
         if self.trans.shape != (X, M, W, X):
             raise ValueError(
@@ -167,9 +203,16 @@ class TabularConfoundedMDP:
             if init != "uniform":
                 raise ValueError(f"init must be 'uniform' or a tensor of states, got {init!r}")
             return torch.randint(self.n_states, (n,), generator=generator)
-        x0 = torch.as_tensor(init).long().reshape(-1)
+        x0 = torch.as_tensor(init)
+        if x0.is_floating_point() and not bool((x0 == x0.round()).all()):
+            raise ValueError("init must be 'uniform' or integer start states, got non-integers")
+        x0 = x0.long().reshape(-1)
         if x0.numel() == 1:
             x0 = x0.expand(n)
+        if x0.numel() != n:
+            raise ValueError(
+                f"init must hold one start state or n_traj = {n} of them, got {x0.numel()}"
+            )
         self._check_states("init", x0)
         return x0.clone()
 
@@ -186,10 +229,7 @@ class TabularConfoundedMDP:
         self, n_traj: int, horizon: int, init="uniform", generator=None
     ) -> OfflineDataset:
         """``n_traj`` behaviour-policy trajectories of ``horizon`` steps (vectorised)."""
-        if isinstance(n_traj, bool) or not isinstance(n_traj, int) or n_traj < 1:
-            raise ValueError(f"n_traj must be a positive integer, got {n_traj!r}")
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+        n_traj, horizon = as_int("n_traj", n_traj, 1), as_int("horizon", horizon, 1)
         x = self._init(n_traj, init, generator)
         cols = {k: [] for k in ("x", "u", "m", "x_next", "t")}
         for t in range(horizon):
@@ -204,6 +244,10 @@ class TabularConfoundedMDP:
 
     def step_online(self, x: Tensor, u: Tensor, generator=None) -> tuple[Tensor, Tensor, Tensor]:
         """One online step for a batch: ``(x_next, m, w)`` under ``do(u)``."""
+        x, u = torch.as_tensor(x).long(), torch.as_tensor(u).long()
+        self._check_states("x", x)
+        if u.numel() and (int(u.min()) < 0 or int(u.max()) >= self.n_actions):
+            raise ValueError(f"u must be actions in [0, {self.n_actions}), got {u.tolist()[:8]}")
         w = self._draw(self.p_w[x], generator)
         m = self._draw(self.p_m[x, u], generator)
         return self._draw(self.trans[x, m, w], generator), m, w

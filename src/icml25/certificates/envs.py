@@ -55,6 +55,14 @@ class ConfoundedDrivingConfig:
             raise ValueError(f"mediator_fidelity must be in [0, 1], got {self.mediator_fidelity}")
         if len(self.dv) != len(self.p_latent) or any(len(r) != len(self.actions) for r in self.dv):
             raise ValueError("dv must have one row per latent value and one entry per action")
+        for name in ("p_latent", "behavior_wet", "behavior_dry", "nominal"):
+            vals = getattr(self, name)
+            if min(vals) < 0 or abs(sum(vals) - 1) > 1e-9:
+                raise ValueError(f"{name} must be a probability vector (>= 0, sum 1), got {vals}")
+        if not 0.0 < self.eps < 1.0:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+        if self.horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {self.horizon}")
 
 
 @dataclass(frozen=True)

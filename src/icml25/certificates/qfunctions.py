@@ -33,9 +33,8 @@ def risk_policy(pi_risk, n_states: int, n_actions: int, horizon: int) -> Tensor:
     if pi_risk is None:
         return torch.full((horizon + 1, n_states, n_actions), 1.0 / n_actions, dtype=D)
     p = torch.as_tensor(pi_risk, dtype=D)
-    if p.ndim == 1:
-        p = p.expand(n_states, n_actions)
-    if p.ndim == 2:
+    ok = {1: (n_actions,), 2: (n_states, n_actions), 3: (horizon + 1, n_states, n_actions)}
+    if p.ndim in ok and tuple(p.shape) == ok[p.ndim]:
         p = p.expand(horizon + 1, n_states, n_actions)
     if p.shape != (horizon + 1, n_states, n_actions):
         raise ValueError(
@@ -46,9 +45,9 @@ def risk_policy(pi_risk, n_states: int, n_actions: int, horizon: int) -> Tensor:
 
 
 def _horizon(horizon) -> int:
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
-    return horizon
+    from icml25.certificates.cmdp import as_int
+
+    return as_int("horizon", horizon, 1)
 
 
 def _backward(kernel: Tensor, safe: Tensor, horizon: int, pi: Tensor) -> tuple[Tensor, Tensor]:
