@@ -243,3 +243,15 @@ def test_unseen_state_is_flagged_uninformative():
     u, info = SafetyCertificate(q).filter(x_star, 0, 2)
     assert info["uninformative"] and u == 2
     assert not SafetyCertificate(q).filter(0, 0, 2)[1]["uninformative"]
+
+
+@pytest.mark.gpu
+def test_cuda_inputs_to_the_batched_filter_come_back_on_cuda():
+    mdp, _ = make_confounded_driving()
+    ds = mdp.sample_offline(1_000, 10, generator=torch.Generator().manual_seed(0))
+    cert = SafetyCertificate(FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds))
+    x = torch.arange(70, device="cuda")
+    u, info = cert.filter_batch(x, 3, torch.full_like(x, 4))
+    assert u.device.type == "cuda" and info["fallback"].device.type == "cuda"
+    ref, _ = cert.filter_batch(x.cpu(), 3, torch.full((70,), 4))
+    assert torch.equal(u.cpu(), ref)
