@@ -123,6 +123,8 @@ PAPERS: tuple[Paper, ...] = (
         "topo_detect",
         "Topological Signatures of Adversaries in Multimodal Alignments",
         "arXiv:2501.18006",
+        repro="icml25.topo_detect.repro:run",
+        usage="icml25.topo_detect.tp_loss(image_emb, text_emb)  # or mk_loss, sample_signatures",
     ),
     Paper(
         10,

@@ -1,0 +1,203 @@
+"""Differentiable Vietoris-Rips persistence (Vu et al., ICML 2025, §3; docs/topo_detect.md).
+
+The filtration is computed by giotto-ph (``gph.ripser_parallel``) on the detached float64 distance
+matrix; the diagram is rebuilt by indexing the autograd distance matrix with the critical edges
+giotto-ph returns (the birth and death edges of every pair), as torch-topological's
+``VietorisRipsComplex`` does. Gradients flow into the endpoints of critical edges; distances use a
+safe square root, so duplicate points give finite gradients.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PersistenceDiagram",
+    "distance_matrix",
+    "multiscale_kernel",
+    "total_persistence",
+    "vr_diagrams",
+]
+
+
+@dataclass
+class PersistenceDiagram:
+    """``diagram (k, 2)`` of (birth, death) pairs in dimension ``dim`` (autograd-connected, on the
+    input's device); ``pairs``: the critical vertices, ``(k, 3)`` (vertex, death edge) for dim 0,
+    ``(k, 4)`` (birth edge, death edge) otherwise; -1 pads essential classes."""
+
+    dim: int
+    diagram: Tensor
+    pairs: Tensor
+
+    def __len__(self) -> int:
+        return self.diagram.shape[0]
+
+
+def _check_points(name: str, x: Tensor) -> Tensor:
+    x = torch.as_tensor(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be (N, d), got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        x = x.to(torch.float32)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} has non-finite coordinates")
+    return x
+
+
+def distance_matrix(x: Tensor, metric: str = "euclidean") -> Tensor:
+    """Pairwise distances with a safe square root (``sqrt(max(d^2, 1e-12))``, diagonal exactly 0
+    without gradient), so duplicates never give NaN gradients. ``metric="cosine"``: ``1 - x_i.x_j``
+    on the normalised points."""
+    if metric == "euclidean":
+        sq = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+        d = torch.sqrt(sq.clamp(min=1e-12))
+    elif metric == "cosine":
+        xn = torch.nn.functional.normalize(x, dim=-1)
+        d = (1 - xn @ xn.T).clamp(min=0)
+    else:
+        raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}")
+    eye = torch.eye(x.shape[0], dtype=torch.bool, device=x.device)
+    return d.masked_fill(eye, 0.0)
+
+
+def _generators(D: np.ndarray, max_dim: int, backend: str, n_threads: int):
+    """giotto-ph's generator layout: (H0 finite (k,3), [H_k finite (m,4)], H0 essential,
+    [H_k essential (m,2)])."""
+    if backend == "giotto":
+        from gph import ripser_parallel
+
+        out = ripser_parallel(D, metric="precomputed", maxdim=max_dim, return_generators=True,
+                              n_threads=n_threads)  # fmt: skip
+        return out["gens"]
+    if backend == "gudhi":
+        import gudhi
+
+        st = gudhi.RipsComplex(distance_matrix=D).create_simplex_tree(max_dimension=max_dim + 1)
+        st.compute_persistence()
+        return st.flag_persistence_generators()
+    raise ValueError(f"backend must be 'giotto' or 'gudhi', got {backend!r}")
+
+
+def vr_diagrams(points: Tensor, *, max_dim: int = 1, metric: str = "euclidean",
+                precomputed: bool = False, keep_infinite: bool = False, backend: str = "giotto",
+                n_threads: int = 1) -> list[PersistenceDiagram]:  # fmt: skip
+    """Vietoris-Rips diagrams in dimensions ``0..max_dim`` of a point cloud ``(N, d)`` (or of a
+    distance matrix with ``precomputed=True``). Finite pairs only unless ``keep_infinite`` (the
+    essential classes get death ``inf``). Zero-length bars are dropped (duplicates: ``N_distinct -
+    1`` H0 bars). Persistence runs on the CPU; the diagrams are on the input's device and dtype."""
+    if isinstance(max_dim, bool) or not isinstance(max_dim, int) or not 0 <= max_dim <= 2:
+        raise ValueError(f"max_dim must be 0, 1 or 2, got {max_dim!r}")
+    if precomputed:
+        D = torch.as_tensor(points)
+        if D.ndim != 2 or D.shape[0] != D.shape[1]:
+            raise ValueError(f"a precomputed distance matrix must be (N, N), got {tuple(D.shape)}")
+        if not bool(torch.isfinite(D).all()):
+            raise ValueError("the distance matrix has non-finite entries")
+        D = (
+            D.float()
+            if D.dtype in (torch.float16, torch.bfloat16) or not D.is_floating_point()
+            else D
+        )
+    else:
+        x = _check_points("points", points)
+        D = distance_matrix(x, metric)
+    N = D.shape[0]
+    if max_dim == 2 and N > 300:
+        warnings.warn(
+            f"max_dim=2 on {N} points builds O(N^3) triangles: slow", UserWarning, stacklevel=2
+        )
+    dev, dt = D.device, D.dtype
+    out: list[PersistenceDiagram] = []
+    if N < 2:
+        for k in range(max_dim + 1):
+            out.append(
+                PersistenceDiagram(
+                    k, D.new_zeros(0, 2), torch.zeros(0, 3 if k == 0 else 4, dtype=torch.long)
+                )
+            )
+        return out
+    # the backend sees exact zeros for duplicates (the safe square root floors them at 1e-6)
+    D_np = D.detach().double().cpu()
+    if not precomputed:
+        D_np = torch.where(D_np <= 1e-6, torch.zeros_like(D_np), D_np)
+    gens = _generators(D_np.numpy(), max_dim, backend, n_threads)
+    fin0 = torch.as_tensor(np.asarray(gens[0], dtype=np.int64).reshape(-1, 3), device=dev)
+    death0 = D[fin0[:, 1], fin0[:, 2]]
+    dg0 = torch.stack([torch.zeros_like(death0), death0], 1)
+    pairs0 = fin0
+    if keep_infinite:
+        ess = torch.as_tensor(np.asarray(gens[2], dtype=np.int64).reshape(-1), device=dev)
+        inf = torch.full((ess.numel(), 2), math.inf, dtype=dt, device=dev)
+        inf[:, 0] = 0.0
+        dg0 = torch.cat([dg0, inf])
+        pad = torch.full((ess.numel(), 3), -1, dtype=torch.long, device=dev)
+        pad[:, 0] = ess
+        pairs0 = torch.cat([pairs0, pad])
+    out.append(PersistenceDiagram(0, dg0, pairs0.cpu()))
+    for k in range(1, max_dim + 1):
+        fin = gens[1][k - 1] if len(gens[1]) >= k else np.zeros((0, 4))
+        fin = torch.as_tensor(np.asarray(fin, dtype=np.int64).reshape(-1, 4), device=dev)
+        dg = (
+            torch.stack([D[fin[:, 0], fin[:, 1]], D[fin[:, 2], fin[:, 3]]], 1)
+            if len(fin)
+            else D.new_zeros(0, 2)
+        )
+        keep = dg[:, 1] > dg[:, 0] if len(fin) else torch.zeros(0, dtype=torch.bool, device=dev)
+        dg, fin = dg[keep], fin[keep]
+        if keep_infinite and len(gens[3]) >= k:
+            ess = torch.as_tensor(
+                np.asarray(gens[3][k - 1], dtype=np.int64).reshape(-1, 2), device=dev
+            )
+            if len(ess):
+                births = D[ess[:, 0], ess[:, 1]]
+                dg = torch.cat([dg, torch.stack([births, torch.full_like(births, math.inf)], 1)])
+                fin = torch.cat([fin, torch.cat([ess, torch.full_like(ess, -1)], 1)])
+        out.append(PersistenceDiagram(k, dg, fin.cpu()))
+    return out
+
+
+def total_persistence(diagram: Tensor, alpha: float = 1.0) -> Tensor:
+    """``sum (d - b)^alpha`` over the finite pairs (0 for an empty diagram); for ``alpha < 1``
+    zero-length bars are masked (their gradient would be infinite)."""
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    dg = diagram.diagram if isinstance(diagram, PersistenceDiagram) else torch.as_tensor(diagram)
+    if dg.numel() == 0:
+        return dg.new_zeros(())
+    life = dg[:, 1] - dg[:, 0]
+    life = life[torch.isfinite(life)]
+    if alpha < 1:
+        life = life[life > 0]
+    return (life**alpha).sum()
+
+
+def multiscale_kernel(F: Tensor, G: Tensor, sigma: float) -> Tensor:
+    """Reininghaus et al. (2015) scale-space kernel ``1/(8 pi sigma) sum_p sum_q [exp(-|p-q|^2 /
+    (8 sigma)) - exp(-|p - q_bar|^2 / (8 sigma))]``, ``q_bar`` the mirror of q across the
+    diagonal; squared distances as sums of squared differences (finite gradients at p = q).
+    Pairs below the diagonal are swapped (out of place); infinite pairs are dropped."""
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma}")
+    F = F.diagram if isinstance(F, PersistenceDiagram) else torch.as_tensor(F)
+    G = G.diagram if isinstance(G, PersistenceDiagram) else torch.as_tensor(G)
+    F = F[torch.isfinite(F).all(-1)]
+    G = G[torch.isfinite(G).all(-1)]
+    if F.numel() == 0 or G.numel() == 0:
+        return (F.sum() + G.sum()) * 0.0
+    F = torch.stack([F.min(-1).values, F.max(-1).values], -1)
+    G = torch.stack([G.min(-1).values, G.max(-1).values], -1)
+    Gm = G.flip(-1)
+    d1 = ((F[:, None, :] - G[None, :, :]) ** 2).sum(-1)
+    d2 = ((F[:, None, :] - Gm[None, :, :]) ** 2).sum(-1)
+    return (torch.exp(-d1 / (8 * sigma)) - torch.exp(-d2 / (8 * sigma))).sum() / (
+        8 * math.pi * sigma
+    )

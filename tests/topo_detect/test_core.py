@@ -1,0 +1,209 @@
+"""icml25.topo_detect: the spec's tests 1-7 and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from icml25.topo_detect import (
+    GaussianMMD,
+    TopologicalMMD,
+    mk_loss,
+    mmd2_unbiased,
+    multiscale_kernel,
+    permutation_test,
+    sample_signatures,
+    total_persistence,
+    tp_loss,
+    vr_diagrams,
+)
+
+D = torch.float64
+
+
+def _cloud(n=40, d=5, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=D)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_h0_is_the_minimum_spanning_tree(seed):
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    x = _cloud(seed=seed)
+    dg = vr_diagrams(x)[0]
+    mst = np.sort(minimum_spanning_tree(torch.cdist(x, x).numpy()).data)
+    assert len(dg) == 39 and bool((dg.diagram[:, 0] == 0).all())
+    assert np.abs(np.sort(dg.diagram[:, 1].numpy()) - mst).max() < 1e-12
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_h1_equals_gudhi(seed):
+    gudhi = pytest.importorskip("gudhi")
+    x = _cloud(seed=10 + seed)
+    st = gudhi.RipsComplex(distance_matrix=torch.cdist(x, x).numpy()).create_simplex_tree(
+        max_dimension=2
+    )
+    st.compute_persistence()
+    ref = np.sort(np.array(st.persistence_intervals_in_dimension(1)).reshape(-1, 2), axis=0)
+    ours = np.sort(vr_diagrams(x)[1].diagram.detach().numpy(), axis=0)
+    assert ours.shape == ref.shape and np.abs(ours - ref).max() < 1e-6
+    both = vr_diagrams(x, backend="gudhi")[1].diagram
+    assert np.abs(np.sort(both.detach().numpy(), axis=0) - ours).max() < 1e-12
+
+
+def test_duplicates_give_finite_gradients_and_distinct_minus_one_bars():
+    x = _cloud(10, 3)
+    x = torch.cat([x, x[:4]]).requires_grad_(True)  # four exact duplicates
+    assert len(vr_diagrams(x)[0]) == 9  # N_distinct - 1 (zero-length bars dropped)
+    y = _cloud(14, 3, seed=5)
+    for loss in (tp_loss(x, y), mk_loss(x, y)):
+        (g,) = torch.autograd.grad(loss, x)
+        assert bool(torch.isfinite(g).all())
+
+
+def test_gradcheck_tp_and_mk_at_a_generic_cloud():
+    x = _cloud(15, 4, seed=3).requires_grad_(True)
+    y = _cloud(15, 4, seed=4)
+    for alpha in (1.0, 2.0):
+        assert torch.autograd.gradcheck(
+            lambda a, alpha=alpha: tp_loss(a, y, alpha=alpha), (x,), eps=1e-6, atol=1e-6
+        )
+    assert torch.autograd.gradcheck(lambda a: mk_loss(a, y), (x,), eps=1e-6, atol=1e-5)
+
+
+def test_h0_total_persistence_gradient_is_the_sum_of_incident_mst_edge_directions():
+    x = _cloud(12, 3, seed=7).requires_grad_(True)
+    dg = vr_diagrams(x)[0]
+    (g,) = torch.autograd.grad(total_persistence(dg), x)
+    ref = torch.zeros_like(x)
+    for _, u, v in dg.pairs.tolist():
+        e = (x[u] - x[v]).detach()
+        ref[u] += e / e.norm()
+        ref[v] -= e / e.norm()
+    assert (g - ref).abs().max() < 1e-12
+
+
+def test_multiscale_kernel_properties_and_gudhi_mapping():
+    F = vr_diagrams(_cloud(30, 3, seed=1))[1].diagram.detach()
+    G = vr_diagrams(_cloud(30, 3, seed=2))[1].diagram.detach()
+    assert float(multiscale_kernel(F, G, 0.1)) == pytest.approx(float(multiscale_kernel(G, F, 0.1)))
+    assert float(multiscale_kernel(F, F, 0.1)) >= 0
+    x = _cloud(30, 3, seed=1)
+    assert float(mk_loss(x, x.clone())) == pytest.approx(0.0, abs=1e-12)
+    assert float(mk_loss(x, _cloud(30, 3, seed=2))) > 0
+    reps = pytest.importorskip("gudhi.representations")
+    for sigma in (0.1, 0.5):
+        h = 2 * math.sqrt(sigma)
+        k = (
+            reps.PersistenceScaleSpaceKernel(bandwidth=h)
+            .fit([F.numpy()])
+            .transform([G.numpy()])[0, 0]
+        )
+        assert float(multiscale_kernel(F, G, sigma)) == pytest.approx(
+            k / (math.sqrt(2 * math.pi) * h), rel=1e-8
+        )
+
+
+def test_losses_are_invariant_to_rigid_motions_and_permutations():
+    x, y = _cloud(25, 4, seed=1), _cloud(25, 4, seed=2)
+    Qm, _ = torch.linalg.qr(torch.randn(4, 4, generator=torch.Generator().manual_seed(0), dtype=D))
+    shift = torch.randn(4, dtype=D)
+    perm = torch.randperm(25, generator=torch.Generator().manual_seed(1))
+    for fn in (tp_loss, mk_loss):
+        a = float(fn(x, y))
+        assert float(fn(x @ Qm + shift, y @ Qm - shift)) == pytest.approx(a, rel=1e-9)
+        assert float(fn(x[perm], y)) == pytest.approx(a, rel=1e-12)
+
+
+def test_mmd_statistic_equals_a_double_loop_and_the_test_is_calibrated():
+    g = torch.Generator().manual_seed(0)
+    Z = torch.randn(20, 3, generator=g, dtype=D)
+    from icml25.topo_detect.mmd import gaussian_gram
+
+    K = gaussian_gram(Z)
+    n = 10
+    ref = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                ref += K[i, j] + K[n + i, n + j] - K[i, n + j] - K[n + i, j]
+    assert float(mmd2_unbiased(K, n)) == pytest.approx(float(ref) / (n * (n - 1)), rel=1e-12)
+    from scipy.stats import kstest
+
+    ps = []
+    for _ in range(200):
+        S = torch.randn(24, 2, generator=g, dtype=D)
+        ps.append(permutation_test(gaussian_gram(S), 12, 50, g)[1])
+    assert kstest(ps, "uniform").pvalue > 0.01
+    test = GaussianMMD(n_perm=100)
+    shifted = [test.test(torch.randn(30, 2, generator=g), torch.randn(30, 2, generator=g) + 2.0, g).reject
+               for _ in range(10)]  # fmt: skip
+    assert all(shifted)
+
+
+def test_topological_mmd_keeps_its_type_i_error_on_clean_data():
+    """The validity guard: two disjoint samples from one distribution, signatures computed by
+    the library on the pooled sample: rejection rate over 50 trials <= 0.14."""
+    g = torch.Generator().manual_seed(3)
+
+    def sig(z, generator):
+        return sample_signatures(z, torch.zeros_like(z), generator=generator, chunk_size=20)
+
+    test = TopologicalMMD([lambda z: z], sig, n_perm=50)
+    rejections = [test.test(torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g), g).reject
+                  for _ in range(50)]  # fmt: skip
+    assert sum(rejections) / 50 <= 0.14
+
+
+def test_attribution_spreads_each_bar_over_its_vertices():
+    x = _cloud(30, 3, seed=9)
+    s = sample_signatures(x, x.clone(), chunk_size=30, generator=torch.Generator().manual_seed(0))
+    dg = vr_diagrams(x)
+    # every bar's persistence is split over its vertices: the column sums are the total persistences
+    assert float(s[:, 0].sum()) == pytest.approx(float(total_persistence(dg[0])), rel=1e-12)
+    assert float(s[:, 1].sum()) == pytest.approx(float(total_persistence(dg[1])), rel=1e-12)
+    gsig = sample_signatures(x, _cloud(30, 3, seed=8), mode="gradient", chunk_size=30,
+                             generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert gsig.shape == (30, 3) and bool(torch.isfinite(gsig).all())
+
+
+def test_bad_input():
+    x = _cloud(10, 3)
+    with pytest.raises(ValueError, match="max_dim must be 0, 1 or 2"):
+        vr_diagrams(x, max_dim=3)
+    with pytest.raises(ValueError, match="non-finite"):
+        vr_diagrams(torch.tensor([[0.0, math.nan], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        tp_loss(x, x, alpha=0)
+    with pytest.raises(ValueError, match="sigmas must be > 0"):
+        mk_loss(x, x, sigmas=(-1.0,))
+    with pytest.raises(ValueError, match="same N"):
+        sample_signatures(x, x[:5])
+    with pytest.raises(ValueError, match="same size for the U-statistic"):
+        GaussianMMD().test(x, x[:5])
+    assert float(tp_loss(x[:1], x[:2])) >= 0  # tiny clouds: empty diagrams, no NaN
+    assert vr_diagrams(x[:1])[1].diagram.shape == (0, 2)
+    assert float(tp_loss(x.half(), x.float())) == pytest.approx(0.0, abs=1e-2)  # float16 upcast
+
+
+def test_tiny_two_tower_and_pgd():
+    from icml25.topo_detect import TinyTwoTower, digit_prompt_embeddings, fgsm, pgd_linf
+    from icml25.toy.digits import digits_split
+
+    xtr, ytr, xte, yte = digits_split(0.4, seed=0, shape="flat")
+    T, info = digit_prompt_embeddings()
+    assert T.shape == (10, 384) and "MiniLM" in info["model"]
+    torch.manual_seed(0)
+    m = TinyTwoTower(32).fit(xtr, ytr, T, epochs=40)
+    m.requires_grad_(False)
+    assert float((m.logits(xte, T).argmax(-1) == yte).float().mean()) >= 0.9
+    adv = pgd_linf(m, xte, yte, T, 0.2, generator=torch.Generator().manual_seed(1))
+    assert float((adv - xte).abs().max()) <= 0.2 + 1e-6
+    assert float((m.logits(adv, T).argmax(-1) == yte).float().mean()) < 0.2
+    assert torch.equal(pgd_linf(m, xte, yte, T, 0.0), xte)
+    assert fgsm(m, xte, yte, T, 0.1).shape == xte.shape
+    with pytest.raises(ValueError, match=r"inputs in \[0, 1\]"):
+        pgd_linf(m, xte * 2, yte, T, 0.1)
