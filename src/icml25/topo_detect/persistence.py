@@ -58,7 +58,9 @@ def distance_matrix(x: Tensor, metric: str = "euclidean") -> Tensor:
     without gradient), so duplicates never give NaN gradients. ``metric="cosine"``: ``1 - x_i.x_j``
     on the normalised points."""
     if metric == "euclidean":
-        sq = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+        # |a|^2 + |b|^2 - 2 a.b: O(N^2 d) memory-light (the broadcast difference is O(N^2 d) memory)
+        n2 = (x * x).sum(-1)
+        sq = n2[:, None] + n2[None, :] - 2 * (x @ x.T)
         d = torch.sqrt(sq.clamp(min=1e-12))
     elif metric == "cosine":
         xn = torch.nn.functional.normalize(x, dim=-1)
