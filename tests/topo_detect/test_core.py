@@ -207,3 +207,44 @@ def test_tiny_two_tower_and_pgd():
     assert fgsm(m, xte, yte, T, 0.1).shape == xte.shape
     with pytest.raises(ValueError, match=r"inputs in \[0, 1\]"):
         pgd_linf(m, xte * 2, yte, T, 0.1)
+
+
+def test_review_findings():
+    from icml25.topo_detect import TopologicalMMD
+
+    # chunk sizes between chunk_size and 2 chunk_size (a short last chunk joins the previous one)
+    for n, c in ((60, 50), (55, 50), (7, 5)):
+        s = sample_signatures(torch.randn(n, 8), torch.randn(n, 8), chunk_size=c)
+        assert s.shape == (n, 2) and s.dtype == torch.float32
+    test = TopologicalMMD(
+        [lambda z: z], lambda z, g: sample_signatures(z, z, generator=g), n_perm=20
+    )
+    test.test(torch.randn(30, 4), torch.randn(30, 4), generator=torch.Generator().manual_seed(0))
+    # empty diagrams keep the autograd link (a zero gradient)
+    X = torch.randn(4, 3, requires_grad=True)
+    tp_loss(X, torch.randn(4, 3), dims=(1,)).backward()
+    assert X.grad is not None and float(X.grad.abs().max()) == 0.0
+    Z = torch.zeros(8, 3, requires_grad=True)
+    mk_loss(Z, torch.randn(8, 3)).backward()
+    assert bool(torch.isfinite(Z.grad).all())
+    K = torch.eye(60, dtype=D)
+    K[0, 1] = math.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        permutation_test(K, 30, 50)
+    A = torch.rand(5, 5, dtype=D)
+    A.fill_diagonal_(0)
+    with pytest.raises(ValueError, match="symmetric"):
+        vr_diagrams(A, precomputed=True)
+    with pytest.raises(ValueError, match="zero diagonal"):
+        vr_diagrams(torch.ones(4, 4), precomputed=True)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        sample_signatures(torch.randn(10, 3), torch.randn(10, 3), alpha=0.0)
+    with pytest.raises(ValueError, match="text_emb has non-finite"):
+        sample_signatures(torch.randn(10, 3), torch.full((10, 3), math.nan))
+    with pytest.raises(ValueError, match="no dimension"):
+        tp_loss(vr_diagrams(_cloud(10, 3), max_dim=0), vr_diagrams(_cloud(10, 3), max_dim=0))
+    with pytest.raises(ValueError, match=r"shape \(k, 2\)"):
+        multiscale_kernel(torch.rand(5, 3), torch.rand(4, 3), 0.1)
+    bad = TopologicalMMD([], lambda z, g: torch.zeros(3, 2), n_perm=20)
+    with pytest.raises(ValueError, match="one row per pooled sample"):
+        bad.test(torch.randn(10, 2), torch.randn(10, 2))

@@ -15,3 +15,4 @@ def test_every_python_block_runs():
         ns: dict = {}
         exec(compile(code, str(DOC), "exec"), ns)  # noqa: S102 - our own documentation
         assert ns["feats"].shape == (100, 2) and 0 < ns["result"].p_value <= 1
+        assert ns["plain"].test(ns["clean"], ns["suspect"]).reject  # the toy shift is easy

@@ -20,6 +20,7 @@ def pgd_linf(model, x: Tensor, labels: Tensor, class_text_emb: Tensor, eps: floa
     """Maximise the CE of ``model.logits(x, class_text_emb)`` against ``labels`` in the L-inf ball
     of radius ``eps`` (random start, step ``eps / 4`` by default), projecting and clamping to
     [0, 1] each step. ``eps <= 0`` returns ``x``."""
+    x = torch.as_tensor(x)
     _check(x, eps)
     if eps <= 0:
         return x.clone()

@@ -3,6 +3,7 @@ between the image and text embedding clouds."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from icml25.topo_detect.persistence import (
@@ -24,8 +25,23 @@ def _dims(dims) -> tuple[int, ...]:
 
 def _diagrams(X, dims, metric) -> dict[int, PersistenceDiagram]:
     if isinstance(X, (list, tuple)) and X and isinstance(X[0], PersistenceDiagram):
-        return {d.dim: d for d in X}
+        out = {d.dim: d for d in X}
+        missing = [k for k in dims if k not in out]
+        if missing:
+            raise ValueError(
+                f"the diagram list has no dimension(s) {missing}; compute them (max_dim) or change dims"
+            )
+        return out
     return {d.dim: d for d in vr_diagrams(X, max_dim=max(dims), metric=metric)}
+
+
+def _link(value, *clouds):
+    """Keep the loss in the autograd graph of its inputs even when every diagram is empty (a
+    zero gradient instead of a detached result)."""
+    for c in clouds:
+        if isinstance(c, torch.Tensor) and c.requires_grad:
+            value = value + 0.0 * c.sum()
+    return value
 
 
 def tp_loss(X, Y, *, alpha: float = 1.0, dims=(0, 1), metric: str = "euclidean") -> Tensor:
@@ -36,9 +52,10 @@ def tp_loss(X, Y, *, alpha: float = 1.0, dims=(0, 1), metric: str = "euclidean")
         raise ValueError(f"alpha must be > 0, got {alpha}")
     dims = _dims(dims)
     dx, dy = _diagrams(X, dims, metric), _diagrams(Y, dims, metric)
-    return sum(
+    value = sum(
         (total_persistence(dx[k], alpha) - total_persistence(dy[k], alpha)).abs() for k in dims
     )
+    return _link(value, X, Y)
 
 
 def mk_loss(X, Y, *, sigmas=(0.1,), dims=(0, 1), reduction: str = "distance",

@@ -26,6 +26,8 @@ def _gram(K: Tensor, n: int) -> Tensor:
     K = torch.as_tensor(K)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"K must be a square Gram matrix, got shape {tuple(K.shape)}")
+    if not bool(torch.isfinite(K).all()):
+        raise ValueError("K has non-finite entries")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2 or K.shape[0] != 2 * n:
         raise ValueError(
             f"n must be an integer >= 2 with K of size 2n; got n={n!r}, K {tuple(K.shape)}"
@@ -192,7 +194,12 @@ class TopologicalMMD(GaussianMMD):
         self.signature_fn = signature_fn
 
     def gram(self, pooled, generator=None) -> Tensor:
-        g = self.signature_fn(pooled, generator)
+        g = torch.as_tensor(self.signature_fn(pooled, generator))
+        n2 = _size(pooled)
+        if g.shape[0] != n2:
+            raise ValueError(
+                f"signature_fn must return one row per pooled sample, ({n2}, F); got {tuple(g.shape)}"
+            )
         K = gaussian_gram(g)
         return K if not self.features else super().gram(pooled, generator) * K
 

@@ -35,7 +35,9 @@ def digit_prompt_embeddings() -> tuple[Tensor, dict]:
 
 class TinyTwoTower(nn.Module):
     """Image MLP ``64 -> 256 -> 256 -> d`` (ReLU) and text ``Linear(384, d)`` on fixed sentence
-    embeddings, both L2-normalised; learnable logit scale (init log(1/0.07), CLIP's)."""
+    embeddings; ``encode_image(x)`` and ``encode_text_embeddings(t)`` return L2-normalised
+    embeddings (use these, not the raw ``image``/``text`` layers); learnable logit scale (init
+    log(1/0.07), CLIP's)."""
 
     def __init__(self, d: int = 32, image_dim: int = 64, text_dim: int = 384) -> None:
         super().__init__()

@@ -104,6 +104,11 @@ def vr_diagrams(points: Tensor, *, max_dim: int = 1, metric: str = "euclidean",
             raise ValueError(f"a precomputed distance matrix must be (N, N), got {tuple(D.shape)}")
         if not bool(torch.isfinite(D).all()):
             raise ValueError("the distance matrix has non-finite entries")
+        Dd = D.detach()
+        if bool((Dd < 0).any()) or bool((Dd.diagonal() != 0).any()):
+            raise ValueError("a distance matrix needs non-negative entries and a zero diagonal")
+        if not torch.allclose(Dd, Dd.T):
+            raise ValueError("a distance matrix must be symmetric")
         D = (
             D.float()
             if D.dtype in (torch.float16, torch.bfloat16) or not D.is_floating_point()
@@ -191,6 +196,11 @@ def multiscale_kernel(F: Tensor, G: Tensor, sigma: float) -> Tensor:
         raise ValueError(f"sigma must be > 0, got {sigma}")
     F = F.diagram if isinstance(F, PersistenceDiagram) else torch.as_tensor(F)
     G = G.diagram if isinstance(G, PersistenceDiagram) else torch.as_tensor(G)
+    for name, t in (("F", F), ("G", G)):
+        if t.ndim != 2 or t.shape[-1] != 2:
+            raise ValueError(
+                f"{name} must be a diagram of (birth, death) rows, shape (k, 2), got {tuple(t.shape)}"
+            )
     F = F[torch.isfinite(F).all(-1)]
     G = G[torch.isfinite(G).all(-1)]
     if F.numel() == 0 or G.numel() == 0:

@@ -18,7 +18,8 @@ def chunks(n: int, size: int, generator: torch.Generator | None) -> list[Tensor]
     perm = torch.randperm(n, generator=generator)
     out = list(perm.split(size))
     if len(out) > 1 and len(out[-1]) < max(10, size / 2):
-        out[-2] = torch.cat([out[-2], out.pop()])
+        last = out.pop()
+        out[-1] = torch.cat([out[-1], last])
     return out
 
 
@@ -33,7 +34,9 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
     birth and death edges above), per dimension: ``(N, len(dims))``. ``signed=True`` multiplies
     dimension k by ``sign(Pers_k(X) - Pers_k(Y))`` (the TP loss's chain rule).
     ``mode="gradient"``: the autograd gradient of the chunk's loss (``loss="tp"`` or ``"mk"``)
-    with respect to the image embeddings, ``(N, d)``."""
+    with respect to the image embeddings, ``(N, d)``. (Attribution uses the persistence pairs
+    themselves, so ``loss`` and ``**loss_kw`` only matter in gradient mode.) Float32/float64
+    inputs keep their dtype in the output."""
     X, Y = torch.as_tensor(image_emb), torch.as_tensor(text_emb)
     if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
         raise ValueError(
@@ -45,8 +48,18 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
         raise ValueError(f"loss must be 'tp' or 'mk', got {loss!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 3:
         raise ValueError(f"chunk_size must be an integer >= 3, got {chunk_size!r}")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    for name, t in (("image_emb", X), ("text_emb", Y)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} has non-finite values")
     dims = tuple(dims)
     N = X.shape[0]
+    out_dtype = (
+        X.dtype
+        if X.is_floating_point() and X.dtype in (torch.float32, torch.float64)
+        else torch.float32
+    )
     if mode == "attribution":
         out = torch.zeros(N, len(dims), dtype=torch.float64, device=X.device)
     else:
@@ -89,4 +102,4 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
                      else mk_loss(x, y, dims=dims, **loss_kw))  # fmt: skip
             (g,) = torch.autograd.grad(value, x, allow_unused=True)
             out[idx] = torch.zeros_like(x) if g is None else g.detach()
-    return out
+    return out.to(out_dtype)
