@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import sys
 import time
 
 import torch
+from _timing import median_time
 
 from icml25.cdkf import RateSchedule, SchedulingProblem, Sensor, matern_ssm, sum_ssm
 from icml25.cdkf.evaluate import time_average
@@ -69,16 +69,6 @@ def scaling_problem(S: int, surrogate: str) -> SchedulingProblem:
     )
 
 
-def _median_time(fn, reps: int) -> float:
-    fn()  # warm-up (caches, first-call costs)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def speed_rows(reps: int) -> None:
     from icml25.cdkf import bound as bound_mod
     from icml25.cdkf.robot import baseline_controls, robot_problem
@@ -106,7 +96,7 @@ def speed_rows(reps: int) -> None:
         with torch.no_grad():
             prob.bound(v0)
 
-    a, b, f = (_median_time(fn, reps) for fn in (ours, before, floor))
+    a, b, f = (median_time(fn, reps) for fn in (ours, before, floor))
     print(f"| pass-by bound + gradient ({prob.n_steps} RK4 steps) | {a * 1e3:.1f} ms | "
           f"{b * 1e3:.1f} ms (torch loop + autograd) | {b / a:.1f}x | {f * 1e3:.1f} ms "
           f"(numpy forward) | {a / f:.1f}x |", flush=True)  # fmt: skip
@@ -119,11 +109,11 @@ def speed_rows(reps: int) -> None:
         v, u = r0.clone().requires_grad_(True), u0.clone().requires_grad_(True)
         torch.autograd.grad(rob.objective_with(v, u), [v, u])
 
-    a = _median_time(joint, max(3, reps // 4))
+    a = median_time(joint, max(3, reps // 4))
     real = bound_mod.stage_matrices
     bound_mod.stage_matrices = lambda *args, **kw: None  # the torch loop, as before issue 19
     try:
-        b = _median_time(joint, 3)
+        b = median_time(joint, 3)
     finally:
         bound_mod.stage_matrices = real
     print(f"| robot joint objective + gradient ({rob.n_steps} steps, {rob.S * rob.K + rob.K} "
@@ -138,9 +128,9 @@ def speed_rows(reps: int) -> None:
     def split(z):
         return z[:nl].reshape(rob1.S, rob1.K), z[nl:].reshape(1, rob1.K)
 
-    a = _median_time(lambda: rob1.aux_constraints_jacobian(*split(z)), reps)
+    a = median_time(lambda: rob1.aux_constraints_jacobian(*split(z)), reps)
     rob1.aux = dataclasses.replace(rob1.aux, input_only=False)  # the RK4 path, as before
-    b = _median_time(
+    b = median_time(
         lambda: torch.autograd.functional.jacobian(
             lambda z: rob1.aux_constraints(*split(z)), z, vectorize=True
         ),
@@ -180,7 +170,7 @@ def speed_rows(reps: int) -> None:
             f.update(ys_list[i].numpy())
 
     del fp
-    a, b = _median_time(ours_filter, 5) / n, _median_time(theirs, 5) / n
+    a, b = median_time(ours_filter, 5) / n, median_time(theirs, 5) / n
     print(f"| filter step (predict + update, n = 3) | {a * 1e6:.0f} us | {b * 1e6:.0f} us "
           f"(filterpy KalmanFilter) | {b / a:.2f}x | | |", flush=True)  # fmt: skip
     print()

@@ -13,11 +13,11 @@ Run: ``python benchmarks/certificates_step.py [--reps N]``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
 import torch
+from _timing import median_time
 
 from icml25.certificates import (
     DTCBFFilter,
@@ -27,16 +27,6 @@ from icml25.certificates import (
     make_confounded_driving,
     safety_barrier,
 )
-
-
-def _median(fn, reps: int) -> float:
-    fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 def main() -> int:
@@ -54,19 +44,21 @@ def main() -> int:
     x0 = codec.encode(2, 3)
     print("| what | per call | per environment-step | floor (table lookup) | ours / floor |")
     print("|---|---|---|---|---|")
-    floor1 = _median(lambda: table[3, x0].argmax(), args.reps)
-    one = _median(lambda: cert.filter(x0, 3, 4), args.reps)
+    floor1 = median_time(lambda: table[3, x0].argmax(), args.reps)
+    one = median_time(lambda: cert.filter(x0, 3, 4), args.reps)
     print(f"| certificate filter, 1 environment | {one * 1e6:.0f} us | {one * 1e6:.0f} us | "
           f"{floor1 * 1e6:.1f} us | {one / floor1:.0f}x |")  # fmt: skip
-    d1 = _median(lambda: dtcbf(x0, 3, 4), args.reps)
+    d1 = median_time(lambda: dtcbf(x0, 3, 4), args.reps)
     print(f"| DTCBF filter, 1 environment | {d1 * 1e6:.0f} us | {d1 * 1e6:.0f} us | "
           f"{floor1 * 1e6:.1f} us | {d1 / floor1:.0f}x |")  # fmt: skip
     for B in (100, 10_000):
         g = torch.Generator().manual_seed(B)
         xs = torch.randint(mdp.n_states, (B,), generator=g)
         un = torch.randint(5, (B,), generator=g)
-        fb = _median(lambda xs=xs, un=un: cert.filter_batch(xs, 3, un), max(10, args.reps // 10))
-        fl = _median(lambda xs=xs: table[3, xs].argmax(-1), max(10, args.reps // 10))
+        fb = median_time(
+            lambda xs=xs, un=un: cert.filter_batch(xs, 3, un), max(10, args.reps // 10)
+        )
+        fl = median_time(lambda xs=xs: table[3, xs].argmax(-1), max(10, args.reps // 10))
         print(f"| certificate filter_batch, B = {B} | {fb * 1e3:.2f} ms | {fb / B * 1e6:.2f} us | "
               f"{fl / B * 1e6:.3f} us | {fb / fl:.1f}x |")  # fmt: skip
     print()
@@ -77,10 +69,10 @@ def main() -> int:
         t0 = time.perf_counter()
         ds = mdp.sample_offline(n, 10, generator=g)
         ts = time.perf_counter() - t0
-        tf = _median(
+        tf = median_time(
             lambda ds=ds: FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds), 5
         )
-        tn = _median(lambda ds=ds: NaiveFQE(10, mdp.safe, n_actions=5).fit(ds), 5)
+        tn = median_time(lambda ds=ds: NaiveFQE(10, mdp.safe, n_actions=5).fit(ds), 5)
         print(
             f"| {n} | {len(ds)} | {ts * 1e3:.0f} ms | {tf * 1e3:.1f} ms | {tn * 1e3:.1f} ms |",
             flush=True,

@@ -13,24 +13,13 @@ Run: ``python benchmarks/topo_persistence.py [--reps N]``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
+from _timing import median_time
 
 from icml25.topo_detect import permutation_test, total_persistence, vr_diagrams
 from icml25.topo_detect.mmd import gaussian_gram
-
-
-def _median(fn, reps: int) -> float:
-    fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
 
 
 def main() -> int:
@@ -66,15 +55,15 @@ def main() -> int:
             ).backward()
 
         Dnp = torch.cdist(x0, x0).numpy()
-        floor = _median(
+        floor = median_time(
             lambda Dnp=Dnp: ripser_parallel(
                 Dnp, metric="precomputed", maxdim=1, return_generators=True
             ),
             args.reps,
         )
-        a = _median(ours, args.reps)
+        a = median_time(ours, args.reps)
         if ttn is not None:
-            b = _median(peer, args.reps)
+            b = median_time(peer, args.reps)
             peer_txt, ratio = f"{b * 1e3:.0f} ms", f"{b / a:.2f}x"
         else:
             peer_txt, ratio = "not installed", "-"
@@ -89,8 +78,8 @@ def main() -> int:
     for n in (50, 100, 200, 500):
         Z = torch.randn(2 * n, 32, generator=g, dtype=torch.float64)
         K = gaussian_gram(Z)
-        t = _median(lambda K=K, n=n: permutation_test(K, n, 100, g), args.reps)
-        f = _median(lambda Z=Z: gaussian_gram(Z), args.reps)
+        t = median_time(lambda K=K, n=n: permutation_test(K, n, 100, g), args.reps)
+        f = median_time(lambda Z=Z: gaussian_gram(Z), args.reps)
         print(f"| {n} | {t * 1e3:.1f} ms | {f * 1e3:.2f} ms | {t / f:.1f}x |", flush=True)
     return 0
 

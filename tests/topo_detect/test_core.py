@@ -138,6 +138,10 @@ def test_mmd_statistic_equals_a_double_loop_and_the_test_is_calibrated():
         S = torch.randn(24, 2, generator=g, dtype=D)
         ps.append(permutation_test(gaussian_gram(S), 12, 50, g)[1])
     assert kstest(ps, "uniform").pvalue > 0.01
+    from scipy.stats import binom
+
+    rate = sum(p <= 0.05 for p in ps) / 200  # type-I error inside its binomial band
+    assert binom.ppf(0.005, 200, 0.05) / 200 <= rate <= binom.ppf(0.995, 200, 0.05) / 200
     test = GaussianMMD(n_perm=100)
     shifted = [test.test(torch.randn(30, 2, generator=g), torch.randn(30, 2, generator=g) + 2.0, g).reject
                for _ in range(10)]  # fmt: skip
