@@ -252,3 +252,40 @@ def test_review_findings():
     bad = TopologicalMMD([], lambda z, g: torch.zeros(3, 2), n_perm=20)
     with pytest.raises(ValueError, match="one row per pooled sample"):
         bad.test(torch.randn(10, 2), torch.randn(10, 2))
+
+
+def test_hf_clip_adapter_on_a_tiny_random_clip():
+    """The real-encoder path with a tiny random-init CLIPModel (no hub): embeddings are
+    normalised, PGD runs through the adapter in pixel units, and the TP loss is differentiable
+    through the image tower."""
+    transformers = pytest.importorskip("transformers")
+    from icml25.topo_detect import HFCLIPAdapter, pgd_linf
+
+    cfg = transformers.CLIPConfig(
+        text_config=dict(hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                         num_hidden_layers=2, vocab_size=99, max_position_embeddings=16,
+                         eos_token_id=2),
+        vision_config=dict(hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                           num_hidden_layers=2, image_size=32, patch_size=8),
+        projection_dim=16,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    adapter = HFCLIPAdapter(transformers.CLIPModel(cfg))
+    x = torch.rand(6, 3, 40, 40, generator=torch.Generator().manual_seed(0))  # resized inside
+    e = adapter.encode_image(x)
+    assert e.shape == (6, 16) and torch.allclose(e.norm(dim=-1), torch.ones(6), atol=1e-5)
+    T = torch.nn.functional.normalize(
+        torch.randn(3, 16, generator=torch.Generator().manual_seed(1)), dim=-1
+    )
+    labels = adapter.logits(x, T).argmax(-1)
+    adv = pgd_linf(
+        adapter, x, labels, T, 8 / 255, steps=3, generator=torch.Generator().manual_seed(2)
+    )
+    assert float((adv - x).abs().max()) <= 8 / 255 + 1e-6
+    xg = x.clone().requires_grad_(True)
+    tp_loss(adapter.encode_image(xg), T[labels]).backward()
+    assert bool(torch.isfinite(xg.grad).all())
+    with pytest.raises(ValueError, match="needs the processor"):
+        adapter.encode_text(["a photo"])
+    with pytest.raises(ValueError, match=r"\(N, 3, H, W\)"):
+        adapter.encode_image(torch.rand(2, 32, 32))

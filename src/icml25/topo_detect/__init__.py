@@ -17,7 +17,12 @@ from icml25.topo_detect.mmd import (
     mmd_h1_variance,
     permutation_test,
 )
-from icml25.topo_detect.models import AlignmentModel, TinyTwoTower, digit_prompt_embeddings
+from icml25.topo_detect.models import (
+    AlignmentModel,
+    HFCLIPAdapter,
+    TinyTwoTower,
+    digit_prompt_embeddings,
+)
 from icml25.topo_detect.persistence import (
     PersistenceDiagram,
     distance_matrix,
@@ -30,6 +35,7 @@ from icml25.topo_detect.signatures import chunks, sample_signatures
 __all__ = [
     "AlignmentModel",
     "GaussianMMD",
+    "HFCLIPAdapter",
     "PersistenceDiagram",
     "TestResult",
     "TinyTwoTower",

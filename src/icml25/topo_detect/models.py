@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-__all__ = ["AlignmentModel", "TinyTwoTower", "digit_prompt_embeddings"]
+__all__ = ["AlignmentModel", "HFCLIPAdapter", "TinyTwoTower", "digit_prompt_embeddings"]
 
 
 class AlignmentModel(Protocol):
@@ -77,3 +77,78 @@ class TinyTwoTower(nn.Module):
                 loss.backward()
                 opt.step()
         return self
+
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's preprocessing constants
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def _features(out) -> Tensor:
+    """``get_*_features`` returns a tensor (transformers 4) or an output whose
+    ``pooler_output`` holds the projected features (transformers 5)."""
+    return out if isinstance(out, Tensor) else out.pooler_output
+
+
+class HFCLIPAdapter(nn.Module):
+    """A Hugging Face ``CLIPModel`` behind the protocol the detector and the attacks use. Images
+    are ``(N, 3, H, W)`` pixels in [0, 1]; the adapter resizes them to the model's input size and
+    applies the processor's mean/std inside, so attack budgets are in pixel units.
+
+    ``model``: a ``CLIPModel`` or a local path / hub id (``CLIPModel.from_pretrained``; offline
+    users pass a path). ``processor`` (optional, e.g. ``CLIPProcessor``): its tokenizer encodes
+    texts and its image mean/std replace CLIP's defaults."""
+
+    def __init__(self, model, processor=None, device=None) -> None:
+        super().__init__()
+        if isinstance(model, str):
+            from transformers import CLIPModel
+
+            model = CLIPModel.from_pretrained(model)
+        self.model = model.eval()
+        if device is not None:
+            self.model.to(device)
+        self.processor = processor
+        ip = getattr(processor, "image_processor", None)
+        mean = getattr(ip, "image_mean", None) or CLIP_MEAN
+        std = getattr(ip, "image_std", None) or CLIP_STD
+        dev = next(self.model.parameters()).device
+        self.register_buffer("mean", torch.tensor(mean, device=dev).reshape(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std, device=dev).reshape(1, 3, 1, 1))
+        self.size = int(self.model.config.vision_config.image_size)
+
+    @property
+    def logit_scale(self) -> float:
+        return float(self.model.logit_scale.exp())
+
+    def encode_image(self, x: Tensor) -> Tensor:
+        x = torch.as_tensor(x)
+        if x.ndim != 4 or x.shape[1] != 3:
+            raise ValueError(
+                f"images must be (N, 3, H, W) pixels in [0, 1], got shape {tuple(x.shape)}"
+            )
+        x = x.to(self.mean)
+        if x.shape[-2:] != (self.size, self.size):
+            x = nn.functional.interpolate(
+                x, size=(self.size, self.size), mode="bilinear", align_corners=False
+            )
+        feats = _features(self.model.get_image_features(pixel_values=(x - self.mean) / self.std))
+        return nn.functional.normalize(feats, dim=-1)
+
+    def encode_text(self, texts: list[str]) -> Tensor:
+        if self.processor is None:
+            raise ValueError(
+                "encode_text needs the processor (its tokenizer): HFCLIPAdapter(model, processor)"
+            )
+        tok = self.processor(text=list(texts), return_tensors="pt", padding=True)
+        tok = {
+            k: v.to(self.mean.device)
+            for k, v in tok.items()
+            if k in ("input_ids", "attention_mask")
+        }
+        return nn.functional.normalize(_features(self.model.get_text_features(**tok)), dim=-1)
+
+    def logits(self, x: Tensor, class_text_emb: Tensor) -> Tensor:
+        """``logit_scale * e_img @ T^T`` for normalised class text embeddings ``T (K, d)`` (from
+        :meth:`encode_text`), the zero-shot logits the attacks maximise the loss of."""
+        T = nn.functional.normalize(torch.as_tensor(class_text_emb).to(self.mean), dim=-1)
+        return self.model.logit_scale.exp() * self.encode_image(x) @ T.T
