@@ -47,7 +47,8 @@ MONO_TP = Criterion(
     "1a TP loss monotone in the adversarial fraction",
     "exact",
     above=0.9,
-    description="|Spearman rho| of (fraction, batch-mean TP) over 11 fractions, per seed the minimum over seeds",
+    description="|Spearman rho| of (fraction, batch-mean TP) over the 11 fractions, computed per "
+    "seed; the check takes the smallest over the seeds (either direction counts as monotone)",
 )
 MONO_MK = Criterion(
     "1b MK loss monotone in the adversarial fraction",
