@@ -9,13 +9,12 @@ per-sample signatures and MMD tests that use them.
 from icml25.topo_detect.attacks import fgsm, pgd_linf
 from icml25.topo_detect.losses import TopologicalContrastiveLoss, mk_loss, tp_loss
 from icml25.topo_detect.mmd import (
-    GaussianMMD,
-    TestResult,
-    TopologicalMMD,
     gaussian_gram,
+    median_bandwidth,
     mmd2_unbiased,
     mmd_h1_variance,
     permutation_test,
+    wild_bootstrap_test,
 )
 from icml25.topo_detect.models import (
     AlignmentModel,
@@ -30,10 +29,21 @@ from icml25.topo_detect.persistence import (
     total_persistence,
     vr_diagrams,
 )
-from icml25.topo_detect.signatures import chunks, sample_signatures
+from icml25.topo_detect.signatures import chunks, sample_signatures, signature_curve
+from icml25.topo_detect.two_sample import (
+    DeepKernelMMD,
+    GaussianMMD,
+    MMDTest,
+    SemanticAwareMMD,
+    TestResult,
+    TopologicalMMD,
+)
 
 __all__ = [
     "AlignmentModel",
+    "DeepKernelMMD",
+    "MMDTest",
+    "SemanticAwareMMD",
     "GaussianMMD",
     "HFCLIPAdapter",
     "PersistenceDiagram",
@@ -46,6 +56,7 @@ __all__ = [
     "distance_matrix",
     "fgsm",
     "gaussian_gram",
+    "median_bandwidth",
     "mk_loss",
     "mmd2_unbiased",
     "mmd_h1_variance",
@@ -53,7 +64,9 @@ __all__ = [
     "permutation_test",
     "pgd_linf",
     "sample_signatures",
+    "signature_curve",
     "total_persistence",
     "tp_loss",
     "vr_diagrams",
+    "wild_bootstrap_test",
 ]

@@ -1,55 +1,72 @@
-"""MMD two-sample tests for adversarial detection (§7): the unbiased statistic of Liu et al. (2020),
-Gaussian kernels with the median heuristic, permutation nulls, and the topological variant whose
-per-sample features are computed on the pooled, label-independently chunked sample."""
+"""MMD statistics and their nulls (§7): the unbiased statistic of Liu et al. (2020, "Learning Deep
+Kernels for Non-Parametric Two-Sample Tests", DK-for-TST), its H1 variance, Gaussian Gram matrices
+with the median heuristic, the permutation null and the wild-bootstrap null of Gao et al. (2021,
+SAMMD). The tests built from them are in :mod:`icml25.topo_detect.two_sample`."""
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "GaussianMMD",
-    "TestResult",
-    "TopologicalMMD",
     "gaussian_gram",
+    "median_bandwidth",
     "mmd2_unbiased",
     "mmd_h1_variance",
     "permutation_test",
+    "wild_bootstrap_test",
 ]
 
 
-def _gram(K: Tensor, n: int) -> Tensor:
+def _int(name: str, value, low: int) -> int:
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _gram(K: Tensor, n: int, equal: bool = True) -> tuple[Tensor, int, int]:
+    """Checks the merged Gram matrix ``(n + m, n + m)`` (S_P first); returns ``(K, n, m)``."""
     K = torch.as_tensor(K)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"K must be a square Gram matrix, got shape {tuple(K.shape)}")
     if not bool(torch.isfinite(K).all()):
         raise ValueError("K has non-finite entries")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2 or K.shape[0] != 2 * n:
+    n = _int("n", n, 2)
+    m = K.shape[0] - n
+    if equal and m != n:
         raise ValueError(
-            f"n must be an integer >= 2 with K of size 2n; got n={n!r}, K {tuple(K.shape)}"
+            f"the one-sample U cross term needs equal sizes: K of size 2n = {2 * n}, got "
+            f"{tuple(K.shape)} (pass use_1sample_u=False for unequal sizes)"
         )
-    return K
+    if m < 2:
+        raise ValueError(f"S_Q needs at least 2 points: K is {tuple(K.shape)} with n = {n}")
+    return K, n, m
 
 
-def mmd2_unbiased(K: Tensor, n: int) -> Tensor:
-    """``MMD^2_u`` of the merged Gram matrix ``(2n, 2n)`` (the first n rows are S_P), with Liu et
-    al.'s one-sample U cross term (equal sizes)."""
-    K = _gram(K, n)
+def mmd2_unbiased(K: Tensor, n: int, *, use_1sample_u: bool = True) -> Tensor:
+    """``MMD^2_u`` of the merged Gram matrix ``(n + m, n + m)`` whose first ``n`` rows are S_P.
+
+    ``use_1sample_u=True`` (default; equal sizes, ``m = n``) uses Liu et al.'s one-sample U cross
+    term ``[sum K_XY - tr K_XY] / (n (n - 1))``; ``False`` the two-sample form ``sum K_XY / (n m)``
+    for any ``m >= 2``. Returns a scalar tensor in K's dtype, differentiable in K."""
+    K, n, m = _gram(K, n, use_1sample_u)
     Kxx, Kyy, Kxy = K[:n, :n], K[n:, n:], K[:n, n:]
-    c = n * (n - 1)
-    return (
-        (Kxx.sum() - Kxx.trace()) + (Kyy.sum() - Kyy.trace()) - 2 * (Kxy.sum() - Kxy.trace())
-    ) / c
+    xx = (Kxx.sum() - Kxx.trace()) / (n * (n - 1))
+    yy = (Kyy.sum() - Kyy.trace()) / (m * (m - 1))
+    xy = (Kxy.sum() - Kxy.trace()) / (n * (n - 1)) if use_1sample_u else Kxy.sum() / (n * m)
+    return xx + yy - 2 * xy
 
 
 def mmd_h1_variance(K: Tensor, n: int) -> Tensor:
-    """``4 (V1 - V2^2)`` with ``H = Kxx + Kyy - Kxy - Kxy^T``, ``V1 = |H 1/n|^2 / n``, ``V2 =
-    sum H / n^2`` (the variance used to train deep kernels)."""
-    K = _gram(K, n)
+    """``4 (V1 - V2^2)`` with ``H = K_XX + K_YY - K_XY - K_XY^T``, ``V1 = |H 1 / n|^2 / n`` and
+    ``V2 = sum H / n^2``: the variance of ``MMD^2_u`` under H1 that deep kernels are trained with
+    (equal sizes; differentiable in K)."""
+    K, n, _ = _gram(K, n)
     H = K[:n, :n] + K[n:, n:] - K[:n, n:] - K[:n, n:].T
     V1 = ((H.sum(1) / n) ** 2).sum() / n
     V2 = H.sum() / n**2
@@ -57,9 +74,10 @@ def mmd_h1_variance(K: Tensor, n: int) -> Tensor:
 
 
 def median_bandwidth(F: Tensor) -> float:
-    """Median of the non-zero pairwise squared distances (falls back to 1.0, with a warning,
-    when every point is the same)."""
-    sq = torch.cdist(F, F).pow(2)
+    """Median of the non-zero pairwise squared distances of the rows of ``F`` (the median
+    heuristic, label-agnostic on the pooled sample); 1.0 with a warning when all rows are equal."""
+    F = torch.as_tensor(F).reshape(len(F), -1).double()
+    sq = _sqdist(F, F)
     vals = sq[~torch.eye(len(F), dtype=torch.bool, device=F.device)]
     vals = vals[vals > 0]
     if vals.numel() == 0:
@@ -68,140 +86,103 @@ def median_bandwidth(F: Tensor) -> float:
     return float(vals.median())
 
 
+def _sqdist(A: Tensor, B: Tensor) -> Tensor:
+    """Pairwise squared distances by ``|a|^2 + |b|^2 - 2 a.b`` (clamped at 0, as DK-for-TST's
+    ``Pdist2``): no square root, so the gradient is finite at coincident points."""
+    out = (A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2 * A @ B.T
+    return out.clamp(min=0)
+
+
 def gaussian_gram(F: Tensor, bandwidth: float | None = None) -> Tensor:
-    """``exp(-|a - b|^2 / h)`` on rows of ``F`` (flattened), ``h`` by the median heuristic when
-    None."""
-    F = torch.as_tensor(F).reshape(len(F), -1).double()
+    """``exp(-|a - b|^2 / h)`` over the rows of ``F`` (flattened to ``(N, f)``), float64 on F's
+    device; ``h`` by the median heuristic when None."""
+    F = torch.as_tensor(F)
+    if F.ndim == 0 or len(F) < 2:
+        raise ValueError(f"features need at least 2 rows, got shape {tuple(F.shape)}")
+    F = F.reshape(len(F), -1).double()
     if not bool(torch.isfinite(F).all()):
         raise ValueError("features must be finite")
     h = median_bandwidth(F) if bandwidth is None else float(bandwidth)
-    if not h > 0:
-        raise ValueError(f"bandwidth must be > 0, got {h}")
-    return torch.exp(-torch.cdist(F, F).pow(2) / h)
+    if not h > 0 or not math.isfinite(h):
+        raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}")
+    return torch.exp(-_sqdist(F, F) / h)
 
 
-def permutation_test(K: Tensor, n: int, n_perm: int = 100, generator=None) -> tuple[float, float]:
-    """``(MMD^2_u, p)`` with ``p = (1 + #{T_b >= T_obs}) / (B + 1)`` over ``B = n_perm``
-    permutations of the pooled indices."""
-    K = _gram(K, n)
-    if isinstance(n_perm, bool) or not isinstance(n_perm, int) or n_perm < 1:
-        raise ValueError(f"n_perm must be a positive integer, got {n_perm!r}")
-    if n_perm < 19:
+def _check_draws(name: str, B) -> int:
+    B = _int(name, B, 1)
+    if B < 19:
         warnings.warn(
-            f"n_perm = {n_perm} < 19: the test cannot reject at alpha = 0.05",
+            f"{name} = {B} < 19: the test cannot reject at alpha = 0.05",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    obs = float(mmd2_unbiased(K, n))
-    perms = torch.stack([torch.randperm(2 * n, generator=generator) for _ in range(n_perm)]).to(
-        K.device
-    )
-    stats = _mmd2_permuted(K, n, perms)
-    count = int((stats >= obs - 1e-12 * max(1.0, abs(obs))).sum())
-    return obs, (1 + count) / (n_perm + 1)
+    return B
 
 
-def _mmd2_permuted(K: Tensor, n: int, perms: Tensor) -> Tensor:
-    """``MMD^2_u`` for each permutation row of ``perms (B, 2n)`` at once: the first n indices
+def _p_value(obs: float, null: Tensor) -> float:
+    """``(1 + #{T_b >= T_obs}) / (B + 1)``, with a relative tolerance so that a permutation equal
+    to the observed split counts as ``>=`` despite rounding."""
+    count = int((null >= obs - 1e-12 * max(1.0, abs(obs))).sum())
+    return (1 + count) / (len(null) + 1)
+
+
+def permutation_test(K: Tensor, n: int, n_perm: int = 100, generator=None, *,
+                     use_1sample_u: bool = True) -> tuple[float, float]:  # fmt: skip
+    """``(MMD^2_u, p)``: the statistic is recomputed for ``n_perm`` random permutations of the
+    pooled indices (all at once, as matrix products) and ``p = (1 + #{T_b >= T_obs}) / (B + 1)``.
+    B = 100 is SAMMD's and the reproduction's choice, 200 MMD-D's. ``generator`` draws the
+    permutations on the CPU; the statistics are computed on K's device."""
+    K, n, m = _gram(K, n, use_1sample_u)
+    n_perm = _check_draws("n_perm", n_perm)
+    obs = float(mmd2_unbiased(K, n, use_1sample_u=use_1sample_u))
+    perms = torch.stack([torch.randperm(n + m, generator=generator) for _ in range(n_perm)])
+    stats = _mmd2_permuted(K, n, perms.to(K.device), use_1sample_u)
+    return obs, _p_value(obs, stats)
+
+
+def _mmd2_permuted(K: Tensor, n: int, perms: Tensor, use_1sample_u: bool = True) -> Tensor:
+    """``MMD^2_u`` for each permutation row of ``perms (B, n + m)`` at once: the first n indices
     are S_P (the one-sample U cross term pairs S_P's i-th with S_Q's i-th element)."""
-    B = perms.shape[0]
-    S = torch.zeros(B, 2 * n, dtype=K.dtype, device=K.device)
+    B, N = perms.shape
+    m = N - n
+    S = torch.zeros(B, N, dtype=K.dtype, device=K.device)
     S.scatter_(1, perms[:, :n], 1.0)
     Tm = 1.0 - S
     KS, KT = S @ K, Tm @ K
     diag = K.diagonal()
     sxx = (KS * S).sum(1) - S @ diag
     syy = (KT * Tm).sum(1) - Tm @ diag
-    sxy = (KS * Tm).sum(1) - K[perms[:, :n], perms[:, n:]].sum(1)
-    return (sxx + syy - 2 * sxy) / (n * (n - 1))
+    sxy = (KS * Tm).sum(1)
+    if use_1sample_u:
+        sxy = sxy - K[perms[:, :n], perms[:, n:]].sum(1)
+        return (sxx + syy - 2 * sxy) / (n * (n - 1))
+    return sxx / (n * (n - 1)) + syy / (m * (m - 1)) - 2 * sxy / (n * m)
 
 
-@dataclass
-class TestResult:
-    stat: float
-    p_value: float
-    reject: bool
-
-
-def _size(S) -> int:
-    if isinstance(S, dict):
-        sizes = {len(v) for v in S.values()}
-        if len(sizes) != 1:
-            raise ValueError(
-                f"every feature of a sample must have the same length, got {sorted(sizes)}"
-            )
-        return sizes.pop()
-    return len(S)
-
-
-def _pair(S_P: Tensor, S_Q: Tensor) -> int:
-    S_P, S_Q = _size(S_P), _size(S_Q)
-    if S_P != S_Q:
-        raise ValueError(
-            f"S_P and S_Q must have the same size for the U-statistic, got {S_P} and {S_Q}"
-        )
-    if S_P < 2:
-        raise ValueError(f"each sample needs at least 2 points, got {S_P}")
-    return S_P
-
-
-class GaussianMMD:
-    """An untrained product of Gaussian kernels on feature maps of the samples (median
-    bandwidths on the pooled sample): ``features`` is a list of callables ``Z -> (2n, f)`` applied
-    to the pooled sample (identity for the embeddings themselves), e.g. ``[embed]`` (MMD-G) or
-    ``[embed, pixels]`` (an untrained SAMMD analogue)."""
-
-    def __init__(self, features: Sequence[Callable] = (lambda z: z,), n_perm: int = 100,
-                 alpha: float = 0.05) -> None:  # fmt: skip
-        if not 0 < alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-        self.features, self.n_perm, self.alpha = list(features), n_perm, alpha
-
-    def gram(self, pooled, generator=None) -> Tensor:
-        K = None
-        for f in self.features:
-            G = gaussian_gram(f(pooled))
-            K = G if K is None else K * G
-        return K
-
-    def test(self, S_P, S_Q, generator=None) -> TestResult:
-        n = _pair(S_P, S_Q)
-        pooled = _pool(S_P, S_Q)
-        K = self.gram(pooled, generator)
-        stat, p = permutation_test(K, n, self.n_perm, generator)
-        return TestResult(stat, p, p <= self.alpha)
-
-
-def _pool(S_P, S_Q):
-    if isinstance(S_P, dict):
-        return {k: torch.cat([torch.as_tensor(S_P[k]), torch.as_tensor(S_Q[k])]) for k in S_P}
-    return torch.cat([torch.as_tensor(S_P), torch.as_tensor(S_Q)])
-
-
-class TopologicalMMD(GaussianMMD):
-    """The base kernel times a Gaussian on per-sample topological features (``fusion="product"``;
-    docs/topo_detect.md). ``signature_fn(pooled, generator) -> (2n, F)`` is applied to the
-    POOLED sample with label-independent chunking (the validity rule: computing it per group
-    would break exchangeability under H0); the API offers no per-group option."""
-
-    def __init__(self, base_features: Sequence[Callable], signature_fn: Callable, n_perm: int = 100,
-                 alpha: float = 0.05, fusion: str = "product") -> None:  # fmt: skip
-        if fusion != "product":
-            raise ValueError(
-                f"fusion must be 'product' (the default; 'concat' is not built), got {fusion!r}"
-            )
-        super().__init__(base_features, n_perm, alpha)
-        self.signature_fn = signature_fn
-
-    def gram(self, pooled, generator=None) -> Tensor:
-        g = torch.as_tensor(self.signature_fn(pooled, generator))
-        n2 = _size(pooled)
-        if g.shape[0] != n2:
-            raise ValueError(
-                f"signature_fn must return one row per pooled sample, ({n2}, F); got {tuple(g.shape)}"
-            )
-        K = gaussian_gram(g)
-        return K if not self.features else super().gram(pooled, generator) * K
+def wild_bootstrap_test(K: Tensor, n: int, n_boot: int = 100, generator=None, *,
+                        ln: float = 0.2) -> tuple[float, float]:  # fmt: skip
+    """``(T, p)`` with SAMMD's wild-bootstrap null (Gao et al. 2021, after Chwialkowski et al.
+    2014): ``T = mean(H)`` over ``H = K_XX + K_YY - K_XY - K_XY^T`` (the V-statistic, equal
+    sizes), ``T_b = mean(H * (w_b - mean w_b)(w_b - mean w_b)^T)`` for AR(1) multipliers
+    ``w_t = a w_{t-1} + sqrt(1 - a^2) e_t``, ``a = exp(-1 / ln)``, ``e_t ~ N(0, 1)`` (SAMMD's
+    ``ln = 0.2``: nearly independent multipliers), and ``p = (1 + #{T_b >= T}) / (B + 1)``.
+    (SAMMD's own code rejects when at most ``ceil(alpha B)`` draws reach T; the p-value form used
+    here is the same rule as the permutation test's, docs/topo_detect.md.)"""
+    K, n, _ = _gram(K, n)
+    n_boot = _check_draws("n_boot", n_boot)
+    if not ln > 0:
+        raise ValueError(f"ln must be > 0, got {ln!r}")
+    H = K[:n, :n] + K[n:, n:] - K[:n, n:] - K[:n, n:].T
+    obs = float(H.mean())
+    a = math.exp(-1.0 / ln)
+    e = torch.randn(n, n_boot, generator=generator, dtype=torch.float64) * math.sqrt(1 - a * a)
+    w = torch.empty_like(e)
+    w[0] = e[0]
+    for t in range(1, n):  # the AR(1) filter (scipy.signal.lfilter([1], [1, -a]) in SAMMD)
+        w[t] = a * w[t - 1] + e[t]
+    w = (w - w.mean(0, keepdim=True)).to(device=K.device, dtype=K.dtype)
+    stats = torch.einsum("ib,ij,jb->b", w, H, w) / (n * n)
+    return obs, _p_value(obs, stats)
 
 
 def binomial_upper(T: int, p: float = 0.05, q: float = 0.99) -> float:

@@ -20,6 +20,10 @@ class AlignmentModel(Protocol):
 
     def encode_image(self, x: Tensor) -> Tensor: ...  # (N, d), L2-normalised, differentiable
 
+    def encode_text(self, texts: list[str]) -> Tensor: ...  # (K, d), L2-normalised
+
+    def logits(self, x: Tensor, class_text_emb: Tensor) -> Tensor: ...  # (N, K), for attacks
+
 
 def digit_prompt_embeddings() -> tuple[Tensor, dict]:
     """The 10 prompts ``"a handwritten digit {zero..nine}"`` embedded by all-MiniLM-L6-v2
@@ -52,6 +56,11 @@ class TinyTwoTower(nn.Module):
 
     def encode_image(self, x: Tensor) -> Tensor:
         return nn.functional.normalize(self.image(x.reshape(len(x), -1)), dim=-1)
+
+    def penultimate(self, x: Tensor) -> Tensor:
+        """The image MLP's last hidden layer ``(N, 256)``: the fixed semantic features SAMMD's
+        kernel uses (the penultimate layer of the attacked model, as in Gao et al.'s code)."""
+        return self.image[:-1](x.reshape(len(x), -1))
 
     def encode_text_embeddings(self, t: Tensor) -> Tensor:
         return nn.functional.normalize(self.text(t), dim=-1)

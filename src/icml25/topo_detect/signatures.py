@@ -3,13 +3,19 @@ curve against the adversarial fraction (§5)."""
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import torch
 from torch import Tensor
 
 from icml25.topo_detect.losses import mk_loss, tp_loss
 from icml25.topo_detect.persistence import total_persistence, vr_diagrams
 
-__all__ = ["chunks", "sample_signatures"]
+__all__ = ["chunks", "sample_signatures", "signature_curve"]
+
+#: the adversarial fractions of the signature curve (§5): 0, 0.1, ..., 1
+FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
 def chunks(n: int, size: int, generator: torch.Generator | None) -> list[Tensor]:
@@ -26,6 +32,7 @@ def chunks(n: int, size: int, generator: torch.Generator | None) -> list[Tensor]
 def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
                       mode: str = "attribution", chunk_size: int = 50, generator=None,
                       alpha: float = 1.0, dims=(0, 1), signed: bool = False,
+                      wrt: str = "embedding", image_encoder=None, images=None,
                       **loss_kw) -> Tensor:  # fmt: skip
     """Per-sample topological features of paired clouds (equal N).
 
@@ -34,7 +41,11 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
     birth and death edges above), per dimension: ``(N, len(dims))``. ``signed=True`` multiplies
     dimension k by ``sign(Pers_k(X) - Pers_k(Y))`` (the TP loss's chain rule).
     ``mode="gradient"``: the autograd gradient of the chunk's loss (``loss="tp"`` or ``"mk"``)
-    with respect to the image embeddings, ``(N, d)``. (Attribution uses the persistence pairs
+    with respect to the image embeddings, ``(N, d)``; with ``wrt="input"`` it is chained through
+    ``image_encoder`` to the ``images`` themselves (``(N, ...)``, flattened; images larger than
+    32x32 are average-pooled to 32x32 first to keep kernels cheap), "back-propagated to input
+    samples" literally; ``image_emb`` is then ignored for the clouds (the encoder's outputs are
+    used). (Attribution uses the persistence pairs
     themselves, so ``loss`` and ``**loss_kw`` only matter in gradient mode.) Float32/float64
     inputs keep their dtype in the output."""
     X, Y = torch.as_tensor(image_emb), torch.as_tensor(text_emb)
@@ -50,6 +61,20 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
         raise ValueError(f"chunk_size must be an integer >= 3, got {chunk_size!r}")
     if not alpha > 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
+    if wrt not in ("embedding", "input"):
+        raise ValueError(f"wrt must be 'embedding' or 'input', got {wrt!r}")
+    if wrt == "input":
+        if mode != "gradient":
+            raise ValueError("wrt='input' is a gradient: pass mode='gradient'")
+        if image_encoder is None or images is None:
+            raise ValueError("wrt='input' needs image_encoder and images (the encoder's inputs)")
+        images = torch.as_tensor(images)
+        if len(images) != X.shape[0]:
+            raise ValueError(
+                f"images must have one row per embedding ({X.shape[0]}), got {tuple(images.shape)}"
+            )
+        if images.ndim == 4 and images.shape[-1] > 32:
+            images = torch.nn.functional.adaptive_avg_pool2d(images, 32)
     for name, t in (("image_emb", X), ("text_emb", Y)):
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"{name} has non-finite values")
@@ -62,6 +87,8 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
     )
     if mode == "attribution":
         out = torch.zeros(N, len(dims), dtype=torch.float64, device=X.device)
+    elif wrt == "input":
+        out = torch.zeros(N, images[0].numel(), dtype=out_dtype, device=X.device)
     else:
         out = torch.zeros(
             N,
@@ -97,9 +124,120 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
                 col.index_add_(0, srt.clamp(min=0).reshape(-1), contrib.reshape(-1))
                 out[idx, j] += col
         else:
-            x = x.clone().requires_grad_(True)
-            value = (tp_loss(x, y, alpha=alpha, dims=dims, **loss_kw) if loss == "tp"
-                     else mk_loss(x, y, dims=dims, **loss_kw))  # fmt: skip
-            (g,) = torch.autograd.grad(value, x, allow_unused=True)
-            out[idx] = torch.zeros_like(x) if g is None else g.detach()
+            if wrt == "input":
+                leaf = images[idx.to(images.device)].detach().clone().requires_grad_(True)
+                with torch.enable_grad():
+                    x = image_encoder(leaf)
+            else:
+                leaf = x = x.clone().requires_grad_(True)
+            with torch.enable_grad():
+                value = (tp_loss(x, y, alpha=alpha, dims=dims, **loss_kw) if loss == "tp"
+                         else mk_loss(x, y, dims=dims, **loss_kw))  # fmt: skip
+                (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
+            g = torch.zeros_like(leaf) if g is None else g.detach()
+            out[idx] = g.reshape(len(idx), -1).to(device=out.device, dtype=out.dtype)
     return out.to(out_dtype)
+
+
+def _encode(model, x: Tensor, batch: int = 256) -> Tensor:
+    with torch.no_grad():
+        return torch.cat([model.encode_image(x[i : i + batch]) for i in range(0, len(x), batch)])
+
+
+def signature_curve(model, clean, adversarial, class_texts, *, fractions=FRACTIONS,
+                    batch_size: int = 100, n_batches: int = 20, pairing: str = "predicted",
+                    labels=None, alpha: float = 1.0, sigmas=(0.1,), dims=(0, 1),
+                    generator: torch.Generator | None = None,
+                    disable_progress: bool | None = None) -> dict:  # fmt: skip
+    """The observed signature of §5: batch means of ``L_TP`` and ``L_MK`` between the image cloud
+    and its paired text cloud as a fraction ``p`` of the batch is adversarial.
+
+    ``model``: an :class:`~icml25.topo_detect.models.AlignmentModel` whose ``encode_image`` maps
+    ``clean`` and ``adversarial`` images (``(N, ...)``, ``adversarial[i]`` the attacked
+    ``clean[i]``); ``None`` when both are already image embeddings ``(N, d)``. ``class_texts``:
+    the class text embeddings ``(K, d)`` in the same space, or a list of strings for
+    ``model.encode_text``. ``pairing``: ``"predicted"`` (the text of the class the model predicts;
+    a detector knows no labels), ``"label"`` (needs ``labels``) or ``"caption"`` (``class_texts``
+    is ``(N, d)``, one caption per image). For each ``p``, ``n_batches`` batches of
+    ``batch_size`` distinct indices are drawn (``generator``) and the first ``round(p B)`` are
+    replaced by their adversarial versions.
+
+    Returns ``{"fractions": [...], "tp"|"mk"|"pers0_x"|"pers1_x"|"pers0_y"|"pers1_y": {"mean":
+    [...], "std": [...]}, "spearman": {"tp": rho, "mk": rho}}`` (Spearman's rho of p against
+    the batch means; its sign is the direction of the change)."""
+    from scipy.stats import spearmanr
+
+    from icml25.progress import track
+
+    if pairing not in ("predicted", "label", "caption"):
+        raise ValueError(f"pairing must be 'predicted', 'label' or 'caption', got {pairing!r}")
+    clean, adversarial = torch.as_tensor(clean), torch.as_tensor(adversarial)
+    if clean.shape != adversarial.shape:
+        raise ValueError(
+            "adversarial[i] must be the attacked clean[i]: shapes differ, "
+            f"{tuple(clean.shape)} vs {tuple(adversarial.shape)}"
+        )
+    E = clean if model is None else _encode(model, clean)
+    E_adv = adversarial if model is None else _encode(model, adversarial)
+    if E.ndim != 2:
+        raise ValueError(f"image embeddings must be (N, d), got {tuple(E.shape)}")
+    N = len(E)
+    if isinstance(class_texts, (list, tuple)) and class_texts and isinstance(class_texts[0], str):
+        if model is None or not hasattr(model, "encode_text"):
+            raise ValueError("text prompts need a model with encode_text; pass embeddings (K, d)")
+        with torch.no_grad():
+            class_texts = model.encode_text(list(class_texts))
+    T = torch.as_tensor(class_texts).to(E)
+    if T.ndim != 2 or T.shape[1] != E.shape[1]:
+        raise ValueError(
+            f"class_texts must be (K, {E.shape[1]}) embeddings in the image space, got {tuple(T.shape)}"
+        )
+    if pairing == "label":
+        if labels is None or len(labels) != N:
+            raise ValueError(f"pairing='label' needs labels, one per image ({N})")
+        labels = torch.as_tensor(labels).long().to(E.device)
+        if int(labels.min()) < 0 or int(labels.max()) >= len(T):
+            raise ValueError(f"labels must index class_texts (0..{len(T) - 1})")
+    if pairing == "caption" and len(T) != N:
+        raise ValueError(f"pairing='caption' needs one caption per image: {N} rows, got {len(T)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 2 <= batch_size <= N:
+        raise ValueError(f"batch_size must be an integer in 2..{N}, got {batch_size!r}")
+    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
+        raise ValueError(f"n_batches must be a positive integer, got {n_batches!r}")
+    fractions = [float(p) for p in fractions]
+    if not fractions or any(not 0 <= p <= 1 for p in fractions):
+        raise ValueError(f"fractions must be numbers in [0, 1], got {fractions}")
+    keys = ("tp", "mk", "pers0_x", "pers1_x", "pers0_y", "pers1_y")
+    rows = {key: [] for key in keys}
+    max_dim = max(max(dims), 1)
+    for p in track(fractions, "signature curve", disable=disable_progress):
+        vals = {key: [] for key in keys}
+        for _ in range(n_batches):
+            idx = torch.randperm(N, generator=generator)[:batch_size].to(E.device)
+            k = int(round(p * batch_size))
+            e = torch.cat([E_adv[idx[:k]], E[idx[k:]]])
+            if pairing == "predicted":
+                t = T[(e @ T.T).argmax(-1)]
+            elif pairing == "label":
+                t = T[labels[idx]]
+            else:
+                t = T[idx]
+            dx, dy = vr_diagrams(e, max_dim=max_dim), vr_diagrams(t, max_dim=max_dim)
+            vals["tp"].append(float(tp_loss(dx, dy, alpha=alpha, dims=dims)))
+            vals["mk"].append(float(mk_loss(dx, dy, sigmas=sigmas, dims=dims)))
+            for h in (0, 1):
+                vals[f"pers{h}_x"].append(float(total_persistence(dx[h], alpha)))
+                vals[f"pers{h}_y"].append(float(total_persistence(dy[h], alpha)))
+        for key in keys:
+            rows[key].append((statistics.fmean(vals[key]), statistics.pstdev(vals[key])))
+    out = {"fractions": fractions}
+    for key in keys:
+        out[key] = {"mean": [m for m, _ in rows[key]], "std": [s for _, s in rows[key]]}
+
+    def rho(key):
+        if len(fractions) < 2 or len(set(out[key]["mean"])) < 2:
+            return math.nan
+        return float(spearmanr(fractions, out[key]["mean"])[0])
+
+    out["spearman"] = {"tp": rho("tp"), "mk": rho("mk")}
+    return out
