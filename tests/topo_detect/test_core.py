@@ -186,7 +186,7 @@ def test_bad_input():
         mk_loss(x, x, sigmas=(-1.0,))
     with pytest.raises(ValueError, match="same N"):
         sample_signatures(x, x[:5])
-    with pytest.raises(ValueError, match="same size for the U-statistic"):
+    with pytest.raises(ValueError, match="same size for the one-sample U-statistic"):
         GaussianMMD().test(x, x[:5])
     assert float(tp_loss(x[:1], x[:2])) >= 0  # tiny clouds: empty diagrams, no NaN
     assert vr_diagrams(x[:1])[1].diagram.shape == (0, 2)
