@@ -300,44 +300,38 @@ def test_build_end_to_end_on_scripted_agents(world, tmp_path):
 
 def test_killed_build_resumes_without_repeating_calls_and_ends_identical(world, tmp_path):
     gen, rw, mods = agents(world)
-    calls = {"n": 0}
 
     class Killed(BaseException):  # like a SIGKILL: nothing catches it
         pass
 
-    def dying(backend, limit):
-        def fn(m, **kw):
-            calls["n"] += 1
-            if limit is not None and calls["n"] > limit:
-                raise Killed
-            return forward(backend, m, kw)
+    def dying(backends, limit):
+        # one call counter per build: a worker of the killed build that was already running
+        # its next item when the kill arrived must not count as a call of the resumed build
+        calls = {"n": 0}
 
-        return CallableChat(fn, name=backend.name)
+        def wrap(backend):
+            def fn(m, **kw):
+                calls["n"] += 1
+                if limit is not None and calls["n"] > limit:
+                    raise Killed
+                return forward(backend, m, kw)
+
+            return CallableChat(fn, name=backend.name)
+
+        return [wrap(b) for b in backends], calls
 
     kw = dict(categories=["hate"], n_seeds=15, toxic_per_category=4, progress=False, concurrency=1)
     ref = tmp_path / "ref"
     build_orbench(gen, rw, mods, out_dir=ref, **kw)
-    total = calls["n"] = 0
     out = tmp_path / "run"
+    (g, r, *m), _ = dying([gen, rw, *mods], 40)
     with pytest.raises(Killed):
-        build_orbench(
-            dying(gen, 40), dying(rw, 40), [dying(m, 40) for m in mods], out_dir=out, **kw
-        )
-    calls["n"] = 0
-    build_orbench(
-        dying(gen, None), dying(rw, None), [dying(m, None) for m in mods], out_dir=out, **kw
-    )
-    resumed = calls["n"]
-    calls["n"] = 0
-    build_orbench(
-        dying(gen, None),
-        dying(rw, None),
-        [dying(m, None) for m in mods],
-        out_dir=tmp_path / "fresh",
-        **kw,
-    )
-    total = calls["n"]
-    assert resumed == total - 40  # every call made before the kill was kept
+        build_orbench(g, r, m, out_dir=out, **kw)
+    (g, r, *m), resumed = dying([gen, rw, *mods], None)
+    build_orbench(g, r, m, out_dir=out, **kw)
+    (g, r, *m), total = dying([gen, rw, *mods], None)
+    build_orbench(g, r, m, out_dir=tmp_path / "fresh", **kw)
+    assert resumed["n"] == total["n"] - 40  # every call made before the kill was kept
     for name in ("seeds.jsonl", "candidates.jsonl", "or-bench-80k.jsonl", "or-bench-toxic.jsonl"):
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name
     key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
