@@ -10,7 +10,9 @@ import torch
 
 from icml25.topo_detect import (
     GaussianMMD,
+    TopologicalContrastiveLoss,
     TopologicalMMD,
+    chunks,
     mk_loss,
     mmd2_unbiased,
     multiscale_kernel,
@@ -180,9 +182,9 @@ def test_bad_input():
         vr_diagrams(x, max_dim=3)
     with pytest.raises(ValueError, match="non-finite"):
         vr_diagrams(torch.tensor([[0.0, math.nan], [1.0, 1.0]]))
-    with pytest.raises(ValueError, match="alpha must be > 0"):
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0"):
         tp_loss(x, x, alpha=0)
-    with pytest.raises(ValueError, match="sigmas must be > 0"):
+    with pytest.raises(ValueError, match="sigmas must be a finite number > 0"):
         mk_loss(x, x, sigmas=(-1.0,))
     with pytest.raises(ValueError, match="same N"):
         sample_signatures(x, x[:5])
@@ -211,6 +213,12 @@ def test_tiny_two_tower_and_pgd():
     assert fgsm(m, xte, yte, T, 0.1).shape == xte.shape
     with pytest.raises(ValueError, match=r"inputs in \[0, 1\]"):
         pgd_linf(m, xte * 2, yte, T, 0.1)
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        fgsm(m, xte, yte, T, -0.1)
+    with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
+        pgd_linf(m, xte, yte, T, 0.1, steps=0)
+    with pytest.raises(ValueError, match=r"raw prompt embeddings \(K, 384\)"):
+        m.logits(xte, m.encode_text_embeddings(T))
 
 
 def test_review_findings():
@@ -241,7 +249,7 @@ def test_review_findings():
         vr_diagrams(A, precomputed=True)
     with pytest.raises(ValueError, match="zero diagonal"):
         vr_diagrams(torch.ones(4, 4), precomputed=True)
-    with pytest.raises(ValueError, match="alpha must be > 0"):
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0"):
         sample_signatures(torch.randn(10, 3), torch.randn(10, 3), alpha=0.0)
     with pytest.raises(ValueError, match="text_emb has non-finite"):
         sample_signatures(torch.randn(10, 3), torch.full((10, 3), math.nan))
@@ -289,3 +297,32 @@ def test_hf_clip_adapter_on_a_tiny_random_clip():
         adapter.encode_text(["a photo"])
     with pytest.raises(ValueError, match=r"\(N, 3, H, W\)"):
         adapter.encode_image(torch.rand(2, 32, 32))
+
+
+def test_review_findings_on_losses_signatures_and_attacks():
+    x = torch.randn(1, 3, dtype=torch.float64, requires_grad=True)
+    Y = torch.randn(10, 3, dtype=torch.float64)
+    for fn in (lambda: mk_loss(x, Y), lambda: mk_loss(x, Y, reduction="kernel")):
+        v = fn()
+        (g,) = torch.autograd.grad(v, x)  # one point: empty diagrams, still in the graph
+        assert torch.equal(g, torch.zeros_like(g))
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0, got inf"):
+        tp_loss(Y, Y, alpha=float("inf"))
+    with pytest.raises(TypeError, match="alpha must be a finite number > 0"):
+        tp_loss(Y, Y, alpha="1")
+    with pytest.raises(TypeError, match=r"dims must be a tuple of homology dimensions, e\.g\."):
+        tp_loss(Y, Y, dims=1)
+    with pytest.raises(ValueError, match="must not repeat"):
+        tp_loss(Y, Y, dims=(0, 0))
+    with pytest.raises(ValueError, match="dims must be homology dimensions in 0..2"):
+        sample_signatures(Y, Y, dims=(5,))
+    with pytest.raises(ValueError, match="at least 1 point"):
+        tp_loss(Y[:0], Y)
+    with pytest.raises(TypeError, match=r"unknown keyword\(s\) \['bogus'\]"):
+        sample_signatures(Y, Y, bogus=3)
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0"):
+        TopologicalContrastiveLoss("tp", alpha=-1)
+    with pytest.raises(ValueError, match="NaN"):
+        multiscale_kernel(torch.tensor([[0.0, math.nan]]), torch.tensor([[0.0, 1.0]]), 0.1)
+    with pytest.raises(ValueError, match="size must be a positive integer, got 0"):
+        chunks(10, 0, None)

@@ -62,6 +62,8 @@ def test_signature_curve_bad_input():
         signature_curve(None, E, E, T, pairing="label")
     with pytest.raises(ValueError, match="fractions"):
         signature_curve(None, E, E, T, fractions=(0, 1.5), batch_size=10)
+    with pytest.raises(ValueError, match="at least 2 distinct"):
+        signature_curve(None, E, E, T, fractions=(0.5,), batch_size=10)
     with pytest.raises(ValueError, match="batch_size"):
         signature_curve(None, E, E, T, batch_size=100)
     with pytest.raises(ValueError, match=r"class_texts must be \(K, 4\)"):

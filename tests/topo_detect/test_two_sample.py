@@ -5,6 +5,7 @@ input."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -229,7 +230,7 @@ def test_bad_input_names_the_value():
         SemanticAwareMMD(lambda z: z).fit(torch.randn(10, 2), torch.randn(10, 2), lr=0.0)
     with pytest.raises(ValueError, match="ln"):
         wild_bootstrap_test(gaussian_gram(torch.randn(10, 2)), 5, 20, ln=0)
-    with pytest.warns(UserWarning, match="cannot reject"):
+    with pytest.warns(UserWarning, match="can never reject"):
         permutation_test(gaussian_gram(torch.randn(10, 2)), 5, 10)
     with pytest.raises(ValueError, match="n must be"):
         mmd2_unbiased(gaussian_gram(torch.randn(10, 2)), 1)
@@ -249,3 +250,77 @@ def test_trained_and_topological_tests_on_cuda():
     assert K.is_cuda
     assert 0 < test.test(P, Q, g).p_value <= 1
     assert GaussianMMD(null="wild_bootstrap").test(P, Q, g).p_value > 0
+
+
+# -- the new-user review's findings -------------------------------------------------------------
+
+
+def test_fit_never_writes_into_the_callers_graph():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(4, 4, generator=g, requires_grad=True)
+    P, Q = torch.randn(20, 4, generator=g), torch.randn(20, 4, generator=g) + 1
+    for test in (
+        DeepKernelMMD(),
+        SemanticAwareMMD(lambda z: z[:, :2]),
+        TopologicalMMD(GaussianMMD(), lambda s, gen: s[:, :1] ** 2),
+    ):
+        test.fit(P @ W, Q @ W, epochs=3, generator=torch.Generator().manual_seed(1))
+        assert W.grad is None, type(test).__name__
+        assert test.test(P @ W, Q @ W, generator=torch.Generator().manual_seed(2)).p_value > 0
+
+
+def test_fit_is_reproducible_from_its_generator_whatever_the_global_seed():
+    g = torch.Generator().manual_seed(0)
+    P, Q = torch.randn(20, 3, generator=g), torch.randn(20, 3, generator=g) + 0.5
+    runs = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        t = DeepKernelMMD().fit(P, Q, epochs=5, generator=torch.Generator().manual_seed(7))
+        runs.append(t.history)
+    assert runs[0] == runs[1]
+
+
+def test_the_level_warning_uses_the_tests_own_alpha():
+    with pytest.warns(UserWarning, match="can never reject"):
+        GaussianMMD(n_perm=50, alpha=0.01)  # smallest p 1/51 > 0.01
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GaussianMMD(n_perm=7, alpha=0.2)  # 1/8 <= 0.2: no warning
+        GaussianMMD(n_perm=19)
+
+
+def test_unequal_sizes_for_every_test_and_the_topological_test_inherits_the_base():
+    g = torch.Generator().manual_seed(0)
+    P, Q = torch.randn(30, 3, generator=g), torch.randn(20, 3, generator=g) + 2
+    sig = lambda s, gen: s[:, :1]  # noqa: E731
+    for t in (
+        GaussianMMD(use_1sample_u=False),
+        TopologicalMMD(GaussianMMD(use_1sample_u=False), sig),
+        TopologicalMMD(None, sig, use_1sample_u=False),
+    ):
+        assert t.test(P, Q, generator=torch.Generator().manual_seed(1)).reject
+    dk = DeepKernelMMD(use_1sample_u=False).fit(P[:20], Q, epochs=2)
+    assert dk.test(P, Q, generator=torch.Generator().manual_seed(1)).p_value <= 1
+    base = SemanticAwareMMD(lambda z: z, null="wild_bootstrap", n_perm=30, alpha=0.1)
+    topo = TopologicalMMD(base, sig)
+    assert (topo.n_perm, topo.alpha, topo.null) == (30, 0.1, "wild_bootstrap")
+    assert TopologicalMMD(base, sig, n_perm=40).n_perm == 40
+
+
+def test_clear_errors_for_what_users_pass():
+    x = torch.randn(10, 4)
+    with pytest.raises(ValueError, match=r"same shape per point, got \(4,\) and \(3,\)"):
+        GaussianMMD().test(x, torch.randn(10, 3))
+    dk = DeepKernelMMD().fit(x, x + 1, epochs=1)
+    with pytest.raises(ValueError, match="fitted on inputs of 4 features per point, got 3"):
+        dk.test(torch.randn(10, 3), torch.randn(10, 3))
+    dk.fit(torch.randn(10, 3), torch.randn(10, 3) + 1, epochs=1)  # refit on another size
+    assert 0 < dk.test(torch.randn(10, 3), torch.randn(10, 3)).p_value <= 1
+    with pytest.raises(TypeError, match="pass feature callables"):
+        GaussianMMD().test({"emb": x}, {"emb": x + 1})
+    with pytest.raises(TypeError, match="feature 'caption' must be numeric"):
+        GaussianMMD([lambda s: s["emb"]]).test(
+            {"emb": x, "caption": ["a"] * 10}, {"emb": x, "caption": ["b"] * 10}
+        )
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        GaussianMMD().test(x, x, generator=5)

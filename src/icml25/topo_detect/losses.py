@@ -17,10 +17,32 @@ __all__ = ["TopologicalContrastiveLoss", "mk_loss", "tp_loss"]
 
 
 def _dims(dims) -> tuple[int, ...]:
-    dims = tuple(int(d) for d in dims)
+    if isinstance(dims, (int, float)) and not isinstance(dims, bool):
+        raise TypeError(f"dims must be a tuple of homology dimensions, e.g. (0, 1), got {dims!r}")
+    try:
+        dims = tuple(int(d) for d in dims)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"dims must be a tuple of homology dimensions in 0..2, e.g. (0, 1), got {dims!r}"
+        ) from None
     if not dims or min(dims) < 0 or max(dims) > 2:
         raise ValueError(f"dims must be homology dimensions in 0..2, got {dims}")
+    if len(set(dims)) != len(dims):
+        raise ValueError(f"dims must not repeat a dimension (it would count twice), got {dims}")
     return dims
+
+
+def _positive(name: str, value) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        and not (isinstance(value, torch.Tensor) and value.numel() == 1)
+    ):
+        raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
+    v = float(value)
+    if not (v > 0 and v < float("inf")):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
 
 
 def _diagrams(X, dims, metric) -> dict[int, PersistenceDiagram]:
@@ -32,6 +54,8 @@ def _diagrams(X, dims, metric) -> dict[int, PersistenceDiagram]:
                 f"the diagram list has no dimension(s) {missing}; compute them (max_dim) or change dims"
             )
         return out
+    if hasattr(X, "shape") and len(X.shape) >= 1 and X.shape[0] == 0:
+        raise ValueError(f"a point cloud must hold at least 1 point, got shape {tuple(X.shape)}")
     return {d.dim: d for d in vr_diagrams(X, max_dim=max(dims), metric=metric)}
 
 
@@ -48,8 +72,7 @@ def tp_loss(X, Y, *, alpha: float = 1.0, dims=(0, 1), metric: str = "euclidean")
     """``sum_k |Pers^alpha_k(X) - Pers^alpha_k(Y)|`` over homology dimensions ``dims`` (default
     alpha = 1, dims (0, 1); unverified in the paper, docs/topo_detect.md). ``X``, ``Y``: point
     clouds ``(N, d)`` (N may differ) or lists of diagrams."""
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+    alpha = _positive("alpha", alpha)
     dims = _dims(dims)
     dx, dy = _diagrams(X, dims, metric), _diagrams(Y, dims, metric)
     value = sum(
@@ -65,9 +88,10 @@ def mk_loss(X, Y, *, sigmas=(0.1,), dims=(0, 1), reduction: str = "distance",
     PD_k(Y)``; default sigma 0.1 (unverified)."""
     if reduction not in ("distance", "kernel"):
         raise ValueError(f"reduction must be 'distance' or 'kernel', got {reduction!r}")
-    sigmas = tuple(float(s) for s in (sigmas if isinstance(sigmas, (list, tuple)) else (sigmas,)))
-    if not sigmas or min(sigmas) <= 0:
-        raise ValueError(f"sigmas must be > 0, got {sigmas}")
+    raw = sigmas if isinstance(sigmas, (list, tuple)) else (sigmas,)
+    if not raw:
+        raise ValueError("sigmas must hold at least one bandwidth > 0")
+    sigmas = tuple(_positive("sigmas", s) for s in raw)
     dims = _dims(dims)
     dx, dy = _diagrams(X, dims, metric), _diagrams(Y, dims, metric)
     total = 0.0
@@ -83,7 +107,9 @@ def mk_loss(X, Y, *, sigmas=(0.1,), dims=(0, 1), reduction: str = "distance",
                     + multiscale_kernel(G, G, s)
                     - 2 * multiscale_kernel(F, G, s)
                 )
-    return total
+    if not isinstance(total, torch.Tensor):
+        total = torch.zeros((), dtype=torch.float64)
+    return _link(total, X, Y)
 
 
 class TopologicalContrastiveLoss(nn.Module):
@@ -94,6 +120,19 @@ class TopologicalContrastiveLoss(nn.Module):
         super().__init__()
         if kind not in ("tp", "mk"):
             raise ValueError(f"kind must be 'tp' or 'mk', got {kind!r}")
+        allowed = {
+            "tp": {"alpha", "dims", "metric"},
+            "mk": {"sigmas", "dims", "reduction", "metric"},
+        }
+        unknown = sorted(set(kw) - allowed[kind])
+        if unknown:
+            raise TypeError(
+                f"unknown keyword(s) {unknown} for the {kind!r} loss; valid: {sorted(allowed[kind])}"
+            )
+        if "alpha" in kw:
+            _positive("alpha", kw["alpha"])
+        if "dims" in kw:
+            _dims(kw["dims"])
         self.kind, self.kw = kind, kw
 
     def forward(self, X, Y) -> Tensor:

@@ -108,11 +108,12 @@ def gaussian_gram(F: Tensor, bandwidth: float | None = None) -> Tensor:
     return torch.exp(-_sqdist(F, F) / h)
 
 
-def _check_draws(name: str, B) -> int:
+def _check_draws(name: str, B, alpha: float = 0.05) -> int:
     B = _int(name, B, 1)
-    if B < 19:
+    if alpha < 1.0 / (B + 1):
         warnings.warn(
-            f"{name} = {B} < 19: the test cannot reject at alpha = 0.05",
+            f"{name} = {B}: the smallest p-value is 1/({B} + 1) = {1.0 / (B + 1):.3g} > "
+            f"alpha = {alpha}, so the test can never reject; use {name} >= {math.ceil(1 / alpha) - 1}",
             UserWarning,
             stacklevel=3,
         )
@@ -127,13 +128,14 @@ def _p_value(obs: float, null: Tensor) -> float:
 
 
 def permutation_test(K: Tensor, n: int, n_perm: int = 100, generator=None, *,
-                     use_1sample_u: bool = True) -> tuple[float, float]:  # fmt: skip
+                     use_1sample_u: bool = True, alpha: float = 0.05) -> tuple[float, float]:  # fmt: skip
     """``(MMD^2_u, p)``: the statistic is recomputed for ``n_perm`` random permutations of the
     pooled indices (all at once, as matrix products) and ``p = (1 + #{T_b >= T_obs}) / (B + 1)``.
-    B = 100 is SAMMD's and the reproduction's choice, 200 MMD-D's. ``generator`` draws the
+    B = 100 is the choice of MMD-D's and SAMMD's scripts (``N_per = 100``) and of the
+    reproduction. ``generator`` draws the
     permutations on the CPU; the statistics are computed on K's device."""
     K, n, m = _gram(K, n, use_1sample_u)
-    n_perm = _check_draws("n_perm", n_perm)
+    n_perm = _check_draws("n_perm", n_perm, alpha)
     obs = float(mmd2_unbiased(K, n, use_1sample_u=use_1sample_u))
     perms = torch.stack([torch.randperm(n + m, generator=generator) for _ in range(n_perm)])
     stats = _mmd2_permuted(K, n, perms.to(K.device), use_1sample_u)
@@ -160,7 +162,7 @@ def _mmd2_permuted(K: Tensor, n: int, perms: Tensor, use_1sample_u: bool = True)
 
 
 def wild_bootstrap_test(K: Tensor, n: int, n_boot: int = 100, generator=None, *,
-                        ln: float = 0.2) -> tuple[float, float]:  # fmt: skip
+                        ln: float = 0.2, alpha: float = 0.05) -> tuple[float, float]:  # fmt: skip
     """``(T, p)`` with SAMMD's wild-bootstrap null (Gao et al. 2021, after Chwialkowski et al.
     2014): ``T = mean(H)`` over ``H = K_XX + K_YY - K_XY - K_XY^T`` (the V-statistic, equal
     sizes), ``T_b = mean(H * (w_b - mean w_b)(w_b - mean w_b)^T)`` for AR(1) multipliers
@@ -169,7 +171,7 @@ def wild_bootstrap_test(K: Tensor, n: int, n_boot: int = 100, generator=None, *,
     (SAMMD's own code rejects when at most ``ceil(alpha B)`` draws reach T; the p-value form used
     here is the same rule as the permutation test's, docs/topo_detect.md.)"""
     K, n, _ = _gram(K, n)
-    n_boot = _check_draws("n_boot", n_boot)
+    n_boot = _check_draws("n_boot", n_boot, alpha)
     if not ln > 0:
         raise ValueError(f"ln must be > 0, got {ln!r}")
     H = K[:n, :n] + K[n:, n:] - K[:n, n:] - K[:n, n:].T

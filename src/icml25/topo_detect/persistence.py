@@ -201,6 +201,9 @@ def multiscale_kernel(F: Tensor, G: Tensor, sigma: float) -> Tensor:
             raise ValueError(
                 f"{name} must be a diagram of (birth, death) rows, shape (k, 2), got {tuple(t.shape)}"
             )
+    for name, t in (("F", F), ("G", G)):
+        if bool(torch.isnan(t).any()):
+            raise ValueError(f"{name} holds NaN (birth, death) values; a diagram needs numbers")
     F = F[torch.isfinite(F).all(-1)]
     G = G[torch.isfinite(G).all(-1)]
     if F.numel() == 0 or G.numel() == 0:

@@ -9,7 +9,7 @@ import statistics
 import torch
 from torch import Tensor
 
-from icml25.topo_detect.losses import mk_loss, tp_loss
+from icml25.topo_detect.losses import _dims, _positive, mk_loss, tp_loss
 from icml25.topo_detect.persistence import total_persistence, vr_diagrams
 
 __all__ = ["chunks", "sample_signatures", "signature_curve"]
@@ -21,6 +21,11 @@ FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
 def chunks(n: int, size: int, generator: torch.Generator | None) -> list[Tensor]:
     """A label-independent random split of ``0..n-1`` into chunks of ``size``; a last chunk
     smaller than ``max(10, size / 2)`` joins the previous one."""
+    for name, v in (("n", n), ("size", size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
     perm = torch.randperm(n, generator=generator)
     out = list(perm.split(size))
     if len(out) > 1 and len(out[-1]) < max(10, size / 2):
@@ -59,8 +64,15 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
         raise ValueError(f"loss must be 'tp' or 'mk', got {loss!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 3:
         raise ValueError(f"chunk_size must be an integer >= 3, got {chunk_size!r}")
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+    alpha = _positive("alpha", alpha)
+    dims = _dims(dims)
+    allowed = {"tp": {"metric"}, "mk": {"sigmas", "reduction", "metric"}}[loss]
+    unknown = sorted(set(loss_kw) - allowed)
+    if unknown:
+        raise TypeError(
+            f"unknown keyword(s) {unknown} for sample_signatures(loss={loss!r}); the loss takes "
+            f"{sorted(allowed)}"
+        )
     if wrt not in ("embedding", "input"):
         raise ValueError(f"wrt must be 'embedding' or 'input', got {wrt!r}")
     if wrt == "input":
@@ -78,7 +90,6 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
     for name, t in (("image_emb", X), ("text_emb", Y)):
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"{name} has non-finite values")
-    dims = tuple(dims)
     N = X.shape[0]
     out_dtype = (
         X.dtype
@@ -205,8 +216,11 @@ def signature_curve(model, clean, adversarial, class_texts, *, fractions=FRACTIO
     if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
         raise ValueError(f"n_batches must be a positive integer, got {n_batches!r}")
     fractions = [float(p) for p in fractions]
-    if not fractions or any(not 0 <= p <= 1 for p in fractions):
-        raise ValueError(f"fractions must be numbers in [0, 1], got {fractions}")
+    if len(set(fractions)) < 2 or any(not 0 <= p <= 1 for p in fractions):
+        raise ValueError(
+            f"fractions must be at least 2 distinct numbers in [0, 1] (a curve, and its Spearman "
+            f"rho), got {fractions}"
+        )
     keys = ("tp", "mk", "pers0_x", "pers1_x", "pers0_y", "pers1_y")
     rows = {key: [] for key in keys}
     max_dim = max(max(dims), 1)

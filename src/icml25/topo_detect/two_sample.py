@@ -12,6 +12,7 @@ A test sees a sample as a tensor ``(n, ...)`` or as a dict of equally long tenso
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -78,17 +79,56 @@ def _sizes(S_P, S_Q, equal: bool) -> tuple[int, int]:
     return n, m
 
 
-def _pool(S_P, S_Q):
+def _tensor(x, what: str, detach: bool) -> Tensor:
+    try:
+        t = torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"{what} must be numeric (a tensor or array (n, ...)), got {type(x).__name__}"
+            + (f" of {type(x[0]).__name__}" if isinstance(x, (list, tuple)) and x else "")
+        ) from None
+    return t.detach() if detach else t
+
+
+def _cat(a: Tensor, b: Tensor, what: str) -> Tensor:
+    if a.shape[1:] != b.shape[1:]:
+        raise ValueError(
+            f"{what} of S_P and S_Q must have the same shape per point, got {tuple(a.shape[1:])} "
+            f"and {tuple(b.shape[1:])}"
+        )
+    return torch.cat([a, b.to(a.device)])
+
+
+def _pool(S_P, S_Q, *, detach: bool = False):
+    """The pooled sample ``S_P`` then ``S_Q``; ``detach`` cuts it from the caller's graph (fit
+    never back-propagates into the user's tensors)."""
     if isinstance(S_P, dict) != isinstance(S_Q, dict):
         raise TypeError("S_P and S_Q must both be tensors or both dicts")
     if isinstance(S_P, dict):
         if set(S_P) != set(S_Q):
             raise ValueError(f"S_P and S_Q have different keys: {sorted(S_P)} vs {sorted(S_Q)}")
-        return {k: torch.cat([torch.as_tensor(S_P[k]), torch.as_tensor(S_Q[k])]) for k in S_P}
-    return torch.cat([torch.as_tensor(S_P), torch.as_tensor(S_Q)])
+        return {
+            k: _cat(
+                _tensor(S_P[k], f"feature {k!r}", detach),
+                _tensor(S_Q[k], f"feature {k!r}", detach),
+                f"feature {k!r}",
+            )
+            for k in S_P
+        }
+    return _cat(_tensor(S_P, "S_P", detach), _tensor(S_Q, "S_Q", detach), "the points")
+
+
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
 
 
 def _flat(x) -> Tensor:
+    if isinstance(x, dict):
+        raise TypeError(
+            f"a feature map returned the dict sample itself (keys {sorted(x)}): with dict samples "
+            "pass feature callables that pick a tensor, e.g. GaussianMMD([lambda s: s['emb']])"
+        )
     x = torch.as_tensor(x)
     x = x.reshape(len(x), -1)
     if not x.is_floating_point():
@@ -143,6 +183,8 @@ class MMDTest:
 
     def __init__(self, *, n_perm: int = 100, alpha: float = 0.05, null: str = "permutation",
                  use_1sample_u: bool = True) -> None:  # fmt: skip
+        from icml25.topo_detect.mmd import _check_draws
+
         if isinstance(alpha, bool) or not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
             raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
         if null not in NULLS:
@@ -151,6 +193,7 @@ class MMDTest:
             raise ValueError("the wild bootstrap needs equal sizes: use_1sample_u must be True")
         if isinstance(n_perm, bool) or not isinstance(n_perm, int) or n_perm < 1:
             raise ValueError(f"n_perm must be a positive integer, got {n_perm!r}")
+        _check_draws("n_perm", n_perm, float(alpha))  # warns when it can never reject
         self.n_perm, self.alpha, self.null = n_perm, float(alpha), null
         self.use_1sample_u = bool(use_1sample_u)
         self.history: list[float] = []
@@ -182,22 +225,30 @@ class MMDTest:
     def test(self, S_P, S_Q, generator: torch.Generator | None = None) -> TestResult:
         """Test ``S_P`` (reference) against ``S_Q``; ``generator`` (CPU) draws the permutations or
         multipliers (and, for topological tests, the label-independent chunks)."""
+        _check_generator(generator)
         n, _ = _sizes(S_P, S_Q, self.use_1sample_u or self.null == "wild_bootstrap")
         K = self.gram(_pool(S_P, S_Q), generator)
-        if self.null == "permutation":
-            stat, p = permutation_test(
-                K, n, self.n_perm, generator, use_1sample_u=self.use_1sample_u
-            )
-        else:
-            stat, p = wild_bootstrap_test(K, n, self.n_perm, generator)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # n_perm was checked at construction
+            if self.null == "permutation":
+                stat, p = permutation_test(
+                    K, n, self.n_perm, generator, use_1sample_u=self.use_1sample_u,
+                    alpha=self.alpha,
+                )  # fmt: skip
+            else:
+                stat, p = wild_bootstrap_test(K, n, self.n_perm, generator, alpha=self.alpha)
         return TestResult(stat, p, p <= self.alpha)
 
     def fit(self, S_P, S_Q, *, epochs: int | None = None, lr: float | None = None,
             generator: torch.Generator | None = None) -> MMDTest:  # fmt: skip
         """Train the kernel's parameters on a training split (equal sizes) by maximising ``J``;
-        a no-op for untrained tests. ``self.history`` holds J per epoch."""
+        a no-op for untrained tests. ``self.history`` holds J per epoch. The samples are
+        detached (training never writes into the caller's graph or ``.grad``); ``generator``
+        seeds the default network's initial weights (MMD-D), so a fit is reproducible."""
+        _check_generator(generator)
         n, _ = _sizes(S_P, S_Q, True)
-        pooled = _pool(S_P, S_Q)
+        pooled = _pool(S_P, S_Q, detach=True)
+        self._generator = generator
         self._prepare(pooled, n)
         epochs = self.default_epochs if epochs is None else epochs
         lr = self.default_lr if lr is None else lr
@@ -240,9 +291,9 @@ class _SmoothKernelMMD(MMDTest, nn.Module):
     stored as square roots (DK-for-TST's ``sigmaOPT ** 2``)."""
 
     def __init__(self, raw_fn: Callable, *, eps_init: float, n_perm: int, alpha: float,
-                 null: str) -> None:  # fmt: skip
+                 null: str, use_1sample_u: bool = True) -> None:  # fmt: skip
         nn.Module.__init__(self)
-        MMDTest.__init__(self, n_perm=n_perm, alpha=alpha, null=null)
+        MMDTest.__init__(self, n_perm=n_perm, alpha=alpha, null=null, use_1sample_u=use_1sample_u)
         if not callable(raw_fn):
             raise TypeError(f"raw_fn must be callable, got {raw_fn!r}")
         if not 0 < eps_init < 1:
@@ -258,6 +309,7 @@ class _SmoothKernelMMD(MMDTest, nn.Module):
 
     def _prepare(self, pooled, n: int) -> None:
         raw = _flat(self.raw_fn(pooled))
+        self._dim = raw.shape[1]
         self._build(raw)
         with torch.no_grad():
             phi = self._phi(pooled)
@@ -293,6 +345,11 @@ class _SmoothKernelMMD(MMDTest, nn.Module):
 
     def kernel(self, pooled, extra: Tensor | None = None) -> Tensor:
         raw = _flat(self.raw_fn(pooled)).to(self.sigma_q_sqrt)
+        if raw.shape[1] != self._dim:
+            raise ValueError(
+                f"{type(self).__name__} was fitted on inputs of {self._dim} features per point, "
+                f"got {raw.shape[1]}; fit it again on data of this size"
+            )
         phi = self._phi(pooled).to(raw)
         if extra is not None:
             phi = torch.cat([phi, _flat(extra).to(raw)], 1)
@@ -318,18 +375,24 @@ class DeepKernelMMD(_SmoothKernelMMD):
 
     def __init__(self, net: nn.Module | None = None, *, raw_fn: Callable = _identity,
                  eps_init: float = 1e-10, n_perm: int = 100, alpha: float = 0.05,
-                 null: str = "permutation") -> None:  # fmt: skip
-        super().__init__(raw_fn, eps_init=eps_init, n_perm=n_perm, alpha=alpha, null=null)
+                 null: str = "permutation", use_1sample_u: bool = True) -> None:  # fmt: skip
+        super().__init__(raw_fn, eps_init=eps_init, n_perm=n_perm, alpha=alpha, null=null,
+                         use_1sample_u=use_1sample_u)  # fmt: skip
         if net is not None and not isinstance(net, nn.Module):
             raise TypeError(f"net must be an nn.Module, got {type(net).__name__}")
-        self.net = net
+        self.net, self._own_net = net, net is None
 
     def _build(self, raw: Tensor) -> None:
-        if self.net is None:
-            d = raw.shape[1]
+        d = raw.shape[1]
+        if self._own_net and (self.net is None or self.net[0].in_features != d):
             h = 3 * d
-            self.net = nn.Sequential(nn.Linear(d, h), nn.Softplus(), nn.Linear(h, h), nn.Softplus(),
-                                     nn.Linear(h, h), nn.Softplus(), nn.Linear(h, h))  # fmt: skip
+            gen = getattr(self, "_generator", None)
+            with torch.random.fork_rng(devices=[]):
+                if gen is not None:  # the initial weights follow the fit's generator
+                    torch.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
+                self.net = nn.Sequential(nn.Linear(d, h), nn.Softplus(), nn.Linear(h, h),
+                                         nn.Softplus(), nn.Linear(h, h), nn.Softplus(),
+                                         nn.Linear(h, h))  # fmt: skip
         self.net.to(device=raw.device, dtype=raw.dtype)
 
     def _phi(self, pooled) -> Tensor:
@@ -353,8 +416,9 @@ class SemanticAwareMMD(_SmoothKernelMMD):
 
     def __init__(self, feature_fn: Callable, *, raw_fn: Callable = _identity,
                  eps_init: float = 1e-10, n_perm: int = 100, alpha: float = 0.05,
-                 null: str = "permutation") -> None:  # fmt: skip
-        super().__init__(raw_fn, eps_init=eps_init, n_perm=n_perm, alpha=alpha, null=null)
+                 null: str = "permutation", use_1sample_u: bool = True) -> None:  # fmt: skip
+        super().__init__(raw_fn, eps_init=eps_init, n_perm=n_perm, alpha=alpha, null=null,
+                         use_1sample_u=use_1sample_u)  # fmt: skip
         if not callable(feature_fn):
             raise TypeError(f"feature_fn must be callable, got {feature_fn!r}")
         self.feature_fn = feature_fn
@@ -383,17 +447,25 @@ class TopologicalMMD(MMDTest):
     median heuristic on the pooled sample, or learned with the base's parameters by :meth:`fit`.
     """
 
-    def __init__(self, base, signature_fn: Callable, n_perm: int = 100, alpha: float = 0.05,
-                 fusion: str = "product", *, concat_scale: float = 1.0,
-                 null: str = "permutation") -> None:  # fmt: skip
-        super().__init__(n_perm=n_perm, alpha=alpha, null=null)
+    def __init__(self, base, signature_fn: Callable, n_perm: int | None = None,
+                 alpha: float | None = None, fusion: str = "product", *,
+                 concat_scale: float = 1.0, null: str | None = None,
+                 use_1sample_u: bool | None = None) -> None:  # fmt: skip
+        # unset settings follow the base test (else 100 permutations, 0.05, permutation null)
+        ref = base if isinstance(base, MMDTest) else None
+        n_perm = n_perm if n_perm is not None else (ref.n_perm if ref else 100)
+        alpha = alpha if alpha is not None else (ref.alpha if ref else 0.05)
+        null = null if null is not None else (ref.null if ref else "permutation")
+        if use_1sample_u is None:
+            use_1sample_u = ref.use_1sample_u if ref else True
+        super().__init__(n_perm=n_perm, alpha=alpha, null=null, use_1sample_u=use_1sample_u)
         if fusion not in ("product", "concat"):
             raise ValueError(f"fusion must be 'product' or 'concat', got {fusion!r}")
         if not callable(signature_fn):
             raise TypeError(f"signature_fn must be callable, got {signature_fn!r}")
         if base is not None and not isinstance(base, MMDTest):
             base = list(base) if not callable(base) else [base]
-            base = GaussianMMD(base, n_perm, alpha) if base else None
+            base = GaussianMMD(base, n_perm, alpha, use_1sample_u=use_1sample_u) if base else None
         if fusion == "concat" and not isinstance(base, _SmoothKernelMMD):
             raise ValueError(
                 "fusion='concat' appends the signatures to a learned feature map: base must be a "
@@ -452,11 +524,14 @@ class TopologicalMMD(MMDTest):
     def fit(self, S_P, S_Q, *, epochs: int | None = None, lr: float | None = None,
             generator: torch.Generator | None = None) -> TopologicalMMD:  # fmt: skip
         """Train the base's parameters and ``s_g`` (started at the median heuristic) jointly by
-        maximising J on a training split; signatures come from the pooled training sample."""
+        maximising J on a training split; signatures come from the pooled training sample (the
+        samples are detached, as in :meth:`MMDTest.fit`)."""
+        _check_generator(generator)
         n, _ = _sizes(S_P, S_Q, True)
-        pooled = _pool(S_P, S_Q)
-        g = self.signatures(pooled, generator)
+        pooled = _pool(S_P, S_Q, detach=True)
+        g = self.signatures(pooled, generator).detach()
         if self.base is not None:
+            self.base._generator = generator
             self.base._prepare(pooled, n)
             self.base._fitted = True
         if self.fusion == "product":
