@@ -26,8 +26,15 @@ __all__ = [
     "LoRAConv2d",
     "LoRALinear",
     "inject_lora",
+    "load_lora",
+    "lora_layers",
     "lora_parameters",
+    "lora_state_dict",
     "mark_only_lora_trainable",
+    "merge_lora",
+    "save_lora",
+    "unload_lora",
+    "unmerge_lora",
 ]
 
 
@@ -156,12 +163,26 @@ def inject_lora(
         def pred(name, module):
             return any(name == t or name.endswith("." + t) for t in names)
 
+    wrapped_bases = {id(m.base) for m in model.modules() if isinstance(m, _LoRABase)}
     found = [
         (name, m)
         for name, m in model.named_modules()
-        if isinstance(m, (nn.Linear, nn.Conv2d)) and pred(name, m)
+        if isinstance(m, (nn.Linear, nn.Conv2d))
+        and id(m) not in wrapped_bases  # injecting twice never nests LoRA in LoRA
+        and pred(name, m)
     ]
     if not found:
+        already = [
+            name
+            for name, m in model.named_modules()
+            if isinstance(m, _LoRABase) and pred(name, m.base)
+        ]
+        if already:
+            raise ValueError(
+                f"the target {target!r} matches only layers that already carry LoRA "
+                f"({already[:3]}{'...' if len(already) > 3 else ''}); use them as they are, or "
+                "unload_lora(model) first to start again"
+            )
         raise ValueError(f"no nn.Linear or nn.Conv2d module matched the target {target!r}")
     out: dict[str, nn.Module] = {}
     for name, m in found:
@@ -191,3 +212,106 @@ def mark_only_lora_trainable(model: nn.Module) -> int:
     if not names:
         raise ValueError("the model has no LoRA parameters: call inject_lora first")
     return len(names)
+
+
+def lora_layers(model: nn.Module) -> dict[str, _LoRABase]:
+    """``{qualified name: LoRA layer}`` of every :class:`LoRALinear`/:class:`LoRAConv2d`."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, _LoRABase)}
+
+
+def _is_peft(model: nn.Module) -> bool:
+    return callable(getattr(model, "merge_and_unload", None)) and hasattr(model, "peft_config")
+
+
+def merge_lora(model: nn.Module) -> int:
+    """Fold every LoRA update into its base weight (the layers stay, computing the same function
+    with no extra matmul; :func:`unmerge_lora` undoes it). Returns the number of layers merged.
+    For a PEFT model use ``model.merge_adapter()``."""
+    layers = lora_layers(model)
+    if not layers:
+        raise ValueError("the model has no icml25 LoRA layers (PEFT models: model.merge_adapter())")
+    for m in layers.values():
+        m.merge()
+    return len(layers)
+
+
+def unmerge_lora(model: nn.Module) -> int:
+    """Undo :func:`merge_lora` on every layer; returns the number of layers."""
+    layers = lora_layers(model)
+    for m in layers.values():
+        m.unmerge()
+    return len(layers)
+
+
+def unload_lora(model: nn.Module, merge: bool = True) -> nn.Module:
+    """Replace every LoRA layer by its plain base module, in place: with ``merge=True`` the
+    update is folded in first (the model keeps computing what it computed, now as plain
+    ``nn.Linear``/``nn.Conv2d``); ``merge=False`` drops the update (the pretrained model back).
+    The base weights keep their ``requires_grad=False``. A PEFT model goes through its own
+    ``merge_and_unload()``/``unload()``; returns the model (PEFT: the unwrapped base model)."""
+    if _is_peft(model):
+        return model.merge_and_unload() if merge else model.unload()
+    layers = lora_layers(model)
+    if not layers:
+        raise ValueError("the model has no LoRA layers to unload")
+    for name, m in sorted(layers.items(), key=lambda kv: -kv[0].count(".")):
+        if merge:
+            m.merge()
+        elif m.merged:
+            m.unmerge()
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, m.base)
+    return model
+
+
+def lora_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The LoRA matrices only (ours or PEFT's), detached copies keyed by parameter name: what an
+    adapter checkpoint holds."""
+    return {n: p.detach().clone() for n, p in lora_parameters(model)}
+
+
+def save_lora(model: nn.Module, path) -> None:
+    """Save the adapter: a PEFT model through ``save_pretrained(path)`` (a folder PEFT loads),
+    otherwise :func:`lora_state_dict` plus each layer's ``r``/``alpha``/merged state in one
+    ``torch.save`` file."""
+    if _is_peft(model) and callable(getattr(model, "save_pretrained", None)):
+        model.save_pretrained(str(path))
+        return
+    layers = lora_layers(model)
+    if not layers:
+        raise ValueError("the model has no LoRA layers to save")
+    meta = {n: {"r": m.r, "alpha": m.alpha, "merged": m.merged} for n, m in layers.items()}
+    torch.save({"format": "icml25.lora/1", "layers": meta, "state": lora_state_dict(model)}, path)
+
+
+def load_lora(model: nn.Module, path, *, inject: bool = True) -> nn.Module:
+    """Load a :func:`save_lora` file into ``model``: LoRA layers missing from the model are
+    injected first (with the saved ``r``/``alpha``, when ``inject``); every saved matrix must
+    find its parameter with the same shape. Returns the model."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != "icml25.lora/1":
+        raise ValueError(f"{path} is not an icml25 LoRA checkpoint (written by save_lora)")
+    have = lora_layers(model)
+    for name, meta in ckpt["layers"].items():
+        if name not in have:
+            if not inject:
+                raise ValueError(f"the model has no LoRA layer {name!r} (load with inject=True)")
+            inject_lora(model, [name], r=int(meta["r"]), alpha=float(meta["alpha"]))
+    params = dict(model.named_parameters())
+    layers = lora_layers(model)
+    with torch.no_grad():
+        for name in ckpt["layers"]:
+            if layers[name].merged:
+                layers[name].unmerge()
+        for n, t in ckpt["state"].items():
+            if n not in params or params[n].shape != t.shape:
+                got = None if n not in params else tuple(params[n].shape)
+                raise ValueError(
+                    f"LoRA matrix {n!r} {tuple(t.shape)} does not fit the model (found {got})"
+                )
+            params[n].copy_(t.to(params[n].device, params[n].dtype))
+        for name, meta in ckpt["layers"].items():
+            if meta.get("merged"):
+                layers[name].merge()
+    return model

@@ -13,9 +13,16 @@ from icml25.knowledge_swap.lora import (
     LoRALinear,
     expand_head,
     inject_lora,
+    load_lora,
     lora_groups,
+    lora_layers,
     lora_parameters,
+    lora_state_dict,
     mark_only_lora_trainable,
+    merge_lora,
+    save_lora,
+    unload_lora,
+    unmerge_lora,
 )
 from icml25.knowledge_swap.losses import bounded_forget_loss, group_sparse_loss, swap_losses
 from icml25.knowledge_swap.metrics import (
@@ -23,9 +30,12 @@ from icml25.knowledge_swap.metrics import (
     h_mean,
     layer_norms,
     linear_probe_by_layer,
+    membership_inference,
+    relearn_time,
     swap_metrics,
 )
-from icml25.knowledge_swap.swap import KnowledgeSwapper, SwapHistory
+from icml25.knowledge_swap.splits import split_by_class
+from icml25.knowledge_swap.swap import KnowledgeSwapper, SwapHistory, frozen_norm_layers
 
 __all__ = [
     "KnowledgeSwapper",
@@ -35,14 +45,25 @@ __all__ = [
     "accuracy_on",
     "bounded_forget_loss",
     "expand_head",
+    "frozen_norm_layers",
     "group_sparse_loss",
     "h_mean",
     "inject_lora",
     "layer_norms",
     "linear_probe_by_layer",
+    "load_lora",
     "lora_groups",
+    "lora_layers",
     "lora_parameters",
+    "lora_state_dict",
     "mark_only_lora_trainable",
+    "membership_inference",
+    "merge_lora",
+    "relearn_time",
+    "save_lora",
+    "split_by_class",
     "swap_losses",
     "swap_metrics",
+    "unload_lora",
+    "unmerge_lora",
 ]

@@ -16,8 +16,15 @@ from icml25.lora import (
     LoRAConv2d,
     LoRALinear,
     inject_lora,
+    load_lora,
+    lora_layers,
     lora_parameters,
+    lora_state_dict,
     mark_only_lora_trainable,
+    merge_lora,
+    save_lora,
+    unload_lora,
+    unmerge_lora,
 )
 
 __all__ = [
@@ -25,9 +32,16 @@ __all__ = [
     "LoRALinear",
     "expand_head",
     "inject_lora",
+    "load_lora",
     "lora_groups",
+    "lora_layers",
     "lora_parameters",
+    "lora_state_dict",
     "mark_only_lora_trainable",
+    "merge_lora",
+    "save_lora",
+    "unload_lora",
+    "unmerge_lora",
 ]
 
 

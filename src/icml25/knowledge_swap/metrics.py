@@ -17,7 +17,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-__all__ = ["accuracy_on", "h_mean", "layer_norms", "linear_probe_by_layer", "swap_metrics"]
+from icml25.knowledge_swap.swap import _int_labels, _unpack
+
+__all__ = [
+    "accuracy_on",
+    "h_mean",
+    "layer_norms",
+    "linear_probe_by_layer",
+    "membership_inference",
+    "relearn_time",
+    "swap_metrics",
+]
 
 
 def _loader(data, batch_size: int = 512) -> DataLoader | None:
@@ -26,8 +36,8 @@ def _loader(data, batch_size: int = 512) -> DataLoader | None:
     if isinstance(data, DataLoader):
         return data
     if isinstance(data, tuple):
-        data = TensorDataset(torch.as_tensor(data[0]), torch.as_tensor(data[1]).long())
-    if isinstance(data, Dataset):
+        data = TensorDataset(torch.as_tensor(data[0]), _int_labels(data[1], "evaluation"))
+    if isinstance(data, Dataset) or hasattr(data, "__getitem__"):
         return DataLoader(data, batch_size=batch_size)
     raise TypeError(
         f"expected a Dataset, a DataLoader or (x, y) tensors, got {type(data).__name__}"
@@ -45,7 +55,8 @@ def accuracy_on(model: nn.Module, data, batch_size: int = 512) -> float:
     model.eval()
     correct = total = 0
     for batch in loader:
-        x, y = batch[0].to(p.device), batch[1].to(p.device)
+        x, y = _unpack(batch, "evaluation")
+        x, y = torch.as_tensor(x).to(p.device), _int_labels(y, "evaluation").to(p.device)
         if x.is_floating_point():
             x = x.to(p.dtype)
         out = model(x)
@@ -142,3 +153,146 @@ def linear_probe_by_layer(
             pred = (f[te] @ w + b).argmax(-1)
         out[name] = 100.0 * float((pred == y_idx[te]).double().mean()) if len(te) else float("nan")
     return out
+
+
+@torch.no_grad()
+def _per_sample_loss(model: nn.Module, data, batch_size: int = 512) -> Tensor:
+    loader = _loader(data, batch_size)
+    p = next(model.parameters())
+    was = model.training
+    model.eval()
+    out = []
+    for batch in loader:
+        x, y = _unpack(batch, "membership")
+        x, y = torch.as_tensor(x).to(p.device), _int_labels(y, "membership").to(p.device)
+        if x.is_floating_point():
+            x = x.to(p.dtype)
+        z = model(x)
+        z = z.logits if hasattr(z, "logits") else z
+        z = z[0] if isinstance(z, (tuple, list)) else z
+        out.append(F.cross_entropy(z.double(), y, reduction="none").cpu())
+    model.train(was)
+    if not out:
+        raise ValueError("membership inference needs non-empty data")
+    return torch.cat(out)
+
+
+def membership_inference(
+    model: nn.Module,
+    forget,
+    retain,
+    test,
+    *,
+    seed: int = 0,
+    batch_size: int = 512,
+) -> dict[str, float]:
+    """A loss-threshold membership-inference attack, the standard unlearning check (as in
+    SalUn/"l1-sparse" unlearning, Jia et al. 2023, "MIA-efficacy"): a logistic regression on the
+    per-sample loss learns members (retain training data) from non-members (held-out ``test``
+    data of the retained classes), balanced by subsampling; it is then applied to the forget
+    training data. Returns ``attack_acc`` (the attack's held-out accuracy, 50 = it cannot tell),
+    ``forget_member_rate`` (% of forget samples called members) and ``mia_efficacy``
+    (100 - that: high after good forgetting; an untouched model keeps the forget set "member")."""
+    lr_, lt, lf = (_per_sample_loss(model, d, batch_size) for d in (retain, test, forget))
+    g = torch.Generator().manual_seed(seed)
+    n = min(len(lr_), len(lt))
+    if n < 4:
+        raise ValueError(f"membership inference needs >= 4 retain and test samples, got {n}")
+    a = lr_[torch.randperm(len(lr_), generator=g)[:n]]
+    b = lt[torch.randperm(len(lt), generator=g)[:n]]
+    feat = lambda v: torch.log(v.clamp_min(1e-12))[:, None]  # noqa: E731
+    x = torch.cat([feat(a), feat(b)])
+    y = torch.cat([torch.ones(n), torch.zeros(n)]).double()
+    perm = torch.randperm(2 * n, generator=g)
+    tr, te = perm[:n], perm[n:]
+    mu, sd = x[tr].mean(0), x[tr].std(0).clamp_min(1e-6)
+    xs = (x - mu) / sd
+    w = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    c = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, c], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(xs[tr] @ w + c, y[tr])
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        acc = float(((xs[te] @ w + c > 0).double() == y[te]).double().mean())
+        member = float(((((feat(lf) - mu) / sd) @ w + c) > 0).double().mean())
+    return {
+        "attack_acc": 100.0 * acc,
+        "forget_member_rate": 100.0 * member,
+        "mia_efficacy": 100.0 * (1.0 - member),
+    }
+
+
+def relearn_time(
+    model: nn.Module,
+    forget,
+    *,
+    target_acc: float = 90.0,
+    eval_data=None,
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    max_steps: int = 500,
+    eval_every: int = 5,
+    params: str = "trainable",
+    seed: int = 0,
+) -> dict[str, float]:
+    """How fast the forgotten classes come back: fine-tune a copy of ``model`` (Adam, ``lr``) on
+    the forget data and count the steps until its accuracy on ``eval_data`` (default: the forget
+    data) reaches ``target_acc`` %. ``params``: ``"trainable"`` (what trained during the swap,
+    e.g. LoRA) or ``"all"``. Returns ``steps`` (``inf`` if never within ``max_steps``) and
+    ``final_acc``. Unlearning that only hides the classes relearns in a few steps; compare against
+    the same probe on a model that never saw them. The user's model is not modified."""
+    import copy
+
+    if not 0 < target_acc <= 100:
+        raise ValueError(f"target_acc must be in (0, 100], got {target_acc}")
+    if params not in ("trainable", "all"):
+        raise ValueError(f"params must be 'trainable' or 'all', got {params!r}")
+    if max_steps < 1 or eval_every < 1:
+        raise ValueError(f"max_steps and eval_every must be >= 1, got {max_steps}, {eval_every}")
+    m = copy.deepcopy(model)
+    ps = [p for p in m.parameters() if params == "all" or p.requires_grad]
+    if params == "all":
+        for p in ps:
+            p.requires_grad_(True)
+    if not ps:
+        raise ValueError("the model has no trainable parameters; pass params='all'")
+    evald = forget if eval_data is None else eval_data
+    acc = accuracy_on(m, evald)
+    if acc >= target_acc:
+        return {"steps": 0.0, "final_acc": acc}
+    g = torch.Generator().manual_seed(seed)
+    ds = _loader(forget, batch_size).dataset
+    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g)
+    opt = torch.optim.Adam(ps, lr=lr)
+    dev, dtype = ps[0].device, ps[0].dtype
+    step, it = 0, iter(loader)
+    while step < max_steps:
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)
+            batch = next(it)
+        x, y = _unpack(batch, "forget")
+        x, y = torch.as_tensor(x).to(dev), _int_labels(y, "forget").to(dev)
+        if x.is_floating_point():
+            x = x.to(dtype)
+        m.train()
+        z = m(x)
+        z = z.logits if hasattr(z, "logits") else z
+        z = z[0] if isinstance(z, (tuple, list)) else z
+        loss = F.cross_entropy(z, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % eval_every == 0 or step == max_steps:
+            acc = accuracy_on(m, evald)
+            if acc >= target_acc:
+                return {"steps": float(step), "final_acc": acc}
+    return {"steps": math.inf, "final_acc": acc}

@@ -12,17 +12,25 @@ cosine schedule restarts at each stage (official).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import ConcatDataset, DataLoader, Dataset, TensorDataset
+from torch.utils.data import (
+    ConcatDataset,
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    Subset,
+    TensorDataset,
+)
 
 from icml25.knowledge_swap.lora import lora_groups
 from icml25.knowledge_swap.losses import group_sparse_loss, swap_losses
 
-__all__ = ["KnowledgeSwapper", "SwapHistory"]
+__all__ = ["KnowledgeSwapper", "SwapHistory", "frozen_norm_layers"]
 
 STRATEGIES = ("learn_then_forget", "forget_then_learn", "simultaneous")
 Data = Dataset | DataLoader | tuple[Tensor, Tensor] | None
@@ -37,31 +45,117 @@ class SwapHistory:
     events: list[dict] = field(default_factory=list)
 
 
-def _as_dataset(data) -> Dataset | None:
+def _as_dataset(data, name: str = "data") -> Dataset | None:
     if data is None:
         return None
     if isinstance(data, DataLoader):
         return data.dataset
     if isinstance(data, tuple):
         if len(data) != 2:
-            raise ValueError(f"a data tuple must be (inputs, labels), got {len(data)} elements")
-        x, y = data
+            raise ValueError(f"the {name} tuple must be (inputs, labels), got {len(data)} elements")
+        x, y = torch.as_tensor(data[0]), torch.as_tensor(data[1])
         if len(x) != len(y):
-            raise ValueError(f"inputs and labels differ in length: {len(x)} vs {len(y)}")
-        return TensorDataset(torch.as_tensor(x), torch.as_tensor(y).long())
+            raise ValueError(f"the {name} inputs and labels differ in length: {len(x)} vs {len(y)}")
+        return TensorDataset(x, _int_labels(y, name))
+    if not isinstance(data, Dataset) and not hasattr(data, "__getitem__"):
+        raise TypeError(
+            f"the {name} data must be a Dataset, a DataLoader or (inputs, labels) tensors, "
+            f"got {type(data).__name__}"
+        )
     return data
 
 
-def _labels(ds: Dataset | None) -> set[int] | None:
-    """The label set when it can be read cheaply (tensor datasets, concatenations of them)."""
+def _int_labels(y, name: str) -> Tensor:
+    """Class indices as int64; float labels must hold whole numbers (never truncated)."""
+    y = torch.as_tensor(y)
+    if y.is_floating_point():
+        bad = y[~torch.isfinite(y) | (y != y.round())]
+        if bad.numel():
+            raise ValueError(
+                f"the {name} labels must be integer class indices, got the value "
+                f"{float(bad[0])!r} (float labels are never truncated)"
+            )
+    elif y.dtype == torch.bool or y.is_complex():
+        raise ValueError(f"the {name} labels must be integer class indices, got dtype {y.dtype}")
+    return y.long()
+
+
+_LABEL_KEYS = ("labels", "label", "targets", "target", "y")
+_INPUT_KEYS = ("pixel_values", "inputs", "input", "images", "image", "img", "x")
+
+
+def _targets(ds) -> Tensor | None:
+    """Every label of ``ds`` when it can be read without loading the inputs: tensor datasets,
+    ``targets``/``labels`` attributes (torchvision, ImageFolder), ``Subset`` and
+    ``ConcatDataset`` of those, and Hugging Face datasets with a label column; else None."""
+    if isinstance(ds, TensorDataset):
+        return ds.tensors[1] if len(ds.tensors) > 1 else None
+    if isinstance(ds, ConcatDataset):
+        parts = [_targets(d) for d in ds.datasets]
+        return None if any(p is None for p in parts) else torch.cat([p.long() for p in parts])
+    if isinstance(ds, Subset):
+        parent = _targets(ds.dataset)
+        return (
+            None if parent is None else parent[torch.as_tensor(list(ds.indices), dtype=torch.long)]
+        )
+    cols = getattr(ds, "column_names", None)  # a Hugging Face datasets.Dataset
+    if isinstance(cols, (list, tuple)):
+        key = next((k for k in _LABEL_KEYS if k in cols), None)
+        return None if key is None else torch.as_tensor(list(ds[key]))
+    for attr in ("targets", "labels"):
+        t = getattr(ds, attr, None)
+        if t is not None and not callable(t):
+            try:
+                t = torch.as_tensor(t if not isinstance(t, list) else list(t))
+            except (TypeError, ValueError):
+                continue
+            if t.ndim == 1 and len(t) == len(ds):
+                return t
+    return None
+
+
+def _labels(ds: Dataset | None, name: str = "data") -> set[int] | None:
+    """The label set when it can be read cheaply (see :func:`_targets`), else None."""
     if ds is None:
         return set()
-    if isinstance(ds, TensorDataset):
-        return set(ds.tensors[1].unique().tolist())
-    if isinstance(ds, ConcatDataset):
-        parts = [_labels(d) for d in ds.datasets]
-        return None if any(p is None for p in parts) else set().union(*parts)
-    return None
+    t = _targets(ds)
+    return None if t is None else set(_int_labels(t, name).unique().tolist())
+
+
+def _unpack(batch, name: str) -> tuple[Tensor, Tensor]:
+    """``(inputs, labels)`` from a tuple/list batch or a dict batch (Hugging Face)."""
+    if isinstance(batch, Mapping):
+        xk = next((k for k in _INPUT_KEYS if k in batch), None)
+        yk = next((k for k in _LABEL_KEYS if k in batch), None)
+        if xk is None or yk is None:
+            raise KeyError(
+                f"a dict batch of the {name} data needs an input key (one of {_INPUT_KEYS}) and a "
+                f"label key (one of {_LABEL_KEYS}); got keys {sorted(batch)}"
+            )
+        return batch[xk], batch[yk]
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return batch[0], batch[1]
+    raise TypeError(
+        f"a batch of the {name} data must be (inputs, labels) or a dict with inputs and labels, "
+        f"got {type(batch).__name__}"
+    )
+
+
+def _like(loader: DataLoader, dataset: Dataset, generator: torch.Generator) -> DataLoader:
+    """A DataLoader over ``dataset`` with the settings of the user's ``loader``."""
+    return DataLoader(
+        dataset,
+        batch_size=loader.batch_size,
+        shuffle=isinstance(loader.sampler, RandomSampler),
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        persistent_workers=loader.persistent_workers if loader.num_workers > 0 else False,
+        generator=generator,
+    )
 
 
 def _logits_of(out) -> Tensor:
@@ -70,6 +164,19 @@ def _logits_of(out) -> Tensor:
     if hasattr(out, "logits"):
         return out.logits
     return out[0] if isinstance(out, (tuple, list)) else out
+
+
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+
+
+def frozen_norm_layers(model: nn.Module) -> list[nn.Module]:
+    """The BatchNorm/InstanceNorm layers whose own parameters do not train (or that have none):
+    in ``train()`` they would still update their running statistics."""
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, _NORMS) and not any(p.requires_grad for p in m.parameters(recurse=False))
+    ]
 
 
 class _Stream:
@@ -116,6 +223,11 @@ class KnowledgeSwapper:
         callbacks: ``cb(event: dict)`` after every step (``event["kind"] == "step"``) and at every
             stage end (``"stage_end"``); a step event carries the stage, global step, lr, losses,
             the batch labels and the optimiser.
+        norm_eval: keep the BatchNorm/InstanceNorm layers whose parameters are frozen in
+            ``eval()`` while training (True), so the frozen backbone's running statistics do not
+            drift with the forget and learn batches; False trains them in ``train()`` mode like
+            the rest of the model (what the official code does on its LayerNorm-only ViTs, where
+            the two are the same).
     """
 
     def __init__(
@@ -144,6 +256,7 @@ class KnowledgeSwapper:
         train_head: bool = False,
         head: nn.Linear | None = None,
         n_old: int | None = None,
+        norm_eval: bool = True,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -211,6 +324,7 @@ class KnowledgeSwapper:
             batch_size,
         )
         self.seed, self.callbacks, self.grad_clip = seed, list(callbacks), grad_clip
+        self.norm_eval = bool(norm_eval)
         self.history = SwapHistory()
         self.acc_f_before: float | None = None
 
@@ -222,13 +336,26 @@ class KnowledgeSwapper:
     def _logits(self, x: Tensor) -> Tensor:
         return _logits_of(self.model(x))
 
-    def _to(self, batch) -> tuple[Tensor, Tensor]:
-        x, y = batch[0], batch[1]
+    def _to(self, batch, name: str = "retain", step: int | None = None) -> tuple[Tensor, Tensor]:
+        x, y = _unpack(batch, name)
+        x, y = torch.as_tensor(x), _int_labels(y, name)
         dtype = next(p for g in self.groups for p in g).dtype
         x = x.to(self.device)
         if x.is_floating_point():
+            if not bool(torch.isfinite(x).all()):
+                at = "" if step is None else f" at step {step}"
+                raise ValueError(
+                    f"a batch of the {name} data{at} holds NaN or inf inputs; clean the data "
+                    "(this is not a training divergence)"
+                )
             x = x.to(dtype)
-        return x, y.to(self.device).long()
+        return x, y.to(self.device)
+
+    def _train_mode(self) -> None:
+        self.model.train()
+        if self.norm_eval:
+            for m in frozen_norm_layers(self.model):
+                m.eval()
 
     def _lr_at(self, progress: float) -> float:
         if self.schedule == "constant":
@@ -241,10 +368,24 @@ class KnowledgeSwapper:
         order = ["learn", "forget"] if self.strategy == "learn_then_forget" else ["forget", "learn"]
         return [s for s in order if (s == "learn" and has_learn) or (s == "forget" and has_forget)]
 
-    def _check(self, retain, forget, learn) -> None:
+    def _check(self, retain, forget, learn) -> dict[str, set[int] | None]:
         if forget is None and learn is None:
             raise ValueError("both the forget and the learn data are empty: nothing to swap")
-        sets = {"retain": _labels(retain), "forget": _labels(forget), "learn": _labels(learn)}
+        sets = {
+            "retain": _labels(retain, "retain"),
+            "forget": _labels(forget, "forget"),
+            "learn": _labels(learn, "learn"),
+        }
+        unread = [n for n, v in sets.items() if v is None]
+        if unread:
+            warnings.warn(
+                f"the labels of the {', '.join(unread)} data cannot be read without loading every "
+                "input (no TensorDataset, `targets`/`labels` attribute, Subset of one or label "
+                "column): the check that the retain, forget and learn classes are disjoint was "
+                "skipped; labels are checked batch by batch instead",
+                UserWarning,
+                stacklevel=3,
+            )
         names = list(sets)
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
@@ -253,27 +394,58 @@ class KnowledgeSwapper:
                         f"classes {sorted(sets[a] & sets[b])} are in both the {a} and the {b} data; "
                         "the retain, forget and learn class sets must be disjoint"
                     )
+        return sets
 
     # ------------------------------------------------------------------ training
-    def fit(self, retain: Data, forget: Data = None, learn: Data = None) -> SwapHistory:
-        """Run the strategy's stages. Each argument: a Dataset, a DataLoader or ``(x, y)`` tensors."""
-        r, f, lrn = _as_dataset(retain), _as_dataset(forget), _as_dataset(learn)
-        if r is None:
-            raise ValueError("the retain data is required")
-        self._check(r, f, lrn)
+    def fit(
+        self,
+        retain: Data,
+        forget: Data = None,
+        learn: Data = None,
+        *,
+        forget_test: Data = None,
+    ) -> SwapHistory:
+        """Run the strategy's stages. Each argument: a Dataset (tensor pairs or dicts with inputs
+        and labels per item), a DataLoader (its settings are kept, also for the merged
+        retain + learn data of the forget stage) or ``(x, y)`` tensors. An empty forget (or
+        learn) set is skipped with a warning. Before training, the forget accuracy is measured
+        on ``forget_test`` (default: the forget training data) as ``acc_f_before``, which
+        :meth:`evaluate` uses for GS-LoRA's ``h`` (the official code measures it first)."""
+        r = _as_dataset(retain, "retain")
+        f = _as_dataset(forget, "forget")
+        lrn = _as_dataset(learn, "learn")
+        if r is None or len(r) == 0:
+            raise ValueError("the retain data is required and must not be empty")
+        if f is not None and len(f) == 0:
+            warnings.warn("the forget data is empty: only learning runs", UserWarning, stacklevel=2)
+            f = forget = None
+        if lrn is not None and len(lrn) == 0:
+            warnings.warn(
+                "the learn data is empty: only forgetting runs", UserWarning, stacklevel=2
+            )
+            lrn = learn = None
+        sets = self._check(r, f, lrn)
         g = torch.Generator().manual_seed(self.seed)
         with torch.no_grad():
             self.model.eval()
-            if lrn is not None:  # learn labels must fit the head
-                x, y = self._to(next(iter(DataLoader(lrn, batch_size=256))))
-                known = _labels(lrn)
-                top = max(known) if known else int(y.max())
-                n_out = self._logits(x[:1]).shape[-1]
-                if top >= n_out:
+            x, _ = self._to(next(iter(DataLoader(r, batch_size=1))), "retain")
+            self._n_out = self._logits(x[:1]).shape[-1]
+            for name, labels in sets.items():
+                if labels and (max(labels) >= self._n_out or min(labels) < 0):
+                    bad = max(labels) if max(labels) >= self._n_out else min(labels)
                     raise ValueError(
-                        f"learn label {top} is outside the model's {n_out} outputs; "
-                        "enlarge the classifier with icml25.knowledge_swap.expand_head first"
+                        f"{name} label {bad} is outside the model's {self._n_out} outputs"
+                        + (
+                            "; enlarge the classifier with icml25.knowledge_swap.expand_head first"
+                            if name == "learn"
+                            else ""
+                        )
                     )
+        if f is not None:
+            from icml25.knowledge_swap.metrics import accuracy_on
+
+            ref = forget_test if forget_test is not None else forget
+            self.acc_f_before = accuracy_on(self.model, ref)
         step = 0
         for stage in self.stage_plan(f is not None, lrn is not None):
             main_ds = r
@@ -284,11 +456,13 @@ class KnowledgeSwapper:
                 and lrn is not None
             ):
                 main_ds = ConcatDataset([r, lrn])  # official MergedDataset(retain, learn)
-            main = _Stream(
-                retain if (main_ds is r and isinstance(retain, DataLoader)) else main_ds,
-                self.batch_size,
-                g,
-            )
+            if main_ds is r:
+                main_src = retain if isinstance(retain, DataLoader) else r
+            elif isinstance(retain, DataLoader):
+                main_src = _like(retain, main_ds, g)  # keep the user's loader settings
+            else:
+                main_src = main_ds
+            main = _Stream(main_src, self.batch_size, g)
             aux_learn = (
                 _Stream(learn if isinstance(learn, DataLoader) else lrn, self.batch_size, g)
                 if (lrn is not None and stage in ("learn", "simultaneous"))
@@ -309,10 +483,19 @@ class KnowledgeSwapper:
                 lr = self._lr_at(progress)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
-                self.model.train()
-                rb = self._to(main.next())
-                fb = self._to(aux_forget.next()) if aux_forget else None
-                lb = self._to(aux_learn.next()) if aux_learn else None
+                self._train_mode()
+                rb = self._to(main.next(), "retain", step)
+                fb = self._to(aux_forget.next(), "forget", step) if aux_forget else None
+                lb = self._to(aux_learn.next(), "learn", step) if aux_learn else None
+                for name, bt in (("retain", rb), ("forget", fb), ("learn", lb)):
+                    if bt is not None and bt[1].numel():
+                        lo, hi = int(bt[1].min()), int(bt[1].max())
+                        if lo < 0 or hi >= self._n_out:
+                            raise ValueError(
+                                f"a batch of the {name} data at step {step} has label "
+                                f"{hi if hi >= self._n_out else lo}, outside the model's "
+                                f"{self._n_out} outputs"
+                            )
                 losses = swap_losses(
                     stage,
                     retain=(self._logits(rb[0]), rb[1]),
@@ -324,7 +507,8 @@ class KnowledgeSwapper:
                 total_loss = losses["total"]
                 if not bool(torch.isfinite(total_loss)):
                     raise FloatingPointError(
-                        f"the {stage} loss became {float(total_loss)} at step {step}; lower lr or set grad_clip"
+                        f"the {stage} loss became {float(total_loss)} at step {step} (the inputs "
+                        "were finite): the training diverged; lower lr or set grad_clip"
                     )
                 self.optimizer.zero_grad()
                 total_loss.backward()
