@@ -5,6 +5,12 @@ Each epoch every member draws its own permutation of the answer buffer; mini-bat
 after ``max_epochs`` or when the members' mean training accuracy exceeds ``stop_acc``, and it
 continues from the current weights on the next call (B-Pref). ``batch_size=None`` trains
 full-batch (the same batch for every member), as the offline reproduction does.
+
+Answers refer to segments by their stable ids in a :class:`SegmentBuffer`. Pass the buffer to
+:meth:`RewardLearner.add` and the answered segments are copied into the learner (``segments``),
+so later FIFO evictions cannot touch them and :meth:`RewardLearner.train` needs no buffer (what
+the PEBBLE loop does). Without it, ``train(buf)`` looks the ids up in ``buf`` and raises if one
+was evicted.
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icml25.distinguishability.queries import AnswerBuffer
+from icml25.distinguishability.queries import (
+    AnswerBuffer,
+    DistinguishabilityQuery,
+    PairwiseQuery,
+)
 from icml25.distinguishability.reward_model import RewardEnsemble, dq_loss, pcq_loss, smooth_abs
 from icml25.distinguishability.segments import SegmentBuffer
 
@@ -23,7 +33,8 @@ class RewardLearner:
     """Args: ``ensemble``; ``lr`` (B-Pref 3e-4); ``batch_size`` (B-Pref 128; None = full batch);
     ``max_epochs`` (B-Pref ``reward_update`` 200); ``stop_acc`` (B-Pref 0.97; None = never stop
     early); ``likelihood``, ``lambda_pref``, ``eps`` (spec §3); ``learn_dist_temperature``: a
-    learnable ``log beta_d`` for the strength answer (spec §2, off by default)."""
+    learnable ``log beta_d`` for the strength answer (spec §2, off by default); ``noise_prob``:
+    imitation's preference-model noise on the pairwise answers (0, B-Pref's plain BT)."""
 
     def __init__(
         self,
@@ -37,6 +48,7 @@ class RewardLearner:
         eps: float = 1e-3,
         learn_dist_temperature: bool = False,
         generator: torch.Generator | None = None,
+        noise_prob: float = 0.0,
     ) -> None:
         if likelihood not in ("abs", "difference"):
             raise ValueError(f"likelihood must be 'abs' or 'difference', got {likelihood!r}")
@@ -46,6 +58,9 @@ class RewardLearner:
             raise ValueError(f"max_epochs must be >= 0, got {max_epochs}")
         if not lr > 0:
             raise ValueError(f"lr must be > 0, got {lr}")
+        if isinstance(noise_prob, bool) or not 0.0 <= float(noise_prob) < 1.0:
+            raise ValueError(f"noise_prob must be in [0, 1), got {noise_prob!r}")
+        self.noise_prob = float(noise_prob)
         self.ensemble, self.batch_size, self.max_epochs = ensemble, batch_size, max_epochs
         self.stop_acc, self.likelihood, self.lambda_pref, self.eps = (
             stop_acc,
@@ -65,33 +80,88 @@ class RewardLearner:
         self.opt = torch.optim.Adam(params, lr=lr)
         self.answers = AnswerBuffer()
         self.generator = generator
+        self.segments: SegmentBuffer | None = None  # copies of the answered segments
 
-    def add(self, queries, answers) -> int:
-        return self.answers.add(queries, answers)
+    def add(self, queries, answers, buf: SegmentBuffer | None = None) -> int:
+        """Store the answered queries (``None`` answers are skipped); returns how many. With
+        ``buf``, the answered segments are copied into :attr:`segments` and the answers refer
+        to the copies (always pass it, or never: the two cannot be mixed)."""
+        if len(queries) != len(answers):
+            raise ValueError(f"{len(queries)} queries but {len(answers)} answers")
+        mode = "copy" if buf is not None else "ids"
+        if len(self.answers) and getattr(self, "_mode", mode) != mode:
+            raise ValueError(
+                "answers were added with and without a segment buffer; pass buf to every add() "
+                "(answered segments are copied) or to none (train(buf) looks ids up)"
+            )
+        self._mode = mode
+        if buf is None:
+            return self.answers.add(queries, answers)
+        stored = [(q, a) for q, a in zip(queries, answers) if a is not None]
+        if not stored:
+            return 0
+        if self.segments is None:
+            self.segments = SegmentBuffer(max_episodes=2**62)
+        base = len(self.segments)
+        ids = sorted(
+            {
+                i
+                for q, _ in stored
+                for i in ((q.i0, q.i1) if isinstance(q, PairwiseQuery) else q.segments)
+            }
+        )
+        new = {i: base + j for j, i in enumerate(ids)}
+        rows = buf.positions(ids)  # raises if an answered segment was already evicted
+        rew = buf.true_rew
+        self.segments._add_segments(
+            buf.obs[rows], buf.act[rows], None if rew is None else rew[rows]
+        )
+        remapped = []
+        for q, a in stored:
+            if isinstance(q, PairwiseQuery):
+                q2 = PairwiseQuery(new[q.i0], new[q.i1])
+            elif isinstance(q, DistinguishabilityQuery):
+                q2 = DistinguishabilityQuery(
+                    PairwiseQuery(new[q.q1.i0], new[q.q1.i1]),
+                    PairwiseQuery(new[q.q2.i0], new[q.q2.i1]),
+                )
+            else:
+                raise TypeError(f"unknown query type {type(q).__name__}")
+            remapped.append((q2, a))
+        return self.answers.add([q for q, _ in remapped], [a for _, a in remapped])
 
     def _batch_loss(self, ret: Tensor, t: dict, pcq_rows, dq_rows, pos) -> tuple[Tensor, float]:
-        """``ret (K, U)``: returns of the distinct segments; rows index the answers per member
-        (``(K, b)`` tensors); ``pos`` maps segment ids to columns of ``ret``."""
+        """``ret (K, U)``: returns of the distinct segments ``seg`` (sorted ids); rows index the
+        answers per member (``(K, b)`` tensors). Column indices are built on ``ret``'s device."""
         K = ret.shape[0]
+        seg = pos.to(ret.device)
+
+        def col(ids: Tensor) -> Tensor:
+            return torch.searchsorted(seg, ids.to(ret.device))
+
         loss = ret.new_zeros(())
         correct, total = ret.new_zeros(()), 0
         beta_d = self.log_beta_d.exp() if self.log_beta_d is not None else 1.0
         if pcq_rows is not None and pcq_rows.shape[1]:
-            ids = pos[t["pcq_idx"][pcq_rows]]  # (K, b, 2)
+            ids = col(t["pcq_idx"][pcq_rows])  # (K, b, 2)
             r = torch.gather(ret, 1, ids.reshape(K, -1)).reshape(ids.shape)
-            y = t["pcq_y"][pcq_rows].to(ret.dtype)
+            y = t["pcq_y"][pcq_rows].to(device=ret.device, dtype=ret.dtype)
             # members see different answers: per-member loss, summed
             loss = loss + sum(
-                pcq_loss(r[k : k + 1, :, 0], r[k : k + 1, :, 1], y[k]) for k in range(K)
+                pcq_loss(r[k : k + 1, :, 0], r[k : k + 1, :, 1], y[k], noise_prob=self.noise_prob)
+                for k in range(K)
             )
             z = r[..., 0] - r[..., 1]
             hard = y != 0.5
             correct = correct + ((z > 0) == (y > 0.5))[hard].sum()
-            total += int(hard.sum())
+            total += float(hard.sum())
         if dq_rows is not None and dq_rows.shape[1]:
-            ids = pos[t["dq_idx"][dq_rows]]  # (K, b, 4)
+            ids = col(t["dq_idx"][dq_rows])  # (K, b, 4)
             r = torch.gather(ret, 1, ids.reshape(K, -1)).reshape(ids.shape)
-            d, dp, y = (t[k][dq_rows].to(ret.dtype) for k in ("dq_d", "dq_pref", "dq_y"))
+            d, dp, y = (
+                t[k][dq_rows].to(device=ret.device, dtype=ret.dtype)
+                for k in ("dq_d", "dq_pref", "dq_y")
+            )
             for k in range(K):
                 loss = loss + dq_loss(
                     r[k : k + 1, :, 0],
@@ -114,15 +184,25 @@ class RewardLearner:
             acc_d = ((zd > 0) == (d == 1.0))[hard_d].to(ret.dtype)
             acc_y = ((zy > 0) == (y == 1.0))[hard_y].to(ret.dtype)
             correct = correct + 0.5 * (acc_d.sum() + acc_y.sum())
-            total += int(0.5 * (hard_d.sum() + hard_y.sum()))
+            total += 0.5 * float(hard_d.sum() + hard_y.sum())  # never rounded up to a win
         acc = float(correct) / total if total else 1.0
         return loss, acc
 
-    def train(self, buf: SegmentBuffer) -> dict:
-        """Train on every stored answer; returns ``dict(acc, loss, epochs)``."""
+    def train(self, buf: SegmentBuffer | None = None) -> dict:
+        """Train on every stored answer; returns ``dict(acc, loss, epochs)``. ``buf``: the
+        buffer the answers' ids refer to (default: the copies made by :meth:`add`)."""
         n_p, n_d = len(self.answers.pcq_y), len(self.answers.dq_y)
+        if getattr(self, "_mode", None) == "copy":
+            if buf is not None and buf is not self.segments:
+                raise ValueError(
+                    "the answers were added with their segments (add(..., buf)); call train() "
+                    "without a buffer"
+                )
+            buf = self.segments
         if n_p + n_d == 0:
             return {"epochs": 0, "acc": float("nan"), "loss": float("nan")}
+        if buf is None:
+            raise ValueError("train(buf) needs the SegmentBuffer the answers refer to")
         t = self.answers.tensors()
         K = self.ensemble.K
         dev = next(self.ensemble.parameters()).device
@@ -151,11 +231,10 @@ class RewardLearner:
             for pr, dr in batches:
                 seg = torch.cat(
                     [t["pcq_idx"][pr].reshape(-1), t["dq_idx"][dr].reshape(-1)]
-                ).unique()
-                pos = torch.full((len(buf),), -1, dtype=torch.long)
-                pos[seg] = torch.arange(seg.numel())
-                ret = self.ensemble.segment_returns(buf.obs[seg].to(dev), buf.act[seg].to(dev))
-                loss, acc = self._batch_loss(ret, t, pr, dr, pos)
+                ).unique()  # sorted segment ids of this batch
+                rows = buf.positions(seg)  # raises if one was evicted
+                ret = self.ensemble.segment_returns(buf.obs[rows].to(dev), buf.act[rows].to(dev))
+                loss, acc = self._batch_loss(ret, t, pr, dr, seg)
                 self.opt.zero_grad()
                 loss.backward()
                 self.opt.step()

@@ -160,16 +160,23 @@ def _targets(x, name: str, allowed: tuple[float, ...], like: Tensor) -> Tensor:
     return t
 
 
-def pcq_loss(ret0: Tensor, ret1: Tensor, y: Tensor) -> Tensor:
+def pcq_loss(ret0: Tensor, ret1: Tensor, y: Tensor, *, noise_prob: float = 0.0) -> Tensor:
     """Bradley-Terry cross-entropy of pairwise answers (B-Pref ``train_reward``/``train_soft_reward``):
     logits ``ret0 - ret1`` of shape ``(K, N)``, targets ``y in {0, 1/2, 1}`` (1: first preferred).
-    Returns the sum over members of the mean over answers."""
+    ``noise_prob``: imitation's ``PreferenceModel`` noise, ``P = (1 - noise) sigma(z) + noise / 2``
+    (0: plain Bradley-Terry, B-Pref). Returns the sum over members of the mean over answers."""
     if ret0.shape != ret1.shape or ret0.ndim != 2:
         raise ValueError(
             f"ret0 and ret1 must both be (K, N), got {tuple(ret0.shape)}, {tuple(ret1.shape)}"
         )
+    if isinstance(noise_prob, bool) or not 0.0 <= float(noise_prob) < 1.0:
+        raise ValueError(f"noise_prob must be in [0, 1), got {noise_prob!r}")
     t = _targets(y, "y", (0.0, 0.5, 1.0), ret0)
-    return soft_ce(ret0 - ret1, t).mean(-1).sum()
+    z = ret0 - ret1
+    if noise_prob == 0:
+        return soft_ce(z, t).mean(-1).sum()
+    p = (1 - noise_prob) * torch.sigmoid(z) + 0.5 * noise_prob
+    return -(t * p.log() + (1 - t) * (1 - p).log()).mean(-1).sum()
 
 
 def _dq_logits(r1a, r1b, r2a, r2b, eps):

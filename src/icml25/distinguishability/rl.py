@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -288,6 +289,17 @@ class History:
         return {k: list(v) for k, v in self.__dict__.items()}
 
 
+def _check_box(env) -> None:
+    space = getattr(env, "action_space", None)
+    if not (hasattr(space, "low") and hasattr(space, "high") and getattr(space, "shape", None)):
+        raise ValueError(
+            f"PreferenceRL's SAC needs a continuous Box action space, got {space!r}; for discrete "
+            "actions pass your own agent (agent=..., act/update/reset_critic) and encode actions "
+            "as vectors (e.g. one-hot) for the reward model, or use the Stable-Baselines3 "
+            "adapter (icml25.distinguishability.sb3) with a discrete algorithm such as DQN"
+        )
+
+
 class PreferenceRL:
     """PEBBLE with pairwise (``query_type="pcq"``) or distinguishability (``"dq"``) feedback.
 
@@ -321,6 +333,7 @@ class PreferenceRL:
             raise ValueError(f"segment must be >= 1, got {c.segment}")
         if teacher is None and not true_reward:
             raise ValueError("a teacher is needed unless true_reward=True")
+        _check_box(env)
         self.env, self.eval_env = env, eval_env if eval_env is not None else copy.deepcopy(env)
         self.query_type = query_type
         self.selection = selection or ("distq" if query_type == "dq" else "disagreement")
@@ -354,11 +367,13 @@ class PreferenceRL:
     def reward_fn(self, obs: Tensor, act: Tensor) -> Tensor:
         return self.ensemble.reward(obs, act)
 
-    def _feedback_round(self, first: bool) -> None:
+    def _feedback_round(self, first: bool) -> int:
+        """One round: select, ask, train, relabel. Returns the number of answers stored (0 when
+        the budget is spent or fewer than 4 segments exist yet)."""
         c = self.cfg
         n = min(c.reward_batch, c.max_feedback - self.total_feedback)
         if n <= 0 or len(self.segments) < 4:
-            return
+            return 0
         if self._episode_returns and hasattr(self.teacher, "set_thresholds"):
             recent = float(np.mean(self._episode_returns[-10:]))
             self.teacher.set_thresholds(recent * c.segment / max(self._episode_len, 1))
@@ -387,44 +402,30 @@ class PreferenceRL:
                 d.informativeness,
             )
             answers = self.teacher.answer_dq(self.segments, queries)
-        # queries refer to the current segment buffer: store the answered segments' data
-        stored = [(q, a) for q, a in zip(queries, answers) if a is not None]
+        # queries refer to the segment buffer's ids: the learner copies the answered segments
         self.total_feedback += n
-        self.labeled_feedback += len(stored)
+        stored = self.learner.add(queries, answers, self.segments)
+        self.labeled_feedback += stored
         if stored:
-            self._store_answers(stored)
-            self.learner.train(self._answered)
+            self.learner.train()
             self.replay.relabel(self.reward_fn)
+        return stored
 
-    def _store_answers(self, stored) -> None:
-        """Copy the queried segments into a growing buffer of answered segments (the FIFO segment
-        buffer may drop them later) and remap the queries to it."""
-        from icml25.distinguishability.queries import DistinguishabilityQuery, PairwiseQuery
-
-        if not hasattr(self, "_answered"):
-            self._answered = SegmentBuffer(max_episodes=10**9)
-        base = len(self._answered)
-        ids = sorted(
-            {
-                i
-                for q, _ in stored
-                for i in ((q.i0, q.i1) if isinstance(q, PairwiseQuery) else q.segments)
-            }
+    def _cut(self, ep_obs, ep_act, ep_rew, done: int) -> int:
+        """Cut the full, non-overlapping segments of the running episode from step ``done`` on
+        into the segment buffer; returns the new count of steps cut."""
+        H = self.cfg.segment
+        n = (len(ep_obs) - done) // H
+        if n < 1:
+            return done
+        end = done + n * H
+        self.segments.add_episode(
+            torch.from_numpy(np.stack(ep_obs[done:end])),
+            torch.from_numpy(np.stack(ep_act[done:end])),
+            torch.tensor(ep_rew[done:end], dtype=torch.float32),
+            H,
         )
-        pos = {i: base + j for j, i in enumerate(ids)}
-        t = torch.tensor(ids)
-        self._answered._add_segments(
-            self.segments.obs[t], self.segments.act[t], self.segments.true_rew[t]
-        )
-        for q, a in stored:
-            if isinstance(q, PairwiseQuery):
-                q2 = PairwiseQuery(pos[q.i0], pos[q.i1])
-            else:
-                q2 = DistinguishabilityQuery(
-                    PairwiseQuery(pos[q.q1.i0], pos[q.q1.i1]),
-                    PairwiseQuery(pos[q.q2.i0], pos[q.q2.i1]),
-                )
-            self.learner.add([q2], [a])
+        return end
 
     def evaluate(self) -> float:
         rets = []
@@ -445,7 +446,8 @@ class PreferenceRL:
         sac_batch = getattr(getattr(self.agent, "cfg", None), "batch_size", 256)
         start = c.num_seed_steps + c.num_unsup_steps
         obs, _ = self.env.reset(seed=self.seed)
-        ep_obs, ep_act, ep_rew, ep_ret, ep_len = [], [], [], 0.0, 0
+        ep_obs, ep_act, ep_rew, ep_ret, ep_len, ep_cut = [], [], [], 0.0, 0, 0
+        first_pending = False
         for step in track(
             range(total_steps),
             "PEBBLE",
@@ -479,26 +481,40 @@ class PreferenceRL:
             ep_len += 1
             obs = nxt
             if term or trunc:
-                if ep_len >= c.segment:
-                    self.segments.add_episode(
-                        torch.from_numpy(np.stack(ep_obs)),
-                        torch.from_numpy(np.stack(ep_act)),
-                        torch.tensor(ep_rew, dtype=torch.float32),
-                        c.segment,
-                    )
+                ep_cut = self._cut(ep_obs, ep_act, ep_rew, ep_cut)
                 self._episode_returns.append(ep_ret)
                 self._episode_len = ep_len
                 obs, _ = self.env.reset()
-                ep_obs, ep_act, ep_rew, ep_ret, ep_len = [], [], [], 0.0, 0
+                ep_obs, ep_act, ep_rew, ep_ret, ep_len, ep_cut = [], [], [], 0.0, 0, 0
             # feedback schedule
             if not self.true_reward and step + 1 >= start:
                 since = step + 1 - start
-                if since == 0:
-                    self._feedback_round(first=True)
-                    self.agent.reset_critic()
-                    for _ in range(c.reset_update):
-                        self.agent.update(self.replay.sample(sac_batch, self.rng))
-                elif since % c.num_interact == 0 and self.total_feedback < c.max_feedback:
+                due_first = since == 0 or (first_pending and since % c.segment == 0)
+                if due_first:
+                    # segments of the running episode count (B-Pref samples from it too)
+                    ep_cut = self._cut(ep_obs, ep_act, ep_rew, ep_cut)
+                    if len(self.segments) < 4:
+                        if not first_pending:
+                            warnings.warn(
+                                f"the first feedback round is due at step {step + 1} but only "
+                                f"{len(self.segments)} segment(s) of length {c.segment} exist; it "
+                                "is deferred until 4 do (the critics are reset then)",
+                                UserWarning,
+                                stacklevel=2,
+                            )
+                        first_pending = True
+                    else:
+                        first_pending = False
+                        self._feedback_round(first=True)
+                        self.agent.reset_critic()
+                        for _ in range(c.reset_update):
+                            self.agent.update(self.replay.sample(sac_batch, self.rng))
+                elif (
+                    not first_pending
+                    and since % c.num_interact == 0
+                    and self.total_feedback < c.max_feedback
+                ):
+                    ep_cut = self._cut(ep_obs, ep_act, ep_rew, ep_cut)
                     self._feedback_round(first=self.labeled_feedback == 0)
             # agent updates
             if step + 1 >= c.num_seed_steps and self.replay.n >= sac_batch:

@@ -2,6 +2,11 @@
 
 A segment is ``H`` consecutive ``(s, a)`` steps with the hidden true reward kept for the simulated
 teacher and for evaluation. :class:`SegmentBuffer` is FIFO over episodes (B-Pref keeps the last 100).
+
+Segment ids are stable: the ``i``-th segment ever added has id ``i``, whatever was evicted since.
+Queries refer to ids; :meth:`SegmentBuffer.positions` maps them to rows of ``obs``/``act`` and
+raises when a segment has been evicted, so an answer can never silently meet another segment.
+Until the first eviction ids and rows coincide.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class SegmentBuffer:
         if max_episodes < 1:
             raise ValueError(f"max_episodes must be >= 1, got {max_episodes}")
         self.max_episodes = max_episodes
+        self.n_evicted = 0  # segments dropped so far: the id of the oldest segment held
         self._episodes: list[tuple[Tensor, Tensor, Tensor | None]] = []
         self._cache: tuple[Tensor, Tensor, Tensor | None] | None = None
         if obs is not None:
@@ -68,8 +74,43 @@ class SegmentBuffer:
             _check_finite(t, name)
         self._episodes.append((obs, act, rew))
         while len(self._episodes) > self.max_episodes:
-            self._episodes.pop(0)
+            self.n_evicted += int(self._episodes.pop(0)[0].shape[0])
         self._cache = None
+
+    @property
+    def first_id(self) -> int:
+        """The id of the oldest segment held (ids of held segments: ``first_id + row``)."""
+        return self.n_evicted
+
+    def ids(self) -> Tensor:
+        """The ids of the held segments, in row order."""
+        return torch.arange(self.n_evicted, self.n_evicted + len(self))
+
+    def positions(self, ids) -> Tensor:
+        """Rows of ``obs``/``act`` of the segments with these ids (any shape, int64 on the CPU);
+        ``ValueError`` naming the id when a segment was evicted or never added."""
+        t = torch.as_tensor(ids, dtype=torch.long).cpu()
+        pos = t - self.n_evicted
+        n = len(self)
+        if t.numel():
+            old = pos < 0
+            if bool(old.any()):
+                bad = int(t[old].reshape(-1)[0])
+                raise ValueError(
+                    f"segment id {bad} was evicted from the SegmentBuffer (FIFO over the last "
+                    f"{self.max_episodes} episodes; the oldest id held is {self.n_evicted}): its "
+                    "answer would meet another segment. Pass the buffer to "
+                    "RewardLearner.add(queries, answers, buf), which copies answered segments, or "
+                    "raise max_episodes"
+                )
+            new = pos >= n
+            if bool(new.any()):
+                bad = int(t[new].reshape(-1)[0])
+                raise ValueError(
+                    f"segment id {bad} is not in the buffer (ids {self.n_evicted}.."
+                    f"{self.n_evicted + n - 1})"
+                )
+        return pos
 
     def add_episode(
         self, obs, act, rew=None, segment_len: int = 50, stride: int | None = None
@@ -138,6 +179,8 @@ class SegmentBuffer:
         return rew @ w
 
     def subset(self, idx: Tensor) -> SegmentBuffer:
+        """A new buffer of the segments with these ids (ids restart at 0 there)."""
+        idx = self.positions(idx)
         obs, act, rew = self._cat()
         return SegmentBuffer(obs[idx], act[idx], None if rew is None else rew[idx], max_episodes=1)
 
@@ -197,6 +240,13 @@ def collect_segments(
     rng = np.random.default_rng(seed)
     kw = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
     env = gym.make(env_id, **kw)
+    if not hasattr(env.action_space, "low"):
+        env.close()
+        raise ValueError(
+            f"collect_segments draws uniform actions from a Box action space; {env_id!r} has "
+            f"{env.action_space!r}. Roll out your own policy and add the episodes with "
+            "SegmentBuffer.add_episode (one-hot encode discrete actions)"
+        )
     buf = SegmentBuffer(max_episodes=n_episodes)
     for e in range(n_episodes):
         if policies == "mixture":

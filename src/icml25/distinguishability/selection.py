@@ -108,9 +108,10 @@ def select_pcq(
         raise ValueError(f"method must be one of {PCQ_METHODS}, got {method!r}")
     _check(n, large_batch, buf, 2)
     g = _rng(rng)
+    o = buf.first_id  # queries carry stable segment ids (= rows + first_id)
     if method == "uniform":
         idx = g.integers(0, len(buf), size=(n, 2))
-        return [PairwiseQuery(int(a), int(b)) for a, b in idx]
+        return [PairwiseQuery(int(a) + o, int(b) + o) for a, b in idx]
     m = large_batch * n
     idx = g.integers(0, len(buf), size=(m, 2))
     cand = list(range(m))
@@ -123,16 +124,19 @@ def select_pcq(
             else _binary_entropy(p).mean(0)
         )
         if method in ("disagreement", "entropy"):
-            return [PairwiseQuery(int(idx[i, 0]), int(idx[i, 1])) for i in _top(score, n)]
+            return [PairwiseQuery(int(idx[i, 0]) + o, int(idx[i, 1]) + o) for i in _top(score, n)]
         cand = _top(score, max(n, m // 2))
     flat = buf.obs.reshape(len(buf), -1).double()
     feats = torch.cat([flat[idx[cand, 0]], flat[idx[cand, 1]]], 1)
     lab = None
     if labelled:
-        li = np.array([[q.i0, q.i1] for q in labelled])
-        lab = torch.cat([flat[li[:, 0]], flat[li[:, 1]]], 1)
+        li = np.array([[q.i0, q.i1] for q in labelled]) - o
+        li = li[(li >= 0).all(1) & (li < len(buf)).all(1)]  # evicted ones no longer count
+        if len(li):
+            lab = torch.cat([flat[li[:, 0]], flat[li[:, 1]]], 1)
     return [
-        PairwiseQuery(int(idx[cand[i], 0]), int(idx[cand[i], 1])) for i in _kcenter(feats, lab, n)
+        PairwiseQuery(int(idx[cand[i], 0]) + o, int(idx[cand[i], 1]) + o)
+        for i in _kcenter(feats, lab, n)
     ]
 
 
@@ -212,11 +216,13 @@ def select_dq(
         raise ValueError(f"rule must be 'filter' or 'weighted', got {rule!r}")
     _check(n, large_batch, buf, 4)
     g = _rng(rng)
+    o = buf.first_id  # queries carry stable segment ids (= rows + first_id)
 
     def make(rows) -> list[DistinguishabilityQuery]:
         return [
             DistinguishabilityQuery(
-                PairwiseQuery(int(r[0]), int(r[1])), PairwiseQuery(int(r[2]), int(r[3]))
+                PairwiseQuery(int(r[0]) + o, int(r[1]) + o),
+                PairwiseQuery(int(r[2]) + o, int(r[3]) + o),
             )
             for r in rows
         ]

@@ -63,7 +63,15 @@ class ScriptedTeacher:
         beta_dist: rationality of the easier-pair answer (default: ``beta``).
         bpref_compat: reproduce B-Pref's thresholds (``margin * eps`` at the first call of
             ``set_thresholds``, ``margin * eps^2`` afterwards).
+        ties: a rational answer on exactly equal returns: ``"first"`` (B-Pref: the first segment)
+            or ``"half"`` (imitation's synthetic gatherer: ``y = 1/2``); the same for the easier
+            pair of a DQ (``d = 1`` or ``d = 1/2``).
         rng: ``numpy.random.Generator`` or seed.
+
+    The "equal" answers compare undiscounted returns (B-Pref's ``thres_equal`` on
+    ``sum r_t``) in both query types: the pair ``|G_a - G_b| < thres_equal`` for PCQs, both pairs'
+    undiscounted strengths below it for "equally easy" DQs; the myopic ``gamma`` only enters the
+    preference and easier-pair decisions, as in B-Pref.
     """
 
     def __init__(
@@ -76,6 +84,7 @@ class ScriptedTeacher:
         beta_dist: float | None = None,
         bpref_compat: bool = False,
         rng: np.random.Generator | int | None = None,
+        ties: str = "first",
     ) -> None:
         for name, v in (
             ("eps_mistake", eps_mistake),
@@ -86,6 +95,9 @@ class ScriptedTeacher:
                 raise ValueError(f"{name} must be in [0, 1], got {v}")
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+        if ties not in ("first", "half"):
+            raise ValueError(f"ties must be 'first' or 'half', got {ties!r}")
+        self.ties = ties
         self.beta, self.gamma = float(beta), float(gamma)
         self.eps_mistake, self.eps_skip, self.eps_equal = eps_mistake, eps_skip, eps_equal
         self.beta_dist = self.beta if beta_dist is None else float(beta_dist)
@@ -127,6 +139,8 @@ class ScriptedTeacher:
             y = (u < _sigmoid(self.beta * (R0 - R1))).astype(float)
         else:
             y = (R0 >= R1).astype(float)  # B-Pref: ties go to the first segment
+            if self.ties == "half":
+                y = np.where(R0 == R1, 0.5, y)
         truth = (R0 >= R1).astype(float)
         flip = self.rng.random(n) < self.eps_mistake
         y = np.where(flip, 1.0 - y, y)
@@ -135,9 +149,10 @@ class ScriptedTeacher:
         return np.where(equal, 0.5, y), wrong
 
     def _returns(self, buf: SegmentBuffer, idx: np.ndarray):
+        pos = buf.positions(idx).numpy()  # segment ids -> rows (raises on evicted ids)
         G = buf.returns(1.0).double().numpy()
         R = G if self.gamma == 1.0 else buf.returns(self.gamma).double().numpy()
-        return G[idx], R[idx]
+        return G[pos], R[pos]
 
     def answer_pcq(
         self, buf: SegmentBuffer, queries: list[PairwiseQuery]
@@ -166,6 +181,7 @@ class ScriptedTeacher:
         G, R = self._returns(buf, idx)
         skip = (self.thres_skip > G).all(1) if self.thres_skip > 0 else np.zeros(n, bool)
         S1, S2 = np.abs(R[:, 0] - R[:, 1]), np.abs(R[:, 2] - R[:, 3])
+        U1, U2 = np.abs(G[:, 0] - G[:, 1]), np.abs(G[:, 2] - G[:, 3])  # undiscounted: "equal"
         if self.beta_dist > 0:
             u = self.rng.random(n)
             d = np.where(u < _sigmoid(self.beta_dist * (S1 - S2)), 1.0, 2.0)
@@ -175,10 +191,12 @@ class ScriptedTeacher:
         flip = self.rng.random(n) < self.eps_mistake
         d = np.where(flip, 3.0 - d, d)
         both_equal = (
-            (self.thres_equal > S1) & (self.thres_equal > S2)
+            (self.thres_equal > U1) & (self.thres_equal > U2)
             if self.thres_equal > 0
             else np.zeros(n, bool)
         )
+        if self.ties == "half" and self.beta_dist <= 0:
+            both_equal |= S1 == S2
         coin = np.where(self.rng.random(n) < 0.5, 1, 2)
         d_pref = np.where(both_equal, coin, d).astype(int)
         d = np.where(both_equal, 0.5, d)
@@ -216,7 +234,8 @@ class CallbackTeacher:
 
     @staticmethod
     def _seg(buf: SegmentBuffer, i: int) -> dict[str, torch.Tensor]:
-        return {"obs": buf.obs[i], "act": buf.act[i]}
+        p = int(buf.positions([i])[0])
+        return {"obs": buf.obs[p], "act": buf.act[p]}
 
     def answer_pcq(self, buf, queries):
         if self.pcq_fn is None:
@@ -224,7 +243,7 @@ class CallbackTeacher:
         out = []
         for q in queries:
             y = self.pcq_fn(self._seg(buf, q.i0), self._seg(buf, q.i1))
-            out.append(None if y is None else PCQAnswer(float(y)))
+            out.append(None if y is None else PCQAnswer(_answer("y", y, (0.0, 0.5, 1.0))))
         return out
 
     def answer_dq(self, buf, queries):
@@ -239,7 +258,20 @@ class CallbackTeacher:
             if ans is None:
                 out.append(None)
                 continue
-            d, y = ans
+            if not isinstance(ans, (tuple, list)) or len(ans) != 2:
+                raise ValueError(f"dq_fn must return (d, y) or None, got {ans!r}")
+            d = _answer("d", ans[0], (1.0, 2.0, 0.5))
+            y = _answer("y", ans[1], (0.0, 0.5, 1.0))
             d_pref = int(self.rng.integers(1, 3)) if d == 0.5 else int(d)
-            out.append(DQAnswer(float(d), d_pref, float(y)))
+            out.append(DQAnswer(d, d_pref, y))
         return out
+
+
+def _answer(name: str, v, allowed: tuple[float, ...]) -> float:
+    """A labeler's answer as a float in ``allowed``; booleans and other types are refused (a
+    ``True`` is not a preference)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"the labeler's {name} must be one of {allowed} (a number), got {v!r}")
+    if float(v) not in allowed:
+        raise ValueError(f"the labeler's {name} must be one of {allowed}, got {v!r}")
+    return float(v)
