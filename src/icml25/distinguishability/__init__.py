@@ -7,7 +7,10 @@ Zhu, ICML 2025, "Comparing Comparisons", DistQ).
     >>> learner = RewardLearner(ens); learner.add(queries, answers); learner.train(segments)
 
 A labeler first says which of two pairs of segments is easier to distinguish, then which segment
-of that pair is better. Reward models, selection schemes and teachers are separate pieces.
+of that pair is better. Reward models, selection schemes and teachers are separate pieces; the
+PEBBLE loop is :class:`icml25.distinguishability.rl.PreferenceRL`, and
+:mod:`icml25.distinguishability.sb3` runs the feedback rounds inside any Stable-Baselines3
+``model.learn``.
 """
 
 from icml25.distinguishability.learner import RewardLearner

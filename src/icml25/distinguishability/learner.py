@@ -130,6 +130,81 @@ class RewardLearner:
             remapped.append((q2, a))
         return self.answers.add([q for q, _ in remapped], [a for _, a in remapped])
 
+    # -- saving ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue: the ensemble (weights and shape), the optimiser, the
+        answers, the copied segments, the settings."""
+        e = self.ensemble
+        seg = self.segments
+        return {
+            "format": "icml25.distinguishability.RewardLearner/1",
+            "ensemble": {
+                "args": dict(
+                    obs_dim=e.obs_dim,
+                    act_dim=e.act_dim,
+                    n_members=e.K,
+                    hidden=e.hidden,
+                    n_layers=e.n_layers,
+                    activation=e.activation,
+                ),  # fmt: skip
+                "state": {k: v.detach().cpu() for k, v in e.state_dict().items()},
+            },
+            "optimizer": self.opt.state_dict(),
+            "log_beta_d": None if self.log_beta_d is None else self.log_beta_d.detach().cpu(),
+            "settings": dict(
+                batch_size=self.batch_size,
+                max_epochs=self.max_epochs,
+                stop_acc=self.stop_acc,
+                likelihood=self.likelihood,
+                lambda_pref=self.lambda_pref,
+                eps=self.eps,
+                noise_prob=self.noise_prob,
+                lr=self.opt.param_groups[0]["lr"],
+            ),  # fmt: skip
+            "answers": self.answers.state_dict(),
+            "mode": getattr(self, "_mode", None),
+            "segments": None
+            if seg is None
+            else {"obs": seg.obs, "act": seg.act, "true_rew": seg.true_rew},
+        }
+
+    def save(self, path) -> None:
+        """``torch.save`` of :meth:`state_dict` (reload with :meth:`load`)."""
+        torch.save(self.state_dict(), path)
+
+    @classmethod
+    def load(cls, path, *, map_location=None, generator: torch.Generator | None = None):
+        """A learner restored from :meth:`save`: same ensemble, optimiser state, answers and
+        copied segments, so training continues where it stopped."""
+        st = torch.load(path, map_location=map_location or "cpu", weights_only=False)
+        if (
+            not isinstance(st, dict)
+            or st.get("format") != "icml25.distinguishability.RewardLearner/1"
+        ):
+            raise ValueError(f"{path} is not a RewardLearner checkpoint (written by save)")
+        ens = RewardEnsemble(**st["ensemble"]["args"])
+        ens.load_state_dict(st["ensemble"]["state"])
+        p = next(iter(st["ensemble"]["state"].values()))
+        ens = ens.to(device=p.device, dtype=p.dtype)
+        s = st["settings"]
+        learner = cls(ens, lr=s["lr"], batch_size=s["batch_size"], max_epochs=s["max_epochs"],
+                      stop_acc=s["stop_acc"], likelihood=s["likelihood"],
+                      lambda_pref=s["lambda_pref"], eps=s["eps"],
+                      learn_dist_temperature=st["log_beta_d"] is not None, generator=generator,
+                      noise_prob=s["noise_prob"])  # fmt: skip
+        if st["log_beta_d"] is not None:
+            with torch.no_grad():
+                learner.log_beta_d.copy_(st["log_beta_d"])
+        learner.opt.load_state_dict(st["optimizer"])
+        learner.answers = AnswerBuffer.from_state(st["answers"])
+        if st["mode"] is not None:
+            learner._mode = st["mode"]
+        if st["segments"] is not None:
+            seg = st["segments"]
+            learner.segments = SegmentBuffer(seg["obs"], seg["act"], seg["true_rew"],
+                                             max_episodes=2**62)  # fmt: skip
+        return learner
+
     def _batch_loss(self, ret: Tensor, t: dict, pcq_rows, dq_rows, pos) -> tuple[Tensor, float]:
         """``ret (K, U)``: returns of the distinct segments ``seg`` (sorted ids); rows index the
         answers per member (``(K, b)`` tensors). Column indices are built on ``ret``'s device."""

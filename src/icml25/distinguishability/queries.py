@@ -70,6 +70,9 @@ class DQAnswer:
         return cls(float(d_index + 1), d_index + 1, y)
 
 
+_FIELDS = ("pcq_idx", "pcq_y", "dq_idx", "dq_d", "dq_pref", "dq_y")
+
+
 class AnswerBuffer:
     """Answered queries as index tensors and targets, appended round by round."""
 
@@ -115,6 +118,18 @@ class AnswerBuffer:
             "dq_pref": torch.tensor(self.dq_pref, dtype=torch.float64),
             "dq_y": torch.tensor(self.dq_y, dtype=torch.float64),
         }
+
+    def state_dict(self) -> dict:
+        """Plain lists, for saving."""
+        return {k: list(getattr(self, k)) for k in _FIELDS}
+
+    @classmethod
+    def from_state(cls, state: dict) -> AnswerBuffer:
+        buf = cls()
+        for k in _FIELDS:
+            v = state[k]
+            setattr(buf, k, [tuple(x) for x in v] if k.endswith("_idx") else list(v))
+        return buf
 
     def segment_ids(self) -> Tensor:
         """Every segment that occurs in a stored answer (sorted, unique)."""

@@ -63,6 +63,7 @@ class RewardEnsemble(nn.Module):
             n_members,
             activation,
         )
+        self.hidden, self.n_layers = hidden, n_layers
         sizes = [obs_dim + act_dim] + [hidden] * n_layers + [1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()

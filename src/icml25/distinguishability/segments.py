@@ -139,6 +139,35 @@ class SegmentBuffer:
         self._add_segments(o, a, r)
         return len(starts)
 
+    def add_trajectory(self, traj, segment_len: int = 50, stride: int | None = None,
+                       action_encoder=None) -> int:  # fmt: skip
+        """Add an ``imitation`` ``TrajectoryWithRew`` (or any object with ``obs (T + 1, ...)``,
+        ``acts (T, ...)`` and ``rews (T,)``; ``obs`` may also have ``T`` rows): the observation
+        each action was taken in, flattened. ``action_encoder(acts) -> (T, d_a)``, e.g. one-hot
+        for discrete actions (default: flattened as floats). Returns the number of segments."""
+        for name in ("obs", "acts"):
+            if not hasattr(traj, name):
+                raise TypeError(
+                    f"a trajectory needs .obs, .acts and .rews; {traj!r:.60} has no .{name}"
+                )
+        acts = np.asarray(traj.acts)
+        obs = np.asarray(traj.obs)
+        T = len(acts)
+        if len(obs) not in (T, T + 1):
+            raise ValueError(
+                f"obs must have T or T + 1 = {T + 1} rows for {T} actions, got {len(obs)}"
+            )
+        rews = getattr(traj, "rews", None)
+        o = torch.as_tensor(obs[:T].reshape(T, -1), dtype=torch.float32)
+        if action_encoder is not None:
+            a = torch.as_tensor(np.asarray(action_encoder(acts)), dtype=torch.float32).reshape(
+                T, -1
+            )
+        else:
+            a = torch.as_tensor(acts.reshape(T, -1), dtype=torch.float32)
+        r = None if rews is None else torch.as_tensor(np.asarray(rews), dtype=torch.float32)
+        return self.add_episode(o, a, r, segment_len, stride)
+
     def _cat(self) -> tuple[Tensor, Tensor, Tensor | None]:
         if self._cache is None:
             if not self._episodes:
