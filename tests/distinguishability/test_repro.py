@@ -109,17 +109,31 @@ def test_full_repro_smoke_has_the_rl_part(tmp_path, check_smoke):
 
 @pytest.mark.slow
 def test_quick_repro_runs_and_reports(tmp_path, check_smoke):
-    import time
-
+    """The quick run end to end, its numbers checked (no wall-clock limit: timing belongs to
+    benchmarks, and the run's own time grows under load)."""
     from icml25.distinguishability import repro
 
-    t0 = time.perf_counter()
     r = repro.run(quick=True, seed=0, out=tmp_path)
-    assert time.perf_counter() - t0 < 180
     check_smoke(r, "distinguishability", metrics=("A score gain dq-pcq boltzmann",))
     assert len(r.seeds) == repro.N_QUICK
-    assert {m.name for m in r.metrics} >= {
+    get = {m.name: np.array(m.values, dtype=float) for m in r.metrics}
+    assert set(get) >= {
         "A score gain dq-pcq boltzmann",
+        "A Spearman score gain dq-pcq oracle",
         "B lottery balanced accuracy DQ",
         "A per-answer DQ@30 oracle",
     }
+    # the reward models learn: every arm's held-out correlations are far above chance
+    for t in repro.TEACHERS:
+        for m in (repro.BASE, repro.PAPER):
+            assert get[f"A score {t} {m}"].min() > 0.5, (t, m)
+            assert get[f"A Spearman score {t} {m}"].min() > 0.5, (t, m)
+    # noise-free lottery answers give better-than-chance choices with either query type
+    assert get["B lottery balanced accuracy PCQ"].min() > 0.5
+    assert get["B lottery balanced accuracy DQ"].min() > 0.5
+    # each verdict is what its interval says (the pre-registered rule, recomputed here)
+    for c in r.checks:
+        lo, hi = c.low, c.high
+        want = "held" if lo > 0 else ("did not hold" if hi < 0 else "inconclusive")
+        assert c.verdict == want, c.name
+        assert c.estimate == pytest.approx(np.mean(np.array(c.data["a"]) - np.array(c.data["b"])))

@@ -101,7 +101,7 @@ def test_answers_never_meet_another_segment_after_an_eviction():
 def small_rl(env, cfg_kw, teacher=None):
     from icml25.distinguishability.rl import PEBBLEConfig, PreferenceRL, SACConfig
 
-    cfg = PEBBLEConfig(
+    kw = dict(
         reward_batch=4,
         num_interact=10_000,
         max_feedback=8,
@@ -109,8 +109,8 @@ def small_rl(env, cfg_kw, teacher=None):
         reward_hidden=8,
         reward_layers=1,
         reward_update=5,
-        **cfg_kw,
     )
+    cfg = PEBBLEConfig(**{**kw, **cfg_kw})
     return PreferenceRL(
         env,
         "dq",
@@ -249,3 +249,21 @@ def test_learner_on_cuda():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     _learner_on("cuda", torch.float32)
+
+
+def test_the_loop_reuses_the_relabelled_member_rewards_for_selection():
+    """The next round's selection sums the per-member rewards kept at the relabel (and by online
+    labelling) instead of a forward pass over the candidates: the same returns, the same picks."""
+    gym = pytest.importorskip("gymnasium")
+    rl = small_rl(gym.make("Pendulum-v1"), dict(num_seed_steps=100, num_unsup_steps=0,
+                                                segment=25, num_interact=150))  # fmt: skip
+    rl.run(420, progress=False)
+    assert rl.total_feedback == 8  # rounds at 100 and 250; 400 is over budget
+    cached = rl.segment_returns()
+    with torch.no_grad():
+        direct = rl.ensemble.segment_returns(rl.segments.obs, rl.segments.act)
+    assert cached is not None and cached.shape == direct.shape
+    torch.testing.assert_close(cached, direct, rtol=1e-5, atol=1e-5)
+    a = select_dq(rl.ensemble, rl.segments, 4, "distq", 5, rng=3)
+    b = select_dq(rl.ensemble, rl.segments, 4, "distq", 5, rng=3, returns=cached)
+    assert a == b

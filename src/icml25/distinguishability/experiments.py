@@ -144,9 +144,11 @@ def learning_curve(
     answered = teacher.answered - answered_before
     err = (teacher.errors - errors_before) / answered if answered else 0.0
     score = sum(curve[b]["pearson"] for b in cfg.budgets) / len(cfg.budgets)
+    score_s = sum(curve[b]["spearman"] for b in cfg.budgets) / len(cfg.budgets)
     return {
         "curve": curve,
         "score": score,
+        "score_spearman": score_s,
         "teacher_error": err,
         "seconds": time.perf_counter() - t0,
         "ensemble": ens,

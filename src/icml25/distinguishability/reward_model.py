@@ -129,7 +129,8 @@ class RewardEnsemble(nn.Module):
             raise ValueError(
                 f"obs must be ({'K, ' if per_member else ''}N, H, d_s), got shape {tuple(obs.shape)}"
             )
-        return self(obs, act, per_member=per_member).sum(-1)
+        r = self(obs, act, per_member=per_member)
+        return r.to(torch.promote_types(r.dtype, torch.float32)).sum(-1)  # bf16 scores sum in fp32
 
     def reward(self, obs: Tensor, act: Tensor) -> Tensor:
         """The member mean: what the agent is trained on."""

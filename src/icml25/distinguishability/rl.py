@@ -356,6 +356,11 @@ class PreferenceRL:
         )
         cap = (sac or SACConfig()).buffer_size
         self.replay = ReplayBuffer(obs_dim, act_dim, cap)
+        self._member = np.zeros((cap, c.ensemble_size), np.float32)  # per-member r_hat per row
+        self._member_ok = np.zeros(cap, bool)
+        self._seg_abs: list[np.ndarray] = []  # per segment id: its steps' transition counts
+        self._n_added = 0
+        self._ep_abs: list[int] = []
         self.segments = SegmentBuffer(max_episodes=c.max_episodes)
         self.rng = np.random.default_rng(seed)
         self.total_feedback = 0
@@ -377,6 +382,8 @@ class PreferenceRL:
         if self._episode_returns and hasattr(self.teacher, "set_thresholds"):
             recent = float(np.mean(self._episode_returns[-10:]))
             self.teacher.set_thresholds(recent * c.segment / max(self._episode_len, 1))
+        # the ensemble has not changed since the last relabel: reuse its per-member rewards
+        returns = None if first else self.segment_returns()
         if self.query_type == "pcq":
             queries: list = select_pcq(
                 self.ensemble,
@@ -385,6 +392,7 @@ class PreferenceRL:
                 "uniform" if first else self.selection,
                 c.large_batch,
                 self.rng,
+                returns=returns,
             )
             answers = self.teacher.answer_pcq(self.segments, queries)
         else:
@@ -400,6 +408,7 @@ class PreferenceRL:
                 d.lambda_e,
                 self.rng,
                 d.informativeness,
+                returns=returns,
             )
             answers = self.teacher.answer_dq(self.segments, queries)
         # queries refer to the segment buffer's ids: the learner copies the answered segments
@@ -408,8 +417,39 @@ class PreferenceRL:
         self.labeled_feedback += stored
         if stored:
             self.learner.train()
-            self.replay.relabel(self.reward_fn)
+            self._relabel()
         return stored
+
+    @torch.no_grad()
+    def _relabel(self, chunk: int = 10_000) -> None:
+        """Relabel the whole replay buffer with the member mean, keeping each member's reward
+        per transition (the next round's selection sums them instead of a forward pass)."""
+        rb = self.replay
+        for s in range(0, rb.n, chunk):
+            e = min(s + chunk, rb.n)
+            m = self.ensemble(torch.from_numpy(rb.obs[s:e]), torch.from_numpy(rb.act[s:e]))
+            m = m.float().cpu().numpy()  # (K, e - s)
+            rb.reward[s:e] = m.mean(0)
+            self._member[s:e] = m.T
+            self._member_ok[s:e] = True
+
+    def segment_returns(self) -> torch.Tensor | None:
+        """Per-member returns ``(K, len(segments))`` of the held segments from the rewards kept
+        at the last relabel and by online labelling (the current ensemble's), or None when a
+        segment's transitions are gone from the replay buffer or were never scored."""
+        n, first = len(self.segments), self.segments.first_id
+        if n == 0 or len(self._seg_abs) < first + n:
+            return None
+        cap = self.replay.capacity
+        rows = np.stack(self._seg_abs[first : first + n])  # (N, H) absolute counts
+        if (self._n_added - rows.min()) > cap:
+            return None  # overwritten by newer transitions
+        rows = rows % cap
+        if not self._member_ok[rows].all():
+            return None
+        ret = self._member[rows].astype(np.float64).sum(1)  # (N, K)
+        p = next(self.ensemble.parameters())
+        return torch.from_numpy(ret.T.copy()).to(device=p.device, dtype=p.dtype)
 
     def _cut(self, ep_obs, ep_act, ep_rew, done: int) -> int:
         """Cut the full, non-overlapping segments of the running episode from step ``done`` on
@@ -419,6 +459,7 @@ class PreferenceRL:
         if n < 1:
             return done
         end = done + n * H
+        self._seg_abs.extend(np.asarray(self._ep_abs[done:end], np.int64).reshape(n, H))
         self.segments.add_episode(
             torch.from_numpy(np.stack(ep_obs[done:end])),
             torch.from_numpy(np.stack(ep_act[done:end])),
@@ -447,6 +488,8 @@ class PreferenceRL:
         start = c.num_seed_steps + c.num_unsup_steps
         obs, _ = self.env.reset(seed=self.seed)
         ep_obs, ep_act, ep_rew, ep_ret, ep_len, ep_cut = [], [], [], 0.0, 0, 0
+        ep_abs: list[int] = []  # absolute transition counts of the running episode's steps
+        self._ep_abs = ep_abs
         first_pending = False
         for step in track(
             range(total_steps),
@@ -461,19 +504,24 @@ class PreferenceRL:
             else:
                 a = self.agent.act(obs)
             nxt, r_true, term, trunc, _ = self.env.step(a)
+            row = self.replay.ptr
             if self.true_reward:
                 r = float(r_true)
             elif step >= start:
                 with torch.no_grad():
-                    r = float(
-                        self.reward_fn(
-                            torch.as_tensor(np.asarray(obs, np.float32))[None],
-                            torch.as_tensor(np.asarray(a, np.float32)).reshape(1, -1),
-                        )
-                    )
+                    m = self.ensemble(
+                        torch.as_tensor(np.asarray(obs, np.float32))[None],
+                        torch.as_tensor(np.asarray(a, np.float32)).reshape(1, -1),
+                    ).reshape(-1)  # per member: kept for the next round's selection
+                r = float(m.mean())
+                self._member[row], self._member_ok[row] = m.float().cpu().numpy(), True
             else:
                 r = 0.0
+            if not self.true_reward and step < start:
+                self._member_ok[row] = False
             self.replay.add(obs, a, r, r_true, nxt, float(term))
+            ep_abs.append(self._n_added)
+            self._n_added += 1
             ep_obs.append(np.asarray(obs, np.float32))
             ep_act.append(np.asarray(a, np.float32).reshape(-1))
             ep_rew.append(float(r_true))
@@ -486,6 +534,7 @@ class PreferenceRL:
                 self._episode_len = ep_len
                 obs, _ = self.env.reset()
                 ep_obs, ep_act, ep_rew, ep_ret, ep_len, ep_cut = [], [], [], 0.0, 0, 0
+                ep_abs = self._ep_abs = []
             # feedback schedule
             if not self.true_reward and step + 1 >= start:
                 since = step + 1 - start

@@ -59,13 +59,40 @@ def _top(scores: Tensor, n: int) -> list[int]:
     return order[:n].tolist()
 
 
+SCORE_DTYPES = (None, "bfloat16")
+
+
 @torch.no_grad()
-def _returns(ensemble: RewardEnsemble, buf: SegmentBuffer, idx: np.ndarray) -> Tensor:
-    """``(K, len(idx))`` predicted returns, computing each distinct segment once."""
+def _returns(ensemble: RewardEnsemble, buf: SegmentBuffer, idx: np.ndarray,
+             returns: Tensor | None = None, score_dtype: str | None = None,
+             chunk: int = 64) -> Tensor:  # fmt: skip
+    """``(K, len(idx))`` predicted returns of the segments at rows ``idx``: taken from
+    ``returns (K, len(buf))`` when the caller has them, else computed once per distinct segment,
+    ``chunk`` segments at a time (activations stay in cache), under bfloat16 autocast when
+    ``score_dtype="bfloat16"`` (sums in float32)."""
+    if returns is not None:
+        r = torch.as_tensor(returns)
+        if r.ndim != 2 or r.shape != (ensemble.K, len(buf)):
+            raise ValueError(
+                f"returns must be (K, len(buf)) = ({ensemble.K}, {len(buf)}), got {tuple(r.shape)}"
+            )
+        return r[:, torch.from_numpy(np.asarray(idx).reshape(-1))]
+    if score_dtype not in SCORE_DTYPES:
+        raise ValueError(f"score_dtype must be one of {SCORE_DTYPES}, got {score_dtype!r}")
     uniq, inv = np.unique(idx, return_inverse=True)
     t = torch.from_numpy(uniq)
-    ret = ensemble.segment_returns(buf.obs[t], buf.act[t])
-    return ret[:, torch.from_numpy(inv.reshape(-1))]
+    obs, act = buf.obs, buf.act
+    dev = next(ensemble.parameters()).device
+    parts = []
+    for s in range(0, len(t), chunk):
+        tt = t[s : s + chunk]
+        if score_dtype == "bfloat16":
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                parts.append(ensemble.segment_returns(obs[tt], act[tt]).float())
+        else:
+            parts.append(ensemble.segment_returns(obs[tt], act[tt]))
+    ret = torch.cat(parts, 1)
+    return ret[:, torch.from_numpy(inv.reshape(-1)).to(ret.device)]
 
 
 def _binary_entropy(p: Tensor) -> Tensor:
@@ -98,12 +125,18 @@ def select_pcq(
     large_batch: int = 10,  # PEBBLE large_batch
     rng=None,
     labelled: list[PairwiseQuery] | None = None,
+    *,
+    returns: Tensor | None = None,
+    score_dtype: str | None = None,
 ) -> list[PairwiseQuery]:
     """PEBBLE/B-Pref selection of ``n`` pairwise queries from ``large_batch * n`` random candidates
     (segments drawn with replacement): ``uniform``, ``disagreement`` (member std of
     ``sigma(Delta)``), ``entropy`` (member mean of the binary entropy), ``kcenter`` (greedy k-center
     on the two segments' flattened observations, against ``labelled``), ``kcenter_disagree`` /
-    ``kcenter_entropy`` (k-center among the more uncertain half)."""
+    ``kcenter_entropy`` (k-center among the more uncertain half). ``returns``: the ensemble's
+    per-member returns of every held segment ``(K, len(buf))`` when the caller already has them
+    (no forward pass); ``score_dtype="bfloat16"``: score under bfloat16 autocast (faster on CPUs
+    with bf16 units; the picks can differ where scores nearly tie)."""
     if method not in PCQ_METHODS:
         raise ValueError(f"method must be one of {PCQ_METHODS}, got {method!r}")
     _check(n, large_batch, buf, 2)
@@ -116,7 +149,8 @@ def select_pcq(
     idx = g.integers(0, len(buf), size=(m, 2))
     cand = list(range(m))
     if method != "kcenter":
-        ret = _returns(ensemble, buf, idx.reshape(-1)).reshape(ensemble.K, m, 2)
+        ret = _returns(ensemble, buf, idx.reshape(-1), returns, score_dtype)
+        ret = ret.reshape(ensemble.K, m, 2)
         p = torch.sigmoid(ret[..., 0] - ret[..., 1])
         score = (
             p.std(0, unbiased=False)
@@ -200,6 +234,9 @@ def select_dq(
     lambda_e: float = 1.0,  # spec §5, weighted rule only (unverified)
     rng=None,
     informativeness: str = "disagreement",
+    *,
+    returns: Tensor | None = None,
+    score_dtype: str | None = None,
 ) -> list[DistinguishabilityQuery]:
     """Select ``n`` distinguishability queries from ``large_batch * n`` random candidates
     (4 segments each, drawn with replacement).
@@ -207,7 +244,7 @@ def select_dq(
     ``method``: ``distq`` (``rule="filter"``: the ``ceil(keep_frac * M * n)`` most informative, then
     the ``n`` easiest of those, returned easiest first; ``rule="weighted"``: top ``n`` by
     ``zscore(I) + lambda_e * zscore(E)``), ``uniform``, ``informative`` (top ``n`` by ``I``),
-    ``easy`` (top ``n`` by ``E``)."""
+    ``easy`` (top ``n`` by ``E``). ``returns`` and ``score_dtype``: as in :func:`select_pcq`."""
     if method not in DQ_METHODS:
         raise ValueError(f"method must be one of {DQ_METHODS}, got {method!r}")
     if not 0.0 < keep_frac <= 1.0:
@@ -231,7 +268,8 @@ def select_dq(
         return make(g.integers(0, len(buf), size=(n, 4)))
     m = large_batch * n
     idx = g.integers(0, len(buf), size=(m, 4))
-    ret = _returns(ensemble, buf, idx.reshape(-1)).reshape(ensemble.K, m, 4)
+    ret = _returns(ensemble, buf, idx.reshape(-1), returns, score_dtype)
+    ret = ret.reshape(ensemble.K, m, 4)
     info, ease = dq_scores(ret, informativeness_kind=informativeness)
     if method == "informative":
         pick = _top(info, n)
