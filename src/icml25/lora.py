@@ -155,6 +155,8 @@ def inject_lora(
     whose qualified name equals it or ends with ``"." + name`` (PEFT's ``target_modules`` rule,
     e.g. ``["mlp.fc1", "mlp.fc2"]``). Returns ``{qualified name: LoRA module}``."""
     _check_rank(r, alpha)
+    if isinstance(target, str):
+        target = [target]  # one name, like PEFT's target_modules="fc1"
     if callable(target):
         pred = target
     else:

@@ -137,3 +137,91 @@ def test_learner_saves_and_resumes_exactly(tmp_path):
     torch.save({"x": 1}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a RewardLearner checkpoint"):
         RewardLearner.load(tmp_path / "other.pt")
+
+
+# -- the second new-user review ------------------------------------------------------------------
+
+
+def test_callback_refuses_a_learner_whose_ensemble_is_not_the_wrappers():
+    from icml25.distinguishability.sb3 import (
+        PreferenceFeedbackCallback,
+        PreferenceRewardWrapper,
+        reward_model_for,
+    )
+
+    base = gym.make("Pendulum-v1")
+    env = PreferenceRewardWrapper(base, reward_model_for(base, hidden=8, n_layers=1))
+    other = RewardLearner(reward_model_for(base, hidden=8, n_layers=1))
+    model = sb3.SAC("MlpPolicy", env, learning_starts=10, batch_size=16,
+                    policy_kwargs=dict(net_arch=[8]))  # fmt: skip
+    with pytest.raises(ValueError, match="ensemble is not the learner's"):
+        model.learn(20, callback=PreferenceFeedbackCallback(other, ScriptedTeacher()))
+    with pytest.raises(ValueError, match="selection for query_type='dq' must be one of"):
+        PreferenceFeedbackCallback(other, ScriptedTeacher(), selection="pebble")
+
+
+def test_a_round_at_the_last_step_leaves_no_stale_replay_reward():
+    from icml25.distinguishability.sb3 import (
+        PreferenceFeedbackCallback,
+        PreferenceRewardWrapper,
+        reward_model_for,
+    )
+
+    torch.manual_seed(0)
+    base = gym.make("Pendulum-v1")
+    ens = reward_model_for(base, hidden=8, n_layers=1)
+    model = sb3.SAC("MlpPolicy", PreferenceRewardWrapper(base, ens), learning_starts=50,
+                    batch_size=16, seed=0, policy_kwargs=dict(net_arch=[8]))  # fmt: skip
+    cb = PreferenceFeedbackCallback(RewardLearner(ens, max_epochs=3), ScriptedTeacher(rng=0),
+                                    segment=20, reward_batch=4, first_feedback=100,
+                                    num_interact=100, max_feedback=8)  # fmt: skip
+    model.learn(200, callback=cb)
+    assert [h["step"] for h in cb.history] == [100, 200]  # the last round at the last step
+    rb = model.replay_buffer
+    acts = model.policy.unscale_action(rb.actions[: rb.pos, 0]).astype(np.float32)
+    with torch.no_grad():
+        want = ens.reward(torch.from_numpy(rb.observations[: rb.pos, 0]), torch.from_numpy(acts))
+    assert np.allclose(rb.rewards[: rb.pos, 0], want.numpy(), atol=1e-5)
+
+
+def test_save_load_resumes_mini_batch_training_with_its_generator(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    obs, act = torch.randn(30, 5, 2, generator=g), torch.randn(30, 5, 1, generator=g)
+    buf = SegmentBuffer(obs, act, obs[..., 0])
+    torch.manual_seed(0)
+    L = RewardLearner(RewardEnsemble(2, 1, hidden=8, n_layers=1), max_epochs=2, batch_size=4,
+                      generator=torch.Generator().manual_seed(5))  # fmt: skip
+    q = select_pcq(L.ensemble, buf, 12, "uniform", rng=1)
+    L.add(q, ScriptedTeacher(rng=0).answer_pcq(buf, q), buf)
+    L.train()
+    L.save(tmp_path / "l.pt")
+    R = RewardLearner.load(tmp_path / "l.pt")
+    assert L.train() == R.train()
+    for p, r in zip(L.ensemble.parameters(), R.ensemble.parameters()):
+        assert torch.equal(p, r)
+
+
+def test_review_bad_inputs_of_the_buffer_and_selection():
+    buf = SegmentBuffer()
+    buf.add_episode(torch.randn(20, 3), torch.randn(20, 1), torch.randn(20), 5)
+    with pytest.raises(ValueError, match="another size"):
+        buf.add_episode(torch.randn(20, 4), torch.randn(20, 1), torch.randn(20), 5)
+    with pytest.raises(ValueError, match="true rewards, or none"):
+        buf.add_episode(torch.randn(20, 3), torch.randn(20, 1), None, 5)
+    with pytest.raises(ValueError, match="one row per step: got 20, 19"):
+        buf.add_episode(torch.randn(20, 3), torch.randn(19, 1), None, 5)
+    ens = RewardEnsemble(3, 1, hidden=4, n_layers=1)
+    assert select_dq(ens, buf, 0) == [] and select_pcq(ens, buf, 0) == []
+    with pytest.raises(ValueError, match="NaN or inf"):
+        select_dq(ens, buf, 1, returns=torch.full((3, 4), float("nan")))
+    with pytest.warns(UserWarning, match="1-member ensemble"):
+        select_dq(RewardEnsemble(3, 1, n_members=1, hidden=4, n_layers=1), buf, 1, rng=0)
+    from icml25.distinguishability import CallbackTeacher, DistinguishabilityQuery, PairwiseQuery
+
+    t = CallbackTeacher(dq_fn=lambda p1, p2: (torch.tensor(1), torch.tensor(0.0)))
+    ans = t.answer_dq(buf, [DistinguishabilityQuery(PairwiseQuery(0, 1), PairwiseQuery(2, 3))])
+    assert (ans[0].d, ans[0].y) == (1.0, 0.0)  # 0-d tensors are numbers
+    traj = TrajectoryWithRew(obs={"a": np.zeros((6, 2))}, acts=np.zeros(5), infos=None,
+                             terminal=True, rews=np.zeros(5))  # fmt: skip
+    with pytest.raises(TypeError, match="dict observations"):
+        SegmentBuffer().add_trajectory(traj, 5)

@@ -128,6 +128,13 @@ class PlainDataset(Dataset):
         return self.x[i], int(self.y[i])
 
 
+class RawLabels(PlainDataset):
+    """Items carry the label tensor as stored (a float label stays a float)."""
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
 class TargetsDataset(PlainDataset):
     """torchvision style: a ``targets`` list and ``class_to_idx``."""
 
@@ -160,7 +167,7 @@ def test_class_overlap_is_caught_on_subsets_and_targets_datasets_and_warned_othe
     td = TargetsDataset(x, y, "abcdef")
     with pytest.raises(ValueError, match=r"classes \[2\].*disjoint"):
         swapper().fit(Subset(td, keep), Subset(td, overlap))
-    with pytest.warns(UserWarning, match="disjoint was skipped"):
+    with pytest.warns(UserWarning, match="checked for overlap on the labels seen batch by batch"):
         swapper().fit(PlainDataset(*pick(x, y, [0, 1, 2])), PlainDataset(*pick(x, y, [3])))
 
 
@@ -359,3 +366,95 @@ def test_membership_inference_and_relearn_time():
     assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
     with pytest.raises(ValueError, match="target_acc"):
         relearn_time(net, forget, target_acc=0)
+
+
+# -- the second new-user review ------------------------------------------------------------------
+
+
+def test_batchnorm_stays_frozen_when_only_inject_lora_was_called():
+    """The docs' recipe without mark_only_lora_trainable: BN parameters keep requires_grad=True,
+    but the swapper never trains them, so their statistics must not drift either."""
+    x, y = images()
+    torch.manual_seed(0)
+    net = BNNet()
+    inject_lora(net, ["conv1", "conv2", "fc"], r=2, alpha=2.0)
+    assert net.bn1.weight.requires_grad  # not frozen by requires_grad
+    before = buffers(net)
+    KnowledgeSwapper(net, lr=1e-8, min_lr=0.0, epochs_per_stage=1, steps_per_epoch=3,
+                     batch_size=16).fit(pick(x, y, [0, 1, 2]), pick(x, y, [3]))  # fmt: skip
+    assert all(torch.equal(b, before[n]) for n, b in net.named_buffers())
+
+
+def test_the_merged_forget_stage_data_is_shuffled_even_from_an_ordered_loader():
+    x, y = vectors(n=240)
+    retain = DataLoader(TensorDataset(*pick(x, y, [0, 1, 2])), batch_size=8)  # no shuffle
+    events = []
+    sw = swapper(callbacks=[events.append])
+    sw.steps_per_epoch = 6
+    sw.fit(retain, pick(x, y, [3]), pick(x, y, [4, 5]))
+    merged = torch.cat([e["labels"]["retain"] for e in events
+                        if e.get("stage") == "forget" and e["kind"] == "step"])  # fmt: skip
+    assert bool(torch.isin(merged, torch.tensor([4, 5])).any())  # learned classes are protected
+    from torch.utils.data import SubsetRandomSampler
+
+    custom = DataLoader(TensorDataset(*pick(x, y, [0, 1, 2])), batch_size=8,
+                        sampler=SubsetRandomSampler(list(range(10))))  # fmt: skip
+    with pytest.warns(UserWarning, match="does not carry over"):
+        swapper().fit(custom, pick(x, y, [3]), pick(x, y, [4, 5]))
+
+
+def test_overlap_in_unreadable_datasets_is_caught_batch_by_batch():
+    x, y = vectors()
+    learn = PlainDataset(*pick(x, y, [3, 4]))  # 3 is also forgotten
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(
+            ValueError, match=r"classes \[3\] occur in both the forget and the learn"
+        ):
+            KnowledgeSwapper(lora_model(MLP(), ["fc1"]), epochs_per_stage=1,
+                             batch_size=64).fit(PlainDataset(*pick(x, y, [0, 1, 2])),
+                                                PlainDataset(*pick(x, y, [3])), learn)  # fmt: skip
+
+
+def test_review_errors_and_conveniences():
+    x, y = vectors()
+    sw = swapper()
+    sw.fit(pick(x, y, [0, 1, 2]), pick(x, y, [3]))
+    xf, yf = pick(x, y, [3])
+    with pytest.raises(ValueError, match="forget data holds NaN or inf"):
+        accuracy_on(sw.model, (torch.full_like(xf, float("nan")), yf), name="forget")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        sw.evaluate(pick(x, y, [0, 1, 2]), (torch.full_like(xf, float("nan")), yf), None)
+    assert set(inject_lora(MLP(), "fc1")) == {"fc1"}  # one name as a string
+    with pytest.raises(TypeError, match="must be a Dataset"):
+        swapper().fit([x, y], pick(x, y, [3]))
+    with pytest.raises(ValueError, match=r"class indices \(N,\), got shape"):
+        swapper().fit((x, F.one_hot(y, 6)), pick(x, y, [3]))
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        KnowledgeSwapper("model")
+    with pytest.raises(ValueError, match="alpha must be a loss weight >= 0"):
+        swapper(alpha=-1)
+
+    class DictOut(MLP):
+        def forward(self, x):
+            return {"logits": super().forward(x)}
+
+    swapper(lora_model(DictOut(), ["fc1"])).fit(pick(x, y, [0, 1, 2]), pick(x, y, [3]))
+    parts = split_by_class((x, y), forget=[0])  # (x, y) tensors, as fit takes them
+    assert len(parts["forget"]) == int((y == 0).sum())
+    ds = TargetsDataset(x, y, ["zebra", "ant", "cow", "dog", "eel", "fox"])
+    with pytest.raises(ValueError, match=r"\['zebra', 'ant', 'cow'"):  # index order
+        split_by_class(ds, forget=["horse"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="forget labels must be integer class indices"):
+            swapper().fit(PlainDataset(*pick(x, y, [0, 1, 2])),
+                          RawLabels(xf, yf.double() + 0.5))  # fmt: skip
+
+
+def test_membership_inference_warns_when_the_attack_is_at_chance():
+    x = torch.randn(200, 4)
+    y = torch.randint(0, 6, (200,))
+    net = MLP()  # untrained: members and non-members look alike
+    with pytest.warns(UserWarning, match="not informative"):
+        membership_inference(net, (x[:40], y[:40]), (x[40:120], y[40:120]), (x[120:], y[120:]))

@@ -161,6 +161,7 @@ class RewardLearner:
                 noise_prob=self.noise_prob,
                 lr=self.opt.param_groups[0]["lr"],
             ),  # fmt: skip
+            "generator": None if self.generator is None else self.generator.get_state(),
             "answers": self.answers.state_dict(),
             "mode": getattr(self, "_mode", None),
             "segments": None
@@ -174,8 +175,10 @@ class RewardLearner:
 
     @classmethod
     def load(cls, path, *, map_location=None, generator: torch.Generator | None = None):
-        """A learner restored from :meth:`save`: same ensemble, optimiser state, answers and
-        copied segments, so training continues where it stopped."""
+        """A learner restored from :meth:`save`: same ensemble, optimiser state, answers, copied
+        segments and mini-batch generator state, so training continues where it stopped. Exact
+        with ``batch_size=None`` or a learner built with ``generator=`` (without one, mini-batches
+        come from torch's global generator, which is not saved)."""
         st = torch.load(path, map_location=map_location or "cpu", weights_only=False)
         if (
             not isinstance(st, dict)
@@ -196,6 +199,10 @@ class RewardLearner:
             with torch.no_grad():
                 learner.log_beta_d.copy_(st["log_beta_d"])
         learner.opt.load_state_dict(st["optimizer"])
+        if st.get("generator") is not None:
+            if learner.generator is None:
+                learner.generator = torch.Generator()
+            learner.generator.set_state(st["generator"])
         learner.answers = AnswerBuffer.from_state(st["answers"])
         if st["mode"] is not None:
             learner._mode = st["mode"]

@@ -160,6 +160,13 @@ class PreferenceFeedbackCallback(BaseCallback):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if isinstance(max_feedback, bool) or not isinstance(max_feedback, int) or max_feedback < 0:
             raise ValueError(f"max_feedback must be an integer >= 0, got {max_feedback!r}")
+        from icml25.distinguishability.selection import DQ_METHODS, PCQ_METHODS
+
+        methods = DQ_METHODS if query_type == "dq" else PCQ_METHODS
+        if selection is not None and selection not in methods:
+            raise ValueError(
+                f"selection for query_type={query_type!r} must be one of {methods}, got {selection!r}"
+            )
         self.learner, self.teacher, self.query_type = learner, teacher, query_type
         self.selection = selection or ("distq" if query_type == "dq" else "disagreement")
         self.segment, self.reward_batch, self.large_batch = segment, reward_batch, large_batch
@@ -255,7 +262,31 @@ class PreferenceFeedbackCallback(BaseCallback):
             out[s:e] = r.cpu().numpy()
         rb.rewards[start:end] = out.reshape(size, n_envs)
 
-    # -- the SB3 hook ------------------------------------------------------------------------
+    # -- the SB3 hooks -----------------------------------------------------------------------
+    def _on_training_start(self) -> None:
+        try:
+            found = self.training_env.get_attr("ensemble")
+        except AttributeError:
+            found = None
+        if found is None:
+            raise RuntimeError(
+                "the environment is not wrapped in PreferenceRewardWrapper (no 'ensemble' "
+                "attribute): wrap each env before vectorising it"
+            )
+        if any(e is not self.learner.ensemble for e in found):
+            raise ValueError(
+                "the PreferenceRewardWrapper's ensemble is not the learner's: the agent would be "
+                "trained on a reward model that never learns. Pass the same RewardEnsemble to "
+                "both, and use in-process environments (DummyVecEnv, make_vec_env's default): a "
+                "SubprocVecEnv holds copies that never see the trained weights"
+            )
+
+    def _on_training_end(self) -> None:
+        if self._stale is not None:  # the row stored after a round at the last step
+            stale, self._stale = self._stale, None
+            if self.model.replay_buffer.pos != stale or self.model.replay_buffer.full:
+                self._relabel_rows(stale, stale + 1)
+
     def _on_step(self) -> bool:
         if self._stale is not None:  # the row stored after the last round's step
             stale, self._stale = self._stale, None

@@ -63,6 +63,19 @@ class SegmentBuffer:
             raise ValueError(
                 f"segments of unequal length: buffer has H={self.H}, got {obs.shape[1]}"
             )
+        if self._episodes:
+            o0, a0, r0 = self._episodes[0]
+            if obs.shape[2:] != o0.shape[2:] or act.shape[2:] != a0.shape[2:]:
+                raise ValueError(
+                    f"observations/actions of another size: the buffer holds d_s = "
+                    f"{tuple(o0.shape[2:])}, d_a = {tuple(a0.shape[2:])}, got "
+                    f"{tuple(obs.shape[2:])}, {tuple(act.shape[2:])}"
+                )
+            if (rew is None) != (r0 is None):
+                raise ValueError(
+                    "every episode of a buffer must come with true rewards, or none: the buffer "
+                    + ("has them and this one has none" if rew is None else "has none")
+                )
         rew = None if rew is None else torch.as_tensor(rew)
         if rew is not None and rew.shape != obs.shape[:2]:
             raise ValueError(
@@ -126,6 +139,11 @@ class SegmentBuffer:
         if stride < 1:
             raise ValueError(f"stride must be >= 1, got {stride}")
         T = obs.shape[0]
+        if act.shape[0] != T or (rew is not None and len(torch.as_tensor(rew)) != T):
+            raise ValueError(
+                f"obs, act (and rew) must have one row per step: got {T}, {act.shape[0]}"
+                + ("" if rew is None else f", {len(torch.as_tensor(rew))}")
+            )
         starts = list(range(0, T - segment_len + 1, stride))
         if not starts:
             raise ValueError(f"episode of {T} steps is shorter than segment_len={segment_len}")
@@ -150,6 +168,11 @@ class SegmentBuffer:
                 raise TypeError(
                     f"a trajectory needs .obs, .acts and .rews; {traj!r:.60} has no .{name}"
                 )
+        if isinstance(traj.obs, dict) or isinstance(getattr(traj.obs, "obs", None), dict):
+            raise TypeError(
+                "dict observations are not supported: flatten them first (e.g. gymnasium's "
+                "FlattenObservation, or imitation's DictObs.flatten())"
+            )
         acts = np.asarray(traj.acts)
         obs = np.asarray(traj.obs)
         T = len(acts)

@@ -44,13 +44,21 @@ def _rng(rng) -> np.random.Generator:
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
 
-def _check(n: int, large_batch: int, buf: SegmentBuffer, need: int) -> None:
+def _check(n: int, large_batch: int, buf: SegmentBuffer, need: int, ensemble) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n (queries to select) must be an integer >= 0, got {n!r}")
     if large_batch < 1:
         raise ValueError(f"large_batch must be >= 1, got {large_batch}")
     if len(buf) < need:
         raise ValueError(f"the buffer holds {len(buf)} segments; at least {need} are needed")
+    if ensemble.K < 2 and not getattr(ensemble, "_warned_k1", False):
+        warnings.warn(
+            "a 1-member ensemble has no disagreement: disagreement/DistQ scores are all 0 and "
+            "the selection falls back to easiness or index order; use n_members >= 2",
+            UserWarning,
+            stacklevel=3,
+        )
+        ensemble._warned_k1 = True
 
 
 def _top(scores: Tensor, n: int) -> list[int]:
@@ -76,6 +84,8 @@ def _returns(ensemble: RewardEnsemble, buf: SegmentBuffer, idx: np.ndarray,
             raise ValueError(
                 f"returns must be (K, len(buf)) = ({ensemble.K}, {len(buf)}), got {tuple(r.shape)}"
             )
+        if not bool(torch.isfinite(r).all()):
+            raise ValueError("returns holds NaN or inf values")
         return r[:, torch.from_numpy(np.asarray(idx).reshape(-1))]
     if score_dtype not in SCORE_DTYPES:
         raise ValueError(f"score_dtype must be one of {SCORE_DTYPES}, got {score_dtype!r}")
@@ -139,7 +149,9 @@ def select_pcq(
     with bf16 units; the picks can differ where scores nearly tie)."""
     if method not in PCQ_METHODS:
         raise ValueError(f"method must be one of {PCQ_METHODS}, got {method!r}")
-    _check(n, large_batch, buf, 2)
+    _check(n, large_batch, buf, 2, ensemble)
+    if n == 0:
+        return []
     g = _rng(rng)
     o = buf.first_id  # queries carry stable segment ids (= rows + first_id)
     if method == "uniform":
@@ -251,7 +263,9 @@ def select_dq(
         raise ValueError(f"keep_frac must be in (0, 1], got {keep_frac}")
     if rule not in ("filter", "weighted"):
         raise ValueError(f"rule must be 'filter' or 'weighted', got {rule!r}")
-    _check(n, large_batch, buf, 4)
+    _check(n, large_batch, buf, 4, ensemble)
+    if n == 0:
+        return []
     g = _rng(rng)
     o = buf.first_id  # queries carry stable segment ids (= rows + first_id)
 

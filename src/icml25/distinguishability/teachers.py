@@ -270,6 +270,8 @@ class CallbackTeacher:
 def _answer(name: str, v, allowed: tuple[float, ...]) -> float:
     """A labeler's answer as a float in ``allowed``; booleans and other types are refused (a
     ``True`` is not a preference)."""
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype != torch.bool:
+        v = v.item()
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise ValueError(f"the labeler's {name} must be one of {allowed} (a number), got {v!r}")
     if float(v) not in allowed:

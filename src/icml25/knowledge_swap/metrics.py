@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from icml25.knowledge_swap.swap import _int_labels, _unpack
+from icml25.knowledge_swap.swap import _int_labels, _logits_of, _unpack
 
 __all__ = [
     "accuracy_on",
@@ -45,8 +45,11 @@ def _loader(data, batch_size: int = 512) -> DataLoader | None:
 
 
 @torch.no_grad()
-def accuracy_on(model: nn.Module, data, batch_size: int = 512) -> float:
-    """Top-1 accuracy in % of ``model`` on ``data`` over its full logits (NaN for empty data)."""
+def accuracy_on(
+    model: nn.Module, data, batch_size: int = 512, *, name: str = "evaluation"
+) -> float:
+    """Top-1 accuracy in % of ``model`` on ``data`` over its full logits (NaN for empty data).
+    NaN or inf inputs are an error (argmax of NaN logits would count as class 0)."""
     loader = _loader(data, batch_size)
     if loader is None:
         return float("nan")
@@ -55,13 +58,14 @@ def accuracy_on(model: nn.Module, data, batch_size: int = 512) -> float:
     model.eval()
     correct = total = 0
     for batch in loader:
-        x, y = _unpack(batch, "evaluation")
-        x, y = torch.as_tensor(x).to(p.device), _int_labels(y, "evaluation").to(p.device)
+        x, y = _unpack(batch, name)
+        x, y = torch.as_tensor(x).to(p.device), _int_labels(y, name).to(p.device)
         if x.is_floating_point():
+            if not bool(torch.isfinite(x).all()):
+                model.train(was)
+                raise ValueError(f"the {name} data holds NaN or inf inputs")
             x = x.to(p.dtype)
-        out = model(x)
-        out = out.logits if hasattr(out, "logits") else out
-        out = out[0] if isinstance(out, (tuple, list)) else out
+        out = _logits_of(model(x))
         correct += int((out.argmax(-1) == y).sum())
         total += int(y.numel())
     model.train(was)
@@ -220,6 +224,18 @@ def membership_inference(
     opt.step(closure)
     with torch.no_grad():
         acc = float(((xs[te] @ w + c > 0).double() == y[te]).double().mean())
+    if acc < 0.6:
+        import warnings
+
+        warnings.warn(
+            f"the membership attack cannot tell retain-training members from test non-members on "
+            f"this model (held-out attack accuracy {100 * acc:.1f}%, chance 50%): "
+            "forget_member_rate and mia_efficacy are not informative here (more data, or a model "
+            "that overfits more, would be needed)",
+            UserWarning,
+            stacklevel=2,
+        )
+    with torch.no_grad():
         member = float(((((feat(lf) - mu) / sd) @ w + c) > 0).double().mean())
     return {
         "attack_acc": 100.0 * acc,

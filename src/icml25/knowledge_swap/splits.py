@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Subset
+from torch.utils.data import Subset, TensorDataset
 
 from icml25.knowledge_swap.swap import _int_labels, _targets, _unpack
 
@@ -36,7 +36,8 @@ def _class_index(ds: Any, c: Any) -> int:
                 "pass class indices"
             )
         if c not in mapping:
-            raise ValueError(f"unknown class {c!r}; the dataset's classes are {sorted(mapping)}")
+            names = sorted(mapping, key=lambda k: mapping[k])  # in index order
+            raise ValueError(f"unknown class {c!r}; the dataset's classes are {names}")
         return int(mapping[c])
     if (
         isinstance(c, bool)
@@ -78,6 +79,11 @@ def split_by_class(
     labels, e.g. for the overlap check, without loading inputs)."""
     if isinstance(forget, (str, int)) or isinstance(learn, (str, int)):
         raise TypeError("forget and learn are lists of classes, e.g. forget=[0, 1]")
+    if isinstance(dataset, tuple) and len(dataset) == 2:  # (x, y) tensors, as fit accepts
+        x, lab = torch.as_tensor(dataset[0]), torch.as_tensor(dataset[1])
+        if len(x) != len(lab):
+            raise ValueError(f"inputs and labels differ in length: {len(x)} vs {len(lab)}")
+        dataset = TensorDataset(x, _int_labels(lab, "dataset"))
     y = _all_labels(dataset)
     present = set(y.unique().tolist())
     f = {_class_index(dataset, c) for c in forget}

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 from torch.utils.data import (
+    BatchSampler,
     ConcatDataset,
     DataLoader,
     Dataset,
     RandomSampler,
+    SequentialSampler,
     Subset,
     TensorDataset,
 )
@@ -57,7 +59,9 @@ def _as_dataset(data, name: str = "data") -> Dataset | None:
         if len(x) != len(y):
             raise ValueError(f"the {name} inputs and labels differ in length: {len(x)} vs {len(y)}")
         return TensorDataset(x, _int_labels(y, name))
-    if not isinstance(data, Dataset) and not hasattr(data, "__getitem__"):
+    if isinstance(data, (list, str, bytes)) or (
+        not isinstance(data, Dataset) and not hasattr(data, "__getitem__")
+    ):
         raise TypeError(
             f"the {name} data must be a Dataset, a DataLoader or (inputs, labels) tensors, "
             f"got {type(data).__name__}"
@@ -68,6 +72,11 @@ def _as_dataset(data, name: str = "data") -> Dataset | None:
 def _int_labels(y, name: str) -> Tensor:
     """Class indices as int64; float labels must hold whole numbers (never truncated)."""
     y = torch.as_tensor(y)
+    if y.ndim > 1:
+        raise ValueError(
+            f"the {name} labels must be class indices (N,), got shape {tuple(y.shape)} "
+            "(one-hot or soft labels: pass y.argmax(-1))"
+        )
     if y.is_floating_point():
         bad = y[~torch.isfinite(y) | (y != y.round())]
         if bad.numel():
@@ -142,11 +151,23 @@ def _unpack(batch, name: str) -> tuple[Tensor, Tensor]:
 
 
 def _like(loader: DataLoader, dataset: Dataset, generator: torch.Generator) -> DataLoader:
-    """A DataLoader over ``dataset`` with the settings of the user's ``loader``."""
+    """A shuffled DataLoader over ``dataset`` (the retain + learned data of the forget stage) with
+    the user's ``loader``'s batch size, collate function and worker settings. Always shuffled:
+    in order, the learned classes would come last and a short epoch would never show them. A
+    custom sampler cannot carry over to the merged data: a warning says so."""
+    if not isinstance(loader.sampler, (RandomSampler, SequentialSampler)) or (
+        loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler
+    ):
+        warnings.warn(
+            f"the retain DataLoader's {type(loader.sampler).__name__} does not carry over to the "
+            "forget stage's retain + learned data, which is drawn shuffled",
+            UserWarning,
+            stacklevel=3,
+        )
     return DataLoader(
         dataset,
         batch_size=loader.batch_size,
-        shuffle=isinstance(loader.sampler, RandomSampler),
+        shuffle=True,
         num_workers=loader.num_workers,
         collate_fn=loader.collate_fn,
         pin_memory=loader.pin_memory,
@@ -163,19 +184,29 @@ def _logits_of(out) -> Tensor:
     ``.logits`` (Hugging Face)."""
     if hasattr(out, "logits"):
         return out.logits
+    if isinstance(out, Mapping):
+        if "logits" not in out:
+            raise TypeError(f"the model returned a dict without 'logits' (keys {sorted(out)})")
+        return out["logits"]
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
 _NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
 
 
-def frozen_norm_layers(model: nn.Module) -> list[nn.Module]:
+def frozen_norm_layers(model: nn.Module, trained=None) -> list[nn.Module]:
     """The BatchNorm/InstanceNorm layers whose own parameters do not train (or that have none):
-    in ``train()`` they would still update their running statistics."""
+    in ``train()`` they would still update their running statistics. ``trained``: the parameters
+    that do train (e.g. a swapper's LoRA matrices); default: those with ``requires_grad``."""
+    ids = None if trained is None else {id(p) for p in trained}
+
+    def trains(p) -> bool:
+        return p.requires_grad if ids is None else id(p) in ids
+
     return [
         m
         for m in model.modules()
-        if isinstance(m, _NORMS) and not any(p.requires_grad for p in m.parameters(recurse=False))
+        if isinstance(m, _NORMS) and not any(trains(p) for p in m.parameters(recurse=False))
     ]
 
 
@@ -266,10 +297,16 @@ class KnowledgeSwapper:
             raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
         if schedule_step not in ("epoch", "iteration"):
             raise ValueError(f"schedule_step must be 'epoch' or 'iteration', got {schedule_step!r}")
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
         if not bnd > 0:
             raise ValueError(
                 f"bnd must be > 0 (otherwise the forget loss is identically 0), got {bnd}"
             )
+        for name, v in (("beta_retain", beta_retain), ("beta_forget", beta_forget),
+                        ("alpha", alpha), ("w_learn", w_learn)):  # fmt: skip
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{name} must be a loss weight >= 0, got {v!r}")
         if epochs_per_stage < 1:
             raise ValueError(f"epochs_per_stage must be >= 1, got {epochs_per_stage}")
         if steps_per_epoch is not None and steps_per_epoch < 1:
@@ -351,10 +388,13 @@ class KnowledgeSwapper:
             x = x.to(dtype)
         return x, y.to(self.device)
 
+    def _trained(self) -> list[nn.Parameter]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
     def _train_mode(self) -> None:
         self.model.train()
-        if self.norm_eval:
-            for m in frozen_norm_layers(self.model):
+        if self.norm_eval:  # norm layers this swapper does not train, whatever requires_grad says
+            for m in frozen_norm_layers(self.model, self._trained()):
                 m.eval()
 
     def _lr_at(self, progress: float) -> float:
@@ -381,8 +421,8 @@ class KnowledgeSwapper:
             warnings.warn(
                 f"the labels of the {', '.join(unread)} data cannot be read without loading every "
                 "input (no TensorDataset, `targets`/`labels` attribute, Subset of one or label "
-                "column): the check that the retain, forget and learn classes are disjoint was "
-                "skipped; labels are checked batch by batch instead",
+                "column): the retain, forget and learn classes are checked for overlap on the "
+                "labels seen batch by batch instead of up front",
                 UserWarning,
                 stacklevel=3,
             )
@@ -395,6 +435,18 @@ class KnowledgeSwapper:
                         "the retain, forget and learn class sets must be disjoint"
                     )
         return sets
+
+    @staticmethod
+    def _overlap(seen: dict[str, set[int]], step: int) -> None:
+        names = list(seen)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                both = seen[a] & seen[b]
+                if both:
+                    raise ValueError(
+                        f"classes {sorted(both)} occur in both the {a} and the {b} data (seen by "
+                        f"step {step}); the retain, forget and learn class sets must be disjoint"
+                    )
 
     # ------------------------------------------------------------------ training
     def fit(
@@ -445,7 +497,8 @@ class KnowledgeSwapper:
             from icml25.knowledge_swap.metrics import accuracy_on
 
             ref = forget_test if forget_test is not None else forget
-            self.acc_f_before = accuracy_on(self.model, ref)
+            self.acc_f_before = accuracy_on(self.model, ref, name="forget")
+        seen = {k: set(v) if v is not None else set() for k, v in sets.items()}
         step = 0
         for stage in self.stage_plan(f is not None, lrn is not None):
             main_ds = r
@@ -496,6 +549,9 @@ class KnowledgeSwapper:
                                 f"{hi if hi >= self._n_out else lo}, outside the model's "
                                 f"{self._n_out} outputs"
                             )
+                        if sets[name] is None and not (name == "retain" and main_ds is not r):
+                            seen[name] |= set(bt[1].unique().tolist())
+                            self._overlap(seen, step)
                 losses = swap_losses(
                     stage,
                     retain=(self._logits(rb[0]), rb[1]),
