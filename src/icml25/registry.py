@@ -70,7 +70,7 @@ PAPERS: tuple[Paper, ...] = (
         "Comparing Comparisons: Informative and Easy Human Feedback with Distinguishability Queries",
         "https://openreview.net/forum?id=Cf8gsqWrua",
         repro="icml25.distinguishability.repro:run",
-        usage="icml25.distinguishability.select_dq(RewardEnsemble(obs_dim, act_dim), segments, 10)",
+        usage="icml25.distinguishability.select_dq(RewardEnsemble(obs_dim, act_dim), segments, 10)  # in SB3: model.learn(n, callback=sb3.PreferenceFeedbackCallback(learner, teacher))",
     ),
     Paper(
         3,
@@ -124,7 +124,7 @@ PAPERS: tuple[Paper, ...] = (
         "Topological Signatures of Adversaries in Multimodal Alignments",
         "arXiv:2501.18006",
         repro="icml25.topo_detect.repro:run",
-        usage="icml25.topo_detect.tp_loss(image_emb, text_emb)  # or mk_loss, sample_signatures",
+        usage="icml25.topo_detect.tp_loss(image_emb, text_emb)  # or mk_loss, sample_signatures, TopologicalMMD(DeepKernelMMD(), sig).fit(P, Q).test(P2, Q2)",
     ),
     Paper(
         10,
@@ -153,7 +153,7 @@ PAPERS: tuple[Paper, ...] = (
         "Knowledge Swapping via Learning and Unlearning",
         "arXiv:2502.08075",
         repro="icml25.knowledge_swap.repro:run",
-        usage="inject_lora(model, ['fc1', 'fc2']); icml25.knowledge_swap.KnowledgeSwapper(model).fit(retain, forget, learn)",
+        usage="inject_lora(model, ['fc1', 'fc2']); icml25.knowledge_swap.KnowledgeSwapper(model).fit(retain, forget, learn); unload_lora(model)",
     ),
     Paper(
         15,
