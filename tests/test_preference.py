@@ -1,0 +1,73 @@
+"""The shared sequence log-probs and sigmoid-DPO loss (icml25.preference)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from icml25.preference import (
+    dpo_loss,
+    sequence_logprob,
+    shift_for_causal_lm,
+    token_logprobs,
+)
+
+
+def test_token_and_sequence_logprobs_against_a_loop():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 7, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 7, (2, 5), generator=g)
+    labels[0, :2] = -100
+    lp = token_logprobs(logits, labels)
+    for b in range(2):
+        for t in range(5):
+            want = (
+                0.0
+                if labels[b, t] < 0
+                else float(torch.log_softmax(logits[b, t].double(), -1)[labels[b, t]])
+            )
+            assert float(lp[b, t]) == pytest.approx(want, abs=1e-6)
+    seq = sequence_logprob(logits, labels)
+    assert torch.allclose(seq, lp.sum(-1))
+    avg = sequence_logprob(logits, labels, average=True)
+    assert float(avg[0]) == pytest.approx(float(lp[0].sum()) / 3, rel=1e-6)
+    assert lp.dtype == torch.float32  # computed in float32
+    bf = token_logprobs(logits.to(torch.bfloat16), labels)
+    assert bf.dtype == torch.float32 and torch.allclose(bf, lp, atol=0.05)
+    a, b = shift_for_causal_lm(logits, labels)
+    assert a.shape == (2, 4, 7) and torch.equal(b, labels[:, 1:])
+
+
+def test_dpo_loss_is_the_sigmoid_dpo_formula():
+    g = torch.Generator().manual_seed(1)
+    pw, pl, rw, rl = (torch.randn(6, generator=g, dtype=torch.float64) * 5 for _ in range(4))
+    for beta, eps in ((0.1, 0.0), (0.5, 0.0), (0.1, 0.2)):
+        out = dpo_loss(pw, pl, rw, rl, beta, label_smoothing=eps)
+        want = 0.0
+        for i in range(6):
+            h = float((pw[i] - rw[i]) - (pl[i] - rl[i]))
+            s = lambda z: math.log(1 / (1 + math.exp(-z)))  # noqa: E731
+            want += -(1 - eps) * s(beta * h) - eps * s(-beta * h)
+        assert float(out.loss) == pytest.approx(want / 6, abs=1e-6)
+        assert torch.allclose(out.chosen_rewards, (beta * (pw - rw)).float())
+    # the gradient reaches the policy only
+    pw2 = pw.clone().requires_grad_(True)
+    rw2 = rw.clone().requires_grad_(True)
+    dpo_loss(pw2, pl, rw2, rl).loss.backward()
+    assert pw2.grad is not None and rw2.grad is None
+
+
+def test_bad_input_names_the_value():
+    x = torch.zeros(3)
+    with pytest.raises(ValueError, match="beta must be > 0"):
+        dpo_loss(x, x, x, x, beta=0)
+    with pytest.raises(ValueError, match="one non-empty"):
+        dpo_loss(x, x[:2], x, x)
+    with pytest.raises(TypeError, match="policy_chosen must be a tensor"):
+        dpo_loss([0.0], x, x, x)
+    with pytest.raises(ValueError, match=r"label 9 is outside the vocabulary 0..6"):
+        token_logprobs(torch.zeros(1, 2, 7), torch.tensor([[1, 9]]))
+    with pytest.raises(ValueError, match=r"labels must be \(B, T\)"):
+        token_logprobs(torch.zeros(1, 2, 7), torch.tensor([1, 2]))
