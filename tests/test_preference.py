@@ -33,9 +33,9 @@ def test_token_and_sequence_logprobs_against_a_loop():
     assert torch.allclose(seq, lp.sum(-1))
     avg = sequence_logprob(logits, labels, average=True)
     assert float(avg[0]) == pytest.approx(float(lp[0].sum()) / 3, rel=1e-6)
-    assert lp.dtype == torch.float32  # computed in float32
+    assert lp.dtype == torch.float64  # float64 stays float64
     bf = token_logprobs(logits.to(torch.bfloat16), labels)
-    assert bf.dtype == torch.float32 and torch.allclose(bf, lp, atol=0.05)
+    assert bf.dtype == torch.float32 and torch.allclose(bf.double(), lp, atol=0.05)
     a, b = shift_for_causal_lm(logits, labels)
     assert a.shape == (2, 4, 7) and torch.equal(b, labels[:, 1:])
 

@@ -2,7 +2,8 @@
 models on preferences or on per-token signals (TWA, FPO, elicitation, proxy feedback).
 
 ``token_logprobs(logits, labels)`` is the teacher-forced ``log p(y_t | y_<t, x)`` of every label
-(float32 ``log_softmax`` even for bf16/fp16 logits; ``labels == -100`` give 0). The caller aligns
+(``log_softmax`` in float32 for bf16/fp16 logits, in float64 for float64 ones; ``labels == -100``
+give 0). The caller aligns
 ``logits[:, t]`` with ``labels[:, t]`` (for a causal LM: ``logits[:, :-1]`` and ``labels[:, 1:]``,
 or :func:`shift_for_causal_lm`). ``sequence_logprob`` sums them per sequence.
 
@@ -63,12 +64,13 @@ def shift_for_causal_lm(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]
 
 
 def token_logprobs(logits: Tensor, labels: Tensor) -> Tensor:
-    """``(B, T)`` float32 ``log p(labels[:, t])`` under ``logits[:, t]`` (0 where the label is
-    -100); differentiable in the logits, on the logits' device."""
+    """``(B, T)`` ``log p(labels[:, t])`` under ``logits[:, t]`` (0 where the label is -100), in
+    float32 or wider; differentiable in the logits, on the logits' device."""
     _check_pair(logits, labels)
     labels = labels.to(logits.device)
     valid = labels != IGNORE_INDEX
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    dt = torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 up to float32; f64 stays
+    logp = torch.log_softmax(logits.to(dt), dim=-1)
     picked = logp.gather(-1, labels.clamp(min=0).long().unsqueeze(-1)).squeeze(-1)
     return torch.where(valid, picked, torch.zeros_like(picked))
 
