@@ -129,7 +129,10 @@ def test_edge_cases_stay_finite():
     sure[0, 3, labels[0, 3]] = 1e4
     sure.requires_grad_(True)
     out = twa_loss(sure, labels, positive, span_ids, w)
-    assert math.isfinite(float(out.loss.detach())) and float(out.ul_sum.detach()) <= 5 * -math.log(1e-6) + 20
+    assert (
+        math.isfinite(float(out.loss.detach()))
+        and float(out.ul_sum.detach()) <= 5 * -math.log(1e-6) + 20
+    )
     out.loss.backward()
     assert torch.isfinite(sure.grad).all()
     # a likely span (p ~ 0.997): the unlikelihood pushes it down hard, with a finite gradient

@@ -1,12 +1,14 @@
 """TWA: training machine translation with span-level error annotations (Zhang, Dadkhahi,
 Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509). Work in progress (issue 23):
-the annotations (MQM TSV) and the loss are in place; the collator, trainer, baselines and the
+the annotations (MQM TSV), the character-to-token span mapping, the token roles and the loss
+are in place; the collator, trainer, baselines and the
 reproduction follow.
 
     >>> data = load_mqm_tsv("mqm_newstest2021_ende.tsv")
     >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # out.loss.backward()
 """
 
+from icml25.twa.align import TokenRoles, build_token_roles, char_spans_to_token_spans
 from icml25.twa.annotations import (
     DEFAULT_SEVERITY_WEIGHTS,
     AnnotatedTranslation,
@@ -28,6 +30,9 @@ __all__ = [
     "AnnotatedTranslation",
     "ErrorSpan",
     "TWALossOutput",
+    "TokenRoles",
+    "build_token_roles",
+    "char_spans_to_token_spans",
     "load_mqm_tsv",
     "log1mexp",
     "parse_marked_text",
