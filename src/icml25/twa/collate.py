@@ -1,0 +1,196 @@
+"""Batches for TWA training (docs/twa.md "Use it"): token ids, labels and TWA's token roles.
+
+For a causal LM the prompt (``prompt_template`` filled with the source) and the target are
+tokenized SEPARATELY and concatenated, so the target's character offsets (and with them the
+error spans) refer to the target string alone; prompt tokens are labelled -100 and EOS is
+appended to the target. For a seq2seq model the source is the encoder input and the target (plus
+EOS) the labels; the model builds its decoder inputs from the labels.
+
+``positive``, ``span_ids`` are aligned with ``labels``; :func:`twa_loss_on_batch` shifts them with
+the logits for causal LMs (``logits[:, t]`` predicts ``labels[:, t + 1]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from icml25.preference import IGNORE_INDEX
+from icml25.twa.align import UNLOCALIZED_POLICIES, build_token_roles, char_spans_to_token_spans
+from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation, ErrorSpan
+from icml25.twa.loss import TWALossOutput, twa_loss
+
+__all__ = ["TWACollator", "twa_loss_on_batch"]
+
+
+def _as_example(ex: Any, i: int) -> AnnotatedTranslation:
+    if isinstance(ex, AnnotatedTranslation):
+        return ex
+    if isinstance(ex, Mapping):
+        missing = [k for k in ("source", "target") if k not in ex]
+        if missing:
+            raise KeyError(f"example {i} lacks {missing} (keys: {sorted(ex)})")
+        spans = ex.get("spans") or []
+        spans = [s if isinstance(s, ErrorSpan) else ErrorSpan(**s) for s in spans]
+        return AnnotatedTranslation(ex["source"], ex["target"], spans)
+    raise TypeError(
+        f"example {i} must be an AnnotatedTranslation or a dict with source, target and spans, "
+        f"got {type(ex).__name__}"
+    )
+
+
+class TWACollator:
+    """``collator(examples) -> dict`` of ``input_ids, attention_mask, labels, positive,
+    span_ids, span_weights`` (right-padded), for ``model_type="causal"`` or ``"seq2seq"``.
+
+    Args:
+        tokenizer: a FAST Hugging Face tokenizer (character offsets).
+        prompt_template: the causal LM's prompt, ``"{source} ="`` by default (ours); ignored for
+            seq2seq. ``add_bos``: start the causal sequence with BOS (when the tokenizer has one).
+        max_source_len, max_target_len: truncation (the target's includes EOS; spans are clipped
+            to the kept tokens and the first error is found after clipping).
+        ignore_off_trajectory, unlocalized: TWA's role rules (:func:`build_token_roles`).
+        weights: severity weights for spans loaded without one (``"uniform"`` for the ablation).
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        *,
+        model_type: Literal["causal", "seq2seq"] = "causal",
+        prompt_template: str = "{source} =",
+        max_source_len: int = 256,
+        max_target_len: int = 256,
+        ignore_off_trajectory: bool = True,
+        unlocalized: str = "no_positive",
+        weights: Mapping[str, float] | str = DEFAULT_SEVERITY_WEIGHTS,
+        add_bos: bool = True,
+    ) -> None:
+        if model_type not in ("causal", "seq2seq"):
+            raise ValueError(f"model_type must be 'causal' or 'seq2seq', got {model_type!r}")
+        if unlocalized not in UNLOCALIZED_POLICIES:
+            raise ValueError(
+                f"unlocalized must be one of {UNLOCALIZED_POLICIES}, got {unlocalized!r}"
+            )
+        for name, v in (("max_source_len", max_source_len), ("max_target_len", max_target_len)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+                raise ValueError(f"{name} must be an integer >= 2, got {v!r}")
+        if "{source}" not in prompt_template:
+            raise ValueError(f"prompt_template must contain {{source}}, got {prompt_template!r}")
+        if not getattr(tokenizer, "is_fast", False):
+            raise TypeError(
+                "TWACollator needs a fast tokenizer (character offsets): "
+                "AutoTokenizer.from_pretrained(..., use_fast=True)"
+            )
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token; set tokenizer.eos_token first")
+        self.tok, self.model_type = tokenizer, model_type
+        self.prompt_template, self.add_bos = prompt_template, add_bos
+        self.max_source_len, self.max_target_len = max_source_len, max_target_len
+        self.ignore_off_trajectory, self.unlocalized = ignore_off_trajectory, unlocalized
+        self.weights = weights
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else tokenizer.eos_token_id
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def features(self, ex: AnnotatedTranslation) -> dict[str, Any] | None:
+        """One example's unpadded ids, labels and roles (None when its policy drops it)."""
+        tgt = self._encode(ex.target)[: self.max_target_len - 1] + [self.tok.eos_token_id]
+        T = len(tgt)
+        spans, unloc = char_spans_to_token_spans(
+            ex.target, ex.spans, self.tok, max_length=T - 1, weights=self.weights
+        )
+        roles = build_token_roles(
+            T,
+            spans,
+            ignore_off_trajectory=self.ignore_off_trajectory,
+            has_unlocalized=bool(unloc),
+            unlocalized=self.unlocalized,
+        )
+        if roles.drop:
+            return None
+        if self.model_type == "causal":
+            bos = (
+                [self.tok.bos_token_id]
+                if self.add_bos and self.tok.bos_token_id is not None
+                else []
+            )
+            prompt = bos + self._encode(self.prompt_template.format(source=ex.source))
+            prompt = prompt[: self.max_source_len]
+            n = len(prompt)
+            return {
+                "input_ids": prompt + tgt,
+                "labels": [IGNORE_INDEX] * n + tgt,
+                "positive": [False] * n + roles.positive.tolist(),
+                "span_ids": [-1] * n + roles.span_ids.tolist(),
+                "span_weights": roles.span_weights.tolist(),
+            }
+        src = self._encode(ex.source)[: self.max_source_len - 1] + [self.tok.eos_token_id]
+        return {
+            "input_ids": src,
+            "labels": tgt,
+            "positive": roles.positive.tolist(),
+            "span_ids": roles.span_ids.tolist(),
+            "span_weights": roles.span_weights.tolist(),
+        }
+
+    def __call__(self, examples: Sequence[Any]) -> dict[str, Tensor]:
+        if isinstance(examples, (str, bytes, Mapping)) or not isinstance(examples, Sequence):
+            raise TypeError(f"the collator takes a list of examples, got {type(examples).__name__}")
+        if not examples:
+            raise ValueError("the batch is empty")
+        feats = [self.features(_as_example(ex, i)) for i, ex in enumerate(examples)]
+        feats = [f for f in feats if f is not None]
+        if not feats:
+            raise ValueError(
+                "every example of the batch was dropped (unlocalized='drop_example' and each has "
+                "an unlocalizable error)"
+            )
+        B = len(feats)
+        L = max(len(f["input_ids"]) for f in feats)
+        Lt = max(len(f["labels"]) for f in feats)
+        K = max(len(f["span_weights"]) for f in feats)
+        out = {
+            "input_ids": torch.full((B, L), self.pad_id, dtype=torch.long),
+            "attention_mask": torch.zeros(B, L, dtype=torch.long),
+            "labels": torch.full((B, Lt), IGNORE_INDEX, dtype=torch.long),
+            "positive": torch.zeros(B, Lt, dtype=torch.bool),
+            "span_ids": torch.full((B, Lt), -1, dtype=torch.long),
+            "span_weights": torch.zeros(B, K, dtype=torch.float32),
+        }
+        for b, f in enumerate(feats):
+            n, m, k = len(f["input_ids"]), len(f["labels"]), len(f["span_weights"])
+            out["input_ids"][b, :n] = torch.tensor(f["input_ids"])
+            out["attention_mask"][b, :n] = 1
+            out["labels"][b, :m] = torch.tensor(f["labels"])
+            out["positive"][b, :m] = torch.tensor(f["positive"], dtype=torch.bool)
+            out["span_ids"][b, :m] = torch.tensor(f["span_ids"])
+            out["span_weights"][b, :k] = torch.tensor(f["span_weights"])
+        return out
+
+
+def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "causal",
+                      **loss_kw) -> TWALossOutput:  # fmt: skip
+    """Run ``model`` on a :class:`TWACollator` batch and compute :func:`twa_loss` (shifting the
+    causal LM's logits against its labels and roles). Works with Hugging Face models (``.logits``)
+    and plain modules returning logits; tensors follow the model's device."""
+    if model_type not in ("causal", "seq2seq"):
+        raise ValueError(f"model_type must be 'causal' or 'seq2seq', got {model_type!r}")
+    p = next(model.parameters())
+    b = {k: v.to(p.device) for k, v in batch.items()}
+    if model_type == "causal":
+        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+    else:  # the model builds decoder inputs from the labels (Marian, T5, NLLB)
+        out = model(
+            input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]
+        )
+    logits = out.logits if hasattr(out, "logits") else out
+    labels, pos, ids = b["labels"], b["positive"], b["span_ids"]
+    if model_type == "causal":
+        logits, labels, pos, ids = logits[:, :-1], labels[:, 1:], pos[:, 1:], ids[:, 1:]
+    return twa_loss(logits, labels, pos, ids, b["span_weights"], **loss_kw)

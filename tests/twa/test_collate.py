@@ -1,0 +1,98 @@
+"""TWACollator for causal and seq2seq models, and the loss on a real (tiny, random-init) model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from icml25.toy import build_tokenizer
+from icml25.twa import AnnotatedTranslation, ErrorSpan
+from icml25.twa.collate import TWACollator, twa_loss_on_batch
+
+WORDS = ["s1", "s2", "s3p", "s4", "=", "t3", "-n0", "t7", "-a1", "t12", "-v0"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer([" ".join(WORDS)] * 3, kind="word")
+
+
+def data():
+    tgt = "t3 -n0 t7 -a1 t12 -v0"
+    a = tgt.index("t7")
+    return [
+        AnnotatedTranslation("s1 s2 s4", "t3 -n0 t12 -v0 t3 -n0"),  # no error
+        AnnotatedTranslation("s1 s3p", tgt, [ErrorSpan(a, a + 6, "Major")]),  # "t7 -a1"
+        {
+            "source": "s4",
+            "target": "t3 -n0",
+            "spans": [{"start": 0, "end": 2, "severity": "Minor"}],
+        },
+    ]
+
+
+def test_causal_batch(tok):
+    batch = TWACollator(tok, model_type="causal")(data())
+    B, L = batch["input_ids"].shape
+    assert B == 3 and batch["labels"].shape == (3, L) and batch["span_weights"].shape == (3, 1)
+    eos = tok.eos_token_id
+    for b, (n_prompt, n_tgt) in enumerate(((5, 7), (4, 7), (3, 3))):  # bos + words + "="
+        lab = batch["labels"][b]
+        assert (lab[:n_prompt] == -100).all() and lab[n_prompt + n_tgt - 1] == eos
+        assert (lab[n_prompt + n_tgt :] == -100).all()
+        assert not batch["positive"][b, :n_prompt].any()
+        assert batch["attention_mask"][b].sum() == n_prompt + n_tgt
+    # row 0: every target token positive, EOS included; row 1: CE on "t3 -n0", span "t7 -a1",
+    # the rest (EOS included) ignored; row 2: the first token is an error: nothing positive
+    assert batch["positive"][0, 5:12].all()
+    assert batch["positive"][1].tolist()[4:11] == [True, True, False, False, False, False, False]
+    assert batch["span_ids"][1].tolist()[4:11] == [-1, -1, 0, 0, -1, -1, -1]
+    assert batch["span_weights"][1].tolist() == [5.0] and batch["span_weights"][0].tolist() == [0.0]
+    assert not batch["positive"][2].any() and batch["span_ids"][2].tolist()[3] == 0
+
+
+def test_seq2seq_batch_and_truncation(tok):
+    c = TWACollator(tok, model_type="seq2seq", max_target_len=3)
+    batch = c(data())
+    assert batch["labels"].shape == (3, 3)  # two target tokens + EOS
+    assert (batch["labels"][:, 2] == tok.eos_token_id).all()
+    # the span "t7 -a1" starts at token 2, past the kept tokens: dropped, so row 1 is clean
+    assert batch["span_weights"][1].tolist() == [0.0] and batch["positive"][1].all()
+    assert batch["input_ids"][0, -1] == tok.eos_token_id
+
+
+def test_policies_and_bad_input(tok):
+    omission = AnnotatedTranslation("s1 s2", "t3 -n0", [ErrorSpan(0, 2, "Major", side="source")])
+    no_pos = TWACollator(tok, unlocalized="no_positive")([omission])
+    assert not no_pos["positive"].any()
+    ign = TWACollator(tok, unlocalized="ignore")([omission])
+    assert ign["positive"].sum() == 3
+    with pytest.raises(ValueError, match="every example of the batch was dropped"):
+        TWACollator(tok, unlocalized="drop_example")([omission])
+    with pytest.raises(ValueError, match="model_type"):
+        TWACollator(tok, model_type="encoder")
+    with pytest.raises(ValueError, match="batch is empty"):
+        TWACollator(tok)([])
+    with pytest.raises(KeyError, match="lacks \\['target'\\]"):
+        TWACollator(tok)([{"source": "s1"}])
+    with pytest.raises(ValueError, match="prompt_template must contain"):
+        TWACollator(tok, prompt_template="translate:")
+
+
+def test_the_loss_on_a_tiny_causal_lm_trains(tok):
+    from icml25.toy import tiny_causal_lm
+
+    model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
+    batch = TWACollator(tok)(data())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses, span_lp = [], []
+    for _ in range(15):
+        out = twa_loss_on_batch(model, batch)
+        opt.zero_grad()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(out.loss.detach()))
+        span_lp.append(float(out.span_logprob[1, 0]))
+    assert losses[-1] < losses[0]
+    assert span_lp[-1] < span_lp[0]  # the annotated error became less likely
