@@ -1,7 +1,7 @@
 """TWA: training machine translation with span-level error annotations (Zhang, Dadkhahi,
 Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509). Work in progress (issue 23):
-the annotations (MQM TSV), the character-to-token span mapping, the token roles, the loss and
-the collator are in place; the trainer, baselines and the reproduction follow.
+the annotations (MQM TSV), the span mapping and token roles, the loss, the collator, the
+baselines and the trainers are in place; the synthetic task and the reproduction follow.
 
     >>> data = load_mqm_tsv("mqm_newstest2021_ende.tsv")
     >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # out.loss.backward()
@@ -16,6 +16,13 @@ from icml25.twa.annotations import (
     parse_marked_text,
     severity_weight,
 )
+from icml25.twa.baselines import (
+    build_dpo_pairs,
+    dpo_loss,
+    filter_sft_examples,
+    sft_loss,
+    twa_seq_roles,
+)
 from icml25.twa.collate import TWACollator, twa_loss_on_batch
 from icml25.twa.loss import (
     TWALossOutput,
@@ -24,22 +31,32 @@ from icml25.twa.loss import (
     token_unlikelihood,
     twa_loss,
 )
+from icml25.twa.train import TrainHistory, TWAConfig, TWAHFTrainer, train_twa
 
 __all__ = [
     "DEFAULT_SEVERITY_WEIGHTS",
     "AnnotatedTranslation",
     "ErrorSpan",
     "TWACollator",
+    "TWAConfig",
+    "TWAHFTrainer",
     "TWALossOutput",
     "TokenRoles",
+    "TrainHistory",
+    "build_dpo_pairs",
     "build_token_roles",
     "char_spans_to_token_spans",
+    "dpo_loss",
+    "filter_sft_examples",
     "load_mqm_tsv",
     "log1mexp",
     "parse_marked_text",
     "severity_weight",
+    "sft_loss",
     "span_unlikelihood",
     "token_unlikelihood",
+    "train_twa",
     "twa_loss",
     "twa_loss_on_batch",
+    "twa_seq_roles",
 ]

@@ -1,0 +1,184 @@
+"""Training with TWA: a plain PyTorch loop (:func:`train_twa`) for small models and tests, and
+:class:`TWAHFTrainer`, a ``transformers.Trainer`` whose loss is :func:`twa_loss`, for real scale
+(``accelerate launch`` runs it with DDP/FSDP/DeepSpeed unchanged). The defaults of
+:class:`TWAConfig` are ours (the paper's optimiser settings could not be read; docs/twa.md).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation
+from icml25.twa.collate import TWACollator, twa_loss_on_batch
+
+__all__ = ["TWAConfig", "TWAHFTrainer", "TrainHistory", "train_twa"]
+
+
+@dataclass
+class TWAConfig:
+    """Optimiser and loss settings (ours, unverified in the paper): AdamW ``lr``, ``batch_size``,
+    ``epochs`` (or ``max_steps``), linear warm-up then constant, ``max_grad_norm`` clipping (1.0),
+    and the loss options of :func:`twa_loss` / :class:`TWACollator`."""
+
+    lr: float = 1e-5
+    batch_size: int = 32
+    epochs: int = 1
+    max_steps: int | None = None
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    unlikelihood: str = "span"
+    ignore_off_trajectory: bool = True
+    severity_weights: Mapping[str, float] | str = field(
+        default_factory=lambda: dict(DEFAULT_SEVERITY_WEIGHTS)
+    )
+    unlocalized: str = "no_positive"
+    reduction: str = "token_mean"
+    eps: float = 1e-6
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        for name in ("batch_size", "epochs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
+
+
+@dataclass
+class TrainHistory:
+    """Per step: the loss and its parts; per ``eval_fn`` call: its result."""
+
+    steps: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+
+
+def train_twa(
+    model,
+    tokenizer,
+    data: Sequence[AnnotatedTranslation],
+    config: TWAConfig | None = None,
+    *,
+    model_type: str = "causal",
+    eval_fn: Callable[[object], dict] | None = None,
+    eval_every: int | None = None,
+    progress: bool | None = None,
+) -> TrainHistory:
+    """Fine-tune ``model`` (a Hugging Face causal LM or seq2seq model, or any module taking
+    ``input_ids``/``attention_mask`` and returning logits) on annotated translations with TWA.
+    Batches are shuffled with ``config.seed``; ``eval_fn(model)`` runs every ``eval_every``
+    steps and at the end. The model is left in ``eval()`` mode."""
+    from icml25.progress import track
+
+    cfg = config or TWAConfig()
+    if not data:
+        raise ValueError("data is empty: nothing to train on")
+    collate = TWACollator(
+        tokenizer,
+        model_type=model_type,
+        ignore_off_trajectory=cfg.ignore_off_trajectory,
+        unlocalized=cfg.unlocalized,
+        weights=cfg.severity_weights,
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    per_epoch = math.ceil(len(data) / cfg.batch_size)
+    total = cfg.max_steps or per_epoch * cfg.epochs
+    rng = random.Random(cfg.seed)
+    hist = TrainHistory()
+    order: list[int] = []
+    model.train()
+    for step in track(
+        range(total), "TWA", total=total, disable=None if progress is None else not progress
+    ):
+        if not order:
+            order = list(range(len(data)))
+            rng.shuffle(order)
+        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        try:
+            batch = collate([data[i] for i in idx])
+        except ValueError as exc:
+            if "dropped" in str(exc):  # every example of this batch was dropped by the policy
+                continue
+            raise
+        for g in opt.param_groups:
+            g["lr"] = (
+                cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+            )
+        out = twa_loss_on_batch(
+            model, batch, model_type=model_type, unlikelihood=cfg.unlikelihood,
+            reduction=cfg.reduction, eps=cfg.eps,
+        )  # fmt: skip
+        if not bool(torch.isfinite(out.loss)):
+            raise FloatingPointError(
+                f"the TWA loss became {float(out.loss)} at step {step}; lower lr"
+            )
+        opt.zero_grad()
+        out.loss.backward()
+        if cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        opt.step()
+        hist.steps.append({
+            "step": step, "loss": float(out.loss.detach()), "ce_sum": float(out.ce_sum.detach()),
+            "ul_sum": float(out.ul_sum.detach()), "n_positive": out.n_positive,
+            "n_span_tokens": out.n_span_tokens,
+        })  # fmt: skip
+        if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+            model.eval()
+            hist.evals.append({"step": step + 1, **eval_fn(model)})
+            model.train()
+    model.eval()
+    if eval_fn is not None:
+        hist.evals.append({"step": total, **eval_fn(model)})
+    return hist
+
+
+try:  # transformers is the `llm` extra
+    from transformers import Trainer as _Trainer
+except ImportError:  # pragma: no cover
+    _Trainer = None
+
+if _Trainer is not None:
+
+    class TWAHFTrainer(_Trainer):
+        """``transformers.Trainer`` with the TWA loss. Use :class:`TWACollator` as
+        ``data_collator`` and ``TrainingArguments(remove_unused_columns=False)`` (the collator
+        needs the raw records). ``model_type`` and the :func:`twa_loss` options are keyword
+        arguments. The loss is already a token mean per micro-batch, so the Trainer must not
+        rescale it for gradient accumulation by item count (``loss_is_scaled_for_ga``)."""
+
+        loss_is_scaled_for_ga = False
+
+        def __init__(self, *args, model_type: str = "causal", twa_loss_kwargs: dict | None = None,
+                     **kwargs) -> None:  # fmt: skip
+            super().__init__(*args, **kwargs)
+            if getattr(self.args, "remove_unused_columns", False):
+                raise ValueError(
+                    "TWAHFTrainer needs TrainingArguments(remove_unused_columns=False): the "
+                    "collator reads the raw source/target/spans records"
+                )
+            self.model_type, self.twa_loss_kwargs = model_type, dict(twa_loss_kwargs or {})
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            out = twa_loss_on_batch(
+                model, inputs, model_type=self.model_type, **self.twa_loss_kwargs
+            )
+            return (out.loss, out) if return_outputs else out.loss
+
+else:  # pragma: no cover
+
+    class TWAHFTrainer:  # type: ignore[no-redef]
+        def __init__(self, *args, **kwargs):
+            raise ImportError("TWAHFTrainer needs transformers: pip install 'icml25[llm]'")

@@ -1,0 +1,112 @@
+"""Baselines (Filter + SFT, DPO pairs in TRL's columns, TWA-seq) and training (the plain loop and
+the transformers.Trainer subclass) on a tiny random-init model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from icml25.toy import build_tokenizer, tiny_causal_lm
+from icml25.twa import AnnotatedTranslation, ErrorSpan, twa_loss
+from icml25.twa.baselines import (
+    build_dpo_pairs,
+    filter_sft_examples,
+    sft_loss,
+    twa_seq_roles,
+)
+from icml25.twa.train import TWAConfig, TWAHFTrainer, train_twa
+
+WORDS = ["s1", "s2", "s3", "=", "t1", "-n0", "t2", "-a1", "t3", "-v0", "-n1"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer([" ".join(WORDS)] * 3, kind="word")
+
+
+def annotated():
+    out = []
+    for src in ("s1 s2", "s2 s3", "s1 s3"):
+        out.append(AnnotatedTranslation(src, "t1 -n0 t2 -a1", system="A"))
+        out.append(
+            AnnotatedTranslation(src, "t1 -n1 t2 -a1", [ErrorSpan(3, 6, "Minor")], system="B")
+        )
+        out.append(
+            AnnotatedTranslation(src, "t3 -n0 t2 -a1", [ErrorSpan(0, 2, "Major")], system="C")
+        )
+        out.append(AnnotatedTranslation(src, "t3 -n1 t2 -a1",
+                                        [ErrorSpan(0, 2, "Major"), ErrorSpan(3, 6, "Minor")],
+                                        system="D"))  # fmt: skip
+    return out
+
+
+def test_filter_and_dpo_pairs():
+    data = annotated()
+    assert [d.system for d in filter_sft_examples(data)] == ["A"] * 3
+    assert len(filter_sft_examples(data, max_penalty=1.0)) == 6
+    pairs = build_dpo_pairs(data, max_pairs_per_source=3, rng=0)
+    assert len(pairs) == 9 and set(pairs[0]) >= {"prompt", "chosen", "rejected"}
+    for p in pairs:
+        assert p["chosen_penalty"] < p["rejected_penalty"]  # never equal penalties
+        assert p["prompt"].endswith(" =") and p["chosen"].startswith(" ")
+    all_pairs = build_dpo_pairs(data, max_pairs_per_source=10, rng=0)
+    assert len(all_pairs) == 3 * 6  # 4 translations, all penalties distinct: 6 pairs each
+    # penalties 0, 1, 5, 6: a gap above 1 excludes (A, B) and (C, D)
+    assert len(build_dpo_pairs(data, max_pairs_per_source=10, min_gap=1.0)) == 3 * 4
+    with pytest.raises(TypeError, match=r"data\[0\] must be an AnnotatedTranslation"):
+        build_dpo_pairs([{"source": "x"}])
+
+
+def test_twa_seq_and_sft_loss():
+    r = twa_seq_roles(4, 0.0)
+    assert r.positive.all() and r.span_weights.numel() == 0
+    r = twa_seq_roles(4, 31.0)
+    assert not r.positive.any() and (r.span_ids == 0).all() and r.span_weights.tolist() == [25.0]
+    logits = torch.randn(1, 4, 6, dtype=torch.float64)
+    labels = torch.tensor([[1, 2, 3, 4]])
+    seq = twa_loss(logits, labels, r.positive[None], r.span_ids[None], r.span_weights[None],
+                   reduction="sum").loss  # fmt: skip
+    lp = torch.log_softmax(logits, -1)[0, range(4), labels[0]].sum()
+    want = -25.0 * torch.log(1 - (1 - 1e-6) * torch.exp(lp))
+    assert float(seq) == pytest.approx(float(want), rel=1e-6)
+    assert float(sft_loss(logits, labels)) == pytest.approx(
+        float(torch.nn.functional.cross_entropy(logits[0], labels[0])), rel=1e-6
+    )
+
+
+def test_train_twa_lowers_the_loss_in_a_few_steps(tok):
+    model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
+    cfg = TWAConfig(lr=5e-3, batch_size=12, max_steps=6, seed=0)
+    evals = []
+    hist = train_twa(model, tok, annotated(), cfg, eval_fn=lambda m: evals.append(1) or {"ok": 1},
+                     eval_every=3, progress=False)  # fmt: skip
+    losses = [s["loss"] for s in hist.steps]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    assert [e["step"] for e in hist.evals] == [3, 6, 6] and not model.training
+    with pytest.raises(ValueError, match="data is empty"):
+        train_twa(model, tok, [], cfg)
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        TWAConfig(lr=0)
+
+
+def test_the_transformers_trainer_path(tok, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from icml25.twa import TWACollator
+
+    model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
+    before = [p.detach().clone() for p in model.parameters()]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=6, max_steps=3, learning_rate=5e-3,
+        remove_unused_columns=False, report_to=[], use_cpu=True, logging_steps=1, save_strategy="no",
+    )  # fmt: skip
+    trainer = TWAHFTrainer(model=model, args=args, train_dataset=annotated(),
+                           data_collator=TWACollator(tok))  # fmt: skip
+    trainer.train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    bad = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        TWAHFTrainer(
+            model=model, args=bad, train_dataset=annotated(), data_collator=TWACollator(tok)
+        )
