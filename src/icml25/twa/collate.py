@@ -23,7 +23,23 @@ from icml25.twa.align import UNLOCALIZED_POLICIES, build_token_roles, char_spans
 from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation, ErrorSpan
 from icml25.twa.loss import TWALossOutput, twa_loss
 
-__all__ = ["TWACollator", "twa_loss_on_batch"]
+__all__ = ["TWACollator", "chat_prompt_fn", "twa_loss_on_batch"]
+
+
+def chat_prompt_fn(tokenizer):
+    """``source -> ids`` of the source as one user message rendered with the tokenizer's chat
+    template and the generation prompt (how :func:`icml25.toy.train_causal_lm` and
+    :class:`icml25.llm.hf.HFChat` show a prompt to the model)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat template; use prompt_template instead")
+
+    def fn(source: str) -> list[int]:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": source}], add_generation_prompt=True, tokenize=False
+        )
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return fn
 
 
 def _as_example(ex: Any, i: int) -> AnnotatedTranslation:
@@ -54,6 +70,8 @@ class TWACollator:
             to the kept tokens and the first error is found after clipping).
         ignore_off_trajectory, unlocalized: TWA's role rules (:func:`build_token_roles`).
         weights: severity weights for spans loaded without one (``"uniform"`` for the ablation).
+        prompt_fn: ``source -> prompt token ids`` for causal LMs, replacing the template (e.g.
+            :func:`chat_prompt_fn` for a model trained on chat-rendered prompts).
     """
 
     def __init__(
@@ -68,6 +86,7 @@ class TWACollator:
         unlocalized: str = "no_positive",
         weights: Mapping[str, float] | str = DEFAULT_SEVERITY_WEIGHTS,
         add_bos: bool = True,
+        prompt_fn=None,
     ) -> None:
         if model_type not in ("causal", "seq2seq"):
             raise ValueError(f"model_type must be 'causal' or 'seq2seq', got {model_type!r}")
@@ -87,6 +106,9 @@ class TWACollator:
             )
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no EOS token; set tokenizer.eos_token first")
+        if prompt_fn is not None and not callable(prompt_fn):
+            raise TypeError(f"prompt_fn must be callable, got {prompt_fn!r}")
+        self.prompt_fn = prompt_fn
         self.tok, self.model_type = tokenizer, model_type
         self.prompt_template, self.add_bos = prompt_template, add_bos
         self.max_source_len, self.max_target_len = max_source_len, max_target_len
@@ -115,12 +137,15 @@ class TWACollator:
         if roles.drop:
             return None
         if self.model_type == "causal":
-            bos = (
-                [self.tok.bos_token_id]
-                if self.add_bos and self.tok.bos_token_id is not None
-                else []
-            )
-            prompt = bos + self._encode(self.prompt_template.format(source=ex.source))
+            if self.prompt_fn is not None:
+                prompt = [int(i) for i in self.prompt_fn(ex.source)]
+            else:
+                bos = (
+                    [self.tok.bos_token_id]
+                    if self.add_bos and self.tok.bos_token_id is not None
+                    else []
+                )
+                prompt = bos + self._encode(self.prompt_template.format(source=ex.source))
             prompt = prompt[: self.max_source_len]
             n = len(prompt)
             return {
