@@ -110,3 +110,48 @@ def test_the_transformers_trainer_path(tok, tmp_path):
         TWAHFTrainer(
             model=model, args=bad, train_dataset=annotated(), data_collator=TWACollator(tok)
         )
+
+
+def test_train_dpo_raises_the_chosen_margin(tok):
+    import copy
+
+    from icml25.preference import sequence_logprob
+    from icml25.twa import TWACollator
+    from icml25.twa.baselines import train_dpo
+
+    model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
+    ref = copy.deepcopy(model)
+    pairs = build_dpo_pairs(annotated(), max_pairs_per_source=2, rng=0)
+    collate = TWACollator(tok)
+
+    def margin(m):
+        srcs = [p["prompt"][:-2] for p in pairs]
+        c = collate([AnnotatedTranslation(s, p["chosen"].strip()) for s, p in zip(srcs, pairs)])
+        r = collate([AnnotatedTranslation(s, p["rejected"].strip()) for s, p in zip(srcs, pairs)])
+        with torch.no_grad():
+            lc = sequence_logprob(m(input_ids=c["input_ids"]).logits[:, :-1], c["labels"][:, 1:])
+            lr_ = sequence_logprob(m(input_ids=r["input_ids"]).logits[:, :-1], r["labels"][:, 1:])
+        return float((lc - lr_).mean())
+
+    before = margin(model)
+    losses = train_dpo(model, ref, tok, pairs, lr=5e-3, batch_size=6, epochs=3)
+    assert losses[0] == pytest.approx(0.6931, abs=1e-3)  # policy = reference at the start
+    assert margin(model) > before and losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="pairs is empty"):
+        train_dpo(model, ref, tok, [])
+
+
+def test_greedy_translation_and_base_pairs():
+    from icml25.toy import train_causal_lm
+    from icml25.twa.collate import chat_prompt_fn
+    from icml25.twa.synthetic import SyntheticMT, base_rates_pairs, translate_greedy
+
+    task = SyntheticMT(0)
+    tk = build_tokenizer([" ".join(task.vocabulary())] * 2, kind="word")
+    pairs = base_rates_pairs(task, 50, 0)
+    assert all(len(t.split()) == 2 * len(s.split()) for s, t in pairs)
+    model = tiny_causal_lm(tk, d_model=32, n_layers=1, max_positions=48, seed=0)
+    train_causal_lm(model, tk, pairs, steps=5, batch_size=16, lr=1e-3, warmup=1)
+    outs = translate_greedy(model, tk, [s for s, _ in pairs[:4]], chat_prompt_fn(tk),
+                            max_new_tokens=5)  # fmt: skip
+    assert len(outs) == 4 and all(isinstance(o, str) and len(o.split()) <= 5 for o in outs)

@@ -1,7 +1,8 @@
 """TWA: training machine translation with span-level error annotations (Zhang, Dadkhahi,
 Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509). Work in progress (issue 23):
 the annotations (MQM TSV), the span mapping and token roles, the loss, the collator, the
-baselines and the trainers are in place; the synthetic task and the reproduction follow.
+baselines and the trainers (TWA, DPO) and the synthetic task are in place; the reproduction
+follows (docs: the module docstrings until then).
 
     >>> data = load_mqm_tsv("mqm_newstest2021_ende.tsv")
     >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # out.loss.backward()
@@ -21,6 +22,7 @@ from icml25.twa.baselines import (
     dpo_loss,
     filter_sft_examples,
     sft_loss,
+    train_dpo,
     twa_seq_roles,
 )
 from icml25.twa.collate import TWACollator, twa_loss_on_batch
@@ -55,6 +57,7 @@ __all__ = [
     "sft_loss",
     "span_unlikelihood",
     "token_unlikelihood",
+    "train_dpo",
     "train_twa",
     "twa_loss",
     "twa_loss_on_batch",

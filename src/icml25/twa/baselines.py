@@ -18,7 +18,14 @@ from icml25.preference import IGNORE_INDEX, dpo_loss
 from icml25.twa.align import TokenRoles
 from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation
 
-__all__ = ["build_dpo_pairs", "dpo_loss", "filter_sft_examples", "sft_loss", "twa_seq_roles"]
+__all__ = [
+    "build_dpo_pairs",
+    "dpo_loss",
+    "filter_sft_examples",
+    "sft_loss",
+    "train_dpo",
+    "twa_seq_roles",
+]
 
 
 def _check_data(data) -> list[AnnotatedTranslation]:
@@ -120,3 +127,90 @@ def twa_seq_roles(T: int, total_weight: float, cap: float = 25.0) -> TokenRoles:
         torch.zeros(T, dtype=torch.long),
         torch.tensor([min(float(total_weight), cap)]),
     )
+
+
+def _pair_batch(collate, rows: Sequence[Mapping[str, str]], sources: Sequence[str]):
+    """Chosen and rejected batches (spans empty: labels on the whole completion + EOS)."""
+    chosen = [AnnotatedTranslation(s, r["chosen"].lstrip()) for s, r in zip(sources, rows)]
+    rejected = [AnnotatedTranslation(s, r["rejected"].lstrip()) for s, r in zip(sources, rows)]
+    return collate(chosen), collate(rejected)
+
+
+def _seq_logp(model, batch, model_type: str) -> Tensor:
+    from icml25.preference import sequence_logprob
+
+    p = next(model.parameters())
+    b = {k: v.to(p.device) for k, v in batch.items()}
+    if model_type == "causal":
+        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+        logits = out.logits if hasattr(out, "logits") else out
+        return sequence_logprob(logits[:, :-1], b["labels"][:, 1:])
+    out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"])
+    return sequence_logprob(out.logits, b["labels"])
+
+
+def train_dpo(
+    model,
+    ref_model,
+    tokenizer,
+    pairs: Sequence[Mapping[str, str]],
+    *,
+    sources: Sequence[str] | None = None,
+    beta: float = 0.1,  # DPO and TRL default
+    lr: float = 2e-4,
+    batch_size: int = 32,
+    epochs: int = 1,
+    max_grad_norm: float | None = 1.0,
+    model_type: str = "causal",
+    prompt_fn=None,
+    seed: int = 0,
+) -> list[float]:
+    """Sigmoid DPO on :func:`build_dpo_pairs` rows with a frozen ``ref_model`` (the offline
+    loop; at scale hand the same rows to ``trl.DPOTrainer``). ``sources``: the source sentence of
+    each pair (default: read back from the prompt with the ``"{source} ="`` template); prompts are
+    encoded like :class:`TWACollator` (``prompt_fn``), so DPO, SFT and TWA see identical
+    inputs. Returns the loss per step; the model is left in ``eval()`` mode."""
+    from icml25.twa.collate import TWACollator
+
+    if not pairs:
+        raise ValueError("pairs is empty: nothing to train on")
+    for i, row in enumerate(pairs):
+        missing = [k for k in ("prompt", "chosen", "rejected") if k not in row]
+        if missing:
+            raise KeyError(f"pairs[{i}] lacks {missing}; rows come from build_dpo_pairs")
+    if sources is None:
+        if not all(r["prompt"].endswith(" =") for r in pairs):
+            raise ValueError("pass sources= when the prompts were not made with '{source} ='")
+        sources = [r["prompt"][:-2] for r in pairs]
+    if len(sources) != len(pairs):
+        raise ValueError(f"{len(sources)} sources for {len(pairs)} pairs")
+    collate = TWACollator(tokenizer, model_type=model_type, prompt_fn=prompt_fn)
+    ref_model.eval()
+    for p in ref_model.parameters():
+        p.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr)
+    rng = random.Random(seed)
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            cb, rb = _pair_batch(collate, [pairs[i] for i in idx], [sources[i] for i in idx])
+            with torch.no_grad():
+                ref_w, ref_l = (
+                    _seq_logp(ref_model, cb, model_type),
+                    _seq_logp(ref_model, rb, model_type),
+                )
+            out = dpo_loss(_seq_logp(model, cb, model_type), _seq_logp(model, rb, model_type),
+                           ref_w, ref_l, beta)  # fmt: skip
+            opt.zero_grad()
+            out.loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            opt.step()
+            losses.append(float(out.loss.detach()))
+    model.eval()
+    return losses

@@ -29,7 +29,9 @@ __all__ = [
     "SYSTEM_MULTIPLIERS",
     "SyntheticMT",
     "Translation",
+    "base_rates_pairs",
     "evaluate_output",
+    "translate_greedy",
 ]
 
 ADJ, NOUN, VERB = range(0, 6), range(6, 18), range(18, 24)
@@ -347,3 +349,48 @@ def evaluate_output(task: SyntheticMT, src, output: str) -> dict:
     minor = counts["agreement"] + counts["order"] + counts["fluency"]
     pen = 5.0 * major + 1.0 * minor
     return {"penalty": pen, "exact": pen == 0 and words == gold, "non_translation": False, **counts}
+
+
+def base_rates_pairs(task: SyntheticMT, n: int, seed: int, *, p_stem: float = 0.20,
+                     p_agr: float = 0.15, p_ord: float = 0.30) -> list[tuple[str, str]]:  # fmt: skip
+    """``(source, target)`` pairs for the base ("pretrained") model: gold targets corrupted by
+    its error profile, stem confusions only on a fixed half of the confusion pairs (its blind
+    spots: one lemma of every second pair, both directions), number flips and A N orders."""
+    r = random.Random(seed)
+    pairs = sorted({tuple(sorted(p)) for p in task.partner.items()})
+    blind = {x for a, b in pairs[::2] for x in (a, b)}
+    out = []
+    for _ in range(n):
+        src = task.sample_source(r)
+        tr = task.translate(
+            src, r, {"stem": 0.0, "agr": p_agr, "ord": p_ord, "om": 0.0, "add": 0.0}
+        )
+        words = [
+            (task.partner[lem], num) if lem in blind and r.random() < p_stem else (lem, num)
+            for lem, num in tr.words
+        ]
+        out.append((task.source_text(src), task.target_text(words)))
+    return out
+
+
+def translate_greedy(model, tokenizer, sources: list[str], prompt_fn, *, max_new_tokens: int = 30,
+                     batch_size: int = 128) -> list[str]:  # fmt: skip
+    """Greedy translations of ``sources`` (prompts from ``prompt_fn``) with the library's
+    decoder (:mod:`icml25.llm.sampling`), as text."""
+    import torch
+
+    from icml25.llm.sampling import make_decoder, sample
+
+    model.eval()
+    dec = make_decoder(model)
+    dev = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out: list[str] = []
+    for s in range(0, len(sources), batch_size):
+        prompts = [prompt_fn(x) for x in sources[s : s + batch_size]]
+        with torch.no_grad():
+            ids = sample(dec, prompts, max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
+                         eos_ids=[tokenizer.eos_token_id], pad_id=pad,
+                         generators=[None] * len(prompts), device=dev)  # fmt: skip
+        out += [tokenizer.decode(x, skip_special_tokens=True).strip() for x in ids]
+    return out
