@@ -139,6 +139,8 @@ PAPERS: tuple[Paper, ...] = (
         "Learning from others' mistakes: Finetuning machine translation models with span-level error "
         "annotations",
         "arXiv:2410.16509",
+        repro="icml25.twa.repro:run",
+        usage="icml25.twa.train_twa(model, tokenizer, icml25.twa.load_mqm_tsv('mqm.tsv'))  # or twa_loss(logits, labels, positive, span_ids, span_weights)",
     ),
     Paper(
         13,

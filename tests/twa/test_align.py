@@ -147,5 +147,5 @@ def test_unlocalizable_spans_and_bad_input(word_tok):
     with pytest.raises(ValueError, match="outside the text"):
         char_spans_to_token_spans(text, [ErrorSpan(0, 9, "Major")], word_tok)
     with pytest.raises(ValueError, match="max_length"):
-        char_spans_to_token_spans(text, [], word_tok, max_length=0)
+        char_spans_to_token_spans(text, [], word_tok, max_length=-1)
     assert torch.is_tensor(build_token_roles(2, []).positive)

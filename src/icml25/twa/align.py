@@ -52,8 +52,8 @@ def char_spans_to_token_spans(
     _fast(tokenizer)
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
-    if max_length is not None and (isinstance(max_length, bool) or max_length < 1):
-        raise ValueError(f"max_length must be a positive integer or None, got {max_length!r}")
+    if max_length is not None and (isinstance(max_length, bool) or max_length < 0):
+        raise ValueError(f"max_length must be an integer >= 0 or None, got {max_length!r}")
     enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     offsets = list(enc["offset_mapping"])
     if max_length is not None:

@@ -185,9 +185,7 @@ def train_dpo(
     if len(sources) != len(pairs):
         raise ValueError(f"{len(sources)} sources for {len(pairs)} pairs")
     collate = TWACollator(tokenizer, model_type=model_type, prompt_fn=prompt_fn)
-    ref_model.eval()
-    for p in ref_model.parameters():
-        p.requires_grad_(False)
+    ref_model.eval()  # scored under no_grad; its parameters are left as they are
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
     rng = random.Random(seed)

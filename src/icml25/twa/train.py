@@ -73,11 +73,13 @@ def train_twa(
     eval_fn: Callable[[object], dict] | None = None,
     eval_every: int | None = None,
     progress: bool | None = None,
+    prompt_fn=None,
 ) -> TrainHistory:
     """Fine-tune ``model`` (a Hugging Face causal LM or seq2seq model, or any module taking
     ``input_ids``/``attention_mask`` and returning logits) on annotated translations with TWA.
     Batches are shuffled with ``config.seed``; ``eval_fn(model)`` runs every ``eval_every``
-    steps and at the end. The model is left in ``eval()`` mode."""
+    steps and at the end; ``prompt_fn`` as in :class:`TWACollator`. The model is left in
+    ``eval()`` mode."""
     from icml25.progress import track
 
     cfg = config or TWAConfig()
@@ -89,6 +91,7 @@ def train_twa(
         ignore_off_trajectory=cfg.ignore_off_trajectory,
         unlocalized=cfg.unlocalized,
         weights=cfg.severity_weights,
+        prompt_fn=prompt_fn,
     )
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
