@@ -39,3 +39,17 @@ def test_smoke_run(smoke, check_smoke):
         assert np.mean(c.data["a"]) == pytest.approx(np.mean(get[f"penalty {b}"]))
         assert np.mean(c.data["b"]) == pytest.approx(np.mean(get["penalty twa"]))
     assert all(v >= 0 for v in get["penalty twa"])
+
+
+@pytest.mark.slow
+def test_quick_repro_meets_its_criterion(tmp_path, check_smoke):
+    """The quick run end to end (spec test 12): its three paired checks hold."""
+    from icml25.twa import repro
+
+    r = repro.run(quick=True, seed=0, out=tmp_path)
+    check_smoke(r, "twa", prefixes=("penalty ",))
+    assert [c.verdict for c in r.checks] == ["held"] * 3
+    get = {m.name: np.mean(m.values) for m in r.metrics}
+    assert get["penalty twa"] < min(
+        get["penalty filter_sft"], get["penalty dpo"], get["penalty base"]
+    )
