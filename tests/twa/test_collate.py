@@ -96,3 +96,36 @@ def test_the_loss_on_a_tiny_causal_lm_trains(tok):
         span_lp.append(float(out.span_logprob[1, 0]))
     assert losses[-1] < losses[0]
     assert span_lp[-1] < span_lp[0]  # the annotated error became less likely
+
+
+@pytest.mark.parametrize("arch", ["marian", "t5"])
+def test_the_loss_on_real_seq2seq_models(tok, arch):
+    """Random-init Marian and T5 (as Hugging Face builds them) train on TWA batches: the model
+    builds its decoder inputs from the labels, whose logits align with the labels unshifted."""
+    transformers = pytest.importorskip("transformers")
+    V, pad, eos = len(tok), tok.pad_token_id, tok.eos_token_id
+    if arch == "marian":
+        cfg = transformers.MarianConfig(
+            vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2,
+            pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad, max_position_embeddings=64,
+        )  # fmt: skip
+        model = transformers.MarianMTModel(cfg)
+    else:
+        cfg = transformers.T5Config(
+            vocab_size=V, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1,
+            num_heads=2, pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad,
+        )  # fmt: skip
+        model = transformers.T5ForConditionalGeneration(cfg)
+    torch.manual_seed(0)
+    batch = TWACollator(tok, model_type="seq2seq")(data())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    first = last = None
+    for _ in range(8):
+        out = twa_loss_on_batch(model, batch, model_type="seq2seq")
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+        first = first if first is not None else float(out.loss.detach())
+        last = float(out.loss.detach())
+    assert last < first and out.n_span_tokens == 2 + 1  # "t7 -a1" (row 1) and "t3" (row 2)
