@@ -106,3 +106,29 @@ def test_a_file_on_disk(tmp_path):
     p = tmp_path / "mqm.tsv"
     p.write_text(HEADER + "\n".join(ROWS) + "\n", encoding="utf-8")
     assert len(load_mqm_tsv(p)) == 5 and len(load_mqm_tsv(str(p))) == 5
+
+
+def test_jsonl_and_records_round_trip(tmp_path):
+    from icml25.twa import from_records, load_jsonl, save_jsonl, to_records
+
+    data = load_mqm_tsv(fixture())
+    p = tmp_path / "mqm.jsonl"
+    save_jsonl(data, p)
+    back = load_jsonl(p)
+    assert back == data  # dataclass equality: every field and span
+    assert from_records(to_records(data)) == data
+    (tmp_path / "bad.jsonl").write_text('{"source": "a", "target": "b"}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2: not JSON"):
+        load_jsonl(tmp_path / "bad.jsonl")
+    with pytest.raises(ValueError, match="row 0 needs 'source' and 'target'"):
+        from_records([{"src": "a"}])
+
+
+def test_chrf():
+    pytest.importorskip("sacrebleu")
+    from icml25.twa import chrf
+
+    assert chrf(["the cat sleeps"], ["the cat sleeps"]) == pytest.approx(100.0)
+    assert 0 < chrf(["the dog sleeps"], ["the cat sleeps"]) < 100
+    with pytest.raises(ValueError, match="as many hypotheses as references"):
+        chrf(["a"], [])

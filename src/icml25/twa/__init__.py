@@ -13,9 +13,13 @@ from icml25.twa.annotations import (
     DEFAULT_SEVERITY_WEIGHTS,
     AnnotatedTranslation,
     ErrorSpan,
+    from_records,
+    load_jsonl,
     load_mqm_tsv,
     parse_marked_text,
+    save_jsonl,
     severity_weight,
+    to_records,
 )
 from icml25.twa.baselines import (
     build_dpo_pairs,
@@ -33,6 +37,7 @@ from icml25.twa.loss import (
     token_unlikelihood,
     twa_loss,
 )
+from icml25.twa.metrics import chrf
 from icml25.twa.train import TrainHistory, TWAConfig, TWAHFTrainer, train_twa
 
 __all__ = [
@@ -48,14 +53,19 @@ __all__ = [
     "build_dpo_pairs",
     "build_token_roles",
     "char_spans_to_token_spans",
+    "chrf",
     "dpo_loss",
     "filter_sft_examples",
+    "from_records",
+    "load_jsonl",
     "load_mqm_tsv",
     "log1mexp",
     "parse_marked_text",
+    "save_jsonl",
     "severity_weight",
     "sft_loss",
     "span_unlikelihood",
+    "to_records",
     "token_unlikelihood",
     "train_dpo",
     "train_twa",

@@ -24,9 +24,13 @@ __all__ = [
     "DEFAULT_SEVERITY_WEIGHTS",
     "AnnotatedTranslation",
     "ErrorSpan",
+    "from_records",
+    "load_jsonl",
     "load_mqm_tsv",
     "parse_marked_text",
+    "save_jsonl",
     "severity_weight",
+    "to_records",
 ]
 
 #: severity (and "severity:category") -> weight; see the module docstring for the sources
@@ -307,3 +311,68 @@ def load_mqm_tsv(
             )
         )
     return out
+
+
+def to_records(data: Iterable[AnnotatedTranslation]) -> list[dict]:
+    """Plain dicts (JSON-ready): ``source, target, spans: [{start, end, severity, category, side,
+    weight}], system, seg_id, rater, reference``."""
+    out = []
+    for d in data:
+        if not isinstance(d, AnnotatedTranslation):
+            raise TypeError(f"expected AnnotatedTranslation records, got {type(d).__name__}")
+        out.append({
+            "source": d.source, "target": d.target,
+            "spans": [{"start": s.start, "end": s.end, "severity": s.severity,
+                       "category": s.category, "side": s.side, "weight": s.weight}
+                      for s in d.spans],
+            "system": d.system, "seg_id": d.seg_id, "rater": d.rater, "reference": d.reference,
+        })  # fmt: skip
+    return out
+
+
+def from_records(rows: Iterable[Mapping]) -> list[AnnotatedTranslation]:
+    """The inverse of :func:`to_records` (also for rows of a ``datasets.Dataset``, a pandas
+    frame's ``to_dict("records")`` or a JSONL file read with :func:`load_jsonl`)."""
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping) or "source" not in r or "target" not in r:
+            raise ValueError(f"row {i} needs 'source' and 'target', got {r!r:.80}")
+        spans = [ErrorSpan(**{k: v for k, v in s.items() if k in ErrorSpan.__dataclass_fields__})
+                 for s in (r.get("spans") or [])]  # fmt: skip
+        out.append(AnnotatedTranslation(
+            r["source"], r["target"], spans, r.get("system"), r.get("seg_id"), r.get("rater"),
+            r.get("reference"),
+        ))  # fmt: skip
+    return out
+
+
+def save_jsonl(data: Iterable[AnnotatedTranslation], path) -> None:
+    """One JSON record per line (:func:`to_records`), written atomically."""
+    import json
+    import tempfile
+
+    rows = to_records(data)
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=d, delete=False, suffix=".tmp"
+    ) as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        tmp = f.name
+    os.replace(tmp, path)
+
+
+def load_jsonl(path) -> list[AnnotatedTranslation]:
+    """Records written by :func:`save_jsonl` (errors name the line)."""
+    import json
+
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as exc:
+                    raise ValueError(f"{path}, line {n}: not JSON ({exc})") from None
+    return from_records(rows)
