@@ -54,10 +54,15 @@ def test_causal_batch(tok):
 def test_seq2seq_batch_and_truncation(tok):
     c = TWACollator(tok, model_type="seq2seq", max_target_len=3)
     batch = c(data())
-    assert batch["labels"].shape == (3, 3)  # two target tokens + EOS
-    assert (batch["labels"][:, 2] == tok.eos_token_id).all()
-    # the span "t7 -a1" starts at token 2, past the kept tokens: dropped, so row 1 is clean
-    assert batch["span_weights"][1].tolist() == [0.0] and batch["positive"][1].all()
+    assert batch["labels"].shape == (3, 3)
+    # rows 0 and 1 are cut after 3 tokens: no EOS (it would teach stopping mid-sentence);
+    # row 2 ("t3 -n0") fits and ends with EOS
+    assert (batch["labels"][:2] != tok.eos_token_id).all()
+    assert batch["labels"][2].tolist()[2] == tok.eos_token_id
+    # the span "t7 -a1" is clipped to its first token, the last one kept
+    assert batch["span_ids"][1].tolist() == [-1, -1, 0]
+    assert batch["positive"][1].tolist() == [True, True, False]
+    assert batch["positive"][0].all()
     assert batch["input_ids"][0, -1] == tok.eos_token_id
 
 

@@ -1,11 +1,9 @@
 """TWA: training machine translation with span-level error annotations (Zhang, Dadkhahi,
-Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509). Work in progress (issue 23):
-the annotations (MQM TSV), the span mapping and token roles, the loss, the collator, the
-baselines and the trainers (TWA, DPO) and the synthetic task are in place; the reproduction
-follows (docs: the module docstrings until then).
+Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509; docs/twa.md).
 
     >>> data = load_mqm_tsv("mqm_newstest2021_ende.tsv")
-    >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # out.loss.backward()
+    >>> train_twa(model, tokenizer, data, TWAConfig(lr=1e-5))             # or TWAHFTrainer
+    >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # your own loop
 """
 
 from icml25.twa.align import TokenRoles, build_token_roles, char_spans_to_token_spans
@@ -29,7 +27,7 @@ from icml25.twa.baselines import (
     train_dpo,
     twa_seq_roles,
 )
-from icml25.twa.collate import TWACollator, twa_loss_on_batch
+from icml25.twa.collate import TWACollator, chat_prompt_fn, twa_loss_on_batch
 from icml25.twa.loss import (
     TWALossOutput,
     log1mexp,
@@ -53,6 +51,7 @@ __all__ = [
     "build_dpo_pairs",
     "build_token_roles",
     "char_spans_to_token_spans",
+    "chat_prompt_fn",
     "chrf",
     "dpo_loss",
     "filter_sft_examples",

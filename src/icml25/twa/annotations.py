@@ -61,11 +61,9 @@ def severity_weight(
     if isinstance(weights, str):
         if weights != "uniform":
             raise ValueError(f"weights must be a dict or 'uniform', got {weights!r}")
-        if sev.lower() == "neutral":
-            return 0.0
-        if sev.lower() not in ("major", "minor", "critical"):
-            raise ValueError(f"unknown severity {severity!r}; valid: Major, Minor, Neutral")
-        return 1.0
+        # the severities the default table knows, each error weighing 1
+        w = severity_weight(severity, category, DEFAULT_SEVERITY_WEIGHTS)
+        return 1.0 if w > 0 else 0.0
     table = {k.lower(): float(v) for k, v in weights.items()}
     for k, v in table.items():
         if not v >= 0:
@@ -243,7 +241,9 @@ def load_mqm_tsv(
     One :class:`AnnotatedTranslation` per (system, seg_id, rater), or per (system, seg_id) with
     ``merge_raters=True`` (the union of the raters' spans, an identical span kept once with its
     largest weight). ``No-error`` rows add no span; Neutral rows are dropped unless
-    ``keep_neutral``. A ``Non-translation!`` record covers the whole target. A row whose error is
+    ``keep_neutral``. A ``Non-translation!`` record covers the whole target (weight 5 by default,
+    not MQM's 25: an untranslated copy then weighs like one Major error, which DPO pairs built
+    from such data can prefer over a translation with two errors; pass weights to change it). A row whose error is
     marked nowhere, or marked in the source, becomes an unlocalizable span (``side="source"`` or
     zero length). With ``strip_spans``, whitespace at the ends of a span is trimmed (MQM spans
     often include a trailing space). Errors name the file line: rows of one translation whose
@@ -292,7 +292,7 @@ def load_mqm_tsv(
             if not found:  # marked nowhere: an unlocalizable target error
                 found.append(ErrorSpan(0, 0, sev, cat, "target", w))
         for s in found:
-            k = (s.start, s.end, s.side, s.severity, s.category) if merge_raters else (id(s),)
+            k = (s.start, s.end, s.side) if merge_raters else (id(s),)
             old = g["spans"].get(k)
             if old is None or (s.weight or 0) > (old.weight or 0):
                 g["spans"][k] = s
@@ -375,4 +375,7 @@ def load_jsonl(path) -> list[AnnotatedTranslation]:
                     rows.append(json.loads(line))
                 except ValueError as exc:
                     raise ValueError(f"{path}, line {n}: not JSON ({exc})") from None
-    return from_records(rows)
+    try:
+        return from_records(rows)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc} (rows count the non-empty lines from 0)") from None

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from icml25.preference import IGNORE_INDEX
 from icml25.twa.align import UNLOCALIZED_POLICIES, build_token_roles, char_spans_to_token_spans
-from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation, ErrorSpan
+from icml25.twa.annotations import AnnotatedTranslation, ErrorSpan, severity_weight
 from icml25.twa.loss import TWALossOutput, twa_loss
 
 __all__ = ["TWACollator", "chat_prompt_fn", "twa_loss_on_batch"]
@@ -69,7 +69,9 @@ class TWACollator:
         max_source_len, max_target_len: truncation (the target's includes EOS; spans are clipped
             to the kept tokens and the first error is found after clipping).
         ignore_off_trajectory, unlocalized: TWA's role rules (:func:`build_token_roles`).
-        weights: severity weights for spans loaded without one (``"uniform"`` for the ablation).
+        weights: None (default): each span's weight as loaded (``load_mqm_tsv`` resolves it),
+            else the default table for spans without one; a dict or ``"uniform"``: every span is
+            re-weighted from its severity and category (the severity ablation).
         prompt_fn: ``source -> prompt token ids`` for causal LMs, replacing the template (e.g.
             :func:`chat_prompt_fn` for a model trained on chat-rendered prompts).
     """
@@ -84,7 +86,7 @@ class TWACollator:
         max_target_len: int = 256,
         ignore_off_trajectory: bool = True,
         unlocalized: str = "no_positive",
-        weights: Mapping[str, float] | str = DEFAULT_SEVERITY_WEIGHTS,
+        weights: Mapping[str, float] | str | None = None,
         add_bos: bool = True,
         prompt_fn=None,
     ) -> None:
@@ -122,10 +124,20 @@ class TWACollator:
 
     def features(self, ex: AnnotatedTranslation) -> dict[str, Any] | None:
         """One example's unpadded ids, labels and roles (None when its policy drops it)."""
-        tgt = self._encode(ex.target)[: self.max_target_len - 1] + [self.tok.eos_token_id]
+        ids = self._encode(ex.target)
+        cut = len(ids) > self.max_target_len - 1
+        # a target cut by truncation gets no EOS: training EOS there would teach early stops
+        tgt = ids[: self.max_target_len] if cut else ids + [self.tok.eos_token_id]
         T = len(tgt)
+        spans = ex.spans
+        if self.weights is not None:  # re-weight from the severities
+            spans = [
+                ErrorSpan(s.start, s.end, s.severity, s.category, s.side,
+                          severity_weight(s.severity, s.category, self.weights))
+                for s in spans
+            ]  # fmt: skip
         spans, unloc = char_spans_to_token_spans(
-            ex.target, ex.spans, self.tok, max_length=T - 1, weights=self.weights
+            ex.target, spans, self.tok, max_length=len(ids[: T if cut else T - 1])
         )
         roles = build_token_roles(
             T,
@@ -206,6 +218,13 @@ def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "
     and plain modules returning logits; tensors follow the model's device."""
     if model_type not in ("causal", "seq2seq"):
         raise ValueError(f"model_type must be 'causal' or 'seq2seq', got {model_type!r}")
+    enc_dec = getattr(getattr(model, "config", None), "is_encoder_decoder", None)
+    if enc_dec is not None and enc_dec != (model_type == "seq2seq"):
+        kind = "an encoder-decoder" if enc_dec else "a decoder-only"
+        raise ValueError(
+            f"model_type={model_type!r} but the model is {kind} model: use model_type="
+            f"{'seq2seq' if enc_dec else 'causal'!r} (and the same in TWACollator)"
+        )
     p = next(model.parameters())
     b = {k: v.to(p.device) for k, v in batch.items()}
     if model_type == "causal":

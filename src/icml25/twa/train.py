@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation
+from icml25.twa.annotations import AnnotatedTranslation
 from icml25.twa.collate import TWACollator, twa_loss_on_batch
 
 __all__ = ["TWAConfig", "TWAHFTrainer", "TrainHistory", "train_twa"]
@@ -34,9 +34,7 @@ class TWAConfig:
     max_grad_norm: float | None = 1.0
     unlikelihood: str = "span"
     ignore_off_trajectory: bool = True
-    severity_weights: Mapping[str, float] | str = field(
-        default_factory=lambda: dict(DEFAULT_SEVERITY_WEIGHTS)
-    )
+    severity_weights: Mapping[str, float] | str | None = None  # None: the weights as loaded
     unlocalized: str = "no_positive"
     reduction: str = "token_mean"
     eps: float = 1e-6
@@ -53,6 +51,27 @@ class TWAConfig:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps!r}")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
+        from icml25.twa.align import UNLOCALIZED_POLICIES
+        from icml25.twa.loss import REDUCTIONS
+
+        if self.unlikelihood not in ("span", "token"):
+            raise ValueError(f"unlikelihood must be 'span' or 'token', got {self.unlikelihood!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
+        if self.unlocalized not in UNLOCALIZED_POLICIES:
+            raise ValueError(
+                f"unlocalized must be one of {UNLOCALIZED_POLICIES}, got {self.unlocalized!r}"
+            )
+        if not 0 < self.eps < 1:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps!r}")
+        sw = self.severity_weights
+        if sw is not None:
+            if isinstance(sw, str) and sw != "uniform":
+                raise ValueError(f"severity_weights must be None, a dict or 'uniform', got {sw!r}")
+            if isinstance(sw, Mapping):
+                bad = {k: v for k, v in sw.items() if not (isinstance(v, (int, float)) and v >= 0)}
+                if bad:
+                    raise ValueError(f"severity weights must be numbers >= 0, got {bad}")
 
 
 @dataclass
@@ -143,7 +162,12 @@ def train_twa(
             hist.evals.append({"step": step + 1, **eval_fn(model)})
             model.train()
     model.eval()
-    if eval_fn is not None:
+    if not hist.steps:
+        raise ValueError(
+            "no training step ran: every batch was dropped (unlocalized='drop_example' and every "
+            "example has an unlocalizable error)"
+        )
+    if eval_fn is not None and not (hist.evals and hist.evals[-1]["step"] == total):
         hist.evals.append({"step": total, **eval_fn(model)})
     return hist
 
