@@ -132,3 +132,28 @@ def test_chrf():
     assert 0 < chrf(["the dog sleeps"], ["the cat sleeps"]) < 100
     with pytest.raises(ValueError, match="as many hypotheses as references"):
         chrf(["a"], [])
+
+
+def test_translations_through_a_chat_backend_resume_and_keep_failures(tmp_path):
+    from icml25.llm import CallableChat
+    from icml25.twa import translate_with_backend
+
+    calls = []
+
+    def fn(messages, **kw):
+        src = messages[-1]["content"].rsplit("\n", 1)[-1]
+        calls.append(src)
+        if src == "boom":
+            raise RuntimeError("server error")
+        return f" {src.upper()} "
+
+    store = tmp_path / "tr.jsonl"
+    out = translate_with_backend(CallableChat(fn), ["a b", "boom", "c"], store=store,
+                                 progress=False)  # fmt: skip
+    assert out == ["A B", None, "C"]  # the failing item is an error row; the others are kept
+    calls.clear()
+    again = translate_with_backend(CallableChat(fn), ["a b", "boom", "c"], store=store,
+                                   progress=False)  # fmt: skip
+    assert again == out and calls == []  # resumed: nothing asked twice (errors kept as errors)
+    with pytest.raises(ValueError, match="must contain"):
+        translate_with_backend(CallableChat(fn), ["a"], prompt_template="x")

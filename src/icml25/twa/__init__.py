@@ -35,7 +35,7 @@ from icml25.twa.loss import (
     token_unlikelihood,
     twa_loss,
 )
-from icml25.twa.metrics import chrf
+from icml25.twa.metrics import chrf, translate_with_backend
 from icml25.twa.train import TrainHistory, TWAConfig, TWAHFTrainer, train_twa
 
 __all__ = [
@@ -71,4 +71,5 @@ __all__ = [
     "twa_loss",
     "twa_loss_on_batch",
     "twa_seq_roles",
+    "translate_with_backend",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["chrf"]
+__all__ = ["chrf", "translate_with_backend"]
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str], *, word_order: int = 0) -> float:
@@ -23,3 +23,55 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str], *, word_order: in
         )
     return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)],
                                        word_order=word_order).score)  # fmt: skip
+
+
+def translate_with_backend(
+    backend,
+    sources: Sequence[str],
+    *,
+    prompt_template: str = "Translate into the target language. Reply with the translation "
+    "only.\n\n{source}",
+    store=None,
+    concurrency: int = 4,
+    max_tokens: int | None = 256,
+    retry_errors: bool = False,
+    progress: bool | None = None,
+) -> list[str | None]:
+    """Greedy (temperature 0) translations of ``sources`` from any :class:`icml25.llm`
+    backend: an OpenAI-compatible server (vLLM, llama.cpp, ``transformers serve``, OpenAI) or a
+    local Hugging Face model. ``store`` (a JSONL path or :class:`~icml25.llm.JsonlStore`) makes
+    the run resumable: a killed run loses at most the requests in flight, and a failing item is
+    an error row (``None`` in the result) without losing the others. Feed the outputs to
+    :func:`chrf` or to an annotator."""
+    from pathlib import Path
+
+    from icml25.llm import JsonlStore
+    from icml25.llm.store import run_resumable
+
+    if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
+        raise TypeError("sources must be a list of strings")
+    if "{source}" not in prompt_template:
+        raise ValueError(f"prompt_template must contain {{source}}, got {prompt_template!r}")
+    st = store if isinstance(store, JsonlStore) else None
+    if st is None:
+        import tempfile
+
+        path = Path(store) if store is not None else Path(tempfile.mkdtemp()) / "translations.jsonl"
+        st = JsonlStore(path, "index")
+
+    def work(item):
+        i, src = item
+        msg = [{"role": "user", "content": prompt_template.format(source=src)}]
+        (text,) = backend.chat(msg, temperature=0.0, max_tokens=max_tokens)
+        return {"translation": text.strip()}
+
+    items = list(enumerate(sources))
+    run_resumable(items, work, st, key=lambda i, it: {"index": it[0], "source": it[1]},
+                  concurrency=concurrency, retry_errors=retry_errors, progress=progress,
+                  desc="translating")  # fmt: skip
+    out: list[str | None] = []
+    for i in range(len(sources)):
+        rec = st.get(i)
+        out.append(None if rec is None or "error" in rec else rec["translation"])
+    st.sync()
+    return out
