@@ -95,7 +95,7 @@ def test_the_transformers_trainer_path(tok, tmp_path):
 
     model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
     before = [p.detach().clone() for p in model.parameters()]
-    args = transformers.TrainingArguments(
+    args = transformers.Seq2SeqTrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=6, max_steps=3, learning_rate=5e-3,
         remove_unused_columns=False, report_to=[], use_cpu=True, logging_steps=1, save_strategy="no",
     )  # fmt: skip
@@ -105,11 +105,15 @@ def test_the_transformers_trainer_path(tok, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
-    bad = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    bad = transformers.Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True
+    )
     with pytest.raises(ValueError, match="remove_unused_columns=False"):
         TWAHFTrainer(
             model=model, args=bad, train_dataset=annotated(), data_collator=TWACollator(tok)
         )
+    with pytest.raises(TypeError, match="needs data_collator=TWACollator"):
+        TWAHFTrainer(model=model, args=args, train_dataset=annotated())
 
 
 def test_train_dpo_raises_the_chosen_margin(tok):

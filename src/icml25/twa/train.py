@@ -173,16 +173,17 @@ def train_twa(
 
 
 try:  # transformers is the `llm` extra
-    from transformers import Trainer as _Trainer
+    from transformers import Seq2SeqTrainer as _Trainer
 except ImportError:  # pragma: no cover
     _Trainer = None
 
 if _Trainer is not None:
 
     class TWAHFTrainer(_Trainer):
-        """``transformers.Trainer`` with the TWA loss. Use :class:`TWACollator` as
-        ``data_collator`` and ``TrainingArguments(remove_unused_columns=False)`` (the collator
-        needs the raw records). ``model_type`` and the :func:`twa_loss` options are keyword
+        """``transformers.Seq2SeqTrainer`` with the TWA loss, for seq2seq and causal models. Use
+        :class:`TWACollator` as ``data_collator`` and ``Seq2SeqTrainingArguments(
+        remove_unused_columns=False)`` (the collator needs the raw records;
+        ``predict_with_generate`` then evaluates by generation). ``model_type`` and the :func:`twa_loss` options are keyword
         arguments. The loss is already a token mean per micro-batch, so the Trainer must not
         rescale it for gradient accumulation by item count (``loss_is_scaled_for_ga``)."""
 
@@ -190,6 +191,17 @@ if _Trainer is not None:
 
         def __init__(self, *args, model_type: str = "causal", twa_loss_kwargs: dict | None = None,
                      **kwargs) -> None:  # fmt: skip
+            collator = kwargs.get("data_collator")
+            if not isinstance(collator, TWACollator):
+                raise TypeError(
+                    "TWAHFTrainer needs data_collator=TWACollator(tokenizer, model_type=...): the "
+                    f"TWA loss reads its roles, got {type(collator).__name__}"
+                )
+            if collator.model_type != model_type:
+                raise ValueError(
+                    f"the collator's model_type {collator.model_type!r} differs from the trainer's "
+                    f"{model_type!r}"
+                )
             super().__init__(*args, **kwargs)
             if getattr(self.args, "remove_unused_columns", False):
                 raise ValueError(
