@@ -134,3 +134,12 @@ def test_the_loss_on_real_seq2seq_models(tok, arch):
         first = first if first is not None else float(out.loss.detach())
         last = float(out.loss.detach())
     assert last < first and out.n_span_tokens == 2 + 1  # "t7 -a1" (row 1) and "t3" (row 2)
+
+
+def test_dict_spans_missing_fields_name_the_example(tok):
+    from icml25.twa import from_records
+
+    with pytest.raises(ValueError, match="example 0: a span needs start, end and severity"):
+        TWACollator(tok)([{"source": "s1", "target": "t3 -n0", "spans": [{"start": 0, "end": 2}]}])
+    with pytest.raises(ValueError, match="row 0: a span needs start, end and severity"):
+        from_records([{"source": "s", "target": "t", "spans": [{"start": 0}]}])

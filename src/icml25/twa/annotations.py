@@ -337,8 +337,13 @@ def from_records(rows: Iterable[Mapping]) -> list[AnnotatedTranslation]:
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping) or "source" not in r or "target" not in r:
             raise ValueError(f"row {i} needs 'source' and 'target', got {r!r:.80}")
-        spans = [ErrorSpan(**{k: v for k, v in s.items() if k in ErrorSpan.__dataclass_fields__})
-                 for s in (r.get("spans") or [])]  # fmt: skip
+        try:
+            spans = [ErrorSpan(**{k: v for k, v in s.items() if k in ErrorSpan.__dataclass_fields__})
+                     for s in (r.get("spans") or [])]  # fmt: skip
+        except TypeError as exc:
+            raise ValueError(
+                f"row {i}: a span needs start, end and severity ({exc}); got {r.get('spans')!r:.80}"
+            ) from None
         out.append(AnnotatedTranslation(
             r["source"], r["target"], spans, r.get("system"), r.get("seg_id"), r.get("rater"),
             r.get("reference"),

@@ -50,7 +50,12 @@ def _as_example(ex: Any, i: int) -> AnnotatedTranslation:
         if missing:
             raise KeyError(f"example {i} lacks {missing} (keys: {sorted(ex)})")
         spans = ex.get("spans") or []
-        spans = [s if isinstance(s, ErrorSpan) else ErrorSpan(**s) for s in spans]
+        try:
+            spans = [s if isinstance(s, ErrorSpan) else ErrorSpan(**s) for s in spans]
+        except TypeError as exc:
+            raise ValueError(
+                f"example {i}: a span needs start, end and severity ({exc}); got {spans!r:.80}"
+            ) from None
         return AnnotatedTranslation(ex["source"], ex["target"], spans)
     raise TypeError(
         f"example {i} must be an AnnotatedTranslation or a dict with source, target and spans, "
