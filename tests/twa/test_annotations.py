@@ -157,3 +157,4 @@ def test_translations_through_a_chat_backend_resume_and_keep_failures(tmp_path):
     assert again == out and calls == []  # resumed: nothing asked twice (errors kept as errors)
     with pytest.raises(ValueError, match="must contain"):
         translate_with_backend(CallableChat(fn), ["a"], prompt_template="x")
+    assert translate_with_backend(CallableChat(fn), ["z"], progress=False) == ["Z"]  # no store

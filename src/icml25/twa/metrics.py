@@ -52,12 +52,16 @@ def translate_with_backend(
         raise TypeError("sources must be a list of strings")
     if "{source}" not in prompt_template:
         raise ValueError(f"prompt_template must contain {{source}}, got {prompt_template!r}")
-    st = store if isinstance(store, JsonlStore) else None
-    if st is None:
-        import tempfile
+    import tempfile
 
-        path = Path(store) if store is not None else Path(tempfile.mkdtemp()) / "translations.jsonl"
-        st = JsonlStore(path, "index")
+    tmp = None
+    if isinstance(store, JsonlStore):
+        st = store
+    else:
+        if store is None:  # no resume asked for: a scratch file, removed at the end
+            tmp = tempfile.TemporaryDirectory()
+            store = Path(tmp.name) / "translations.jsonl"
+        st = JsonlStore(Path(store), "index")
 
     def work(item):
         i, src = item
@@ -73,5 +77,9 @@ def translate_with_backend(
     for i in range(len(sources)):
         rec = st.get(i)
         out.append(None if rec is None or "error" in rec else rec["translation"])
-    st.sync()
+    if tmp is not None:
+        st.close()
+        tmp.cleanup()
+    else:
+        st.sync()
     return out

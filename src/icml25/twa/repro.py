@@ -86,17 +86,13 @@ def run(r: Run) -> ReproResult:
     epochs = r.size(smoke=1, quick=1, full=2)
     n_eval = r.size(smoke=30, quick=N_EVAL, full=N_EVAL)
     methods = MAIN + (() if r.quick else ABLATIONS)
-    shared_base = {} if not r.quick else None
+    bases: dict[int, tuple] = {}  # by task seed: quick mode shares one base, full has one per seed
 
     def one_seed(seed: int) -> dict:
         task_seed = 0 if r.quick else seed
-        key = task_seed
-        if shared_base is not None and key in shared_base:
-            task, tok, base, t_base = shared_base[key]
-        else:
-            task, tok, base, t_base = build_base(task_seed, n_base, base_steps)
-            if shared_base is not None:
-                shared_base[key] = (task, tok, base, t_base)
+        if task_seed not in bases:
+            bases[task_seed] = build_base(task_seed, n_base, base_steps)
+        task, tok, base, t_base = bases[task_seed]
         return measure_seed(task, tok, base, seed, n_src, epochs, n_eval, methods) | {
             "base_seconds": t_base
         }
