@@ -23,6 +23,7 @@ __all__ = [
     "IGNORE_INDEX",
     "DPOOutput",
     "dpo_loss",
+    "dpo_losses",
     "sequence_logprob",
     "shift_for_causal_lm",
     "token_logprobs",
@@ -108,6 +109,47 @@ class DPOOutput(tuple):
         return self[2]
 
 
+def _check_logps(xs: tuple, names: tuple) -> None:
+    for n, x in zip(names, xs):
+        if not isinstance(x, Tensor):
+            raise TypeError(
+                f"{n} must be a tensor of summed log-probs (N,), got {type(x).__name__}"
+            )
+    shapes = {tuple(x.shape) for x in xs}
+    if len(shapes) != 1 or xs[0].ndim != 1 or xs[0].numel() == 0:
+        raise ValueError(
+            f"the four log-prob tensors must share one non-empty (N,) shape, got {shapes}"
+        )
+
+
+def dpo_losses(
+    policy_chosen: Tensor,
+    policy_rejected: Tensor,
+    ref_chosen: Tensor,
+    ref_rejected: Tensor,
+    beta: float = 0.1,
+    *,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Per-pair sigmoid-DPO losses ``(N,)`` and logits ``u = β h`` ``(N,)`` (float32 or wider,
+    on the policy's device); :func:`dpo_loss` is their mean."""
+    xs = (policy_chosen, policy_rejected, ref_chosen, ref_rejected)
+    _check_logps(xs, ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected"))
+    if isinstance(beta, bool) or not float(beta) > 0:
+        raise ValueError(f"beta must be > 0, got {beta!r}")
+    if not 0.0 <= float(label_smoothing) < 0.5:
+        raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing!r}")
+    dev = policy_chosen.device
+    dt = torch.promote_types(policy_chosen.dtype, torch.float32)
+    pw, pl = policy_chosen.to(dt), policy_rejected.to(device=dev, dtype=dt)
+    rw = ref_chosen.to(device=dev, dtype=dt).detach()
+    rl = ref_rejected.to(device=dev, dtype=dt).detach()
+    u = float(beta) * ((pw - rw) - (pl - rl))
+    eps = float(label_smoothing)
+    losses = -(1 - eps) * F.logsigmoid(u) - eps * F.logsigmoid(-u)
+    return losses, u
+
+
 def dpo_loss(
     policy_chosen: Tensor,
     policy_rejected: Tensor,
@@ -119,26 +161,10 @@ def dpo_loss(
 ) -> DPOOutput:
     """Sigmoid DPO on summed sequence log-probs ``(N,)`` of the chosen and rejected answers under
     the policy and the frozen reference. Returns :class:`DPOOutput` (mean loss, rewards)."""
-    xs = (policy_chosen, policy_rejected, ref_chosen, ref_rejected)
-    names = ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected")
-    for n, x in zip(names, xs):
-        if not isinstance(x, Tensor):
-            raise TypeError(
-                f"{n} must be a tensor of summed log-probs (N,), got {type(x).__name__}"
-            )
-    shapes = {tuple(x.shape) for x in xs}
-    if len(shapes) != 1 or xs[0].ndim != 1 or xs[0].numel() == 0:
-        raise ValueError(
-            f"the four log-prob tensors must share one non-empty (N,) shape, got {shapes}"
-        )
-    if isinstance(beta, bool) or not float(beta) > 0:
-        raise ValueError(f"beta must be > 0, got {beta!r}")
-    if not 0.0 <= float(label_smoothing) < 0.5:
-        raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing!r}")
+    losses, _ = dpo_losses(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta,
+                           label_smoothing=label_smoothing)  # fmt: skip
     dev = policy_chosen.device
-    pw, pl = policy_chosen.float(), policy_rejected.float()
-    rw, rl = ref_chosen.to(dev).float().detach(), ref_rejected.to(dev).float().detach()
-    h = (pw - rw) - (pl - rl)
-    eps = float(label_smoothing)
-    losses = -(1 - eps) * F.logsigmoid(beta * h) - eps * F.logsigmoid(-beta * h)
-    return DPOOutput(losses.mean(), (beta * (pw - rw)).detach(), (beta * (pl - rl)).detach())
+    dt = losses.dtype
+    cw = beta * (policy_chosen.to(dt) - ref_chosen.to(device=dev, dtype=dt))
+    cl = beta * (policy_rejected.to(device=dev, dtype=dt) - ref_rejected.to(device=dev, dtype=dt))
+    return DPOOutput(losses.mean().float(), cw.detach().float(), cl.detach().float())

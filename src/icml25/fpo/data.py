@@ -1,0 +1,234 @@
+"""Preference data in TRL's format (``prompt`` / ``chosen`` / ``rejected``) and its collator.
+
+A record's ``prompt`` is a string or a list of chat messages; ``chosen`` / ``rejected`` are strings
+or lists of assistant messages (TRL's "conversational" format, rendered with the tokenizer's chat
+template). :func:`load_preferences` reads the files users have: JSONL, JSON, CSV, Parquet, a
+``datasets`` directory saved with ``save_to_disk``, a ``datasets.Dataset`` or a list of dicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from icml25.preference import IGNORE_INDEX
+
+__all__ = ["COLUMNS", "PreferenceCollator", "load_preferences"]
+
+COLUMNS = ("prompt", "chosen", "rejected")
+
+
+def _check_record(i: int, r: Any) -> dict[str, Any]:
+    if not isinstance(r, dict):
+        try:
+            r = dict(r)
+        except (TypeError, ValueError):
+            raise TypeError(f"preference record {i} must be a dict with keys {COLUMNS}, got "
+                            f"{type(r).__name__}") from None  # fmt: skip
+    missing = [c for c in COLUMNS if c not in r]
+    if missing:
+        raise ValueError(f"preference record {i} lacks {missing} (has {sorted(r)}); TRL's "
+                         f"columns are {COLUMNS}")  # fmt: skip
+    for c in COLUMNS:
+        v = r[c]
+        if not (
+            isinstance(v, str) or (isinstance(v, list) and all(isinstance(m, dict) for m in v))
+        ):
+            raise TypeError(f"record {i}: {c!r} must be a string or a list of chat messages, got "
+                            f"{type(v).__name__}")  # fmt: skip
+    return r
+
+
+def load_preferences(source: Any, *, split: str = "train") -> list[dict[str, Any]]:
+    """Preference records (dicts with ``prompt``, ``chosen``, ``rejected`` and any extra columns)
+    from a path (``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a ``datasets.save_to_disk``
+    folder), a ``datasets.Dataset``/``DatasetDict`` (``split``), a pandas DataFrame or a list of
+    dicts. Nothing is downloaded. Raises ``ValueError`` naming the first bad record."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            import datasets
+
+            source = datasets.load_from_disk(path)
+        elif not os.path.isfile(path):
+            raise FileNotFoundError(f"no preference data at {path!r}")
+        elif path.endswith(".jsonl"):
+            with open(path, encoding="utf-8") as f:
+                source = []
+                for ln, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            source.append(json.loads(line))
+                        except json.JSONDecodeError as e:
+                            raise ValueError(f"{path}:{ln} is not valid JSON: {e}") from None
+        elif path.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                source = json.load(f)
+        elif path.endswith(".csv"):
+            import csv
+
+            with open(path, newline="", encoding="utf-8") as f:
+                source = list(csv.DictReader(f))
+        elif path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            source = pq.read_table(path).to_pylist()
+        else:
+            raise ValueError(f"unsupported preference file {path!r}: use .jsonl, .json, .csv, "
+                             ".parquet or a datasets folder")  # fmt: skip
+    if hasattr(source, "keys") and hasattr(source, "values") and not isinstance(source, dict):
+        if split not in source:  # DatasetDict
+            raise ValueError(f"split {split!r} not in the DatasetDict (has {list(source.keys())})")
+        source = source[split]
+    if hasattr(source, "to_dict") and hasattr(source, "columns"):  # pandas
+        source = source.to_dict("records")
+    if hasattr(source, "column_names") and hasattr(source, "__getitem__"):  # datasets.Dataset
+        source = [source[i] for i in range(len(source))]
+    if isinstance(source, dict) or not isinstance(source, Sequence):
+        raise TypeError(f"cannot read preference data from {type(source).__name__}")
+    recs = [_check_record(i, r) for i, r in enumerate(source)]
+    if not recs:
+        raise ValueError("the preference data is empty")
+    return recs
+
+
+@dataclass
+class PreferenceCollator:
+    """Records -> a padded batch of ``2B`` rows: the ``B`` chosen sequences, then the ``B``
+    rejected ones (TRL's layout).
+
+    The batch holds ``input_ids``, ``attention_mask``, ``labels`` (the token id on response
+    tokens, -100 on prompt and padding; unshifted), ``completion_mask`` (1 on response tokens),
+    ``index`` (the records' ``idx`` field, else their position in the list) and
+    ``fingerprint`` (one hex digest per pair of its token ids, for :class:`ReferenceCache`).
+
+    Prompts longer than ``max_prompt_length`` keep their last tokens (``truncation="keep_end"``);
+    responses are cut to ``max_length`` minus the prompt. A response left empty raises
+    ``ValueError`` naming the record. An EOS is appended to plain-string responses that lack it
+    (as TRL does); chat-format responses get the template's end-of-turn.
+    """
+
+    tokenizer: Any
+    max_length: int = 1024  # official config
+    max_prompt_length: int = 512  # TRL's former default; the prompt's left part is cut first
+    truncation: str = "keep_end"
+    padding_side: str = "right"
+
+    def __post_init__(self) -> None:
+        for n in ("max_length", "max_prompt_length"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+        if self.max_prompt_length >= self.max_length:
+            raise ValueError(f"max_prompt_length={self.max_prompt_length} must be below "
+                             f"max_length={self.max_length} (room for the response)")  # fmt: skip
+        if self.truncation not in ("keep_end", "keep_start"):
+            raise ValueError(f"truncation must be 'keep_end' or 'keep_start', got "
+                             f"{self.truncation!r}")  # fmt: skip
+        if self.padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
+        tok = self.tokenizer
+        if tok is None or not callable(tok):
+            raise TypeError("tokenizer must be a Hugging Face tokenizer")
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        if pad is None:
+            raise ValueError("the tokenizer has neither a pad nor an EOS token")
+        self.pad_id = pad
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {"tokenizer": getattr(self.tokenizer, "name_or_path", "") or
+                type(self.tokenizer).__name__, "vocab": len(self.tokenizer),
+                "max_length": self.max_length, "max_prompt_length": self.max_prompt_length,
+                "truncation": self.truncation}  # fmt: skip
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode(self, record: dict[str, Any], i: int = 0) -> tuple[list[int], list[int], list[int]]:
+        """``(prompt_ids, chosen_ids, rejected_ids)`` after truncation."""
+        r = _check_record(i, record)
+        tok = self.tokenizer
+        conv = isinstance(r["prompt"], list)
+        if conv:
+            if not getattr(tok, "chat_template", None):
+                raise ValueError(f"record {i} is in chat format but the tokenizer has no chat "
+                                 "template")  # fmt: skip
+
+            def msgs(v: Any) -> list[dict]:
+                return v if isinstance(v, list) else [{"role": "assistant", "content": v}]
+
+            def render(m: list[dict], gen: bool) -> list[int]:
+                out = tok.apply_chat_template(m, add_generation_prompt=gen, tokenize=True)
+                if isinstance(out, dict) or hasattr(out, "keys"):
+                    out = out["input_ids"]
+                return list(out)
+
+            p = render(r["prompt"], True)
+            resp = []
+            for side in ("chosen", "rejected"):
+                full = render(r["prompt"] + msgs(r[side]), False)
+                n = 0
+                while n < min(len(p), len(full)) and p[n] == full[n]:
+                    n += 1
+                if n < len(p):
+                    p = p[:n]  # the template renders the prompt differently alone (TRL does this)
+                resp.append(full)
+            c, rj = resp[0][len(p):], resp[1][len(p):]  # fmt: skip
+        else:
+            if not all(isinstance(r[c], str) for c in COLUMNS):
+                raise TypeError(f"record {i}: prompt is a string, so chosen and rejected must be "
+                                "strings too")  # fmt: skip
+            p = list(tok(r["prompt"])["input_ids"])
+            eos = tok.eos_token_id
+            c, rj = self._ids(r["chosen"]), self._ids(r["rejected"])
+            if eos is not None:
+                c = c if c[-1:] == [eos] else c + [eos]
+                rj = rj if rj[-1:] == [eos] else rj + [eos]
+        if len(p) > self.max_prompt_length:
+            p = p[-self.max_prompt_length :] if self.truncation == "keep_end" else p[
+                : self.max_prompt_length]  # fmt: skip
+        room = self.max_length - len(p)
+        c, rj = c[:room], rj[:room]
+        for side, ids in (("chosen", c), ("rejected", rj)):
+            if not ids:
+                raise ValueError(f"record {i}: the {side} response is empty after tokenization "
+                                 f"and truncation (max_length={self.max_length})")  # fmt: skip
+        return p, c, rj
+
+    def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        if not records:
+            raise ValueError("cannot collate an empty list of records")
+        rows, masks, index, fps = [], [], [], []
+        enc = []
+        for j, r in enumerate(records):
+            pos = r.get("idx", j) if isinstance(r, dict) else j
+            enc.append(self.encode(r, pos))
+            index.append(int(pos))
+        for side in (1, 2):
+            for p, *resp in enc:
+                rows.append(p + resp[side - 1])
+                masks.append([0] * len(p) + [1] * len(resp[side - 1]))
+        for p, c, rj in enc:
+            h = hashlib.sha1(json.dumps([p, c, rj]).encode()).hexdigest()[:16]
+            fps.append(h)
+        T = max(len(x) for x in rows)
+        n = len(rows)
+        ids = torch.full((n, T), self.pad_id, dtype=torch.long)
+        att = torch.zeros((n, T), dtype=torch.long)
+        comp = torch.zeros((n, T), dtype=torch.long)
+        for b, (x, m) in enumerate(zip(rows, masks)):
+            sl = slice(0, len(x)) if self.padding_side == "right" else slice(T - len(x), T)
+            ids[b, sl] = torch.tensor(x)
+            att[b, sl] = 1
+            comp[b, sl] = torch.tensor(m)
+        labels = ids.masked_fill(comp == 0, IGNORE_INDEX)
+        return {"input_ids": ids, "attention_mask": att, "labels": labels,
+                "completion_mask": comp, "index": torch.tensor(index),
+                "fingerprint": fps}  # fmt: skip

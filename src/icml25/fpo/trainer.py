@@ -1,0 +1,380 @@
+"""A plain training loop over the losses of :mod:`icml25.fpo.losses` (FPO, DPO, SimPO, TDPO-1/2,
+SFT), for small models and the offline reproduction. Real-scale runs use
+:class:`~icml25.fpo.trl_trainer.FPOTrainer` (a TRL ``DPOTrainer``) with the same losses.
+
+Per step FPO runs ONE policy forward/backward over the chosen+rejected batch, with the residual
+stream of block ℓ captured by a hook and encoded by the frozen SAE, and reads the reference from
+the offline cache; TDPO runs the reference model online as well (its sequential KL needs full
+reference distributions). That is the efficiency claim of paper §3 and Figure 4.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from icml25.fpo.cache import ReferenceCache, build_reference_cache
+from icml25.fpo.data import PreferenceCollator
+from icml25.fpo.forward import preference_pass
+from icml25.fpo.hooks import SITES, resolve_layer
+from icml25.fpo.logps import sequential_kl_from_logits
+from icml25.fpo.losses import INDEX_MODES, POOL_MODES, dpo_loss, fpo_loss, simpo_loss, tdpo_loss
+from icml25.fpo.sae import SparseAutoencoder
+
+__all__ = ["METHODS", "History", "PreferenceConfig", "preference_step_loss", "train_preference"]
+
+METHODS = ("fpo", "dpo", "simpo", "tdpo1", "tdpo2", "sft")
+
+# Paper Table 5 (Gemma-2-2B/9B): β, α, γ per method
+_TABLE5 = {
+    "fpo": {"beta": 0.1, "alpha": 0.5, "gamma": 0.0},
+    "dpo": {"beta": 0.1, "alpha": 0.0, "gamma": 0.0},
+    "simpo": {"beta": 2.0, "alpha": 0.0, "gamma": 0.5},
+    "tdpo1": {"beta": 0.1, "alpha": 0.0, "gamma": 0.0},
+    "tdpo2": {"beta": 0.1, "alpha": 0.5, "gamma": 0.0},
+    "sft": {"beta": 0.1, "alpha": 0.0, "gamma": 0.0},
+}
+
+
+@dataclass
+class PreferenceConfig:
+    """Training settings; ``None`` fields take the method's paper value (Table 5).
+
+    ``paper_mode=False`` switches FPO to the official code's choices: the reference model run
+    online every step, ``hidden_states`` as the SAE input (``site="hf_hidden_states"``), the
+    policy's top-k only and padded-mean pooling (docs/fpo.md, "Official code vs paper").
+    """
+
+    method: str = "fpo"
+    beta: float | None = None  # Table 5: 0.1 (SimPO 2)
+    alpha: float | None = None  # Table 5: 0.5 for FPO and TDPO-2
+    gamma: float | None = None  # Table 5: SimPO's 0.5
+    k: int = 50  # official code, config/loss/fpo.yaml (Figure 2 plots the top-50)
+    layer: int = 25  # paper §4 / Table 3: layer 25 of Gemma-2-2B; set it for your model
+    lr: float = 5e-7  # Table 5
+    batch_size: int = 32  # Table 5
+    epochs: int = 1  # Table 5
+    warmup_steps: int = 150  # Table 5: warm-up 150 steps, then constant
+    optimizer: str = "adam"  # Table 5: Adam (2B), RMSprop (9B)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # torch default (official config: 0.9, 0.95)
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # official config
+    max_length: int = 1024  # official config
+    max_prompt_length: int = 512
+    truncation: str = "keep_end"
+    pool: str = "mean"  # paper text, "average pooling"
+    index_mode: str = "union"  # paper Eq. 10
+    site: str = "hook"  # the residual output of block ℓ (what Gemma Scope was trained on)
+    stop_grad_chosen: bool = True  # paper Eq. 11 / Table 3
+    paper_mode: bool = True
+    seed: int = 0
+    dtype: str = "float32"  # the SAE encode / loss dtype; log-softmax is float32 anyway
+    log_every: int = 10
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        d = _TABLE5[self.method]
+        for n in ("beta", "alpha", "gamma"):
+            if getattr(self, n) is None:
+                setattr(self, n, d[n])
+        for n in ("beta", "lr"):
+            v = getattr(self, n)
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v <= 0
+            ):
+                raise ValueError(f"{n} must be a finite number > 0, got {v!r}")
+        if (
+            isinstance(self.alpha, bool)
+            or not isinstance(self.alpha, (int, float))
+            or self.alpha < 0
+        ):
+            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        for n in ("k", "batch_size", "epochs", "max_length", "max_prompt_length"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or \
+                self.warmup_steps < 0:  # fmt: skip
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.optimizer not in ("adam", "adamw", "rmsprop"):
+            raise ValueError(
+                f"optimizer must be 'adam', 'adamw' or 'rmsprop', got {self.optimizer!r}"
+            )
+        if not self.paper_mode:
+            self.site, self.index_mode, self.pool = "hf_hidden_states", "policy", "padded_mean"
+        if self.pool not in POOL_MODES:
+            raise ValueError(f"pool must be one of {POOL_MODES}, got {self.pool!r}")
+        if self.index_mode not in INDEX_MODES:
+            raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {self.index_mode!r}")
+        if self.site not in SITES:
+            raise ValueError(f"site must be one of {SITES}, got {self.site!r}")
+        if self.dtype not in ("float32", "float64", "bfloat16"):
+            raise ValueError(
+                f"dtype must be 'float32', 'float64' or 'bfloat16', got {self.dtype!r}"
+            )
+
+    @property
+    def needs_ref_model(self) -> bool:
+        """Whether each step runs the reference model (TDPO; FPO in official-code mode)."""
+        return self.method in ("tdpo1", "tdpo2") or (self.method == "fpo" and not self.paper_mode)
+
+
+@dataclass
+class History:
+    """What a run recorded: per logged step the loss and diagnostics, the optimizer-step times
+    (seconds), and ``evals`` from ``eval_fn``."""
+
+    config: dict[str, Any]
+    steps: list[dict[str, float]] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    forwards_per_step: float = 0.0
+
+
+def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: PreferenceConfig, *,
+                         sae: SparseAutoencoder | None = None, ref_cache: ReferenceCache | None = None,
+                         ref_model: nn.Module | None = None) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """The loss of one batch for ``cfg.method`` and its logged diagnostics (one policy forward;
+    plus one reference forward for TDPO and official-code FPO)."""
+    method = cfg.method
+    need_codes = method == "fpo"
+    dt = getattr(torch, cfg.dtype)
+    out = preference_pass(policy, batch, sae=sae if need_codes else None,
+                          layer=cfg.layer if need_codes else None, pool=cfg.pool, site=cfg.site,
+                          keep_logits=method in ("tdpo1", "tdpo2"), sae_dtype=dt)  # fmt: skip
+    dev = out.sum.device
+    (sw, sl), (mw, ml) = out.halves("sum"), out.halves("mean")
+    ref: dict[str, torch.Tensor] = {}
+    ref_out = None
+    if cfg.needs_ref_model:
+        if ref_model is None:
+            raise ValueError(f"method {method!r} (paper_mode={cfg.paper_mode}) runs the reference "
+                             "model every step: pass ref_model=")  # fmt: skip
+        with torch.no_grad():
+            ref_out = preference_pass(ref_model, batch, sae=sae if need_codes else None,
+                                      layer=cfg.layer if need_codes else None, pool=cfg.pool,
+                                      site=cfg.site, keep_logits=method != "fpo", sae_dtype=dt)  # fmt: skip
+        (ref["ref_sum_w"], ref["ref_sum_l"]) = ref_out.halves("sum")
+        (ref["ref_mean_w"], ref["ref_mean_l"]) = ref_out.halves("mean")
+        if need_codes:
+            ref["ref_codes_w"], ref["ref_codes_l"] = ref_out.halves("codes")
+    elif method in ("fpo", "dpo"):
+        if ref_cache is None:
+            raise ValueError(f"method {method!r} needs a ReferenceCache (ref_cache=)")
+        ref = ref_cache.batch(batch["index"], dev, fingerprints=batch.get("fingerprint"))
+    logs: dict[str, float] = {}
+    if method == "fpo":
+        if "ref_codes_w" not in ref:
+            raise ValueError("the reference cache has no SAE codes (built with sae=None)")
+        cw, cl = out.halves("codes")
+        o = fpo_loss(mw, ml, ref["ref_mean_w"], ref["ref_mean_l"], cw, cl, ref["ref_codes_w"],
+                     ref["ref_codes_l"], beta=cfg.beta, alpha=cfg.alpha, k=cfg.k,
+                     index_mode=cfg.index_mode, stop_grad_chosen=cfg.stop_grad_chosen)  # fmt: skip
+        loss, u = o.loss, o.u
+        logs.update(d_w=float(o.d_w.detach().mean()), d_l=float(o.d_l.detach().mean()))
+    elif method == "dpo":
+        loss, _, u = dpo_loss(sw, sl, ref["ref_sum_w"], ref["ref_sum_l"], cfg.beta)
+    elif method == "simpo":
+        loss, _, u = simpo_loss(mw, ml, cfg.beta, cfg.gamma)
+    elif method in ("tdpo1", "tdpo2"):
+        labels = batch["labels"].to(dev)
+        kl = sequential_kl_from_logits(out.logits, ref_out.logits, labels)
+        n = kl.shape[0] // 2
+        loss, _, u = tdpo_loss(sw, sl, ref["ref_sum_w"], ref["ref_sum_l"], kl[:n], kl[n:],
+                               cfg.beta, cfg.alpha, version=1 if method == "tdpo1" else 2)  # fmt: skip
+        logs.update(kl_w=float(kl[:n].mean()), kl_l=float(kl[n:].mean()))
+    else:  # sft on the chosen responses: token-mean NLL
+        lw = out.length[: out.length.shape[0] // 2].to(sw.dtype)
+        loss = -(sw.sum() / lw.sum())
+        u = mw - ml
+    if not bool(torch.isfinite(loss)):
+        raise FloatingPointError(f"{method} loss is {float(loss)}")
+    logs.update(loss=float(loss.detach()), margin=float(u.detach().mean()),
+                acc=float((u.detach() > 0).float().mean()))  # fmt: skip
+    return loss, logs
+
+
+def _optimizer(params: list, cfg: PreferenceConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(
+            params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay
+        )
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay
+        )
+    return torch.optim.RMSprop(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: PreferenceConfig, *,
+                     ref_model: nn.Module | None = None, sae: SparseAutoencoder | None = None,
+                     ref_cache: ReferenceCache | None = None,
+                     eval_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
+                     eval_every: int = 0, callback: Callable[[int, nn.Module], Any] | None = None,
+                     checkpoint: str | os.PathLike | None = None,
+                     save_every: int = 50) -> History:  # fmt: skip
+    """Train ``policy`` in place on preference ``dataset`` (records with TRL's ``prompt`` /
+    ``chosen`` / ``rejected``; a list, a ``datasets.Dataset``, or anything
+    :func:`~icml25.fpo.data.load_preferences` reads) with ``config.method``.
+
+    FPO needs ``sae`` and a reference: ``ref_cache`` (:func:`build_reference_cache`), or
+    ``ref_model``, from which the cache is built before training (then no longer used). DPO uses
+    the cache the same way (log-probs only); TDPO runs ``ref_model`` each step; SimPO and SFT need
+    no reference. Learning rate: linear warm-up over ``warmup_steps``, then constant (Table 5).
+
+    ``checkpoint``: a file; the run saves model, optimizer, RNG and history there every
+    ``save_every`` steps and at the end, and a rerun with the same file resumes from it.
+    ``eval_fn(model) -> dict`` runs every ``eval_every`` steps and at the end; ``callback(step,
+    model)`` after every step. Returns a :class:`History`. The policy is left in eval mode.
+    """
+    from icml25.fpo.data import load_preferences
+    from icml25.progress import track
+
+    if not isinstance(config, PreferenceConfig):
+        raise TypeError(f"config must be a PreferenceConfig, got {type(config).__name__}")
+    cfg = config
+    if not isinstance(policy, nn.Module):
+        raise TypeError(f"policy must be a torch nn.Module, got {type(policy).__name__}")
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or isinstance(
+            dataset, (str, os.PathLike)):  # fmt: skip
+        dataset = load_preferences(dataset)
+    n = len(dataset)
+    if n == 0:
+        raise ValueError("the preference dataset is empty")
+    collator = PreferenceCollator(tokenizer, max_length=cfg.max_length,
+                                  max_prompt_length=cfg.max_prompt_length,
+                                  truncation=cfg.truncation)  # fmt: skip
+    dev = next(policy.parameters()).device
+    if cfg.method == "fpo":
+        if sae is None:
+            raise ValueError("FPO needs an SAE (sae=): load_gemma_scope_npz, from_sae_lens, or "
+                             "train_sae on harvested activations")  # fmt: skip
+        resolve_layer(policy, cfg.layer)
+        hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
+        if hidden is not None and hidden != sae.d_in:
+            raise ValueError(f"the SAE's d_in={sae.d_in} differs from the model's hidden size "
+                             f"{hidden}")  # fmt: skip
+        sae = sae.to(dev).requires_grad_(False)
+    needs_cache = cfg.method == "dpo" or (cfg.method == "fpo" and cfg.paper_mode)
+    if needs_cache and ref_cache is None:
+        if ref_model is None:
+            raise ValueError(f"method {cfg.method!r} needs ref_cache= or ref_model= (to build the "
+                             "cache)")  # fmt: skip
+        ref_cache = build_reference_cache(
+            ref_model, sae if cfg.method == "fpo" else None, dataset,
+            layer=cfg.layer if cfg.method == "fpo" else None, collator=collator,
+            batch_size=max(cfg.batch_size, 8), pool=cfg.pool, site=cfg.site,
+            progress=cfg.progress)  # fmt: skip
+    if needs_cache and cfg.method == "fpo":
+        ref_cache.check_compatible(layer=resolve_layer(policy, cfg.layer), sae=sae, pool=cfg.pool,
+                                   site=cfg.site)  # fmt: skip
+    if cfg.needs_ref_model:
+        if ref_model is None:
+            raise ValueError(f"method {cfg.method!r} runs the reference model each step: pass "
+                             "ref_model=")  # fmt: skip
+        ref_model.eval()  # run under no_grad; its requires_grad flags stay the user's
+    identical = 0
+    for i in range(n):
+        r = dataset[i]
+        if isinstance(r, dict) and r.get("chosen") == r.get("rejected"):
+            identical += 1
+    if identical:
+        warnings.warn(f"{identical} of {n} pairs have identical chosen and rejected responses "
+                      "(their logit is 0 minus the constraint)", stacklevel=2)  # fmt: skip
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the policy has no trainable parameter")
+    opt = _optimizer(params, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    )
+    per_epoch = math.ceil(n / cfg.batch_size)
+    total = per_epoch * cfg.epochs
+    orders = [torch.randperm(n, generator=gen).tolist() for _ in range(cfg.epochs)]
+    hist = History(config=asdict(cfg))
+    start = 0
+    if checkpoint is not None and os.path.isfile(checkpoint):
+        state = torch.load(checkpoint, map_location=dev, weights_only=False)
+        if state.get("config") != hist.config:
+            raise RuntimeError(f"checkpoint {checkpoint} was written with another config; "
+                               "remove it or pass another path")  # fmt: skip
+        policy.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        start = state["step"]
+        hist = state["history"]
+
+    def save(step: int) -> None:
+        if checkpoint is None:
+            return
+        tmp = f"{os.fspath(checkpoint)}.tmp"
+        torch.save({"config": hist.config, "model": policy.state_dict(), "optimizer":
+                    opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
+                    "history": hist}, tmp)  # fmt: skip
+        os.replace(tmp, checkpoint)
+
+    # count model forwards of the first steps (the efficiency bookkeeping of paper §3)
+    n_fwd = [0]
+    handles = [m.register_forward_pre_hook(lambda *_: n_fwd.__setitem__(0, n_fwd[0] + 1))
+               for m in {policy, ref_model} if m is not None]  # fmt: skip
+    policy.train()
+    disable = None if cfg.progress is None else not cfg.progress
+    try:
+        for step in track(range(start, total), f"{cfg.method} training", total=total - start,
+                          disable=disable):  # fmt: skip
+            ep, j = divmod(step, per_epoch)
+            idx = orders[ep][j * cfg.batch_size : (j + 1) * cfg.batch_size]
+            recs = []
+            for i in idx:
+                r = dict(dataset[i])
+                r.setdefault("idx", i)
+                recs.append(r)
+            batch = collator(recs)
+            t0 = time.perf_counter()
+            before = n_fwd[0]
+            loss, logs = preference_step_loss(policy, batch, cfg, sae=sae, ref_cache=ref_cache,
+                                              ref_model=ref_model)  # fmt: skip
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if not bool(torch.isfinite(gnorm)):
+                raise FloatingPointError(f"non-finite gradient norm at step {step + 1}")
+            opt.step()
+            sched.step()
+            hist.step_seconds.append(time.perf_counter() - t0)
+            if step == start:
+                hist.forwards_per_step = float(n_fwd[0] - before)
+            if (step + 1) % cfg.log_every == 0 or step == start or step + 1 == total:
+                hist.steps.append({"step": step + 1, "lr": sched.get_last_lr()[0],
+                                   "grad_norm": float(gnorm), **logs})  # fmt: skip
+            if callback is not None:
+                callback(step + 1, policy)
+            if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+                policy.eval()
+                hist.evals.append({"step": step + 1, **eval_fn(policy)})
+                policy.train()
+            if (step + 1) % save_every == 0:
+                save(step + 1)
+    finally:
+        for h in handles:
+            h.remove()
+        policy.eval()
+    if eval_fn is not None and not (hist.evals and hist.evals[-1]["step"] == total):
+        hist.evals.append({"step": total, **eval_fn(policy)})
+    save(total)
+    return hist
