@@ -148,6 +148,8 @@ PAPERS: tuple[Paper, ...] = (
         "Constrain Alignment with Sparse Autoencoders (FPO: Feature-level constrained Preference "
         "Optimization)",
         "arXiv:2411.07618",
+        repro="icml25.fpo.repro:run",
+        usage="icml25.fpo.train_preference(model, tok, 'pairs.jsonl', PreferenceConfig(layer=25), sae=load_gemma_scope_npz('params.npz'), ref_model=ref)  # or FPOTrainer (TRL), fpo_loss(...)",
     ),
     Paper(
         14,

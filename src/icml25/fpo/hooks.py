@@ -16,9 +16,10 @@ from torch import Tensor, nn
 
 __all__ = ["SITES", "ResidualCapture", "get_decoder_layers", "residual_stream", "resolve_layer"]
 
-#: where the residual stream is read: a hook on block ℓ (paper), or HF's ``hidden_states[ℓ + 1]``
-#: (for the last block: ``hidden_states[-1]``, post final norm, as the official code does)
-SITES = ("hook", "hf_hidden_states")
+#: where the SAE reads the model: a hook on block ℓ's residual output (paper), HF's
+#: ``hidden_states[ℓ + 1]`` (for the last block: ``hidden_states[-1]``, post final norm, as the
+#: official code does), or the output of block ℓ's MLP (the "MLP" rows of paper Table 3)
+SITES = ("hook", "hf_hidden_states", "mlp")
 
 # attribute paths of the decoder-block list, by architecture family
 _LAYER_PATHS = (
@@ -146,8 +147,12 @@ def residual_stream(model: nn.Module, layer: int, input_ids: Tensor, attention_m
     if site not in SITES:
         raise ValueError(f"site must be one of {SITES}, got {site!r}")
     layer = resolve_layer(model, layer)
-    if site == "hook":
-        with ResidualCapture(model, layer) as cap:
+    if site in ("hook", "mlp"):
+        block = get_decoder_layers(model)[layer]
+        mlp = getattr(block, "mlp", None)
+        if site == "mlp" and not isinstance(mlp, nn.Module):
+            raise ValueError(f"block {layer} of {type(model).__name__} has no .mlp module")
+        with ResidualCapture(model, layer, module=mlp if site == "mlp" else None) as cap:
             out = model(input_ids=input_ids, attention_mask=attention_mask, **forward_kwargs)
         if cap.output is None:
             raise RuntimeError(f"decoder block {layer} did not run in the forward pass")

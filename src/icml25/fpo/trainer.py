@@ -195,7 +195,7 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
         n = kl.shape[0] // 2
         loss, _, u = tdpo_loss(sw, sl, ref["ref_sum_w"], ref["ref_sum_l"], kl[:n], kl[n:],
                                cfg.beta, cfg.alpha, version=1 if method == "tdpo1" else 2)  # fmt: skip
-        logs.update(kl_w=float(kl[:n].mean()), kl_l=float(kl[n:].mean()))
+        logs.update(kl_w=float(kl[:n].detach().mean()), kl_l=float(kl[n:].detach().mean()))
     else:  # sft on the chosen responses: token-mean NLL
         lw = out.length[: out.length.shape[0] // 2].to(sw.dtype)
         loss = -(sw.sum() / lw.sum())
