@@ -149,7 +149,7 @@ PAPERS: tuple[Paper, ...] = (
         "Optimization)",
         "arXiv:2411.07618",
         repro="icml25.fpo.repro:run",
-        usage="icml25.fpo.train_preference(model, tok, 'pairs.jsonl', PreferenceConfig(layer=25), sae=load_gemma_scope_npz('params.npz'), ref_model=ref)  # or FPOTrainer (TRL), fpo_loss(...)",
+        usage="icml25.fpo.train_preference(model, tok, 'pairs.jsonl', icml25.fpo.PreferenceConfig(layer=25), sae=icml25.fpo.load_gemma_scope_npz('params.npz'), ref_model=sft_model)  # or FPOTrainer (TRL), fpo_loss(...)",
     ),
     Paper(
         14,
