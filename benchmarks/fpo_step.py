@@ -140,10 +140,16 @@ def main() -> int:
     print(f"| method | median step | / floor (SimPO step) | / TDPO-2 | {mem_head} |")
     print("|---|---|---|---|---|")
     for m in methods:
-        mem = f"{peak[m] / 2**20:.0f} MiB" if dev.type == "cuda" else f"{resident[m] / 2**20:.2f} MiB"
-        print(f"| {m} | {med[m] * 1e3:.1f} ms | {med[m] / floor:.2f}x | {med[m] / tdpo:.2f}x | {mem} |")
+        mem = (
+            f"{peak[m] / 2**20:.0f} MiB" if dev.type == "cuda" else f"{resident[m] / 2**20:.2f} MiB"
+        )
+        print(
+            f"| {m} | {med[m] * 1e3:.1f} ms | {med[m] / floor:.2f}x | {med[m] / tdpo:.2f}x | {mem} |"
+        )
     policy_b = _bytes(ref)
-    print(f"\npolicy parameters {policy_b / 2**20:.2f} MiB (+ gradients and Adam state, the same for all)")
+    print(
+        f"\npolicy parameters {policy_b / 2**20:.2f} MiB (+ gradients and Adam state, the same for all)"
+    )
     return 0
 
 

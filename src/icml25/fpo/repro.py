@@ -18,7 +18,6 @@ ablations (α, k, index mode, official-code mode, layer/site sweep, temperatures
 from __future__ import annotations
 
 import copy
-import statistics
 import time
 from typing import Any
 
@@ -30,6 +29,17 @@ from icml25.fpo.data import PreferenceCollator
 from icml25.fpo.forward import preference_pass
 from icml25.fpo.losses import feature_discrepancy
 from icml25.fpo.metrics import dataset_sequential_kl, reward_accuracy, token_entropy, win_outcomes
+from icml25.fpo.repro_report import (
+    METHODS,
+    ablation_tables,
+    cost_table,
+    main_table,
+    plot_alpha,
+    plot_kl,
+    plot_steps,
+    plot_temperature,
+    plot_winrates,
+)
 from icml25.fpo.sae import harvest_activations, train_sae
 from icml25.fpo.synthetic import ReversalTask, reward, sample_preference_pairs
 from icml25.fpo.trainer import PreferenceConfig, preference_step_loss, train_preference
@@ -41,9 +51,6 @@ CLAIM = (
     "reference than the same objective without the constraint, and trains faster per step than "
     "TDPO-2."
 )
-METHODS = ("dpo", "simpo", "tdpo2", "fpo", "fpo_alpha0")
-LABEL = {"dpo": "DPO", "simpo": "SimPO", "tdpo2": "TDPO-2", "fpo": "FPO", "fpo_alpha0": "FPO α=0",
-         "sft": "SFT"}  # fmt: skip
 
 # -- pre-registered: seeds, sizes and criteria (fixed before this version's numbers) ------------
 
@@ -151,16 +158,18 @@ def run(r: Run) -> ReproResult:
                                                    for p in per_seed], unit="ms"))  # fmt: skip
     metrics.append(Metric("SAE FVE", [s["sae_info"]["fve"] for s in setups.values()]))
     metrics.append(Metric("SAE L0", [s["sae_info"]["l0"] for s in setups.values()]))
-    metrics.append(Metric("SAE dead fraction", [s["sae_info"]["dead_frac"] for s in setups.values()]))
+    metrics.append(
+        Metric("SAE dead fraction", [s["sae_info"]["dead_frac"] for s in setups.values()])
+    )
 
-    tables = [_main_table(per_seed), _cost_table(per_seed, setups)]
-    r.figure(_plot_winrates(per_seed), "winrates.png")
-    r.figure(_plot_kl(per_seed), "kl.png")
-    r.figure(_plot_steps(per_seed), "step_time.png")
+    tables = [main_table(per_seed), cost_table(per_seed, setups)]
+    r.figure(plot_winrates(per_seed), "winrates.png")
+    r.figure(plot_kl(per_seed), "kl.png")
+    r.figure(plot_steps(per_seed), "step_time.png")
     if not r.quick:
-        tables += _ablation_tables(per_seed, metrics)
-        r.figure(_plot_alpha(per_seed), "ablation_alpha.png")
-        r.figure(_plot_temperature(per_seed), "temperature.png")
+        tables += ablation_tables(per_seed, metrics)
+        r.figure(plot_alpha(per_seed), "ablation_alpha.png")
+        r.figure(plot_temperature(per_seed), "temperature.png")
         layer = _layer_sweep(r, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
         tables.append(layer["table"])
         r.figure(layer["figure"], "ablation_layer.png")
@@ -203,7 +212,9 @@ def run(r: Run) -> ReproResult:
 # -- setup ------------------------------------------------------------------------------------------
 
 
-def build_setup(model_seed: int, n_sft: int, sft_steps: int, sae_steps: int, n_prompts: int) -> dict:
+def build_setup(
+    model_seed: int, n_sft: int, sft_steps: int, sae_steps: int, n_prompts: int
+) -> dict:
     """Tokenizer, SFT (= reference) model, its SAE on the last block, and the SAE's metrics."""
     from icml25.llm import HFChat
     from icml25.toy import build_tokenizer, tiny_causal_lm, train_causal_lm
@@ -259,12 +270,16 @@ def _samples(model, tok, prompts, temperature: float, seed: int) -> list[str]:
     return [o[0] for o in outs]
 
 
-def measure_seed(st: dict, seed: int, n_prompts: int, n_held: int, n_eval: int, *, full: bool) -> dict:
+def measure_seed(
+    st: dict, seed: int, n_prompts: int, n_held: int, n_eval: int, *, full: bool
+) -> dict:
     """Pairs -> cache -> every method from the same SFT model -> evaluation."""
     from icml25.llm import HFChat
 
     task, tok, ref, sae = st["task"], st["tok"], st["ref"], st["sae"]
-    recs = sample_preference_pairs(HFChat(ref, tok), task.prompts(n_prompts, 1000 + seed), seed=seed)
+    recs = sample_preference_pairs(
+        HFChat(ref, tok), task.prompts(n_prompts, 1000 + seed), seed=seed
+    )
     held, train = recs[:n_held], recs[n_held:]
     col = PreferenceCollator(tok, max_length=32, max_prompt_length=16)
     cache = build_reference_cache(ref, sae, train, layer=1, collator=col, batch_size=128,
@@ -274,7 +289,10 @@ def measure_seed(st: dict, seed: int, n_prompts: int, n_held: int, n_eval: int, 
     if full:
         variants |= {f"fpo_a{a}": {"alpha": a} for a in (0.1, 1.0, 2.0)}
         variants |= {f"fpo_k{k}": {"k": k} for k in (4, 64)}
-        variants |= {"fpo_policy_topk": {"index_mode": "policy"}, "fpo_official": {"paper_mode": False}}
+        variants |= {
+            "fpo_policy_topk": {"index_mode": "policy"},
+            "fpo_official": {"paper_mode": False},
+        }
     methods = list(METHODS) + [v for v in variants if v not in METHODS]
     temps = (0.2, 0.4, 0.6, 0.8, 1.0) if full else (1.0,)
     out: dict[str, Any] = {k: {} for k in ("reward", "greedy", "entropy", "win_vs_sft", "kl_w",
@@ -284,7 +302,9 @@ def measure_seed(st: dict, seed: int, n_prompts: int, n_held: int, n_eval: int, 
 
     def evaluate(name: str, model) -> None:
         samples[name] = {t: _samples(model, tok, prompts, t, seed) for t in temps}
-        scores[name] = {t: [reward(p, y) for p, y in zip(prompts, s)] for t, s in samples[name].items()}
+        scores[name] = {
+            t: [reward(p, y) for p, y in zip(prompts, s)] for t, s in samples[name].items()
+        }
         out["reward"][name] = float(np.mean(scores[name][1.0]))
         greedy = _samples(model, tok, prompts, 0.0, seed)
         out["greedy"][name] = float(np.mean([reward(p, y) for p, y in zip(prompts, greedy)]))
@@ -297,7 +317,11 @@ def measure_seed(st: dict, seed: int, n_prompts: int, n_held: int, n_eval: int, 
         kw = dict(variants.get(name, {}))
         pol = copy.deepcopy(ref)
         curve: list[dict] = []
-        cb = _curve_callback(pol, ref, sae, tok, held[:100], curve) if (full and name == "fpo") else None
+        cb = (
+            _curve_callback(pol, ref, sae, tok, held[:100], curve)
+            if (full and name == "fpo")
+            else None
+        )
         t0 = time.perf_counter()
         train_preference(pol, tok, train, _config(name, seed, **kw), sae=sae, ref_cache=cache,
                          ref_model=ref, callback=cb)  # fmt: skip
@@ -386,7 +410,9 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
     train_causal_lm(ref, tok, task.sft_pairs(n_sft, 0), steps=sft_steps, batch_size=64, lr=1e-3,
                     progress=False)  # fmt: skip
     ref.eval()
-    sae_recs = sample_preference_pairs(HFChat(ref, tok), task.prompts(n_prompts, 50_000), seed=10_000)
+    sae_recs = sample_preference_pairs(
+        HFChat(ref, tok), task.prompts(n_prompts, 50_000), seed=10_000
+    )
     prompts = task.prompts(n_eval, 99)
     rows, res = [], {}
     seeds = r.seeds[:3]
@@ -423,7 +449,7 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
              "accuracy | entropy |\n|---|---|---|---|---|\n" + "\n".join(rows))  # fmt: skip
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    for j, site in enumerate(("residual", "MLP")):
+    for site in ("residual", "MLP"):
         ys = [np.mean(res[f"{site} {i}"][0]) for i in range(4)]
         ax.plot(range(4), ys, marker="o", label=site)
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
@@ -432,165 +458,6 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
     fig.tight_layout()
     metrics = [Metric(f"layer sweep win rate {k}", v[0]) for k, v in res.items()]
     return {"table": table, "figure": fig, "metrics": metrics}
-
-
-# -- tables and figures -----------------------------------------------------------------------------
-
-
-def _ms(xs) -> str:
-    xs = list(xs)
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{np.mean(xs):.3f} ({sd:.3f})"
-
-
-def _main_table(per_seed) -> str:
-    rows = ["| method | reward T=1 | reward greedy | win vs SFT | FPO wins vs it | seqKL chosen | "
-            "seqKL rejected | reward acc. | entropy |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for m in ("sft", *METHODS):
-        def f(key, fn=np.mean, m=m):
-            return _ms([fn(p[key][m]) for p in per_seed]) if m in per_seed[0][key] else "–"
-        h2h = _ms([np.mean(p["h2h"][m]) for p in per_seed]) if m in per_seed[0]["h2h"] else "–"
-        rows.append(f"| {LABEL[m]} | {f('reward')} | {f('greedy')} | {f('win_vs_sft')} | {h2h} | "
-                    f"{f('kl_w')} | {f('kl_l')} | {f('acc')} | {f('entropy')} |")  # fmt: skip
-    return ("Mean over seeds (sd over seeds); 400 held-out prompts per seed, held-out pairs for "
-            "KL and accuracy:\n\n" + "\n".join(rows))  # fmt: skip
-
-
-def _cost_table(per_seed, setups) -> str:
-    rows = ["| method | median step (ms) | reference at train time | training run (s) |",
-            "|---|---|---|---|"]  # fmt: skip
-    ref_bytes = sum(p.numel() * p.element_size() for p in next(iter(setups.values()))["ref"].parameters())
-    cache_b = int(np.mean([p["cache_bytes"] for p in per_seed]))
-    what = {"fpo": f"offline cache, {cache_b / 1e3:.0f} kB", "dpo": "offline log-probs",
-            "tdpo2": f"reference model, {ref_bytes / 1e3:.0f} kB of parameters"}  # fmt: skip
-    for m in ("fpo", "dpo", "tdpo2"):
-        med = _ms([np.median(p["step_ms"][m]) for p in per_seed])
-        tr = _ms([p["train_s"][m] for p in per_seed])
-        rows.append(f"| {LABEL[m]} | {med} | {what[m]} | {tr} |")
-    return "Cost per optimizer step, interleaved on the same batches (steps 5-25):\n\n" + "\n".join(rows)
-
-
-def _ablation_tables(per_seed, metrics: list) -> list[str]:
-    names = [("fpo_alpha0", "α = 0"), ("fpo_a0.1", "α = 0.1"), ("fpo", "α = 0.5 (paper)"),
-             ("fpo_a1.0", "α = 1"), ("fpo_a2.0", "α = 2"), ("fpo_k4", "k = 4"),
-             ("fpo_k64", "k = 64"), ("fpo_policy_topk", "index: policy top-k (official)"),
-             ("fpo_official", "official-code mode")]  # fmt: skip
-    rows = ["| variant | win vs SFT | seqKL rejected | seqKL chosen | reward acc. | entropy |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
-    for key, label in names:
-        vals = {k: [np.mean(p[k][key]) for p in per_seed] for k in ("win_vs_sft", "kl_l", "kl_w",
-                                                                     "acc", "entropy")}  # fmt: skip
-        rows.append(f"| {label} | {_ms(vals['win_vs_sft'])} | {_ms(vals['kl_l'])} | "
-                    f"{_ms(vals['kl_w'])} | {_ms(vals['acc'])} | {_ms(vals['entropy'])} |")  # fmt: skip
-        metrics.append(Metric(f"ablation win rate {key}", vals["win_vs_sft"]))
-        metrics.append(Metric(f"ablation seqKL rejected {key}", vals["kl_l"], unit="nats"))
-    temps = sorted(per_seed[0]["temps"])
-    trow = ["| T | " + " | ".join(f"FPO vs {LABEL[m]}" for m in ("sft", "dpo", "simpo", "tdpo2")) + " |",
-            "|---|---|---|---|---|"]  # fmt: skip
-    for t in temps:
-        trow.append(f"| {t} | " + " | ".join(_ms([p["temps"][t][m] for p in per_seed])
-                                             for m in ("sft", "dpo", "simpo", "tdpo2")) + " |")  # fmt: skip
-    rhos = []
-    for p in per_seed:
-        c = p["curve"].get("fpo", [])
-        if len(c) >= 3:
-            from scipy.stats import spearmanr
-
-            rhos.append(float(spearmanr([x["d_margin"] for x in c], [x["kl_margin"] for x in c])[0]))
-    if rhos:
-        metrics.append(Metric("Spearman(D_FPO margin, seqKL margin) over checkpoints", rhos))
-    corr = (f"\n\nSpearman correlation between the D_FPO margin (rejected minus chosen) and the "
-            f"sequential-KL margin on 100 held-out pairs over FPO's training checkpoints (paper "
-            f"Figure 4 right): {_ms(rhos) if rhos else 'n/a'} over seeds.")  # fmt: skip
-    return ["Ablations (full mode; mean (sd) over seeds):\n\n" + "\n".join(rows),
-            "Win rate of FPO by sampling temperature (paper Figure 3 right analogue):\n\n"
-            + "\n".join(trow) + corr]  # fmt: skip
-
-
-def _bootstrap_ci(values: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
-    means = [values[rng.integers(0, len(values), len(values))].mean() for _ in range(n)]
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def _plot_winrates(per_seed):
-    plt = pyplot()
-    rng = np.random.default_rng(0)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for ax, key, names, title in (
-        (axes[0], "win_vs_sft", METHODS, "win rate vs SFT"),
-        (axes[1], "h2h", ("dpo", "simpo", "tdpo2"), "FPO's win rate vs each method"),
-    ):
-        for j, m in enumerate(names):
-            v = np.concatenate([p[key][m] for p in per_seed])
-            lo, hi = _bootstrap_ci(v, rng)
-            ax.bar(j, v.mean(), color="C3" if m == "fpo" else "C0")
-            ax.errorbar(j, v.mean(), yerr=[[v.mean() - lo], [hi - v.mean()]], color="k", capsize=3)
-        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-        if key == "win_vs_sft":
-            ax.axhline(0.55, color="C3", lw=0.8, ls="--", label="gate 0.55")
-            ax.legend(loc="lower right")
-        ax.set_xticks(range(len(names)), [LABEL[m] for m in names], rotation=20)
-        ax.set(title=title, ylim=(0.3, 0.8))
-    fig.tight_layout()
-    return fig
-
-
-def _plot_kl(per_seed):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
-    w = 0.38
-    for j, m in enumerate(METHODS):
-        for k, (side, c) in enumerate((("kl_w", "C2"), ("kl_l", "C1"))):
-            v = [np.mean(p[side][m]) for p in per_seed]
-            ax.bar(j + (k - 0.5) * w, np.mean(v), w, color=c, yerr=np.std(v), capsize=2,
-                   label=("chosen" if k == 0 else "rejected") if j == 0 else None)  # fmt: skip
-    ax.set_xticks(range(len(METHODS)), [LABEL[m] for m in METHODS])
-    ax.set(ylabel="sequential KL to the reference (nats)", title="Drift on held-out pairs")
-    ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def _plot_steps(per_seed):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    names = ("fpo", "dpo", "tdpo2")
-    ax.boxplot([np.concatenate([p["step_ms"][m] for p in per_seed]) for m in names], showfliers=False)
-    ax.set_xticks(range(1, 4), [LABEL[m] for m in names])
-    ax.set(ylabel="ms per optimizer step", title="Step time, interleaved (CPU, 1 thread)")
-    fig.tight_layout()
-    return fig
-
-
-def _plot_alpha(per_seed):
-    plt = pyplot()
-    keys = [("fpo_alpha0", 0.0), ("fpo_a0.1", 0.1), ("fpo", 0.5), ("fpo_a1.0", 1.0), ("fpo_a2.0", 2.0)]
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    xs = [a for _, a in keys]
-    kl = [np.mean([np.mean(p["kl_l"][k]) for p in per_seed]) for k, _ in keys]
-    win = [np.mean([np.mean(p["win_vs_sft"][k]) for p in per_seed]) for k, _ in keys]
-    ax.plot(xs, kl, marker="o", color="C1", label="seqKL rejected")
-    ax2 = ax.twinx()
-    ax2.plot(xs, win, marker="s", color="C3", label="win rate vs SFT")
-    ax.set(xlabel="α", ylabel="sequential KL (nats)", title="α sweep")
-    ax2.set_ylabel("win rate vs SFT")
-    fig.legend(loc="upper center", ncol=2, fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _plot_temperature(per_seed):
-    plt = pyplot()
-    temps = sorted(per_seed[0]["temps"])
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    for m in ("sft", "dpo", "simpo", "tdpo2"):
-        ax.plot(temps, [np.mean([p["temps"][t][m] for p in per_seed]) for t in temps], marker="o",
-                label=f"FPO vs {LABEL[m]}")  # fmt: skip
-    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-    ax.set(xlabel="sampling temperature", ylabel="win rate", title="FPO's win rate by temperature")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _setup_text(r, n_sft, sft_steps, n_prompts, n_held, n_eval, sae_steps, per_seed) -> str:
@@ -606,5 +473,6 @@ def _setup_text(r, n_sft, sft_steps, n_prompts, n_held, n_eval, sae_steps, per_s
         f"union index set, mean pooling; DPO β = 0.1; SimPO β = 2, γ = 0.5; TDPO-2 α = 0.5, "
         f"β = 0.1. Evaluation: {n_eval} held-out prompts, one T = 1 sample per model with the same "
         f"per-prompt seed, and greedy. Seeds {r.seeds} ("
-        + ("one SFT model and SAE" if r.quick else "3 SFT models and SAEs, seed mod 3") + ")."
+        + ("one SFT model and SAE" if r.quick else "3 SFT models and SAEs, seed mod 3")
+        + ")."
     )
