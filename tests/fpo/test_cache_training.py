@@ -284,3 +284,26 @@ def test_load_preferences_formats(tmp_path, toy):
         load_preferences([{"prompt": "a"}])
     with pytest.raises(FileNotFoundError):
         load_preferences(tmp_path / "none.jsonl")
+
+
+def test_bf16_model_keeps_logps_codes_and_loss_in_float32(toy, toy_sae):
+    tok, model, recs = toy
+    bf = copy.deepcopy(model).to(torch.bfloat16)
+    with torch.no_grad():
+        out = preference_pass(bf, PreferenceCollator(tok)(recs[:4]), sae=toy_sae, layer=1)
+    assert out.sum.dtype == torch.float32 and out.codes.dtype == torch.float32
+    cfg = PreferenceConfig(method="fpo", layer=1, k=8, lr=1e-3, batch_size=8, progress=False)
+    h = train_preference(bf, tok, recs[:8], cfg, sae=toy_sae, ref_model=model)
+    assert h.steps and all(torch.isfinite(torch.tensor(s["loss"])) for s in h.steps)
+    assert next(bf.parameters()).dtype == torch.bfloat16
+
+
+def test_reference_model_is_left_untouched(toy, toy_sae):
+    tok, model, recs = toy
+    before = [p.detach().clone() for p in model.parameters()]
+    flags = [p.requires_grad for p in model.parameters()]
+    for method in ("fpo", "tdpo2"):
+        cfg = PreferenceConfig(method=method, layer=1, k=8, lr=1e-3, batch_size=8, progress=False)
+        train_preference(copy.deepcopy(model), tok, recs[:8], cfg, sae=toy_sae, ref_model=model)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert flags == [p.requires_grad for p in model.parameters()] and not model.training

@@ -116,3 +116,29 @@ def test_fpo_trainer_bad_input(setup):
         FPOTrainer(
             model, args=_args(tmp), train_dataset=ds, processing_class=tok, sae=None, layer=1
         )
+
+
+@pytest.mark.slow
+def test_fpo_trainer_under_accelerate_two_gloo_processes(tmp_path):
+    """Two CPU processes (torchrun + accelerate's DDP over gloo): both ranks train on a datasets
+    folder and end with the same weights."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("_ddp_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ICML25_QUIET": "1"}
+    subprocess.run([sys.executable, str(worker), "--write-data", str(tmp_path)], env=env,
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    # torchrun starts the two ranks; the Trainer's accelerate state sets up gloo DDP from them
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_port", str(29500 + os.getpid() % 1000), str(worker), str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["world"] == 2 for r in ranks)
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9)
+    assert all(len(r["losses"]) == 2 for r in ranks)
+    assert abs(ranks[0]["checksum"] - ranks[0]["init"]) > 1e-6  # training moved the weights
