@@ -130,8 +130,16 @@ def test_cache_fingerprint_and_compatibility_errors(toy, toy_sae):
         cache.check_compatible(layer=0)
     with pytest.raises(RuntimeError, match="built with pool='mean'"):
         cache.check_compatible(pool="sum")
-    with pytest.raises(KeyError, match="pair index 99"):
+    with pytest.raises(RuntimeError, match="pair index 99 is not in the reference cache"):
         cache.batch([99])
+    with pytest.raises(TypeError, match="pair indices must be integers, got 0.5"):
+        cache.batch([0.5])
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        next(other.parameters()).add_(0.01)
+    with pytest.raises(RuntimeError, match="built with model_fingerprint="):
+        cache.check_compatible(model=other)
+    cache.check_compatible(model=model)  # the same reference passes
 
 
 def test_training_promises(toy, toy_sae, tmp_path):

@@ -32,6 +32,12 @@ __all__ = ["ReferenceCache", "build_reference_cache"]
 _VERSION = 1
 
 
+def _model_fingerprint(model: nn.Module) -> str:
+    from icml25.llm.hf import weights_fingerprint
+
+    return weights_fingerprint(model)
+
+
 def _to_csr(dense: Tensor, topk: int | None) -> tuple[list[Tensor], list[Tensor]]:
     idx, val = [], []
     for row in dense:
@@ -76,10 +82,17 @@ class ReferenceCache:
         idx = indices.tolist() if isinstance(indices, Tensor) else list(indices)
         rows = []
         for i in idx:
-            if int(i) not in self._row:
-                raise KeyError(f"pair index {i} is not in the reference cache ({len(self)} pairs, "
-                               "built on another dataset?)")  # fmt: skip
-            rows.append(self._row[int(i)])
+            if isinstance(i, bool) or not isinstance(i, int):
+                try:
+                    import operator
+
+                    i = operator.index(i)  # numpy integers
+                except TypeError:
+                    raise TypeError(f"pair indices must be integers, got {i!r}") from None
+            if i not in self._row:
+                raise RuntimeError(f"pair index {i} is not in the reference cache ({len(self)} "
+                                   "pairs): it was built on other data; rebuild it")  # fmt: skip
+            rows.append(self._row[i])
         return rows
 
     def verify(self, indices: Sequence[int] | Tensor, fingerprints: Sequence[str]) -> None:
@@ -127,11 +140,13 @@ class ReferenceCache:
         return out
 
     def check_compatible(self, *, layer: int | None = None, sae: SparseAutoencoder | None = None,
-                         pool: str | None = None, site: str | None = None) -> None:  # fmt: skip
-        """Raise ``RuntimeError`` when the cache was built with another layer, SAE, pooling or
-        site than the training run uses."""
+                         pool: str | None = None, site: str | None = None,
+                         model: nn.Module | None = None) -> None:  # fmt: skip
+        """Raise ``RuntimeError`` when the cache was built with another layer, SAE, pooling,
+        site or reference model (a fingerprint of its weights) than the run uses."""
         want = {"layer": layer, "pool": pool, "site": site,
-                "sae": sae.identity() if sae is not None else None}  # fmt: skip
+                "sae": sae.identity() if sae is not None else None,
+                "model_fingerprint": _model_fingerprint(model) if model is not None else None}  # fmt: skip
         for k, v in want.items():
             if v is None or self.meta.get(k) is None:
                 continue
@@ -193,6 +208,13 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
                          f"got {cache_topk!r}")  # fmt: skip
     if sae is not None and layer is None:
         raise ValueError("an SAE needs the layer it reads (layer=...)")
+    if layer is not None:
+        from icml25.fpo.hooks import resolve_layer
+
+        layer = resolve_layer(ref_model, layer)
+    from icml25.fpo.data import as_records
+
+    dataset = as_records(dataset)
     n = len(dataset)
     if n == 0:
         raise ValueError("the dataset is empty")
@@ -244,5 +266,6 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
             "sae": sae.identity() if sae is not None else None,
             "collator": collator.identity, "cache_topk": cache_topk,
             "model": getattr(getattr(ref_model, "config", None), "_name_or_path", "") or
-            type(ref_model).__name__, "fingerprints": fps}  # fmt: skip
+            type(ref_model).__name__, "model_fingerprint": _model_fingerprint(ref_model),
+            "fingerprints": fps}  # fmt: skip
     return ReferenceCache(tensors, json.loads(json.dumps(meta)))

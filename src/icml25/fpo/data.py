@@ -19,18 +19,34 @@ import torch
 
 from icml25.preference import IGNORE_INDEX
 
-__all__ = ["COLUMNS", "PreferenceCollator", "load_preferences"]
+__all__ = ["COLUMNS", "PreferenceCollator", "as_records", "load_preferences"]
+
+
+def as_records(dataset: Any) -> Any:
+    """``dataset`` itself when it is a list/tuple of records or a ``datasets.Dataset`` (indexed
+    lazily), else :func:`load_preferences` of it (paths, DataFrames, DatasetDicts, ...)."""
+    if isinstance(dataset, (list, tuple)) and dataset and isinstance(dataset[0], dict):
+        return dataset
+    names = getattr(dataset, "column_names", None)
+    if isinstance(names, list) and hasattr(dataset, "__getitem__"):
+        missing = [c for c in COLUMNS if c not in names]
+        if missing:
+            raise ValueError(f"the Dataset lacks columns {missing} (has {names}); TRL's columns "
+                             f"are {COLUMNS}")  # fmt: skip
+        return dataset
+    return load_preferences(dataset)
+
 
 COLUMNS = ("prompt", "chosen", "rejected")
 
 
 def _check_record(i: int, r: Any) -> dict[str, Any]:
     if not isinstance(r, dict):
-        try:
+        if hasattr(r, "keys") and hasattr(r, "__getitem__"):  # a Mapping (e.g. a datasets row)
             r = dict(r)
-        except (TypeError, ValueError):
+        else:
             raise TypeError(f"preference record {i} must be a dict with keys {COLUMNS}, got "
-                            f"{type(r).__name__}") from None  # fmt: skip
+                            f"{type(r).__name__} {r!r:.60}")  # fmt: skip
     missing = [c for c in COLUMNS if c not in r]
     if missing:
         raise ValueError(f"preference record {i} lacks {missing} (has {sorted(r)}); TRL's "
@@ -82,16 +98,23 @@ def load_preferences(source: Any, *, split: str = "train") -> list[dict[str, Any
         else:
             raise ValueError(f"unsupported preference file {path!r}: use .jsonl, .json, .csv, "
                              ".parquet or a datasets folder")  # fmt: skip
-    if hasattr(source, "keys") and hasattr(source, "values") and not isinstance(source, dict):
-        if split not in source:  # DatasetDict
-            raise ValueError(f"split {split!r} not in the DatasetDict (has {list(source.keys())})")
-        source = source[split]
-    if hasattr(source, "to_dict") and hasattr(source, "columns"):  # pandas
+    if hasattr(source, "iloc") and hasattr(source, "to_dict"):  # pandas DataFrame
         source = source.to_dict("records")
+    elif type(source).__name__ in ("DatasetDict", "IterableDatasetDict"):
+        if split not in source:
+            raise ValueError(f"split {split!r} is not in the DatasetDict (has {list(source.keys())}); "
+                             "pass split=...")  # fmt: skip
+        source = source[split]
+    if isinstance(source, dict):
+        if all(c in source for c in COLUMNS) and all(isinstance(source[c], list) for c in COLUMNS):
+            raise TypeError("got a dict of columns; pass a list of records (dicts with prompt/"
+                            "chosen/rejected) or datasets.Dataset.from_dict(columns)")  # fmt: skip
+        raise TypeError("got a single dict; pass a list of preference records")
     if hasattr(source, "column_names") and hasattr(source, "__getitem__"):  # datasets.Dataset
         source = [source[i] for i in range(len(source))]
-    if isinstance(source, dict) or not isinstance(source, Sequence):
-        raise TypeError(f"cannot read preference data from {type(source).__name__}")
+    if not isinstance(source, Sequence) or isinstance(source, (str, bytes)):
+        raise TypeError(f"cannot read preference data from {type(source).__name__}: use a path, "
+                        "a list of dicts, a datasets.Dataset or a pandas DataFrame")  # fmt: skip
     recs = [_check_record(i, r) for i, r in enumerate(source)]
     if not recs:
         raise ValueError("the preference data is empty")
@@ -111,7 +134,8 @@ class PreferenceCollator:
     Prompts longer than ``max_prompt_length`` keep their last tokens (``truncation="keep_end"``);
     responses are cut to ``max_length`` minus the prompt. A response left empty raises
     ``ValueError`` naming the record. An EOS is appended to plain-string responses that lack it
-    (as TRL does); chat-format responses get the template's end-of-turn.
+    (as TRL does; so an empty string is an EOS-only response, as in TRL); chat-format responses
+    get the template's end-of-turn.
     """
 
     tokenizer: Any
@@ -203,6 +227,10 @@ class PreferenceCollator:
         return p, c, rj
 
     def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        if isinstance(records, dict):
+            raise TypeError("the collator takes a LIST of records; got a dict (a single record, "
+                            "or a dict of columns such as dataset[:8]: use [dataset[i] for i in "
+                            "...] or dataset.select(...).to_list())")  # fmt: skip
         if not records:
             raise ValueError("cannot collate an empty list of records")
         rows, masks, index, fps = [], [], [], []

@@ -69,7 +69,8 @@ def position_ids(attention_mask: Tensor) -> Tensor:
 
 def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoencoder | None = None,
                     layer: int | None = None, pool: str = "mean", site: str = "hook",
-                    keep_logits: bool = False, sae_dtype: torch.dtype | None = None) -> PassOutput:  # fmt: skip
+                    keep_logits: bool = False, sae_dtype: torch.dtype | None = None,
+                    role: str = "model") -> PassOutput:  # fmt: skip
     """Run ``model`` once on ``batch`` (moved to the model's device).
 
     With ``sae`` and ``layer``: capture the residual stream after block ``layer`` at ``site``,
@@ -78,6 +79,14 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
     codes into block ``layer`` and below. Raises ``FloatingPointError`` on NaN/inf logits or
     codes.
     """
+    if (
+        isinstance(batch, dict)
+        and "input_ids" in batch
+        and not isinstance(batch["input_ids"], Tensor)
+    ):
+        raise TypeError(
+            f"batch['input_ids'] must be a tensor, got {type(batch['input_ids']).__name__}"
+        )
     if not isinstance(batch, dict) or "input_ids" not in batch or "labels" not in batch:
         raise TypeError("batch must be a dict with input_ids, attention_mask and labels (from "
                         "PreferenceCollator)")  # fmt: skip
@@ -101,7 +110,7 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
         h = None
     logits = out.logits
     if not bool(torch.isfinite(logits).all()):
-        raise FloatingPointError("NaN or inf in the model's logits")
+        raise FloatingPointError(f"NaN or inf in the {role}'s logits")
     s, m, n = response_logps(logits, labels)
     codes = None
     if h is not None:
@@ -113,5 +122,5 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
                              f"{h.device}: move it with sae.to(device)")  # fmt: skip
         codes = pool_response_codes(sae.encode(h[mask].to(dt)), mask, pool)
         if not bool(torch.isfinite(codes).all()):
-            raise FloatingPointError("NaN or inf in the pooled SAE codes")
+            raise FloatingPointError(f"NaN or inf in the {role}'s pooled SAE codes")
     return PassOutput(s, m, n, codes, logits if keep_logits else None)

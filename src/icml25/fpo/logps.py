@@ -34,9 +34,11 @@ def response_logps(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tens
     Raises ``ValueError`` naming the row when a response is empty, ``FloatingPointError`` when
     the logits hold NaN/inf.
     """
-    if not isinstance(logits, Tensor) or logits.ndim != 3:
-        raise ValueError(f"logits must be a (B, T, V) tensor, got "
-                         f"{tuple(getattr(logits, 'shape', ()))}")  # fmt: skip
+    for n, x in (("logits", logits), ("labels", labels)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{n} must be a torch tensor, got {type(x).__name__}")
+    if logits.ndim != 3:
+        raise ValueError(f"logits must be (B, T, V), got shape {tuple(logits.shape)}")
     lg, lb = shift_for_causal_lm(logits, labels)
     lp = token_logprobs(lg, lb)
     if not bool(torch.isfinite(lp).all()):
@@ -49,6 +51,9 @@ def response_logps(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tens
 def sequential_kl_from_logits(policy_logits: Tensor, ref_logits: Tensor, labels: Tensor) -> Tensor:
     """``(B,)`` ``Σ_t KL(π_ref ‖ π_θ)`` over the response positions (unshifted labels as in
     :func:`response_logps`); differentiable in ``policy_logits``."""
+    for n, x in (("policy_logits", policy_logits), ("ref_logits", ref_logits), ("labels", labels)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{n} must be a torch tensor, got {type(x).__name__}")
     if policy_logits.shape != ref_logits.shape or policy_logits.ndim != 3:
         raise ValueError(f"policy and reference logits must share one (B, T, V) shape, got "
                          f"{tuple(policy_logits.shape)} and {tuple(ref_logits.shape)}")  # fmt: skip

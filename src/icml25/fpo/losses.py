@@ -102,6 +102,10 @@ def dpo_loss(pol_sum_w: Tensor, pol_sum_l: Tensor, ref_sum_w: Tensor, ref_sum_l:
     """DPO (Table 1; β = 0.1, Table 5) on summed log-probs ``(B,)``: ``(loss, losses, u)``,
     the same formula as TRL's ``loss_type="sigmoid"`` (shared with :mod:`icml25.preference`)."""
     _beta(beta)
+    _vecs(
+        ("pol_sum_w", "pol_sum_l", "ref_sum_w", "ref_sum_l"),
+        (pol_sum_w, pol_sum_l, ref_sum_w, ref_sum_l),
+    )  # errors in this function's names
     losses, u = dpo_losses(pol_sum_w, pol_sum_l, ref_sum_w, ref_sum_l, beta)
     return losses.mean(), losses, u
 
@@ -154,8 +158,10 @@ def pool_codes(codes: Tensor, mask: Tensor, mode: str = "mean") -> Tensor:
     ``codes`` ``(B, T, m)``; see :data:`POOL_MODES`. Output in float32 or wider."""
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
-    if not isinstance(codes, Tensor) or codes.ndim != 3:
-        raise ValueError(f"codes must be (B, T, m), got {tuple(getattr(codes, 'shape', ()))}")
+    if not isinstance(codes, Tensor):
+        raise TypeError(f"codes must be a torch tensor (B, T, m), got {type(codes).__name__}")
+    if codes.ndim != 3:
+        raise ValueError(f"codes must be (B, T, m), got shape {tuple(codes.shape)}")
     m = _mask(mask, tuple(codes.shape[:2]), codes.device)
     n = m.sum(-1)
     if bool((n == 0).any()):
@@ -193,8 +199,10 @@ def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str =
     if index_mode not in INDEX_MODES:
         raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {index_mode!r}")
     for n, x in (("pol", pol), ("ref", ref)):
-        if not isinstance(x, Tensor) or x.ndim != 2:
-            raise ValueError(f"{n} codes must be (B, m), got {tuple(getattr(x, 'shape', ()))}")
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{n} codes must be a torch tensor (B, m), got {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{n} codes must be (B, m), got shape {tuple(x.shape)}")
     if pol.shape != ref.shape:
         raise ValueError(f"policy codes {tuple(pol.shape)} and reference codes "
                          f"{tuple(ref.shape)} differ in shape (same SAE? same batch?)")  # fmt: skip

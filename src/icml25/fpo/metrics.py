@@ -6,7 +6,9 @@ the reference (the drift that FPO's constraint controls).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,6 +35,10 @@ def _scores(name: str, x: Any) -> list[float]:
         out = [float(v) for v in x]
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}") from None
+    bad = [i for i, v in enumerate(out) if math.isnan(v)]
+    if bad:
+        raise ValueError(f"{name} holds NaN at item {bad[0]} ({len(bad)} in all): a missing score "
+                         "is not a loss; drop or re-score the item")  # fmt: skip
     return out
 
 
@@ -88,12 +94,30 @@ def reward_accuracy(model: nn.Module, tokenizer: Any, dataset: Any, *, batch_siz
     return hits / total
 
 
+@contextlib.contextmanager
+def _eval(*models: nn.Module) -> Iterator[None]:
+    """Evaluation mode (no dropout) for the call, each model's mode restored after."""
+    modes = [m.training for m in models]
+    for m in models:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m, t in zip(models, modes):
+            m.train(t)
+
+
 @torch.no_grad()
 def sequential_kl(policy: nn.Module, ref_model: nn.Module, batch: dict[str, Any]) -> Tensor:
     """``(rows,)`` ``Σ_t KL(π_ref ‖ π_θ)`` over each row's response tokens, for a collated batch
-    (:class:`PreferenceCollator`: rows are the chosen sequences, then the rejected ones)."""
-    a = preference_pass(policy, batch, keep_logits=True)
-    b = preference_pass(ref_model, batch, keep_logits=True)
+    (:class:`PreferenceCollator`: rows are the chosen sequences, then the rejected ones); both
+    models in eval mode for the call."""
+    if not isinstance(batch, dict) or "labels" not in batch:
+        raise TypeError("batch must be a collated dict with input_ids, attention_mask and labels "
+                        "(PreferenceCollator(tok)(records))")  # fmt: skip
+    with _eval(policy, ref_model):
+        a = preference_pass(policy, batch, keep_logits=True, role="policy")
+        b = preference_pass(ref_model, batch, keep_logits=True, role="reference model")
     dev = a.logits.device
     return sequential_kl_from_logits(a.logits, b.logits.to(dev), batch["labels"].to(dev))
 
@@ -116,18 +140,23 @@ def dataset_sequential_kl(policy: nn.Module, ref_model: nn.Module, tokenizer: An
 def token_entropy(model: nn.Module, tokenizer: Any, prompts: Sequence[Any],
                   responses: Sequence[str], *, batch_size: int = 64) -> float:  # fmt: skip
     """Mean next-token entropy (nats) of ``model`` along its own samples: over the response
-    positions of ``(prompt, response)`` (prompts as strings or chat messages)."""
+    positions of ``(prompt, response)``. Prompts are rendered as the collator renders them:
+    strings as plain text, lists of chat messages with the chat template (pass
+    ``[{"role": "user", "content": p}]`` for a chat model). Eval mode for the call."""
     if len(prompts) != len(responses) or not prompts:
         raise ValueError(f"prompts and responses must be non-empty and equally long, got "
                          f"{len(prompts)} and {len(responses)}")  # fmt: skip
     col = PreferenceCollator(tokenizer)
     dev = next(model.parameters()).device
+    with _eval(model):
+        return _entropy(model, col, prompts, responses, batch_size, dev)
+
+
+def _entropy(model, col, prompts, responses, batch_size, dev) -> float:
     tot, cnt = 0.0, 0
     for s in range(0, len(prompts), batch_size):
         recs = []
         for p, r in zip(prompts[s : s + batch_size], responses[s : s + batch_size]):
-            if isinstance(p, str) and getattr(tokenizer, "chat_template", None):
-                p = [{"role": "user", "content": p}]
             resp = [{"role": "assistant", "content": r}] if isinstance(p, list) else r
             recs.append({"prompt": p, "chosen": resp, "rejected": resp})
         b = col(recs)

@@ -262,6 +262,10 @@ def _config(method: str, seed: int, **kw: Any) -> PreferenceConfig:
 _VARIANTS = {"fpo_alpha0": {"alpha": 0.0}}
 
 
+def _chat(prompt: str) -> list[dict]:
+    return [{"role": "user", "content": prompt}]
+
+
 def _samples(model, tok, prompts, temperature: float, seed: int) -> list[str]:
     from icml25.llm import HFChat
 
@@ -309,7 +313,7 @@ def measure_seed(
         greedy = _samples(model, tok, prompts, 0.0, seed)
         out["greedy"][name] = float(np.mean([reward(p, y) for p, y in zip(prompts, greedy)]))
         nonempty = [(p, y) for p, y in zip(prompts, samples[name][1.0]) if y.strip()]
-        out["entropy"][name] = token_entropy(model, tok, [p for p, _ in nonempty],
+        out["entropy"][name] = token_entropy(model, tok, [_chat(p) for p, _ in nonempty],
                                              [y for _, y in nonempty]) if nonempty else float("nan")  # fmt: skip
 
     evaluate("sft", ref)
@@ -439,7 +443,7 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
                                                        base[s]))))  # fmt: skip
                 accs.append(reward_accuracy(pol, tok, held))
                 ne = [(p, y) for p, y in zip(prompts, ys) if y.strip()]
-                ents.append(token_entropy(pol, tok, [p for p, _ in ne], [y for _, y in ne]))
+                ents.append(token_entropy(pol, tok, [_chat(p) for p, _ in ne], [y for _, y in ne]))
             name = f"{'residual' if site == 'hook' else 'MLP'} {layer}"
             res[name] = (wins, accs, ents, info["fve"])
             rows.append(f"| {name} | {info['fve']:.3f} | {np.mean(wins):.3f} ({np.std(wins):.3f}) | "

@@ -65,6 +65,7 @@ class SparseAutoencoder(nn.Module):
             raise ValueError(f"kind must be one of {SAE_KINDS}, got {kind!r}")
         if kind == "topk":
             k_sae = 8 if k_sae is None else k_sae  # our default for small SAEs (docs/fpo.md)
+            # (k_sae=None with kind="topk" means 8, the L0 our small SAEs are trained for)
             _positive_int("k_sae", k_sae)
             if k_sae > d_sae:
                 raise ValueError(f"k_sae={k_sae} exceeds d_sae={d_sae}")
@@ -255,11 +256,20 @@ def harvest_activations(model: nn.Module, batches: Iterable[dict[str, Tensor]], 
     try:
         for i, b in enumerate(batches):
             if not isinstance(b, dict) or "input_ids" not in b:
-                raise TypeError(f"batch {i} must be a dict with input_ids and attention_mask, got "
-                                f"{type(b).__name__}")  # fmt: skip
+                what = (
+                    f"a dict with keys {sorted(b)[:6]}" if isinstance(b, dict) else type(b).__name__
+                )
+                raise TypeError(f"batch {i} must be a collated batch with input_ids and "
+                                f"attention_mask (e.g. PreferenceCollator(tok)(records)), got "
+                                f"{what}")  # fmt: skip
+            if not isinstance(b["input_ids"], Tensor):
+                raise TypeError(f"batch {i}: input_ids must be a tensor, got "
+                                f"{type(b['input_ids']).__name__}")  # fmt: skip
             ids = b["input_ids"].to(dev)
             att = b.get("attention_mask", torch.ones_like(ids)).to(dev)
-            _, h = residual_stream(model, layer, ids, att, site=site, use_cache=False)
+            pos = (att.long().cumsum(-1) - 1).clamp(min=0)  # left padding keeps real positions
+            _, h = residual_stream(model, layer, ids, att, site=site, use_cache=False,
+                                   position_ids=pos)  # fmt: skip
             mask = _response_mask(b, i).to(dev) if response_only else att.bool()
             vecs = h[mask].float().cpu()
             out.append(vecs)
@@ -302,9 +312,11 @@ def _fve(sae: SparseAutoencoder, acts: Tensor, chunk: int = 8192) -> tuple[float
 def sae_metrics(sae: SparseAutoencoder, acts: Tensor) -> dict[str, float]:
     """Fraction of variance explained ``FVE = 1 - E‖h - ĥ‖² / E‖h - E h‖²``, mean L0 (active
     features per vector) and the dead fraction (features never active on ``acts``)."""
-    if not isinstance(acts, Tensor) or acts.ndim != 2 or acts.shape[1] != sae.d_in:
-        raise ValueError(f"acts must be (N, d_in={sae.d_in}), got "
-                         f"{tuple(getattr(acts, 'shape', ()))}")  # fmt: skip
+    if not isinstance(acts, Tensor):
+        raise TypeError(f"acts must be a torch tensor (N, d_in), got {type(acts).__name__} (use "
+                        "torch.as_tensor)")  # fmt: skip
+    if acts.ndim != 2 or acts.shape[1] != sae.d_in:
+        raise ValueError(f"acts must be (N, d_in={sae.d_in}), got {tuple(acts.shape)}")
     if len(acts) < 2:
         raise ValueError("sae_metrics needs at least 2 activation vectors")
     acts = acts.to(device=sae.W_enc.device, dtype=sae.W_enc.dtype)
@@ -327,7 +339,10 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     """
     from icml25.progress import track
 
-    if not isinstance(acts, Tensor) or acts.ndim != 2 or len(acts) < 20:
+    if not isinstance(acts, Tensor):
+        raise TypeError(f"acts must be a torch tensor (N, d), got {type(acts).__name__} (use "
+                        "torch.as_tensor)")  # fmt: skip
+    if acts.ndim != 2 or len(acts) < 20:
         raise ValueError(f"acts must be an (N, d) tensor with N >= 20, got "
                          f"{tuple(getattr(acts, 'shape', ()))}")  # fmt: skip
     if not torch.isfinite(acts).all():

@@ -15,18 +15,26 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from icml25.fpo.cache import ReferenceCache, build_reference_cache
-from icml25.fpo.data import PreferenceCollator
+from icml25.fpo.data import PreferenceCollator, as_records
 from icml25.fpo.forward import preference_pass
 from icml25.fpo.hooks import SITES, resolve_layer
 from icml25.fpo.logps import sequential_kl_from_logits
-from icml25.fpo.losses import INDEX_MODES, POOL_MODES, dpo_loss, fpo_loss, simpo_loss, tdpo_loss
+from icml25.fpo.losses import (
+    INDEX_MODES,
+    POOL_MODES,
+    _k,
+    dpo_loss,
+    fpo_loss,
+    simpo_loss,
+    tdpo_loss,
+)
 from icml25.fpo.sae import SparseAutoencoder
 
 __all__ = ["METHODS", "History", "PreferenceConfig", "preference_step_loss", "train_preference"]
@@ -77,6 +85,7 @@ class PreferenceConfig:
     paper_mode: bool = True
     seed: int = 0
     dtype: str = "float32"  # the SAE encode / loss dtype; log-softmax is float32 anyway
+    disable_dropout: bool = True  # TRL's DPOConfig default
     log_every: int = 10
     progress: bool | None = None
 
@@ -84,6 +93,13 @@ class PreferenceConfig:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         d = _TABLE5[self.method]
+        uses = {"fpo": {"beta", "alpha"}, "dpo": {"beta"}, "simpo": {"beta", "gamma"},
+                "tdpo1": {"beta"}, "tdpo2": {"beta", "alpha"}, "sft": set()}[self.method]  # fmt: skip
+        unused = [n for n in ("beta", "alpha", "gamma") if n not in uses
+                  and getattr(self, n) is not None and getattr(self, n) != d[n]]  # fmt: skip
+        if unused:
+            warnings.warn(f"method {self.method!r} does not use {unused}; they are ignored",
+                          stacklevel=3)  # fmt: skip
         for n in ("beta", "alpha", "gamma"):
             if getattr(self, n) is None:
                 setattr(self, n, d[n])
@@ -154,7 +170,8 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
     dt = getattr(torch, cfg.dtype)
     out = preference_pass(policy, batch, sae=sae if need_codes else None,
                           layer=cfg.layer if need_codes else None, pool=cfg.pool, site=cfg.site,
-                          keep_logits=method in ("tdpo1", "tdpo2"), sae_dtype=dt)  # fmt: skip
+                          keep_logits=method in ("tdpo1", "tdpo2"), sae_dtype=dt,
+                          role="policy")  # fmt: skip
     dev = out.sum.device
     (sw, sl), (mw, ml) = out.halves("sum"), out.halves("mean")
     ref: dict[str, torch.Tensor] = {}
@@ -166,7 +183,8 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
         with torch.no_grad():
             ref_out = preference_pass(ref_model, batch, sae=sae if need_codes else None,
                                       layer=cfg.layer if need_codes else None, pool=cfg.pool,
-                                      site=cfg.site, keep_logits=method != "fpo", sae_dtype=dt)  # fmt: skip
+                                      site=cfg.site, keep_logits=method != "fpo", sae_dtype=dt,
+                                      role="reference model")  # fmt: skip
         (ref["ref_sum_w"], ref["ref_sum_l"]) = ref_out.halves("sum")
         (ref["ref_mean_w"], ref["ref_mean_l"]) = ref_out.halves("mean")
         if need_codes:
@@ -207,6 +225,34 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
     return loss, logs
 
 
+def _disable_dropout(model: nn.Module) -> None:
+    """Dropout off in the policy, as TRL's ``DPOConfig(disable_dropout=True)`` (the default):
+    with dropout the policy differs from the offline reference even at step 0."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    cfg = getattr(model, "config", None)
+    for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout",
+                 "attention_probs_dropout_prob", "hidden_dropout_prob"):  # fmt: skip
+        if isinstance(getattr(cfg, name, None), float):
+            setattr(cfg, name, 0.0)
+
+
+def _data_fingerprint(dataset: Any) -> str:
+    import hashlib
+    import json
+
+    fp = getattr(dataset, "_fingerprint", None)
+    if isinstance(fp, str):  # datasets.Dataset
+        return fp
+    h = hashlib.sha1()
+    for i in range(len(dataset)):
+        r = dataset[i]
+        h.update(json.dumps([r.get(c) for c in ("prompt", "chosen", "rejected", "idx")],
+                            sort_keys=True, default=str).encode())  # fmt: skip
+    return h.hexdigest()[:16]
+
+
 def _optimizer(params: list, cfg: PreferenceConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
         return torch.optim.Adam(
@@ -240,7 +286,6 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     ``eval_fn(model) -> dict`` runs every ``eval_every`` steps and at the end; ``callback(step,
     model)`` after every step. Returns a :class:`History`. The policy is left in eval mode.
     """
-    from icml25.fpo.data import load_preferences
     from icml25.progress import track
 
     if not isinstance(config, PreferenceConfig):
@@ -248,9 +293,10 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     cfg = config
     if not isinstance(policy, nn.Module):
         raise TypeError(f"policy must be a torch nn.Module, got {type(policy).__name__}")
-    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or isinstance(
-            dataset, (str, os.PathLike)):  # fmt: skip
-        dataset = load_preferences(dataset)
+    if ref_model is policy:
+        raise ValueError("ref_model is the policy itself: pass a frozen copy (copy.deepcopy(policy) "
+                         "before training) or a reference cache")  # fmt: skip
+    dataset = as_records(dataset)
     n = len(dataset)
     if n == 0:
         raise ValueError("the preference dataset is empty")
@@ -262,12 +308,17 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
         if sae is None:
             raise ValueError("FPO needs an SAE (sae=): load_gemma_scope_npz, from_sae_lens, or "
                              "train_sae on harvested activations")  # fmt: skip
-        resolve_layer(policy, cfg.layer)
+        if not isinstance(sae, SparseAutoencoder):
+            raise TypeError(
+                f"sae must be an icml25.fpo.SparseAutoencoder, got {type(sae).__name__}"
+            )
         hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
         if hidden is not None and hidden != sae.d_in:
             raise ValueError(f"the SAE's d_in={sae.d_in} differs from the model's hidden size "
                              f"{hidden}")  # fmt: skip
         sae = sae.to(dev).requires_grad_(False)
+        # resolve a negative layer and clamp k once (not a warning per step)
+        cfg = replace(cfg, layer=resolve_layer(policy, cfg.layer), k=_k(cfg.k, sae.d_sae, 3))
     needs_cache = cfg.method == "dpo" or (cfg.method == "fpo" and cfg.paper_mode)
     if needs_cache and ref_cache is None:
         if ref_model is None:
@@ -278,14 +329,18 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
             layer=cfg.layer if cfg.method == "fpo" else None, collator=collator,
             batch_size=max(cfg.batch_size, 8), pool=cfg.pool, site=cfg.site,
             progress=cfg.progress)  # fmt: skip
+    elif needs_cache and ref_model is not None:
+        ref_cache.check_compatible(model=ref_model)  # a cache of another reference is refused
     if needs_cache and cfg.method == "fpo":
-        ref_cache.check_compatible(layer=resolve_layer(policy, cfg.layer), sae=sae, pool=cfg.pool,
-                                   site=cfg.site)  # fmt: skip
+        ref_cache.check_compatible(layer=cfg.layer, sae=sae, pool=cfg.pool, site=cfg.site)
+    ref_was_training = ref_model.training if ref_model is not None else False
     if cfg.needs_ref_model:
         if ref_model is None:
             raise ValueError(f"method {cfg.method!r} runs the reference model each step: pass "
                              "ref_model=")  # fmt: skip
-        ref_model.eval()  # run under no_grad; its requires_grad flags stay the user's
+        ref_model.eval()  # run under no_grad; restored at the end
+    if cfg.disable_dropout:
+        _disable_dropout(policy)
     identical = 0
     for i in range(n):
         r = dataset[i]
@@ -307,12 +362,17 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     total = per_epoch * cfg.epochs
     orders = [torch.randperm(n, generator=gen).tolist() for _ in range(cfg.epochs)]
     hist = History(config=asdict(cfg))
+    data_fp = _data_fingerprint(dataset) if checkpoint is not None else None
     start = 0
     if checkpoint is not None and os.path.isfile(checkpoint):
         state = torch.load(checkpoint, map_location=dev, weights_only=False)
         if state.get("config") != hist.config:
             raise RuntimeError(f"checkpoint {checkpoint} was written with another config; "
                                "remove it or pass another path")  # fmt: skip
+        if state.get("data") != data_fp:
+            raise RuntimeError(f"checkpoint {checkpoint} was written for other training data "
+                               f"({state.get('data')} vs {data_fp}); remove it or pass another "
+                               "path")  # fmt: skip
         policy.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -323,7 +383,7 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
         if checkpoint is None:
             return
         tmp = f"{os.fspath(checkpoint)}.tmp"
-        torch.save({"config": hist.config, "model": policy.state_dict(), "optimizer":
+        torch.save({"config": hist.config, "data": data_fp, "model": policy.state_dict(), "optimizer":
                     opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
                     "history": hist}, tmp)  # fmt: skip
         os.replace(tmp, checkpoint)
@@ -347,8 +407,11 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
             batch = collator(recs)
             t0 = time.perf_counter()
             before = n_fwd[0]
-            loss, logs = preference_step_loss(policy, batch, cfg, sae=sae, ref_cache=ref_cache,
-                                              ref_model=ref_model)  # fmt: skip
+            try:
+                loss, logs = preference_step_loss(policy, batch, cfg, sae=sae, ref_cache=ref_cache,
+                                                  ref_model=ref_model)  # fmt: skip
+            except FloatingPointError as e:
+                raise FloatingPointError(f"step {step + 1} (pairs {idx[:4]}...): {e}") from None
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -374,6 +437,8 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
         for h in handles:
             h.remove()
         policy.eval()
+        if ref_model is not None:
+            ref_model.train(ref_was_training)
     if eval_fn is not None and not (hist.evals and hist.evals[-1]["step"] == total):
         hist.evals.append({"step": total, **eval_fn(policy)})
     save(total)

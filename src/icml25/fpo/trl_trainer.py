@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from icml25.fpo.cache import ReferenceCache, _to_csr
+from icml25.fpo.cache import ReferenceCache, _model_fingerprint, _to_csr
 from icml25.fpo.forward import pool_response_codes, preference_pass
 from icml25.fpo.hooks import ResidualCapture, resolve_layer
 from icml25.fpo.losses import INDEX_MODES, POOL_MODES, fpo_loss
@@ -102,6 +102,12 @@ class FPOTrainer(DPOTrainer):
                             "not its name: the SAE's layer is checked against it")  # fmt: skip
         if train_dataset is None:
             raise ValueError("train_dataset is required")
+        if isinstance(train_dataset, (list, tuple)):
+            from datasets import Dataset
+
+            from icml25.fpo.data import load_preferences
+
+            train_dataset = Dataset.from_list(load_preferences(list(train_dataset)))
         if IDX not in getattr(train_dataset, "column_names", []):
             train_dataset = train_dataset.map(lambda _ex, i: {IDX: i}, with_indices=True)
         processing_class = kwargs.get("processing_class")
@@ -132,13 +138,21 @@ class FPOTrainer(DPOTrainer):
         ds = self.train_dataset
         fps = [_fingerprint(ds[i]) for i in range(len(ds))]
         idx = [int(ds[i][IDX]) for i in range(len(ds))]
+        model = self.ref_model if self.ref_model is not None else self.model
         if path is not None and os.path.isfile(path):
             cache = ReferenceCache.load(path)
-            cache.check_compatible(layer=self.fpo_layer, sae=self.sae, pool=self.fpo_pool,
-                                   site="hook")  # fmt: skip
-            cache.verify(idx, fps)
-            return cache
-        model = self.ref_model if self.ref_model is not None else self.model
+            try:
+                cache.check_compatible(layer=self.fpo_layer, sae=self.sae, pool=self.fpo_pool,
+                                       site="hook", model=model)  # fmt: skip
+                if len(cache) != len(idx):
+                    raise RuntimeError(f"it holds {len(cache)} pairs, the data {len(idx)}")
+                cache.verify(idx, fps)
+                return cache
+            except RuntimeError as e:
+                import warnings
+
+                warnings.warn(f"the reference cache {os.fspath(path)} does not match this run "
+                              f"({e}); rebuilding it", stacklevel=3)  # fmt: skip
         was = model.training
         model.eval()
         dev = next(model.parameters()).device
@@ -173,7 +187,8 @@ class FPOTrainer(DPOTrainer):
             tensors[f"codes_{side}_values"] = torch.cat(v_)
         meta = json.loads(json.dumps({"d_sae": self.sae.d_sae, "layer": self.fpo_layer,
                                       "pool": self.fpo_pool, "site": "hook",
-                                      "sae": self.sae.identity(), "fingerprints": fps}))  # fmt: skip
+                                      "sae": self.sae.identity(), "fingerprints": fps,
+                                      "model_fingerprint": _model_fingerprint(model)}))  # fmt: skip
         cache = ReferenceCache(tensors, meta)
         if path is not None and self.accelerator.is_main_process:
             cache.save(path)
