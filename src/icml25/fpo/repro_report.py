@@ -169,7 +169,9 @@ def plot_alpha(per_seed):
     ax2.plot(xs, win, marker="s", color="C3", label="win rate vs SFT")
     ax.set(xlabel="α", ylabel="sequential KL (nats)", title="α sweep")
     ax2.set_ylabel("win rate vs SFT")
-    fig.legend(loc="upper center", ncol=2, fontsize=8)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="center right", fontsize=8)
     fig.tight_layout()
     return fig
 
