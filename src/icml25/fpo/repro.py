@@ -457,6 +457,7 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
         ys = [np.mean(res[f"{site} {i}"][0]) for i in range(4)]
         ax.plot(range(4), ys, marker="o", label=site)
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(range(4))
     ax.set(xlabel="block", ylabel="win rate vs SFT", title="FPO by SAE site (4-block model)")
     ax.legend()
     fig.tight_layout()
