@@ -16,6 +16,7 @@ from icml25.swan import (
     expected_adamw_state_bytes,
     grad_norm,
     optimizer_state_bytes,
+    swan_direction,
     swan_param_groups,
 )
 
@@ -66,7 +67,8 @@ def test_adamw_part_matches_torch_adamw_bit_for_bit():
     swan_names = {n for g in groups if g["use_swan"] for n in g["names"]}
     assert swan_names == {"a.weight", "b.weight", "head.weight"}
     rest_b = [p for n, p in b.named_parameters() if n not in swan_names]
-    ref = torch.optim.AdamW(rest_b, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.95))
+    # our AdamW part runs torch's fused AdamW where it applies: compare with the same kernel
+    ref = torch.optim.AdamW(rest_b, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.95), fused=True)
     names = dict(a.named_parameters())
     for step in range(5):
         for model, opt in ((a, ours), (b, ref)):
@@ -292,9 +294,11 @@ def test_bad_arguments(params, kwargs, error, match):
 def test_inferred_groups_warn_and_edge_cases_run():
     W = nn.Parameter(torch.randn(6, 9))
     b = nn.Parameter(torch.randn(6))
-    with pytest.warns(UserWarning, match="swan_param_groups"):
+    with pytest.warns(UserWarning, match="split per parameter: 1 matrices -> SWAN, 1 other"):
         opt = SWAN([W, b])
-    assert opt.param_groups[0]["use_swan"] is False  # a mixed group goes to AdamW
+    # a mixed group is split per parameter: the matrix is whitened, the bias takes AdamW
+    assert [(g["use_swan"], [tuple(p.shape) for p in g["params"]]) for g in opt.param_groups] == [
+        (True, [(6, 9)]), (False, [(6,)])]  # fmt: skip
     tall = nn.Parameter(torch.randn(12, 5))
     opt = SWAN([{"params": [tall], "use_swan": True}])
     for grad in (torch.zeros(12, 5), torch.randn(12, 1) @ torch.randn(1, 5)):  # zero, rank 1
@@ -339,3 +343,74 @@ def test_sinkgd_and_muon_anchor():
     if hasattr(torch.optim, "Muon"):
         with pytest.raises(ValueError):
             torch.optim.Muon([nn.Parameter(torch.randn(5))])
+
+
+def test_one_line_call_on_a_real_model_whitens_its_matrices():
+    """SWAN(model.parameters()) (the README's first call) must not silently be AdamW."""
+    model = Tiny()
+    with pytest.warns(UserWarning, match="split per parameter"):
+        opt = SWAN(model.parameters(), lr=1e-2)
+    loss_of(model).backward()
+    opt.step()
+    mats = [p for p in model.parameters() if p.ndim == 2]
+    assert mats and all(p not in opt.state for p in mats)  # stateless: SWAN, not AdamW
+    assert all(p in opt.state for p in model.parameters() if p.ndim == 1)
+
+
+def test_multihead_attention_in_proj_is_whitened_per_qkv_block():
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0)
+    groups = swan_param_groups(layer, lr=1e-2)
+    qkv = [g for g in groups if g.get("blocks") == 3]
+    assert len(qkv) == 1 and qkv[0]["names"] == ["self_attn.in_proj_weight"]
+    swan_names = {n for g in groups if g["use_swan"] for n in g["names"]}
+    assert {"self_attn.out_proj.weight", "linear1.weight", "linear2.weight"} <= swan_names
+    opt = SWAN(groups, whitening="svd", compute_dtype=torch.float64)
+    x = torch.randn(20, 3, 16)  # 60 tokens: every block's gradient has full rank 16
+    layer(x).pow(2).sum().backward()
+    W = layer.self_attn.in_proj_weight
+    G = W.grad.detach().clone().double()
+    before = W.detach().clone().double()
+    opt.step()
+    step = (before - W.detach().double()) / 1e-2
+    for blk in step.reshape(3, 16, 16):
+        # each block whitened on its own: equal singular values, except the one GradNorm's row
+        # centring removes (every row sums to 0), and entry RMS 1
+        sv = torch.linalg.svdvals(blk)
+        assert float(sv[14] / sv[0]) > 1 - 1e-5 and float(sv[15] / sv[0]) < 1e-4
+        assert float(blk.pow(2).mean()) == pytest.approx(1.0, rel=1e-4)
+    assert not torch.allclose(step, swan_direction(G, whitening="svd",
+                                                   compute_dtype=torch.float64), atol=1e-3)  # fmt: skip
+    assert W not in opt.state
+
+
+def test_standard_optimizer_flags():
+    W = nn.Parameter(torch.randn(6, 6))
+    b = nn.Parameter(torch.randn(6))
+    groups = [{"params": [W], "use_swan": True}, {"params": [b], "use_swan": False}]
+    for flag in ("capturable", "differentiable"):
+        with pytest.raises(ValueError, match=f"{flag}=True"):
+            SWAN(groups, **{flag: True})
+    with pytest.raises(TypeError, match="fused must be a bool or None"):
+        SWAN(groups, fused="yes")
+    # maximize: the step goes up the gradient, for both rules
+    for maximize, sign in ((False, -1), (True, 1)):
+        W2, b2 = nn.Parameter(W.detach().clone()), nn.Parameter(b.detach().clone())
+        opt = SWAN([{"params": [W2], "use_swan": True}, {"params": [b2], "use_swan": False}],
+                   lr=1e-2, maximize=maximize, foreach=False, fused=False)  # fmt: skip
+        W2.grad, b2.grad = torch.ones(6, 6) + torch.eye(6), torch.ones(6)
+        opt.step()
+        assert sign * float((b2 - b).sum()) > 0
+        assert sign * float(((W2 - W) * W2.grad).sum()) > 0
+
+
+def test_same_shape_matrices_batched_equal_one_by_one():
+    torch.manual_seed(2)
+    Ws = [nn.Parameter(torch.randn(8, 12)) for _ in range(3)]
+    grads = [torch.randn(8, 12) for _ in Ws]
+    a = SWAN([{"params": Ws, "use_swan": True}], lr=1e-2)
+    for W, g in zip(Ws, grads):
+        W.grad = g
+    expected = [W.detach() - 1e-2 * swan_direction(g) for W, g in zip(Ws, grads)]
+    a.step()
+    for W, e in zip(Ws, expected):
+        assert torch.allclose(W.detach(), e, atol=1e-5)

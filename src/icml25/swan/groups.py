@@ -55,7 +55,9 @@ def swan_param_groups(
     """Two parameter groups for :class:`~icml25.swan.SWAN`: SWAN matrices and the AdamW rest.
 
     A parameter is SWAN iff it is the ``.weight`` of an ``nn.Linear`` (or of an HF ``Conv1D``, which
-    stores ``(in, out)``: those get their own group with ``norm_dim=0``) with both dimensions
+    stores ``(in, out)``: those get their own group with ``norm_dim=0``), or a projection matrix
+    of an ``nn.MultiheadAttention`` (its fused ``in_proj_weight`` gets a group with ``blocks=3``:
+    the Q, K and V blocks are whitened separately), with both dimensions
     ``>= min_dim``, it is not an input/output embedding (by identity: tied weights included), and
     ``include(name, module, param)`` (if given) agrees. Frozen parameters are left out. Each group
     carries ``"names"`` for reporting. ``adamw_lr`` defaults to ``lr``.
@@ -65,7 +67,7 @@ def swan_param_groups(
     conv1d = _conv1d_type()
     embeddings = _embedding_ids(model)
     seen: set[int] = set()
-    swan, swan_t, rest = ([], []), ([], []), ([], [])
+    swan, swan_t, swan_qkv, rest = ([], []), ([], []), ([], []), ([], [])
     for mod_name, module in model.named_modules():
         for p_name, p in module.named_parameters(recurse=False):
             if id(p) in seen or not p.requires_grad:
@@ -75,9 +77,13 @@ def swan_param_groups(
             is_linear = isinstance(module, nn.Linear) or (
                 conv1d is not None and isinstance(module, conv1d)
             )
+            mha = isinstance(module, nn.MultiheadAttention)
+            # nn.MultiheadAttention keeps Q, K, V in one (3E, E) in_proj_weight (or three
+            # q/k/v_proj_weight matrices when kdim/vdim differ); out_proj is an nn.Linear
+            mha_matrix = mha and p_name in ("in_proj_weight", "q_proj_weight", "k_proj_weight",
+                                            "v_proj_weight")  # fmt: skip
             eligible = (
-                is_linear
-                and p_name == "weight"
+                (is_linear and p_name == "weight" or mha_matrix)
                 and p.ndim == 2
                 and min(p.shape) >= min_dim
                 and id(p) not in embeddings
@@ -86,6 +92,8 @@ def swan_param_groups(
             target = rest
             if eligible:
                 target = swan_t if (conv1d is not None and isinstance(module, conv1d)) else swan
+                if mha and p_name == "in_proj_weight":
+                    target = swan_qkv
             target[0].append(p)
             target[1].append(name)
     groups = []
@@ -111,6 +119,19 @@ def swan_param_groups(
                 "scale": scale,
                 "weight_decay": weight_decay,
                 "norm_dim": 0,
+            }
+        )
+    if swan_qkv[0]:
+        groups.append(
+            {
+                "params": swan_qkv[0],
+                "names": swan_qkv[1],
+                "use_swan": True,
+                "lr": lr,
+                "scale": scale,
+                "weight_decay": weight_decay,
+                "norm_dim": -1,
+                "blocks": 3,  # whiten the Q, K and V blocks of the fused matrix separately
             }
         )
     if rest[0]:

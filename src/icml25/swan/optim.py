@@ -91,7 +91,24 @@ class SWAN(torch.optim.Optimizer):
         flatten_nd: bool = False,
         shard_work: bool = False,
         process_group: Any = None,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
     ) -> None:
+        if capturable:
+            raise ValueError(
+                "SWAN(capturable=True) is not supported: the step is not CUDA-graph capturable "
+                "(its finiteness check and the AdamW part's step counters live on the host)"
+            )
+        if differentiable:
+            raise ValueError(
+                "SWAN(differentiable=True) is not supported (the step runs under no_grad)"
+            )
+        for flag, value in (("maximize", maximize), ("foreach", foreach), ("fused", fused)):
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"{flag} must be a bool or None, got {value!r}")
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         preset = VARIANTS[variant]
@@ -112,6 +129,9 @@ class SWAN(torch.optim.Optimizer):
             "adamw_eps": adamw_eps,
             "adamw_weight_decay": adamw_weight_decay,
             "flatten_nd": flatten_nd,
+            "maximize": maximize,
+            "foreach": foreach,
+            "fused": fused,
         }
         if nonfinite not in _NONFINITE:
             raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}")
@@ -119,29 +139,54 @@ class SWAN(torch.optim.Optimizer):
         self.skipped_steps = 0
         self.shard_work = shard_work
         self.process_group = process_group
-        super().__init__(params, defaults)
         self._warned_inferred = False
+        self._initialising = True
+        super().__init__(params, defaults)
+        self._initialising = False
         for group in self.param_groups:
             self._check_group(group)
 
     # -- construction ------------------------------------------------------------------------
     def add_param_group(self, param_group: dict) -> None:
+        """Add a group; a group without ``use_swan`` is split PER PARAMETER: matrices (2-D, both
+        sides >= 2) go to a SWAN group, everything else (biases, norm gains, 1-wide matrices) to
+        an AdamW group, with a warning (a 2-D embedding or LM head would be whitened too)."""
+        if isinstance(param_group, dict) and "use_swan" not in param_group:
+            params = param_group["params"]
+            params = [params] if isinstance(params, Tensor) else list(params)
+            names = param_group.get("names") or [None] * len(params)
+            parts: dict[bool, tuple[list, list]] = {True: ([], []), False: ([], [])}
+            for p, n in zip(params, names):
+                is_matrix = p.ndim == 2 and min(p.shape) >= 2
+                parts[is_matrix][0].append(p)
+                parts[is_matrix][1].append(n)
+            if not self._warned_inferred:
+                warnings.warn(
+                    f"SWAN: a parameter group without 'use_swan' was split per parameter: "
+                    f"{len(parts[True][0])} matrices -> SWAN, {len(parts[False][0])} other tensors "
+                    "(biases, norms, 1-wide) -> AdamW. Tensors alone cannot tell an embedding or "
+                    "LM head (keep them on AdamW) from a projection: build the groups with "
+                    "icml25.swan.swan_param_groups(model).",
+                    UserWarning,
+                    stacklevel=4 if self._initialising else 2,
+                )
+                self._warned_inferred = True
+            for flag in (True, False):
+                ps, ns = parts[flag]
+                if not ps:
+                    continue
+                sub = {**param_group, "params": ps, "use_swan": flag}
+                if any(n is not None for n in ns):
+                    sub["names"] = ns
+                else:
+                    sub.pop("names", None)
+                self.add_param_group(sub)
+            return
         super().add_param_group(param_group)
-        if hasattr(self, "_warned_inferred"):
+        if not self._initialising:
             self._check_group(self.param_groups[-1])
 
     def _check_group(self, group: dict) -> None:
-        if "use_swan" not in group:
-            group["use_swan"] = all(p.ndim == 2 for p in group["params"])
-            if not self._warned_inferred:
-                warnings.warn(
-                    "SWAN: a parameter group has no 'use_swan' key; 2-D tensors were routed to SWAN "
-                    "and the rest to AdamW. Tensors alone cannot tell an embedding from a "
-                    "projection: build groups with icml25.swan.swan_param_groups(model).",
-                    UserWarning,
-                    stacklevel=3,
-                )
-                self._warned_inferred = True
         if group["lr"] < 0 or not math.isfinite(group["lr"]):
             raise ValueError(f"lr must be a finite number >= 0, got {group['lr']!r}")
         if not group["scale"] > 0:
@@ -166,6 +211,9 @@ class SWAN(torch.optim.Optimizer):
             )
         if not group["use_swan"]:
             return
+        blocks = group.get("blocks", 1)
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
         names = group.get("names") or [None] * len(group["params"])
         for p, name in zip(group["params"], names):
             label = (
@@ -181,6 +229,8 @@ class SWAN(torch.optim.Optimizer):
                     "(swan_param_groups does) or pass flatten_nd=True for conv kernels."
                 )
             rows = p.reshape(p.shape[0], -1) if p.ndim > 2 else p
+            if rows.shape[0] % blocks:
+                raise ValueError(f"{label}: {rows.shape[0]} rows do not split into blocks={blocks}")
             if rows.shape[group["norm_dim"]] < 2:
                 raise ValueError(
                     f"GradNorm along norm_dim={group['norm_dim']} needs >= 2 entries per row; got "
@@ -189,10 +239,11 @@ class SWAN(torch.optim.Optimizer):
 
     # -- the step ------------------------------------------------------------------------------
     def _direction(self, G: Tensor, group: dict) -> Tensor:
+        nd = group["norm_dim"]
         return swan_direction(
             G,
             norm=group["norm"],
-            norm_dim=group["norm_dim"],
+            norm_dim=nd - 2 if nd >= 0 else nd,  # of the matrix, also under a batch dimension
             center=group["center"],
             whitening=group["whitening"],
             ns_steps=group["ns_steps"],
@@ -203,14 +254,28 @@ class SWAN(torch.optim.Optimizer):
         )
 
     def _grads_finite(self) -> bool:
+        """One fused finiteness reduction over every gradient and ONE host sync per step (not
+        one per parameter); under ``torch.compile`` the check is an async device assertion."""
+        grads = []
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
                     if p.grad.is_sparse:
                         raise RuntimeError("SWAN does not support sparse gradients")
-                    if not bool(torch.isfinite(p.grad).all()):
-                        return False
-        return True
+                    grads.append(p.grad)
+        if not grads:
+            return True
+        by_device: dict[Any, list[Tensor]] = {}
+        for g in grads:
+            by_device.setdefault(g.device, []).append(g)
+        flags = [
+            torch.stack([torch.isfinite(g).all() for g in gs]).all() for gs in by_device.values()
+        ]
+        ok = flags[0] if len(flags) == 1 else torch.stack([f.cpu() for f in flags]).all()
+        if torch.compiler.is_compiling():
+            torch._assert_async(ok, "SWAN: a gradient contains NaN/inf")
+            return True
+        return bool(ok)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -238,16 +303,46 @@ class SWAN(torch.optim.Optimizer):
 
             updates = sharded_swan_updates(self, swan_jobs)
         else:
-            updates = (self._update_of(p, group) for p, group in swan_jobs)
+            updates = self._batched_updates(swan_jobs)
         for (p, group), delta in zip(swan_jobs, updates):
             self._apply(p, group, delta)
         return loss
 
-    def _update_of(self, p: Tensor, group: dict) -> Tensor:
+    def _matrix_grad(self, p: Tensor, group: dict) -> Tensor:
+        """The gradient as the matrices SWAN whitens: ``(m, n)``, or ``(blocks, m / blocks, n)``
+        for a fused projection (``nn.MultiheadAttention.in_proj_weight``: Q, K, V separately)."""
         G = p.grad
+        if group.get("maximize"):
+            G = -G
         if G.ndim > 2:
             G = G.reshape(G.shape[0], -1)
-        return self._direction(G, group).reshape(p.shape)
+        blocks = group.get("blocks", 1)
+        if blocks > 1:
+            G = G.reshape(blocks, G.shape[0] // blocks, G.shape[1])
+        return G
+
+    def _update_of(self, p: Tensor, group: dict) -> Tensor:
+        return self._direction(self._matrix_grad(p, group), group).reshape(p.shape)
+
+    def _batched_updates(self, jobs: list) -> list[Tensor]:
+        """Updates of every job; same-shape matrices of one group are whitened as one batched
+        matmul (the operators take leading batch dimensions)."""
+        out: list[Tensor | None] = [None] * len(jobs)
+        buckets: dict[tuple, list[int]] = {}
+        for i, (p, group) in enumerate(jobs):
+            G = self._matrix_grad(p, group)
+            key = (id(group), tuple(G.shape), G.dtype, G.device)
+            buckets.setdefault(key, []).append(i)
+        for idx in buckets.values():
+            grads = [self._matrix_grad(*jobs[i]) for i in idx]
+            group = jobs[idx[0]][1]
+            if len(idx) == 1:
+                D = self._direction(grads[0], group).unsqueeze(0)
+            else:
+                D = self._direction(torch.stack(grads), group)
+            for j, i in enumerate(idx):
+                out[i] = D[j].reshape(jobs[i][0].shape)
+        return out  # type: ignore[return-value]
 
     def _apply(self, p: Tensor, group: dict, delta: Tensor) -> None:
         lr = group["lr"]
@@ -276,6 +371,14 @@ class SWAN(torch.optim.Optimizer):
         if not params:
             return
         beta1, beta2 = group["adamw_betas"]
+        fused = group.get("fused")
+        if fused is None:  # torch's fused AdamW where it applies (CPU and CUDA floating params)
+            fused = not torch.compiler.is_compiling() and all(
+                p.device.type in ("cpu", "cuda")
+                and p.is_floating_point()
+                and p.dtype != torch.float64
+                for p in params
+            )
         adam_functional(
             params,
             grads,
@@ -283,6 +386,8 @@ class SWAN(torch.optim.Optimizer):
             exp_avg_sqs,
             [],
             steps,
+            foreach=None if fused else group.get("foreach"),
+            fused=fused or None,
             decoupled_weight_decay=True,
             amsgrad=False,
             beta1=beta1,
@@ -290,7 +395,7 @@ class SWAN(torch.optim.Optimizer):
             lr=group["lr"],
             weight_decay=group["adamw_weight_decay"],
             eps=group["adamw_eps"],
-            maximize=False,
+            maximize=bool(group.get("maximize")),
         )
 
 
