@@ -1,7 +1,7 @@
 """Pure-PyTorch autograd functions of LapSum on rows ``(R, n)``: the CPU path and the fallback.
 
-Each works in float64 internally whatever the input dtype (the sorted-statistics stage needs it,
-spec §7-§8) and returns the input's dtype. Backward passes use the exact closed-form VJPs of spec
+Each works in float64 on CPU whatever the input dtype, and in the input's precision (at least
+float32) on CUDA (:func:`_cdt`), and returns the input's dtype. Backward passes use the exact closed-form VJPs of spec
 §3-§5: no ``n x n`` matrix, O(n) saved memory (``r`` in its own dtype, ``t``, and for rank the sort
 permutation). Backwards are ``once_differentiable``: double backward is not supported.
 
@@ -12,6 +12,7 @@ other direction.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -21,19 +22,29 @@ from icml25.lapsum._stats import (
     cross_kernel_logsum,
     cross_kernel_matvec,
     laplace_cdf,
-    laplace_kernel_matvec,
+    laplace_kernel_offdiag_matvec,
     laplace_log_cdf,
+    lapsum_offdiag_stats,
     lapsum_stats,
     solve_inverse,
 )
 
-CDT = torch.float64  # compute dtype of the torch path
+
+def _cdt(r: torch.Tensor) -> torch.dtype:
+    """Compute dtype of the torch path: float64 on CPU (cheap there; the sorted statistics keep
+    full precision); on CUDA the input's precision, at least float32 (float64 is slow on most
+    GPUs): docs/lapsum.md, "Precision". ``ICML25_LAPSUM_COMPUTE=float32`` forces float32 (tests)."""
+    if os.environ.get("ICML25_LAPSUM_COMPUTE", "") == "float32" and r.dtype != torch.float64:
+        return torch.float32
+    if r.dtype == torch.float64 or r.device.type == "cpu":
+        return torch.float64
+    return torch.float32
 
 
 def _sorted_scaled(r: torch.Tensor, alpha: torch.Tensor):
     """Sort rows, centre on the row median (shift invariance, spec §8.3), scale by alpha."""
     rs, perm = torch.sort(r, dim=-1)
-    rs = rs.to(CDT)
+    rs = rs.to(_cdt(r))
     center = rs[:, (rs.shape[-1] - 1) // 2 : (rs.shape[-1] - 1) // 2 + 1]
     s = (rs - center) / alpha
     return s, perm, center
@@ -44,13 +55,13 @@ class LapSumInverseFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, r: torch.Tensor, w: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        a64 = alpha.to(CDT)
+        a64 = alpha.to(_cdt(r))
         s, _, center = _sorted_scaled(r, a64)
         if w.shape[-1] == 0:
-            t = torch.zeros(w.shape, dtype=CDT, device=r.device)
+            t = torch.zeros(w.shape, dtype=_cdt(r), device=r.device)
         else:
             a, b, g = lapsum_stats(s)
-            t = center + a64 * solve_inverse(s, a, b, g, w.to(CDT))
+            t = center + a64 * solve_inverse(s, a, b, g, w.to(_cdt(r)))
         ctx.save_for_backward(r, t, alpha)
         ctx.w_dtype = w.dtype
         return t.to(r.dtype)
@@ -65,14 +76,15 @@ class LapSumInverseFn(torch.autograd.Function):
                 torch.zeros(t.shape, dtype=ctx.w_dtype),
                 torch.zeros_like(alpha),
             )
-        a64 = alpha.to(CDT)
-        u = u.to(CDT)
+        a64 = alpha.to(_cdt(r))
+        u = u.to(_cdt(r))
         g_r, weights, c = _inverse_vjp(r, t, a64, u)
         g_w = a64 * weights if ctx.needs_input_grad[1] else None
         g_alpha = None
         if ctx.needs_input_grad[2]:
             g_alpha = (
-                (u * (t - c)).sum(-1, keepdim=True) - (g_r * (r.to(CDT) - c)).sum(-1, keepdim=True)
+                (u * (t - c)).sum(-1, keepdim=True)
+                - (g_r * (r.to(_cdt(r)) - c)).sum(-1, keepdim=True)
             ) / a64
         return (
             g_r.to(r.dtype) if ctx.needs_input_grad[0] else None,
@@ -87,8 +99,8 @@ def _inverse_vjp(r: torch.Tensor, t: torch.Tensor, a64: torch.Tensor, u: torch.T
     ``W_lj = f((t_l - r_j)/alpha) / F_l`` is never formed: two cross Laplace-kernel sums over the
     merged, sorted point sets. Returns ``(g_r, u / F, row mean used for centring)``.
     """
-    c = r.to(CDT).mean(dim=-1, keepdim=True)
-    z = (r.to(CDT) - c) / a64
+    c = r.to(_cdt(r)).mean(dim=-1, keepdim=True)
+    z = (r.to(_cdt(r)) - c) / a64
     tau = (t - c) / a64
     log_f = cross_kernel_logsum(z, torch.zeros_like(z), tau) - LOG2  # log F_l
     weights = u * torch.exp(-log_f)
@@ -104,12 +116,12 @@ class SoftTopKFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, r, k, alpha, log: bool):
-        a64 = alpha.to(CDT)
+        a64 = alpha.to(_cdt(r))
         n = r.shape[-1]
         s, _, center = _sorted_scaled(r, a64)
         a, b, g = lapsum_stats(s)
-        t = center + a64 * solve_inverse(s, a, b, g, n - k.to(CDT))  # (R, m)
-        x = (r.to(CDT)[:, None, :] - t[:, :, None]) / a64[:, :, None]
+        t = center + a64 * solve_inverse(s, a, b, g, n - k.to(_cdt(r)))  # (R, m)
+        x = (r.to(_cdt(r))[:, None, :] - t[:, :, None]) / a64[:, :, None]
         out = laplace_log_cdf(x) if log else laplace_cdf(x)
         ctx.save_for_backward(r, t, alpha)
         ctx.log = log
@@ -120,9 +132,9 @@ class SoftTopKFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, v):
         r, t, alpha = ctx.saved_tensors
-        a64 = alpha.to(CDT)[:, :, None]  # (R, 1, 1)
-        v = v.to(CDT)
-        x = (r.to(CDT)[:, None, :] - t[:, :, None]) / a64  # (R, m, n)
+        a64 = alpha.to(_cdt(r))[:, :, None]  # (R, 1, 1)
+        v = v.to(_cdt(r))
+        x = (r.to(_cdt(r))[:, None, :] - t[:, :, None]) / a64  # (R, m, n)
         neg_abs = -x.abs()
         q = torch.softmax(neg_abs, dim=-1)
         log_f = torch.logsumexp(neg_abs, dim=-1) - LOG2  # (R, m)
@@ -157,26 +169,29 @@ class SoftRankFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, r, alpha):
-        a64 = alpha.to(CDT)
+        a64 = alpha.to(_cdt(r))
         s, perm, _ = _sorted_scaled(r, a64)
-        a, b, _g = lapsum_stats(s)
-        i = torch.arange(r.shape[-1], dtype=CDT, device=r.device)
-        ranks_sorted = i + 0.5 * (a - b)
+        a_ex, b_ex = lapsum_offdiag_stats(s)
+        i = torch.arange(r.shape[-1], dtype=_cdt(r), device=r.device)
+        ranks_sorted = i + 0.5 * (a_ex - b_ex)
         out = torch.empty_like(ranks_sorted).scatter_(-1, perm, ranks_sorted)
-        # K 1 in sorted order spares the backward two scans: r + perm + k1 = 20 bytes per element
-        ctx.save_for_backward(r, perm, 0.5 * (a + b - 1.0), alpha)
+        # the off-diagonal K 1 = (A + B - 2) / 2 in sorted order spares the backward two scans:
+        # r + perm + k1 = 20 bytes per element
+        ctx.save_for_backward(r, perm, 0.5 * (a_ex + b_ex), alpha)
         return out.to(r.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, v):
         r, perm, k1, alpha = ctx.saved_tensors
-        a64 = alpha.to(CDT)
-        r64 = r.to(CDT)
+        a64 = alpha.to(_cdt(r))
+        r64 = r.to(_cdt(r))
         c = r64.mean(-1, keepdim=True)
         s = (r64.gather(-1, perm) - c) / a64  # sorted without a second sort
-        v_sorted = v.to(CDT).gather(-1, perm)
-        kv = laplace_kernel_matvec(s, v_sorted, k1)
+        v_sorted = v.to(_cdt(r)).gather(-1, perm)
+        # d rank_i / d r_j over j != i only: exclusive scans, so the diagonal v_i / 2 never meets
+        # (and never cancels against) a tiny off-diagonal part
+        kv = laplace_kernel_offdiag_matvec(s, v_sorted)
         g_sorted = (v_sorted * k1 - kv) / a64
         g_r = torch.empty_like(g_sorted).scatter_(-1, perm, g_sorted)
         g_alpha = None
@@ -197,15 +212,15 @@ class PermutationCEFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, r, target, alpha):
-        a64 = alpha.to(CDT)
+        a64 = alpha.to(_cdt(r))
         n = r.shape[-1]
         if n > 1:
             s, _, center = _sorted_scaled(r, a64)
             sa, sb, sg = lapsum_stats(s)
-            w = torch.arange(1, n, dtype=CDT, device=r.device).expand(r.shape[0], n - 1)
+            w = torch.arange(1, n, dtype=_cdt(r), device=r.device).expand(r.shape[0], n - 1)
             cuts = center + a64 * solve_inverse(s, sa, sb, sg, w)
         else:
-            cuts = torch.zeros((r.shape[0], 0), dtype=CDT, device=r.device)
+            cuts = torch.zeros((r.shape[0], 0), dtype=_cdt(r), device=r.device)
         x_lo, x_hi = _position_bounds(r, target, cuts, a64)
         log_d = log_cdf_difference(x_lo, x_hi)
         ctx.save_for_backward(r, target, cuts, alpha)
@@ -215,8 +230,8 @@ class PermutationCEFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g):
         r, target, cuts, alpha = ctx.saved_tensors
-        a64 = alpha.to(CDT)
-        g = g.to(CDT)[:, None]  # (R, 1)
+        a64 = alpha.to(_cdt(r))
+        g = g.to(_cdt(r))[:, None]  # (R, 1)
         n = r.shape[-1]
         x_lo, x_hi = _position_bounds(r, target, cuts, a64)
         log_d = log_cdf_difference(x_lo, x_hi)
@@ -227,7 +242,7 @@ class PermutationCEFn(torch.autograd.Function):
         g_r = -g * (ratio_lo - ratio_hi) / a64
         if n > 1:
             # through the cut points: b_T feeds a (dlogD/db = -f(a)/D/alpha), b_{T+1} feeds c
-            g_cut_full = torch.zeros((r.shape[0], n + 1), dtype=CDT, device=r.device)
+            g_cut_full = torch.zeros((r.shape[0], n + 1), dtype=_cdt(r), device=r.device)
             g_cut_full.scatter_add_(-1, target, g * ratio_lo / a64)
             g_cut_full.scatter_add_(-1, target + 1, -g * ratio_hi / a64)
             g_via_cuts, _, _ = _inverse_vjp(r, cuts, a64, g_cut_full[:, 1:n])
@@ -235,7 +250,7 @@ class PermutationCEFn(torch.autograd.Function):
         g_alpha = None
         if ctx.needs_input_grad[2]:
             # the loss is a function of r / alpha only, and J 1 = 0 (spec §3 identity)
-            rc = r.to(CDT) - r.to(CDT).mean(-1, keepdim=True)
+            rc = r.to(_cdt(r)) - r.to(_cdt(r)).mean(-1, keepdim=True)
             g_alpha = -(g_r * rc).sum(-1, keepdim=True) / a64
         return (
             g_r.to(r.dtype) if ctx.needs_input_grad[0] else None,
@@ -247,10 +262,10 @@ class PermutationCEFn(torch.autograd.Function):
 def _position_bounds(r, target, cuts, a64):
     """Scaled interval ``(a_i, c_i) = ((b_T - r_i)/alpha, (b_{T+1} - r_i)/alpha)`` of each element."""
     R, n = r.shape
-    inf = torch.full((R, 1), math.inf, dtype=CDT, device=r.device)
+    inf = torch.full((R, 1), math.inf, dtype=_cdt(r), device=r.device)
     b = torch.cat([-inf, cuts, inf], dim=-1)
     lo, hi = b.gather(-1, target), b.gather(-1, target + 1)
-    r64 = r.to(CDT)
+    r64 = r.to(_cdt(r))
     return (lo - r64) / a64, (hi - r64) / a64
 
 

@@ -33,6 +33,66 @@ def laplace_pdf(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * torch.exp(-x.abs())
 
 
+# -- exponential scans over ascending rows ------------------------------------------------------
+#: largest row spread ``s_max - s_min`` (in units of alpha) for which the plain ``exp`` + ``cumsum``
+#: scans stay inside the dtype's normal range: e^{-600} and e^{600} are float64 normals, e^{+-60}
+#: float32 ones. Wider rows take the ``logcumsumexp`` path (about 40x slower on CPU).
+_FAST_SPREAD = {torch.float64: 600.0, torch.float32: 60.0}
+
+
+def _use_fast(s: torch.Tensor) -> torch.Tensor | None:
+    """Per-row bool mask of the rows the plain scans handle, or None when none qualifies (or
+    under ``torch.compile``, where a data-dependent branch would break the graph)."""
+    lim = _FAST_SPREAD.get(s.dtype)
+    if lim is None or torch.compiler.is_compiling() or s.shape[-1] == 0:
+        return None
+    return (s[:, -1] - s[:, 0]) <= lim
+
+
+def _scans(
+    s: torch.Tensor, w: torch.Tensor | None, exclusive: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``L_i = sum_{j<=i} e^{s_j - s_i} w_j`` and ``Rt_i = sum_{j>=i} e^{s_i - s_j} w_j`` for
+    ascending rows ``s`` and weights ``w`` (``None``: all ones); ``exclusive`` drops ``j = i``.
+    Plain scans on the rows whose spread allows it, ``logcumsumexp`` on the others (which needs
+    ``w >= 0``: :func:`_signed_kernel` splits signed weights for it)."""
+    fast = _use_fast(s)
+    left = right = None
+    if fast is not None:
+        lo, hi = s[:, :1], s[:, -1:]
+        # one exp per element: e^{s - hi} in [e^-spread, 1]; its reciprocal e^{hi - s} <= e^spread;
+        # e^{lo - s} = e^{lo - hi} e^{hi - s}, e^{s - lo} = e^{hi - lo} e^{s - hi}
+        el = torch.exp(s - hi)
+        inv = torch.reciprocal(el)
+        span = torch.exp(hi - lo)
+        er = inv / span
+        wl, wr = (el, er) if w is None else (el * w, er * w)
+        cl = torch.cumsum(wl, -1)
+        cr = torch.cumsum(wr.flip(-1), -1).flip(-1)
+        if exclusive:  # shift, never subtract the own term (it would cancel the tiny rest)
+            zero = torch.zeros_like(cl[:, :1])
+            cl = torch.cat([zero, cl[:, :-1]], -1)
+            cr = torch.cat([cr[:, 1:], zero], -1)
+        left = cl * inv
+        right = cr * (el * span)
+        if bool(fast.all()):
+            return left, right
+    log_w = None if w is None else torch.log(w)  # log 0 = -inf is fine inside logcumsumexp
+    ls = s if log_w is None else s + log_w
+    rs = -s if log_w is None else log_w - s
+    cl = torch.logcumsumexp(ls, -1)
+    cr = torch.logcumsumexp(rs.flip(-1), -1).flip(-1)
+    if exclusive:
+        ninf = torch.full_like(s[:, :1], -math.inf)
+        cl = torch.cat([ninf, cl[:, :-1]], -1)
+        cr = torch.cat([cr[:, 1:], ninf], -1)
+    sl, sr = torch.exp(cl - s), torch.exp(cr + s)
+    if left is None:
+        return sl, sr
+    keep = fast[:, None]
+    return torch.where(keep, left, sl), torch.where(keep, right, sr)
+
+
 # -- sorted statistics (spec §2 steps 2-3) --------------------------------------------------------
 def lapsum_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``A``, ``B`` and ``G`` for ascending rows ``s`` of shape ``(R, n)``.
@@ -40,13 +100,18 @@ def lapsum_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     ``B_i = sum_{j<=i} e^{s_j - s_i}``, ``A_i = sum_{j>=i} e^{s_i - s_j}`` (both in ``[1, n]``) and
     ``G_i = LapSum(s_i) = i + 1/2 + (A_i - B_i) / 2`` (strictly increasing in ``i``).
     """
-    b = torch.exp(torch.logcumsumexp(s, dim=-1) - s)
-    a = torch.exp(torch.logcumsumexp((-s).flip(-1), dim=-1).flip(-1) + s)
-    # Rounding can push the exact-at-the-ends values a hair below 1; they are >= 1 by definition.
-    a, b = a.clamp(min=1.0), b.clamp(min=1.0)
+    b_ex, a_ex = _scans(s, None, exclusive=True)
+    a, b = 1.0 + a_ex, 1.0 + b_ex
     i = torch.arange(s.shape[-1], dtype=s.dtype, device=s.device)
-    g = i + 0.5 + 0.5 * (a - b)
+    g = i + 0.5 + 0.5 * (a_ex - b_ex)
     return a, b, g
+
+
+def lapsum_offdiag_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``A_i - 1`` and ``B_i - 1`` (the sums over ``j != i``) by exclusive scans: accurate even
+    when they are far below 1 (small alpha), where ``A - 1`` would cancel."""
+    b_ex, a_ex = _scans(s, None, exclusive=True)
+    return a_ex, b_ex
 
 
 def solve_inverse(
@@ -109,20 +174,33 @@ def laplace_kernel_matvec(
 ) -> torch.Tensor:
     """``(K u)_i = sum_j e^{-|s_i - s_j|} u_j / 2`` for ascending ``s`` (R, n), signed ``u`` (R, n).
 
-    O(n) after the sort: one left and one right cumulative sum in the log domain (spec §4). Signed
-    ``u`` is shifted to ``u - min(u) >= 0`` and corrected with ``min(u) K 1``: two scans instead of
-    the four of a positive/negative split, at an absolute cost of ``eps |min u| n`` in float64.
-    ``k1`` (``K 1 = (A + B - 1) / 2``) may be passed when the caller has it.
+    O(n) after the sort: left and right cumulative sums (spec §4), of the positive and the
+    negative part of ``u`` separately (no cancellation against a shift). ``k1`` is unused (kept
+    for callers of the former signature).
     """
-    if k1 is None:
-        a, b, _ = lapsum_stats(s)
-        k1 = 0.5 * (a + b - 1.0)
-    low = u.min(dim=-1, keepdim=True).values
-    shifted = u - low
-    log_u = torch.log(shifted)  # log 0 = -inf is fine inside logcumsumexp
-    left = torch.exp(torch.logcumsumexp(s + log_u, dim=-1) - s)
-    right = torch.exp(torch.logcumsumexp((log_u - s).flip(-1), dim=-1).flip(-1) + s)
-    return 0.5 * (left + right - shifted) + low * k1
+    return 0.5 * (_signed_kernel(s, u, exclusive=True) + u)
+
+
+def laplace_kernel_offdiag_matvec(s: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``sum_{j != i} e^{-|s_i - s_j|} u_j / 2``: :func:`laplace_kernel_matvec` without the
+    diagonal, by exclusive scans, so nothing cancels against the ``u_i / 2`` term when the
+    off-diagonal part is tiny (small alpha)."""
+    return 0.5 * _signed_kernel(s, u, exclusive=True)
+
+
+def _signed_kernel(s: torch.Tensor, u: torch.Tensor, exclusive: bool) -> torch.Tensor:
+    """Left + right scans of signed ``u``: one pair of plain scans where every row allows them
+    (signed terms are fine in a plain cumsum), else the log-domain scans of the positive and
+    the negative part."""
+    fast = _use_fast(s)
+    if fast is not None and bool(fast.all()):
+        left, right = _scans(s, u, exclusive)
+        return left + right
+    pos = torch.where(u > 0, u, torch.zeros_like(u))
+    neg = torch.where(u < 0, -u, torch.zeros_like(u))
+    lp, rp = _scans(s, pos, exclusive)
+    ln, rn = _scans(s, neg, exclusive)
+    return (lp + rp) - (ln + rn)
 
 
 def cross_kernel_logsum(src: torch.Tensor, log_c: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
