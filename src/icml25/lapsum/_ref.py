@@ -50,11 +50,16 @@ def _sorted_scaled(r: torch.Tensor, alpha: torch.Tensor):
     return s, perm, center
 
 
-class LapSumInverseFn(torch.autograd.Function):
-    """``t = LapSum_alpha^{-1}(r; w)``: r ``(R, n)``, w ``(R, m)`` in (0, n), alpha ``(R, 1)``."""
+class _LapSumInverseFn(torch.autograd.Function):
+    """``t = LapSum_alpha^{-1}(r; w)``: r ``(R, n)``, w ``(R, m)`` in (0, n), alpha ``(R, 1)``.
+
+    Returns ``(t in r's dtype, t in the compute dtype)``; the second is saved for backward (a
+    non-differentiable output, so ``setup_context`` can keep it: what torch.func needs)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, r: torch.Tensor, w: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    def forward(r: torch.Tensor, w: torch.Tensor, alpha: torch.Tensor):
         a64 = alpha.to(_cdt(r))
         s, _, center = _sorted_scaled(r, a64)
         if w.shape[-1] == 0:
@@ -62,14 +67,23 @@ class LapSumInverseFn(torch.autograd.Function):
         else:
             a, b, g = lapsum_stats(s)
             t = center + a64 * solve_inverse(s, a, b, g, w.to(_cdt(r)))
-        ctx.save_for_backward(r, t, alpha)
+        # a distinct tensor for the public output (t.to(r.dtype) may return t itself)
+        return t.to(r.dtype, copy=True), t
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        r, w, alpha = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(r, output[1], alpha)
         ctx.w_dtype = w.dtype
-        return t.to(r.dtype)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, u: torch.Tensor):
+    def backward(ctx, u: torch.Tensor, _u_aux=None):
         r, t, alpha = ctx.saved_tensors
+        if u is None:
+            return None, None, None
         if t.shape[-1] == 0:
             return (
                 torch.zeros_like(r),
@@ -108,14 +122,17 @@ def _inverse_vjp(r: torch.Tensor, t: torch.Tensor, a64: torch.Tensor, u: torch.T
     return g_r, weights, c
 
 
-class SoftTopKFn(torch.autograd.Function):
+class _SoftTopKFn(torch.autograd.Function):
     """Soft top-k ("largest"): r ``(R, n)``, k ``(R, m)`` in (0, n), alpha ``(R, 1)`` -> ``(R, m, n)``.
 
     ``p_i = Lap((r_i - t)/alpha)`` with ``t = LapSum^{-1}(r; n - k)`` (spec §3), or ``log p_i``.
+    Returns ``(p, t)``; ``t`` is a non-differentiable output saved for backward.
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, r, k, alpha, log: bool):
+    def forward(r, k, alpha, log: bool):
         a64 = alpha.to(_cdt(r))
         n = r.shape[-1]
         s, _, center = _sorted_scaled(r, a64)
@@ -123,15 +140,23 @@ class SoftTopKFn(torch.autograd.Function):
         t = center + a64 * solve_inverse(s, a, b, g, n - k.to(_cdt(r)))  # (R, m)
         x = (r.to(_cdt(r))[:, None, :] - t[:, :, None]) / a64[:, :, None]
         out = laplace_log_cdf(x) if log else laplace_cdf(x)
-        ctx.save_for_backward(r, t, alpha)
+        return out.to(r.dtype), t
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        r, k, alpha, log = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(r, output[1], alpha)
         ctx.log = log
         ctx.k_dtype = k.dtype
-        return out.to(r.dtype)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, v):
+    def backward(ctx, v, _v_aux=None):
         r, t, alpha = ctx.saved_tensors
+        if v is None:
+            return None, None, None, None
         a64 = alpha.to(_cdt(r))[:, :, None]  # (R, 1, 1)
         v = v.to(_cdt(r))
         x = (r.to(_cdt(r))[:, None, :] - t[:, :, None]) / a64  # (R, m, n)
@@ -164,26 +189,39 @@ class SoftTopKFn(torch.autograd.Function):
         )
 
 
-class SoftRankFn(torch.autograd.Function):
-    """0-based ascending soft rank ``rank_i = sum_{j != i} Lap((r_i - r_j)/alpha)`` (spec §4)."""
+class _SoftRankFn(torch.autograd.Function):
+    """0-based ascending soft rank ``rank_i = sum_{j != i} Lap((r_i - r_j)/alpha)`` (spec §4).
+
+    Returns ``(rank, perm, k1)``; the sort permutation and the off-diagonal ``K 1`` in sorted
+    order are non-differentiable outputs saved for backward (r + perm + k1 = 20 bytes/element).
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, r, alpha):
+    def forward(r, alpha):
         a64 = alpha.to(_cdt(r))
         s, perm, _ = _sorted_scaled(r, a64)
         a_ex, b_ex = lapsum_offdiag_stats(s)
         i = torch.arange(r.shape[-1], dtype=_cdt(r), device=r.device)
         ranks_sorted = i + 0.5 * (a_ex - b_ex)
-        out = torch.empty_like(ranks_sorted).scatter_(-1, perm, ranks_sorted)
-        # the off-diagonal K 1 = (A + B - 2) / 2 in sorted order spares the backward two scans:
-        # r + perm + k1 = 20 bytes per element
-        ctx.save_for_backward(r, perm, 0.5 * (a_ex + b_ex), alpha)
-        return out.to(r.dtype)
+        out = torch.empty_like(ranks_sorted).scatter(-1, perm, ranks_sorted)
+        return out.to(r.dtype), perm, 0.5 * (a_ex + b_ex)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        r, alpha = inputs
+        _, perm, k1 = output
+        ctx.mark_non_differentiable(perm, k1)
+        ctx.set_materialize_grads(False)  # no zero tensors for the saved-for-backward outputs
+        ctx.save_for_backward(r, perm, k1, alpha)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, v):
+    def backward(ctx, v, _perm_grad=None, _k1_grad=None):
         r, perm, k1, alpha = ctx.saved_tensors
+        if v is None:
+            return None, None
         a64 = alpha.to(_cdt(r))
         r64 = r.to(_cdt(r))
         c = r64.mean(-1, keepdim=True)
@@ -309,3 +347,18 @@ __all__ = [
     "SoftTopKFn",
     "log_cdf_difference",
 ]
+
+
+class _First:
+    """``Fn.apply(...)[0]``: the public value of a function with saved-for-backward outputs."""
+
+    def __init__(self, fn: type[torch.autograd.Function]) -> None:
+        self.fn = fn
+
+    def apply(self, *args):
+        return self.fn.apply(*args)[0]
+
+
+LapSumInverseFn = _First(_LapSumInverseFn)
+SoftTopKFn = _First(_SoftTopKFn)
+SoftRankFn = _First(_SoftRankFn)

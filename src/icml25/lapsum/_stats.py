@@ -46,6 +46,8 @@ def _use_fast(s: torch.Tensor) -> torch.Tensor | None:
     lim = _FAST_SPREAD.get(s.dtype)
     if lim is None or torch.compiler.is_compiling() or s.shape[-1] == 0:
         return None
+    if torch._C._functorch.is_functorch_wrapped_tensor(s):  # vmap / grad: no value branches
+        return None
     return (s[:, -1] - s[:, 0]) <= lim
 
 

@@ -41,6 +41,19 @@ Number = int | float
 
 
 # -- validation and reshaping (spec §7) -------------------------------------------------------------
+def _value_check(ok: torch.Tensor, fail) -> None:
+    """Raise ``fail()`` unless ``ok`` is all True. Under ``torch.compile`` the check is an async
+    device assertion (no host sync, no graph break); under a ``torch.func`` transform (vmap,
+    grad) it is skipped, since a transform cannot branch on values."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(ok.all(), "LapSum: invalid input values (see the eager error)")
+        return
+    if torch._C._functorch.is_functorch_wrapped_tensor(ok):
+        return
+    if not bool(ok.all()):
+        fail()
+
+
 def _as_float(x: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -65,11 +78,15 @@ def _rows(x: torch.Tensor, dim: int, check_finite: bool, name: str = "x"):
     moved = x.movedim(d, -1)
     batch = tuple(moved.shape[:-1])
     rows = moved.reshape(-1, n)
-    if check_finite and rows.numel() and not bool(torch.isfinite(rows).all()):
-        raise ValueError(
-            f"{name} contains NaN/inf; LapSum is undefined for non-finite inputs "
-            "(pass check_finite=False to let NaN propagate instead)"
-        )
+    if check_finite and rows.numel():
+
+        def fail():
+            raise ValueError(
+                f"{name} contains NaN/inf; LapSum is undefined for non-finite inputs "
+                "(pass check_finite=False to let NaN propagate instead)"
+            )
+
+        _value_check(torch.isfinite(rows), fail)
     return rows, batch, d, n
 
 
@@ -93,9 +110,12 @@ def _param_tensor(value, name: str, x: torch.Tensor) -> torch.Tensor:
 def _alpha_rows(alpha, batch: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
     a = _param_tensor(alpha, "alpha", x)
     bad = ~torch.isfinite(a.detach()) | (a.detach() <= 0)
-    if bool(bad.any()):
+
+    def fail():
         shown = a.detach().flatten()[bad.flatten()][:3].tolist()
         raise ValueError(f"alpha must be finite and > 0 (the Laplace scale), got {shown}")
+
+    _value_check(~bad, fail)
     try:
         a = torch.broadcast_to(a, batch)
     except RuntimeError:
@@ -130,12 +150,15 @@ def _targets(value, name: str, batch, x, lo: float, hi: float, dim: int | None):
         ) from None
     vd = v.detach()
     bad = ~((vd > lo) & (vd < hi))  # NaN fails too
-    if bool(bad.any()):
+
+    def fail():
         bad_values = vd.flatten()[bad.flatten()]
         shown = (bad_values if bool(bad_values.isnan().any()) else bad_values.unique())[:3].tolist()
         raise ValueError(
             f"{name} must lie strictly inside ({lo:g}, {hi:g}) for n = {int(hi)}, got {shown}"
         )
+
+    _value_check(~bad, fail)
     return v.reshape(-1, v.shape[-1] if multi else 1), multi
 
 
