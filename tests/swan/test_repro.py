@@ -87,6 +87,11 @@ def test_repro_smoke_structure(smoke, quick, check_smoke):
         if c.criterion.design in ("paired", "mean"):
             assert c.n == 3, c.name
     assert result.key().name == "C2 SWAN - AdamW final eval CE"
+    # the smoke size still trains: every logged loss finite and SWAN's eval CE down >= 0.5 nat
+    finite = next(c for c in result.checks if c.name.startswith("losses finite"))
+    assert finite.estimate == 0
+    drop = next(c for c in result.checks if c.name.startswith("C2 eval CE drop from init, SWAN"))
+    assert len(drop.data["values"]) == 3 and min(drop.data["values"]) >= 0.5, drop.data
     assert any(d.startswith("issue 17") for d in result.deviations) and result.power
 
 
@@ -210,3 +215,9 @@ def test_quick_repro_holds(tmp_path):
     result = repro.run(quick=True, seed=0, out=tmp_path)
     assert result.seconds < 240
     assert result.status == "held", [(c.name, c.verdict) for c in result.checks]
+
+
+def test_lr_tuning_seed_is_never_evaluated():
+    for seeds in ([0, 1, 2], [0, 1, 2, 3, 4, 5], [7]):
+        assert repro.tuning_seed(seeds) not in seeds
+    assert min(repro.SWEEP["swan"]) < repro.QUICK_LR["swan"] < max(repro.SWEEP["swan"])
