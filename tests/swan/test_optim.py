@@ -414,3 +414,26 @@ def test_same_shape_matrices_batched_equal_one_by_one():
     a.step()
     for W, e in zip(Ws, expected):
         assert torch.allclose(W.detach(), e, atol=1e-5)
+
+
+def test_compiled_step_has_no_graph_break_and_equals_eager():
+    torch.manual_seed(3)
+    a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.LayerNorm(16))
+    b = copy.deepcopy(a)
+    oa = SWAN(swan_param_groups(a, lr=1e-2))
+    ob = SWAN(swan_param_groups(b, lr=1e-2), fused=False)
+    c = copy.deepcopy(a)
+    oc = SWAN(swan_param_groups(c, lr=1e-2), fused=False)
+    x = torch.randn(8, 16)
+    c(x).pow(2).sum().backward()
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(oc.step)().graph_break_count == 0  # (explain runs one step)
+    step = torch.compile(ob.step, fullgraph=True, backend="eager")
+    for i in range(3):
+        for model in (a, b):
+            model.zero_grad()
+            model(x + i).pow(2).sum().backward()
+        oa.step()
+        step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-5)
