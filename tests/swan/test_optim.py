@@ -417,23 +417,34 @@ def test_same_shape_matrices_batched_equal_one_by_one():
 
 
 def test_compiled_step_has_no_graph_break_and_equals_eager():
-    torch.manual_seed(3)
-    a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.LayerNorm(16))
-    b = copy.deepcopy(a)
-    oa = SWAN(swan_param_groups(a, lr=1e-2))
-    ob = SWAN(swan_param_groups(b, lr=1e-2), fused=False)
-    c = copy.deepcopy(a)
-    oc = SWAN(swan_param_groups(c, lr=1e-2), fused=False)
-    x = torch.randn(8, 16)
+    def model():
+        torch.manual_seed(3)
+        return nn.Sequential(
+            nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.LayerNorm(16)
+        ).double()
+
+    x = torch.randn(8, 16, dtype=D)
+    c = model()
+    oc = SWAN(swan_param_groups(c, lr=1e-2), fused=False, compute_dtype=D)
     c(x).pow(2).sum().backward()
     torch._dynamo.reset()
     assert torch._dynamo.explain(oc.step)().graph_break_count == 0  # (explain runs one step)
-    step = torch.compile(ob.step, fullgraph=True, backend="eager")
-    for i in range(3):
-        for model in (a, b):
-            model.zero_grad()
-            model(x + i).pow(2).sum().backward()
-        oa.step()
-        step()
-    for p, q in zip(a.parameters(), b.parameters()):
-        assert torch.allclose(p, q, atol=1e-5)
+    for bias in (False, True):
+        a, b = model(), model()
+        if not bias:  # SWAN matrices only: the compiled step must equal the eager one exactly
+            for m in (a, b):
+                m[0].bias, m[2].bias, m[3].weight, m[3].bias = None, None, None, None
+        # float64: NS at beta 0.8 amplifies a reordered float32 reduction ~360x in 10 steps
+        oa = SWAN(swan_param_groups(a, lr=1e-2), fused=False, compute_dtype=D)
+        ob = SWAN(swan_param_groups(b, lr=1e-2), fused=False, compute_dtype=D)
+        step = torch.compile(ob.step, fullgraph=True, backend="eager")
+        for i in range(3):
+            for m in (a, b):
+                m.zero_grad()
+                m(x + i).pow(2).sum().backward()
+            oa.step()
+            step()
+        # with biases and norms torch's own compiled AdamW differs from eager at ~1e-7
+        tol = 1e-5 if bias else 1e-12
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.allclose(p, q, atol=tol), (bias, float((p - q).abs().max()))
