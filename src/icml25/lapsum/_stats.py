@@ -61,22 +61,25 @@ def _scans(
     fast = _use_fast(s)
     left = right = None
     if fast is not None:
-        lo, hi = s[:, :1], s[:, -1:]
-        # one exp per element: e^{s - hi} in [e^-spread, 1]; its reciprocal e^{hi - s} <= e^spread;
-        # e^{lo - s} = e^{lo - hi} e^{hi - s}, e^{s - lo} = e^{hi - lo} e^{s - hi}
-        el = torch.exp(s - hi)
+        # one exp per element: el = e^{s - hi} in [e^-spread, 1] and inv = e^{hi - s} <= e^spread;
+        # e^{s_j - s_i} = el_j inv_i and e^{s_i - s_j} = el_i inv_j, so no other exponential
+        el = torch.exp(s - s[:, -1:])
         inv = torch.reciprocal(el)
-        span = torch.exp(hi - lo)
-        er = inv / span
-        wl, wr = (el, er) if w is None else (el * w, er * w)
+        wl, wr = (el, inv) if w is None else (el * w, inv * w)
         cl = torch.cumsum(wl, -1)
         cr = torch.cumsum(wr.flip(-1), -1).flip(-1)
-        if exclusive:  # shift, never subtract the own term (it would cancel the tiny rest)
-            zero = torch.zeros_like(cl[:, :1])
-            cl = torch.cat([zero, cl[:, :-1]], -1)
-            cr = torch.cat([cr[:, 1:], zero], -1)
-        left = cl * inv
-        right = cr * (el * span)
+        if not exclusive:
+            left, right = cl * inv, cr * el
+        elif torch.is_grad_enabled() and (s.requires_grad or (w is not None and w.requires_grad)):
+            zero = torch.zeros_like(s[:, :1])  # autograd path (lapsum): no out= writes
+            left = torch.cat([zero, cl[:, :-1] * inv[:, 1:]], -1)
+            right = torch.cat([cr[:, 1:] * el[:, :-1], zero], -1)
+        else:  # shift, never subtract the own term (it would cancel the tiny rest)
+            left, right = torch.empty_like(s), torch.empty_like(s)
+            left[:, :1] = 0
+            torch.mul(cl[:, :-1], inv[:, 1:], out=left[:, 1:])
+            right[:, -1:] = 0
+            torch.mul(cr[:, 1:], el[:, :-1], out=right[:, :-1])
         if bool(fast.all()):
             return left, right
     log_w = None if w is None else torch.log(w)  # log 0 = -inf is fine inside logcumsumexp
