@@ -23,9 +23,10 @@ install:
 test: install
 	$(PYTHON) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS)
 
-# Everything but the GPU tests: the slow ones, and the TextGrad equivalence test (textgrad pulls in
+# Everything but the GPU tests: the slow ones, the torchsort cross-checks (bench-deps builds it) and
+# the TextGrad equivalence test (textgrad pulls in
 # litellm, boto3, aiohttp, ..., which is why it is not in an extra).
-test-all: install
+test-all: bench-deps
 	$(PIP) install $(PIP_FLAGS) "$(TEXTGRAD_SPEC)"
 	$(PYTHON) -m pytest -m "not gpu" $(PYTEST_ARGS)
 

@@ -106,6 +106,22 @@ def test_torchsort_cross_check():
     torch.testing.assert_close(soft_rank(x, 1e-5, one_based=True), hard)
 
 
+def test_torchsort_regularised_ranks_agree_in_the_linear_regime():
+    """Where both define the same operator: for scores spread well below the regularisation,
+    torchsort's L2 soft rank is (n + 1)/2 + (x - mean)/eps and LapSum's is (n + 1)/2 +
+    n (x - mean)/(2 alpha) (Lap(z) = 1/2 + z/2 + O(z^2)), so alpha = n eps / 2 matches them."""
+    if not baselines.torchsort_available():
+        pytest.skip("torchsort is not installed (optional peer; `make test-all` builds it)")
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 30, generator=g, dtype=torch.float64) * 0.01
+    for eps in (1.0, 3.0):
+        theirs = baselines.torchsort_soft_rank(x, eps)
+        ours = soft_rank(x, alpha=x.shape[-1] * eps / 2, one_based=True)
+        spread = float((theirs - theirs.mean(-1, keepdim=True)).abs().max())
+        assert spread > 5e-3  # the ranks are not all equal: the comparison can fail
+        torch.testing.assert_close(ours, theirs, atol=spread * 2e-3, rtol=0)
+
+
 def test_saved_memory_is_linear_in_n():
     n = 100_000
     x = torch.randn(1, n)
