@@ -67,3 +67,19 @@ def test_triton_is_opt_in(monkeypatch):
     monkeypatch.delenv("ICML25_LAPSUM_BACKEND", raising=False)
     assert _backend("auto", torch.zeros(3)) == "torch"
     assert _backend("torch", torch.zeros(3)) == "torch"
+
+
+@pytest.mark.gpu
+def test_cuda_float32_path_matches_cpu_float64():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(8, 2000, generator=g)
+    ref = soft_rank(x.double(), 0.3)
+    xc = x.cuda().requires_grad_()
+    out = soft_rank(xc, 0.3)
+    out.sum().backward()
+    assert out.is_cuda and out.dtype == torch.float32 and torch.isfinite(xc.grad).all()
+    assert float((out.detach().cpu().double() - ref).abs().max()) < 1e-2
+    p = soft_topk(x.cuda(), 100.0, alpha=0.3)
+    assert torch.allclose(p.sum(-1).cpu(), torch.full((8,), 100.0), atol=1e-2)

@@ -448,3 +448,20 @@ def test_compiled_step_has_no_graph_break_and_equals_eager():
         tol = 1e-5 if bias else 1e-12
         for p, q in zip(a.parameters(), b.parameters()):
             assert torch.allclose(p, q, atol=tol), (bias, float((p - q).abs().max()))
+
+
+@pytest.mark.gpu
+def test_cuda_step_equals_cpu_step():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    torch.manual_seed(4)
+    a = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64)).double()
+    b = copy.deepcopy(a).cuda()
+    oa = SWAN(swan_param_groups(a, lr=1e-2), compute_dtype=D)
+    ob = SWAN(swan_param_groups(b, lr=1e-2), compute_dtype=D)
+    x = torch.randn(32, 64, dtype=D)
+    for model, opt, xx in ((a, oa, x), (b, ob, x.cuda())):
+        model(xx).pow(2).sum().backward()
+        opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert q.is_cuda and torch.allclose(p, q.cpu(), atol=1e-9)
