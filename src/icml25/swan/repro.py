@@ -169,7 +169,7 @@ def _sizes(r: Run) -> dict:
             long_steps=60,
             eval_windows=16,
             cfg=dict(hidden=32, ff=64, layers=1, seq=32),
-            sweep_steps=12,
+            sweep_steps=60,  # as many steps as the runs it tunes the lr for
             wide_steps=12,
         ),
         quick=dict(
