@@ -25,10 +25,12 @@ def test_topk_ce_with_p1_equals_cross_entropy():
     torch.testing.assert_close(loss, nn.CrossEntropyLoss()(logits, labels))
 
 
-def test_topk_ce_k_at_least_c_is_certain():
+def test_topk_ce_k_at_least_c_is_refused():
+    """k >= C is always satisfied: a p_k with all its mass there would train nothing (loss 0,
+    no gradient), so it is an error rather than a silent zero."""
     logits, labels = torch.randn(4, 3), torch.randint(3, (4,))
-    loss = TopKCrossEntropyLoss(p_k=[0, 0, 0, 0, 1])(logits, labels)  # k = 5 >= C = 3
-    assert float(loss) == 0.0
+    with pytest.raises(ValueError, match="all its mass on k >= C = 3"):
+        TopKCrossEntropyLoss(p_k=[0, 0, 0, 0, 1])(logits, labels)  # k = 5 >= C = 3
 
 
 @pytest.mark.parametrize("mode", ["smce", "sm", "lapsum"])

@@ -53,3 +53,29 @@ def test_eager_value_checks_still_raise():
         soft_rank(torch.tensor([1.0, float("nan")]))
     with pytest.raises(ValueError, match="alpha must be finite and > 0"):
         soft_rank(torch.tensor([1.0, 2.0]), alpha=-1.0)
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_jacrev_and_batched_jacobian(name):
+    f = OPS[name]
+    z = _x(2)[0]
+    ref = torch.autograd.functional.jacobian(f, z)
+    assert torch.allclose(torch.func.jacrev(f)(z), ref, atol=1e-10)
+    assert torch.allclose(torch.autograd.functional.jacobian(f, z, vectorize=True), ref, atol=1e-10)
+
+
+def test_compiled_bad_constant_names_the_check():
+    torch._dynamo.reset()
+    bad = torch.compile(lambda z: soft_topk(z, 5.0, 0.3), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match=r"k: it must lie strictly inside \(0, 3\)"):
+        bad(torch.randn(3))
+
+
+def test_topk_loss_refuses_mass_only_at_k_at_least_c():
+    from icml25.lapsum.losses import TopKCrossEntropyLoss
+
+    logits, y = torch.randn(4, 10), torch.randint(0, 10, (4,))
+    with pytest.raises(ValueError, match="all its mass on k >= C = 10"):
+        TopKCrossEntropyLoss(p_k=[0] * 9 + [1])(logits, y)
+    with pytest.warns(UserWarning, match="mass 0.5 on k >= C = 10"):
+        TopKCrossEntropyLoss(p_k=[0] * 4 + [0.5] + [0] * 4 + [0.5])(logits, y)

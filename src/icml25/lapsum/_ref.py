@@ -231,7 +231,7 @@ class _SoftRankFn(torch.autograd.Function):
         # (and never cancels against) a tiny off-diagonal part
         kv = laplace_kernel_offdiag_matvec(s, v_sorted)
         g_sorted = (v_sorted * k1 - kv) / a64
-        g_r = torch.empty_like(g_sorted).scatter_(-1, perm, g_sorted)
+        g_r = torch.empty_like(g_sorted).scatter(-1, perm, g_sorted)
         g_alpha = None
         if ctx.needs_input_grad[1]:
             g_alpha = -(g_r * (r64 - c)).sum(-1, keepdim=True) / a64

@@ -70,16 +70,10 @@ def _scans(
         cr = torch.cumsum(wr.flip(-1), -1).flip(-1)
         if not exclusive:
             left, right = cl * inv, cr * el
-        elif torch.is_grad_enabled() and (s.requires_grad or (w is not None and w.requires_grad)):
-            zero = torch.zeros_like(s[:, :1])  # autograd path (lapsum): no out= writes
+        else:  # shift, never subtract the own term (it would cancel the tiny rest)
+            zero = torch.zeros_like(s[:, :1])
             left = torch.cat([zero, cl[:, :-1] * inv[:, 1:]], -1)
             right = torch.cat([cr[:, 1:] * el[:, :-1], zero], -1)
-        else:  # shift, never subtract the own term (it would cancel the tiny rest)
-            left, right = torch.empty_like(s), torch.empty_like(s)
-            left[:, :1] = 0
-            torch.mul(cl[:, :-1], inv[:, 1:], out=left[:, 1:])
-            right[:, -1:] = 0
-            torch.mul(cr[:, 1:], el[:, :-1], out=right[:, :-1])
         if bool(fast.all()):
             return left, right
     log_w = None if w is None else torch.log(w)  # log 0 = -inf is fine inside logcumsumexp

@@ -41,12 +41,13 @@ Number = int | float
 
 
 # -- validation and reshaping (spec §7) -------------------------------------------------------------
-def _value_check(ok: torch.Tensor, fail) -> None:
+def _value_check(ok: torch.Tensor, fail, what: str = "input values") -> None:
     """Raise ``fail()`` unless ``ok`` is all True. Under ``torch.compile`` the check is an async
-    device assertion (no host sync, no graph break); under a ``torch.func`` transform (vmap,
-    grad) it is skipped, since a transform cannot branch on values."""
+    device assertion (no host sync, no graph break) whose message names ``what``; under a
+    ``torch.func`` transform (vmap, grad) it is skipped, since a transform cannot branch on
+    values."""
     if torch.compiler.is_compiling():
-        torch._assert_async(ok.all(), "LapSum: invalid input values (see the eager error)")
+        torch._assert_async(ok.all(), f"LapSum: invalid {what} (call it eagerly for the values)")
         return
     if torch._C._functorch.is_functorch_wrapped_tensor(ok):
         return
@@ -86,7 +87,7 @@ def _rows(x: torch.Tensor, dim: int, check_finite: bool, name: str = "x"):
                 "(pass check_finite=False to let NaN propagate instead)"
             )
 
-        _value_check(torch.isfinite(rows), fail)
+        _value_check(torch.isfinite(rows), fail, f"{name}: it contains NaN/inf")
     return rows, batch, d, n
 
 
@@ -115,7 +116,7 @@ def _alpha_rows(alpha, batch: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
         shown = a.detach().flatten()[bad.flatten()][:3].tolist()
         raise ValueError(f"alpha must be finite and > 0 (the Laplace scale), got {shown}")
 
-    _value_check(~bad, fail)
+    _value_check(~bad, fail, "alpha: it must be finite and > 0")
     try:
         a = torch.broadcast_to(a, batch)
     except RuntimeError:
@@ -158,7 +159,7 @@ def _targets(value, name: str, batch, x, lo: float, hi: float, dim: int | None):
             f"{name} must lie strictly inside ({lo:g}, {hi:g}) for n = {int(hi)}, got {shown}"
         )
 
-    _value_check(~bad, fail)
+    _value_check(~bad, fail, f"{name}: it must lie strictly inside ({lo:g}, {hi:g})")
     return v.reshape(-1, v.shape[-1] if multi else 1), multi
 
 
@@ -475,6 +476,21 @@ def topk_cross_entropy(
             f"labels must lie in [0, {C}), got range [{int(labels.min())}, {int(labels.max())}]"
         )
     probs = _check_p_k(p_k)
+    beyond = sum(p for k, p in enumerate(probs, 1) if k >= C)
+    if beyond >= 1 - 1e-12:
+        raise ValueError(
+            f"p_k puts all its mass on k >= C = {C} (p_k has {len(probs)} entries): every label is "
+            "always in the top-C, so the loss would be 0 with no gradient; use k < C"
+        )
+    if beyond > 0:
+        import warnings
+
+        warnings.warn(
+            f"p_k puts mass {beyond:g} on k >= C = {C}: those terms are constant (membership 1) "
+            "and carry no gradient",
+            UserWarning,
+            stacklevel=2,
+        )
     log_sm = torch.log_softmax(logits.to(torch.float64), dim=-1).gather(-1, labels[:, None])[:, 0]
     start = 1 if top1_mode == "lapsum" else 2  # smallest k taken from LapSum
     ks = [k for k in range(start, len(probs) + 1) if probs[k - 1] > 0 and k < C]
