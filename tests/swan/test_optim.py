@@ -465,3 +465,62 @@ def test_cuda_step_equals_cpu_step():
         opt.step()
     for p, q in zip(a.parameters(), b.parameters()):
         assert q.is_cuda and torch.allclose(p, q.cpu(), atol=1e-9)
+
+
+def test_constructor_values_reach_groups_and_adamw_keys_are_honoured():
+    model = Tiny()
+    opt = SWAN(swan_param_groups(model), lr=0.05, weight_decay=0.1)
+    swan_groups = [g for g in opt.param_groups if g["use_swan"]]
+    assert all(g["lr"] == 0.05 and g["weight_decay"] == 0.1 for g in swan_groups)
+    # an AdamW group's torch.optim.AdamW-style keys are used by its AdamW rule
+    b = nn.Parameter(torch.ones(4))
+    opt = SWAN([{"params": [b], "use_swan": False, "weight_decay": 0.5, "betas": (0.8, 0.9)}],
+               lr=0.01)  # fmt: skip
+    b.grad = torch.zeros(4)
+    opt.step()
+    assert torch.allclose(b.detach(), torch.full((4,), 1 - 0.01 * 0.5))  # decoupled decay only
+    with pytest.raises(ValueError, match="weight_decay must be >= 0, got -1"):
+        SWAN([{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}], weight_decay=-1)
+    with pytest.raises(ValueError, match="betas / adamw_betas must be two numbers"):
+        SWAN([{"params": [b], "use_swan": False}], adamw_betas=(1.5, 0.9))
+    with pytest.warns(UserWarning, match="half precision"):
+        SWAN([{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}],
+             compute_dtype=torch.bfloat16)  # fmt: skip
+
+
+def test_one_cycle_lr_cycles_the_adamw_momentum():
+    model = Tiny()
+    opt = SWAN(swan_param_groups(model, lr=1e-2))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)
+    for _ in range(3):
+        loss_of(model).backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    assert all(g["betas"][0] < 0.95 for g in opt.param_groups)
+
+
+def test_gpt2_fused_qkv_is_whitened_per_column_block():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    torch.manual_seed(5)
+    model = transformers.GPT2LMHeadModel(cfg).double()
+    groups = swan_param_groups(model, lr=1e-2)
+    qkv = [g for g in groups if g.get("blocks") == 3]
+    assert (
+        len(qkv) == 1
+        and qkv[0]["norm_dim"] == 0
+        and qkv[0]["names"] == ["transformer.h.0.attn.c_attn.weight"]
+    )
+    opt = SWAN(groups, whitening="svd", compute_dtype=D)
+    ids = torch.randint(0, 50, (8, 24))
+    model(input_ids=ids, labels=ids).loss.backward()
+    W = model.transformer.h[0].attn.c_attn.weight  # (in = 16, out = 48)
+    G = W.grad.detach().clone()
+    before = W.detach().clone()
+    opt.step()
+    step = (before - W.detach()) / 1e-2
+    for j in range(3):  # each (16, 16) column block is the SWAN direction of its own gradient
+        blk = slice(16 * j, 16 * (j + 1))
+        want = swan_direction(G[:, blk], norm_dim=0, whitening="svd", compute_dtype=D)
+        assert torch.allclose(step[:, blk], want, atol=1e-8)

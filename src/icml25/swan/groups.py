@@ -44,11 +44,11 @@ def _embedding_ids(model: nn.Module) -> set[int]:
 
 def swan_param_groups(
     model: nn.Module,
-    lr: float = 1e-3,
+    lr: float | None = None,
     *,
     adamw_lr: float | None = None,
-    scale: float = 1.0,
-    weight_decay: float = 0.0,
+    scale: float | None = None,
+    weight_decay: float | None = None,
     include: Callable[[str, nn.Module, nn.Parameter], bool] | None = None,
     min_dim: int = 2,
 ) -> list[dict]:
@@ -60,14 +60,18 @@ def swan_param_groups(
     the Q, K and V blocks are whitened separately), with both dimensions
     ``>= min_dim``, it is not an input/output embedding (by identity: tied weights included), and
     ``include(name, module, param)`` (if given) agrees. Frozen parameters are left out. Each group
-    carries ``"names"`` for reporting. ``adamw_lr`` defaults to ``lr``.
+    carries ``"names"`` for reporting. ``lr``, ``scale`` and ``weight_decay`` are written into the
+    SWAN groups only when given (else the optimizer's own values apply: ``SWAN(groups, lr=...)``);
+    ``weight_decay`` is the SWAN matrices' decoupled decay (the AdamW groups take the optimizer's
+    ``adamw_weight_decay``). ``adamw_lr`` (default ``lr``) is the AdamW groups' lr. GPT-2's fused
+    ``c_attn`` (a ``Conv1D`` of shape ``(E, 3E)``) gets ``blocks=3`` like ``in_proj_weight``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     conv1d = _conv1d_type()
     embeddings = _embedding_ids(model)
     seen: set[int] = set()
-    swan, swan_t, swan_qkv, rest = ([], []), ([], []), ([], []), ([], [])
+    swan, swan_t, swan_qkv, swan_t_qkv, rest = ([], []), ([], []), ([], []), ([], []), ([], [])
     for mod_name, module in model.named_modules():
         for p_name, p in module.named_parameters(recurse=False):
             if id(p) in seen or not p.requires_grad:
@@ -94,8 +98,16 @@ def swan_param_groups(
                 target = swan_t if (conv1d is not None and isinstance(module, conv1d)) else swan
                 if mha and p_name == "in_proj_weight":
                     target = swan_qkv
+                elif (
+                    target is swan_t
+                    and mod_name.endswith("c_attn")
+                    and p.shape[1] == 3 * p.shape[0]
+                ):
+                    target = swan_t_qkv  # GPT-2's fused Q/K/V, stored (in, out) = (E, 3E)
             target[0].append(p)
             target[1].append(name)
+    given = {k: v for k, v in (("lr", lr), ("scale", scale), ("weight_decay", weight_decay))
+             if v is not None}  # fmt: skip
     groups = []
     if swan[0]:
         groups.append(
@@ -103,9 +115,7 @@ def swan_param_groups(
                 "params": swan[0],
                 "names": swan[1],
                 "use_swan": True,
-                "lr": lr,
-                "scale": scale,
-                "weight_decay": weight_decay,
+                **given,
                 "norm_dim": -1,
             }
         )
@@ -115,10 +125,19 @@ def swan_param_groups(
                 "params": swan_t[0],
                 "names": swan_t[1],
                 "use_swan": True,
-                "lr": lr,
-                "scale": scale,
-                "weight_decay": weight_decay,
+                **given,
                 "norm_dim": 0,
+            }
+        )
+    if swan_t_qkv[0]:
+        groups.append(
+            {
+                "params": swan_t_qkv[0],
+                "names": swan_t_qkv[1],
+                "use_swan": True,
+                **given,
+                "norm_dim": 0,
+                "blocks": 3,  # column blocks of the (in, out) Conv1D: Q, K, V whitened separately
             }
         )
     if swan_qkv[0]:
@@ -127,9 +146,7 @@ def swan_param_groups(
                 "params": swan_qkv[0],
                 "names": swan_qkv[1],
                 "use_swan": True,
-                "lr": lr,
-                "scale": scale,
-                "weight_decay": weight_decay,
+                **given,
                 "norm_dim": -1,
                 "blocks": 3,  # whiten the Q, K and V blocks of the fused matrix separately
             }
@@ -140,7 +157,11 @@ def swan_param_groups(
                 "params": rest[0],
                 "names": rest[1],
                 "use_swan": False,
-                "lr": lr if adamw_lr is None else adamw_lr,
+                **(
+                    {"lr": adamw_lr if adamw_lr is not None else lr}
+                    if adamw_lr is not None or lr is not None
+                    else {}
+                ),  # fmt: skip
             }
         )
     return groups

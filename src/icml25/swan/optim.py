@@ -133,6 +133,8 @@ class SWAN(torch.optim.Optimizer):
             "compute_dtype": compute_dtype,
             "matmul_dtype": matmul_dtype,
             "adamw_betas": adamw_betas,
+            # the key torch's schedulers cycle (OneCycleLR, CyclicLR): the AdamW rule reads it
+            "betas": adamw_betas,
             "adamw_eps": adamw_eps,
             "adamw_weight_decay": adamw_weight_decay,
             "flatten_nd": flatten_nd,
@@ -140,6 +142,14 @@ class SWAN(torch.optim.Optimizer):
             "foreach": foreach,
             "fused": fused,
         }
+        if compute_dtype in (torch.float16, torch.bfloat16):
+            warnings.warn(
+                f"SWAN(compute_dtype={compute_dtype}) runs GradNorm and the whole whitening in half "
+                "precision (direction error about 0.04-0.2 relative); matmul_dtype=torch.bfloat16 "
+                "keeps the rest in float32 (about 0.02-0.1)",
+                UserWarning,
+                stacklevel=2,
+            )
         if nonfinite not in _NONFINITE:
             raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}")
         self.nonfinite = nonfinite
@@ -189,6 +199,15 @@ class SWAN(torch.optim.Optimizer):
                     sub.pop("names", None)
                 self.add_param_group(sub)
             return
+        if isinstance(param_group, dict):
+            param_group = dict(param_group)
+            # the AdamW rule's own keys, also under torch.optim.AdamW's names in an AdamW group
+            if "adamw_betas" in param_group and "betas" not in param_group:
+                param_group["betas"] = param_group["adamw_betas"]
+            if not param_group.get("use_swan", True):
+                for name, own in (("weight_decay", "adamw_weight_decay"), ("eps", "adamw_eps")):
+                    if name in param_group and own not in param_group:
+                        param_group[own] = param_group[name]
         super().add_param_group(param_group)
         if not self._initialising:
             self._check_group(self.param_groups[-1])
@@ -200,6 +219,12 @@ class SWAN(torch.optim.Optimizer):
             raise ValueError(f"scale must be > 0, got {group['scale']!r}")
         if group["eps"] < 0:
             raise ValueError(f"eps must be >= 0, got {group['eps']!r}")
+        for key in ("weight_decay", "adamw_weight_decay"):
+            if not group[key] >= 0:
+                raise ValueError(f"{key} must be >= 0, got {group[key]!r}")
+        b = group["betas"]
+        if not (isinstance(b, (tuple, list)) and len(b) == 2 and all(0 <= x < 1 for x in b)):
+            raise ValueError(f"betas / adamw_betas must be two numbers in [0, 1), got {b!r}")
         if group["whitening"] is not None and group["whitening"] not in WHITENINGS:
             raise ValueError(
                 f"whitening must be one of {WHITENINGS} or None, got {group['whitening']!r}"
@@ -236,8 +261,10 @@ class SWAN(torch.optim.Optimizer):
                     "(swan_param_groups does) or pass flatten_nd=True for conv kernels."
                 )
             rows = p.reshape(p.shape[0], -1) if p.ndim > 2 else p
-            if rows.shape[0] % blocks:
-                raise ValueError(f"{label}: {rows.shape[0]} rows do not split into blocks={blocks}")
+            axis = 1 if group["norm_dim"] == 0 else 0
+            if rows.shape[axis] % blocks:
+                raise ValueError(f"{label}: its {rows.shape[axis]} {'columns' if axis else 'rows'} "
+                                 f"do not split into blocks={blocks}")  # fmt: skip
             if rows.shape[group["norm_dim"]] < 2:
                 raise ValueError(
                     f"GradNorm along norm_dim={group['norm_dim']} needs >= 2 entries per row; got "
@@ -281,10 +308,12 @@ class SWAN(torch.optim.Optimizer):
             torch.stack([torch.isfinite(g).all() for g in gs]).all() for gs in by_device.values()
         ]
         ok = flags[0] if len(flags) == 1 else torch.stack([f.cpu() for f in flags]).all()
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and self.nonfinite == "raise":
+            # no host sync under compile; note that torch leaves grad mode off after an exception
+            # raised inside a compiled no_grad step (call torch.set_grad_enabled(True) to recover)
             torch._assert_async(ok, "SWAN: a gradient contains NaN/inf")
             return True
-        return bool(ok)
+        return bool(ok)  # nonfinite="skip" needs the value: one host sync (a graph break)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -326,12 +355,21 @@ class SWAN(torch.optim.Optimizer):
         if G.ndim > 2:
             G = G.reshape(G.shape[0], -1)
         blocks = group.get("blocks", 1)
-        if blocks > 1:
+        if blocks > 1 and group["norm_dim"] == 0:  # (in, out) storage: the blocks are columns
+            G = G.reshape(G.shape[0], blocks, G.shape[1] // blocks).permute(1, 0, 2)
+        elif blocks > 1:
             G = G.reshape(blocks, G.shape[0] // blocks, G.shape[1])
         return G
 
+    @staticmethod
+    def _as_param(D: Tensor, p: Tensor, group: dict) -> Tensor:
+        """Inverse of :meth:`_matrix_grad`'s reshaping: the update in ``p``'s shape."""
+        if group.get("blocks", 1) > 1 and group["norm_dim"] == 0:
+            D = D.permute(1, 0, 2)
+        return D.reshape(p.shape)
+
     def _update_of(self, p: Tensor, group: dict) -> Tensor:
-        return self._direction(self._matrix_grad(p, group), group).reshape(p.shape)
+        return self._as_param(self._direction(self._matrix_grad(p, group), group), p, group)
 
     def _batched_updates(self, jobs: list) -> list[Tensor]:
         """Updates of every job; same-shape matrices of one group are whitened as one batched
@@ -350,7 +388,7 @@ class SWAN(torch.optim.Optimizer):
             else:
                 D = self._direction(torch.stack(grads), group)
             for j, i in enumerate(idx):
-                out[i] = D[j].reshape(jobs[i][0].shape)
+                out[i] = self._as_param(D[j], jobs[i][0], jobs[i][1])
         return out  # type: ignore[return-value]
 
     def _apply(self, p: Tensor, group: dict, delta: Tensor) -> None:
@@ -379,7 +417,7 @@ class SWAN(torch.optim.Optimizer):
             steps.append(state["step"])
         if not params:
             return
-        beta1, beta2 = group["adamw_betas"]
+        beta1, beta2 = group["betas"]
         fused = group.get("fused")
         if fused is None:  # torch's fused AdamW where it applies (CPU and CUDA floating params)
             fused = not torch.compiler.is_compiling() and all(
