@@ -83,3 +83,8 @@ def test_cuda_float32_path_matches_cpu_float64():
     assert float((out.detach().cpu().double() - ref).abs().max()) < 1e-2
     p = soft_topk(x.cuda(), 100.0, alpha=0.3)
     assert torch.allclose(p.sum(-1).cpu(), torch.full((8,), 100.0), atol=1e-2)
+
+
+def test_non_integer_dim_is_a_type_error():
+    with pytest.raises(TypeError, match="dim must be an int, got 1.0"):
+        soft_rank(torch.randn(2, 3), dim=1.0)

@@ -70,7 +70,9 @@ def _rows(x: torch.Tensor, dim: int, check_finite: bool, name: str = "x"):
     x = _as_float(x, name)
     if x.ndim == 0:
         raise ValueError(f"{name} must have at least one dimension, got a 0-d tensor")
-    if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim must be an int, got {dim!r} ({type(dim).__name__})")
+    if not -x.ndim <= dim < x.ndim:
         raise ValueError(f"dim={dim!r} is out of range for {name} of shape {tuple(x.shape)}")
     d = dim % x.ndim
     n = x.shape[d]
