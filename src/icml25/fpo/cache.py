@@ -51,6 +51,42 @@ def _to_csr(dense: Tensor, topk: int | None) -> tuple[list[Tensor], list[Tensor]
     return idx, val
 
 
+class _CacheParts:
+    """The reference quantities of the batches seen so far; :meth:`build` makes the cache. Shared
+    by :func:`build_reference_cache` and the TRL trainer's feature cache."""
+
+    def __init__(self, cache_topk: int | None = None) -> None:
+        self.cache_topk = cache_topk
+        self.cols: dict[str, list[Tensor]] = {k: [] for k in ("index", "sum_w", "sum_l", "mean_w",
+                                                            "mean_l", "len_w", "len_l")}  # fmt: skip
+        self.csr: dict[str, tuple[list, list]] = {"w": ([], []), "l": ([], [])}
+
+    def add(self, out: Any, index: Tensor) -> None:
+        """One batch's :class:`~icml25.fpo.forward.PassOutput` (rows: chosen, then rejected)."""
+        for name, attr in (("sum", "sum"), ("mean", "mean"), ("len", "length")):
+            w, lo = out.halves(attr)
+            self.cols[f"{name}_w"].append(w.float().cpu() if name != "len" else w.cpu())
+            self.cols[f"{name}_l"].append(lo.float().cpu() if name != "len" else lo.cpu())
+        self.cols["index"].append(torch.as_tensor(index).cpu())
+        if out.codes is not None:
+            for side, c in zip("wl", out.halves("codes")):
+                i_, v_ = _to_csr(c, self.cache_topk)
+                self.csr[side][0].extend(i_)
+                self.csr[side][1].extend(v_)
+
+    def build(self, meta: dict[str, Any]) -> ReferenceCache:
+        tensors = {k: torch.cat(v) for k, v in self.cols.items()}
+        if len(set(tensors["index"].tolist())) != len(tensors["index"]):
+            raise ValueError("the records' idx values are not unique")
+        for side, (idx, val) in self.csr.items():
+            if not idx:
+                continue
+            tensors[f"codes_{side}_offsets"] = torch.tensor([0] + [len(x) for x in idx]).cumsum(0)
+            tensors[f"codes_{side}_indices"] = torch.cat(idx)
+            tensors[f"codes_{side}_values"] = torch.cat(val)
+        return ReferenceCache(tensors, json.loads(json.dumps(meta)))
+
+
 class ReferenceCache:
     """Cached reference quantities for ``N`` pairs, looked up by the pair's index (the record's
     ``idx`` field, else its position in the dataset).
@@ -222,9 +258,7 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
         ref_model = ref_model.to(device)
     was = ref_model.training
     ref_model.eval()
-    cols: dict[str, list] = {k: [] for k in ("index", "sum_w", "sum_l", "mean_w", "mean_l",
-                                             "len_w", "len_l")}  # fmt: skip
-    csr = {"w": ([], []), "l": ([], [])}
+    parts = _CacheParts(cache_topk)
     fps: list[str] = []
     starts = range(0, n, batch_size)
     try:
@@ -237,30 +271,10 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
                 recs.append(r)
             b = collator(recs)
             out = preference_pass(ref_model, b, sae=sae, layer=layer, pool=pool, site=site)
-            for name, attr in (("sum", "sum"), ("mean", "mean"), ("len", "length")):
-                w, lo = out.halves(attr)
-                cols[f"{name}_w"].append(w.float().cpu() if name != "len" else w.cpu())
-                cols[f"{name}_l"].append(lo.float().cpu() if name != "len" else lo.cpu())
-            cols["index"].append(b["index"])
+            parts.add(out, b["index"])
             fps += b["fingerprint"]
-            if out.codes is not None:
-                for side, c in zip("wl", out.halves("codes")):
-                    i_, v_ = _to_csr(c, cache_topk)
-                    csr[side][0].extend(i_)
-                    csr[side][1].extend(v_)
     finally:
         ref_model.train(was)
-    tensors = {k: torch.cat(v) for k, v in cols.items()}
-    if len(set(tensors["index"].tolist())) != len(tensors["index"]):
-        raise ValueError("the records' idx values are not unique")
-    for side in "wl":
-        idx, val = csr[side]
-        if not idx:
-            continue
-        lens = torch.tensor([0] + [len(x) for x in idx])
-        tensors[f"codes_{side}_offsets"] = lens.cumsum(0)
-        tensors[f"codes_{side}_indices"] = torch.cat(idx)
-        tensors[f"codes_{side}_values"] = torch.cat(val)
     meta = {"d_sae": sae.d_sae if sae is not None else None,
             "layer": layer, "pool": pool, "site": site,
             "sae": sae.identity() if sae is not None else None,
@@ -268,4 +282,4 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
             "model": getattr(getattr(ref_model, "config", None), "_name_or_path", "") or
             type(ref_model).__name__, "model_fingerprint": _model_fingerprint(ref_model),
             "fingerprints": fps}  # fmt: skip
-    return ReferenceCache(tensors, json.loads(json.dumps(meta)))
+    return parts.build(meta)

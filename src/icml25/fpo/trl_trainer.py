@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from icml25.fpo.cache import ReferenceCache, _model_fingerprint, _to_csr
+from icml25.fpo.cache import ReferenceCache, _CacheParts, _model_fingerprint
 from icml25.fpo.forward import pool_response_codes, preference_pass
 from icml25.fpo.hooks import ResidualCapture, resolve_layer
 from icml25.fpo.losses import INDEX_MODES, POOL_MODES, fpo_loss
@@ -158,10 +158,7 @@ class FPOTrainer(DPOTrainer):
         dev = next(model.parameters()).device
         self.sae.to(dev)
         bs = self.args.precompute_ref_batch_size or self.args.per_device_train_batch_size
-        sides: dict[str, tuple[list, list]] = {"w": ([], []), "l": ([], [])}
-        cols: dict[str, list] = {
-            k: [] for k in ("sum_w", "sum_l", "mean_w", "mean_l", "len_w", "len_l")
-        }
+        parts = _CacheParts()
         try:
             for s in range(0, len(ds), bs):
                 b = self.data_collator([ds[i] for i in range(s, min(len(ds), s + bs))])
@@ -169,27 +166,13 @@ class FPOTrainer(DPOTrainer):
                          "labels": b["input_ids"].masked_fill(b["completion_mask"] == 0, -100)}  # fmt: skip
                 out = preference_pass(model, batch, sae=self.sae, layer=self.fpo_layer,
                                       pool=self.fpo_pool)  # fmt: skip
-                for side, c in zip("wl", out.halves("codes")):
-                    i_, v_ = _to_csr(c, None)
-                    sides[side][0].extend(i_)
-                    sides[side][1].extend(v_)
-                for name, attr in (("sum", "sum"), ("mean", "mean"), ("len", "length")):
-                    w, lo = out.halves(attr)
-                    cols[f"{name}_w"].append(w.float().cpu())
-                    cols[f"{name}_l"].append(lo.float().cpu())
+                parts.add(out, torch.tensor(idx[s : s + len(b["input_ids"]) // 2]))
         finally:
             model.train(was)
-        tensors = {k: torch.cat(v) for k, v in cols.items()}
-        tensors["index"] = torch.tensor(idx)
-        for side, (i_, v_) in sides.items():
-            tensors[f"codes_{side}_offsets"] = torch.tensor([0] + [len(x) for x in i_]).cumsum(0)
-            tensors[f"codes_{side}_indices"] = torch.cat(i_)
-            tensors[f"codes_{side}_values"] = torch.cat(v_)
-        meta = json.loads(json.dumps({"d_sae": self.sae.d_sae, "layer": self.fpo_layer,
-                                      "pool": self.fpo_pool, "site": "hook",
-                                      "sae": self.sae.identity(), "fingerprints": fps,
-                                      "model_fingerprint": _model_fingerprint(model)}))  # fmt: skip
-        cache = ReferenceCache(tensors, meta)
+        meta = {"d_sae": self.sae.d_sae, "layer": self.fpo_layer, "pool": self.fpo_pool,
+                "site": "hook", "sae": self.sae.identity(), "fingerprints": fps,
+                "model_fingerprint": _model_fingerprint(model)}  # fmt: skip
+        cache = parts.build(meta)
         if path is not None and self.accelerator.is_main_process:
             cache.save(path)
         return cache
