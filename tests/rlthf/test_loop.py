@@ -1,0 +1,199 @@
+"""The RLTHF loop: budget accounting, overrides, resume, edge cases and mislabel detection."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from icml25.rlthf import (
+    CallbackHumanLabeler,
+    EmbeddingRewardModel,
+    HumanOracle,
+    PreferencePairs,
+    RewardDistribution,
+    RLTHFConfig,
+    make_textworld,
+    run_random,
+    run_rlthf,
+    run_self_confidence,
+    run_self_improvement,
+    select_targets,
+)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return make_textworld(500, 200, seed=0)
+
+
+def _rm():
+    return EmbeddingRewardModel(encoder="hashing", epochs=2)
+
+
+def test_budget_accounting_and_overrides(world):
+    human = HumanOracle(world.train.human_labels)
+    cfg = RLTHFConfig(iterations=3, budget_per_iter=0.02)
+    res = run_rlthf(world.train, world.ai_labels, world.ai_conf, human, _rm(), cfg, world.test,
+                    progress=False)  # fmt: skip
+    assert human.calls == 3 * 10 == len(res.human_indices) == len(set(res.human_indices.tolist()))
+    h = res.human_indices
+    assert (res.labels[h] == world.train.human_labels[h]).all()  # human overrides AI
+    assert (res.weights[h] == 5.0).all()
+    ai_kept = res.kept_mask & ~np.isin(np.arange(500), h)
+    assert (res.labels[ai_kept] == world.ai_labels[ai_kept]).all()
+    assert (res.weights[ai_kept] == 1.0).all()
+    assert [r["iteration"] for r in res.history] == [0, 1, 2, 3]
+    assert res.history[-1]["human_fraction"] == pytest.approx(0.06)
+    assert 0 < res.history[-1]["kept_fraction"] < 1
+    assert all(0 <= r["test_accuracy"] <= 1 for r in res.history)
+    rows = res.curated_trl()
+    assert len(rows) == res.kept_mask.sum() and {r["weight"] for r in rows} == {1.0, 5.0}
+
+
+def test_front_loaded_schedule(world):
+    cfg = RLTHFConfig(iterations=3, budget_per_iter=0.02, schedule="front_loaded")
+    assert np.allclose(cfg.fractions(), [0.03, 0.02, 0.01])
+    human = HumanOracle(world.train.human_labels)
+    run_rlthf(world.train, world.ai_labels, None, human, _rm(), cfg, progress=False)
+    assert human.calls == 15 + 10 + 5
+
+
+def test_resume_reproduces_the_same_labels(world, tmp_path):
+    cfg = RLTHFConfig(iterations=3, budget_per_iter=0.02)
+    ref = run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
+                    _rm(), cfg, progress=False)  # fmt: skip
+
+    def crash(t, row):
+        if t == 2:
+            raise KeyboardInterrupt
+
+    human = HumanOracle(world.train.human_labels)
+    with pytest.raises(KeyboardInterrupt):
+        run_rlthf(world.train, world.ai_labels, None, human, _rm(), cfg, checkpoint_dir=tmp_path,
+                  callback=crash, progress=False)  # fmt: skip
+    assert human.calls == 20
+    human2 = HumanOracle(world.train.human_labels)
+    res = run_rlthf(world.train, world.ai_labels, None, human2, _rm(), cfg,
+                    checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    assert human2.calls == 10  # only the third iteration asks again
+    np.testing.assert_array_equal(res.labels, ref.labels)
+    np.testing.assert_array_equal(res.weights, ref.weights)
+    assert res.human_indices.tolist() == ref.human_indices.tolist()
+    other = dataclasses.replace(cfg, amplification=2.0)
+    with pytest.raises(ValueError, match="another config"):
+        run_rlthf(world.train, world.ai_labels, None, human2, _rm(), other,
+                  checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+
+
+def test_ties_spend_budget_and_leave_training(world):
+    fn = lambda p, a, b: [-1] * len(p)  # noqa: E731 - every answer is a tie
+    human = CallbackHumanLabeler(fn)
+    res = run_rlthf(world.train, world.ai_labels, None, human, _rm(),
+                    RLTHFConfig(iterations=1), progress=False)  # fmt: skip
+    assert human.calls == 10 and (res.labels[res.human_indices] == -1).all()
+    assert not res.kept_mask[res.human_indices].any()
+    assert res.history[-1]["n_invalid"] == 10
+
+
+def test_identical_pairs_dropped_with_warning():
+    w = make_textworld(60, 0, seed=2)
+    a = list(w.train.responses_a)
+    a[5] = w.train.responses_b[5]
+    pairs = PreferencePairs(w.train.prompts, a, w.train.responses_b, w.train.human_labels)
+    with pytest.warns(UserWarning, match="identical responses"):
+        res = run_rlthf(pairs, w.ai_labels, None, HumanOracle(pairs.human_labels), _rm(),
+                        RLTHFConfig(iterations=1, budget_per_iter=0.1), progress=False)  # fmt: skip
+    assert res.labels[5] == -1 and not res.kept_mask[5] and 5 not in res.human_indices
+
+
+def test_budget_larger_than_pool_annotates_all_and_stops():
+    w = make_textworld(40, 0, seed=3)
+    human = HumanOracle(w.train.human_labels)
+    with pytest.warns(UserWarning, match="covers the"):
+        res = run_rlthf(w.train, w.ai_labels, None, human, _rm(),
+                        RLTHFConfig(iterations=3, budget_per_iter=0.6), progress=False)  # fmt: skip
+    assert human.calls == 40 and len(res.history) == 3  # iterations 0, 1, 2; then nothing left
+    assert (res.labels == w.train.human_labels).all()
+
+
+def test_diverged_reward_model_names_the_iteration(world):
+    class NaNRM:
+        def fit(self, *a, **k):
+            pass
+
+        def margins(self, pairs, indices, labels):
+            return np.full(len(indices), np.nan)
+
+    with pytest.raises(FloatingPointError, match="iteration 1"):
+        run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
+                  NaNRM(), RLTHFConfig(), progress=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"budget_per_iter": 0.0}, "budget_per_iter"),
+        ({"amplification": 0.5}, "amplification"),
+        ({"backoff_ratio": 1.5}, "backoff_ratio"),
+        ({"iterations": 0}, "iterations"),
+        ({"amplify_mode": "replicate", "amplification": 2.5}, "integer"),
+        ({"selection": "knee"}, "selection"),
+        ({"sanitize": "elbow"}, "sanitize"),
+        ({"schedule": "fast"}, "schedule"),
+    ],
+)
+def test_config_bad_values(kw, match):
+    with pytest.raises(ValueError, match=match):
+        RLTHFConfig(**kw)
+
+
+def test_run_bad_input(world):
+    with pytest.raises(ValueError, match="human is required"):
+        run_rlthf(world.train, world.ai_labels, None, None, _rm(), progress=False)
+    with pytest.raises(ValueError, match=r"ai_labels\[0\]"):
+        run_rlthf(world.train, np.full(500, 2), None, HumanOracle(world.train.human_labels), _rm())
+    with pytest.raises(ValueError, match="shape"):
+        run_rlthf(world.train, world.ai_labels[:10], None, HumanOracle(world.train.human_labels))
+
+
+def test_replicate_mode_runs_and_counts(world):
+    cfg = RLTHFConfig(iterations=1, amplify_mode="replicate", amplification=3)
+    res = run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
+                    _rm(), cfg, progress=False)  # fmt: skip
+    assert (res.weights[res.human_indices] == 3).all()
+
+
+def test_baselines_share_the_loop(world):
+    human = HumanOracle(world.train.human_labels)
+    res = run_random(world.train, world.ai_labels, human, _rm(), RLTHFConfig(iterations=2),
+                     progress=False)  # fmt: skip
+    assert human.calls == 20 and res.kept_mask.sum() == 500  # no sanitization
+    human = HumanOracle(world.train.human_labels)
+    res = run_self_confidence(world.train, world.ai_labels, human, _rm(), budget=0.06,
+                              config=RLTHFConfig(cv_folds=3), progress=False)  # fmt: skip
+    assert human.calls == 30 and len(res.history) == 2
+    res = run_self_improvement(world.train, world.ai_labels, _rm(), RLTHFConfig(iterations=2),
+                               progress=False)  # fmt: skip
+    assert res.history[-1]["n_human"] == 0 and res.history[-1]["n_flipped"] > 0
+
+
+def test_bottom_of_curve_finds_random_flips():
+    """A linearly separable world with 20 % uniformly flipped AI labels: the bottom 10 % of the
+    AI-trained reward model's in-sample margins are mostly the flipped pairs."""
+    rng = np.random.default_rng(0)
+    n, d = 2000, 16
+    vecs = rng.normal(size=(2 * n + 1, d)).astype(np.float32)
+    texts = [f"t{i}" for i in range(2 * n + 1)]
+    table = dict(zip(texts, vecs))
+    prompts = [texts[-1]] * n
+    a, b = texts[:n], texts[n : 2 * n]
+    w_true = rng.normal(size=d)
+    human = (vecs[:n] @ w_true > vecs[n : 2 * n] @ w_true).astype(np.int8)
+    flip = rng.random(n) < 0.2
+    ai = np.where(flip, 1 - human, human).astype(np.int8)
+    pairs = PreferencePairs(prompts, a, b, human)
+    rm = EmbeddingRewardModel(encoder=lambda ts: np.stack([table[t] for t in ts]), epochs=8)
+    rm.fit(pairs, np.arange(n), ai, None, seed=0)
+    dist = RewardDistribution(rm.margins(pairs, np.arange(n), ai))
+    bottom = select_targets(dist, n // 10)
+    assert flip[bottom].mean() >= 0.8
