@@ -190,7 +190,7 @@ PAPERS: tuple[Paper, ...] = (
         "RLTHF: Targeted Human Feedback for LLM Alignment",
         "arXiv:2502.13417",
         repro="icml25.rlthf.repro:run",
-        usage="icml25.rlthf.run_rlthf(PreferencePairs.from_trl(rows), ai_labels, ai_conf, HumanOracle(rows_human_labels), EmbeddingRewardModel())",
+        usage="icml25.rlthf.run_rlthf(pairs, *icml25.rlthf.ChatLabeler(backend).label(pairs, None), icml25.rlthf.HumanOracle(pairs.human_labels), icml25.rlthf.EmbeddingRewardModel())  # pairs = PreferencePairs.from_trl('prefs.jsonl')",
         cli="icml25.rlthf.cli:add_parser",
     ),
     Paper(
