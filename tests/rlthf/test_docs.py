@@ -20,7 +20,10 @@ def test_docs_examples_run(capsys):
         exec(compile(block, str(DOC), "exec"), ns)  # noqa: S102 - our own documentation
     res = ns["result"]
     assert abs(res.history[-1]["human_fraction"] - 0.06) < 1e-9
-    assert res.history[-1]["curated_label_accuracy"] > (ns["ai_labels"] == ns["pairs"].human_labels).mean()
+    assert (
+        res.history[-1]["curated_label_accuracy"]
+        > (ns["ai_labels"] == ns["pairs"].human_labels).mean()
+    )
     assert ns["dist"].lower_bend >= ns["dist"].zero_crossing
     assert ns["rows"] and "weight" in ns["rows"][0]
     assert capsys.readouterr().out.strip()

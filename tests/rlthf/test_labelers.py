@@ -153,3 +153,27 @@ def test_labelers_refuse_foreign_input():
     pairs = PreferencePairs(["q"], ["a"], ["b"])
     with pytest.raises(ValueError, match="outside"):
         HumanOracle([1]).label(pairs, [4])
+
+
+def test_one_failing_pair_loses_nothing_else(small_pairs, tmp_path):
+    from icml25.llm import BatchFailed
+
+    state = {"broken": True}
+    asked = []
+
+    def fn(messages, **kw):
+        user = messages[-1]["content"]
+        asked.append(user)
+        if state["broken"] and "How do I y?" in user:
+            raise ConnectionError("server hiccup")
+        return "A"
+
+    path = tmp_path / "ai.jsonl"
+    with pytest.raises(BatchFailed, match="1 failed"):
+        ChatLabeler(CallableChat(fn), swap_check=False, cache_path=path).label(small_pairs, None)
+    assert path.read_text().count('"label"') == 2  # the two good answers are on disk
+    state["broken"], n = False, len(asked)
+    labels, _ = ChatLabeler(CallableChat(fn), swap_check=False, cache_path=path).label(
+        small_pairs, None
+    )
+    assert labels.tolist() == [1, 1, 1] and len(asked) == n + 1  # only the failed pair again
