@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from icml25.rlthf import EmbeddingRewardModel, RewardDistribution, cross_fit_margins, make_textworld
-from icml25.rlthf.loop import test_accuracy
+from icml25.rlthf.loop import preference_accuracy
 
 
 def main() -> None:
@@ -78,7 +78,7 @@ def main() -> None:
                 z = w.ai_labels.copy()
                 z[top] = w.train.human_labels[top]
                 rm.fit(w.train, idx, z, None, seed=seed + 1)
-                acc = test_accuracy(rm, w.test)
+                acc = preference_accuracy(rm, w.test)
                 rows.setdefault(f"{name} @ {k:.0%}", []).append([wrong[top].mean(), acc])
     print(f"text world, N = {args.n}, test {args.n_test}, seeds {args.seeds}, encoder {args.encoder}; "
           f"AI-label error rate {np.mean([1 - make_textworld(args.n, 0, seed=s).ai_accuracy for s in args.seeds]):.3f}")  # fmt: skip

@@ -197,3 +197,12 @@ def test_bottom_of_curve_finds_random_flips():
     dist = RewardDistribution(rm.margins(pairs, np.arange(n), ai))
     bottom = select_targets(dist, n // 10)
     assert flip[bottom].mean() >= 0.8
+
+
+def test_empty_test_set_reports_none(world):
+    from icml25.rlthf import preference_accuracy
+
+    rm = _rm()
+    rm.fit(world.train, np.arange(50), world.ai_labels[:50], None)
+    assert preference_accuracy(rm, PreferencePairs([], [], [], np.zeros(0))) is None
+    assert preference_accuracy(rm, None) is None

@@ -42,7 +42,13 @@ from icml25.rlthf.labelers import (
     SyntheticLabeler,
     parse_choice,
 )
-from icml25.rlthf.loop import RLTHFConfig, RLTHFResult, cross_fit_margins, run_rlthf, test_accuracy
+from icml25.rlthf.loop import (
+    RLTHFConfig,
+    RLTHFResult,
+    cross_fit_margins,
+    preference_accuracy,
+    run_rlthf,
+)
 from icml25.rlthf.reward_model import (
     EmbeddingRewardModel,
     RewardModel,
@@ -88,7 +94,7 @@ __all__ = [
     "run_self_improvement",
     "run_uncertainty",
     "select_targets",
-    "test_accuracy",
+    "preference_accuracy",
     "weighted_bt_loss",
     "window_accuracy",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from icml25.rlthf.data import PreferencePairs
-from icml25.rlthf.loop import RLTHFConfig, RLTHFResult, run_rlthf, test_accuracy
+from icml25.rlthf.loop import RLTHFConfig, RLTHFResult, preference_accuracy, run_rlthf
 
 __all__ = [
     "run_ai_only",
@@ -43,7 +43,7 @@ def _fit_once(pairs: PreferencePairs, labels: np.ndarray, reward_model: Any,
     weights = valid.astype(np.float64)
     z = np.where(valid, labels, -1).astype(np.int8)
     row = {"iteration": 0, "method": what, "kept_fraction": float(valid.mean()),
-           "test_accuracy": test_accuracy(reward_model, test_pairs)}  # fmt: skip
+           "test_accuracy": preference_accuracy(reward_model, test_pairs)}  # fmt: skip
     row["human_fraction"] = 1.0 if what == "full_human" else 0.0
     return RLTHFResult(pairs, z, weights, valid, np.zeros(0, dtype=np.int64), [row], reward_model)
 

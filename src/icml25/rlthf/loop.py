@@ -35,7 +35,14 @@ from icml25.rlthf.selection import (
     select_targets,
 )
 
-__all__ = ["RLTHFConfig", "RLTHFResult", "cross_fit_margins", "run_rlthf", "test_accuracy"]
+__all__ = [
+    "RLTHFConfig",
+    "RLTHFResult",
+    "cross_fit_margins",
+    "preference_accuracy",
+    "preference_correct",
+    "run_rlthf",
+]
 
 _SCHEDULES = ("constant", "front_loaded")
 
@@ -168,7 +175,7 @@ class RLTHFResult:
         return self.history[-1].get("test_accuracy") if self.history else None
 
 
-def test_accuracy(reward_model: Any, test_pairs: PreferencePairs | None) -> float | None:
+def preference_accuracy(reward_model: Any, test_pairs: PreferencePairs | None) -> float | None:
     """Fraction of test pairs where the RM prefers the human-preferred response (``None`` for
     no or an empty test set). Ties count as errors."""
     if test_pairs is None or len(test_pairs) == 0:
@@ -179,7 +186,7 @@ def test_accuracy(reward_model: Any, test_pairs: PreferencePairs | None) -> floa
     return float(np.mean(np.asarray(m) > 0))
 
 
-def test_correct(reward_model: Any, test_pairs: PreferencePairs) -> np.ndarray:
+def preference_correct(reward_model: Any, test_pairs: PreferencePairs) -> np.ndarray:
     """Per test pair, 1.0 where the RM prefers the human-preferred response."""
     m = reward_model.margins(test_pairs, None, test_pairs.human_labels)
     return (np.asarray(m) > 0).astype(np.float64)
@@ -380,7 +387,7 @@ def run_rlthf(
         if pairs.human_labels is not None:
             row["curated_label_accuracy"] = float(np.mean(z == pairs.human_labels[idx]))
             row["ai_label_accuracy"] = float(np.mean(ai[valid] == pairs.human_labels[valid]))
-        row["test_accuracy"] = test_accuracy(reward_model, test_pairs)
+        row["test_accuracy"] = preference_accuracy(reward_model, test_pairs)
         return row
 
     # iteration 0: the reward model on the AI labels alone (refit on resume, deterministically)

@@ -24,7 +24,7 @@ from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduct
 from icml25.rlthf.baselines import run_ai_only, run_full_human
 from icml25.rlthf.distribution import window_accuracy
 from icml25.rlthf.labelers import HumanOracle
-from icml25.rlthf.loop import RLTHFConfig, run_rlthf, test_correct
+from icml25.rlthf.loop import RLTHFConfig, preference_correct, run_rlthf
 from icml25.rlthf.reward_model import EmbeddingRewardModel
 from icml25.rlthf.textworld import make_textworld
 
@@ -218,9 +218,9 @@ def measure_seed(seed: int, rm: EmbeddingRewardModel, n_train: int, n_test: int,
     out: dict[str, Any] = {"seed": seed, "ai_accuracy": w.ai_accuracy, "acc": {}, "correct": {},
                            "history": {}}  # fmt: skip
     res = run_ai_only(w.train, w.ai_labels, rm, None, seed)
-    out["correct"]["ai_only"] = [test_correct(res.reward_model, w.test)]
+    out["correct"]["ai_only"] = [preference_correct(res.reward_model, w.test)]
     res = run_full_human(w.train, rm, None, seed)
-    out["correct"]["full_human"] = [test_correct(res.reward_model, w.test)]
+    out["correct"]["full_human"] = [preference_correct(res.reward_model, w.test)]
     base = RLTHFConfig(iterations=iterations, budget_per_iter=0.02, seed=seed)
     variants: dict[str, RLTHFConfig] = {
         "rlthf": base,
@@ -246,7 +246,7 @@ def measure_seed(seed: int, rm: EmbeddingRewardModel, n_train: int, n_test: int,
         corrects: list[np.ndarray] = []
         human = None if cfg.self_improvement else HumanOracle(w.train.human_labels)
         res = run_rlthf(w.train, w.ai_labels, w.ai_conf, human, rm, cfg, None,
-                        callback=lambda t, row, acc=corrects: acc.append(test_correct(rm, w.test)),
+                        callback=lambda t, row, acc=corrects: acc.append(preference_correct(rm, w.test)),
                         keep_distributions=name == "rlthf", progress=False)  # fmt: skip
         out["correct"][name] = corrects
         out["history"][name] = res.history
