@@ -154,3 +154,24 @@ def test_window_accuracy():
     assert acc.tolist() == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="window_frac"):
         window_accuracy(d, ai, hu, 0)
+
+
+def test_find_bend_straight_line_has_no_bend():
+    assert find_bend(np.linspace(5, -5, 101)) == 0
+    assert find_bend(np.arange(50.0)[::-1] * 1e-3) == 0
+
+
+def test_distribution_and_drop_mask_refuse_bad_indices():
+    with pytest.raises(ValueError, match="more than once"):
+        RewardDistribution([1.0, 0.5, -1.0], [4, 4, 2])
+    with pytest.raises(TypeError, match="integers"):
+        RewardDistribution([1.0, 0.5], [0.5, 1.5])
+    with pytest.raises(ValueError, match=">= 0"):
+        RewardDistribution([1.0, 0.5], [-1, 3])
+    d = RewardDistribution(np.linspace(3, -3, 30))
+    with pytest.raises(TypeError, match="boolean mask"):
+        backoff_drop_mask(d, "zero", protected=np.zeros(30, dtype=bool))
+    with pytest.raises(ValueError, match=r"ai_labels\[1\] = 7"):
+        window_accuracy(d, np.r_[0, 7, np.zeros(28)], np.zeros(30))
+    with pytest.raises(ValueError, match="human_labels has shape"):
+        window_accuracy(d, np.zeros(30), np.zeros(29))

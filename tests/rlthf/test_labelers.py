@@ -177,3 +177,46 @@ def test_one_failing_pair_loses_nothing_else(small_pairs, tmp_path):
         small_pairs, None
     )
     assert labels.tolist() == [1, 1, 1] and len(asked) == n + 1  # only the failed pair again
+
+
+def test_cache_is_keyed_by_the_judge(small_pairs, tmp_path):
+    """Another judge sharing the cache file asks afresh: its answers are not the first judge's."""
+    path = tmp_path / "ai.jsonl"
+    always_a = CallableChat(lambda m, **k: "A", name="judge-a")
+    always_b = CallableChat(lambda m, **k: "B", name="judge-b")
+    la, _ = ChatLabeler(always_a, swap_check=False, cache_path=path).label(small_pairs, None)
+    second = ChatLabeler(always_b, swap_check=False, cache_path=path)
+    lb, _ = second.label(small_pairs, None)
+    assert la.tolist() == [1, 1, 1] and lb.tolist() == [0, 0, 0] and second.calls == 3
+    again = ChatLabeler(always_a, swap_check=False, cache_path=path)
+    assert again.label(small_pairs, None)[0].tolist() == [1, 1, 1] and again.calls == 0
+
+
+def test_csv_with_byte_order_mark_and_bad_index(small_pairs, tmp_path):
+    path = tmp_path / "todo.csv"
+    lab = CSVHumanLabeler(path)
+    with pytest.raises(AnnotationPending):
+        lab.label(small_pairs, [0, 1])
+    text = path.read_text(encoding="utf-8").splitlines()
+    filled = [text[0]] + [line + ("A" if i == 0 else "B") for i, line in enumerate(text[1:])]
+    path.write_text("\n".join(filled) + "\n", encoding="utf-8-sig")  # as spreadsheets save it
+    labels, _ = lab.label(small_pairs, [0, 1])
+    assert labels.tolist() == [1, 0]
+    path.write_text("index,label\nfirst,A\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="index 'first' is not an integer"):
+        lab.label(small_pairs, [0])
+
+
+def test_chat_labeler_failure_message_and_bad_concurrency(small_pairs):
+    from icml25.llm import BatchFailed
+
+    def fn(messages, **kw):
+        if "y is hard" in messages[-1]["content"]:
+            raise ConnectionError("server down")
+        return "A"
+
+    with pytest.raises(BatchFailed, match="call label\\(\\) again") as err:
+        ChatLabeler(CallableChat(fn), swap_check=False).label(small_pairs, None)
+    assert "--retry-errors" not in str(err.value)
+    with pytest.raises(ValueError, match="concurrency"):
+        ChatLabeler(CallableChat(fn), concurrency=0)

@@ -206,3 +206,110 @@ def test_empty_test_set_reports_none(world):
     rm.fit(world.train, np.arange(50), world.ai_labels[:50], None)
     assert preference_accuracy(rm, PreferencePairs([], [], [], np.zeros(0))) is None
     assert preference_accuracy(rm, None) is None
+
+
+def test_crash_after_annotation_asks_no_one_again(world, tmp_path):
+    """The human's answers are on disk before the retraining: a crash there re-asks nobody."""
+    cfg = RLTHFConfig(iterations=2, budget_per_iter=0.02)
+    ref = run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
+                    _rm(), cfg, progress=False)  # fmt: skip
+
+    class CrashOnSecondFit(EmbeddingRewardModel):
+        fits = 0
+
+        def fit(self, *a, **k):
+            type(self).fits += 1
+            if type(self).fits == 3:  # fit 0 = AI only, 1 = iteration 1, 2 = iteration 2
+                raise MemoryError("killed while retraining")
+            return super().fit(*a, **k)
+
+    human = HumanOracle(world.train.human_labels)
+    with pytest.raises(MemoryError):
+        run_rlthf(world.train, world.ai_labels, None, human,
+                  CrashOnSecondFit(encoder="hashing", epochs=2), cfg, checkpoint_dir=tmp_path,
+                  progress=False)  # fmt: skip
+    assert human.calls == 20  # both iterations were answered
+    human2 = HumanOracle(world.train.human_labels)
+    res = run_rlthf(world.train, world.ai_labels, None, human2,
+                    CrashOnSecondFit(encoder="hashing", epochs=2), cfg, checkpoint_dir=tmp_path,
+                    progress=False)  # fmt: skip
+    assert human2.calls == 0
+    assert res.human_indices.tolist() == ref.human_indices.tolist()
+    np.testing.assert_array_equal(res.labels, ref.labels)
+
+
+def test_resume_extends_iterations_and_checks_the_reward_model(world, tmp_path):
+    human = HumanOracle(world.train.human_labels)
+    run_rlthf(world.train, world.ai_labels, None, human, _rm(), RLTHFConfig(iterations=1),
+              checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    human2 = HumanOracle(world.train.human_labels)
+    res = run_rlthf(world.train, world.ai_labels, None, human2, _rm(),
+                    RLTHFConfig(iterations=2), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    assert human2.calls == 10 and len(res.history) == 3
+    with pytest.raises(ValueError, match="reward model"):
+        run_rlthf(world.train, world.ai_labels, None, human2,
+                  EmbeddingRewardModel(encoder="hashing", hidden=16, epochs=1),
+                  RLTHFConfig(iterations=2), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="AI labels"):
+        run_rlthf(world.train, 1 - world.ai_labels, None, human2, _rm(),
+                  RLTHFConfig(iterations=2), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="iterations >= 2"):
+        run_rlthf(world.train, world.ai_labels, None, human2, _rm(),
+                  RLTHFConfig(iterations=1), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+
+
+def test_budget_rounding_has_no_float_noise():
+    w = make_textworld(100, 0, seed=3)
+    human = HumanOracle(w.train.human_labels)
+    run_rlthf(w.train, w.ai_labels, None, human, _rm(),
+              RLTHFConfig(iterations=1, budget_per_iter=0.07), progress=False)  # fmt: skip
+    assert human.calls == 7  # 0.07 * 100 = 7.000000000000001 in floating point
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5])
+def test_front_loaded_total_equals_constant(T):
+    fr = RLTHFConfig(iterations=T, budget_per_iter=0.02, schedule="front_loaded").fractions()
+    assert sum(fr) == pytest.approx(T * 0.02) and fr == sorted(fr, reverse=True)
+
+
+def test_config_accepts_numpy_numbers_and_refuses_nan():
+    cfg = RLTHFConfig(iterations=np.int64(2), amplification=np.int32(3), seed=np.int64(1),
+                      budget_per_iter=np.float32(0.05), self_improvement=np.bool_(False))  # fmt: skip
+    assert cfg.iterations == 2 and type(cfg.iterations) is int and cfg.amplification == 3.0
+    with pytest.raises(ValueError, match="NaN"):
+        RLTHFConfig(budget_per_iter=float("nan"))
+    with pytest.raises(TypeError, match="self_improvement"):
+        RLTHFConfig(self_improvement="yes")
+    with pytest.raises(TypeError, match="seed"):
+        RLTHFConfig(seed=0.5)
+    with pytest.warns(UserWarning, match="no effect"):
+        RLTHFConfig(backoff_ratio=0.3, sanitize=None)
+
+
+def test_result_repr_ai_conf_and_curated_rows(world):
+    conf = np.full(len(world.train), 0.75)
+    cfg = RLTHFConfig(iterations=1, amplify_mode="replicate", amplification=3)
+    res = run_rlthf(world.train, world.ai_labels, conf, HumanOracle(world.train.human_labels),
+                    _rm(), cfg, progress=False)  # fmt: skip
+    assert len(repr(res)) < 200 and "human=10" in repr(res)
+    assert res.ai_conf is not None and res.history[1]["ai_conf_selected"] == pytest.approx(0.75)
+    rows = res.curated_trl()
+    n_kept = int(res.kept_mask.sum())
+    assert len(rows) == n_kept + 2 * 10 - 2 * int((res.labels[res.human_indices] < 0).sum())
+    assert all(r["weight"] == 1.0 for r in rows)
+    assert "weight" not in res.curated_trl(weights=False)[0]
+    assert "weight" not in res.curated_trl(weights=None)[0]
+    with pytest.raises(ValueError, match=r"ai_conf\[3\] = 0.2"):
+        conf[3] = 0.2
+        run_rlthf(world.train, world.ai_labels, conf, HumanOracle(world.train.human_labels),
+                  _rm(), cfg, progress=False)  # fmt: skip
+
+
+def test_baseline_bad_input(world):
+    with pytest.raises(ValueError, match="budget must be a fraction"):
+        run_self_confidence(world.train, world.ai_labels, HumanOracle(world.train.human_labels),
+                            _rm(), budget=0)  # fmt: skip
+    from icml25.rlthf import cross_fit_margins
+
+    with pytest.raises(ValueError, match="folds must be an int >= 2"):
+        cross_fit_margins(_rm(), world.train, np.arange(20), world.ai_labels[:20], folds=1)

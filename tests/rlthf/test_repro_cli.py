@@ -80,11 +80,14 @@ def test_cli_curate_end_to_end_over_http(tmp_path, capsys):
         n_requests = len(server.requests)
         assert main(argv) == 0  # rerun: the AI labels and the iterations are on disk
         assert len(server.requests) == n_requests
+        assert "curated" in capsys.readouterr().out
+        with pytest.raises(SystemExit):  # other settings, same --out: a clean usage error
+            main(argv[:-3] + ["--amplification", "2", "--out", str(out), "-q"])
+        assert "another configuration" in capsys.readouterr().err
     rows = [json.loads(x) for x in (out / "curated.jsonl").read_text().splitlines()]
     assert rows and all({"prompt", "chosen", "rejected", "weight"} <= set(r) for r in rows)
     hist = json.loads((out / "history.json").read_text())
     assert hist[-1]["n_human"] == 3 * 4  # ceil(0.05 * 80) per iteration
-    assert "curated" in capsys.readouterr().out
 
 
 def test_cli_bad_arguments(tmp_path):
@@ -97,3 +100,20 @@ def test_cli_bad_arguments(tmp_path):
     with pytest.raises(SystemExit):
         main(["rlthf", "curate", "--pairs", str(path), "--labeler", "openai:m", "--out",
               str(tmp_path)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "extra, msg",
+    [(["--concurrency", "0"], "--concurrency must be >= 1"),
+     (["--rm", "no-such-checkpoint-xyz"], "local folder holding a sequence-classification")],
+)  # fmt: skip
+def test_cli_bad_options_are_usage_errors(tmp_path, capsys, extra, msg):
+    from icml25.cli import main
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "q", "chosen": "a", "rejected": "b"}))
+    argv = ["rlthf", "curate", "--pairs", str(path), "--labeler", "openai:m", "--base-url",
+            "http://127.0.0.1:9", "--out", str(tmp_path / "o"), *extra]  # fmt: skip
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2 and msg in capsys.readouterr().err

@@ -122,3 +122,30 @@ def test_minilm_matches_sentence_transformers_recipe():
     assert e.shape == (3, 384) and np.allclose(np.linalg.norm(e, axis=1), 1, atol=1e-5)
     assert e[0] @ e[1] < 0.9  # different texts, different vectors
     np.testing.assert_allclose(enc(["x"])[0], e[2], atol=1e-5)  # batch and order invariant
+
+
+def test_weighted_bt_loss_reward_head_shape_and_nan_margin():
+    rc, rr = torch.randn(4, 1), torch.randn(4, 1)
+    torch.testing.assert_close(weighted_bt_loss(rc, rr), weighted_bt_loss(rc[:, 0], rr[:, 0]))
+    with pytest.raises(ValueError, match="margin holds NaN"):
+        weighted_bt_loss(rc, rr, margin=torch.tensor([0.0, float("nan"), 0.0, 0.0]))
+    with pytest.raises(TypeError, match="dtype torch.int64"):
+        weighted_bt_loss(torch.arange(3), torch.randn(3))
+
+
+def test_embedding_cache_tells_same_named_encoders_apart(tmp_path):
+    def make(scale):
+        def encode(texts):  # two encoders with one __name__, different outputs
+            return np.array([[len(t) * scale, 1.0] for t in texts], dtype=np.float32)
+
+        return encode
+
+    w = make_textworld(30, 0, seed=0)
+    first = EmbeddingRewardModel(encoder=make(1.0), cache_dir=tmp_path)
+    second = EmbeddingRewardModel(encoder=make(2.0), cache_dir=tmp_path)
+    e1 = first.embed(w.train.prompts[:3])
+    e2 = second.embed(w.train.prompts[:3])
+    assert not np.allclose(e1, e2) and len(list(tmp_path.glob("embeddings-*.npz"))) == 2
+    third = EmbeddingRewardModel(encoder=make(1.0), cache_dir=tmp_path)  # same encoder: reused
+    assert len(third._row) == 3
+    np.testing.assert_array_equal(third.embed(w.train.prompts[:3]), e1)

@@ -32,6 +32,8 @@ __all__ = [
 
 
 def _cfg(config: RLTHFConfig | None, **changes: Any) -> RLTHFConfig:
+    if changes.get("sanitize", "bend_backoff") != "bend_backoff":
+        changes.setdefault("backoff_ratio", 0.5)  # the ratio means nothing without the back-off
     return dataclasses.replace(config or RLTHFConfig(), **changes)
 
 
@@ -83,6 +85,10 @@ def run_self_confidence(pairs, ai_labels, human, reward_model, budget: float = 0
     """Confident learning: cross-fitted (``config.cv_folds``) margins of every AI label, the
     ``budget`` fraction with the lowest sent to the human in one shot; no sanitization,
     weight 1."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
+        raise ValueError(
+            f"budget must be a fraction of the pool in (0, 1] (e.g. 0.06 for 6 %), got {budget!r}"
+        )
     cfg = _cfg(config, selection="self_confidence", sanitize=None, amplification=1.0,
                iterations=1, schedule="constant", budget_per_iter=budget)  # fmt: skip
     return run_rlthf(pairs, ai_labels, None, human, reward_model, cfg, test_pairs, **kw)

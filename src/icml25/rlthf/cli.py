@@ -62,6 +62,8 @@ def _cmd_curate(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     try:
+        if args.concurrency < 1:
+            raise ValueError(f"--concurrency must be >= 1, got {args.concurrency}")
         pairs = PreferencePairs.from_trl(args.pairs, seed=args.seed)
         config = RLTHFConfig(iterations=args.iterations, budget_per_iter=args.budget,
                              amplification=args.amplification, backoff_ratio=args.backoff_ratio,
@@ -88,8 +90,14 @@ def _cmd_curate(args: argparse.Namespace) -> int:
         if args.rm in ("minilm", "hashing"):
             rm = EmbeddingRewardModel(encoder=args.rm, cache_dir=out / "cache")
         else:
-            rm = TrainableHFRewardModel(args.rm)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+            try:
+                rm = TrainableHFRewardModel(args.rm)
+            except OSError as exc:  # a name transformers could not resolve offline
+                raise ValueError(
+                    f"--rm {args.rm!r}: {exc}. Pass minilm, hashing or a local folder holding a "
+                    "sequence-classification checkpoint (save_pretrained output)"
+                ) from None
+    except (ValueError, TypeError, OSError) as exc:
         args.parser.error(str(exc))
     labeler = ChatLabeler(backend, args.guidelines, cache_path=out / "ai_labels.jsonl",
                           concurrency=args.concurrency, progress=not args.quiet)  # fmt: skip
@@ -100,6 +108,8 @@ def _cmd_curate(args: argparse.Namespace) -> int:
     except AnnotationPending as exc:
         print(f"waiting for the annotator: {exc}")
         return 3
+    except ValueError as exc:  # e.g. --out holds the checkpoint of a run with other settings
+        args.parser.error(str(exc))
     rows = result.curated_trl()
     with open(out / "curated.jsonl", "w", encoding="utf-8") as f:
         for row in rows:

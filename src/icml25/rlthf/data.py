@@ -185,8 +185,10 @@ class PreferencePairs:
         JSONL/JSON/CSV/Parquet or a ``save_to_disk`` folder): ``chosen`` becomes response A or B
         by a coin flip seeded by ``seed`` (``shuffle_order=False``: always A), and the label
         records which. A trailing ``separator`` on string prompts (as :meth:`to_trl` writes it) is
-        removed. Conversational rows keep the last user turn as the prompt (multi-turn prompts
-        are rendered as ``role: content`` lines) and the assistant text as the response."""
+        removed. Conversational rows: a one-message prompt becomes its content; a multi-turn
+        prompt is kept whole, rendered as ``role: content`` lines (the reward model sees the
+        conversation, and :meth:`to_trl` writes it back as one user message); the response is
+        the assistant text."""
         from icml25.preference import load_preferences
 
         if isinstance(rows, (str, os.PathLike)) or not _is_record_list(rows):

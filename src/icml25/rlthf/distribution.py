@@ -23,7 +23,10 @@ def find_bend(y: Any) -> int:
     """Index of the bend of a monotone non-increasing curve ``y`` (length ``n``): the argmax of
     the distance between the min-max normalised curve and its chord (first index on ties).
 
-    Returns 0 for ``n < 3`` and for a flat curve. ``ValueError`` for NaN/inf or a 2-D input.
+    Returns 0 for ``n < 3``, for a flat curve and for a straight line (no point farther than
+    ``1e-9`` from the chord: there is no bend, and floating-point noise must not pick one).
+    ``ValueError`` for NaN/inf or a 2-D input. The curve is not checked for monotonicity; on a
+    non-monotone one the rule still returns the point farthest from the chord.
     """
     arr = np.asarray(y, dtype=np.float64)
     if arr.ndim != 1:
@@ -40,7 +43,9 @@ def find_bend(y: Any) -> int:
     yn = (arr - lo) / (hi - lo)
     xn = np.arange(n) / (n - 1)
     chord = yn[0] + (yn[-1] - yn[0]) * xn
-    return int(np.argmax(np.abs(yn - chord)))
+    dist = np.abs(yn - chord)
+    k = int(np.argmax(dist))
+    return k if dist[k] > 1e-9 else 0
 
 
 def _smooth(y: np.ndarray, window: int | None) -> np.ndarray:
@@ -79,9 +84,22 @@ class RewardDistribution:
             raise FloatingPointError(
                 f"margin {i} is {m[i]}: the reward model diverged (NaN/inf margins)"
             )
-        idx = np.arange(len(m)) if indices is None else np.asarray(indices, dtype=np.int64)
+        if indices is None:
+            idx = np.arange(len(m), dtype=np.int64)
+        else:
+            raw = np.asarray(indices)
+            if raw.size and not np.issubdtype(raw.dtype, np.integer):
+                raise TypeError(f"indices must be integers (pool indices), got dtype {raw.dtype}")
+            idx = raw.astype(np.int64)
         if idx.shape != m.shape:
             raise ValueError(f"indices has shape {idx.shape}, margins {m.shape}: one per pair")
+        if idx.size and idx.min() < 0:
+            raise ValueError(f"indices holds {int(idx.min())}; pool indices are >= 0")
+        uniq, counts = np.unique(idx, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(
+                f"indices holds pair {int(uniq[counts > 1][0])} more than once; one margin per pair"
+            )
         if smoothing_window is not None and (
             isinstance(smoothing_window, bool)
             or not isinstance(smoothing_window, (int, np.integer))
@@ -132,12 +150,19 @@ def window_accuracy(
 
     ``ai_labels`` and ``human_labels`` are indexed by pool index (length ``>= max(indices) + 1``).
     """
-    if not 0 < window_frac <= 1:
+    if (
+        isinstance(window_frac, bool)
+        or not isinstance(window_frac, (int, float))
+        or not (0 < window_frac <= 1)
+    ):
         raise ValueError(f"window_frac must be in (0, 1], got {window_frac!r}")
-    ai = np.asarray(ai_labels)
-    hu = np.asarray(human_labels)
-    if ai.shape != hu.shape:
-        raise ValueError(f"ai_labels {ai.shape} and human_labels {hu.shape} differ in shape")
+    from icml25.rlthf.data import check_binary_labels
+
+    if np.ndim(ai_labels) != 1:
+        raise ValueError(f"ai_labels must be 1-D (one label per pool pair), got shape "
+                         f"{np.shape(ai_labels)}")  # fmt: skip
+    ai = check_binary_labels(ai_labels, len(ai_labels), "ai_labels", allow_invalid=True)
+    hu = check_binary_labels(human_labels, len(ai), "human_labels", allow_invalid=True)
     if len(dist) and int(dist.order.max()) >= len(ai):
         raise ValueError(
             f"labels have {len(ai)} entries but the distribution holds pair {int(dist.order.max())}"

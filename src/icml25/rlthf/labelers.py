@@ -143,12 +143,13 @@ class CSVHumanLabeler:
                 np.ones(len(idx), dtype=np.float32))  # fmt: skip
 
     def _indices(self) -> list[int]:
-        with open(self.path, newline="", encoding="utf-8") as f:
-            return [int(r["index"]) for r in csv.DictReader(f)]
+        with open(self.path, newline="", encoding="utf-8-sig") as f:
+            return [_csv_index(r, self.path, n) for n, r in enumerate(csv.DictReader(f), 2)]
 
     def _read(self) -> dict[int, int]:
         out: dict[int, int] = {}
-        with open(self.path, newline="", encoding="utf-8") as f:
+        # utf-8-sig: spreadsheet programs save CSV with a byte-order mark
+        with open(self.path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None or not {"index", "label"} <= set(reader.fieldnames):
                 raise ValueError(f"{self.path} needs the columns 'index' and 'label'")
@@ -160,7 +161,7 @@ class CSVHumanLabeler:
                     raise ValueError(
                         f"{self.path}:{line}: label {row['label']!r}; use A, B, tie or invalid"
                     )
-                out[int(row["index"])] = self._MAP[value]
+                out[_csv_index(row, self.path, line)] = self._MAP[value]
         return out
 
     def _write(self, pairs: PreferencePairs, idx: np.ndarray, answers: dict[int, int]) -> None:
@@ -174,6 +175,16 @@ class CSVHumanLabeler:
                 w.writerow([i, pairs.prompts[i], pairs.responses_a[i], pairs.responses_b[i],
                             inv.get(answers.get(i), "")])  # fmt: skip
         os.replace(tmp, self.path)
+
+
+def _csv_index(row: dict[str, Any], path: Path, line: int) -> int:
+    try:
+        return int(str(row.get("index")).strip())
+    except ValueError:
+        raise ValueError(
+            f"{path}:{line}: index {row.get('index')!r} is not an integer (keep the 'index' "
+            "column as written)"
+        ) from None
 
 
 class SyntheticLabeler:
@@ -256,6 +267,8 @@ class ChatLabeler:
             raise TypeError(f"guidelines must be a string, got {type(guidelines).__name__}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         has_lp = callable(getattr(backend, "logprobs", None))
         if use_logprobs and not has_lp:
             raise ValueError(f"use_logprobs=True but {type(backend).__name__} has no logprobs()")
@@ -324,6 +337,7 @@ class ChatLabeler:
         idx = _pairs_and_indices(pairs, indices)
         items = [(int(i), pairs.prompts[i], pairs.responses_a[i], pairs.responses_b[i])
                  for i in idx]  # fmt: skip
+        keys = {it: self._key(it) for it in items}
         results: dict[str, dict[str, Any]] = {}
         if self.cache_path is not None:
             store = JsonlStore(self.cache_path, key="item")
@@ -331,28 +345,46 @@ class ChatLabeler:
             store = JsonlStore(_memory_path(), key="item")
         try:
             report = run_resumable(
-                items, self._one, store, key=lambda _j, it: {"item": self._key(it), "index": it[0]},
+                items, self._one, store, key=lambda _j, it: {"item": keys[it], "index": it[0]},
                 concurrency=self.concurrency, retry_errors=True, progress=self.progress,
                 desc="AI labels",
             )  # fmt: skip
             for it in items:
-                rec = store.get({"item": self._key(it)})
+                rec = store.get({"item": keys[it]})
                 if rec is not None and "label" in rec:
-                    results[self._key(it)] = rec
+                    results[keys[it]] = rec
         finally:
             store.close()
             if self.cache_path is None:
                 Path(store.path).unlink(missing_ok=True)
         if report.n_failed:
-            raise BatchFailed(report, [results.get(self._key(it)) for it in items])
-        labels = np.array([results[self._key(it)]["label"] for it in items], dtype=np.int8)
-        conf = np.array([results[self._key(it)]["confidence"] for it in items], dtype=np.float32)
+            exc = BatchFailed(report, [results.get(keys[it]) for it in items])
+            kept = (
+                f" are kept in {self.cache_path}"
+                if self.cache_path is not None
+                else (" are in this exception's .results (pass cache_path= to keep them on disk)")
+            )
+            exc.args = (f"{report.summary()}; the answers received{kept}; call label() again "
+                        "(or rerun) to ask only for the failed pairs",)  # fmt: skip
+            raise exc
+        labels = np.array([results[keys[it]]["label"] for it in items], dtype=np.int8)
+        conf = np.array([results[keys[it]]["confidence"] for it in items], dtype=np.float32)
         return labels, conf
 
     def _key(self, item: tuple[int, str, str, str]) -> str:
+        """The record key: the judge (its cache identity, e.g. the model name and for a local
+        model a fingerprint of its weights), how it is asked, and the pair. Another judge
+        sharing ``cache_path`` asks afresh instead of reusing these answers."""
         _, p, a, b = item
-        text = f"{self.guidelines}\0{p}\0{a}\0{b}\0{self.swap_check}"
+        text = (f"{self._judge}\0{self.use_logprobs}\0{self.max_retries}\0{self.guidelines}"
+                f"\0{p}\0{a}\0{b}\0{self.swap_check}")  # fmt: skip
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+    @property
+    def _judge(self) -> str:
+        ident = getattr(self.backend, "cache_identity", None)
+        name = ident() if callable(ident) else getattr(self.backend, "name", None)
+        return f"{type(self.backend).__name__}:{name if name is not None else ''}"
 
 
 def _memory_path() -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 import time
 import warnings
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25.rlthf.data import PreferencePairs, check_binary_labels
+from icml25.rlthf.data import PreferencePairs, check_binary_labels, check_indices
 from icml25.rlthf.distribution import RewardDistribution
 from icml25.rlthf.selection import (
     SANITIZE_RULES,
@@ -45,6 +46,14 @@ __all__ = [
 ]
 
 _SCHEDULES = ("constant", "front_loaded")
+
+
+def _int_field(name: str, value: Any, low: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= {low}, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
 
 
 @dataclass
@@ -68,12 +77,23 @@ class RLTHFConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.iterations, bool)
-            or not isinstance(self.iterations, int)
-            or (self.iterations < 1)
-        ):
-            raise ValueError(f"iterations must be an int >= 1, got {self.iterations!r}")
+        self.iterations = _int_field("iterations", self.iterations, 1)
+        self.cv_folds = _int_field("cv_folds", self.cv_folds, 2)
+        self.seed = _int_field("seed", self.seed, 0)
+        if self.smoothing_window is not None:
+            self.smoothing_window = _int_field("smoothing_window", self.smoothing_window, 1)
+        if not isinstance(self.self_improvement, (bool, np.bool_)):
+            raise TypeError(
+                f"self_improvement must be True or False, got {self.self_improvement!r}"
+            )
+        self.self_improvement = bool(self.self_improvement)
+        for name in ("budget_per_iter", "backoff_ratio", "amplification"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name} must be a number, got {v!r}")
+            if math.isnan(float(v)):
+                raise ValueError(f"{name} is NaN; give a number")
+            setattr(self, name, float(v))
         if isinstance(self.schedule, str):
             if self.schedule not in _SCHEDULES:
                 raise ValueError(
@@ -89,8 +109,6 @@ class RLTHFConfig:
                 )
             self.schedule = fr
         f = self.budget_per_iter
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f):
-            raise TypeError(f"budget_per_iter must be a number, got {f!r}")
         if not self.self_improvement and self.schedule in _SCHEDULES and not 0 < f <= 1:
             raise ValueError(
                 f"budget_per_iter must be in (0, 1] (a fraction of the pool), got {f!r}; "
@@ -101,10 +119,16 @@ class RLTHFConfig:
         if self.sanitize not in SANITIZE_RULES:
             raise ValueError(f"sanitize must be one of {SANITIZE_RULES}, got {self.sanitize!r}")
         r = self.backoff_ratio
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
+        if not 0 <= r <= 1:
             raise ValueError(f"backoff_ratio must be in [0, 1], got {r!r}")
+        if r != 0.5 and self.sanitize != "bend_backoff":
+            warnings.warn(
+                f"backoff_ratio={r!r} has no effect with sanitize={self.sanitize!r}; it moves the "
+                "drop point of sanitize='bend_backoff' only",
+                stacklevel=3,
+            )
         a = self.amplification
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not a >= 1 or math.isinf(a):
+        if not a >= 1 or math.isinf(a):
             raise ValueError(f"amplification must be a finite number >= 1, got {a!r}")
         if self.amplify_mode not in ("weight", "replicate"):
             raise ValueError(
@@ -114,23 +138,11 @@ class RLTHFConfig:
             raise ValueError(f"amplify_mode='replicate' needs an integer amplification, got {a!r}")
         if self.retrain not in ("fresh", "warm"):
             raise ValueError(f"retrain must be 'fresh' or 'warm', got {self.retrain!r}")
-        if self.smoothing_window is not None and (
-            isinstance(self.smoothing_window, bool)
-            or not isinstance(self.smoothing_window, int)
-            or self.smoothing_window < 1
-        ):
-            raise ValueError(
-                f"smoothing_window must be None or an int >= 1, got {self.smoothing_window!r}"
-            )
-        if (
-            isinstance(self.cv_folds, bool)
-            or not isinstance(self.cv_folds, int)
-            or self.cv_folds < 2
-        ):
-            raise ValueError(f"cv_folds must be an int >= 2, got {self.cv_folds!r}")
 
     def fractions(self) -> list[float]:
-        """Human budget of each iteration as a fraction of the pool."""
+        """Human budget of each iteration as a fraction of the pool. ``"front_loaded"``:
+        ``2 f (T - t) / (T + 1)`` for ``t = 0..T-1``, linearly decreasing with the same total
+        ``T f`` as ``"constant"`` (3/2/1 % for ``f`` = 2 %, ``T`` = 3; 2.67/1.33 % for ``T`` = 2)."""
         T, f = self.iterations, float(self.budget_per_iter)
         if isinstance(self.schedule, tuple):
             return list(self.schedule)
@@ -153,23 +165,47 @@ class RLTHFResult:
         reward_model: the last fitted reward model.
         distributions: with ``keep_distributions=True``, the reward distribution each
             iteration selected from (after a resume: only the iterations run in this call).
+        ai_conf: the ``ai_conf`` passed in (``None`` if none was).
+
+    ``history`` rows (dicts): ``iteration``; ``n_human``, ``human_fraction`` (of the valid
+    pairs), ``n_invalid`` (tie/invalid human answers), ``n_flipped`` (self-improvement),
+    ``n_dropped``, ``kept_fraction``; ``test_accuracy`` (``None`` without ``test_pairs``); with
+    the pool's ``human_labels``: ``curated_label_accuracy`` and ``ai_label_accuracy``; and from
+    iteration 1: ``zero_crossing``, ``upper_bend``, ``lower_bend``, ``n`` (the curve's size),
+    ``p_drop``, ``n_new_human`` (or ``n_new_flipped``), ``ai_conf_selected`` (mean AI confidence
+    of the pairs sent to the human, with ``ai_conf``), ``ai_accuracy_head``/``middle``/``tail``
+    (AI-label accuracy per region, with ``human_labels``) and ``seconds``.
     """
 
-    pairs: PreferencePairs
-    labels: np.ndarray
-    weights: np.ndarray
-    kept_mask: np.ndarray
-    human_indices: np.ndarray
-    history: list[dict[str, Any]] = field(default_factory=list)
-    reward_model: Any = None
+    pairs: PreferencePairs = field(repr=False)
+    labels: np.ndarray = field(repr=False)
+    weights: np.ndarray = field(repr=False)
+    kept_mask: np.ndarray = field(repr=False)
+    human_indices: np.ndarray = field(repr=False)
+    history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    reward_model: Any = field(default=None, repr=False)
     config: RLTHFConfig | None = None
-    distributions: list[RewardDistribution] = field(default_factory=list)
+    distributions: list[RewardDistribution] = field(default_factory=list, repr=False)
+    ai_conf: np.ndarray | None = field(default=None, repr=False)
 
-    def curated_trl(self, **kwargs: Any) -> list[dict[str, Any]]:
-        """The curated training set as TRL rows (``weight`` column = amplification); keyword
-        arguments go to :meth:`PreferencePairs.to_trl`."""
+    def __repr__(self) -> str:
+        acc = self.test_accuracy()
+        return (f"RLTHFResult(pairs={len(self.pairs)}, human={len(self.human_indices)}, "
+                f"kept={int(self.kept_mask.sum())}, iterations={max(len(self.history) - 1, 0)}, "
+                f"test_accuracy={'None' if acc is None else f'{acc:.4f}'})")  # fmt: skip
+
+    def curated_trl(self, weights: bool = True, **kwargs: Any) -> list[dict[str, Any]]:
+        """The curated training set as TRL rows; keyword arguments go to
+        :meth:`PreferencePairs.to_trl`. ``weights=True`` adds the ``weight`` column (the
+        amplification of a human pair, 1 otherwise); with ``amplify_mode="replicate"`` a human
+        pair is instead repeated ``amplification`` times and every row has weight 1, as in
+        training. ``weights=False`` omits the column."""
         idx = np.flatnonzero(self.kept_mask)
-        return self.pairs.to_trl(idx, self.labels[idx], weights=self.weights[idx], **kwargs)
+        w = self.weights[idx]
+        if self.config is not None and self.config.amplify_mode == "replicate":
+            reps = np.round(w).astype(np.int64)
+            idx, w = np.repeat(idx, reps), np.ones(int(reps.sum()))
+        return self.pairs.to_trl(idx, self.labels[idx], weights=w if weights else None, **kwargs)
 
     def test_accuracy(self) -> float | None:
         return self.history[-1].get("test_accuracy") if self.history else None
@@ -196,7 +232,9 @@ def cross_fit_margins(reward_model: Any, pairs: PreferencePairs, indices: Any, l
                       folds: int = 5, seed: int = 0) -> np.ndarray:  # fmt: skip
     """Out-of-fold margins: each fold scored by a model fitted on the other folds (the
     out-of-sample probabilities confident learning needs, ``sigma(m)``)."""
-    idx = np.asarray(indices, dtype=np.int64)
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+        raise ValueError(f"folds must be an int >= 2 (cross-fitting), got {folds!r}")
+    idx = check_indices(indices, len(pairs))
     z = check_binary_labels(labels, len(idx))
     if len(idx) < folds:
         raise ValueError(
@@ -253,15 +291,18 @@ def run_rlthf(
         pairs: the pool (its ``human_labels``, when present, are used only to report the
             curated-label accuracy; the human is ``human``).
         ai_labels: ``(N,)`` AI labels in {0, 1} (1 = response A); ``ai_conf`` their confidences
-            (kept in the result's history, not used by the default rules).
+            in [0.5, 1] (kept as ``result.ai_conf``, with the mean over the pairs sent to the
+            human in each history row; not used by the selection rules).
         human: a :class:`~icml25.rlthf.labelers.Labeler` (``None`` only with
             ``self_improvement=True``).
         reward_model: a :class:`~icml25.rlthf.reward_model.RewardModel` (default: an
             :class:`~icml25.rlthf.reward_model.EmbeddingRewardModel` on MiniLM).
         config: :class:`RLTHFConfig` (default: the paper-budget defaults).
         test_pairs: human-labelled pairs; each iteration's RM accuracy on them is reported.
-        checkpoint_dir: folder of the per-iteration checkpoint; a rerun with the same pool and
-            config resumes after the last finished iteration (the human is not asked again).
+        checkpoint_dir: folder of the per-iteration checkpoint; a rerun with the same pool, AI
+            labels, reward model and config resumes after the last finished iteration (the human
+            is not asked again, also when the run stopped between an annotation and the end of
+            its iteration). With the constant schedule a rerun may raise ``iterations`` to go on.
         callback: ``callback(t, history_row)`` after each iteration.
         keep_distributions: keep each iteration's :class:`RewardDistribution` (the sorted
             margins) in ``result.distributions``, e.g. to plot the paper's Figure 3 diagnostics.
@@ -282,8 +323,15 @@ def run_rlthf(
         raise ValueError("the pool is empty")
     ai = check_binary_labels(ai_labels, n, "ai_labels")
     conf = None if ai_conf is None else np.asarray(ai_conf, dtype=np.float64)
-    if conf is not None and (conf.shape != (n,) or not np.all((conf >= 0.5) & (conf <= 1))):
-        raise ValueError(f"ai_conf must be {n} confidences in [0.5, 1], got shape {conf.shape}")
+    if conf is not None:
+        if conf.shape != (n,):
+            raise ValueError(f"ai_conf has shape {conf.shape}; expected ({n},), one per pair")
+        bad = ~((conf >= 0.5) & (conf <= 1))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"ai_conf[{i}] = {conf[i]:g}; confidences are max(p, 1 - p), in [0.5, 1]"
+            )
     if human is None and not config.self_improvement:
         raise ValueError("human is required (a Labeler) unless config.self_improvement=True")
     if human is not None and not callable(getattr(human, "label", None)):
@@ -313,7 +361,9 @@ def run_rlthf(
         raise ValueError(
             f"the pool has {n_valid} pair(s) with distinct responses; RLTHF needs >= 2"
         )
-    budgets = [math.ceil(f * n_valid) for f in config.fractions()]
+    # ceil, with a tolerance for the float product (0.07 * 100 = 7.000000000000001 -> 7): a
+    # small pool still gets at least one human label per iteration
+    budgets = [max(1, math.ceil(f * n_valid - 1e-9)) for f in config.fractions()]
 
     # state: human answers (pair -> label, -1 = tie/invalid), self-improvement flips, drop set
     human_lab: dict[int, int] = {}
@@ -324,23 +374,47 @@ def run_rlthf(
     done = 0
     stop = False
     ckpt = _ckpt_file(checkpoint_dir)
-    ident = {"config": _config_dict(config), "pool": pairs.fingerprint(),
-             "ai": _digest(ai)}  # fmt: skip
+    cfg_d = _config_dict(config)
+    if config.schedule == "constant":
+        cfg_d.pop("iterations")  # a resumed constant-schedule run may be extended
+    ident = {"config": cfg_d, "pool": pairs.fingerprint(), "ai": _digest(ai),
+             "reward_model": _rm_identity(reward_model)}  # fmt: skip
+    what = {"config": "configuration (RLTHFConfig)", "pool": "pool of pairs",
+            "ai": "AI labels", "reward_model": "reward model (type and name)"}  # fmt: skip
+    pending: dict[str, Any] | None = None  # human answers of an iteration cut before its end
     if ckpt is not None and ckpt.exists():
         with open(ckpt, encoding="utf-8") as f:
             state = json.load(f)
         for k, v in ident.items():
             if state.get(k) != v:
                 raise ValueError(
-                    f"{ckpt} was written for another {k}; use another checkpoint_dir or delete it"
+                    f"{ckpt} was written for another {what[k]}; pass the same one to resume, or "
+                    "use another checkpoint_dir (or delete it) to start afresh"
                 )
         human_lab = {int(k): int(v) for k, v in state["human"]}
         flipped = {int(k): int(v) for k, v in state["flipped"]}
         dropped[np.asarray(state["dropped"], dtype=np.int64)] = True
         history, done, stop = state["history"], int(state["done"]), bool(state["stop"])
         order = [int(i) for i in state["order"]]
+        pending = state.get("pending")
+        if pending is not None:  # answered, not yet trained on: keep the answers, re-ask nothing
+            for i in pending["indices"]:
+                human_lab.pop(int(i), None)
+            order = order[: len(order) - len(pending["indices"])]
+        if done > config.iterations:
+            raise ValueError(
+                f"{ckpt} holds {done} finished iterations, more than iterations="
+                f"{config.iterations}; pass iterations >= {done}"
+            )
     else:
         order = []
+
+    def save(pending_now: dict[str, Any] | None = None) -> None:
+        if ckpt is not None:
+            _write_state(ckpt, {**ident, "human": sorted(human_lab.items()),
+                                "flipped": sorted(flipped.items()), "order": order,
+                                "dropped": np.flatnonzero(dropped).tolist(), "history": history,
+                                "done": done, "stop": stop, "pending": pending_now})  # fmt: skip
 
     def labels_now() -> np.ndarray:
         z = ai.astype(np.int8).copy()
@@ -437,14 +511,24 @@ def run_rlthf(
             if config.selection == "self_confidence":
                 oof = cross_fit_margins(reward_model, pairs, pool, z[pool], config.cv_folds,
                                         config.seed * 1000 + t)  # fmt: skip
-            rng = np.random.default_rng([config.seed, t])
-            new = select_targets(dist, b, config.selection, rng=rng, oof_margins=oof)
-            got, _ = human.label(pairs, new)
-            got = check_binary_labels(got, len(new), "the human's labels", allow_invalid=True)
+            if pending is not None and int(pending["iteration"]) == t:
+                new = np.asarray(pending["indices"], dtype=np.int64)
+                got = np.asarray(pending["labels"], dtype=np.int8)
+            else:
+                rng = np.random.default_rng([config.seed, t])
+                new = select_targets(dist, b, config.selection, rng=rng, oof_margins=oof)
+                got, _ = human.label(pairs, new)
+                got = check_binary_labels(got, len(new), "the human's labels",
+                                          allow_invalid=True)  # fmt: skip
+            pending = None
             for i, v in zip(new.tolist(), got.tolist()):
                 human_lab[i] = int(v)
             order += new.tolist()
+            # the answers are on disk before the (long) retraining: a crash re-asks no one
+            save({"iteration": t, "indices": new.tolist(), "labels": got.tolist()})
             extra["n_new_human"] = len(new)
+            if conf is not None:
+                extra["ai_conf_selected"] = float(conf[new].mean()) if len(new) else None
         protected = np.array(list(human_lab) + list(flipped), dtype=np.int64)
         drop = backoff_drop_mask(dist, config.sanitize, config.backoff_ratio, protected)
         dropped[:] = False
@@ -455,11 +539,7 @@ def run_rlthf(
         extra["seconds"] = time.perf_counter() - t_start
         history.append(record(t, extra))
         done = t
-        if ckpt is not None:
-            _write_state(ckpt, {**ident, "human": sorted(human_lab.items()),
-                                "flipped": sorted(flipped.items()), "order": order,
-                                "dropped": np.flatnonzero(dropped).tolist(), "history": history,
-                                "done": done, "stop": stop})  # fmt: skip
+        save()
         if callback is not None:
             callback(t, history[-1])
 
@@ -476,6 +556,15 @@ def run_rlthf(
         reward_model=reward_model,
         config=config,
         distributions=distributions,
+        ai_conf=conf,
+    )
+
+
+def _rm_identity(reward_model: Any) -> str:
+    """Type and, when it has one, ``name`` of a reward model: a checkpoint refuses another."""
+    name = getattr(reward_model, "name", None)
+    return f"{type(reward_model).__module__}.{type(reward_model).__qualname__}" + (
+        f":{name}" if isinstance(name, str) else ""
     )
 
 

@@ -16,6 +16,7 @@ under given labels, and ``score(queries, responses)``, so a fitted one is also a
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,14 +47,24 @@ def weighted_bt_loss(
 ) -> Tensor:
     """Weighted Bradley-Terry loss ``-sum_i w_i log sigma(r_c,i - r_r,i - margin_i) / sum_i w_i``.
 
-    ``r_chosen``, ``r_rejected``: ``(n,)`` rewards; ``weights``: ``(n,)`` non-negative with a
+    ``r_chosen``, ``r_rejected``: ``(n,)`` (or a reward head's ``(n, 1)``) rewards; ``weights``: ``(n,)`` non-negative with a
     positive sum (``None``: all 1, which is TRL's ``RewardTrainer`` loss); ``margin``: ``(n,)``
     or a scalar, TRL's optional ``margin`` column. Returns a 0-d tensor in the rewards' dtype.
     Integer weights give the loss of the dataset with each pair replicated that many times.
     """
     for name, t in (("r_chosen", r_chosen), ("r_rejected", r_rejected)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {type(t).__name__}")
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(
+                f"{name} must be a floating-point tensor (rewards), got dtype {t.dtype}; "
+                "cast with .float()"
+            )
+    # a reward head's (n, 1) output: TRL's RewardTrainer takes logits[:, 0] the same way
+    if r_chosen.ndim == 2 and r_chosen.shape[1] == 1:
+        r_chosen = r_chosen[:, 0]
+    if r_rejected.ndim == 2 and r_rejected.shape[1] == 1:
+        r_rejected = r_rejected[:, 0]
     if r_chosen.ndim != 1 or r_chosen.shape != r_rejected.shape:
         raise ValueError(
             f"r_chosen {tuple(r_chosen.shape)} and r_rejected {tuple(r_rejected.shape)} must be "
@@ -66,6 +77,8 @@ def weighted_bt_loss(
         margin = torch.as_tensor(margin, dtype=diff.dtype, device=diff.device)
         if margin.ndim not in (0, 1) or (margin.ndim == 1 and margin.shape != diff.shape):
             raise ValueError(f"margin must be a scalar or shape {tuple(diff.shape)}")
+        if not torch.isfinite(margin).all():
+            raise ValueError("margin holds NaN/inf values; give finite margins")
         diff = diff - margin
     logsig = F.logsigmoid(diff)
     if weights is None:
@@ -218,7 +231,9 @@ class EmbeddingRewardModel:
             self._encode = None
         elif callable(encoder):
             self._encoder_spec = "callable"
-            self.encoder_name = getattr(encoder, "name", getattr(encoder, "__name__", "callable"))
+            self.encoder_name = str(
+                getattr(encoder, "name", getattr(encoder, "__name__", "callable"))
+            )
             self._encode = encoder
         else:
             raise TypeError(f"encoder must be 'minilm', 'hashing' or a callable, got {encoder!r}")
@@ -231,7 +246,13 @@ class EmbeddingRewardModel:
         self._table: Tensor | None = None
         self.head: _Head | None = None
         self.losses: list[float] = []
+        self._fingerprint: str | None = None
         self._load_cache()
+
+    @property
+    def name(self) -> str:
+        """The encoder and head width (what a checkpoint of ``run_rlthf`` checks on resume)."""
+        return f"embedding:{self.encoder_name}:{self.hidden}"
 
     # -- embeddings -------------------------------------------------------------------------------
     def _encoder(self) -> Callable[[list[str]], Any]:
@@ -240,10 +261,32 @@ class EmbeddingRewardModel:
             self._encode = minilm_encoder() if spec == "minilm" else hashing_encoder()
         return self._encode
 
+    _PROBE = ["icml25 rlthf embedding-cache probe: How do I bake bread at home?"]
+
+    def _encoder_fingerprint(self) -> str:
+        """A hash of the encoder's output on a fixed probe text (rounded to 1e-4): two
+        callables sharing a ``__name__`` (two lambdas, two checkpoints behind one wrapper) get
+        different cache files. The built-in encoders are fixed and use their name."""
+        if self._fingerprint is None:
+            if self._encoder_spec != "callable":
+                self._fingerprint = self.encoder_name
+            else:
+                v = np.asarray(self._encode(self._PROBE), dtype=np.float64)
+                if v.ndim != 2 or v.shape[0] != 1 or not np.all(np.isfinite(v)):
+                    raise ValueError(
+                        f"the encoder returned shape {v.shape} (or non-finite values) for one "
+                        "text; it must return a finite (n, d) array"
+                    )
+                digest = hashlib.sha256(np.round(v, 4).astype(np.float32).tobytes())
+                self._fingerprint = f"{v.shape[1]}d-{digest.hexdigest()[:12]}"
+        return self._fingerprint
+
     def _cache_file(self) -> Path | None:
         if self.cache_dir is None:
             return None
         safe = "".join(c if c.isalnum() else "_" for c in str(self.encoder_name))
+        if self._encoder_spec == "callable":
+            safe += "-" + self._encoder_fingerprint()
         return self.cache_dir / f"embeddings-{safe}.npz"
 
     def _load_cache(self) -> None:
@@ -252,8 +295,11 @@ class EmbeddingRewardModel:
             return
         data = np.load(f, allow_pickle=False)
         texts = [str(t) for t in data["texts"]]
+        vectors = data["vectors"].astype(np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise ValueError(f"{f} is not an embedding cache of this class; delete it")
         self._row = {t: i for i, t in enumerate(texts)}
-        self._emb = data["vectors"].astype(np.float32)
+        self._emb = vectors
 
     def _save_cache(self) -> None:
         f = self._cache_file()
@@ -444,6 +490,8 @@ class TrainableHFRewardModel:
         self._init_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         self._template = model
         self.tokenizer = tokenizer
+        #: the checkpoint's name or path (what a checkpoint of ``run_rlthf`` checks on resume)
+        self.name = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         self.max_length, self.lr, self.epochs = max_length, float(lr), epochs
         self.batch_size, self.grad_accum, self.trainer = batch_size, grad_accum, trainer
         self.output_dir = output_dir

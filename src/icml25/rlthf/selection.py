@@ -111,6 +111,14 @@ def backoff_drop_mask(
     pos = np.empty(len(dist), dtype=np.int64)
     pos[np.lexsort((dist.indices, -dist.margins))] = np.arange(len(dist))
     drop = pos >= p
-    if protected is not None and len(protected):
-        drop &= ~np.isin(dist.indices, np.asarray(protected, dtype=np.int64))
+    if protected is not None:
+        prot = np.asarray(protected)
+        if prot.size and (prot.ndim != 1 or not np.issubdtype(prot.dtype, np.integer)
+                          or np.issubdtype(prot.dtype, np.bool_)):  # fmt: skip
+            raise TypeError(
+                f"protected must be a 1-D sequence of pool indices (integers), got dtype "
+                f"{prot.dtype} shape {prot.shape}; a boolean mask would be read as indices 0/1"
+            )
+        if prot.size:
+            drop &= ~np.isin(dist.indices, prot.astype(np.int64))
     return drop
