@@ -92,6 +92,12 @@ QUICK_METHODS = ("rlthf", "random", "uncertainty")
 FULL_EXTRA = ("rlthf_alpha1", "rlthf_no_sanitize", "rlthf_upper_bend", "self_improvement")
 
 
+def _t975(df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, max(df, 1)))
+
+
 def _encoder(smoke: bool) -> tuple[str, str]:
     if smoke:
         return "hashing", "hashing vectoriser (smoke size)"
@@ -189,9 +195,12 @@ def run(r: Run) -> ReproResult:
             "fails, the other checks say nothing about the paper."
         ),
         power=(
-            "Quick: 3 seeds x 1000 test pairs; intervals are over seeds (t with 2 degrees of "
-            "freedom, 4.3 standard errors), so a difference is detected when it exceeds about "
-            "2.5 times its seed-to-seed standard deviation. Calibration runs on seeds 100 and "
+            f"{'Full' if full else 'Quick'}: {len(per_seed)} seeds x {n_test} test pairs; "
+            "intervals are over seeds (t with "
+            f"{len(per_seed) - 1} degrees of freedom, {_t975(len(per_seed) - 1):.2f} standard "
+            "errors), so a difference is detected when it exceeds about "
+            f"{_t975(len(per_seed) - 1) / len(per_seed) ** 0.5:.2f} times its seed-to-seed "
+            "standard deviation. Calibration runs on seeds 100 and "
             "101 (never evaluated) gave RLTHF - random 0.09 and 0.11 and RLTHF - uncertainty "
             "0.08 and 0.10 at 6 %. "
             "The paper's own effect (G about 1) is far above the 0.25 gate."
