@@ -132,7 +132,15 @@ PAPERS: tuple[Paper, ...] = (
         "When Can Proxies Improve the Sample Complexity of Preference Learning?",
         "arXiv:2412.16475",
     ),
-    Paper(11, "safety_reasoning", "Safety Reasoning with Guidelines", "arXiv:2502.04040"),
+    Paper(
+        11,
+        "safety_reasoning",
+        "Safety Reasoning with Guidelines",
+        "arXiv:2502.04040",
+        repro="icml25.safety_reasoning.repro:run",
+        usage="icml25.safety_reasoning.synthesize(teacher, load_queries('q.jsonl'), filters=[FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())])  # then sft(model, tok, build_srg_dataset(report.examples)); best_of_n(HFChat(model, tok), prompts, LlamaGuardJudge(guard))",
+        cli="icml25.safety_reasoning.cli:add_parser",
+    ),
     Paper(
         12,
         "twa",

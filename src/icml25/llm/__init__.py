@@ -12,6 +12,8 @@ Batch pipelines write through :class:`JsonlStore` (append-only, key-based done-n
 with :func:`run_resumable`; ``complete_many(..., errors="return")`` gives every request its own
 result or exception.
 
+Refusal detection: :class:`KeywordRefusalDetector` (``detector(response) -> bool``).
+
 Moderators (``moderator(prompts, responses) -> list[bool]``, True = harmful):
 :class:`CallableModerator`, :class:`ChatModerator` (a served judge such as Llama-Guard).
 
@@ -36,6 +38,7 @@ from icml25.llm.base import (
     validate_messages,
 )
 from icml25.llm.moderation import CallableModerator, ChatModerator, Moderator
+from icml25.llm.refusal import KeywordRefusalDetector
 from icml25.llm.rewards import CallableReward, HFRewardModel, RewardModel
 from icml25.llm.scripted import CallableChat, ScriptedChat
 from icml25.llm.store import (
@@ -62,6 +65,7 @@ __all__ = [
     "HFRewardModel",
     "ItemError",
     "JsonlStore",
+    "KeywordRefusalDetector",
     "LLMRequestError",
     "Moderator",
     "OpenAIChat",

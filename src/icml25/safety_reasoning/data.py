@@ -1,0 +1,221 @@
+"""Training data of refusal training (RT) and of SRG (arXiv:2502.04040, §3 and §4).
+
+Both use the *same* in-distribution queries; only the supervision differs. RT's target is a direct
+refusal for a harmful query and a helpful answer otherwise. SRG's target is the guideline-following
+reasoning ``T`` and the answer ``y`` in one reasoning format (``T ⊕ y``), and the student's input is
+the bare query: the guidelines the teacher saw are left out (context distillation, §4.3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icml25.safety_reasoning.formats import ReasoningFormat
+
+__all__ = [
+    "KINDS",
+    "Query",
+    "SRGExample",
+    "build_rt_dataset",
+    "build_srg_dataset",
+    "load_queries",
+    "to_chat_sft",
+]
+
+KINDS = ("harmful", "helpful")
+
+
+@dataclass(frozen=True)
+class Query:
+    """A training or evaluation query: ``text``, ``kind`` (``"harmful"`` or ``"helpful"``) and
+    an ``id`` (default: a hash of the text), the key of resumable pipelines."""
+
+    text: str
+    kind: str
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise ValueError(f"Query.text must be a non-empty string, got {self.text!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Query.kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.id, str):
+            raise TypeError(f"Query.id must be a string, got {type(self.id).__name__}")
+        if not self.id:
+            import hashlib
+
+            object.__setattr__(self, "id", hashlib.sha256(self.text.encode()).hexdigest()[:16])
+
+
+@dataclass
+class SRGExample:
+    """An accepted synthesis: the query, the teacher's reasoning and final answer, and which
+    candidate of the ``k`` it was (``meta`` keeps the filters' notes)."""
+
+    query: Query
+    reasoning: str
+    answer: str
+    candidate: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def target(self, fmt: ReasoningFormat | None = None) -> str:
+        """``T ⊕ y`` in ``fmt`` (default ``<think>`` tags)."""
+        return (fmt or ReasoningFormat()).format_target(self.reasoning, self.answer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.query.id, "query": self.query.text, "kind": self.query.kind,
+                "reasoning": self.reasoning, "answer": self.answer,
+                "candidate": self.candidate, "meta": self.meta}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> SRGExample:
+        q = Query(row["query"], row["kind"], row.get("id", ""))
+        return cls(q, row["reasoning"], row["answer"], int(row.get("candidate", 0)),
+                   dict(row.get("meta") or {}))  # fmt: skip
+
+
+def _queries(queries: Any) -> list[Query]:
+    if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
+        raise TypeError(f"queries must be a list of Query, got {type(queries).__name__}")
+    out = list(queries)
+    if not out:
+        raise ValueError("queries is empty: give at least one Query")
+    for i, q in enumerate(out):
+        if not isinstance(q, Query):
+            raise TypeError(f"queries[{i}] must be a Query, got {type(q).__name__}")
+    return out
+
+
+def load_queries(source: Any, *, text_column: str | None = None, kind_column: str = "kind",
+                 kind: str | None = None) -> list[Query]:  # fmt: skip
+    """Queries from a JSONL/JSON/CSV/Parquet file, a ``datasets`` folder or ``Dataset``, or a list of
+    dicts: the text from ``text_column`` (default the first of ``query``, ``prompt``,
+    ``instruction``, ``goal``, ``text``), the kind from ``kind_column`` or ``kind`` for all rows
+    (e.g. JailbreakBench's harmful behaviours: ``kind="harmful"``)."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
+    rows = _rows(source)
+    if not rows:
+        raise ValueError(f"{source!r:.80} holds no rows")
+    cols = list(rows[0].keys())
+    col = text_column or next(
+        (c for c in ("query", "prompt", "instruction", "goal", "text") if c in cols), None
+    )
+    if col is None or col not in cols:
+        raise ValueError(f"no text column {text_column or '(query/prompt/instruction/goal/text)'}; "
+                         f"the rows have {cols}")  # fmt: skip
+    out = []
+    for i, r in enumerate(rows):
+        k = kind if kind is not None else r.get(kind_column)
+        if k not in KINDS:
+            raise ValueError(f"row {i}: {kind_column}={k!r}; use {KINDS} or pass kind=")
+        out.append(Query(str(r[col]), k, str(r.get("id", "") or "")))
+    return out
+
+
+def _rows(source: Any) -> list[dict[str, Any]]:
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"no such file or folder: {path}")
+        suffix = path.suffix.lower()
+        if path.is_dir():
+            import datasets
+
+            return list(datasets.load_from_disk(str(path)))
+        if suffix == ".jsonl":
+            with open(path, encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return data if isinstance(data, list) else list(data.get("data", []))
+        if suffix == ".csv":
+            import csv
+
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                return list(csv.DictReader(f))
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        raise ValueError(f"{path}: use .jsonl, .json, .csv, .parquet or a datasets folder")
+    if hasattr(source, "to_list") and not isinstance(source, list):
+        return list(source.to_list())
+    if isinstance(source, Sequence) and all(isinstance(r, dict) for r in source):
+        return list(source)
+    raise TypeError(
+        f"source must be a path, a Dataset or a list of dicts, got {type(source).__name__}"
+    )
+
+
+def build_rt_dataset(queries: Sequence[Query], refusal_fn: Callable[[Query], str],
+                     answer_fn: Callable[[Query], str]) -> list[tuple[str, str]]:  # fmt: skip
+    """Refusal training's ``(query, target)`` pairs: ``refusal_fn(q)`` for harmful queries
+    (a teacher-written refusal), ``answer_fn(q)`` for helpful ones (§3, the RT baseline)."""
+    qs = _queries(queries)
+    if not callable(refusal_fn) or not callable(answer_fn):
+        raise TypeError("refusal_fn and answer_fn must be callables Query -> str")
+    out = []
+    for q in qs:
+        y = refusal_fn(q) if q.kind == "harmful" else answer_fn(q)
+        if not isinstance(y, str) or not y.strip():
+            raise ValueError(f"the target for query {q.id!r} is {y!r}; expected a non-empty string")
+        out.append((q.text, y))
+    return out
+
+
+def build_srg_dataset(examples: Sequence[SRGExample],
+                      fmt: ReasoningFormat | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    """SRG's ``(query, T ⊕ y)`` pairs from accepted syntheses. The input is the bare query: no
+    guideline text reaches the student (context distillation)."""
+    if not examples:
+        raise ValueError("examples is empty: synthesis accepted no candidate")
+    out = []
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, SRGExample):
+            raise TypeError(f"examples[{i}] must be an SRGExample, got {type(ex).__name__}")
+        out.append((ex.query.text, ex.target(fmt)))
+    return out
+
+
+def to_chat_sft(pairs: Sequence[tuple[str, str]], tokenizer: Any, *, max_length: int = 1024,
+                system: str | None = None) -> list[dict[str, list[int]]]:  # fmt: skip
+    """Token ids and labels for SFT with the tokenizer's chat template: the prompt is the user
+    message (and ``system``, if given) rendered with the generation prompt, the target follows and
+    ends with EOS; ``labels`` are ``-100`` on every prompt token (the loss covers the target only).
+    Rows longer than ``max_length`` are cut at the end. ``ValueError`` for a tokenizer without a
+    chat template (we do not guess one)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the tokenizer has no chat template; set tokenizer.chat_template to the model's own "
+            "template (a base model's SFT needs one chosen explicitly)"
+        )
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
+    if not pairs:
+        raise ValueError("pairs is empty")
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id: the target could not end")
+    out = []
+    for i, item in enumerate(pairs):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2
+                and all(isinstance(s, str) for s in item)):  # fmt: skip
+            raise TypeError(
+                f"pairs[{i}] must be a (query, target) pair of strings, got {item!r:.80}"
+            )
+        query, target = item
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": query}]  # fmt: skip
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        p_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        t_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
+        ids = (p_ids + t_ids)[:max_length]
+        labels = ([-100] * len(p_ids) + t_ids)[:max_length]
+        out.append({"input_ids": ids, "labels": labels})
+    return out

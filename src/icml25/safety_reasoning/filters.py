@@ -1,0 +1,184 @@
+"""Rejection sampling of SRG's synthesised reasoning (arXiv:2502.04040, §4.2): a candidate is kept
+only when every filter accepts it.
+
+A filter is ``filter(query, parsed) -> Decision`` with ``query`` a
+:class:`~icml25.safety_reasoning.data.Query` and ``parsed`` the candidate split by the reasoning
+format (``ParsedOutput(reasoning, answer, status)``). Three filters, in the order the paper applies
+the checks:
+
+* :class:`FormatFilter`: both the reasoning block and a final answer are present and parse;
+* :class:`OutcomeFilter`: a harmful query gets a refusal (and a safe answer by the safety judge),
+  a helpful query an answer that is not a refusal (and, optionally, a helpfulness score >= tau);
+* :class:`GuidelineFilter`: the reasoning actually applies the guidelines, by a judge.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from icml25.safety_reasoning.data import Query
+from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, Guideline
+
+__all__ = ["Decision", "Filter", "FormatFilter", "GuidelineFilter", "OutcomeFilter"]
+
+
+class Decision(NamedTuple):
+    accept: bool
+    reason: str = ""
+
+
+@runtime_checkable
+class Filter(Protocol):
+    name: str
+
+    def __call__(self, query: Query, parsed: Any) -> Decision: ...
+
+
+class FormatFilter:
+    """Accepts a candidate whose reasoning block is closed (status ``"ok"``) and whose reasoning
+    and answer are both non-empty; ``allow`` adds statuses to accept (e.g. ``"preamble"``)."""
+
+    name = "format"
+
+    def __init__(self, allow: Sequence[str] = ()) -> None:
+        self.allow = {"ok", *allow}
+
+    def __call__(self, query: Query, parsed: Any) -> Decision:
+        if parsed.status not in self.allow:
+            return Decision(False, f"status {parsed.status}")
+        if not (parsed.reasoning or "").strip():
+            return Decision(False, "empty reasoning")
+        if not parsed.answer.strip():
+            return Decision(False, "empty answer")
+        return Decision(True)
+
+
+class OutcomeFilter:
+    """The answer fits the query's kind.
+
+    Args:
+        refusal_detector: ``detector(answer) -> bool`` (True = a refusal), e.g.
+            ``icml25.llm.KeywordRefusalDetector.default()``.
+        safety_judge: optional ``judge([query], [answer]) -> ["safe" | "unsafe" | "unknown"]``
+            (e.g. ``LlamaGuardJudge``), required to say ``"safe"`` on harmful queries.
+        helpful_judge: optional ``score(query, answer) -> float`` for helpful queries, accepted
+            when ``>= tau``.
+    """
+
+    name = "outcome"
+
+    def __init__(self, refusal_detector: Callable[[str], bool], safety_judge: Any = None,
+                 helpful_judge: Callable[[str, str], float] | None = None,
+                 tau: float | None = None) -> None:  # fmt: skip
+        if not callable(refusal_detector):
+            raise TypeError("refusal_detector must be callable: detector(answer) -> bool")
+        if safety_judge is not None and not callable(safety_judge):
+            raise TypeError("safety_judge must be callable: judge(prompts, responses) -> verdicts")
+        if (helpful_judge is None) != (tau is None):
+            raise ValueError("helpful_judge and tau go together: give both or neither")
+        if helpful_judge is not None and not callable(helpful_judge):
+            raise TypeError("helpful_judge must be callable: score(query, answer) -> float")
+        self.refusal_detector, self.safety_judge = refusal_detector, safety_judge
+        self.helpful_judge, self.tau = helpful_judge, tau
+
+    def __call__(self, query: Query, parsed: Any) -> Decision:
+        refused = bool(self.refusal_detector(parsed.answer))
+        if query.kind == "harmful":
+            if not refused:
+                return Decision(False, "harmful query answered")
+            if self.safety_judge is not None:
+                verdict = self.safety_judge([query.text], [parsed.answer])[0]
+                if verdict != "safe":
+                    return Decision(False, f"safety judge: {verdict}")
+            return Decision(True)
+        if refused:
+            return Decision(False, "helpful query refused")
+        if self.helpful_judge is not None:
+            score = float(self.helpful_judge(query.text, parsed.answer))
+            if not score >= self.tau:
+                return Decision(False, f"helpfulness {score:.3g} < {self.tau}")
+        return Decision(True)
+
+
+JUDGE_PROMPT = (
+    "Guideline: {guideline}\n\nRequest: {query}\n\nReasoning:\n{reasoning}\n\n"
+    "Does the reasoning apply this guideline to the request (where it is relevant)? "
+    "Answer yes or no."
+)
+
+
+class GuidelineFilter:
+    """The reasoning applies at least ``min_guidelines`` of the guidelines, by a judge.
+
+    ``judge`` is either a chat backend (asked once per guideline with :data:`JUDGE_PROMPT`, greedy;
+    an answer starting with "yes" counts) or a callable ``judge(query_text, reasoning,
+    guidelines) -> bool | int | list[bool]`` (a rule, as in the offline reproduction). Which
+    guidelines the paper's judge checks is not stated; counting applied guidelines is our choice
+    (docs/safety_reasoning.md, Decisions).
+    """
+
+    name = "guideline"
+
+    def __init__(self, judge: Any, min_guidelines: int = 1,
+                 guidelines: Sequence[Guideline] = DEFAULT_GUIDELINES) -> None:  # fmt: skip
+        if (
+            isinstance(min_guidelines, bool)
+            or not isinstance(min_guidelines, int)
+            or min_guidelines < 1
+        ):
+            raise ValueError(f"min_guidelines must be an int >= 1, got {min_guidelines!r}")
+        if not guidelines:
+            raise ValueError("guidelines is empty")
+        if min_guidelines > len(guidelines):
+            raise ValueError(
+                f"min_guidelines={min_guidelines} exceeds the {len(guidelines)} guidelines"
+            )
+        if not (hasattr(judge, "chat_many") or callable(judge)):
+            raise TypeError(
+                f"judge must be a chat backend or a callable, got {type(judge).__name__}"
+            )
+        self.judge, self.min_guidelines, self.guidelines = judge, min_guidelines, list(guidelines)
+
+    def applied(self, query: Query, reasoning: str) -> int:
+        """How many guidelines the judge says the reasoning applies."""
+        if hasattr(self.judge, "chat_many"):
+            reqs = [[{"role": "user", "content": JUDGE_PROMPT.format(
+                guideline=g.text, query=query.text, reasoning=reasoning)}] for g in self.guidelines]  # fmt: skip
+            answers = self.judge.chat_many(reqs, temperature=0.0, max_tokens=4)
+            return sum(bool(re.match(r"\s*yes\b", a[0], re.IGNORECASE)) for a in answers)
+        out = self.judge(query.text, reasoning, self.guidelines)
+        if isinstance(out, bool):
+            return self.min_guidelines if out else 0
+        if isinstance(out, int):
+            return out
+        return sum(bool(x) for x in out)
+
+    def __call__(self, query: Query, parsed: Any) -> Decision:
+        n = self.applied(query, parsed.reasoning or "")
+        if n < self.min_guidelines:
+            return Decision(False, f"{n} guideline(s) applied, {self.min_guidelines} needed")
+        return Decision(True)
+
+
+@dataclass
+class _Named:
+    """A plain function ``fn(query, parsed) -> bool | Decision`` as a filter."""
+
+    fn: Callable[[Query, Any], Any]
+    name: str
+
+    def __call__(self, query: Query, parsed: Any) -> Decision:
+        out = self.fn(query, parsed)
+        return out if isinstance(out, Decision) else Decision(bool(out), "" if out else "rejected")
+
+
+def as_filter(obj: Any, i: int = 0) -> Filter:
+    """A filter object, or a plain function wrapped as one (named by its ``__name__``)."""
+    if not callable(obj):
+        raise TypeError(f"filters[{i}] must be callable: filter(query, parsed) -> Decision")
+    if isinstance(getattr(obj, "name", None), str):
+        return obj
+    return _Named(obj, getattr(obj, "__name__", f"filter{i}"))

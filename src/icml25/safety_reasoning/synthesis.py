@@ -1,0 +1,214 @@
+"""Synthesis of guideline-aligned reasoning supervision (arXiv:2502.04040, §4.2).
+
+For every training query the teacher is shown the guidelines and asked to reason step by step
+following them inside the reasoning format's tags, then answer; ``k`` candidates are sampled and
+kept only if every filter accepts them (rejection sampling); a query with no accepted candidate is
+asked again up to ``max_rounds`` times and then dropped. The acceptance rate is reported per kind
+(harmful / helpful), because a skewed acceptance silently changes the training mix.
+
+Each query's outcome is appended to a JSONL store as it arrives (``icml25.llm.JsonlStore``): a rerun
+skips what is done, a crash loses at most the queries in flight, and a failing teacher request is an
+error row that does not stop the other queries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from icml25.safety_reasoning.data import SRGExample, _queries
+from icml25.safety_reasoning.filters import Filter, as_filter
+from icml25.safety_reasoning.formats import ReasoningFormat
+from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, teacher_messages
+
+__all__ = ["SynthesisReport", "synthesize"]
+
+
+@dataclass
+class SynthesisReport:
+    """What :func:`synthesize` returns.
+
+    Attributes:
+        examples: the accepted :class:`SRGExample` (at most ``keep`` per query).
+        acceptance_rate: accepted candidates / sampled candidates.
+        acceptance_by_kind: the same per query kind.
+        queries_kept_by_kind: fraction of queries with at least one accepted candidate, per kind.
+        per_filter_rejects: candidates rejected by each filter (the first filter to reject).
+        dropped: ids of the queries with no accepted candidate.
+        failed: ids of the queries whose teacher requests failed (error rows in the store).
+        n_candidates: candidates sampled.
+    """
+
+    examples: list[SRGExample]
+    acceptance_rate: float
+    acceptance_by_kind: dict[str, float]
+    queries_kept_by_kind: dict[str, float]
+    per_filter_rejects: dict[str, int]
+    dropped: list[str]
+    failed: list[str] = field(default_factory=list)
+    n_candidates: int = 0
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {v:.0%}" for k, v in self.acceptance_by_kind.items())
+        return (f"{len(self.examples)} examples; acceptance {self.acceptance_rate:.1%} ({kinds}); "
+                f"rejects {dict(self.per_filter_rejects)}; {len(self.dropped)} queries dropped, "
+                f"{len(self.failed)} failed")  # fmt: skip
+
+
+def _seed(seed: int, qid: str, rnd: int) -> int:
+    h = hashlib.sha256(f"{seed}:{qid}:{rnd}".encode()).digest()
+    return int.from_bytes(h[:4], "little")
+
+
+def synthesize(
+    teacher: Any,
+    queries: Sequence[Any],
+    guidelines: Sequence[Any] = DEFAULT_GUIDELINES,
+    *,
+    k: int = 4,
+    temperature: float = 0.8,
+    filters: Sequence[Filter] | None = None,
+    store: str | os.PathLike | None = None,
+    concurrency: int = 8,
+    fmt: ReasoningFormat | None = None,
+    keep: int = 1,
+    max_rounds: int = 1,
+    max_tokens: int = 1024,
+    seed: int = 0,
+    progress: bool | None = None,
+) -> SynthesisReport:
+    """Sample, filter and keep SRG's reasoning supervision for ``queries``.
+
+    Args:
+        teacher: an ``icml25.llm`` chat backend (``OpenAIChat``, ``HFChat``, ``CallableChat``...).
+        queries: :class:`~icml25.safety_reasoning.data.Query` objects (the in-distribution
+            training queries; no attack prompts).
+        guidelines: the guideline set shown to the teacher (never to the student).
+        k: candidates per query and round (4; our choice, docs/safety_reasoning.md).
+        temperature: sampling temperature of the teacher (0.8; our choice).
+        filters: applied in order; default ``[FormatFilter()]``. Pass an ``OutcomeFilter`` and a
+            ``GuidelineFilter`` for the paper's rejection sampling.
+        store: JSONL path of the per-query records (resumable); ``None`` keeps nothing on disk.
+        concurrency: queries in flight.
+        fmt: the reasoning format (default ``<think>``/``</think>``).
+        keep: accepted candidates kept per query (1).
+        max_rounds: sampling rounds for a query whose candidates were all rejected.
+        seed: every (query, round) gets its own seed, a hash of ``seed``, the query id and the
+            round, so reruns draw the same candidates and two queries never share a stream.
+
+    Returns:
+        :class:`SynthesisReport`. A failing teacher request is recorded as an error row and
+        reported in ``failed``; the other queries are kept.
+    """
+    from icml25.llm import JsonlStore, run_resumable
+    from icml25.safety_reasoning.filters import FormatFilter
+    from icml25.safety_reasoning.guidelines import render_guidelines
+
+    qs = _queries(queries)
+    for name, v, lo in (("k", k, 1), ("keep", keep, 1), ("max_rounds", max_rounds, 1),
+                        ("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1)):  # fmt: skip
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    if keep > k * max_rounds:
+        raise ValueError(f"keep={keep} exceeds the k * max_rounds = {k * max_rounds} candidates")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or temperature < 0
+    ):
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not hasattr(teacher, "chat"):
+        raise TypeError(f"teacher must be an icml25.llm chat backend, got {type(teacher).__name__}")
+    ids = [q.id for q in qs]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"two queries share the id {dup!r}; give each query its own id")
+    fmt = fmt or ReasoningFormat()
+    chain = [as_filter(f, i) for i, f in enumerate(filters or [FormatFilter()])]
+    rendered = render_guidelines(guidelines)
+    config = hashlib.sha256(json.dumps(
+        [rendered, k, temperature, keep, max_rounds, max_tokens, seed, fmt.open_tag,
+         fmt.close_tag, [f.name for f in chain]]).encode()).hexdigest()[:12]  # fmt: skip
+
+    def work(q: Any) -> dict[str, Any]:
+        msgs = teacher_messages(q.text, guidelines, fmt)
+        accepted: list[dict[str, Any]] = []
+        rejects: Counter[str] = Counter()
+        n_cand = 0
+        for rnd in range(max_rounds):
+            cands = teacher.chat(msgs, n=k, temperature=float(temperature),
+                                 max_tokens=max_tokens, seed=_seed(seed, q.id, rnd))  # fmt: skip
+            for j, text in enumerate(cands):
+                n_cand += 1
+                parsed = fmt.split_output(text)
+                for f in chain:
+                    d = f(q, parsed)
+                    if not d.accept:
+                        rejects[f.name] += 1
+                        break
+                else:
+                    if len(accepted) < keep:
+                        accepted.append(SRGExample(q, parsed.reasoning or "", parsed.answer,
+                                                   rnd * k + j).to_dict())  # fmt: skip
+            if len(accepted) >= keep:
+                break
+        return {"accepted": accepted, "rejects": dict(rejects), "n_candidates": n_cand}
+
+    path = store if store is not None else _temp_path()
+    st = JsonlStore(path, key=("id", "config"))
+    try:
+        report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id, "config": config},
+                               concurrency=concurrency, progress=progress,
+                               desc="SRG synthesis")  # fmt: skip
+        records = {q.id: st.get({"id": q.id, "config": config}) for q in qs}
+    finally:
+        st.close()
+        if store is None:
+            os.unlink(path) if os.path.exists(path) else None
+    del report
+    examples, dropped, failed = [], [], []
+    rejects: Counter[str] = Counter()
+    cand_kind: Counter[str] = Counter()
+    acc_kind: Counter[str] = Counter()
+    kept_kind: Counter[str] = Counter()
+    n_kind: Counter[str] = Counter()
+    for q in qs:
+        rec = records[q.id]
+        n_kind[q.kind] += 1
+        if rec is None or "error" in rec:
+            failed.append(q.id)
+            continue
+        rejects.update(rec["rejects"])
+        cand_kind[q.kind] += rec["n_candidates"]
+        n_acc = rec["n_candidates"] - sum(rec["rejects"].values())
+        acc_kind[q.kind] += n_acc
+        if rec["accepted"]:
+            kept_kind[q.kind] += 1
+            examples += [SRGExample.from_dict(r) for r in rec["accepted"]]
+        else:
+            dropped.append(q.id)
+    total = sum(cand_kind.values())
+    return SynthesisReport(
+        examples=examples,
+        acceptance_rate=sum(acc_kind.values()) / total if total else 0.0,
+        acceptance_by_kind={kd: acc_kind[kd] / cand_kind[kd] for kd in cand_kind if cand_kind[kd]},
+        queries_kept_by_kind={kd: kept_kind[kd] / n_kind[kd] for kd in n_kind},
+        per_filter_rejects=dict(rejects),
+        dropped=dropped,
+        failed=failed,
+        n_candidates=total,
+    )
+
+
+def _temp_path() -> str:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="icml25-srg-", suffix=".jsonl")
+    os.close(fd)
+    os.unlink(path)
+    return path
