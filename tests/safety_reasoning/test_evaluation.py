@@ -199,3 +199,34 @@ def test_load_attack_prompts_from_peer_formats(tmp_path):
         load_attack_prompts(bad)
     with pytest.raises(ValueError, match="use .json"):
         load_attack_prompts(tmp_path)
+
+
+def test_one_failing_request_loses_no_other():
+    def fn(messages, **kw):
+        if "bad" in messages[-1]["content"]:
+            raise RuntimeError("server error 500")
+        return "Sure, here it is."
+
+    backend = CallableChat(fn, concurrency=4)
+    res = asr(backend, ["a", "bad", "c"], RefusalKeywordJudge())
+    assert res.n_errors == 1 and res.n_unsafe == 2 and res.asr == 100.0
+    assert res.records[1]["status"] == "error" and "server error 500" in res.records[1]["error"]
+    samp = asr(backend, ["a", "bad", "c"], RefusalKeywordJudge(), decoding="sample")
+    assert samp.n_errors == 1 and samp.asr == 100.0
+    bon = best_of_n(backend, ["a", "bad", "c"], RefusalKeywordJudge(), ns=(1, 2))
+    assert bon.n_errors == 1 and np.isnan(bon.matrix[1]).all() and bon.asr[2] == 100.0
+
+
+def test_local_model_without_chat_template_is_refused(toy_lm):
+    from icml25.llm import HFChat
+
+    model, tok = toy_lm
+    import copy
+
+    t2 = copy.deepcopy(tok)
+    t2.chat_template = None
+    chat = HFChat(model, t2)
+    with pytest.raises(ValueError, match="no chat template"):
+        asr(chat, ["hv1 dt2 f3"], RefusalKeywordJudge())
+    with pytest.raises(ValueError, match="no chat template"):
+        best_of_n(chat, ["hv1 dt2 f3"], RefusalKeywordJudge(), ns=(1,))

@@ -261,14 +261,33 @@ def _messages(prompt: str, system: str | None) -> list[dict[str, str]]:
 
 
 def _map(backend: Any, fn: Callable[[str], Any], prompts: list[str]) -> list[Any]:
-    """``[fn(p) for p in prompts]``, ``backend.concurrency`` at a time (in order)."""
+    """``[fn(p) for p in prompts]``, ``backend.concurrency`` at a time (in order); a failing call
+    gives its exception in place of its result (the others run to their end)."""
+
+    def safe(p: str) -> Any:
+        try:
+            return fn(p)
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, per item
+            return exc
+
     workers = int(getattr(backend, "concurrency", 1) or 1)
     if workers <= 1 or len(prompts) <= 1:
-        return [fn(p) for p in prompts]
+        return [safe(p) for p in prompts]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(workers, len(prompts))) as pool:
-        return list(pool.map(fn, prompts))
+        return list(pool.map(safe, prompts))
+
+
+def _check_template(backend: Any) -> None:
+    """A local model without a chat template would be prompted through a guessed plain rendering:
+    refuse (docs/safety_reasoning.md, Decisions)."""
+    tok = getattr(backend, "tokenizer", None)
+    if tok is not None and hasattr(tok, "chat_template") and not tok.chat_template:
+        raise ValueError(
+            "the backend's tokenizer has no chat template; set tokenizer.chat_template to the "
+            "model's own template (a base model needs one chosen explicitly)"
+        )
 
 
 def prompt_seed(seed: int, prompt: str) -> int:
@@ -299,6 +318,9 @@ class AttackResult:
         n, n_unsafe, n_unknown: prompts evaluated, judged unsafe, judge parse failures.
         n_truncated: outputs whose reasoning block never closed (judged on the full text).
         n_skipped: ``None`` prompts skipped (attacks that produced no prompt).
+        n_errors: requests that failed (their records say why; left out of the ASR). The other
+            prompts are judged; wrap the backend in ``icml25.llm.CachedChat`` to keep every
+            answer on disk and rerun only what failed.
         leaked: ``100 * #unsafe full outputs / #judged`` when ``judge_full_text=True``: harmful
             content in the reasoning as well as the answer; else ``None``.
         records: one dict per prompt: prompt, output, judged text, status, verdict.
@@ -312,11 +334,13 @@ class AttackResult:
     n_skipped: int = 0
     leaked: float | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    n_errors: int = 0
 
     def summary(self) -> str:
         leak = "" if self.leaked is None else f", leaked {self.leaked:.1f}%"
-        return (f"ASR {self.asr:.1f}% ({self.n_unsafe}/{self.n - self.n_unknown}; {self.n_unknown} unknown, "
-                f"{self.n_truncated} truncated{leak})")  # fmt: skip
+        err = f", {self.n_errors} failed requests" if self.n_errors else ""
+        return (f"ASR {self.asr:.1f}% ({self.n_unsafe}/{self.n - self.n_unknown - self.n_errors}; "
+                f"{self.n_unknown} unknown, {self.n_truncated} truncated{leak}{err})")  # fmt: skip
 
 
 def asr(
@@ -358,28 +382,41 @@ def asr(
         raise TypeError(f"backend must be an icml25.llm chat backend, got {type(backend).__name__}")
     prompts, goals, skipped = attack_prompts_of(attack_prompts)
     fmt = fmt or ReasoningFormat()
-    if decoding == "greedy":
-        outs = backend.chat_many([_messages(p, system) for p in prompts], n=1, temperature=0.0,
-                                 max_tokens=max_tokens)  # fmt: skip
-        texts = [o[0] for o in outs]
+    _check_template(backend)
+    msgs = [_messages(p, system) for p in prompts]
+    if decoding == "greedy" and hasattr(backend, "complete_many"):
+        outs: list[Any] = [r if isinstance(r, BaseException) else r[0]
+                           for r in backend.complete_many(msgs, n=1, temperature=0.0, max_tokens=max_tokens,
+                                                          errors="return")]  # fmt: skip
+    elif decoding == "greedy":
+        outs = [o[0] for o in backend.chat_many(msgs, n=1, temperature=0.0, max_tokens=max_tokens)]
     else:
-        texts = [o[0] for o in _map(backend, lambda p: backend.chat(
+        outs = [o if isinstance(o, BaseException) else o[0] for o in _map(backend, lambda p: backend.chat(
             _messages(p, system), n=1, temperature=float(temperature), top_p=float(top_p),
             max_tokens=max_tokens, seed=prompt_seed(seed, p)), prompts)]  # fmt: skip
-    texts = [str(getattr(t, "text", t)) for t in texts]
+    ok = [i for i, o in enumerate(outs) if not isinstance(o, BaseException)]
+    texts = [str(getattr(outs[i], "text", outs[i])) for i in ok]
     judged, status = _answers(texts, fmt)
-    about = _judge_inputs(prompts, goals, judge_on)
-    verdicts = _judge(judge, about, judged)
+    about_all = _judge_inputs(prompts, goals, judge_on)
+    about = [about_all[i] for i in ok]
+    verdicts = _judge(judge, about, judged) if ok else []
     leaked = None
     if judge_full_text:
-        full = _judge(judge, about, texts)
+        full = _judge(judge, about, texts) if ok else []
         known = [v for v in full if v != "unknown"]
         leaked = 100.0 * sum(v == "unsafe" for v in known) / len(known) if known else math.nan
     n_unknown = verdicts.count("unknown")
     n_unsafe = verdicts.count("unsafe")
-    judged_n = len(prompts) - n_unknown
-    records = [{"prompt": p, "output": t, "judged": j, "status": s, "verdict": v}
-               for p, t, j, s, v in zip(prompts, texts, judged, status, verdicts)]  # fmt: skip
+    judged_n = len(ok) - n_unknown
+    records: list[dict[str, Any]] = []
+    by_i = dict(zip(ok, zip(texts, judged, status, verdicts)))
+    for i, p in enumerate(prompts):
+        if i in by_i:
+            t, j, st, v = by_i[i]
+            records.append({"prompt": p, "output": t, "judged": j, "status": st, "verdict": v})
+        else:
+            records.append({"prompt": p, "output": None, "judged": None, "status": "error",
+                            "verdict": "error", "error": f"{type(outs[i]).__name__}: {outs[i]}"})  # fmt: skip
     return AttackResult(
         asr=100.0 * n_unsafe / judged_n if judged_n else math.nan,
         n=len(prompts),
@@ -389,6 +426,7 @@ def asr(
         n_skipped=skipped,
         leaked=leaked,
         records=records,
+        n_errors=len(prompts) - len(ok),
     )
 
 
@@ -459,7 +497,8 @@ def bon_safety_curve(unsafe: Any, ns: Sequence[int], estimator: str = "prefix") 
 class BoNResult:
     """What :func:`best_of_n` returns: ``asr`` (``{N: ASR@N}``, percent) under ``estimator``,
     ``asr_other`` under the other estimator, the greedy ASR when asked for, and the
-    ``(prompts, N_max)`` verdict matrix (1 unsafe, 0 safe, nan unknown)."""
+    ``(prompts, N_max)`` verdict matrix (1 unsafe, 0 safe, nan unknown or failed: ``n_errors``
+    prompts whose request failed have a row of nan)."""
 
     ns: list[int]
     asr: dict[int, float]
@@ -469,6 +508,7 @@ class BoNResult:
     n_prompts: int
     n_unknown: int
     greedy: AttackResult | None = None
+    n_errors: int = 0
 
     def summary(self) -> str:
         curve = ", ".join(f"N={n}: {a:.1f}%" for n, a in self.asr.items())
@@ -512,6 +552,7 @@ def best_of_n(
     if not hasattr(backend, "chat"):
         raise TypeError(f"backend must be an icml25.llm chat backend, got {type(backend).__name__}")
     prompts, goals, _ = attack_prompts_of(attack_prompts)
+    _check_template(backend)
     fmt = fmt or ReasoningFormat()
     n_max = ns[-1]
     about = _judge_inputs(prompts, goals, judge_on)
@@ -521,7 +562,12 @@ def best_of_n(
         return backend.chat(_messages(p, system), n=n_max, temperature=float(temperature), top_p=float(top_p),
                             max_tokens=max_tokens, seed=prompt_seed(seed, p))  # fmt: skip
 
+    n_errors = 0
     for a, texts in zip(about, _map(backend, draw, prompts)):
+        if isinstance(texts, BaseException):  # a failed request: its row is unknown, the rest go on
+            n_errors += 1
+            rows.append([math.nan] * n_max)
+            continue
         texts = [str(getattr(t, "text", t)) for t in texts]
         if len(texts) != n_max:
             raise RuntimeError(f"the backend returned {len(texts)} samples, {n_max} asked")
@@ -542,4 +588,5 @@ def best_of_n(
         n_prompts=len(prompts),
         n_unknown=int(np.isnan(matrix).sum()),
         greedy=g,
+        n_errors=n_errors,
     )
