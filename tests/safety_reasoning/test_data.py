@@ -105,3 +105,18 @@ def test_sft_rows_bad_input(toy_lm):
 
     with pytest.raises(ValueError, match="chat template"):
         to_chat_sft([("a", "b")], NoTemplate())
+
+
+def test_sft_rows_from_examples_and_the_guidelines_ablation(toy_lm):
+    _, tok = toy_lm
+    ex = SRGExample(Query("hv1 dt2 f3", "harmful", "1"), "plain: hv1 dt2 f3 verdict harm", "sorry cannot")
+    from icml25.safety_reasoning.toy_teacher import TOY_FORMAT
+
+    assert to_chat_sft([ex], tok, fmt=TOY_FORMAT) == to_chat_sft([("hv1 dt2 f3", ex.target(TOY_FORMAT))], tok)
+    with_g = to_chat_sft([ex], tok, include_guidelines=True)[0]
+    bare = to_chat_sft([ex], tok)[0]
+    assert len(with_g["input_ids"]) > len(bare["input_ids"])  # the guidelines are in the prompt
+    n_target = sum(x != -100 for x in bare["labels"])
+    assert sum(x != -100 for x in with_g["labels"]) == n_target  # and still masked
+    with pytest.raises(ValueError, match="not both"):
+        to_chat_sft([ex], tok, system="s", include_guidelines=True)

@@ -183,13 +183,30 @@ def build_srg_dataset(examples: Sequence[SRGExample],
     return out
 
 
-def to_chat_sft(pairs: Sequence[tuple[str, str]], tokenizer: Any, *, max_length: int = 1024,
-                system: str | None = None) -> list[dict[str, list[int]]]:  # fmt: skip
+def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
+                system: str | None = None, include_guidelines: Any = False,
+                fmt: ReasoningFormat | None = None) -> list[dict[str, list[int]]]:  # fmt: skip
     """Token ids and labels for SFT with the tokenizer's chat template: the prompt is the user
     message (and ``system``, if given) rendered with the generation prompt, the target follows and
     ends with EOS; ``labels`` are ``-100`` on every prompt token (the loss covers the target only).
     Rows longer than ``max_length`` are cut at the end. ``ValueError`` for a tokenizer without a
-    chat template (we do not guess one)."""
+    chat template (we do not guess one).
+
+    ``pairs``: ``(query, target)`` string pairs or :class:`SRGExample` objects (their target in
+    ``fmt``, default ``<think>`` tags). ``include_guidelines``: ``False`` (SRG: the student sees
+    the bare query), ``True`` (the default guidelines as the system message, as the teacher saw
+    them: an ablation without context distillation) or a list of guidelines.
+    """
+    if include_guidelines is not False and include_guidelines is not None:
+        from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, teacher_messages
+
+        if system is not None:
+            raise ValueError("give system or include_guidelines, not both")
+        gs = DEFAULT_GUIDELINES if include_guidelines is True else include_guidelines
+        system = teacher_messages("x", gs, fmt)[0]["content"]
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(f"pairs must be a list of (query, target) pairs or SRGExample, got {type(pairs).__name__}")
+    pairs = [(p.query.text, p.target(fmt)) if isinstance(p, SRGExample) else p for p in pairs]
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             "the tokenizer has no chat template; set tokenizer.chat_template to the model's own "

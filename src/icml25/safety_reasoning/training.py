@@ -58,8 +58,10 @@ def sft(
     """Fine-tune ``model`` on ``(query, target)`` pairs with the loss on target tokens only.
 
     Args:
-        pairs: from :func:`~icml25.safety_reasoning.data.build_rt_dataset` or
-            :func:`~icml25.safety_reasoning.data.build_srg_dataset`.
+        pairs: ``(query, target)`` pairs from
+            :func:`~icml25.safety_reasoning.data.build_rt_dataset` or
+            :func:`~icml25.safety_reasoning.data.build_srg_dataset`, or the
+            :class:`~icml25.safety_reasoning.data.SRGExample` list of a synthesis report.
         lr, epochs, batch_size: AdamW settings; ``steps`` overrides ``epochs``. Defaults are
             common full-SFT settings for 8B models (the paper's are not reported; our choice,
             docs/safety_reasoning.md).
