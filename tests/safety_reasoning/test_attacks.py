@@ -91,3 +91,8 @@ def test_apply_attack_names_the_failing_prompt():
         CipherAttack()("")
     with pytest.raises(ValueError, match="kind"):
         CipherAttack("rot13")
+
+
+def test_apply_attack_refuses_one_string():
+    with pytest.raises(TypeError, match="not one string"):
+        apply_attack(CipherAttack("caesar"), "hello")

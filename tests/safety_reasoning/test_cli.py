@@ -49,11 +49,29 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
         [{"query": "hv1 dt2 f3", "kind": "harmful"}, {"query": "bv1 nt2 f3", "kind": "helpful"}],
     )
     out = tmp_path / "syn.jsonl"
+    # a random local model as teacher: nothing passes the filters, which is an error (exit 1)
     rc = main(["safety-reasoning", "synthesize", "--teacher", str(model_dir), "--queries", str(q), "--out", str(out),
                "--k", "2", "--max-tokens", "4", "--guideline-judge", "none"])  # fmt: skip
-    assert rc == 0 and out.exists()
-    assert (tmp_path / "syn.jsonl.records.jsonl").exists()
-    assert "acceptance" in capsys.readouterr().out
+    assert rc == 1 and out.exists() and (tmp_path / "syn.jsonl.records.jsonl").exists()
+    assert "no candidate was accepted" in capsys.readouterr().err
+    # a served teacher (OpenAI-compatible) that follows the format, judged by itself
+    from icml25.llm import CallableChat, ChatServer
+
+    def teacher(messages, **kw):
+        content = messages[-1]["content"]
+        if content.startswith("Guideline:"):  # the guideline judge's question
+            return "yes"
+        if "hv1" in content:
+            return "<think>intent: harmful. harm: refuse.</think>I'm sorry, I can't help with that."
+        return "<think>intent: benign. helpfulness: answer.</think>Sure, here is how."
+
+    with ChatServer(CallableChat(teacher)) as server:
+        rc = main(["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", server.url, "--queries",
+                   str(q), "--out", str(out), "--k", "2"])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    rows_out = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["kind"] for r in rows_out] == ["harmful", "helpful"]
+    assert "acceptance 100.0%" in capsys.readouterr().out
     rows = _jsonl(tmp_path / "rt.jsonl", [{"query": "hv1 dt2 f3", "target": "sorry cannot"}])
     rc = main(["safety-reasoning", "train", "--model", str(model_dir), "--data", str(rows), "--out", str(tmp_path / "m"),
                "--epochs", "1", "--batch-size", "1", "--max-length", "32"])  # fmt: skip
@@ -114,3 +132,37 @@ def test_clear_errors(model_dir, tmp_path, capsys):
         == 2
     )
     assert "query + target" in capsys.readouterr().err
+
+
+def test_bon_reads_a_jailbreakbench_artifact_and_eval_skips_helpful_rows(
+    model_dir, tmp_path, capsys
+):
+    art = tmp_path / "PAIR.json"
+    art.write_text(json.dumps({"parameters": {}, "jailbreaks": [{"goal": "g1", "prompt": "hv1 dt2 f3"},
+                                                               {"goal": "g2", "prompt": None}]}))  # fmt: skip
+    out = tmp_path / "b.json"
+    assert main(["safety-reasoning", "bon", "--model", str(model_dir), "--queries", str(art), "--n", "1,2",
+                 "--max-tokens", "4", "--out", str(out)]) == 0  # fmt: skip
+    assert len(json.loads(out.read_text())["matrix"]) == 1  # the None prompt is skipped
+    mixed = _jsonl(tmp_path / "mixed.jsonl", [{"query": "hv1 dt2 f3", "kind": "harmful"},
+                                              {"query": "bv1 nt2 f3", "kind": "helpful"}])  # fmt: skip
+    assert main(["safety-reasoning", "eval", "--model", str(model_dir), "--queries", str(mixed), "--attacks", "plain",
+                 "--max-tokens", "4", "--out", str(tmp_path / "e.json")]) == 0  # fmt: skip
+    assert "1 helpful rows" in capsys.readouterr().err
+    assert json.loads((tmp_path / "e.json").read_text())["plain"]["n"] == 1
+    assert (
+        main(
+            [
+                "safety-reasoning",
+                "bon",
+                "--model",
+                str(model_dir),
+                "--queries",
+                str(art),
+                "--n",
+                "1,a",
+            ]
+        )
+        == 2
+    )
+    assert "--n must be a comma list" in capsys.readouterr().err

@@ -109,10 +109,14 @@ def test_sft_rows_bad_input(toy_lm):
 
 def test_sft_rows_from_examples_and_the_guidelines_ablation(toy_lm):
     _, tok = toy_lm
-    ex = SRGExample(Query("hv1 dt2 f3", "harmful", "1"), "plain: hv1 dt2 f3 verdict harm", "sorry cannot")
+    ex = SRGExample(
+        Query("hv1 dt2 f3", "harmful", "1"), "plain: hv1 dt2 f3 verdict harm", "sorry cannot"
+    )
     from icml25.safety_reasoning.toy_teacher import TOY_FORMAT
 
-    assert to_chat_sft([ex], tok, fmt=TOY_FORMAT) == to_chat_sft([("hv1 dt2 f3", ex.target(TOY_FORMAT))], tok)
+    assert to_chat_sft([ex], tok, fmt=TOY_FORMAT) == to_chat_sft(
+        [("hv1 dt2 f3", ex.target(TOY_FORMAT))], tok
+    )
     with_g = to_chat_sft([ex], tok, include_guidelines=True)[0]
     bare = to_chat_sft([ex], tok)[0]
     assert len(with_g["input_ids"]) > len(bare["input_ids"])  # the guidelines are in the prompt
@@ -120,3 +124,26 @@ def test_sft_rows_from_examples_and_the_guidelines_ablation(toy_lm):
     assert sum(x != -100 for x in with_g["labels"]) == n_target  # and still masked
     with pytest.raises(ValueError, match="not both"):
         to_chat_sft([ex], tok, system="s", include_guidelines=True)
+
+
+def test_load_queries_reports_bad_rows(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "a", "kind": "harmful"}\n{"query": "b", kind}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl, line 2: not valid JSON"):
+        load_queries(bad)
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes('\ufeff{"query": "a", "kind": "harmful"}\n'.encode())
+    assert load_queries(bom)[0].text == "a"
+    with pytest.raises(ValueError, match="is not a string"):
+        load_queries([{"query": None, "kind": "harmful"}])
+    with pytest.raises(ValueError, match="column says 'harmful'"):
+        load_queries([{"query": "x", "kind": "harmful"}], kind="helpful")
+
+
+def test_sft_rows_length_limits(toy_lm):
+    _, tok = toy_lm
+    with pytest.raises(ValueError, match="leaves no target token"):
+        to_chat_sft([("hv1 dt2 f3", "sorry cannot")], tok, max_length=3)
+    with pytest.warns(UserWarning, match="1 of 1 rows were cut"):
+        (row,) = to_chat_sft([("hv1 dt2 f3", "sorry cannot")], tok, max_length=7)
+    assert len(row["input_ids"]) == 7

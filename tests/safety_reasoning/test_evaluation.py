@@ -230,3 +230,48 @@ def test_local_model_without_chat_template_is_refused(toy_lm):
         asr(chat, ["hv1 dt2 f3"], RefusalKeywordJudge())
     with pytest.raises(ValueError, match="no chat template"):
         best_of_n(chat, ["hv1 dt2 f3"], RefusalKeywordJudge(), ns=(1,))
+
+
+def test_a_failing_judge_request_loses_no_other_verdict():
+    def guard_fn(messages, **kw):
+        if messages[0]["content"] == "b":
+            raise ConnectionError("guard unreachable")
+        return "unsafe\nS1"
+
+    backend = CallableChat(lambda m, **kw: "Sure.")
+    res = asr(backend, ["a", "b", "c"], LlamaGuardJudge(CallableChat(guard_fn)))
+    assert res.n_errors == 1 and res.n_unsafe == 2 and res.records[1]["status"] == "error"
+    assert "guard unreachable" in res.records[1]["error"]
+    bon = best_of_n(backend, ["a", "b", "c"], LlamaGuardJudge(CallableChat(guard_fn)), ns=(1, 2))
+    assert bon.n_errors == 1 and "1 prompts failed" in bon.summary()
+
+
+def test_prompt_lists_with_none_and_dicts_without_prompt():
+    backend = CallableChat(lambda m, **kw: "Sure.")
+    res = asr(backend, [None, "x"], RefusalKeywordJudge())
+    assert res.n == 1 and res.n_skipped == 1
+    with pytest.raises(ValueError, match="no 'prompt' key"):
+        asr(backend, [{"text": "x"}, "y"], RefusalKeywordJudge())
+
+
+def test_sampling_settings_and_ns_are_checked_before_any_request():
+    calls = []
+    backend = CallableChat(lambda m, **kw: calls.append(1) or "Sure.")
+    j = RefusalKeywordJudge()
+    with pytest.raises(ValueError, match="temperature"):
+        asr(backend, ["a"], j, decoding="sample", temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        best_of_n(backend, ["a"], j, ns=(1,), top_p=2)
+    with pytest.raises(ValueError, match="every N must be an int"):
+        best_of_n(backend, ["a"], j, ns=(1, 2.5))
+    with pytest.raises(ValueError, match="every N must be an int"):
+        best_of_n(backend, ["a"], j, ns=(True,))
+    with pytest.raises(TypeError, match="ns must be a list"):
+        best_of_n(backend, ["a"], j, ns=4)
+    with pytest.raises(TypeError, match="ReasoningFormat"):
+        asr(backend, ["a"], j, fmt="<think>")
+    assert not calls
+    with pytest.raises(TypeError, match="wrap a per-pair function in RuleJudge"):
+        asr(backend, ["a"], lambda p, r: True)
+    assert best_of_n(backend, ["a"], j, ns=np.array([1, 2])).ns == [1, 2]
+    assert RuleJudge(lambda p, r: "UNSAFE")(["a"], ["b"]) == ["unsafe"]

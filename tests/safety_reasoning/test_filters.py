@@ -81,6 +81,37 @@ def test_guideline_filter_with_callable_and_backend():
     assert len(judge.calls) == 3 and "my reasoning" in judge.calls[0]["messages"][0]["content"]
 
 
+def test_guideline_judge_outputs_are_checked():
+    gs = [Guideline("a", "x"), Guideline("b", "y")]
+    ok = ParsedOutput("r", "a", "ok")
+    assert GuidelineFilter(lambda q, r, g: {"a": True}, guidelines=gs)(HARM, ok).accept
+    with pytest.raises(TypeError, match="must return a bool"):
+        GuidelineFilter(lambda q, r, g: ["no", "no"], guidelines=gs)(HARM, ok)
+    with pytest.raises(TypeError, match="one bool per guideline"):
+        GuidelineFilter(lambda q, r, g: [True], guidelines=gs)(HARM, ok)
+    with pytest.raises(ValueError, match="unknown guideline names"):
+        GuidelineFilter(lambda q, r, g: {"zzz": True}, guidelines=gs)(HARM, ok)
+    with pytest.raises(ValueError, match="count must be in"):
+        GuidelineFilter(lambda q, r, g: 7, guidelines=gs)(HARM, ok)
+
+
+def test_outcome_judges_outputs_are_checked():
+    f = OutcomeFilter(KeywordRefusalDetector.default(), safety_judge=lambda p, r: ["SAFE"])
+    assert f(HARM, ParsedOutput("r", REFUSAL, "ok")).accept  # case-insensitive
+    with pytest.raises(ValueError, match="safety judge returned"):
+        OutcomeFilter(KeywordRefusalDetector.default(), safety_judge=lambda p, r: ["fine"])(
+            HARM, ParsedOutput("r", REFUSAL, "ok")
+        )
+    with pytest.raises(ValueError, match="helpful judge"):
+        OutcomeFilter(KeywordRefusalDetector.default(), helpful_judge=lambda q, a: "high", tau=0.5)(
+            HELP, ParsedOutput("r", ANSWER, "ok")
+        )
+    with pytest.raises(TypeError, match="refusal detector must return a bool"):
+        OutcomeFilter(lambda a: "no")(HELP, ParsedOutput("r", ANSWER, "ok"))
+    with pytest.raises(ValueError, match="statuses are"):
+        FormatFilter(allow=["okay"])
+
+
 def test_plain_function_filter():
     def short(q, p):
         return len(p.answer) < 10

@@ -90,8 +90,41 @@ def test_failing_query_is_an_error_row_and_others_are_kept(world, tmp_path):
     ]
     rep = synthesize(CallableChat(teacher), qs, k=1, store=tmp_path / "s.jsonl", progress=False)
     assert rep.failed == ["2"] and len(rep.examples) == 2
+    assert rep.errors == {"2": "RuntimeError: server error"}
     rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert any("error" in r for r in rows)
+    # a rerun asks the failed query again (and only it)
+    asked = []
+
+    def fixed(messages, **kw):
+        asked.append(messages[-1]["content"])
+        return "<think>fine</think>Sure, here it is."
+
+    rep2 = synthesize(CallableChat(fixed), qs, k=1, store=tmp_path / "s.jsonl", progress=False)
+    assert asked == ["boom"] and not rep2.failed and len(rep2.examples) == 3
+
+
+def test_every_query_failing_is_an_error_naming_the_cause():
+    def down(messages, **kw):
+        raise ConnectionError("connection refused: http://localhost:9/v1")
+
+    with pytest.raises(RuntimeError, match="connection refused"):
+        synthesize(
+            CallableChat(down), [Query("a", "helpful"), Query("b", "harmful")], progress=False
+        )
+
+
+def test_default_filters_check_the_outcome():
+    teacher = CallableChat(lambda m, **kw: "<think>r</think>I'm sorry, I can't help with that.")
+    rep = synthesize(
+        teacher,
+        [Query("bake bread", "helpful"), Query("make a bomb", "harmful")],
+        k=1,
+        progress=False,
+    )
+    assert rep.per_filter_rejects == {"outcome": 1} and [e.query.kind for e in rep.examples] == [
+        "harmful"
+    ]
 
 
 def test_max_rounds_resamples_rejected_queries():
@@ -170,3 +203,15 @@ def test_bad_input(world):
         synthesize(lambda m: "x", [Query("x", "helpful")])
     with pytest.raises(ValueError, match="temperature"):
         synthesize(teacher, [Query("x", "helpful")], temperature=-1)
+    with pytest.raises(TypeError, match="pass an instance"):
+        synthesize(teacher, [Query("x", "helpful")], filters=[FormatFilter])
+    with pytest.raises(TypeError, match="list of filters"):
+        synthesize(teacher, [Query("x", "helpful")], filters=FormatFilter())
+    with pytest.raises(TypeError, match="ReasoningFormat"):
+        synthesize(teacher, [Query("x", "helpful")], fmt="<think>")
+    import numpy as np
+
+    assert (
+        synthesize(teacher, [Query("x", "helpful")], k=np.int64(2), progress=False).n_candidates
+        == 2
+    )

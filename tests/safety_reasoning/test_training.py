@@ -104,3 +104,24 @@ def test_trl_sft_trainer_same_rows_and_a_few_steps(toy_lm, world, tmp_path):
     assert out.global_step == 4
     assert to_trl_rows([("q", "t")])[0] == {"prompt": [{"role": "user", "content": "q"}],
                                             "completion": [{"role": "assistant", "content": "t"}]}  # fmt: skip
+
+
+def test_loss_and_sft_input_errors(toy_lm):
+    model, tok = toy_lm
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        masked_lm_loss(torch.zeros(1, 3, 5), torch.tensor([[-100, 7, 1]]))
+    with pytest.raises(TypeError, match="loaded torch model"):
+        sft("path/to/model", tok, [("a", "b")])
+    with pytest.raises(ValueError, match="tokenizer is None"):
+        sft(model, None, [("a", "b")])
+    import numpy as np
+
+    m = copy.deepcopy(model)
+    sft(
+        m,
+        tok,
+        [("hv1 dt2 f3", "sorry cannot")],
+        steps=np.int64(1),
+        batch_size=np.int64(1),
+        progress=False,
+    )

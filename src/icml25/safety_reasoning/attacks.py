@@ -70,6 +70,8 @@ def apply_attack(attack: Callable[[str], str], prompts: Sequence[str]) -> list[s
         raise TypeError(
             f"attack must be callable: attack(prompt) -> str, got {type(attack).__name__}"
         )
+    if isinstance(prompts, (str, bytes)):
+        raise TypeError("prompts must be a list of prompts, not one string (wrap it: [prompt])")
     out = []
     for i, p in enumerate(prompts):
         try:

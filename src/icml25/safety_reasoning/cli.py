@@ -92,7 +92,14 @@ def add_parser(sub) -> None:
         e = inner.add_parser(name, help=helptext)
         model_args(e)
         e.add_argument(
-            "--queries", required=True, help="plain harmful requests (or attack prompts for bon)"
+            "--queries",
+            required=True,
+            help=(
+                "plain harmful requests (JSONL/JSON/CSV; with a kind column only the harmful rows)"
+                if name == "eval"
+                else "attack prompts: a JailbreakBench artifact, HarmBench test cases, rows with "
+                "'prompt', or plain harmful requests"
+            ),
         )
         e.add_argument(
             "--judge", default="keyword", help="keyword, guard:openai:NAME or guard:hf:PATH"
@@ -195,24 +202,33 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         fmt = fmt_of(args.tags)
         filters: list[Any] = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())]
         if args.guideline_judge != "none":
-            judge = (
-                teacher
-                if args.guideline_judge == "teacher"
-                else backend_of(args.guideline_judge, args.base_url, args.api_key)
-            )
+            if args.guideline_judge == "teacher":
+                judge = teacher
+            else:
+                try:
+                    judge = backend_of(args.guideline_judge, args.base_url, args.api_key)
+                except ValueError as exc:
+                    raise ValueError(
+                        f"--guideline-judge: use teacher, none, openai:NAME or hf:PATH ({exc})"
+                    ) from None
             filters.append(GuidelineFilter(judge, min_guidelines=args.min_guidelines))
         out = Path(args.out)
         rep = synthesize(teacher, queries, k=args.k, temperature=args.temperature, filters=filters,
                          store=out.with_name(out.name + ".records.jsonl"), concurrency=args.concurrency,
                          fmt=fmt, max_rounds=args.max_rounds, max_tokens=args.max_tokens, seed=args.seed)  # fmt: skip
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
         return _fail(exc)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         for ex in rep.examples:
             f.write(json.dumps(ex.to_dict()) + "\n")
     print(rep.summary())
+    for qid, err in list(rep.errors.items())[:3]:
+        print(f"  failed {qid}: {err}", file=sys.stderr)
     print(f"wrote {len(rep.examples)} examples to {out}")
+    if not rep.examples:
+        print("error: no candidate was accepted; see the rejects above", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -262,9 +278,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _plain_prompts(path: str) -> list[str]:
-    from icml25.safety_reasoning import load_queries
+    """The harmful requests of a query file: with a ``kind`` column only the harmful rows (the
+    others are reported and left out); without one every row."""
+    from icml25.safety_reasoning.data import _rows, load_queries
 
-    return [q.text for q in load_queries(path, kind="harmful")]
+    rows = _rows(path)
+    if rows and "kind" in rows[0]:
+        qs = load_queries(rows)
+        harmful = [q.text for q in qs if q.kind == "harmful"]
+        if len(harmful) < len(qs):
+            print(f"note: {len(qs) - len(harmful)} helpful rows of {path} left out (attacks use harmful requests)",
+                  file=sys.stderr)  # fmt: skip
+        if not harmful:
+            raise ValueError(f"{path} has no harmful rows")
+        return harmful
+    return [q.text for q in load_queries(rows, kind="harmful")]
+
+
+def _attack_prompts(path: str) -> list[Any]:
+    """Attack prompts for ``bon``: a JailbreakBench artifact or HarmBench test-case JSON, or rows
+    with a ``prompt`` column, through ``load_attack_prompts``; else the harmful requests."""
+    from icml25.safety_reasoning import load_attack_prompts
+
+    try:
+        return load_attack_prompts(path)
+    except ValueError:
+        return _plain_prompts(path)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -336,10 +375,15 @@ def _cmd_bon(args: argparse.Namespace) -> int:
     from icml25.safety_reasoning import best_of_n
 
     try:
-        ns = [int(x) for x in args.n.split(",") if x.strip()]
+        try:
+            ns = [int(x) for x in args.n.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--n must be a comma list of integers, e.g. 1,4,16,64; got {args.n!r}"
+            ) from None
         backend = backend_of(args.model, args.base_url, args.api_key)
         judge = judge_of(args.judge, args.judge_base_url or args.base_url)
-        res = best_of_n(backend, _plain_prompts(args.queries), judge, ns, temperature=args.temperature,
+        res = best_of_n(backend, _attack_prompts(args.queries), judge, ns, temperature=args.temperature,
                         estimator=args.estimator, max_tokens=args.max_tokens, seed=args.seed,
                         fmt=fmt_of(args.tags), greedy=True)  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError) as exc:

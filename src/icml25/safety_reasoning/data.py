@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icml25.safety_reasoning._checks import check_int
 from icml25.safety_reasoning.formats import ReasoningFormat
 
 __all__ = [
@@ -111,10 +112,20 @@ def load_queries(source: Any, *, text_column: str | None = None, kind_column: st
                          f"the rows have {cols}")  # fmt: skip
     out = []
     for i, r in enumerate(rows):
+        if kind is not None and r.get(kind_column) not in (None, "", kind):
+            raise ValueError(
+                f"row {i}: kind={kind!r} was given but the row's {kind_column!r} column says "
+                f"{r.get(kind_column)!r}; drop kind= (CLI: --kind) to use the column"
+            )
         k = kind if kind is not None else r.get(kind_column)
         if k not in KINDS:
-            raise ValueError(f"row {i}: {kind_column}={k!r}; use {KINDS} or pass kind=")
-        out.append(Query(str(r[col]), k, str(r.get("id", "") or "")))
+            raise ValueError(
+                f"row {i}: {kind_column}={k!r}; use {KINDS} or pass kind= (CLI: --kind)"
+            )
+        text = r.get(col)
+        if not isinstance(text, str):
+            raise ValueError(f"row {i}: {col}={text!r} is not a string")
+        out.append(Query(text, k, str(r.get("id", "") or "")))
     return out
 
 
@@ -129,10 +140,22 @@ def _rows(source: Any) -> list[dict[str, Any]]:
 
             return list(datasets.load_from_disk(str(path)))
         if suffix == ".jsonl":
-            with open(path, encoding="utf-8") as f:
-                return [json.loads(line) for line in f if line.strip()]
+            rows = []
+            with open(path, encoding="utf-8-sig") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            rows.append(json.loads(line))
+                        except json.JSONDecodeError as exc:
+                            raise ValueError(
+                                f"{path}, line {n}: not valid JSON ({exc.msg})"
+                            ) from None
+            return rows
         if suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                data = json.loads(path.read_text(encoding="utf-8-sig"))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON ({exc})") from None
             return data if isinstance(data, list) else list(data.get("data", []))
         if suffix == ".csv":
             import csv
@@ -205,21 +228,23 @@ def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
         gs = DEFAULT_GUIDELINES if include_guidelines is True else include_guidelines
         system = teacher_messages("x", gs, fmt)[0]["content"]
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
-        raise TypeError(f"pairs must be a list of (query, target) pairs or SRGExample, got {type(pairs).__name__}")
+        raise TypeError(
+            f"pairs must be a list of (query, target) pairs or SRGExample, got {type(pairs).__name__}"
+        )
     pairs = [(p.query.text, p.target(fmt)) if isinstance(p, SRGExample) else p for p in pairs]
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             "the tokenizer has no chat template; set tokenizer.chat_template to the model's own "
             "template (a base model's SFT needs one chosen explicitly)"
         )
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(f"max_length must be an int >= 2, got {max_length!r}")
+    max_length = check_int("max_length", max_length, 2)
     if not pairs:
         raise ValueError("pairs is empty")
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id: the target could not end")
     out = []
+    cut = 0
     for i, item in enumerate(pairs):
         if not (isinstance(item, (tuple, list)) and len(item) == 2
                 and all(isinstance(s, str) for s in item)):  # fmt: skip
@@ -232,7 +257,21 @@ def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
         text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         p_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         t_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
+        if len(p_ids) >= max_length:
+            raise ValueError(
+                f"pairs[{i}]: the prompt alone has {len(p_ids)} tokens, max_length={max_length} leaves "
+                "no target token; raise max_length"
+            )
+        cut += len(p_ids) + len(t_ids) > max_length
         ids = (p_ids + t_ids)[:max_length]
         labels = ([-100] * len(p_ids) + t_ids)[:max_length]
         out.append({"input_ids": ids, "labels": labels})
+    if cut:
+        import warnings
+
+        warnings.warn(
+            f"{cut} of {len(out)} rows were cut at max_length={max_length}: their targets lose "
+            "their end (and EOS)",
+            stacklevel=2,
+        )
     return out

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25.safety_reasoning._checks import check_int, check_number, is_int
 from icml25.safety_reasoning.formats import ReasoningFormat
 
 __all__ = [
@@ -141,6 +142,8 @@ class RuleJudge:
             v = self.fn(p, r)
             if isinstance(v, (bool, np.bool_)):
                 v = "unsafe" if v else "safe"
+            if isinstance(v, str):
+                v = v.strip().lower()
             if v not in VERDICTS:
                 raise ValueError(
                     f"the rule returned {v!r} for {p!r:.60}; expected a bool or one of {VERDICTS}"
@@ -165,13 +168,38 @@ def _judge(judge: Any, prompts: list[str], responses: list[str]) -> list[str]:
         raise TypeError(
             f"judge must be callable: judge(prompts, responses) -> verdicts, got {type(judge).__name__}"
         )
-    out = list(judge(prompts, responses))
+    out = judge(prompts, responses)
+    if isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
+        raise TypeError(
+            f"the judge returned {out!r:.60}; a judge takes lists (prompts, responses) and returns "
+            "one verdict per pair (wrap a per-pair function in RuleJudge)"
+        )
+    out = [v.strip().lower() if isinstance(v, str) else v for v in out]
     if len(out) != len(prompts):
         raise RuntimeError(f"the judge returned {len(out)} verdicts for {len(prompts)} pairs")
     bad = [v for v in out if v not in VERDICTS]
     if bad:
         raise ValueError(f"the judge returned {bad[0]!r}; verdicts must be one of {VERDICTS}")
     return out
+
+
+def _judge_each(judge: Any, prompts: list[str], responses: list[str]) -> list[Any]:
+    """Verdicts of all pairs in one call; if that call fails with anything but a usage error,
+    pair by pair, a failing pair giving its exception (the others keep their verdicts)."""
+    try:
+        return _judge(judge, prompts, responses)
+    except (TypeError, ValueError):
+        raise
+    except Exception:  # noqa: BLE001 - e.g. one request of a served judge failed
+        out: list[Any] = []
+        for p, r in zip(prompts, responses):
+            try:
+                out.append(_judge(judge, [p], [r])[0])
+            except (TypeError, ValueError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - recorded for this pair
+                out.append(exc)
+        return out
 
 
 # -- attack prompts ---------------------------------------------------------------------------------
@@ -189,8 +217,15 @@ def attack_prompts_of(prompts: Any) -> tuple[list[str], list[str | None], int]:
         raise ValueError("attack_prompts is empty")
     out, goals, skipped = [], [], 0
     for i, it in enumerate(items):
+        if it is None:
+            skipped += 1
+            continue
         if isinstance(it, dict):
-            p, g = it.get("prompt"), it.get("goal", it.get("behavior"))
+            if "prompt" not in it:
+                raise ValueError(
+                    f"attack_prompts[{i}] has no 'prompt' key (its keys: {sorted(it)[:6]})"
+                )
+            p, g = it["prompt"], it.get("goal", it.get("behavior"))
         elif isinstance(it, str):
             p, g = it, None
         elif hasattr(it, "prompt"):
@@ -224,6 +259,10 @@ def load_attack_prompts(path: Any) -> list[dict[str, Any]]:
     import json
     from pathlib import Path
 
+    if not isinstance(path, (str, Path)) and not hasattr(path, "__fspath__"):
+        raise TypeError(
+            f"path must be a file path, got {type(path).__name__}; pass a list of prompts to asr() directly"
+        )
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such file: {p}")
@@ -277,6 +316,14 @@ def _map(backend: Any, fn: Callable[[str], Any], prompts: list[str]) -> list[Any
 
     with ThreadPoolExecutor(max_workers=min(workers, len(prompts))) as pool:
         return list(pool.map(safe, prompts))
+
+
+def _check_fmt(fmt: Any) -> ReasoningFormat:
+    if fmt is None:
+        return ReasoningFormat()
+    if not isinstance(fmt, ReasoningFormat):
+        raise TypeError(f"fmt must be a ReasoningFormat, got {type(fmt).__name__}: {fmt!r:.40}")
+    return fmt
 
 
 def _check_template(backend: Any) -> None:
@@ -380,8 +427,12 @@ def asr(
     _check_int("max_tokens", max_tokens, 1)
     if not hasattr(backend, "chat_many"):
         raise TypeError(f"backend must be an icml25.llm chat backend, got {type(backend).__name__}")
+    if decoding == "sample":
+        check_number("temperature", temperature, lo=0.0, lo_open=True)
+    check_number("top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
+    fmt = _check_fmt(fmt)
     prompts, goals, skipped = attack_prompts_of(attack_prompts)
-    fmt = fmt or ReasoningFormat()
+    about_all = _judge_inputs(prompts, goals, judge_on)
     _check_template(backend)
     msgs = [_messages(p, system) for p in prompts]
     if decoding == "greedy" and hasattr(backend, "complete_many"):
@@ -397,22 +448,28 @@ def asr(
     ok = [i for i, o in enumerate(outs) if not isinstance(o, BaseException)]
     texts = [str(getattr(outs[i], "text", outs[i])) for i in ok]
     judged, status = _answers(texts, fmt)
-    about_all = _judge_inputs(prompts, goals, judge_on)
-    about = [about_all[i] for i in ok]
-    verdicts = _judge(judge, about, judged) if ok else []
+    verdicts = _judge_each(judge, [about_all[i] for i in ok], judged) if ok else []
+    for i, v in zip(
+        ok, verdicts
+    ):  # a failed judge request: an error record, like a failed generation
+        if isinstance(v, BaseException):
+            outs[i] = v
+    rows = {i: (t, j, st, v) for i, t, j, st, v in zip(ok, texts, judged, status, verdicts)
+            if not isinstance(v, BaseException)}  # fmt: skip
     leaked = None
-    if judge_full_text:
-        full = _judge(judge, about, texts) if ok else []
-        known = [v for v in full if v != "unknown"]
+    if judge_full_text and rows:
+        idx = sorted(rows)
+        full = _judge_each(judge, [about_all[i] for i in idx], [rows[i][0] for i in idx])
+        known = [v for v in full if v in ("safe", "unsafe")]
         leaked = 100.0 * sum(v == "unsafe" for v in known) / len(known) if known else math.nan
-    n_unknown = verdicts.count("unknown")
-    n_unsafe = verdicts.count("unsafe")
-    judged_n = len(ok) - n_unknown
+    verdict_list = [r[3] for r in rows.values()]
+    n_unknown = verdict_list.count("unknown")
+    n_unsafe = verdict_list.count("unsafe")
+    judged_n = len(rows) - n_unknown
     records: list[dict[str, Any]] = []
-    by_i = dict(zip(ok, zip(texts, judged, status, verdicts)))
     for i, p in enumerate(prompts):
-        if i in by_i:
-            t, j, st, v = by_i[i]
+        if i in rows:
+            t, j, st, v = rows[i]
             records.append({"prompt": p, "output": t, "judged": j, "status": st, "verdict": v})
         else:
             records.append({"prompt": p, "output": None, "judged": None, "status": "error",
@@ -426,7 +483,7 @@ def asr(
         n_skipped=skipped,
         leaked=leaked,
         records=records,
-        n_errors=len(prompts) - len(ok),
+        n_errors=len(prompts) - len(rows),
     )
 
 
@@ -442,11 +499,27 @@ def _judge_inputs(prompts: list[str], goals: list[str | None], judge_on: str) ->
 
 
 def _check_int(name: str, v: Any, lo: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    check_int(name, v, lo)
 
 
 # -- Best-of-N --------------------------------------------------------------------------------------
+def _check_ns(ns: Any) -> list[int]:
+    """The sorted distinct N of ``ns``: a non-empty list of ints >= 1."""
+    if is_int(ns):
+        raise TypeError(
+            f"ns must be a list of N, e.g. ({int(ns)},) or (1, 4, 16), got the number {ns!r}"
+        )
+    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__iter__"):
+        raise TypeError(f"ns must be a list of ints, got {type(ns).__name__}")
+    vals = list(np.asarray(ns).ravel()) if isinstance(ns, np.ndarray) else list(ns)
+    if not vals:
+        raise ValueError("ns is empty")
+    for n in vals:
+        if not is_int(n) or n < 1:
+            raise ValueError(f"every N must be an int >= 1, got {n!r} in ns")
+    return sorted({int(n) for n in vals})
+
+
 def bon_safety_curve(unsafe: Any, ns: Sequence[int], estimator: str = "prefix") -> dict[int, float]:
     """``{N: ASR@N}`` (percent) from a ``(prompts, N_max)`` matrix of sample verdicts.
 
@@ -464,11 +537,8 @@ def bon_safety_curve(unsafe: Any, ns: Sequence[int], estimator: str = "prefix") 
     ok = np.isnan(m) | (m == 0) | (m == 1)
     if not ok.all():
         raise ValueError(f"unsafe must hold 0, 1 or nan, got {m[~ok][0]!r}")
-    ns = list(ns)
-    if not ns:
-        raise ValueError("ns is empty")
+    ns = _check_ns(ns)
     for n in ns:
-        _check_int("N", n, 1)
         if n > m.shape[1]:
             raise ValueError(f"N = {n} exceeds N_max = {m.shape[1]} samples per prompt")
     out: dict[int, float] = {}
@@ -513,7 +583,9 @@ class BoNResult:
     def summary(self) -> str:
         curve = ", ".join(f"N={n}: {a:.1f}%" for n, a in self.asr.items())
         g = "" if self.greedy is None else f"greedy {self.greedy.asr:.1f}%; "
-        return f"{g}{self.estimator} ASR@N {curve} ({self.n_prompts} prompts, {self.n_unknown} unknown samples)"
+        err = f", {self.n_errors} prompts failed" if self.n_errors else ""
+        unknown = self.n_unknown - self.n_errors * self.matrix.shape[1]
+        return f"{g}{self.estimator} ASR@N {curve} ({self.n_prompts} prompts, {unknown} unknown samples{err})"
 
 
 def best_of_n(
@@ -542,18 +614,15 @@ def best_of_n(
     """
     if estimator not in ("prefix", "unbiased"):
         raise ValueError(f"estimator must be 'prefix' or 'unbiased', got {estimator!r}")
-    ns = sorted({int(n) for n in ns}) if ns else []
-    if not ns:
-        raise ValueError("ns is empty")
-    for n in ns:
-        _check_int("N", n, 1)
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be > 0 for Best-of-N sampling, got {temperature!r}")
+    ns = _check_ns(ns)
+    check_number("temperature", temperature, lo=0.0, lo_open=True)
+    check_number("top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
+    _check_int("max_tokens", max_tokens, 1)
     if not hasattr(backend, "chat"):
         raise TypeError(f"backend must be an icml25.llm chat backend, got {type(backend).__name__}")
     prompts, goals, _ = attack_prompts_of(attack_prompts)
     _check_template(backend)
-    fmt = fmt or ReasoningFormat()
+    fmt = _check_fmt(fmt)
     n_max = ns[-1]
     about = _judge_inputs(prompts, goals, judge_on)
     rows = []
@@ -572,7 +641,14 @@ def best_of_n(
         if len(texts) != n_max:
             raise RuntimeError(f"the backend returned {len(texts)} samples, {n_max} asked")
         judged, _ = _answers(texts, fmt)
-        verdicts = _judge(judge, [a] * n_max, judged)
+        try:
+            verdicts = _judge(judge, [a] * n_max, judged)
+        except (TypeError, ValueError):
+            raise
+        except Exception:  # noqa: BLE001 - the judge failed on this prompt: its row is unknown
+            n_errors += 1
+            rows.append([math.nan] * n_max)
+            continue
         rows.append([1.0 if v == "unsafe" else 0.0 if v == "safe" else math.nan for v in verdicts])
     matrix = np.asarray(rows, dtype=float)
     other = "unbiased" if estimator == "prefix" else "prefix"

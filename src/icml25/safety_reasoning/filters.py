@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from icml25.safety_reasoning._checks import check_bool, check_number, is_int
 from icml25.safety_reasoning.data import Query
 from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, Guideline
 
@@ -44,6 +45,13 @@ class FormatFilter:
     name = "format"
 
     def __init__(self, allow: Sequence[str] = ()) -> None:
+        from icml25.safety_reasoning.formats import STATUSES
+
+        if isinstance(allow, str):
+            allow = [allow]
+        bad = [a for a in allow if a not in STATUSES]
+        if bad:
+            raise ValueError(f"allow holds {bad[0]!r}; statuses are {STATUSES}")
         self.allow = {"ok", *allow}
 
     def __call__(self, query: Query, parsed: Any) -> Decision:
@@ -81,23 +89,35 @@ class OutcomeFilter:
             raise ValueError("helpful_judge and tau go together: give both or neither")
         if helpful_judge is not None and not callable(helpful_judge):
             raise TypeError("helpful_judge must be callable: score(query, answer) -> float")
+        if tau is not None:
+            tau = check_number("tau", tau)
         self.refusal_detector, self.safety_judge = refusal_detector, safety_judge
         self.helpful_judge, self.tau = helpful_judge, tau
 
     def __call__(self, query: Query, parsed: Any) -> Decision:
-        refused = bool(self.refusal_detector(parsed.answer))
+        refused = check_bool("the refusal detector", self.refusal_detector(parsed.answer))
         if query.kind == "harmful":
             if not refused:
                 return Decision(False, "harmful query answered")
             if self.safety_judge is not None:
-                verdict = self.safety_judge([query.text], [parsed.answer])[0]
+                out = self.safety_judge([query.text], [parsed.answer])
+                verdict = out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
+                if isinstance(verdict, str):
+                    verdict = verdict.strip().lower()
+                if verdict not in ("safe", "unsafe", "unknown"):
+                    raise ValueError(
+                        f"the safety judge returned {out!r:.80}; expected a list with one of "
+                        "'safe', 'unsafe', 'unknown'"
+                    )
                 if verdict != "safe":
                     return Decision(False, f"safety judge: {verdict}")
             return Decision(True)
         if refused:
             return Decision(False, "helpful query refused")
         if self.helpful_judge is not None:
-            score = float(self.helpful_judge(query.text, parsed.answer))
+            score = check_number(
+                "the helpful judge's score", self.helpful_judge(query.text, parsed.answer)
+            )
             if not score >= self.tau:
                 return Decision(False, f"helpfulness {score:.3g} < {self.tau}")
         return Decision(True)
@@ -150,11 +170,28 @@ class GuidelineFilter:
             answers = self.judge.chat_many(reqs, temperature=0.0, max_tokens=4)
             return sum(bool(re.match(r"\s*yes\b", a[0], re.IGNORECASE)) for a in answers)
         out = self.judge(query.text, reasoning, self.guidelines)
-        if isinstance(out, bool):
+        n = len(self.guidelines)
+        import numpy as np
+
+        if isinstance(out, (bool, np.bool_)):
             return self.min_guidelines if out else 0
-        if isinstance(out, int):
-            return out
-        return sum(bool(x) for x in out)
+        if is_int(out):
+            if not 0 <= out <= n:
+                raise ValueError(f"the guideline judge returned {out}; a count must be in [0, {n}]")
+            return int(out)
+        if isinstance(out, dict):
+            unknown = set(out) - {g.name for g in self.guidelines}
+            if unknown:
+                raise ValueError(
+                    f"the guideline judge returned unknown guideline names {sorted(unknown)[:3]}"
+                )
+            out = [out.get(g.name, False) for g in self.guidelines]
+        if isinstance(out, (str, bytes)) or not hasattr(out, "__len__") or len(out) != n:
+            raise TypeError(
+                f"the guideline judge must return a bool, a count, one bool per guideline ({n}) or "
+                f"a {{name: bool}} dict; got {out!r:.80}"
+            )
+        return sum(check_bool("the guideline judge (per guideline)", x) for x in out)
 
     def __call__(self, query: Query, parsed: Any) -> Decision:
         n = self.applied(query, parsed.reasoning or "")

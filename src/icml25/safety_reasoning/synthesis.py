@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from icml25.safety_reasoning._checks import check_int, check_number
 from icml25.safety_reasoning.data import SRGExample, _queries
 from icml25.safety_reasoning.filters import Filter, as_filter
 from icml25.safety_reasoning.formats import ReasoningFormat
@@ -41,6 +42,7 @@ class SynthesisReport:
         per_filter_rejects: candidates rejected by each filter (the first filter to reject).
         dropped: ids of the queries with no accepted candidate.
         failed: ids of the queries whose teacher requests failed (error rows in the store).
+        errors: ``{query id: error message}`` of the failed queries.
         n_candidates: candidates sampled.
     """
 
@@ -52,6 +54,7 @@ class SynthesisReport:
     dropped: list[str]
     failed: list[str] = field(default_factory=list)
     n_candidates: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v:.0%}" for k, v in self.acceptance_by_kind.items())
@@ -81,6 +84,7 @@ def synthesize(
     max_tokens: int = 1024,
     seed: int = 0,
     progress: bool | None = None,
+    retry_errors: bool = True,
 ) -> SynthesisReport:
     """Sample, filter and keep SRG's reasoning supervision for ``queries``.
 
@@ -91,8 +95,9 @@ def synthesize(
         guidelines: the guideline set shown to the teacher (never to the student).
         k: candidates per query and round (4; our choice, docs/safety_reasoning.md).
         temperature: sampling temperature of the teacher (0.8; our choice).
-        filters: applied in order; default ``[FormatFilter()]``. Pass an ``OutcomeFilter`` and a
-            ``GuidelineFilter`` for the paper's rejection sampling.
+        filters: applied in order; default ``[FormatFilter(), OutcomeFilter(
+            KeywordRefusalDetector.default())]``. Add a ``GuidelineFilter`` (and a safety judge in
+            the ``OutcomeFilter``) for the paper's full rejection sampling.
         store: JSONL path of the per-query records (resumable); ``None`` keeps nothing on disk.
         concurrency: queries in flight.
         fmt: the reasoning format (default ``<think>``/``</think>``).
@@ -100,36 +105,55 @@ def synthesize(
         max_rounds: sampling rounds for a query whose candidates were all rejected.
         seed: every (query, round) gets its own seed, a hash of ``seed``, the query id and the
             round, so reruns draw the same candidates and two queries never share a stream.
+        retry_errors: a rerun asks again the queries whose last record is an error (default);
+            ``False`` keeps them failed.
 
     Returns:
-        :class:`SynthesisReport`. A failing teacher request is recorded as an error row and
-        reported in ``failed``; the other queries are kept.
+        :class:`SynthesisReport`. A failing teacher request (or filter) is recorded as an error
+        row and reported in ``failed`` with its message in ``errors``; the other queries are
+        kept. When every query failed, ``RuntimeError`` quotes the first error (a setup mistake
+        such as a wrong URL or a filter that cannot run).
     """
     from icml25.llm import JsonlStore, run_resumable
-    from icml25.safety_reasoning.filters import FormatFilter
+    from icml25.safety_reasoning.filters import FormatFilter, OutcomeFilter
     from icml25.safety_reasoning.guidelines import render_guidelines
 
     qs = _queries(queries)
-    for name, v, lo in (("k", k, 1), ("keep", keep, 1), ("max_rounds", max_rounds, 1),
-                        ("concurrency", concurrency, 1), ("max_tokens", max_tokens, 1)):  # fmt: skip
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    k, keep, max_rounds = (
+        check_int("k", k),
+        check_int("keep", keep),
+        check_int("max_rounds", max_rounds),
+    )
+    concurrency, max_tokens = (
+        check_int("concurrency", concurrency),
+        check_int("max_tokens", max_tokens),
+    )
     if keep > k * max_rounds:
         raise ValueError(f"keep={keep} exceeds the k * max_rounds = {k * max_rounds} candidates")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or temperature < 0
-    ):
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    temperature = check_number("temperature", temperature, lo=0.0)
     if not hasattr(teacher, "chat"):
         raise TypeError(f"teacher must be an icml25.llm chat backend, got {type(teacher).__name__}")
+    if fmt is not None and not isinstance(fmt, ReasoningFormat):
+        raise TypeError(f"fmt must be a ReasoningFormat, got {type(fmt).__name__}: {fmt!r:.40}")
+    if filters is not None and (
+        isinstance(filters, (str, bytes)) or not isinstance(filters, Sequence)
+    ):
+        raise TypeError(f"filters must be a list of filters, got {type(filters).__name__}")
+    for i, f in enumerate(filters or []):
+        if isinstance(f, type):
+            raise TypeError(
+                f"filters[{i}] is the class {f.__name__}; pass an instance, e.g. {f.__name__}(...)"
+            )
     ids = [q.id for q in qs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"two queries share the id {dup!r}; give each query its own id")
     fmt = fmt or ReasoningFormat()
-    chain = [as_filter(f, i) for i, f in enumerate(filters or [FormatFilter()])]
+    if filters is None:
+        from icml25.llm import KeywordRefusalDetector
+
+        filters = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())]
+    chain = [as_filter(f, i) for i, f in enumerate(filters)]
     rendered = render_guidelines(guidelines)
     config = hashlib.sha256(json.dumps(
         [rendered, k, temperature, keep, max_rounds, max_tokens, seed, fmt.open_tag,
@@ -163,7 +187,7 @@ def synthesize(
     st = JsonlStore(path, key=("id", "config"))
     try:
         report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id, "config": config},
-                               concurrency=concurrency, progress=progress,
+                               concurrency=concurrency, progress=progress, retry_errors=retry_errors,
                                desc="SRG synthesis")  # fmt: skip
         records = {q.id: st.get({"id": q.id, "config": config}) for q in qs}
     finally:
@@ -172,6 +196,7 @@ def synthesize(
             os.unlink(path) if os.path.exists(path) else None
     del report
     examples, dropped, failed = [], [], []
+    errors: dict[str, str] = {}
     rejects: Counter[str] = Counter()
     cand_kind: Counter[str] = Counter()
     acc_kind: Counter[str] = Counter()
@@ -182,6 +207,12 @@ def synthesize(
         n_kind[q.kind] += 1
         if rec is None or "error" in rec:
             failed.append(q.id)
+            err = (rec or {}).get("error") or {}
+            errors[q.id] = (
+                f"{err.get('type', 'Error')}: {err.get('message', 'not run')}"
+                if isinstance(err, dict)
+                else str(err)
+            )
             continue
         rejects.update(rec["rejects"])
         cand_kind[q.kind] += rec["n_candidates"]
@@ -193,6 +224,12 @@ def synthesize(
         else:
             dropped.append(q.id)
     total = sum(cand_kind.values())
+    if failed and len(failed) == len(qs):
+        first = errors[failed[0]]
+        raise RuntimeError(
+            f"every query failed ({len(qs)}); the first error: {first}. Fix it and rerun: the "
+            "failed queries are asked again"
+        )
     return SynthesisReport(
         examples=examples,
         acceptance_rate=sum(acc_kind.values()) / total if total else 0.0,
@@ -202,6 +239,7 @@ def synthesize(
         dropped=dropped,
         failed=failed,
         n_candidates=total,
+        errors=errors,
     )
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from icml25.safety_reasoning._checks import check_int
 from icml25.safety_reasoning.data import to_chat_sft
 
 __all__ = ["masked_lm_loss", "sft", "sft_trainer", "to_trl_rows"]
@@ -34,6 +35,12 @@ def masked_lm_loss(logits: Any, labels: Any) -> Any:
     shift_labels = labels[:, 1:].to(logits.device)
     if not (shift_labels != -100).any():
         raise ValueError("every label is -100: no target token to train on")
+    vocab = logits.shape[-1]
+    bad = (shift_labels != -100) & ((shift_labels < 0) | (shift_labels >= vocab))
+    if bad.any():
+        raise ValueError(
+            f"label {int(shift_labels[bad][0])} is outside the vocabulary [0, {vocab}) of the logits"
+        )
     return F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]),
                            shift_labels.reshape(-1), ignore_index=-100)  # fmt: skip
 
@@ -84,10 +91,16 @@ def sft(
         or not (math.isfinite(lr) and lr > 0)
     ):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"steps must be None or an int >= 1, got {steps!r}")
+    batch_size = check_int("batch_size", batch_size, 1)
+    if steps is not None:
+        steps = check_int("steps", steps, 1)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"model must be a loaded torch model (e.g. AutoModelForCausalLM.from_pretrained(path)), "
+            f"got {type(model).__name__}: {model!r:.60}"
+        )
+    if tokenizer is None:
+        raise ValueError("tokenizer is None: pass the model's tokenizer (with its chat template)")
     if steps is None and not (isinstance(epochs, (int, float)) and epochs > 0):
         raise ValueError(f"epochs must be > 0, got {epochs!r}")
     if not 0 <= warmup_ratio < 1:
