@@ -172,6 +172,8 @@ PAPERS: tuple[Paper, ...] = (
         "elicitation",
         "Eliciting Language Model Behaviors with Investigator Agents",
         "arXiv:2502.01236",
+        repro="icml25.elicitation.repro:run",
+        usage="icml25.elicitation.frank_wolfe(behaviors, HFTargetModel(target, tok), reverse_sft(Investigator(inv_model, tok), build_reverse_pairs(target, prompts)), lam=0.1)",
     ),
     Paper(
         16,

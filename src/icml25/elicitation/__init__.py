@@ -1,0 +1,70 @@
+"""Eliciting language-model behaviours with investigator agents (Li et al., ICML 2025;
+arXiv:2502.01236). Guide: docs/elicitation.md.
+
+An investigator ``q_θ(x | b)`` writes prompts ``x`` that make a target model show behaviour ``b``:
+trained as a reverse model (:func:`build_reverse_pairs`, :func:`reverse_sft`), then by DPO rounds
+on the target's likelihood (:func:`dpo_round`, :func:`train_dpo`; TRL through
+:func:`dpo_trainer`), then by Frank-Wolfe iterations for diversity (:func:`frank_wolfe`,
+:class:`InvestigatorMixture`). Targets are local Hugging Face models (:class:`HFTargetModel`) or
+OpenAI-compatible servers (:class:`OpenAICompatTarget`); rewards are string likelihoods
+(:class:`StringReward`) or rubric verifiers (:class:`RubricReward`, :class:`LLMJudge`).
+
+Importing this package imports torch.
+"""
+
+from __future__ import annotations
+
+from icml25.elicitation.backends import HFTargetModel, OpenAICompatTarget, TargetModel
+from icml25.elicitation.data import load_texts
+from icml25.elicitation.dpo import (
+    PreferencePair,
+    dpo_loss,
+    dpo_round,
+    dpo_trainer,
+    sample_preference_pairs,
+    train_dpo,
+)
+from icml25.elicitation.frank_wolfe import frank_wolfe, fw_step_size
+from icml25.elicitation.investigator import Investigator, InvestigatorMixture
+from icml25.elicitation.metrics import (
+    distinct_n,
+    mean_logprob,
+    pairwise_jaccard,
+    success_rate,
+    successes,
+    trigger_coverage,
+)
+from icml25.elicitation.rewards import LLMJudge, PenalizedReward, RubricReward, StringReward
+from icml25.elicitation.sft import build_reverse_pairs, reverse_sft
+from icml25.elicitation.toy import PlantedTriggerWorld, ToyTargetError
+
+__all__ = [
+    "HFTargetModel",
+    "Investigator",
+    "InvestigatorMixture",
+    "LLMJudge",
+    "OpenAICompatTarget",
+    "PenalizedReward",
+    "PlantedTriggerWorld",
+    "PreferencePair",
+    "RubricReward",
+    "StringReward",
+    "TargetModel",
+    "ToyTargetError",
+    "build_reverse_pairs",
+    "distinct_n",
+    "dpo_loss",
+    "dpo_round",
+    "dpo_trainer",
+    "frank_wolfe",
+    "fw_step_size",
+    "load_texts",
+    "mean_logprob",
+    "pairwise_jaccard",
+    "reverse_sft",
+    "sample_preference_pairs",
+    "success_rate",
+    "successes",
+    "train_dpo",
+    "trigger_coverage",
+]

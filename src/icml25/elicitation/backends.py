@@ -1,0 +1,214 @@
+"""Target models: what the investigator elicits behaviour from (arXiv:2502.01236, §3).
+
+A target scores ``log p_m(y | x)`` (string elicitation needs it) and generates responses (rubric
+elicitation and evaluation). Prompts are exchanged as *strings*: the target re-tokenises them with
+its own tokenizer and chat template, so investigator and target need not share a vocabulary.
+
+* :class:`HFTargetModel`: a local Hugging Face causal LM, scored by one teacher-forced forward
+  pass per batch (right padding), generating with a KV cache (left padding).
+* :class:`OpenAICompatTarget`: any OpenAI-compatible server; scoring through ``/v1/completions``
+  with ``echo=true`` and ``logprobs`` (vLLM, llama.cpp), which OpenAI's own API does not offer
+  (``NotImplementedError``: use rubric elicitation there).
+
+Log-probabilities are float32 CPU tensors of shape ``(B,)``; per-token values are clamped at
+-1e4 so a masked or impossible token cannot make a reward ``-inf``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from icml25.elicitation._decode import decode
+from icml25.elicitation.investigator import _check_strings
+
+__all__ = ["HFTargetModel", "OpenAICompatTarget", "TargetModel"]
+
+FLOOR = -1e4
+
+
+@runtime_checkable
+class TargetModel(Protocol):
+    def logprob(
+        self, prompts: list[str], responses: list[str], normalize: str = "sum"
+    ) -> torch.Tensor: ...
+
+    def generate(
+        self, prompts: list[str], max_new_tokens: int, greedy: bool = True
+    ) -> list[str]: ...
+
+
+def _pairs(prompts: Any, responses: Any, normalize: str) -> tuple[list[str], list[str]]:
+    ps, ys = (
+        _check_strings("prompts", prompts, allow_empty=True),
+        _check_strings("responses", responses),
+    )
+    if len(ps) != len(ys):
+        raise ValueError(f"{len(ps)} prompts but {len(ys)} responses")
+    if normalize not in ("sum", "mean"):
+        raise ValueError(f"normalize must be 'sum' or 'mean', got {normalize!r}")
+    return ps, ys
+
+
+class HFTargetModel:
+    """A local causal LM as the target.
+
+    Args:
+        model, tokenizer: the target and its tokenizer.
+        use_chat_template: render the prompt as a user message with the chat template (chat
+            models); ``False`` scores and continues the raw text (base models).
+        add_eos: the response is scored with the end-of-sequence token after it (an *exact*
+            response; ``False``: the response as a prefix of what the model says).
+        device: where to run (default: the model's device).
+        batch_size: sequences per forward pass.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, use_chat_template: bool = False, add_eos: bool = False,
+                 device: str | torch.device | None = None, batch_size: int = 16) -> None:  # fmt: skip
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"model must be a loaded causal LM (torch module), got {type(model).__name__}"
+            )
+        if use_chat_template and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("use_chat_template=True but the tokenizer has no chat template")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if add_eos and tokenizer.eos_token_id is None:
+            raise ValueError("add_eos=True but the tokenizer has no eos_token_id")
+        self.model = model.to(device) if device is not None else model
+        self.tokenizer, self.use_chat_template, self.add_eos = (
+            tokenizer,
+            bool(use_chat_template),
+            bool(add_eos),
+        )
+        self.batch_size = batch_size
+        self.pad_id = (
+            tokenizer.pad_token_id
+            if tokenizer.pad_token_id is not None
+            else (tokenizer.eos_token_id or 0)
+        )
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        if self.use_chat_template:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                      add_generation_prompt=True, tokenize=False)  # fmt: skip
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(prompt)["input_ids"]  # a base model: its BOS, if any
+
+    @torch.inference_mode()
+    def logprob(
+        self, prompts: Sequence[str], responses: Sequence[str], normalize: str = "sum"
+    ) -> torch.Tensor:
+        """``log p_m(y | x)`` per pair (sum or mean over the response tokens)."""
+        ps, ys = _pairs(prompts, responses, normalize)
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        out = []
+        try:
+            for s in range(0, len(ps), self.batch_size):
+                rows, spans = [], []
+                for x, y in zip(ps[s : s + self.batch_size], ys[s : s + self.batch_size]):
+                    p = self._prompt_ids(x)
+                    r = self.tokenizer(y, add_special_tokens=False)["input_ids"]
+                    r = r + ([self.tokenizer.eos_token_id] if self.add_eos else [])
+                    if not p:
+                        p = [self.pad_id]
+                    rows.append(p + r)
+                    spans.append((len(p), len(r)))
+                width = max(len(r) for r in rows)
+                ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for i, row in enumerate(rows):
+                    ids[i, : len(row)] = torch.tensor(row)
+                    mask[i, : len(row)] = 1
+                ids, mask = ids.to(device), mask.to(device)
+                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                tok = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+                tok = tok.clamp(min=FLOOR)
+                for i, (a, n) in enumerate(spans):
+                    v = tok[i, a - 1 : a - 1 + n]
+                    out.append(v.sum() if normalize == "sum" else v.mean())
+        finally:
+            self.model.train(was_training)
+        return torch.stack(out).float().cpu()
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
+                 temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
+        """The target's responses (greedy by default), stopping at its end-of-sequence token."""
+        ps = _check_strings("prompts", prompts, allow_empty=True)
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 1
+        ):
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        out: list[str] = []
+        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        for s in range(0, len(ps), max(self.batch_size, 64)):
+            ctx = [
+                self._prompt_ids(x) or [self.pad_id] for x in ps[s : s + max(self.batch_size, 64)]
+            ]
+            new = decode(self.model, ctx, max_new_tokens=max_new_tokens, pad_id=self.pad_id, eos_ids=eos,
+                         greedy=greedy, temperature=temperature, generator=gen)  # fmt: skip
+            out += [self.tokenizer.decode(x, skip_special_tokens=True).strip() for x in new]
+        return out
+
+
+class OpenAICompatTarget:
+    """A target behind an OpenAI-compatible server.
+
+    ``logprob`` posts ``prompt + separator + response`` to ``/v1/completions`` with
+    ``echo=true`` and ``logprobs`` and sums the log-probs of the tokens that start at or after
+    the response (``icml25.llm.OpenAIChat.continuation_logprobs``); the separator (a space,
+    added when neither side has one) is scored with the response, as byte-level and
+    SentencePiece tokenizers attach it to the next word. The text is scored raw: render a chat
+    model's template into the prompt yourself. Servers without echoed
+    prompt log-probs (OpenAI's API) raise ``NotImplementedError``: use rubric elicitation
+    (:class:`~icml25.elicitation.rewards.RubricReward`) there. ``generate`` uses the chat
+    endpoint (``chat=True``) or the raw text as a user message.
+
+    Args:
+        base_url, model, api_key: the server (``api_key`` default ``$OPENAI_API_KEY``).
+        concurrency: requests in flight.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, concurrency: int = 8,
+                 timeout: float = 60.0, separator: str = " ") -> None:  # fmt: skip
+        from icml25.llm import OpenAIChat
+
+        self.chat = OpenAIChat(
+            base_url, model, api_key=api_key, concurrency=concurrency, timeout=timeout
+        )
+        self.concurrency = concurrency
+        self.separator = separator
+
+    def logprob(
+        self, prompts: Sequence[str], responses: Sequence[str], normalize: str = "sum"
+    ) -> torch.Tensor:
+        ps, ys = _pairs(prompts, responses, normalize)
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(pair: tuple[str, str]) -> float:
+            x, y = pair
+            if x and not x[-1].isspace() and not y[:1].isspace():
+                y = self.separator + y  # the space belongs to the response's first token
+            vals = [max(FLOOR, float(v)) for v in self.chat.continuation_logprobs(x, y)]
+            if not vals:
+                return FLOOR
+            return sum(vals) if normalize == "sum" else sum(vals) / len(vals)
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            vals = list(pool.map(one, zip(ps, ys)))
+        return torch.tensor(vals, dtype=torch.float32)
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
+                 temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
+        ps = _check_strings("prompts", prompts, allow_empty=True)
+        reqs = [[{"role": "user", "content": p}] for p in ps]
+        outs = self.chat.chat_many(reqs, n=1, temperature=0.0 if greedy else float(temperature),
+                                   max_tokens=max_new_tokens, seed=seed)  # fmt: skip
+        return [o[0] for o in outs]

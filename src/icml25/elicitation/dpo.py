@@ -1,0 +1,207 @@
+"""Stage 2: RL by iterative DPO on self-generated preference pairs (arXiv:2502.01236, §3.2).
+
+One round: sample ``n_candidates`` prompts per behaviour from the policy, score them with the
+reward, pair the best with the worst (``pairs_per_behavior`` pairs: rank a vs rank n+1-a) when
+their scores differ by at least ``min_gap``, and take DPO steps against the frozen reference
+(the SFT model): ``-log σ(β [(log q(x_w) - log q_ref(x_w)) - (log q(x_l) - log q_ref(x_l))])``
+(Rafailov et al., 2023), the loss of ``icml25.preference`` (TRL's sigmoid DPO). Reference
+log-probs are computed once per pair.
+
+For real scale, :func:`dpo_trainer` builds TRL's ``DPOTrainer`` on the same pairs (extra
+``train``), so ``accelerate launch`` runs a round on many GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from icml25.elicitation.investigator import Investigator, _check_strings
+from icml25.preference import dpo_losses as _shared_dpo_losses
+
+__all__ = [
+    "PreferencePair",
+    "dpo_loss",
+    "dpo_round",
+    "dpo_trainer",
+    "sample_preference_pairs",
+    "train_dpo",
+]
+
+
+def dpo_loss(pc: torch.Tensor, pr: torch.Tensor, rc: torch.Tensor, rr: torch.Tensor,
+             beta: float = 0.1) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """Mean sigmoid-DPO loss over pairs (``icml25.preference.dpo_losses``, TRL's formula; the
+    inputs' precision is kept, float32 at least) and its statistics:
+    ``reward_accuracy`` (share of pairs whose implicit reward ranks chosen first) and
+    ``margin`` (mean ``β h``). ``pc, pr``: policy log-probs of chosen/rejected; ``rc, rr``:
+    reference's. ``β = 0.1`` (DPO's default and the third-party recipe's)."""
+    losses, u = _shared_dpo_losses(pc, pr, rc, rr, beta)  # u = β h, in float32 or wider
+    u = u.detach()
+    return losses.mean(), {
+        "reward_accuracy": float((u > 0).float().mean()),
+        "margin": float(u.mean()),
+    }
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    behavior: str
+    chosen: str
+    rejected: str
+    score_chosen: float
+    score_rejected: float
+
+
+def sample_preference_pairs(behaviors: Sequence[str], candidates: Sequence[Sequence[str]], scores: Sequence[Any],
+                            *, pairs_per_behavior: int = 1, min_gap: float = 0.05,
+                            seed: int = 0) -> tuple[list[PreferencePair], int]:  # fmt: skip
+    """Pairs from scored candidates: per behaviour, duplicates dropped, sorted by score (ties in
+    a seeded random order), rank ``a`` paired with rank ``n + 1 - a`` for ``a = 1..pairs``
+    while ``score_a - score_{n+1-a} >= min_gap``. Returns ``(pairs, behaviours without a pair)``.
+    ``min_gap = 0.05``: the third-party recipe's, on per-token means (scale it to your reward)."""
+    bs = _check_strings("behaviors", behaviors)
+    if len(candidates) != len(bs) or len(scores) != len(bs):
+        raise ValueError(f"{len(bs)} behaviors need as many candidate and score lists, got "
+                         f"{len(candidates)} and {len(scores)}")  # fmt: skip
+    if (
+        isinstance(pairs_per_behavior, bool)
+        or not isinstance(pairs_per_behavior, int)
+        or pairs_per_behavior < 1
+    ):
+        raise ValueError(f"pairs_per_behavior must be an int >= 1, got {pairs_per_behavior!r}")
+    if not (isinstance(min_gap, (int, float)) and min_gap >= 0):
+        raise ValueError(f"min_gap must be >= 0, got {min_gap!r}")
+    rng = random.Random(seed)
+    pairs: list[PreferencePair] = []
+    without = 0
+    for b, cands, sc in zip(bs, candidates, scores):
+        sc = [float(s) for s in sc]
+        if len(sc) != len(cands):
+            raise ValueError(
+                f"{len(cands)} candidates but {len(sc)} scores for behaviour {b!r:.40}"
+            )
+        if any(math.isnan(s) for s in sc):
+            raise ValueError(f"a score is nan for behaviour {b!r:.40}")
+        seen: dict[str, float] = {}
+        for c, s in zip(cands, sc):
+            if c.strip() and c not in seen:
+                seen[c] = s
+        items = list(seen.items())
+        rng.shuffle(items)
+        items.sort(key=lambda kv: -kv[1])
+        made = 0
+        for a in range(min(pairs_per_behavior, len(items) // 2)):
+            (cw, sw), (cl, sl) = items[a], items[len(items) - 1 - a]
+            if sw - sl >= min_gap and sw > sl:
+                pairs.append(PreferencePair(b, cw, cl, sw, sl))
+                made += 1
+        without += made == 0
+    return pairs, without
+
+
+def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
+              *, optimizer: torch.optim.Optimizer | None = None, n_candidates: int = 8, pairs_per_behavior: int = 1,
+              min_gap: float = 0.05, beta: float = 0.1, lr: float = 5e-6, steps: int = 1,
+              temperature: float = 1.0, top_p: float = 0.95, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """One on-policy DPO round (see the module docstring); returns its statistics. A round with
+    no pair skips the optimiser step. ``optimizer`` (kept across rounds) defaults to a fresh
+    AdamW at ``lr`` (5e-6: the third-party recipe's)."""
+    bs = _check_strings("behaviors", behaviors)
+    if isinstance(n_candidates, bool) or not isinstance(n_candidates, int) or n_candidates < 2:
+        raise ValueError(f"n_candidates must be an int >= 2, got {n_candidates!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    cands = policy.sample(bs, n_candidates, temperature=temperature, top_p=top_p, seed=seed)
+    flat_b = [b for b, cs in zip(bs, cands) for _ in cs]
+    flat_x = [x for cs in cands for x in cs]
+    with torch.no_grad():
+        scores = reward(flat_x, flat_b).float().cpu()
+    if scores.shape != (len(flat_x),) or not torch.isfinite(scores).all():
+        raise ValueError(
+            f"the reward must return {len(flat_x)} finite scores, got shape {tuple(scores.shape)}"
+        )
+    per = [scores[i * n_candidates : (i + 1) * n_candidates].tolist() for i in range(len(bs))]
+    pairs, without = sample_preference_pairs(bs, cands, per, pairs_per_behavior=pairs_per_behavior,
+                                             min_gap=min_gap, seed=seed)  # fmt: skip
+    stats: dict[str, Any] = {"mean_reward": float(scores.mean()), "n_pairs": len(pairs), "no_pair": without,
+                             "spread": dict(getattr(reward, "last_spread", {}) or {}), "loss": None}  # fmt: skip
+    if not pairs:
+        return stats
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(
+            [p for p in policy.model.parameters() if p.requires_grad], lr=lr
+        )
+    pb = [p.behavior for p in pairs]
+    with torch.no_grad():
+        rc, rr = (
+            ref.logprob(pb, [p.chosen for p in pairs]),
+            ref.logprob(pb, [p.rejected for p in pairs]),
+        )
+    policy.model.train()
+    for _ in range(steps):
+        pc, pr = (
+            policy.logprob(pb, [p.chosen for p in pairs]),
+            policy.logprob(pb, [p.rejected for p in pairs]),
+        )
+        loss, info = dpo_loss(pc, pr, rc.to(pc.device), rr.to(pc.device), beta)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    policy.model.eval()
+    stats.update(loss=float(loss.detach()), **info)
+    return stats
+
+
+def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
+              rounds: int, *, lr: float = 5e-6, seed: int = 0, callback: Callable[[int, dict], None] | None = None,
+              **round_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """``rounds`` DPO rounds with one AdamW kept across them; ``callback(round, stats)``."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
+    history = []
+    for k in range(rounds):
+        st = dpo_round(
+            policy, ref, reward, behaviors, optimizer=opt, seed=seed * 100_003 + k, **round_kw
+        )
+        history.append(st)
+        if callback is not None:
+            callback(k, st)
+    return history
+
+
+def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[PreferencePair], args: Any = None,
+                **kwargs: Any) -> Any:  # fmt: skip
+    """TRL's ``DPOTrainer`` (sigmoid loss, the same as :func:`dpo_loss`) on the pairs of a round,
+    with the SFT investigator as the explicit reference (needs ``icml25[train]``). Rows are
+    ``{"prompt": inv.format(b), "chosen": x_w, "rejected": x_l}``; TRL appends EOS. Use it for
+    investigators without a restricted vocabulary (TRL normalises over the whole vocabulary)."""
+    try:
+        import datasets
+        from trl import DPOConfig, DPOTrainer
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ImportError("dpo_trainer needs TRL: pip install 'icml25[train]'") from exc
+    if policy.allowed is not None:
+        raise ValueError("TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
+                         "must train with dpo_round (the same masked log-softmax it samples with)")  # fmt: skip
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("pairs is empty")
+    if args is None:
+        import tempfile
+
+        args = DPOConfig(
+            output_dir=tempfile.mkdtemp(prefix="icml25-elicit-dpo-"), report_to=[], beta=0.1
+        )
+    rows = [
+        {"prompt": policy.format(p.behavior), "chosen": p.chosen, "rejected": p.rejected}
+        for p in pairs
+    ]
+    return DPOTrainer(model=policy.model, ref_model=ref.model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                      processing_class=policy.tokenizer, **kwargs)  # fmt: skip

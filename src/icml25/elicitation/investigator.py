@@ -1,0 +1,312 @@
+"""Investigators: causal LMs that read a behaviour and write a prompt, ``q_θ(x | b)``
+(arXiv:2502.01236, §3), and their Frank-Wolfe mixtures ``q̄ = Σ_t w_t q_t`` (§4).
+
+An :class:`Investigator` wraps any Hugging Face causal LM (optionally PEFT-wrapped). The behaviour
+is its context, the prompt its continuation:
+
+* ``template="chat"`` (default when the tokenizer has a chat template): the behaviour is the user
+  message and the prompt the assistant's reply (the offline toy);
+* ``template="tags"``: raw text ``"<behavior> {b} <prompt> "`` then the prompt (base models; the
+  tags are configurable).
+
+Sampling and scoring share one masked log-softmax when ``allowed_token_ids`` is given, so
+``logprob`` is the exact log-probability of what ``sample`` draws. ``logprob`` sums over the
+prompt tokens (and the end-of-sequence token unless the length is fixed) and is differentiable
+unless called under ``torch.no_grad``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from icml25.elicitation._decode import decode, restrict
+
+__all__ = ["Investigator", "InvestigatorMixture"]
+
+
+def _check_strings(name: str, xs: Any, *, allow_empty: bool = False) -> list[str]:
+    if isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence):
+        raise TypeError(f"{name} must be a list of strings, got {type(xs).__name__}")
+    out = list(xs)
+    if not out:
+        raise ValueError(f"{name} is empty")
+    for i, x in enumerate(out):
+        if not isinstance(x, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {type(x).__name__}")
+        if not allow_empty and not x.strip():
+            raise ValueError(f"{name}[{i}] is an empty string")
+    return out
+
+
+class Investigator:
+    """``q_θ(x | b)`` on a Hugging Face causal LM.
+
+    Args:
+        model, tokenizer: any ``AutoModelForCausalLM`` (or PEFT model) and its tokenizer.
+        template: ``"chat"`` or ``"tags"`` (default: ``"chat"`` when the tokenizer has a chat
+            template).
+        behavior_tag, prompt_tag: the separators of the ``"tags"`` format.
+        max_prompt_tokens: sampling budget (64, the third-party recipe's prompt length).
+        max_behavior_tokens: longer behaviours are cut from the left, with a warning (64).
+        allowed_token_ids: restrict sampling *and* scoring to these ids (e.g. content words).
+        exact_length: every prompt has exactly this many tokens (no end-of-sequence token).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, template: str | None = None,
+                 behavior_tag: str = "<behavior>", prompt_tag: str = "<prompt>",
+                 max_prompt_tokens: int = 64, max_behavior_tokens: int = 64,
+                 allowed_token_ids: Sequence[int] | None = None,
+                 exact_length: int | None = None) -> None:  # fmt: skip
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"model must be a loaded causal LM (torch module), got {type(model).__name__}"
+            )
+        if tokenizer is None:
+            raise ValueError("tokenizer is None: pass the investigator's tokenizer")
+        has_template = bool(getattr(tokenizer, "chat_template", None))
+        template = template or ("chat" if has_template else "tags")
+        if template not in ("chat", "tags"):
+            raise ValueError(f"template must be 'chat' or 'tags', got {template!r}")
+        if template == "chat" and not has_template:
+            raise ValueError(
+                "template='chat' but the tokenizer has no chat template; use template='tags'"
+            )
+        for name, v in (
+            ("max_prompt_tokens", max_prompt_tokens),
+            ("max_behavior_tokens", max_behavior_tokens),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if exact_length is not None and (
+            isinstance(exact_length, bool) or not isinstance(exact_length, int) or exact_length < 1
+        ):
+            raise ValueError(f"exact_length must be None or an int >= 1, got {exact_length!r}")
+        self.model, self.tokenizer, self.template = model, tokenizer, template
+        self.behavior_tag, self.prompt_tag = behavior_tag, prompt_tag
+        self.max_prompt_tokens, self.max_behavior_tokens = max_prompt_tokens, max_behavior_tokens
+        self.exact_length = exact_length
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        if allowed_token_ids is not None:
+            ids = sorted({int(i) for i in allowed_token_ids})
+            if not ids or ids[0] < 0 or ids[-1] >= vocab:
+                raise ValueError(
+                    f"allowed_token_ids must be non-empty ids in [0, {vocab}), got {ids[:5]}..."
+                )
+            self.allowed = torch.tensor(ids, dtype=torch.long)
+        else:
+            self.allowed = None
+        eos = tokenizer.eos_token_id
+        if eos is None and exact_length is None:
+            raise ValueError(
+                "the tokenizer has no eos_token_id; give exact_length for fixed-length prompts"
+            )
+        self.eos_id = eos
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- formats -----------------------------------------------------------------------------
+    def format(self, behavior: str) -> str:
+        """The investigator's context for one behaviour (what precedes the prompt)."""
+        if self.template == "chat":
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": behavior}],
+                                                      add_generation_prompt=True, tokenize=False)  # fmt: skip
+        return f"{self.behavior_tag} {behavior} {self.prompt_tag} "
+
+    def _context_ids(self, behavior: str) -> list[int]:
+        ids = self.tokenizer(self.format(behavior), add_special_tokens=False)["input_ids"]
+        b_ids = self.tokenizer(behavior, add_special_tokens=False)["input_ids"]
+        if len(b_ids) > self.max_behavior_tokens:
+            warnings.warn(f"a behaviour of {len(b_ids)} tokens is cut from the left to "
+                          f"max_behavior_tokens={self.max_behavior_tokens}", stacklevel=3)  # fmt: skip
+            cut = self.tokenizer.decode(
+                b_ids[-self.max_behavior_tokens :], skip_special_tokens=True
+            )
+            ids = self.tokenizer(self.format(cut), add_special_tokens=False)["input_ids"]
+        return ids
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if self.exact_length is None:
+            ids = ids + [self.eos_id]
+        return ids
+
+    # -- sampling ------------------------------------------------------------------------------
+    def sample(self, behaviors: Sequence[str], n: int = 1, *, temperature: float = 1.0, top_p: float = 0.95,
+               seed: int | None = None, greedy: bool = False) -> list[list[str]]:  # fmt: skip
+        """``n`` prompts for each behaviour (temperature 1.0 and top-p 0.95: the third-party
+        recipe's sampling; docs/elicitation.md, Decisions). ``seed`` fixes the draw."""
+        bs = _check_strings("behaviors", behaviors)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        contexts = [self._context_ids(b) for b in bs for _ in range(n)]
+        new = decode(self.model, contexts, max_new_tokens=self.max_prompt_tokens, pad_id=self.pad_id,
+                     eos_ids=[self.eos_id] if self.eos_id is not None else [], greedy=greedy,
+                     temperature=float(temperature), top_p=float(top_p), allowed=self.allowed,
+                     exact_length=self.exact_length, generator=gen)  # fmt: skip
+        texts = [self.tokenizer.decode(x, skip_special_tokens=True).strip() for x in new]
+        return [texts[i * n : (i + 1) * n] for i in range(len(bs))]
+
+    # -- scoring -------------------------------------------------------------------------------
+    def logprob(self, behaviors: Sequence[str], prompts: Sequence[str], *, normalize: str = "sum",
+                batch_size: int = 64) -> torch.Tensor:  # fmt: skip
+        """``log q(x | b)`` per pair, ``(B,)`` float32 on the model's device: summed (or
+        ``normalize="mean"``: averaged) over the prompt tokens, with the restricted log-softmax
+        when ``allowed_token_ids`` is set. Differentiable unless under ``torch.no_grad``. A
+        prompt that tokenises to nothing gets the floor -1e4."""
+        bs, xs = (
+            _check_strings("behaviors", behaviors),
+            _check_strings("prompts", prompts, allow_empty=True),
+        )
+        if len(bs) != len(xs):
+            raise ValueError(f"{len(bs)} behaviors but {len(xs)} prompts")
+        if normalize not in ("sum", "mean"):
+            raise ValueError(f"normalize must be 'sum' or 'mean', got {normalize!r}")
+        out = []
+        for s in range(0, len(bs), batch_size):
+            out.append(
+                self._logprob_batch(bs[s : s + batch_size], xs[s : s + batch_size], normalize)
+            )
+        return torch.cat(out)
+
+    def _logprob_batch(self, bs: list[str], xs: list[str], normalize: str) -> torch.Tensor:
+        device = self.device
+        rows, spans = [], []
+        for b, x in zip(bs, xs):
+            c, p = self._context_ids(b), self._prompt_ids(x) if x.strip() else []
+            rows.append(c + p)
+            spans.append((len(c), len(p)))
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            ids[r, : len(row)] = torch.tensor(row)
+            mask[r, : len(row)] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+        logp = torch.log_softmax(
+            restrict(logits[:, :-1], self.allowed.to(device) if self.allowed is not None else None),
+            -1,
+        )
+        tok = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).clamp(min=-1e4)
+        sel = torch.zeros_like(tok)
+        for r, (c, p) in enumerate(spans):
+            sel[r, c - 1 : c - 1 + p] = 1.0
+        total = (tok * sel).sum(-1)
+        counts = sel.sum(-1)
+        total = torch.where(counts > 0, total, torch.full_like(total, -1e4))
+        return total / counts.clamp(min=1) if normalize == "mean" else total
+
+    # -- persistence ---------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return {"template": self.template, "behavior_tag": self.behavior_tag, "prompt_tag": self.prompt_tag,
+                "max_prompt_tokens": self.max_prompt_tokens, "max_behavior_tokens": self.max_behavior_tokens,
+                "allowed_token_ids": None if self.allowed is None else self.allowed.tolist(),
+                "exact_length": self.exact_length}  # fmt: skip
+
+    def save(self, path: str | Path) -> None:
+        """The model, tokenizer and settings in a folder (``save_pretrained``)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        (path / "investigator.json").write_text(json.dumps(self.config()))
+
+    @classmethod
+    def load(cls, path: str | Path, **kwargs: Any) -> Investigator:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(path)
+        if not (path / "investigator.json").exists():
+            raise FileNotFoundError(
+                f"{path} holds no investigator.json (save with Investigator.save)"
+            )
+        cfg = {**json.loads((path / "investigator.json").read_text()), **kwargs}
+        return cls(
+            AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), **cfg
+        )
+
+    def copy(self) -> Investigator:
+        """An independent copy (new weights, same settings): a Frank-Wolfe iterate's start."""
+        import copy
+
+        return Investigator(copy.deepcopy(self.model), self.tokenizer, **self.config())
+
+
+class InvestigatorMixture:
+    """``q̄(x | b) = Σ_t w_t q_t(x | b)`` (weights renormalised; ``w >= 0``, ``Σ w > 0``)."""
+
+    def __init__(
+        self, members: Sequence[Investigator], weights: Sequence[float] | None = None
+    ) -> None:
+        members = list(members)
+        if not members or not all(isinstance(m, Investigator) for m in members):
+            raise ValueError("members must be a non-empty list of Investigator")
+        weights = [1.0] * len(members) if weights is None else [float(w) for w in weights]
+        self.members: list[Investigator] = members
+        self.weights = self._normalised(weights, len(members))
+
+    @staticmethod
+    def _normalised(weights: list[float], n: int) -> list[float]:
+        if len(weights) != n:
+            raise ValueError(f"{len(weights)} weights for {n} members")
+        if any(not math.isfinite(w) or w < 0 for w in weights):
+            raise ValueError(f"weights must be finite and >= 0, got {weights}")
+        total = sum(weights)
+        if not total > 0:
+            raise ValueError(f"the weights must sum to > 0, got {weights}")
+        return [w / total for w in weights]
+
+    def append(self, q: Investigator, eta: float) -> None:
+        """The Frank-Wolfe update ``q̄ <- (1 - eta) q̄ + eta q`` (``eta`` in (0, 1])."""
+        if not isinstance(q, Investigator):
+            raise TypeError(f"q must be an Investigator, got {type(q).__name__}")
+        if not (isinstance(eta, (int, float)) and 0 < eta <= 1):
+            raise ValueError(f"eta must be in (0, 1], got {eta!r}")
+        self.members.append(q)
+        self.weights = self._normalised(
+            [w * (1 - eta) for w in self.weights] + [float(eta)], len(self.members)
+        )
+
+    @torch.no_grad()
+    def logprob(self, behaviors: Sequence[str], prompts: Sequence[str], **kw: Any) -> torch.Tensor:
+        """``log Σ_t w_t q_t(x | b)`` by ``logsumexp`` (float32, CPU)."""
+        parts = torch.stack(
+            [m.logprob(behaviors, prompts, **kw).float().cpu() for m in self.members]
+        )
+        logw = torch.log(torch.tensor(self.weights, dtype=torch.float32))[:, None]
+        return torch.logsumexp(parts + logw, 0)
+
+    def sample(
+        self, behaviors: Sequence[str], n: int = 1, *, seed: int | None = None, **kw: Any
+    ) -> list[list[str]]:
+        """``n`` prompts per behaviour: for each, a member drawn by weight, then a prompt from it."""
+        bs = _check_strings("behaviors", behaviors)
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        which = torch.multinomial(
+            torch.tensor(self.weights), len(bs) * n, replacement=True, generator=gen
+        ).tolist()
+        out: list[list[str]] = [[] for _ in bs]
+        for t, m in enumerate(self.members):
+            idx = [i for i, w in enumerate(which) if w == t]
+            if not idx:
+                continue
+            sub = [bs[i // n] for i in idx]
+            drawn = m.sample(sub, 1, seed=None if seed is None else seed * 1000 + t, **kw)
+            for i, d in zip(idx, drawn):
+                out[i // n].append(d[0])
+        return out
