@@ -173,7 +173,7 @@ PAPERS: tuple[Paper, ...] = (
         "Eliciting Language Model Behaviors with Investigator Agents",
         "arXiv:2502.01236",
         repro="icml25.elicitation.repro:run",
-        usage="icml25.elicitation.frank_wolfe(behaviors, HFTargetModel(target, tok), reverse_sft(Investigator(inv_model, tok), build_reverse_pairs(target, prompts)), lam=0.1)",
+        usage="icml25.elicitation.frank_wolfe(behaviors, t, reverse_sft(Investigator(inv_model, tok), build_reverse_pairs(t, prompts)), lam=0.1)  # t = HFTargetModel(target_model, tok, use_chat_template=True)",
     ),
     Paper(
         16,

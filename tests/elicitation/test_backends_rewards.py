@@ -69,8 +69,11 @@ def test_penalized_reward(inv, world):
     assert torch.allclose(pen, base(xs, bs) - 0.5 * q, atol=1e-4)
     likely = int(torch.argmax(q))  # the prompt more likely under q̄ loses more reward
     assert (base(xs, bs) - pen)[likely] >= (base(xs, bs) - pen)[1 - likely]
-    with pytest.warns(UserWarning, match="swamps the reward"):
-        PenalizedReward(lambda x, b: torch.tensor([0.0, 0.001]), mix, lam=10.0)(xs, bs)
+    same = [world.behaviors[0]] * 2
+    with pytest.warns(UserWarning, match="in 1 of 1 behaviours"):
+        PenalizedReward(lambda x, b: torch.tensor([0.0, 0.001]), mix, lam=10.0)(xs, same)
+    with pytest.warns(UserWarning, match="swamps the reward"):  # a reward with no spread at all
+        PenalizedReward(lambda x, b: torch.zeros(len(x)), mix, lam=1.0)(xs, same)
     with pytest.raises(ValueError, match="lam"):
         PenalizedReward(base, mix, lam=-1.0)
 
@@ -107,3 +110,42 @@ def test_trigger_detection_at_every_position(world):
         assert world.counts(words)[1] == 1 and world.credited_trigger(" ".join(words), 1) == 2
     rep = [a, b, a, b, a, b] + filler[:2]
     assert world.counts(rep)[1] == 3
+
+
+def test_openai_target_scores_and_generates_the_same_rendered_text(tiny, tok):
+    from icml25.llm import ChatServer, HFChat
+
+    one = tok.apply_chat_template(
+        [{"role": "user", "content": "XQX"}], add_generation_prompt=True, tokenize=False
+    )
+    template = one.replace("XQX", "{prompt}")
+    local = HFTargetModel(tiny, tok, use_chat_template=True)
+    with ChatServer(HFChat(tiny, tok)) as server:
+        remote = OpenAICompatTarget(server.url, "m", chat_template=template)
+        got = remote.logprob(["w1 w2 w3"], ["p0 p1"])
+        sent = []
+        remote.chat._post = lambda route, body: (
+            sent.append((route, body)) or {"choices": [{"text": " p0 p1"}]}
+        )
+        assert remote.generate(["w1 w2 w3"], 4) == ["p0 p1"]
+    assert got[0].item() == pytest.approx(
+        local.logprob(["w1 w2 w3"], ["p0 p1"])[0].item(), abs=1e-3
+    )
+    assert sent[0][0] == "completions" and sent[0][1]["prompt"] == remote.render("w1 w2 w3")
+    with pytest.raises(ValueError, match="prompt"):
+        OpenAICompatTarget(server.url, "m", chat_template="no slot")
+
+
+def test_target_input_checks(tiny, tok):
+    with pytest.warns(UserWarning, match="use_chat_template was not given"):
+        HFTargetModel(tiny, tok)
+    t = HFTargetModel(tiny, tok, use_chat_template=False)
+    with pytest.raises(ValueError, match="more than the model's 32 positions"):
+        t.logprob(["w1 " * 40], ["p0"])
+    with pytest.raises(ValueError, match="more than the model's 32 positions"):
+        t.generate(["w1 " * 20], max_new_tokens=20)
+    with pytest.raises(ValueError, match="temperature"):
+        t.generate(["w1"], 2, greedy=False, temperature=0)
+    import numpy as np
+
+    assert len(t.generate(["w1"], np.int64(2))) == 1

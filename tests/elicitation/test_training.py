@@ -116,3 +116,84 @@ def test_trl_dpo_trainer_runs_a_round(world, tok, tiny, tmp_path):
     restricted = Investigator(tiny, tok, allowed_token_ids=world.content_ids(tok), exact_length=3)
     with pytest.raises(ValueError, match="whole vocabulary"):
         dpo_trainer(restricted, ref, pairs, args)
+
+
+def test_frank_wolfe_resumes_from_its_checkpoints(world, tok, tiny, inv, tmp_path):
+    target = HFTargetModel(copy.deepcopy(tiny), tok, use_chat_template=True, add_eos=True)
+    kw = dict(
+        lam=0.1,
+        rounds_per_iter=1,
+        n_candidates=4,
+        min_gap=0.0,
+        lr=1e-3,
+        checkpoint_dir=tmp_path / "fw",
+    )
+    first = frank_wolfe(world.behaviors[:2], target, inv, n_iters=1, **kw)
+    seen = []
+    both = frank_wolfe(
+        world.behaviors[:2],
+        target,
+        inv,
+        n_iters=2,
+        callbacks=[lambda t, k, st: seen.append(t)],
+        **kw,
+    )
+    assert seen == [2]  # iteration 1 was loaded, not retrained
+    assert len(both.members) == 2 and len(both.history) == 2
+    xs = first.sample(world.behaviors[:1], 2, seed=0)[0]
+    with torch.no_grad():
+        assert torch.allclose(both.members[0].logprob(world.behaviors[:1] * 2, xs),
+                              first.members[0].logprob(world.behaviors[:1] * 2, xs), atol=1e-5)  # fmt: skip
+    with pytest.raises(ValueError, match="other settings"):
+        frank_wolfe(world.behaviors[:2], target, inv, n_iters=2, **{**kw, "lam": 0.5})
+
+
+def test_user_mistakes_get_clear_errors(world, tok, tiny, inv):
+    import numpy as np
+
+    with pytest.raises(TypeError, match="bare model"):
+        build_reverse_pairs(tiny, ["w1 w2"])
+    with pytest.raises(ValueError, match="y_source='given'"):
+        build_reverse_pairs(
+            HFTargetModel(tiny, tok, use_chat_template=True), ["w1"], responses=["x"]
+        )
+    with pytest.raises(ValueError, match="epochs"):
+        reverse_sft(inv, [("p0", "w1 w2 w3 w4 w5 w6 w7 w8")], epochs=0)
+    with pytest.warns(UserWarning, match="never leaves the warm-up"):
+        reverse_sft(inv, [("p0", "w1 w2 w3 w4 w5 w6 w7 w8")], steps=3, progress=False)
+    target = HFTargetModel(copy.deepcopy(tiny), tok, use_chat_template=True)
+    mix = frank_wolfe(world.behaviors[:1], target, inv, lam=np.float32(0.1), n_iters=np.int64(1), rounds_per_iter=1,
+                      n_candidates=np.int64(4), seed=np.int64(3), min_gap=0.0)  # fmt: skip
+    assert len(mix.members) == 1
+    with pytest.raises(TypeError, match="must return a tensor"):
+        dpo_round(inv, inv.copy(), lambda p, b: [0.0] * len(p), world.behaviors[:1], n_candidates=2)
+
+
+def test_unrestricted_investigator_never_draws_special_tokens(tok, tiny):
+    inv = Investigator(tiny, tok, max_prompt_tokens=6)
+    specials = set(tok.all_special_ids) - {tok.eos_token_id}
+    assert not specials & set(inv.allowed.tolist())
+    drawn = inv.sample(["p0 p1"], 50, seed=0, top_p=1.0)[0]
+    with torch.no_grad():
+        lp = inv.logprob(["p0 p1"] * 50, drawn)
+    assert (
+        torch.isfinite(lp).all() and (lp > -1e3).all()
+    )  # every drawn text, even "", scores as drawn
+
+
+def test_float16_training_fails_loudly(world, tok, tiny):
+    inv = Investigator(
+        copy.deepcopy(tiny).half(), tok, allowed_token_ids=world.content_ids(tok), exact_length=8
+    )
+    ref = inv.copy()
+
+    def reward(prompts, behaviors):
+        return torch.arange(len(prompts), dtype=torch.float32)
+
+    try:
+        for k in range(3):
+            dpo_round(inv, ref, reward, world.behaviors[:2], n_candidates=4, lr=1e3, seed=k)
+    except FloatingPointError as exc:
+        assert "float16" in str(exc)
+    else:  # no overflow at all: every weight must still be finite
+        assert all(torch.isfinite(p).all() for p in inv.model.parameters())

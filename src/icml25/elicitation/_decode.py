@@ -65,6 +65,10 @@ def decode(
         last, state = dec.prefill(ids, mask)
         for t in range(steps):
             logits = restrict(last, allowed_d)
+            if not bool(torch.isfinite(logits).any(-1).all()) or bool(torch.isnan(logits).any()):
+                raise FloatingPointError(
+                    "the model's next-token logits are not finite (NaN or inf weights?)"
+                )
             if greedy:
                 tok = logits.argmax(-1)
             else:

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from icml25.elicitation._decode import decode
-from icml25.elicitation.investigator import _check_strings
+from icml25.elicitation.investigator import _check_strings, _int, _max_positions, check_length
 
 __all__ = ["HFTargetModel", "OpenAICompatTarget", "TargetModel"]
 
@@ -65,16 +65,27 @@ class HFTargetModel:
         batch_size: sequences per forward pass.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, use_chat_template: bool = False, add_eos: bool = False,
+    def __init__(self, model: Any, tokenizer: Any, *, use_chat_template: bool | None = None, add_eos: bool = False,
                  device: str | torch.device | None = None, batch_size: int = 16) -> None:  # fmt: skip
         if not isinstance(model, torch.nn.Module):
             raise TypeError(
                 f"model must be a loaded causal LM (torch module), got {type(model).__name__}"
             )
+        if use_chat_template is None:
+            use_chat_template = False
+            if getattr(tokenizer, "chat_template", None):
+                import warnings
+
+                warnings.warn(
+                    "the tokenizer has a chat template but use_chat_template was not given: prompts are "
+                    "scored and continued as raw text (a base model); pass use_chat_template=True for a "
+                    "chat model, or False to silence this",
+                    stacklevel=2,
+                )
         if use_chat_template and not getattr(tokenizer, "chat_template", None):
             raise ValueError("use_chat_template=True but the tokenizer has no chat template")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        batch_size = _int("batch_size", batch_size)
+        self.max_positions = _max_positions(model)
         if add_eos and tokenizer.eos_token_id is None:
             raise ValueError("add_eos=True but the tokenizer has no eos_token_id")
         self.model = model.to(device) if device is not None else model
@@ -116,6 +127,9 @@ class HFTargetModel:
                     r = r + ([self.tokenizer.eos_token_id] if self.add_eos else [])
                     if not p:
                         p = [self.pad_id]
+                    check_length(
+                        len(p) + len(r), self.max_positions, f"prompt + response {x!r:.30}"
+                    )
                     rows.append(p + r)
                     spans.append((len(p), len(r)))
                 width = max(len(r) for r in rows)
@@ -139,12 +153,11 @@ class HFTargetModel:
                  temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
         """The target's responses (greedy by default), stopping at its end-of-sequence token."""
         ps = _check_strings("prompts", prompts, allow_empty=True)
-        if (
-            isinstance(max_new_tokens, bool)
-            or not isinstance(max_new_tokens, int)
-            or max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        max_new_tokens = _int("max_new_tokens", max_new_tokens)
+        if not greedy and not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(
+                f"temperature must be > 0 for sampling (greedy=False), got {temperature!r}"
+            )
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         out: list[str] = []
         eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
@@ -152,6 +165,8 @@ class HFTargetModel:
             ctx = [
                 self._prompt_ids(x) or [self.pad_id] for x in ps[s : s + max(self.batch_size, 64)]
             ]
+            check_length(max(len(c) for c in ctx) + max_new_tokens, self.max_positions,
+                         "the longest prompt plus max_new_tokens")  # fmt: skip
             new = decode(self.model, ctx, max_new_tokens=max_new_tokens, pad_id=self.pad_id, eos_ids=eos,
                          greedy=greedy, temperature=temperature, generator=gen)  # fmt: skip
             out += [self.tokenizer.decode(x, skip_special_tokens=True).strip() for x in new]
@@ -159,41 +174,61 @@ class HFTargetModel:
 
 
 class OpenAICompatTarget:
-    """A target behind an OpenAI-compatible server.
+    """A target behind an OpenAI-compatible server, through ``/v1/completions`` (raw text) for
+    both scoring and generation, so both see the same text.
 
-    ``logprob`` posts ``prompt + separator + response`` to ``/v1/completions`` with
-    ``echo=true`` and ``logprobs`` and sums the log-probs of the tokens that start at or after
-    the response (``icml25.llm.OpenAIChat.continuation_logprobs``); the separator (a space,
-    added when neither side has one) is scored with the response, as byte-level and
-    SentencePiece tokenizers attach it to the next word. The text is scored raw: render a chat
-    model's template into the prompt yourself. Servers without echoed
-    prompt log-probs (OpenAI's API) raise ``NotImplementedError``: use rubric elicitation
-    (:class:`~icml25.elicitation.rewards.RubricReward`) there. ``generate`` uses the chat
-    endpoint (``chat=True``) or the raw text as a user message.
+    ``logprob`` posts ``render(prompt) + separator + response`` with ``echo=true`` and
+    ``logprobs`` and sums the log-probs of the tokens from the response on
+    (``icml25.llm.OpenAIChat.continuation_logprobs``; the separator, a space added when neither
+    side has one, is scored with the response, as byte-level and SentencePiece tokenizers attach
+    it to the next word). ``generate`` continues ``render(prompt)``. Servers without echoed
+    prompt log-probs (OpenAI's API) raise ``NotImplementedError`` in ``logprob``: use rubric
+    elicitation (:class:`~icml25.elicitation.rewards.RubricReward`) there.
 
     Args:
         base_url, model, api_key: the server (``api_key`` default ``$OPENAI_API_KEY``).
+        chat_template: for a chat model, the rendering of one user turn and the start of the
+            assistant's reply with a ``{prompt}`` slot (e.g. Llama 3's
+            ``"<|start_header_id|>user<|end_header_id|>\\n\\n{prompt}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n"``);
+            ``None``: the prompt is raw text (a base model).
         concurrency: requests in flight.
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, concurrency: int = 8,
-                 timeout: float = 60.0, separator: str = " ") -> None:  # fmt: skip
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, chat_template: str | None = None,
+                 concurrency: int = 8, timeout: float = 60.0, separator: str = " ") -> None:  # fmt: skip
         from icml25.llm import OpenAIChat
 
+        if chat_template is not None and (
+            not isinstance(chat_template, str) or "{prompt}" not in chat_template
+        ):
+            raise ValueError(
+                f"chat_template must be a string with a {{prompt}} slot, got {chat_template!r:.60}"
+            )
+        concurrency = _int("concurrency", concurrency)
         self.chat = OpenAIChat(
             base_url, model, api_key=api_key, concurrency=concurrency, timeout=timeout
         )
-        self.concurrency = concurrency
-        self.separator = separator
+        self.concurrency, self.separator, self.chat_template = concurrency, separator, chat_template
+
+    def render(self, prompt: str) -> str:
+        """The text the server sees for ``prompt``."""
+        return (
+            prompt if self.chat_template is None else self.chat_template.replace("{prompt}", prompt)
+        )
+
+    def _map(self, fn: Any, items: list[Any]) -> list[Any]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(fn, items))
 
     def logprob(
         self, prompts: Sequence[str], responses: Sequence[str], normalize: str = "sum"
     ) -> torch.Tensor:
         ps, ys = _pairs(prompts, responses, normalize)
-        from concurrent.futures import ThreadPoolExecutor
 
         def one(pair: tuple[str, str]) -> float:
-            x, y = pair
+            x, y = self.render(pair[0]), pair[1]
             if x and not x[-1].isspace() and not y[:1].isspace():
                 y = self.separator + y  # the space belongs to the response's first token
             vals = [max(FLOOR, float(v)) for v in self.chat.continuation_logprobs(x, y)]
@@ -201,14 +236,24 @@ class OpenAICompatTarget:
                 return FLOOR
             return sum(vals) if normalize == "sum" else sum(vals) / len(vals)
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            vals = list(pool.map(one, zip(ps, ys)))
-        return torch.tensor(vals, dtype=torch.float32)
+        return torch.tensor(self._map(one, list(zip(ps, ys))), dtype=torch.float32)
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
                  temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
         ps = _check_strings("prompts", prompts, allow_empty=True)
-        reqs = [[{"role": "user", "content": p}] for p in ps]
-        outs = self.chat.chat_many(reqs, n=1, temperature=0.0 if greedy else float(temperature),
-                                   max_tokens=max_new_tokens, seed=seed)  # fmt: skip
-        return [o[0] for o in outs]
+        max_new_tokens = _int("max_new_tokens", max_new_tokens)
+
+        def one(x: str) -> str:
+            body = {"model": self.chat.model, "prompt": self.render(x), "max_tokens": max_new_tokens,
+                    "temperature": 0.0 if greedy else float(temperature)}  # fmt: skip
+            if seed is not None:
+                body["seed"] = int(seed)
+            data = self.chat._post("completions", body)
+            try:
+                return str(data["choices"][0]["text"]).strip()
+            except (KeyError, IndexError, TypeError) as exc:
+                raise ValueError(
+                    f"{self.chat.base_url}/completions returned no text: {data!r:.200}"
+                ) from exc
+
+        return self._map(one, ps)

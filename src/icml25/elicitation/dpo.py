@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from icml25.elicitation.investigator import Investigator, _check_strings
+from icml25.elicitation.investigator import Investigator, _check_strings, _int
 from icml25.preference import dpo_losses as _shared_dpo_losses
 
 __all__ = [
@@ -113,15 +113,18 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
     no pair skips the optimiser step. ``optimizer`` (kept across rounds) defaults to a fresh
     AdamW at ``lr`` (5e-6: the third-party recipe's)."""
     bs = _check_strings("behaviors", behaviors)
-    if isinstance(n_candidates, bool) or not isinstance(n_candidates, int) or n_candidates < 2:
-        raise ValueError(f"n_candidates must be an int >= 2, got {n_candidates!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    n_candidates, steps = _int("n_candidates", n_candidates, 2), _int("steps", steps)
+    seed = _int("seed", seed, 0)
     cands = policy.sample(bs, n_candidates, temperature=temperature, top_p=top_p, seed=seed)
     flat_b = [b for b, cs in zip(bs, cands) for _ in cs]
     flat_x = [x for cs in cands for x in cs]
     with torch.no_grad():
-        scores = reward(flat_x, flat_b).float().cpu()
+        scores = reward(flat_x, flat_b)
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(
+            f"the reward must return a tensor of {len(flat_x)} scores, got {type(scores).__name__}"
+        )
+    scores = scores.float().cpu()
     if scores.shape != (len(flat_x),) or not torch.isfinite(scores).all():
         raise ValueError(
             f"the reward must return {len(flat_x)} finite scores, got shape {tuple(scores.shape)}"
@@ -152,7 +155,21 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
         loss, info = dpo_loss(pc, pr, rc.to(pc.device), rr.to(pc.device), beta)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        params = [p for p in policy.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
+        if not (torch.isfinite(loss) and torch.isfinite(norm)):
+            dtype = next(policy.model.parameters()).dtype
+            raise FloatingPointError(
+                f"DPO produced a non-finite loss or gradient ({float(loss)}, grad norm {float(norm)}) with a "
+                f"{dtype} investigator; train in float32 or bfloat16 (float16 overflows here)"
+            )
         optimizer.step()
+        if not all(bool(torch.isfinite(p).all()) for p in params):
+            dtype = next(policy.model.parameters()).dtype
+            raise FloatingPointError(
+                f"a DPO step left non-finite weights in the {dtype} investigator; train in float32 or "
+                "bfloat16 (float16 overflows here) or lower the learning rate"
+            )
     policy.model.eval()
     stats.update(loss=float(loss.detach()), **info)
     return stats
@@ -160,13 +177,17 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
 
 def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
               rounds: int, *, lr: float = 5e-6, seed: int = 0, callback: Callable[[int, dict], None] | None = None,
-              **round_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
+              progress: bool | None = None, desc: str = "DPO rounds", **round_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
     """``rounds`` DPO rounds with one AdamW kept across them; ``callback(round, stats)``."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    from icml25.progress import track
+
     opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
     history = []
-    for k in range(rounds):
+    for k in track(
+        range(rounds), desc, total=rounds, disable=None if progress is None else not progress
+    ):
         st = dpo_round(
             policy, ref, reward, behaviors, optimizer=opt, seed=seed * 100_003 + k, **round_kw
         )
@@ -187,7 +208,7 @@ def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[Prefere
         from trl import DPOConfig, DPOTrainer
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("dpo_trainer needs TRL: pip install 'icml25[train]'") from exc
-    if policy.allowed is not None:
+    if policy.user_restricted:
         raise ValueError("TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
                          "must train with dpo_round (the same masked log-softmax it samples with)")  # fmt: skip
     pairs = list(pairs)

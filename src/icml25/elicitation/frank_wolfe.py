@@ -10,13 +10,15 @@ restarts (the equal-compute baseline without a diversity term).
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from icml25.elicitation.dpo import train_dpo
-from icml25.elicitation.investigator import Investigator, InvestigatorMixture, _check_strings
+from icml25.elicitation.investigator import Investigator, InvestigatorMixture, _check_strings, _int
 from icml25.elicitation.rewards import PenalizedReward, StringReward
 
 __all__ = ["fw_step_size", "frank_wolfe"]
@@ -40,7 +42,8 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
                 reward: str | Callable[..., Any] = "string", normalize: str = "sum", n_candidates: int = 8,
                 pairs_per_behavior: int = 1, min_gap: float = 0.05, beta: float = 0.1, lr: float = 5e-6,
                 steps_per_round: int = 1, temperature: float = 1.0, top_p: float = 0.95, seed: int = 0,
-                callbacks: Sequence[Callable[[int, int, dict], None]] = ()) -> InvestigatorMixture:  # fmt: skip
+                callbacks: Sequence[Callable[[int, int, dict], None]] = (), checkpoint_dir: str | Path | None = None,
+                progress: bool | None = None) -> InvestigatorMixture:  # fmt: skip
     """Frank-Wolfe elicitation; returns the mixture (``.history``: per iteration, per round
     statistics, including both reward terms' spreads).
 
@@ -56,18 +59,29 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
         step: ``"uniform"`` (``η_t = 1/t``) or ``"classic"`` (``2/(t+1)``).
         reward: ``"string"`` (:class:`StringReward` on ``target``) or a reward callable.
         callbacks: ``cb(iteration, round, stats)`` after every round.
+        checkpoint_dir: each finished iterate is saved there (``iterate_<t>/`` and
+            ``history.json``); a rerun with the same settings resumes after the last finished
+            iterate (other settings: ``ValueError`` naming the difference). A crash loses at
+            most the iteration in progress.
+        progress: a progress bar per iteration (default: unless ``ICML25_QUIET`` is set).
     """
     bs = _check_strings("behaviors", behaviors)
+    import numbers
+
     if (
         isinstance(lam, bool)
-        or not isinstance(lam, (int, float))
+        or not isinstance(lam, numbers.Real)
         or not math.isfinite(lam)
         or lam < 0
     ):
         raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-    for name, v in (("n_iters", n_iters), ("rounds_per_iter", rounds_per_iter)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    lam = float(lam)
+    n_iters, rounds_per_iter = _int("n_iters", n_iters), _int("rounds_per_iter", rounds_per_iter)
+    n_candidates, steps_per_round = (
+        _int("n_candidates", n_candidates, 2),
+        _int("steps_per_round", steps_per_round),
+    )
+    pairs_per_behavior, seed = _int("pairs_per_behavior", pairs_per_behavior), _int("seed", seed, 0)
     if penalty not in ("mixture", "last"):
         raise ValueError(f"penalty must be 'mixture' or 'last', got {penalty!r}")
     fw_step_size(1, step)
@@ -80,7 +94,16 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
         raise ValueError(f"reward must be 'string' or a callable reward, got {reward!r}")
     mixture: InvestigatorMixture | None = None
     history: list[list[dict[str, Any]]] = []
-    for t in range(1, n_iters + 1):
+    ckdir = None
+    if checkpoint_dir is not None:
+        ckdir = Path(checkpoint_dir)
+        config = {"behaviors": bs, "lam": float(lam), "rounds_per_iter": rounds_per_iter,
+                  "penalty": penalty, "step": step, "normalize": normalize, "n_candidates": n_candidates,
+                  "pairs_per_behavior": pairs_per_behavior, "min_gap": min_gap, "beta": beta, "lr": lr,
+                  "steps_per_round": steps_per_round, "temperature": temperature, "top_p": top_p, "seed": seed,
+                  "sft_weights": _fingerprint(sft_investigator)}  # fmt: skip
+        mixture, history = _resume(ckdir, config, sft_investigator, step, n_iters)
+    for t in range(len(history) + 1, n_iters + 1):
         q_t = sft_investigator.copy()
         if mixture is None:
             pen_mix = None
@@ -97,7 +120,8 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             stats = train_dpo(q_t, sft_investigator, r_t, bs, rounds_per_iter, lr=lr, seed=seed * 1000 + t,
-                              callback=cb, n_candidates=n_candidates, pairs_per_behavior=pairs_per_behavior,
+                              callback=cb, progress=progress, desc=f"Frank-Wolfe iteration {t}/{n_iters}",
+                              n_candidates=n_candidates, pairs_per_behavior=pairs_per_behavior,
                               min_gap=min_gap, beta=beta, steps=steps_per_round, temperature=temperature,
                               top_p=top_p)  # fmt: skip
         swamped = [w for w in caught if "swamps the reward" in str(w.message)]
@@ -112,6 +136,43 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
             mixture = InvestigatorMixture([q_t])
         else:
             mixture.append(q_t, fw_step_size(t, step))
+        if ckdir is not None:  # iterate first, then the history that marks it done
+            q_t.save(ckdir / f"iterate_{t}")
+            tmp = ckdir / "history.json.tmp"
+            tmp.write_text(json.dumps(history))
+            tmp.replace(ckdir / "history.json")
     assert mixture is not None
     mixture.history = history  # type: ignore[attr-defined]
     return mixture
+
+
+def _fingerprint(inv: Investigator) -> str:
+    from icml25.llm.hf import weights_fingerprint
+
+    return weights_fingerprint(inv.model)[:16]
+
+
+def _resume(ckdir: Path, config: dict[str, Any], sft: Investigator, step: str,
+            n_iters: int) -> tuple[InvestigatorMixture | None, list[list[dict[str, Any]]]]:  # fmt: skip
+    """The finished iterates and history in ``ckdir`` (after checking the settings match)."""
+    ckdir.mkdir(parents=True, exist_ok=True)
+    cfg_path = ckdir / "config.json"
+    if cfg_path.exists():
+        old = json.loads(cfg_path.read_text())
+        diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
+        if diff:
+            raise ValueError(f"{ckdir} holds a run with other settings {diff} (saved, given); use another "
+                             "checkpoint_dir")  # fmt: skip
+    else:
+        cfg_path.write_text(json.dumps(config))
+    hist_path = ckdir / "history.json"
+    history = json.loads(hist_path.read_text())[:n_iters] if hist_path.exists() else []
+    mixture = None
+    for t in range(1, len(history) + 1):
+        q = Investigator.load(ckdir / f"iterate_{t}")
+        q.model.to(sft.device)
+        if mixture is None:
+            mixture = InvestigatorMixture([q])
+        else:
+            mixture.append(q, fw_step_size(t, step))
+    return mixture, history

@@ -31,6 +31,30 @@ from icml25.elicitation._decode import decode, restrict
 __all__ = ["Investigator", "InvestigatorMixture"]
 
 
+def _max_positions(model: Any) -> int | None:
+    cfg = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def _int(name: str, v: Any, lo: int = 1) -> int:
+    """``int(v)`` for a Python or numpy integer >= ``lo``; ``ValueError`` naming it otherwise."""
+    import numbers
+
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def check_length(n: int, limit: int | None, what: str) -> None:
+    """``ValueError`` when a sequence of ``n`` tokens exceeds the model's ``limit`` positions."""
+    if limit is not None and n > limit:
+        raise ValueError(f"{what} has {n} tokens, more than the model's {limit} positions")
+
+
 def _check_strings(name: str, xs: Any, *, allow_empty: bool = False) -> list[str]:
     if isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence):
         raise TypeError(f"{name} must be a list of strings, got {type(xs).__name__}")
@@ -53,7 +77,8 @@ class Investigator:
         template: ``"chat"`` or ``"tags"`` (default: ``"chat"`` when the tokenizer has a chat
             template).
         behavior_tag, prompt_tag: the separators of the ``"tags"`` format.
-        max_prompt_tokens: sampling budget (64, the third-party recipe's prompt length).
+        max_prompt_tokens: sampling budget (default 64, the third-party recipe's prompt length,
+            or half the model's positions when that is less).
         max_behavior_tokens: longer behaviours are cut from the left, with a warning (64).
         allowed_token_ids: restrict sampling *and* scoring to these ids (e.g. content words).
         exact_length: every prompt has exactly this many tokens (no end-of-sequence token).
@@ -61,7 +86,7 @@ class Investigator:
 
     def __init__(self, model: Any, tokenizer: Any, *, template: str | None = None,
                  behavior_tag: str = "<behavior>", prompt_tag: str = "<prompt>",
-                 max_prompt_tokens: int = 64, max_behavior_tokens: int = 64,
+                 max_prompt_tokens: int | None = None, max_behavior_tokens: int = 64,
                  allowed_token_ids: Sequence[int] | None = None,
                  exact_length: int | None = None) -> None:  # fmt: skip
         if not isinstance(model, torch.nn.Module):
@@ -78,36 +103,48 @@ class Investigator:
             raise ValueError(
                 "template='chat' but the tokenizer has no chat template; use template='tags'"
             )
-        for name, v in (
-            ("max_prompt_tokens", max_prompt_tokens),
-            ("max_behavior_tokens", max_behavior_tokens),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if exact_length is not None and (
-            isinstance(exact_length, bool) or not isinstance(exact_length, int) or exact_length < 1
-        ):
-            raise ValueError(f"exact_length must be None or an int >= 1, got {exact_length!r}")
+        max_behavior_tokens = _int("max_behavior_tokens", max_behavior_tokens)
+        limit = _max_positions(model)
+        if max_prompt_tokens is None:  # 64 (the third-party recipe's), or what fits the model
+            max_prompt_tokens = 64 if limit is None else max(1, min(64, limit // 2))
+        max_prompt_tokens = _int("max_prompt_tokens", max_prompt_tokens)
+        if exact_length is not None:
+            exact_length = _int("exact_length", exact_length)
         self.model, self.tokenizer, self.template = model, tokenizer, template
         self.behavior_tag, self.prompt_tag = behavior_tag, prompt_tag
         self.max_prompt_tokens, self.max_behavior_tokens = max_prompt_tokens, max_behavior_tokens
         self.exact_length = exact_length
         vocab = int(model.get_output_embeddings().weight.shape[0])
-        if allowed_token_ids is not None:
-            ids = sorted({int(i) for i in allowed_token_ids})
-            if not ids or ids[0] < 0 or ids[-1] >= vocab:
-                raise ValueError(
-                    f"allowed_token_ids must be non-empty ids in [0, {vocab}), got {ids[:5]}..."
-                )
-            self.allowed = torch.tensor(ids, dtype=torch.long)
-        else:
-            self.allowed = None
         eos = tokenizer.eos_token_id
         if eos is None and exact_length is None:
             raise ValueError(
                 "the tokenizer has no eos_token_id; give exact_length for fixed-length prompts"
             )
         self.eos_id = eos
+        self.user_restricted = allowed_token_ids is not None
+        if allowed_token_ids is not None:
+            ids = sorted({int(i) for i in allowed_token_ids})
+            if not ids or ids[0] < 0 or ids[-1] >= vocab:
+                raise ValueError(
+                    f"allowed_token_ids must be non-empty ids in [0, {vocab}), got {ids[:5]}..."
+                )
+        else:
+            # special tokens other than EOS are never part of a prompt: decoding would drop them,
+            # so the text returned would not be what was drawn (and scored)
+            special = set(getattr(tokenizer, "all_special_ids", []) or []) - {eos}
+            ids = [i for i in range(vocab) if i not in special]
+        if exact_length is not None and eos is not None:
+            ids = [i for i in ids if i != eos]  # a fixed length never ends early
+        self.allowed = torch.tensor(ids, dtype=torch.long)
+        self.max_positions = _max_positions(model)
+        if (
+            self.max_positions is not None
+            and (exact_length or max_prompt_tokens) >= self.max_positions
+        ):
+            raise ValueError(
+                f"prompts of up to {exact_length or max_prompt_tokens} tokens do not fit the model's "
+                f"{self.max_positions} positions with a behaviour before them; lower max_prompt_tokens"
+            )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
 
     @property
@@ -135,7 +172,9 @@ class Investigator:
         return ids
 
     def _prompt_ids(self, prompt: str) -> list[int]:
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = (
+            self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt.strip() else []
+        )
         if self.exact_length is None:
             ids = ids + [self.eos_id]
         return ids
@@ -146,14 +185,15 @@ class Investigator:
         """``n`` prompts for each behaviour (temperature 1.0 and top-p 0.95: the third-party
         recipe's sampling; docs/elicitation.md, Decisions). ``seed`` fixes the draw."""
         bs = _check_strings("behaviors", behaviors)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        n = _int("n", n)
         if not (isinstance(temperature, (int, float)) and temperature > 0):
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         contexts = [self._context_ids(b) for b in bs for _ in range(n)]
+        check_length(max(len(c) for c in contexts) + (self.exact_length or self.max_prompt_tokens),
+                     self.max_positions, "a behaviour's context plus the prompt budget")  # fmt: skip
         new = decode(self.model, contexts, max_new_tokens=self.max_prompt_tokens, pad_id=self.pad_id,
                      eos_ids=[self.eos_id] if self.eos_id is not None else [], greedy=greedy,
                      temperature=float(temperature), top_p=float(top_p), allowed=self.allowed,
@@ -187,7 +227,12 @@ class Investigator:
         device = self.device
         rows, spans = [], []
         for b, x in zip(bs, xs):
-            c, p = self._context_ids(b), self._prompt_ids(x) if x.strip() else []
+            c = self._context_ids(b)
+            p = self._prompt_ids(x) if (x.strip() or self.exact_length is None) else []
+            if self.exact_length is not None and p and len(p) != self.exact_length:
+                raise ValueError(f"prompt {x!r:.40} has {len(p)} tokens; this investigator's prompts have "
+                                 f"exactly {self.exact_length}")  # fmt: skip
+            check_length(len(c) + len(p), self.max_positions, f"behaviour + prompt {x!r:.30}")
             rows.append(c + p)
             spans.append((len(c), len(p)))
         width = max(len(r) for r in rows)
@@ -215,7 +260,7 @@ class Investigator:
     def config(self) -> dict[str, Any]:
         return {"template": self.template, "behavior_tag": self.behavior_tag, "prompt_tag": self.prompt_tag,
                 "max_prompt_tokens": self.max_prompt_tokens, "max_behavior_tokens": self.max_behavior_tokens,
-                "allowed_token_ids": None if self.allowed is None else self.allowed.tolist(),
+                "allowed_token_ids": self.allowed.tolist() if self.user_restricted else None,
                 "exact_length": self.exact_length}  # fmt: skip
 
     def save(self, path: str | Path) -> None:
@@ -300,13 +345,13 @@ class InvestigatorMixture:
         which = torch.multinomial(
             torch.tensor(self.weights), len(bs) * n, replacement=True, generator=gen
         ).tolist()
-        out: list[list[str]] = [[] for _ in bs]
+        slots: list[str | None] = [None] * (len(bs) * n)
         for t, m in enumerate(self.members):
             idx = [i for i, w in enumerate(which) if w == t]
             if not idx:
                 continue
             sub = [bs[i // n] for i in idx]
-            drawn = m.sample(sub, 1, seed=None if seed is None else seed * 1000 + t, **kw)
+            drawn = m.sample(sub, 1, seed=None if seed is None else int(seed) * 1000 + t, **kw)
             for i, d in zip(idx, drawn):
-                out[i // n].append(d[0])
-        return out
+                slots[i] = d[0]
+        return [[str(slots[i * n + k]) for k in range(n)] for i in range(len(bs))]

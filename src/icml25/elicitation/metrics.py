@@ -79,6 +79,8 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
     """Distinct word n-grams over all n-grams of ``texts`` (0 when there are none)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be a list of strings, not one string")
     grams = [tuple(w[i : i + n]) for t in texts for w in [t.split()] for i in range(len(w) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 

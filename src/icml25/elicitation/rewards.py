@@ -87,13 +87,21 @@ class LLMJudge:
     def __call__(
         self, rubrics: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
     ) -> list[float]:
+        rubrics, prompts, responses = list(rubrics), list(prompts), list(responses)
+        if not (len(rubrics) == len(prompts) == len(responses)):
+            raise ValueError(f"{len(rubrics)} rubrics, {len(prompts)} prompts and {len(responses)} responses: "
+                             "give one of each per item")  # fmt: skip
         out = []
         for r, p, y in zip(rubrics, prompts, responses):
             msgs = self._messages(r, p, y)
             if hasattr(self.backend, "continuation_logprobs") and hasattr(self.backend, "render"):
                 rendered = self.backend.render(msgs)
-                ly = sum(self.backend.continuation_logprobs(rendered, "Yes"))
-                ln = sum(self.backend.continuation_logprobs(rendered, "No"))
+                try:
+                    ly = sum(self.backend.continuation_logprobs(rendered, "Yes"))
+                    ln = sum(self.backend.continuation_logprobs(rendered, "No"))
+                except ValueError:  # a tokenizer that attaches the space to the next word
+                    ly = sum(self.backend.continuation_logprobs(rendered, " Yes"))
+                    ln = sum(self.backend.continuation_logprobs(rendered, " No"))
                 m = max(ly, ln)
                 out.append(math.exp(ly - m) / (math.exp(ly - m) + math.exp(ln - m)))
             else:
@@ -191,12 +199,24 @@ class PenalizedReward:
         )
         rs = float(r.std()) if len(r) > 1 else 0.0
         qs = float(pen.std()) if len(pen) > 1 else 0.0
-        self.last_spread = {"reward_std": rs, "penalty_std": qs, "lam": self.lam}
-        if rs > 0 and self.lam * qs > self.warn_ratio * rs:
+        # per behaviour: pooled spreads hide a penalty that decides the pairs inside one behaviour
+        groups: dict[str, list[int]] = {}
+        for k, b in enumerate(behaviors):
+            groups.setdefault(b, []).append(k)
+        swamped = 0
+        for idx in groups.values():
+            if len(idx) < 2:
+                continue
+            r_g, q_g = float(r[idx].std()), float(pen[idx].std())
+            if self.lam * q_g > self.warn_ratio * r_g and self.lam * q_g > 1e-6:
+                swamped += 1
+        self.last_spread = {"reward_std": rs, "penalty_std": qs, "lam": self.lam,
+                            "swamped_behaviors": swamped}  # fmt: skip
+        if swamped:
             warnings.warn(
-                f"lam * std(log q_bar) = {self.lam * qs:.3g} exceeds {self.warn_ratio:g} x std(reward) = "
-                f"{self.warn_ratio * rs:.3g}: the diversity penalty swamps the reward; lower lam "
-                "(docs/elicitation.md)",
+                f"in {swamped} of {len(groups)} behaviours lam * std(log q_bar) exceeds {self.warn_ratio:g} x "
+                f"std(reward) (pooled: {self.lam * qs:.3g} vs {rs:.3g}): the diversity penalty swamps the "
+                "reward; lower lam (docs/elicitation.md)",
                 stacklevel=2,
             )
         return r - self.lam * pen

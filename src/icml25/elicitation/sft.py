@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from icml25.elicitation.investigator import Investigator, _check_strings
+from icml25.elicitation.investigator import Investigator, _check_strings, _int
 
 __all__ = ["build_reverse_pairs", "reverse_sft"]
 
@@ -28,6 +28,14 @@ def build_reverse_pairs(target: Any, prompts: Sequence[str], *, y_source: str = 
     """
     ps = _check_strings("prompts", prompts)
     if y_source == "target":
+        if responses is not None:
+            raise ValueError(
+                "responses are used with y_source='given'; with y_source='target' the target answers"
+            )
+        if isinstance(target, torch.nn.Module):
+            raise TypeError(
+                "target is a bare model: wrap it, HFTargetModel(model, tokenizer, use_chat_template=...)"
+            )
         if not hasattr(target, "generate"):
             raise TypeError(
                 f"target must have generate(...) (a TargetModel), got {type(target).__name__}"
@@ -74,11 +82,19 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
             )
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    n_steps = steps if steps is not None else max(1, math.ceil(epochs * len(pairs) / batch_size))
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    batch_size = _int("batch_size", batch_size)
+    if steps is None and not (isinstance(epochs, (int, float)) and epochs > 0):
+        raise ValueError(f"epochs must be > 0, got {epochs!r}")
+    n_steps = (
+        _int("steps", steps)
+        if steps is not None
+        else max(1, math.ceil(epochs * len(pairs) / batch_size))
+    )
+    if warmup >= n_steps:
+        import warnings
+
+        warnings.warn(f"warmup={warmup} >= the {n_steps} training steps: the learning rate never leaves the "
+                      "warm-up; lower warmup or train longer", stacklevel=2)  # fmt: skip
     model = inv.model
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
