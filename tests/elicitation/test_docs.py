@@ -19,7 +19,12 @@ def test_docs_examples_run(capsys):
         exec(compile(block, str(DOC), "exec"), ns)  # noqa: S102 - our own documentation
     mix = ns["mixture"]
     assert len(mix.members) == 2 and mix.weights == pytest.approx([0.5, 0.5])
-    assert set(mix.history[1][-1]["spread"]) == {"reward_std", "penalty_std", "lam"}
+    assert set(mix.history[1][-1]["spread"]) == {
+        "reward_std",
+        "penalty_std",
+        "lam",
+        "swamped_behaviors",
+    }
     assert "SFT success" in capsys.readouterr().out
 
 

@@ -159,7 +159,8 @@ class PenalizedReward:
         normalize: ``"sum"`` or ``"mean"`` over the prompt tokens for ``log q̄``.
         warn_ratio: warn when ``λ · std(log q̄) > warn_ratio · std(r)`` in a call (3).
 
-    After each call, :attr:`last_spread` holds ``{"reward_std", "penalty_std", "lam"}``.
+    After each call, :attr:`last_spread` holds ``{"reward_std", "penalty_std", "lam",
+    "swamped_behaviors"}`` (pooled spreads; ``penalty_std`` before multiplying by ``λ``).
     """
 
     def __init__(self, base: Callable[..., torch.Tensor], mixture: InvestigatorMixture | None, lam: float = 1.0,
