@@ -1,0 +1,68 @@
+"""DPS: defending vision-language models through partial-perception supervision (Zhou et al.,
+ICML 2025; arXiv:2412.12722). Guide: docs/dps.md (in progress).
+
+:class:`DPSDefense` wraps any ``icml25.llm`` chat backend that accepts ``image_url`` parts
+(OpenAI-compatible vision servers, ...): weak agents see partial views (:mod:`~icml25.dps.crops`),
+a helper condenses what they say (:mod:`~icml25.dps.helper`), and the strong agent re-examines
+its answer. Baselines share one signature (:mod:`~icml25.dps.baselines`). Importing this package
+does not import torch.
+"""
+
+from __future__ import annotations
+
+from icml25.dps.baselines import (
+    crop_vote,
+    ecso,
+    mllm_protector,
+    normalize_answer,
+    self_reflect,
+    smooth_vlm,
+    step,
+    vanilla,
+    warning,
+)
+from icml25.dps.crops import (
+    auto_mask,
+    center_box,
+    center_crop,
+    parse_boxes,
+    random_box,
+    random_crop,
+)
+from icml25.dps.defense import REFUSAL, BackendError, Conversation, DPSDefense, DPSResult
+from icml25.dps.helper import Helper, LLMHelper, RuleHelper
+from icml25.dps.images import decode_data_url, encode_data_url, image_part, last_image, to_pil
+from icml25.dps.prompts import SLOTS, DPSPrompts
+
+__all__ = [
+    "REFUSAL",
+    "SLOTS",
+    "BackendError",
+    "Conversation",
+    "DPSDefense",
+    "DPSPrompts",
+    "DPSResult",
+    "Helper",
+    "LLMHelper",
+    "RuleHelper",
+    "auto_mask",
+    "center_box",
+    "center_crop",
+    "crop_vote",
+    "decode_data_url",
+    "ecso",
+    "encode_data_url",
+    "image_part",
+    "last_image",
+    "mllm_protector",
+    "normalize_answer",
+    "parse_boxes",
+    "random_box",
+    "random_crop",
+    "self_reflect",
+    "smooth_vlm",
+    "step",
+    "to_pil",
+    "vanilla",
+    "warning",
+]

@@ -1,0 +1,89 @@
+"""The partial views of DPS (the official ``util.py``): centre crop, random crop, and the
+text-box mask of the ``auto`` mode (arXiv:2412.12722, §4)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from icml25.dps.images import to_pil
+
+__all__ = ["auto_mask", "center_box", "center_crop", "parse_boxes", "random_box", "random_crop"]
+
+
+def center_box(W: int, H: int, frac: float = 0.5) -> tuple[int, int, int, int]:
+    """The official centre box: ``w2 = int(W * frac)``, ``h2 = int(H * frac)``, centred on
+    ``(W // 2, H // 2)``: ``(cx - w2 // 2, cy - h2 // 2, cx + w2 // 2, cy + h2 // 2)``
+    (``frac = 0.5`` is the official ``W // 2``). ``ValueError`` when the box is empty (e.g.
+    ``W < 4`` at ``frac = 0.5``)."""
+    if not (isinstance(frac, (int, float)) and 0 < frac <= 1):
+        raise ValueError(f"frac must be in (0, 1], got {frac!r}")
+    w2, h2 = int(W * frac), int(H * frac)
+    cx, cy = W // 2, H // 2
+    box = (cx - w2 // 2, cy - h2 // 2, cx + w2 // 2, cy + h2 // 2)
+    if box[2] <= box[0] or box[3] <= box[1]:
+        raise ValueError(
+            f"a {W}x{H} image has an empty centre crop at frac={frac} (box {box}); it needs to be at least 4x4"
+        )
+    return box
+
+
+def center_crop(image: Any, frac: float = 0.5) -> Any:
+    """The centre crop (about a quarter of the area at ``frac = 0.5``)."""
+    img = to_pil(image)
+    return img.crop(center_box(img.width, img.height, frac))
+
+
+def random_box(
+    W: int, H: int, rng: np.random.Generator, lo: float = 0.25, hi: float = 0.5
+) -> tuple[int, int, int, int]:
+    """The official random crop: one ratio ``r ~ U(lo, hi)`` for both sides, width ``int(W r)``
+    (at least 1 px), top-left uniform over the valid positions (inclusive)."""
+    if not (0 < lo <= hi <= 1):
+        raise ValueError(f"need 0 < lo <= hi <= 1, got lo={lo!r}, hi={hi!r}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}"
+        )
+    r = rng.uniform(lo, hi)
+    cw, ch = max(1, int(W * r)), max(1, int(H * r))
+    x0, y0 = int(rng.integers(0, W - cw + 1)), int(rng.integers(0, H - ch + 1))
+    return (x0, y0, x0 + cw, y0 + ch)
+
+
+def random_crop(image: Any, rng: np.random.Generator, lo: float = 0.25, hi: float = 0.5) -> Any:
+    img = to_pil(image)
+    return img.crop(random_box(img.width, img.height, rng, lo, hi))
+
+
+_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")
+
+
+def parse_boxes(text: str, W: int, H: int) -> list[tuple[int, int, int, int]]:
+    """Every ``[left, top, right, bottom]`` in a model's reply (integers or floats, rounded),
+    clamped to the image; boxes empty after clamping (including swapped corners) are dropped."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    out = []
+    for m in _BOX.finditer(text):
+        left, top, right, bottom = (int(round(float(v))) for v in m.groups())
+        left, top = max(0, left), max(0, top)
+        right, bottom = min(W, right), min(H, bottom)
+        if left < right and top < bottom:
+            out.append((left, top, right, bottom))
+    return out
+
+
+def auto_mask(image: Any, boxes: list[tuple[int, int, int, int]]) -> Any:
+    """The full image with every box set to 0 (black): the ``auto`` mode's first view, which
+    hides text regions (typographic attacks)."""
+    img = to_pil(image)
+    arr = np.array(img)
+    for left, top, right, bottom in boxes:
+        arr[top:bottom, left:right] = 0
+    from PIL import Image
+
+    return Image.fromarray(arr, mode=img.mode)

@@ -1,0 +1,116 @@
+"""Images for vision-language chat messages: conversion to PIL, PNG data URLs and OpenAI-format
+``image_url`` parts (arXiv:2412.12722; the official DPS code sends images as base64 data URLs).
+
+``ImageLike`` is a PIL image, a numpy array ``(H, W)`` / ``(H, W, C)`` (uint8, or float in
+[0, 1]), a torch tensor ``(C, H, W)`` / ``(H, W)`` (float in [0, 1]), or a file path.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["decode_data_url", "encode_data_url", "image_part", "last_image", "to_pil"]
+
+
+def to_pil(image: Any) -> Any:
+    """A PIL image in mode ``"L"`` (one channel) or ``"RGB"``: floats become uint8 by
+    ``round(x * 255)``; RGBA, P and other modes are converted (I;16 and I to L)."""
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        img = image
+    elif isinstance(image, (str, os.PathLike)):
+        if not os.path.exists(image):
+            raise FileNotFoundError(f"no such image file: {image}")
+        img = Image.open(image)
+        img.load()
+    else:
+        arr = image
+        if hasattr(arr, "detach"):  # torch: (C, H, W) or (H, W)
+            arr = arr.detach().float().cpu().numpy()
+            if arr.ndim == 3:
+                arr = np.transpose(arr, (1, 2, 0))
+        arr = np.asarray(arr)
+        if arr.ndim == 3 and arr.shape[2] == 1:
+            arr = arr[:, :, 0]
+        if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (3, 4)):
+            raise ValueError(
+                f"an image array must be (H, W), (H, W, 1|3|4) or a (C, H, W) tensor, got shape {arr.shape}"
+            )
+        if arr.dtype != np.uint8:
+            if not np.issubdtype(arr.dtype, np.floating) and not np.issubdtype(
+                arr.dtype, np.integer
+            ):
+                raise TypeError(f"image values must be numbers, got dtype {arr.dtype}")
+            a = arr.astype(np.float64)
+            if not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+                raise ValueError(
+                    "a float image must hold values in [0, 1] (uint8 arrays hold 0..255)"
+                )
+            arr = np.round(a * 255).astype(np.uint8)
+        img = Image.fromarray(arr)
+    if img.mode in ("L", "RGB"):
+        return img
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        a = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") else max(1.0, float(a.max()))
+        return Image.fromarray(np.round(a / top * 255).astype(np.uint8), mode="L")
+    return img.convert("RGB")
+
+
+def encode_data_url(image: Any, *, max_pixels: int | None = None, downscale: int = 10) -> str:
+    """``data:image/png;base64,...`` of the image (PNG: lossless). Images above ``max_pixels``
+    are shrunk ``downscale`` times per side (LANCZOS) first, as the official Gemini agent does
+    above 5 * 2**20 pixels."""
+    from PIL import Image
+
+    img = to_pil(image)
+    if max_pixels is not None and img.width * img.height > max_pixels:
+        img = img.resize(
+            (max(1, img.width // downscale), max(1, img.height // downscale)), Image.LANCZOS
+        )
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def decode_data_url(url: str) -> Any:
+    """The PIL image of a base64 data URL (``ValueError`` for anything else)."""
+    from PIL import Image
+
+    if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+        raise ValueError(f"not a base64 image data URL: {str(url)[:60]!r}")
+    try:
+        raw = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+        img = Image.open(io.BytesIO(raw))
+        img.load()
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad URL
+        raise ValueError(f"the data URL does not hold a readable image: {exc}") from exc
+    return img
+
+
+def image_part(image: Any, **kw: Any) -> dict[str, Any]:
+    """An OpenAI-format content part ``{"type": "image_url", "image_url": {"url": ...}}``."""
+    return {"type": "image_url", "image_url": {"url": encode_data_url(image, **kw)}}
+
+
+def last_image(messages: list[dict[str, Any]]) -> Any:
+    """The most recent image of a conversation (PIL), or ``None``."""
+    for m in reversed(messages):
+        content = m.get("content")
+        if isinstance(content, list):
+            for part in reversed(content):
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    body = part.get("image_url")
+                    url = body.get("url") if isinstance(body, dict) else None
+                    if not isinstance(url, str):
+                        raise ValueError(
+                            f"an image_url part needs {{'url': ...}}, got {body!r:.60}"
+                        )
+                    return decode_data_url(url)
+    return None
