@@ -4,8 +4,9 @@ ICML 2025; arXiv:2412.12722). Guide: docs/dps.md (in progress).
 :class:`DPSDefense` wraps any ``icml25.llm`` chat backend that accepts ``image_url`` parts
 (OpenAI-compatible vision servers, ...): weak agents see partial views (:mod:`~icml25.dps.crops`),
 a helper condenses what they say (:mod:`~icml25.dps.helper`), and the strong agent re-examines
-its answer. Baselines share one signature (:mod:`~icml25.dps.baselines`). Importing this package
-does not import torch.
+its answer. Baselines share one signature (:mod:`~icml25.dps.baselines`). The offline stand-in
+(:mod:`~icml25.dps.standin`) and the tensor attacks (:mod:`~icml25.dps.attacks`) import torch
+when imported; this package itself does not.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ from icml25.dps.crops import (
 from icml25.dps.defense import REFUSAL, BackendError, Conversation, DPSDefense, DPSResult
 from icml25.dps.helper import Helper, LLMHelper, RuleHelper
 from icml25.dps.images import decode_data_url, encode_data_url, image_part, last_image, to_pil
+from icml25.dps.metrics import (
+    LabelJudge,
+    attack_success_rate,
+    clean_accuracy,
+    misleading_asr,
+    relative_asr_reduction,
+)
 from icml25.dps.prompts import SLOTS, DPSPrompts
 
 __all__ = [
@@ -43,22 +51,27 @@ __all__ = [
     "DPSPrompts",
     "DPSResult",
     "Helper",
+    "LabelJudge",
     "LLMHelper",
     "RuleHelper",
+    "attack_success_rate",
     "auto_mask",
     "center_box",
     "center_crop",
+    "clean_accuracy",
     "crop_vote",
     "decode_data_url",
     "ecso",
     "encode_data_url",
     "image_part",
     "last_image",
+    "misleading_asr",
     "mllm_protector",
     "normalize_answer",
     "parse_boxes",
     "random_box",
     "random_crop",
+    "relative_asr_reduction",
     "self_reflect",
     "smooth_vlm",
     "step",

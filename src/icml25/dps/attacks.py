@@ -1,0 +1,117 @@
+"""Vision attacks on image tensors, for the offline reproduction and for users' own classifiers
+(docs/dps.md, "Reproduction"). Images are float tensors ``(N, C, H, W)`` in [0, 1]; a model maps
+them to logits ``(N, K)``. Black-box (transfer) attacks are crafted on surrogate models, as the
+paper's API setting requires.
+
+* :func:`pgd_linf`: targeted L∞ PGD (Madry et al., 2018) on one model or the mean loss of an
+  ensemble; ``‖δ‖∞ <= eps`` and values in [0, 1] are kept after every step.
+* :func:`universal_patch`: one square patch per target class, optimised with Adam to push an
+  ensemble toward the class while pasted at a random corner (the analogue of injected content,
+  which cropping removes); :func:`apply_patch` pastes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["CORNERS", "apply_patch", "pgd_linf", "universal_patch"]
+
+CORNERS = ("top-left", "top-right", "bottom-left", "bottom-right")
+
+
+def _models(model: Any) -> list[Any]:
+    ms = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not ms or not all(callable(m) for m in ms):
+        raise TypeError("model must be a callable (images -> logits) or a list of them")
+    return ms
+
+
+def _check_images(x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or x.ndim != 4 or not x.is_floating_point():
+        raise ValueError(
+            f"images must be a float tensor (N, C, H, W), got {getattr(x, 'shape', type(x))}"
+        )
+    if x.numel() and (x.min() < 0 or x.max() > 1):
+        raise ValueError("images must hold values in [0, 1]")
+
+
+def pgd_linf(model: Any, x: torch.Tensor, target: torch.Tensor, *, eps: float = 0.15, step: float = 0.02,
+             steps: int = 20, random_start: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """Targeted L∞ PGD: minimise the cross-entropy toward ``target`` (mean over an ensemble).
+    Returns ``x + δ`` with ``‖δ‖∞ <= eps``, clamped to [0, 1], detached, on ``x``'s device."""
+    _check_images(x)
+    if not (eps >= 0 and step > 0 and isinstance(steps, int) and steps >= 0):
+        raise ValueError(
+            f"need eps >= 0, step > 0 and an int steps >= 0, got {eps}, {step}, {steps}"
+        )
+    if target.shape != (x.shape[0],):
+        raise ValueError(f"target must have shape ({x.shape[0]},), got {tuple(target.shape)}")
+    ms = _models(model)
+    delta = torch.zeros_like(x)
+    if random_start:
+        delta = (torch.rand(x.shape, generator=generator).to(x) * 2 - 1) * eps
+    delta = ((x + delta).clamp(0, 1) - x).detach()
+    for _ in range(steps):
+        delta.requires_grad_(True)
+        loss = sum(F.cross_entropy(m(x + delta), target) for m in ms) / len(ms)
+        (grad,) = torch.autograd.grad(loss, delta)
+        with torch.no_grad():
+            delta = (delta - step * grad.sign()).clamp(-eps, eps)
+            delta = (x + delta).clamp(0, 1) - x
+    return (x + delta).detach()
+
+
+def apply_patch(x: torch.Tensor, patch: torch.Tensor, corners: Sequence[int] | int) -> torch.Tensor:
+    """``x`` with ``patch`` (``(C, p, p)`` or ``(N, C, p, p)``) pasted at each image's corner
+    (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right)."""
+    _check_images(x)
+    n, _, h, w = x.shape
+    p = patch.shape[-1]
+    if patch.shape[-2] != p or p > min(h, w):
+        raise ValueError(
+            f"the patch must be square and fit the image, got {tuple(patch.shape)} for {h}x{w}"
+        )
+    cs = [corners] * n if isinstance(corners, int) else list(corners)
+    if len(cs) != n or any(c not in (0, 1, 2, 3) for c in cs):
+        raise ValueError(f"corners must be one value or {n} values in 0..3")
+    out = x.clone()
+    for i, c in enumerate(cs):
+        top = 0 if c in (0, 1) else h - p
+        left = 0 if c in (0, 2) else w - p
+        out[i, :, top : top + p, left : left + p] = patch if patch.ndim == 3 else patch[i]
+    return out
+
+
+def universal_patch(model: Any, x: torch.Tensor, target: int, *, size: int = 8, steps: int = 300, lr: float = 0.05,
+                    batch_size: int = 64, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """A ``(C, size, size)`` patch in [0, 1] that pushes the models toward class ``target``
+    wherever it is pasted (a random corner per image and step)."""
+    _check_images(x)
+    ms = _models(model)
+    gen = generator or torch.Generator().manual_seed(0)
+    logit = torch.zeros(
+        x.shape[1], size, size, device=x.device, requires_grad=True
+    )  # sigmoid -> 0.5 grey
+    opt = torch.optim.Adam([logit], lr=lr)
+    t = torch.full((min(batch_size, len(x)),), int(target), dtype=torch.long, device=x.device)
+    for _ in range(steps):
+        idx = torch.randint(0, len(x), (len(t),), generator=gen)
+        corners = torch.randint(0, 4, (len(t),), generator=gen).tolist()
+        patch = torch.sigmoid(logit)
+        xb = x[idx].clone()
+        n, _, h, w = xb.shape
+        rows = []
+        for i, c in enumerate(corners):  # differentiable paste
+            top, left = (0 if c in (0, 1) else h - size), (0 if c in (0, 2) else w - size)
+            pad = (left, w - size - left, top, h - size - top)
+            mask = F.pad(torch.ones_like(patch), pad)
+            rows.append(xb[i] * (1 - mask) + F.pad(patch, pad))
+        loss = sum(F.cross_entropy(m(torch.stack(rows)), t) for m in ms) / len(ms)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return torch.sigmoid(logit).detach()
