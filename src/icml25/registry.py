@@ -117,6 +117,7 @@ PAPERS: tuple[Paper, ...] = (
         "dps",
         "Defending LVLMs Against Vision Attacks through Partial-Perception Supervision",
         "arXiv:2412.12722",
+        cli="icml25.dps.cli:add_parser",
     ),
     Paper(
         9,

@@ -1,0 +1,120 @@
+"""``icml25 dps run``: DPS on your own images and questions, against any OpenAI-compatible
+vision model, resumable.
+
+    icml25 dps run --model openai:Qwen2-VL-7B-Instruct --base-url http://localhost:8000/v1 \\
+        --images imgs/ --questions q.jsonl --out dps.jsonl [--crop auto] [--helper openai:gpt-4o-mini]
+
+``q.jsonl`` rows: ``{"image": "cat.png", "question": "...", "id": "optional"}`` (images relative
+to ``--images``). Each answer (final, initial, weak answers, observations, trace) is appended to
+``--out`` as it arrives; a rerun skips what is done and retries failed rows; a failing item is
+an error row and the others go on. No torch import at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub) -> None:
+    top = sub.add_parser("dps", help="DPS defence for vision-language models (paper 08)")
+    inner = top.add_subparsers(dest="dps_command", required=True)
+    p = inner.add_parser("run", help="defended answers for images + questions (resumable JSONL)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="openai:NAME (an OpenAI-compatible vision server at --base-url)",
+    )
+    p.add_argument("--base-url", default=None)
+    p.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY)")
+    p.add_argument(
+        "--images", required=True, help="folder of the images named in the questions file"
+    )
+    p.add_argument(
+        "--questions", required=True, help="JSONL rows with 'image' and 'question' (and 'id')"
+    )
+    p.add_argument("--out", required=True, help="results JSONL (resumable)")
+    p.add_argument("--crop", default="center", choices=["center", "random", "auto"])
+    p.add_argument("--agents", type=int, default=1, help="weak agents K (auto uses 3)")
+    p.add_argument(
+        "--helper",
+        default="rule",
+        help="'rule' (offline) or openai:NAME (same --base-url unless --helper-url)",
+    )
+    p.add_argument("--helper-url", default=None)
+    p.add_argument("--workers", type=int, default=4, help="queries in flight")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-tokens", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_cmd_run)
+
+
+def _backend(spec: str, base_url: str | None, api_key: str | None) -> Any:
+    kind, _, name = spec.partition(":")
+    if kind != "openai" or not name:
+        raise ValueError(f"{spec!r}: use openai:NAME with --base-url (an OpenAI-compatible server)")
+    if not base_url:
+        raise ValueError(f"{spec}: needs --base-url")
+    from icml25.llm import OpenAIChat
+
+    return OpenAIChat(base_url, name, api_key=api_key)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from icml25.dps import DPSDefense, LLMHelper, RuleHelper
+    from icml25.llm import JsonlStore, run_resumable
+
+    try:
+        lvlm = _backend(args.model, args.base_url, args.api_key)
+        helper = (RuleHelper() if args.helper == "rule"
+                  else LLMHelper(_backend(args.helper, args.helper_url or args.base_url, args.api_key)))  # fmt: skip
+        folder = Path(args.images)
+        if not folder.is_dir():
+            raise ValueError(f"--images {folder} is not a folder")
+        rows = []
+        for n, line in enumerate(
+            Path(args.questions).read_text(encoding="utf-8-sig").splitlines(), 1
+        ):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"{args.questions}, line {n}: not valid JSON ({exc.msg})"
+                ) from None
+            if (
+                not isinstance(r, dict)
+                or not isinstance(r.get("image"), str)
+                or not isinstance(r.get("question"), str)
+            ):
+                raise ValueError(
+                    f"{args.questions}, line {n}: needs string 'image' and 'question' fields"
+                )
+            if not (folder / r["image"]).exists():
+                raise ValueError(f"{args.questions}, line {n}: no image {folder / r['image']}")
+            rows.append({"id": str(r.get("id", n)), "image": r["image"], "question": r["question"]})
+        if not rows:
+            raise ValueError(f"{args.questions} holds no rows")
+        if args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        dps = DPSDefense(lvlm, helper, crop=args.crop, n_agents=args.agents, seed=args.seed,
+                         temperature=args.temperature, max_tokens=args.max_tokens)  # fmt: skip
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def work(row: dict[str, Any]) -> dict[str, Any]:
+        res = dps.respond(folder / row["image"], row["question"], seed=args.seed)
+        return res.to_dict()
+
+    with JsonlStore(args.out, key="id") as store:
+        report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "image": r["image"]},
+                               concurrency=args.workers, retry_errors=True, progress=not args.quiet,
+                               desc="DPS")  # fmt: skip
+    print(report.summary())
+    return 0 if report.n_failed == 0 else 1

@@ -1,0 +1,70 @@
+"""`icml25 dps run` against a local OpenAI-compatible server: results, resumption, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from PIL import Image
+
+from icml25.cli import main
+from icml25.llm import CallableChat, ChatServer
+
+
+def test_run_resumes_and_records_failures(tmp_path, capsys):
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    for k in range(3):
+        Image.fromarray(np.full((16, 16), 40 * k, dtype=np.uint8)).save(imgs / f"{k}.png")
+    q = tmp_path / "q.jsonl"
+    q.write_text("\n".join(json.dumps({"id": f"q{k}", "image": f"{k}.png", "question": f"What is {k}?"})
+                           for k in range(3)) + "\n")  # fmt: skip
+    calls = []
+
+    def model(messages, **kw):
+        calls.append(1)
+        if "What is 2?" in json.dumps(messages) and len(calls) < 100:
+            raise RuntimeError("server error")
+        return "A grey square."
+
+    out = tmp_path / "dps.jsonl"
+    args = [
+        "dps",
+        "run",
+        "--images",
+        str(imgs),
+        "--questions",
+        str(q),
+        "--out",
+        str(out),
+        "-q",
+        "--workers",
+        "2",
+    ]
+    with ChatServer(CallableChat(model)) as server:
+        rc = main(["dps", "run", "--model", "openai:m", "--base-url", server.url, *args[2:]])
+        assert rc == 1  # one item failed, the others are kept
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert sorted(r["id"] for r in rows if "error" not in r) == ["q0", "q1"]
+        assert any("error" in r and r["id"] == "q2" for r in rows)
+        n_before = len(calls)
+        calls.extend([1] * 100)  # the server recovers
+        rc = main(["dps", "run", "--model", "openai:m", "--base-url", server.url, *args[2:]])
+    assert rc == 0 and "2 done before" in capsys.readouterr().out
+    assert len(calls) - n_before - 100 < 10  # only the failed item was asked again
+    final = {json.loads(x)["id"]: json.loads(x) for x in out.read_text().splitlines()}
+    assert final["q2"]["final"] == "A grey square." and final["q0"]["n_calls"] == {
+        "lvlm": 5,
+        "helper": 2,
+    }
+
+
+def test_clear_errors(tmp_path, capsys):
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"image": "missing.png", "question": "x"}) + "\n")
+    assert main(["dps", "run", "--model", "openai:m", "--base-url", "http://127.0.0.1:9", "--images", str(tmp_path),
+                 "--questions", str(q), "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
+    assert "no image" in capsys.readouterr().err
+    assert main(["dps", "run", "--model", "gpt", "--images", str(tmp_path), "--questions", str(q),
+                 "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
+    assert "openai:NAME" in capsys.readouterr().err
