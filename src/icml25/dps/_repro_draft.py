@@ -1,5 +1,5 @@
-"""Reproduction of paper 08 (DPS, arXiv:2412.12722) with the DigitsVLM stand-in
-(docs/dps.md, "Reproduction"; in progress: not yet registered).
+"""Draft of the reproduction of paper 08 (DPS, arXiv:2412.12722): becomes ``repro.py`` once registered
+(in progress, not registered; docs/dps.md will hold its design and results).
 
 Claim: DPS lowers the success of crop-sensitive vision attacks while keeping clean accuracy close
 to the undefended model, unlike majority voting over crops, which pays a large clean-accuracy
