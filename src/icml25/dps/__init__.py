@@ -4,7 +4,9 @@ ICML 2025; arXiv:2412.12722). Guide: docs/dps.md (in progress).
 :class:`DPSDefense` wraps any ``icml25.llm`` chat backend that accepts ``image_url`` parts
 (OpenAI-compatible vision servers, ...): weak agents see partial views (:mod:`~icml25.dps.crops`),
 a helper condenses what they say (:mod:`~icml25.dps.helper`), and the strong agent re-examines
-its answer. Baselines share one signature (:mod:`~icml25.dps.baselines`). The offline stand-in
+its answer. Baselines share one signature (:mod:`~icml25.dps.baselines`). A local
+vision-language model is :class:`~icml25.dps.backends.HFVisionChat` (imported from its module: it
+needs transformers). The offline stand-in
 (:mod:`~icml25.dps.standin`) and the tensor attacks (:mod:`~icml25.dps.attacks`) import torch
 when imported; this package itself does not.
 """
