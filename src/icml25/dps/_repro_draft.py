@@ -143,9 +143,17 @@ def measure(
     if sz["n_test"] is not None and sz["n_test"] < len(yt):
         idx = np.sort(rng.choice(len(yt), sz["n_test"], replace=False))
         xt, yt = xt[idx], yt[idx]
-    gen = torch.Generator().manual_seed(seed)
-    patches = {t: universal_patch(sur, d["train"][0], t, size=8, steps=sz["patch_steps"], generator=gen)
-               for t in range(10)}  # fmt: skip
+    # one patch set per checkpoint seed, cached (quick mode shares it across its evaluation seeds:
+    # the patch work dominated the first draft's 382 s)
+    patch_seed = seed if full else 0
+    ppath = out / f"patches_s{patch_seed}_{sz['patch_steps']}.pt"
+    if ppath.exists():
+        patches = torch.load(ppath)
+    else:
+        gen = torch.Generator().manual_seed(patch_seed)
+        patches = {t: universal_patch(sur, d["train"][0], t, size=8, steps=sz["patch_steps"], generator=gen)
+                   for t in range(10)}  # fmt: skip
+        torch.save(patches, ppath)
     targets = (yt + 1) % 10
     adv = torch.cat(
         [apply_patch(xt[i : i + 1], patches[int(targets[i])], i % 4) for i in range(len(yt))]
