@@ -72,6 +72,17 @@ def run(r: Run) -> ReproResult:
                for name, k in (("vanilla clean", "van_clean"), ("vanilla patched", "van_adv"),
                                ("DPS clean", "dps_clean"), ("DPS patched", "dps_adv"),
                                ("crop vote clean", "vote_clean"), ("crop vote patched", "vote_adv"))]  # fmt: skip
+    for att in ("pgd_transfer", "pgd_white"):
+        for name in ("van", "dps", "vote"):
+            metrics.append(
+                Metric(
+                    f"{name} accuracy under {att}",
+                    [float(np.mean(p[f"{name}_{att}"])) * 100 for p in per_seed],
+                    unit="%",
+                )
+            )
+            metrics.append(Metric(f"{name} targeted ASR under {att}",
+                                  [float(np.mean(p[f"{name}_{att}_targeted"])) * 100 for p in per_seed], unit="%"))  # fmt: skip
     metrics += [Metric("mean max-probability, clean", [p["maxp_clean"] for p in per_seed]),
                 Metric("mean max-probability, patched", [p["maxp_adv"] for p in per_seed])]  # fmt: skip
     r.figure(plot_bars(per_seed), "accuracy_bars.png")
@@ -110,8 +121,8 @@ def measure(
     import torch
     import torch.nn.functional as F
 
-    from icml25.dps import DPSDefense, LabelJudge, crop_vote, to_pil, vanilla
-    from icml25.dps.attacks import apply_patch, universal_patch
+    from icml25.dps import DPSDefense, LabelJudge, crop_vote, smooth_vlm, to_pil, vanilla
+    from icml25.dps.attacks import apply_patch, pgd_linf, universal_patch
     from icml25.dps.standin import (
         DigitsCNN,
         DigitsVLM,
@@ -155,38 +166,51 @@ def measure(
                    for t in range(10)}  # fmt: skip
         torch.save(patches, ppath)
     targets = (yt + 1) % 10
-    adv = torch.cat(
-        [apply_patch(xt[i : i + 1], patches[int(targets[i])], i % 4) for i in range(len(yt))]
-    )
-    judge = LabelJudge()
-    dps = DPSDefense(vlm, crop="center", seed=seed)
-    res: dict[str, Any] = {k: [] for k in ("van_clean", "van_adv", "dps_clean", "dps_adv", "vote_clean", "vote_adv",
-                                           "van_clean_correct", "van_misled", "dps_misled")}  # fmt: skip
-    maxp_c, maxp_a = [], []
-    for i in range(len(yt)):
-        y = int(yt[i])
-        ci, ai = to_pil(xt[i, 0]), to_pil(adv[i, 0])
-        q = "Which digit is shown in the image?"
-        vc, va = judge(vanilla(vlm, ci, q)), judge(vanilla(vlm, ai, q))
-        dc, da = (
-            judge(dps.respond(ci, q, seed=seed * 10_000 + i).final),
-            judge(dps.respond(ai, q, seed=seed * 10_000 + i).final),
+    attacks = {
+        "patch": torch.cat(
+            [apply_patch(xt[i : i + 1], patches[int(targets[i])], i % 4) for i in range(len(yt))]
         )
-        oc = judge(crop_vote(vlm, ci, q, seed=seed * 10_000 + i))
-        oa = judge(crop_vote(vlm, ai, q, seed=seed * 10_000 + i))
-        res["van_clean"].append(float(vc == y))
-        res["van_adv"].append(float(va == y))
-        res["dps_clean"].append(float(dc == y))
-        res["dps_adv"].append(float(da == y))
-        res["vote_clean"].append(float(oc == y))
-        res["vote_adv"].append(float(oa == y))
-        res["van_clean_correct"].append(vc == y)
-        res["van_misled"].append(float(va is not None and va != y))
-        res["dps_misled"].append(float(da is not None and da != y))
-        maxp_c.append(float(vlm.probs(ci).max()))
-        maxp_a.append(float(vlm.probs(ai).max()))
-    res.update(seed=seed, maxp_clean=float(np.mean(maxp_c)), maxp_adv=float(np.mean(maxp_a)),
-               seconds=time.perf_counter() - t0)  # fmt: skip
+    }
+    attacks["pgd_transfer"] = pgd_linf(sur, xt, targets, eps=0.15, step=0.02, steps=20)
+    attacks["pgd_white"] = pgd_linf(target, xt, targets, eps=0.1, step=0.02, steps=10)
+    judge = LabelJudge()
+    q = "Which digit is shown in the image?"
+    dps = DPSDefense(vlm, crop="center", seed=seed)
+    defences = {
+        "van": lambda img, k: vanilla(vlm, img, q),
+        "dps": lambda img, k: dps.respond(img, q, seed=seed * 10_000 + k).final,
+        "vote": lambda img, k: crop_vote(vlm, img, q, seed=seed * 10_000 + k),
+    }
+    if full:
+        dps3 = DPSDefense(vlm, crop="random", n_agents=3, seed=seed)
+        defences["dps_random3"] = lambda img, k: dps3.respond(img, q, seed=seed * 10_000 + k).final
+        defences["smooth"] = lambda img, k: smooth_vlm(vlm, img, q, seed=seed * 10_000 + k)
+    res: dict[str, Any] = {"seed": seed}
+    clean_pred = {
+        name: [judge(fn(to_pil(xt[i, 0]), i)) for i in range(len(yt))]
+        for name, fn in defences.items()
+    }
+    y = [int(v) for v in yt]
+    t = [int(v) for v in targets]
+    for name, preds in clean_pred.items():
+        res[f"{name}_clean"] = [float(p == yy) for p, yy in zip(preds, y)]
+    res["van_clean_correct"] = [p == yy for p, yy in zip(clean_pred["van"], y)]
+    for att, xa in attacks.items():
+        suffix = "adv" if att == "patch" else att
+        for name, fn in defences.items():
+            preds = [judge(fn(to_pil(xa[i, 0]), i)) for i in range(len(yt))]
+            res[f"{name}_{suffix}"] = [float(p == yy) for p, yy in zip(preds, y)]
+            res[f"{name}_{suffix}_targeted"] = [float(p == tt) for p, tt in zip(preds, t)]
+            res[f"{name}_{suffix}_misled"] = [
+                float(p is not None and p != yy) for p, yy in zip(preds, y)
+            ]
+    res["van_misled"], res["dps_misled"] = res["van_adv_misled"], res["dps_adv_misled"]
+    with torch.no_grad():
+        res["maxp_clean"] = float(torch.softmax(target(xt), -1).max(-1).values.mean())
+        for att, xa in attacks.items():
+            res[f"maxp_{att}"] = float(torch.softmax(target(xa), -1).max(-1).values.mean())
+    res["maxp_adv"] = res["maxp_patch"]
+    res["seconds"] = time.perf_counter() - t0
     return res
 
 
