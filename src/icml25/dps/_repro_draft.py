@@ -72,7 +72,7 @@ def run(r: Run) -> ReproResult:
                for name, k in (("vanilla clean", "van_clean"), ("vanilla patched", "van_adv"),
                                ("DPS clean", "dps_clean"), ("DPS patched", "dps_adv"),
                                ("crop vote clean", "vote_clean"), ("crop vote patched", "vote_adv"))]  # fmt: skip
-    for att in ("pgd_transfer", "pgd_white"):
+    for att in ("pgd_transfer", "pgd_white") if "van_pgd_transfer" in per_seed[0] else ():
         for name in ("van", "dps", "vote"):
             metrics.append(
                 Metric(
@@ -171,8 +171,9 @@ def measure(
             [apply_patch(xt[i : i + 1], patches[int(targets[i])], i % 4) for i in range(len(yt))]
         )
     }
-    attacks["pgd_transfer"] = pgd_linf(sur, xt, targets, eps=0.15, step=0.02, steps=20)
-    attacks["pgd_white"] = pgd_linf(target, xt, targets, eps=0.1, step=0.02, steps=10)
+    if full:  # quick mode: the patch attack only (its evaluation dominates the budget)
+        attacks["pgd_transfer"] = pgd_linf(sur, xt, targets, eps=0.15, step=0.02, steps=20)
+        attacks["pgd_white"] = pgd_linf(target, xt, targets, eps=0.1, step=0.02, steps=10)
     judge = LabelJudge()
     q = "Which digit is shown in the image?"
     dps = DPSDefense(vlm, crop="center", seed=seed)
