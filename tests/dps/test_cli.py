@@ -68,3 +68,21 @@ def test_clear_errors(tmp_path, capsys):
     assert main(["dps", "run", "--model", "gpt", "--images", str(tmp_path), "--questions", str(q),
                  "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
     assert "openai:NAME" in capsys.readouterr().err
+
+
+def test_other_settings_do_not_reuse_answers(tmp_path, capsys):
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    Image.fromarray(np.zeros((16, 16), dtype=np.uint8)).save(imgs / "a.png")
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "x", "image": "a.png", "question": "What?"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    with ChatServer(CallableChat(lambda m, **kw: "ok")) as server:
+        base = ["dps", "run", "--model", "openai:m", "--base-url", server.url, "--images", str(imgs),
+                "--questions", str(q), "--out", str(out), "-q"]  # fmt: skip
+        assert main(base) == 0 and main(base) == 0
+        assert "1 done before" in capsys.readouterr().out
+        assert main([*base, "--crop", "random"]) == 0
+        assert "1 done now" in capsys.readouterr().out
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len({r["config"] for r in rows}) == 2 and all(r["question"] == "What?" for r in rows)

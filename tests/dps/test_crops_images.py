@@ -93,3 +93,23 @@ def test_data_url_round_trip_and_to_pil_variants(tmp_path):
         decode_data_url("http://example.com/x.png")
     with pytest.raises(FileNotFoundError):
         to_pil(tmp_path / "missing.png")
+
+
+def test_integer_and_bad_images():
+    assert np.array_equal(
+        np.array(to_pil(np.array([[0, 1], [1, 0]]))), [[0, 1], [1, 0]]
+    )  # ints are pixel values
+    assert to_pil(np.full((8, 8, 3), 200)).mode == "RGB"
+    assert to_pil(torch.randint(0, 255, (3, 8, 8), dtype=torch.uint8)).size == (
+        8,
+        8,
+    )  # torchvision's CHW uint8
+    assert np.array(to_pil(np.full((2, 2), 65535, dtype=np.uint16))).max() == 255
+    with pytest.raises(TypeError, match="NoneType"):
+        to_pil(None)
+    with pytest.raises(ValueError, match="0..255"):
+        to_pil(np.full((2, 2), 300))
+    with pytest.raises(ValueError, match="non-empty"):
+        to_pil(np.zeros((0, 5, 3)))
+    with pytest.raises(ValueError, match="max_pixels"):
+        encode_data_url(np.zeros((4, 4)), max_pixels=-5)

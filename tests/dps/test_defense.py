@@ -227,3 +227,23 @@ def test_openai_compatible_server_receives_image_parts():
     with ChatServer(CallableChat(check)) as server:
         res = DPSDefense(OpenAIChat(server.url, "m")).respond(IMG, "What animal?")
     assert res.final == "It is a cat." and (32, 32) in seen and (16, 16) in seen
+
+
+def test_more_bad_input():
+    b = CallableChat(lambda m, **kw: "x")
+    with pytest.raises(ValueError, match="temperature"):
+        DPSDefense(b, temperature=-1, on_error="refusal")
+    with pytest.raises(ValueError, match="seed"):
+        DPSDefense(b, seed=1.5)
+    with pytest.raises(TypeError, match="DPSPrompts"):
+        DPSDefense(b, prompts={"final": "x"})
+    with pytest.raises(ValueError, match="workers"):
+        DPSDefense(b).respond_batch([(IMG, "q")], workers=0)
+    with pytest.raises(ValueError, match="image is None"):
+        vanilla(b, None, "q")
+    with pytest.raises(TypeError, match="judge"):
+        ecso(b, IMG, "q", judge=RuleHelper())
+    with pytest.raises(TypeError, match="list of regex"):
+        RuleHelper(uninformative_patterns="cannot")
+    with pytest.raises(ValueError, match="n_random"):
+        crop_vote(b, IMG, "q", n_random=-1)

@@ -48,6 +48,10 @@ def pgd_linf(model: Any, x: torch.Tensor, target: torch.Tensor, *, eps: float = 
         raise ValueError(
             f"need eps >= 0, step > 0 and an int steps >= 0, got {eps}, {step}, {steps}"
         )
+    if not isinstance(target, torch.Tensor) or target.dtype not in (torch.long, torch.int32):
+        raise TypeError(
+            f"target must be an integer tensor of class indices, got {type(target).__name__}"
+        )
     if target.shape != (x.shape[0],):
         raise ValueError(f"target must have shape ({x.shape[0]},), got {tuple(target.shape)}")
     ms = _models(model)
@@ -71,6 +75,8 @@ def apply_patch(x: torch.Tensor, patch: torch.Tensor, corners: Sequence[int] | i
     _check_images(x)
     n, _, h, w = x.shape
     p = patch.shape[-1]
+    if patch.shape[-3] != x.shape[1]:
+        raise ValueError(f"the patch has {patch.shape[-3]} channel(s), the images {x.shape[1]}")
     if patch.shape[-2] != p or p > min(h, w):
         raise ValueError(
             f"the patch must be square and fit the image, got {tuple(patch.shape)} for {h}x{w}"
@@ -92,7 +98,15 @@ def universal_patch(model: Any, x: torch.Tensor, target: int, *, size: int = 8, 
     wherever it is pasted (a random corner per image and step)."""
     _check_images(x)
     ms = _models(model)
-    gen = generator or torch.Generator().manual_seed(0)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= min(x.shape[-2:]):
+        raise ValueError(
+            f"size must be an int in [1, {min(x.shape[-2:])}] for {tuple(x.shape[-2:])} images, got {size!r}"
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr!r}")
+    gen = generator or torch.Generator().manual_seed(0)  # deterministic by default
     logit = torch.zeros(
         x.shape[1], size, size, device=x.device, requires_grad=True
     )  # sigmoid -> 0.5 grey

@@ -49,6 +49,8 @@ def normalize_answer(text: str) -> str:
 def _ask(
     lvlm: Any, image: Any, question: str, *, max_tokens: int = 2000, temperature: float = 0.0
 ) -> str:
+    if image is None:
+        raise ValueError("image is None: a vision baseline needs the image")
     return Conversation(
         lvlm, PLAIN, role="lvlm", max_tokens=max_tokens, temperature=temperature
     ).ask(question, image)
@@ -102,11 +104,18 @@ def smooth_vlm(lvlm: Any, image: Any, question: str, *, n_copies: int = 10, frac
     return _vote(answers, answer_normalizer, answers[0])
 
 
+def _chat_backend(name: str, b: Any) -> None:
+    if not callable(getattr(b, "chat", None)):
+        raise TypeError(f"{name} must be an icml25.llm chat backend (text), got {type(b).__name__}")
+
+
 def crop_vote(lvlm: Any, image: Any, question: str, *, n_random: int = 2, seed: int | None = 0,
               answer_normalizer: Callable[[str], str] = normalize_answer, **kw: Any) -> str:  # fmt: skip
     """Majority vote over the answers on the full image, its centre crop and ``n_random`` random
     crops; ties go to the full image's answer."""
     _check(question)
+    if isinstance(n_random, bool) or not isinstance(n_random, (int, np.integer)) or n_random < 0:
+        raise ValueError(f"n_random must be an int >= 0, got {n_random!r}")
     img = to_pil(image)
     rng = np.random.default_rng(seed)
     views = [img, center_crop(img)] + [random_crop(img, rng) for _ in range(int(n_random))]
@@ -145,6 +154,7 @@ def ecso(lvlm: Any, image: Any, question: str, *, judge: Any, **kw: Any) -> str:
     """ECSO: answer; if ``judge`` (a text chat backend) says the answer is harmful, answer again
     from a question-aware caption alone ("eyes closed")."""
     _check(question)
+    _chat_backend("judge", judge)
     answer = _ask(lvlm, image, question, **kw)
     if not re.match(
         r"\s*yes\b", _text(judge, HARMFUL_CHECK.format(response=answer)), re.IGNORECASE
@@ -157,5 +167,6 @@ def ecso(lvlm: Any, image: Any, question: str, *, judge: Any, **kw: Any) -> str:
 def mllm_protector(lvlm: Any, image: Any, question: str, *, helper: Any, **kw: Any) -> str:
     """Answer, then let ``helper`` (a text chat backend) rewrite it if harmful (else repeat it)."""
     _check(question)
+    _chat_backend("helper", helper)
     answer = _ask(lvlm, image, question, **kw)
     return _text(helper, REWRITE.format(response=answer))

@@ -6,8 +6,9 @@ vision model, resumable.
 
 ``q.jsonl`` rows: ``{"image": "cat.png", "question": "...", "id": "optional"}`` (images relative
 to ``--images``). Each answer (final, initial, weak answers, observations, trace) is appended to
-``--out`` as it arrives; a rerun skips what is done and retries failed rows; a failing item is
-an error row and the others go on. No torch import at module level.
+``--out`` as it arrives, with the settings' hash in ``config``; a rerun with the same settings
+skips what is done and retries failed rows (other settings answer every item afresh, so two
+configurations never mix); a failing item is an error row and the others go on. No torch import at module level.
 """
 
 from __future__ import annotations
@@ -112,8 +113,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = dps.respond(folder / row["image"], row["question"], seed=args.seed)
         return res.to_dict()
 
-    with JsonlStore(args.out, key="id") as store:
-        report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "image": r["image"]},
+    import hashlib
+
+    settings = [args.model, args.base_url, args.crop, args.agents, args.helper, args.temperature, args.max_tokens,
+                args.seed]  # fmt: skip
+    config = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:12]
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        print(f"error: two rows of {args.questions} share the id {dup!r}", file=sys.stderr)
+        return 2
+    with JsonlStore(
+        args.out, key=("id", "config")
+    ) as store:  # other settings: answered afresh, not mixed
+        report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "config": config,
+                                                                    "image": r["image"], "question": r["question"]},
                                concurrency=args.workers, retry_errors=True, progress=not args.quiet,
                                desc="DPS")  # fmt: skip
     print(report.summary())

@@ -37,6 +37,14 @@ __all__ = ["REFUSAL", "BackendError", "Conversation", "DPSDefense", "DPSResult"]
 REFUSAL = "I'm sorry, but I can't help with that request."
 
 
+def _check_seed(seed: object) -> object:
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0
+    ):
+        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+    return seed
+
+
 class BackendError(RuntimeError):
     """A model call failed; ``trace`` holds the calls made so far in this query."""
 
@@ -156,6 +164,17 @@ class DPSDefense:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if on_error not in ("raise", "refusal"):
             raise ValueError(f"on_error must be 'raise' or 'refusal', got {on_error!r}")
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0 <= temperature <= 2
+        ):
+            raise ValueError(f"temperature must be a number in [0, 2], got {temperature!r}")
+        _check_seed(seed)
+        if prompts is not None and not isinstance(prompts, DPSPrompts):
+            raise TypeError(
+                f"prompts must be a DPSPrompts (DPSPrompts.from_json(path) for a file), got {type(prompts).__name__}"
+            )
         if helper is not None and not (
             hasattr(helper, "summarize") and hasattr(helper, "is_informative")
         ):
@@ -205,7 +224,7 @@ class DPSDefense:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question must be a non-empty string, got {question!r:.60}")
         img = to_pil(image)
-        rng = np.random.default_rng(self.seed if seed is None else seed)
+        rng = np.random.default_rng(self.seed if seed is None else _check_seed(seed))
         trace: list[dict[str, Any]] = []
         strong = self._conversation(self.prompts.strong_system, "strong", trace)
         initial = strong.ask(question, img, template="question")
@@ -253,6 +272,11 @@ class DPSDefense:
         ``errors="return"`` puts the :class:`BackendError` of a failed query in its place and
         keeps the others."""
         items = list(items)
+        for k, it in enumerate(items):
+            if not (isinstance(it, (tuple, list)) and len(it) == 2 and isinstance(it[1], str)):
+                raise TypeError(f"items[{k}] must be an (image, question) pair, got {it!r:.60}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
         base = 0 if self.seed is None else int(self.seed)

@@ -38,16 +38,30 @@ class RuleHelper:
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if isinstance(uninformative_patterns, str) or not all(
+            isinstance(p, str) for p in uninformative_patterns
+        ):
+            raise TypeError(
+                "uninformative_patterns must be a list of regex strings, not one string"
+            )
         self.limit = limit
         self.patterns = [re.compile(p, re.IGNORECASE) for p in uninformative_patterns]
         self.calls = 0
 
     def summarize(self, text: str, limit: int | None = None, style: str = "plain") -> str:
         _check_style(style)
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
         self.calls += 1
-        return " ".join(str(text).split()[: limit or self.limit])
+        return " ".join(text.split()[: limit or self.limit])
 
     def is_informative(self, text: str) -> bool:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
         self.calls += 1
         return bool(str(text).strip()) and not any(p.search(str(text)) for p in self.patterns)
 

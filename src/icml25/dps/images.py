@@ -25,35 +25,48 @@ def to_pil(image: Any) -> Any:
     if isinstance(image, Image.Image):
         img = image
     elif isinstance(image, (str, os.PathLike)):
-        if not os.path.exists(image):
+        if not os.path.isfile(image):
             raise FileNotFoundError(f"no such image file: {image}")
         img = Image.open(image)
         img.load()
-    else:
-        arr = image
-        if hasattr(arr, "detach"):  # torch: (C, H, W) or (H, W)
-            arr = arr.detach().float().cpu().numpy()
-            if arr.ndim == 3:
-                arr = np.transpose(arr, (1, 2, 0))
-        arr = np.asarray(arr)
+    elif hasattr(image, "detach") or isinstance(image, np.ndarray):
+        arr = image.detach().cpu().numpy() if hasattr(image, "detach") else image
+        shape = tuple(arr.shape)
+        if hasattr(image, "detach") and arr.ndim == 3 and arr.shape[0] in (1, 3, 4):
+            arr = np.transpose(arr, (1, 2, 0))  # torch (C, H, W)
         if arr.ndim == 3 and arr.shape[2] == 1:
             arr = arr[:, :, 0]
-        if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (3, 4)):
+        if (
+            arr.ndim not in (2, 3)
+            or (arr.ndim == 3 and arr.shape[2] not in (3, 4))
+            or 0 in arr.shape
+        ):
             raise ValueError(
-                f"an image array must be (H, W), (H, W, 1|3|4) or a (C, H, W) tensor, got shape {arr.shape}"
+                f"an image array must be a non-empty (H, W), (H, W, 1|3|4) array or (C, H, W) tensor, got shape {shape}"
             )
-        if arr.dtype != np.uint8:
-            if not np.issubdtype(arr.dtype, np.floating) and not np.issubdtype(
-                arr.dtype, np.integer
-            ):
-                raise TypeError(f"image values must be numbers, got dtype {arr.dtype}")
+        if arr.dtype == np.bool_:
+            arr = arr.astype(np.uint8) * 255
+        elif arr.dtype == np.uint16:
+            arr = np.round(arr.astype(np.float64) / 65535 * 255).astype(np.uint8)
+        elif np.issubdtype(arr.dtype, np.integer) and arr.dtype != np.uint8:
+            if arr.min() < 0 or arr.max() > 255:
+                raise ValueError(
+                    f"an integer image must hold pixel values 0..255, got {arr.min()}..{arr.max()} ({arr.dtype})"
+                )
+            arr = arr.astype(np.uint8)
+        elif np.issubdtype(arr.dtype, np.floating):
             a = arr.astype(np.float64)
             if not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
-                raise ValueError(
-                    "a float image must hold values in [0, 1] (uint8 arrays hold 0..255)"
-                )
+                raise ValueError(f"a float image must hold values in [0, 1], got {a.min():.3g}..{a.max():.3g}; "
+                                 "integer arrays hold 0..255")  # fmt: skip
             arr = np.round(a * 255).astype(np.uint8)
+        elif arr.dtype != np.uint8:
+            raise TypeError(f"image values must be numbers, got dtype {arr.dtype}")
         img = Image.fromarray(arr)
+    else:
+        raise TypeError(
+            f"image must be a PIL image, a numpy array, a torch tensor or a file path, got {type(image).__name__}"
+        )
     if img.mode in ("L", "RGB"):
         return img
     if img.mode in ("I;16", "I;16B", "I;16L", "I"):
@@ -69,6 +82,12 @@ def encode_data_url(image: Any, *, max_pixels: int | None = None, downscale: int
     above 5 * 2**20 pixels."""
     from PIL import Image
 
+    if max_pixels is not None and (
+        isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1
+    ):
+        raise ValueError(f"max_pixels must be None or an int >= 1, got {max_pixels!r}")
+    if isinstance(downscale, bool) or not isinstance(downscale, int) or downscale < 1:
+        raise ValueError(f"downscale must be an int >= 1, got {downscale!r}")
     img = to_pil(image)
     if max_pixels is not None and img.width * img.height > max_pixels:
         img = img.resize(

@@ -100,6 +100,21 @@ def train_classifier(x: torch.Tensor, y: torch.Tensor, *, steps: int = 1500, wid
                      lr: float = 2e-3, batch_size: int = 64, crop_prob: float = 0.5) -> DigitsCNN:  # fmt: skip
     """Adam, batches of 64; each image is replaced by a random-resized crop with probability 0.5
     so crops stay classifiable."""
+    if not (
+        isinstance(x, torch.Tensor) and x.ndim == 4 and x.shape[1] == 1 and x.is_floating_point()
+    ):
+        raise ValueError(
+            f"x must be a float tensor (N, 1, H, W) in [0, 1], got {getattr(x, 'shape', type(x))}"
+        )
+    if not isinstance(y, torch.Tensor) or y.shape != (x.shape[0],):
+        raise ValueError(
+            f"y must be a tensor of {x.shape[0]} labels, got {getattr(y, 'shape', type(y))}"
+        )
+    for name, v in (("steps", steps), ("batch_size", batch_size), ("width", width)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if not 0 <= crop_prob <= 1:
+        raise ValueError(f"crop_prob must be in [0, 1], got {crop_prob!r}")
     torch.manual_seed(seed)
     model = DigitsCNN(width)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -125,6 +140,10 @@ def confusion_matrix(
 ) -> np.ndarray:
     """``C[c, h] = P(the classifier says h on a view | true c)`` (Laplace ``smoothing`` per cell,
     row-normalised, float64)."""
+    if len(views) != len(y):
+        raise ValueError(f"{len(views)} views but {len(y)} labels")
+    if not smoothing > 0:
+        raise ValueError(f"smoothing must be > 0 (Laplace), got {smoothing!r}")
     pred = model(views).argmax(-1).numpy()
     c = np.full((10, 10), smoothing, dtype=np.float64)
     for t, h in zip(y.numpy(), pred):
@@ -167,6 +186,16 @@ class DigitsVLM(BaseChat):
             raise ValueError(f"fusion must be 'bayes' or 'bonus', got {fusion!r}")
         if fusion == "bayes" and (confusion is None or np.asarray(confusion).shape != (10, 10)):
             raise ValueError("fusion='bayes' needs a (10, 10) confusion matrix")
+        if confusion is not None:
+            c = np.asarray(confusion, dtype=np.float64)
+            if (c <= 0).any() or not np.allclose(c.sum(1), 1):
+                raise ValueError(
+                    "confusion must hold positive rows that sum to 1 (use confusion_matrix)"
+                )
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"model must be the digit classifier (a torch module), got {type(model).__name__}"
+            )
         self.model, self.confusion, self.fusion = model.eval(), confusion, fusion
         self.lam, self.tau_unsure, self.name, self.concurrency = (
             float(lam),
