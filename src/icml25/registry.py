@@ -117,6 +117,8 @@ PAPERS: tuple[Paper, ...] = (
         "dps",
         "Defending LVLMs Against Vision Attacks through Partial-Perception Supervision",
         "arXiv:2412.12722",
+        repro="icml25.dps.repro:run",
+        usage="icml25.dps.DPSDefense(OpenAIChat(url, 'my-vision-model'), crop='center').respond(image, question).final",
         cli="icml25.dps.cli:add_parser",
     ),
     Paper(

@@ -247,3 +247,16 @@ def test_more_bad_input():
         RuleHelper(uninformative_patterns="cannot")
     with pytest.raises(ValueError, match="n_random"):
         crop_vote(b, IMG, "q", n_random=-1)
+
+
+def test_reproduction_smoke(tmp_path):
+    import math
+
+    from icml25.dps.repro import CRITERIA, run
+
+    res = run(quick=True, smoke=True, out=tmp_path)
+    assert [c.criterion.name for c in res.checks] == [c.name for c in CRITERIA]
+    assert all(math.isfinite(c.estimate) for c in res.checks)
+    accs = [m for m in res.metrics if m.unit == "%"]
+    assert accs and all(0 <= v <= 100 for m in accs for v in m.values)
+    assert [p.name for p in res.figures] == ["accuracy_bars.png"]

@@ -1,5 +1,5 @@
-"""Draft of the reproduction of paper 08 (DPS, arXiv:2412.12722): becomes ``repro.py`` once registered
-(in progress, not registered; docs/dps.md will hold its design and results).
+"""Reproduction of paper 08 (DPS, arXiv:2412.12722) with the DigitsVLM stand-in
+(docs/dps.md, "Reproduction"; the full mode's design is still being completed).
 
 Claim: DPS lowers the success of crop-sensitive vision attacks while keeping clean accuracy close
 to the undefended model, unlike majority voting over crops, which pays a large clean-accuracy
@@ -88,8 +88,10 @@ def run(r: Run) -> ReproResult:
     r.figure(plot_bars(per_seed), "accuracy_bars.png")
     return r.result(claim=CLAIM, checks=checks, criteria=CRITERIA, key_check=DPS_ROBUST.name, metrics=metrics,
                     setup=f"DigitsVLM stand-in; sizes {sz}; seeds {r.seeds}.",
-                    deviations=["In progress: pgd_transfer, pgd_white, SmoothVLM, DPS-random and the fusion "
-                                "sweeps of the full design are not run yet."])  # fmt: skip
+                    deviations=["Quick mode runs the patch attack only; full mode adds transfer and white-box PGD, SmoothVLM "
+                                "and DPS with three random crops. The design's fusion, lam and tau_unsure sweeps are not "
+                                "run yet.", "A digits classifier behind the chat protocol (DigitsVLM) instead of "
+                                "Qwen-VL / GPT-4o-mini / Gemini; a rule helper instead of gpt-4o-mini."])  # fmt: skip
 
 
 def _models(seed: int | None, sz: dict[str, Any], out: Path) -> dict[str, Any]:
