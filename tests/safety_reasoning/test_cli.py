@@ -80,58 +80,25 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
 
 def test_clear_errors(model_dir, tmp_path, capsys):
     q = _jsonl(tmp_path / "harm.jsonl", [{"prompt": "hv1 dt2 f3"}])
-    assert (
-        main(
-            [
-                "safety-reasoning",
-                "eval",
-                "--model",
-                str(model_dir),
-                "--queries",
-                str(q),
-                "--attacks",
-                "rot13",
-            ]
-        )
-        == 2
-    )
-    assert "unknown attack 'rot13'" in capsys.readouterr().err
-    assert main(["safety-reasoning", "eval", "--model", "openai:m", "--queries", str(q)]) == 2
-    assert "--base-url" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "safety-reasoning",
-                "eval",
-                "--model",
-                str(model_dir),
-                "--queries",
-                str(q),
-                "--attacks",
-                "template",
-            ]
-        )
-        == 2
-    )
-    assert "--templates" in capsys.readouterr().err
-    assert main(["safety-reasoning", "bon", "--model", "/no/such/model", "--queries", str(q)]) == 2
-    assert "existing local path" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "safety-reasoning",
-                "train",
-                "--model",
-                str(model_dir),
-                "--data",
-                str(q),
-                "--out",
-                str(tmp_path / "x"),
-            ]
-        )
-        == 2
-    )
-    assert "query + target" in capsys.readouterr().err
+    cases = [
+        (
+            ["eval", "--model", str(model_dir), "--queries", str(q), "--attacks", "rot13"],
+            "unknown attack 'rot13'",
+        ),
+        (["eval", "--model", "openai:m", "--queries", str(q)], "--base-url"),
+        (
+            ["eval", "--model", str(model_dir), "--queries", str(q), "--attacks", "template"],
+            "--templates",
+        ),
+        (["bon", "--model", "/no/such/model", "--queries", str(q)], "existing local path"),
+        (
+            ["train", "--model", str(model_dir), "--data", str(q), "--out", str(tmp_path / "x")],
+            "query + target",
+        ),
+    ]
+    for args, message in cases:
+        assert main(["safety-reasoning", *args]) == 2, args
+        assert message in capsys.readouterr().err
 
 
 def test_bon_reads_a_jailbreakbench_artifact_and_eval_skips_helpful_rows(
