@@ -63,6 +63,7 @@ def test_parse_boxes_on_messy_replies_and_auto_mask():
     masked = np.array(auto_mask(img, [(2, 3, 10, 12)]))
     assert (masked[3:12, 2:10] == 0).all() and masked.sum() == 200 * (16 * 32 - 9 * 8)
     assert parse_boxes("no boxes here", 8, 8) == []
+    assert parse_boxes("[1e1, 2, 2.5e1, 8] [1e999, 0, 4, 4]", 32, 16) == [(10, 2, 25, 8)]
 
 
 def test_data_url_round_trip_and_to_pil_variants(tmp_path):
@@ -113,3 +114,24 @@ def test_integer_and_bad_images():
         to_pil(np.zeros((0, 5, 3)))
     with pytest.raises(ValueError, match="max_pixels"):
         encode_data_url(np.zeros((4, 4)), max_pixels=-5)
+
+
+def test_transparency_is_composited_over_white():
+    # black strokes on a transparent background (what a drawing app exports): fully transparent
+    # pixels become white, opaque ones keep their colour, half-transparent ones blend
+    rgba = np.zeros((2, 3, 4), dtype=np.uint8)
+    rgba[0, 0] = (0, 0, 0, 255)
+    rgba[0, 1] = (200, 10, 10, 0)
+    rgba[0, 2] = (0, 0, 0, 128)
+    img = to_pil(rgba)
+    assert img.mode == "RGB"
+    px = np.array(img)
+    assert px[0, 0].tolist() == [0, 0, 0] and px[0, 1].tolist() == [255, 255, 255]
+    assert 120 <= px[0, 2, 0] <= 130 and px[1, 0].tolist() == [255, 255, 255]
+    la = to_pil(Image.fromarray(np.array([[[0, 0], [0, 255]]], dtype=np.uint8), mode="LA"))
+    assert la.mode == "L" and np.array(la).tolist() == [[255, 0]]
+    pal = Image.new("P", (2, 1))
+    pal.putpalette([0, 0, 0, 9, 9, 9] + [0] * 762)
+    pal.putpixel((1, 0), 1)
+    pal.info["transparency"] = 0
+    assert np.array(to_pil(pal)).tolist() == [[[255, 255, 255], [9, 9, 9]]]

@@ -161,6 +161,34 @@ def test_failures_raise_with_the_trace_or_follow_the_official_refusal():
     assert all(isinstance(o, BackendError) for o in out)
 
 
+def test_helper_failures_raise_or_follow_the_official_refusal():
+    from icml25.dps.defense import REFUSAL
+
+    long = " ".join(["stroke"] * 30) + " so it is a seven."
+    lvlm = CallableChat(lambda m, **kw: long)
+
+    def down(m, **kw):
+        raise ConnectionError("helper down")
+
+    with pytest.raises(BackendError, match="helper call .*helper down") as info:
+        DPSDefense(lvlm, helper=LLMHelper(CallableChat(down))).respond(IMG, "What?")
+    assert (
+        info.value.trace[-1]["role"] == "helper" and "helper down" in info.value.trace[-1]["error"]
+    )
+    res = DPSDefense(lvlm, helper=LLMHelper(CallableChat(down)), on_error="refusal").respond(
+        IMG, "What?"
+    )
+    helper_steps = [t for t in res.trace if t["role"] == "helper"]
+    assert helper_steps and all("helper down" in t["error"] for t in helper_steps)
+    assert res.final == long  # the run completes; the supervision carried the refusal text
+    # the failed yes/no check reads "not informative", so the observation is the (refused) summary
+    assert (
+        res.informative == [False]
+        and res.observations == [REFUSAL]
+        and res.analysis_summary == REFUSAL
+    )
+
+
 def test_bad_input():
     b = CallableChat(lambda m, **kw: "x")
     with pytest.raises(ValueError, match="crop"):
@@ -255,8 +283,51 @@ def test_reproduction_smoke(tmp_path):
     from icml25.dps.repro import CRITERIA, run
 
     res = run(quick=True, smoke=True, out=tmp_path)
-    assert [c.criterion.name for c in res.checks] == [c.name for c in CRITERIA]
+    assert [c.criterion.name for c in res.checks] == [
+        c.name for c in CRITERIA[:5]
+    ]  # (f), (g): full mode
     assert all(math.isfinite(c.estimate) for c in res.checks)
     accs = [m for m in res.metrics if m.unit == "%"]
     assert accs and all(0 <= v <= 100 for m in accs for v in m.values)
-    assert [p.name for p in res.figures] == ["accuracy_bars.png"]
+    assert [p.name for p in res.figures] == ["accuracy_bars.png", "max_probability.png"]
+
+
+def test_reproduction_full_mode_path_small(tmp_path):
+    """The full mode's extra attacks, defences, sweeps and figures on a tiny size (the real full
+    run takes ~25 minutes)."""
+    import numpy as np
+
+    from icml25.dps import repro
+
+    sz = {
+        "target_steps": 20,
+        "surrogate_steps": 20,
+        "n_surrogates": 2,
+        "patch_steps": 3,
+        "n_test": 12,
+    }
+    att = repro._attacker(sz, tmp_path, True)
+    assert len(att["surrogates"]) == 2 and att["pgd_transfer"].shape == att["data"]["test"][0].shape
+    per_seed = [repro.measure(s, sz, tmp_path, att, True) for s in (0, 1)]
+    keys = [
+        f"{n}_{c}"
+        for n in ("van", "dps", "vote", "dps_random3", "smooth")
+        for c in ("clean", "adv", "pgd_transfer", "pgd_white")
+    ]
+    keys += [f"{n}_{c}" for n in repro._sweep_names() for c in ("clean", "adv")]
+    for p in per_seed:
+        for k in keys:
+            assert len(p[k]) == 12 and set(p[k]) <= {0.0, 1.0}, k
+        assert all(0 < v <= 1 for v in p["maxp_pgd_white"])
+    assert "dps_bonus_lam1_pgd_transfer" not in per_seed[0]  # sweeps: clean and patched only
+    names = [m.name for m in repro._metrics(per_seed, True)]
+    assert (
+        "SmoothVLM accuracy under pgd_white" in names and "dps_bonus_lam4 clean accuracy" in names
+    )
+    assert all(np.isfinite(v) for m in repro._metrics(per_seed, True) for v in m.values)
+    for fig in (
+        repro.plot_bars(per_seed, True),
+        repro.plot_confidence(per_seed),
+        repro.plot_lam(per_seed),
+    ):
+        assert fig.axes

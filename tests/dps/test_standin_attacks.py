@@ -131,6 +131,20 @@ def test_random_resized_crop_batched_and_confusion_matrix():
     )
 
 
+def test_standin_inputs_users_pass():
+    from icml25.dps.standin import DigitsCNN, DigitsVLM, digits32
+
+    vlm = DigitsVLM(DigitsCNN(4), np.full((10, 10), 0.1))
+    img = np.linspace(0, 1, 32 * 32).reshape(32, 32)
+    p = vlm.probs(torch.from_numpy(img))
+    assert p.shape == (10,) and p.dtype == np.float64 and np.isclose(p.sum(), 1)
+    assert np.allclose(vlm.probs(img), p, atol=1e-6)  # array and tensor read alike
+    with pytest.raises(ValueError, match="seed must be an int"):
+        digits32(-1)
+    with pytest.raises(ValueError, match="seed must be an int"):
+        digits32(1.5)
+
+
 def test_metrics():
     assert LabelJudge()("The digit is 7.") == 7 and LabelJudge()("no idea") is None
     assert clean_accuracy([1, 2, None], [1, 3, 3]) == pytest.approx(1 / 3)

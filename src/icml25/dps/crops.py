@@ -3,6 +3,7 @@ text-box mask of the ``auto`` mode (arXiv:2412.12722, §4)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -58,18 +59,21 @@ def random_crop(image: Any, rng: np.random.Generator, lo: float = 0.25, hi: floa
     return img.crop(random_box(img.width, img.height, rng, lo, hi))
 
 
-_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_NUM = r"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*"
 _BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")
 
 
 def parse_boxes(text: str, W: int, H: int) -> list[tuple[int, int, int, int]]:
-    """Every ``[left, top, right, bottom]`` in a model's reply (integers or floats, rounded),
+    """Every ``[left, top, right, bottom]`` in a model's reply (integers or floats, also 1e1-style, rounded),
     clamped to the image; boxes empty after clamping (including swapped corners) are dropped."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
     out = []
     for m in _BOX.finditer(text):
-        left, top, right, bottom = (int(round(float(v))) for v in m.groups())
+        vals = [float(v) for v in m.groups()]
+        if not all(math.isfinite(v) for v in vals):  # e.g. 1e999
+            continue
+        left, top, right, bottom = (int(round(v)) for v in vals)
         left, top = max(0, left), max(0, top)
         right, bottom = min(W, right), min(H, bottom)
         if left < right and top < bottom:

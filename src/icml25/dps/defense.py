@@ -216,6 +216,10 @@ class DPSDefense:
             return fn(*args, **kw)
         except Exception as exc:  # noqa: BLE001
             trace[-1]["error"] = f"{type(exc).__name__}: {exc}"
+            if self.on_error == "refusal":
+                # as the official code: the failed helper "answers" the canned refusal, so a
+                # summary is the refusal text and the yes/no check reads no "yes"
+                return REFUSAL if what.startswith("summarize") else False
             raise BackendError(f"helper call ({what}) failed: {exc}", trace) from exc
 
     # -- one query ---------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ __all__ = ["decode_data_url", "encode_data_url", "image_part", "last_image", "to
 
 def to_pil(image: Any) -> Any:
     """A PIL image in mode ``"L"`` (one channel) or ``"RGB"``: floats become uint8 by
-    ``round(x * 255)``; RGBA, P and other modes are converted (I;16 and I to L)."""
+    ``round(x * 255)``; images with an alpha channel or a transparent colour are composited over
+    white (RGBA, P -> RGB; LA -> L); I;16 and I become L; other modes are converted to RGB."""
     from PIL import Image
 
     if isinstance(image, Image.Image):
@@ -73,6 +74,12 @@ def to_pil(image: Any) -> Any:
         a = np.asarray(img, dtype=np.float64)
         top = 65535.0 if img.mode.startswith("I;16") else max(1.0, float(a.max()))
         return Image.fromarray(np.round(a / top * 255).astype(np.uint8), mode="L")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        # transparent pixels are shown over white, as an image viewer on a light page does;
+        # dropping alpha would expose whatever colour the transparent pixels happen to store
+        rgba = img.convert("RGBA")
+        flat = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+        return flat.convert("L" if img.mode in ("LA", "La") else "RGB")
     return img.convert("RGB")
 
 

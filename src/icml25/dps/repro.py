@@ -1,5 +1,5 @@
 """Reproduction of paper 08 (DPS, arXiv:2412.12722) with the DigitsVLM stand-in
-(docs/dps.md, "Reproduction"; the full mode's design is still being completed).
+(docs/dps.md, "Reproduction").
 
 Claim: DPS lowers the success of crop-sensitive vision attacks while keeping clean accuracy close
 to the undefended model, unlike majority voting over crops, which pays a large clean-accuracy
@@ -36,7 +36,18 @@ DPS_CLEAN = Criterion("(c) clean accuracy: DPS - vanilla > -3 points", "bootstra
                       over="images", description="per clean image, 100 x (DPS correct - vanilla correct)")  # fmt: skip
 VS_VOTE = Criterion("(d) clean accuracy: DPS - crop vote > 10 points", "bootstrap", above=10.0, unit="points",
                     over="images", description="per clean image, 100 x (DPS correct - crop-vote correct)")  # fmt: skip
-CRITERIA = [VALID, DPS_ROBUST, DPS_ASR, DPS_CLEAN, VS_VOTE]
+SMOOTH_ROBUST = Criterion("(f) patched accuracy: DPS - SmoothVLM > 0 points", "bootstrap", above=0.0, unit="points",
+                          over="images", description="full mode; per patched image, 100 x (DPS correct - SmoothVLM "
+                          "correct): the spec's anchor (pilot 77.6 vs 61.9)")  # fmt: skip
+SMOOTH_CLEAN = Criterion("(g) clean accuracy: DPS - SmoothVLM > -3 points", "bootstrap", above=-3.0, unit="points",
+                         over="images", description="full mode; per clean image, 100 x (DPS correct - SmoothVLM "
+                         "correct): the spec's anchor (pilot 94.4 vs 96.1)")  # fmt: skip
+CRITERIA = [VALID, DPS_ROBUST, DPS_ASR, DPS_CLEAN, VS_VOTE, SMOOTH_ROBUST, SMOOTH_CLEAN]
+LAMS = (0.5, 1.0, 2.0, 4.0)  # the bonus-fusion weights swept in full mode
+TAU_SWEEP = 0.35  # the uncertain-reply threshold swept in full mode (0 is the default)
+ATTACKS = ("patch", "pgd_transfer", "pgd_white")
+LABELS = {"van": "vanilla", "dps": "DPS centre", "vote": "crop vote", "dps_random3": "DPS random K=3",
+          "smooth": "SmoothVLM"}  # fmt: skip
 
 
 def _sizes(r: Run) -> dict[str, Any]:
@@ -49,17 +60,19 @@ def _sizes(r: Run) -> dict[str, Any]:
 def run(r: Run) -> ReproResult:
     sz = _sizes(r)
     full = not r.quick and not r.smoke
-    shared = _models(0 if not full else None, sz, r.out) if not full else None
-    per_seed = [measure(s, sz, r.out, shared, full) for s in r.seeds]
-    clusters = [p["seed"] for p in per_seed for _ in p["van_clean"]] if len(per_seed) >= 5 else None
+    attacker = _attacker(sz, r.out, full)
+    per_seed = [measure(s, sz, r.out, attacker, full) for s in r.seeds]
+    # full mode: the same images in every seed, so seeds (the defended model) are the clusters
+    clusters = [p["seed"] for p in per_seed for _ in p["van_clean"]] if full else None
 
-    def cat(key: str) -> list[float]:
-        return [v for p in per_seed for v in p[key]]
+    def cat(key: str) -> np.ndarray:
+        return np.array([v for p in per_seed for v in p[key]], dtype=np.float64)
 
-    van_c, van_a, dps_c, dps_a, vote_c = (np.array(cat(k)) for k in ("van_clean", "van_adv", "dps_clean", "dps_adv",
-                                                                       "vote_clean"))  # fmt: skip
-    mask = np.array(cat("van_clean_correct"), dtype=bool)
-    mis_d, mis_v = np.array(cat("dps_misled")), np.array(cat("van_misled"))
+    van_c, van_a, dps_c, dps_a, vote_c = (
+        cat(k) for k in ("van_clean", "van_adv", "dps_clean", "dps_adv", "vote_clean")
+    )
+    mask = cat("van_clean").astype(bool)
+    mis_d, mis_v = cat("dps_adv_misled"), cat("van_adv_misled")
     sub_clusters = None if clusters is None else [c for c, m in zip(clusters, mask) if m]
     checks = [
         VALID.check(100 * (van_c - van_a), clusters),
@@ -68,167 +81,253 @@ def run(r: Run) -> ReproResult:
         DPS_CLEAN.check(100 * (dps_c - van_c), clusters),
         VS_VOTE.check(100 * (dps_c - vote_c), clusters),
     ]
-    metrics = [Metric(f"{name} ({k})", [float(np.mean(p[k])) * 100 for p in per_seed], unit="%")
-               for name, k in (("vanilla clean", "van_clean"), ("vanilla patched", "van_adv"),
-                               ("DPS clean", "dps_clean"), ("DPS patched", "dps_adv"),
-                               ("crop vote clean", "vote_clean"), ("crop vote patched", "vote_adv"))]  # fmt: skip
-    for att in ("pgd_transfer", "pgd_white") if "van_pgd_transfer" in per_seed[0] else ():
-        for name in ("van", "dps", "vote"):
-            metrics.append(
+    if full:
+        checks += [SMOOTH_ROBUST.check(100 * (dps_a - cat("smooth_adv")), clusters),
+                   SMOOTH_CLEAN.check(100 * (dps_c - cat("smooth_clean")), clusters)]  # fmt: skip
+    metrics = _metrics(per_seed, full)
+    r.figure(plot_bars(per_seed, full), "accuracy_bars.png")
+    r.figure(plot_confidence(per_seed), "max_probability.png")
+    if full:
+        r.figure(plot_lam(per_seed), "accuracy_vs_lam.png")
+    setup = (f"DigitsVLM stand-in (digits 32x32, split 56/14/30 with random_state 0); sizes {sz}; seeds {r.seeds}. "
+             + ("Each seed trains its own defended model and draws its own crops; the attacker (surrogates, patches, "
+                "transfer PGD) and the full test split are shared." if full else
+                "One defended model and one surrogate; each seed draws its own 300 test images, patch corners and "
+                "crops."))  # fmt: skip
+    deviations = [
+        "A digits classifier behind the chat protocol (DigitsVLM) instead of Qwen-VL / GPT-4o-mini / Gemini; a rule "
+        "helper instead of gpt-4o-mini; misleading (label-flip) attacks only, no jailbreak sets or GPT-4o judge.",
+        "Full mode keeps the data split and the attacker fixed across seeds (the design varies the split per seed); "
+        "training a fresh attacker per seed would need about 50 minutes on 2 cores.",
+    ]
+    if not full:
+        deviations.append("Quick mode runs the patch attack against vanilla, DPS-centre and crop vote only; full "
+                          "mode adds transfer and white-box PGD, SmoothVLM, DPS with random crops and the fusion, "
+                          "lam and tau_unsure sweeps.")  # fmt: skip
+    return r.result(claim=CLAIM, checks=checks, criteria=CRITERIA, key_check=DPS_ROBUST.name, metrics=metrics,
+                    setup=setup, deviations=deviations)  # fmt: skip
+
+
+def _metrics(per_seed: list[dict[str, Any]], full: bool) -> list[Metric]:
+    def pct(key: str) -> list[float]:
+        return [float(np.mean(p[key])) * 100 for p in per_seed]
+
+    names = [n for n in (*LABELS, *_sweep_names()) if f"{n}_clean" in per_seed[0]]
+    out = []
+    for n in names:
+        label = LABELS.get(n, n)
+        out.append(Metric(f"{label} clean accuracy", pct(f"{n}_clean"), unit="%"))
+        for att in ATTACKS:
+            suffix = "adv" if att == "patch" else att
+            if f"{n}_{suffix}" not in per_seed[0]:
+                continue
+            out.append(Metric(f"{label} accuracy under {att}", pct(f"{n}_{suffix}"), unit="%"))
+            out.append(
+                Metric(f"{label} targeted ASR under {att}", pct(f"{n}_{suffix}_targeted"), unit="%")
+            )
+    for att in ("clean", *ATTACKS):
+        if f"maxp_{att}" in per_seed[0]:
+            out.append(
                 Metric(
-                    f"{name} accuracy under {att}",
-                    [float(np.mean(p[f"{name}_{att}"])) * 100 for p in per_seed],
-                    unit="%",
+                    f"mean max-probability, {att}",
+                    [float(np.mean(p[f"maxp_{att}"])) for p in per_seed],
                 )
             )
-            metrics.append(Metric(f"{name} targeted ASR under {att}",
-                                  [float(np.mean(p[f"{name}_{att}_targeted"])) * 100 for p in per_seed], unit="%"))  # fmt: skip
-    metrics += [Metric("mean max-probability, clean", [p["maxp_clean"] for p in per_seed]),
-                Metric("mean max-probability, patched", [p["maxp_adv"] for p in per_seed])]  # fmt: skip
-    r.figure(plot_bars(per_seed), "accuracy_bars.png")
-    return r.result(claim=CLAIM, checks=checks, criteria=CRITERIA, key_check=DPS_ROBUST.name, metrics=metrics,
-                    setup=f"DigitsVLM stand-in; sizes {sz}; seeds {r.seeds}.",
-                    deviations=["Quick mode runs the patch attack only; full mode adds transfer and white-box PGD, SmoothVLM "
-                                "and DPS with three random crops. The design's fusion, lam and tau_unsure sweeps are not "
-                                "run yet.", "A digits classifier behind the chat protocol (DigitsVLM) instead of "
-                                "Qwen-VL / GPT-4o-mini / Gemini; a rule helper instead of gpt-4o-mini."])  # fmt: skip
+    return out
 
 
-def _models(seed: int | None, sz: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The surrogate classifiers (cached)."""
+def _sweep_names() -> list[str]:
+    return ["dps_random1", *(f"dps_bonus_lam{lam:g}" for lam in LAMS), "dps_tau0.35"]
+
+
+def _load_or_train(path: Path, width: int, train: Any) -> Any:
     import torch
 
+    from icml25.dps.standin import DigitsCNN
+
+    if path.exists():
+        m = DigitsCNN(width)
+        m.load_state_dict(torch.load(path))
+        return m.eval()
+    m = train()
+    torch.save(m.state_dict(), path)
+    return m
+
+
+def _attacker(sz: dict[str, Any], out: Path, full: bool) -> dict[str, Any]:
+    """The black-box attacker, shared by every seed: surrogates, one universal patch per target
+    class and (full mode) transfer PGD on the test split; everything cached in the run folder."""
+    import torch
+
+    from icml25.dps.attacks import pgd_linf, universal_patch
     from icml25.dps.standin import digits32, train_classifier
 
     d = digits32(0)
-    sur = []
-    for k in range(sz["n_surrogates"]):
-        path = out / f"surrogate_{k}_{sz['surrogate_steps']}.pt"
-        if path.exists():
-            from icml25.dps.standin import DigitsCNN
-
-            m = DigitsCNN(24)
-            m.load_state_dict(torch.load(path))
-            sur.append(m.eval())
+    sur = [_load_or_train(out / f"surrogate_{k}_{sz['surrogate_steps']}.pt", 24,
+                          lambda k=k: train_classifier(*d["train"], steps=sz["surrogate_steps"], width=24, seed=1000 + k))
+           for k in range(sz["n_surrogates"])]  # fmt: skip
+    ppath = out / f"patches_{sz['n_surrogates']}_{sz['patch_steps']}.pt"
+    if ppath.exists():
+        patches = torch.load(ppath)
+    else:
+        gen = torch.Generator().manual_seed(0)
+        patches = {t: universal_patch(sur, d["train"][0], t, size=8, steps=sz["patch_steps"], generator=gen)
+                   for t in range(10)}  # fmt: skip
+        torch.save(patches, ppath)
+    res: dict[str, Any] = {"surrogates": sur, "patches": patches, "data": d}
+    if full:
+        xt, yt = d["test"]
+        tpath = out / f"pgd_transfer_{sz['n_surrogates']}_{sz['surrogate_steps']}.pt"
+        if tpath.exists():
+            res["pgd_transfer"] = torch.load(tpath)
         else:
-            m = train_classifier(*d["train"], steps=sz["surrogate_steps"], width=24, seed=1000 + k)
-            torch.save(m.state_dict(), path)
-            sur.append(m)
-    return {"surrogates": sur}
+            res["pgd_transfer"] = pgd_linf(sur, xt, (yt + 1) % 10, eps=0.15, step=0.02, steps=20)
+            torch.save(res["pgd_transfer"], tpath)
+    return res
 
 
 def measure(
-    seed: int, sz: dict[str, Any], out: Path, shared: dict[str, Any] | None, full: bool
+    seed: int, sz: dict[str, Any], out: Path, attacker: dict[str, Any], full: bool
 ) -> dict[str, Any]:
+    """Every defence on the clean and attacked test images for one seed (per-image outcomes)."""
     import torch
     import torch.nn.functional as F
 
     from icml25.dps import DPSDefense, LabelJudge, crop_vote, smooth_vlm, to_pil, vanilla
-    from icml25.dps.attacks import apply_patch, pgd_linf, universal_patch
-    from icml25.dps.standin import (
-        DigitsCNN,
-        DigitsVLM,
-        confusion_matrix,
-        digits32,
-        train_classifier,
-    )
+    from icml25.dps.attacks import apply_patch, pgd_linf
+    from icml25.dps.standin import DigitsVLM, confusion_matrix, train_classifier
 
     t0 = time.perf_counter()
-    split_seed = seed if full else 0
-    d = digits32(split_seed)
-    path = out / f"target_s{split_seed}_{sz['target_steps']}.pt"
-    if path.exists():
-        target = DigitsCNN(32)
-        target.load_state_dict(torch.load(path))
-        target.eval()
-    else:
-        target = train_classifier(*d["train"], steps=sz["target_steps"], seed=split_seed)
-        torch.save(target.state_dict(), path)
+    d = attacker["data"]
+    model_seed = seed if full else 0  # quick mode: one defended model, seeds vary the images
+    target = _load_or_train(out / f"target_s{model_seed}_{sz['target_steps']}.pt", 32,
+                            lambda: train_classifier(*d["train"], steps=sz["target_steps"], seed=model_seed))  # fmt: skip
     xv, yv = d["val"]
     with torch.no_grad():
         crops = F.interpolate(
             xv[:, :, 8:24, 8:24], size=(32, 32), mode="bilinear", align_corners=False
         )
-    vlm = DigitsVLM(target, confusion_matrix(target, crops, yv))
-    sur = (shared or _models(seed, sz, out))["surrogates"]
+    conf = confusion_matrix(target, crops, yv)
+    vlm = DigitsVLM(target, conf)
     xt, yt = d["test"]
-    rng = np.random.default_rng(seed)
+    idx = np.arange(len(yt))
     if sz["n_test"] is not None and sz["n_test"] < len(yt):
-        idx = np.sort(rng.choice(len(yt), sz["n_test"], replace=False))
-        xt, yt = xt[idx], yt[idx]
-    # one patch set per checkpoint seed, cached (quick mode shares it across its evaluation seeds:
-    # the patch work dominated the first draft's 382 s)
-    patch_seed = seed if full else 0
-    ppath = out / f"patches_s{patch_seed}_{sz['patch_steps']}.pt"
-    if ppath.exists():
-        patches = torch.load(ppath)
-    else:
-        gen = torch.Generator().manual_seed(patch_seed)
-        patches = {t: universal_patch(sur, d["train"][0], t, size=8, steps=sz["patch_steps"], generator=gen)
-                   for t in range(10)}  # fmt: skip
-        torch.save(patches, ppath)
+        idx = np.sort(np.random.default_rng(seed).choice(len(yt), sz["n_test"], replace=False))
+    xt, yt = xt[idx], yt[idx]
     targets = (yt + 1) % 10
+    patches = attacker["patches"]
     attacks = {
         "patch": torch.cat(
             [apply_patch(xt[i : i + 1], patches[int(targets[i])], i % 4) for i in range(len(yt))]
         )
     }
     if full:  # quick mode: the patch attack only (its evaluation dominates the budget)
-        attacks["pgd_transfer"] = pgd_linf(sur, xt, targets, eps=0.15, step=0.02, steps=20)
+        attacks["pgd_transfer"] = attacker["pgd_transfer"][idx]
         attacks["pgd_white"] = pgd_linf(target, xt, targets, eps=0.1, step=0.02, steps=10)
     judge = LabelJudge()
     q = "Which digit is shown in the image?"
-    dps = DPSDefense(vlm, crop="center", seed=seed)
+
+    def dps_with(lvlm: Any, **kw: Any) -> Any:
+        defence = DPSDefense(lvlm, seed=seed, **kw)
+        return lambda img, k: defence.respond(img, q, seed=seed * 10_000 + k).final
+
     defences = {
         "van": lambda img, k: vanilla(vlm, img, q),
-        "dps": lambda img, k: dps.respond(img, q, seed=seed * 10_000 + k).final,
+        "dps": dps_with(vlm, crop="center"),
         "vote": lambda img, k: crop_vote(vlm, img, q, seed=seed * 10_000 + k),
     }
+    sweeps: dict[str, Any] = {}
     if full:
-        dps3 = DPSDefense(vlm, crop="random", n_agents=3, seed=seed)
-        defences["dps_random3"] = lambda img, k: dps3.respond(img, q, seed=seed * 10_000 + k).final
+        defences["dps_random3"] = dps_with(vlm, crop="random", n_agents=3)
         defences["smooth"] = lambda img, k: smooth_vlm(vlm, img, q, seed=seed * 10_000 + k)
-    res: dict[str, Any] = {"seed": seed}
-    clean_pred = {
-        name: [judge(fn(to_pil(xt[i, 0]), i)) for i in range(len(yt))]
-        for name, fn in defences.items()
-    }
+        # the design's sweeps (clean and patched images only): K = 1 random crop, the bonus fusion
+        # rule over lam, and the uncertain-reply threshold
+        sweeps["dps_random1"] = dps_with(vlm, crop="random", n_agents=1)
+        for lam in LAMS:
+            sweeps[f"dps_bonus_lam{lam:g}"] = dps_with(
+                DigitsVLM(target, conf, fusion="bonus", lam=lam), crop="center"
+            )
+        sweeps[f"dps_tau{TAU_SWEEP:g}"] = dps_with(
+            DigitsVLM(target, conf, tau_unsure=TAU_SWEEP), crop="center"
+        )
     y = [int(v) for v in yt]
     t = [int(v) for v in targets]
-    for name, preds in clean_pred.items():
-        res[f"{name}_clean"] = [float(p == yy) for p, yy in zip(preds, y)]
-    res["van_clean_correct"] = [p == yy for p, yy in zip(clean_pred["van"], y)]
-    for att, xa in attacks.items():
-        suffix = "adv" if att == "patch" else att
-        for name, fn in defences.items():
-            preds = [judge(fn(to_pil(xa[i, 0]), i)) for i in range(len(yt))]
+    res: dict[str, Any] = {"seed": seed}
+    conditions = {"clean": xt, **attacks}
+    for cond, xs in conditions.items():
+        suffix = {"clean": "clean", "patch": "adv"}.get(cond, cond)
+        names = {**defences, **(sweeps if cond in ("clean", "patch") else {})}
+        for name, fn in names.items():
+            preds = [judge(fn(to_pil(xs[i, 0]), i)) for i in range(len(y))]
             res[f"{name}_{suffix}"] = [float(p == yy) for p, yy in zip(preds, y)]
-            res[f"{name}_{suffix}_targeted"] = [float(p == tt) for p, tt in zip(preds, t)]
-            res[f"{name}_{suffix}_misled"] = [
-                float(p is not None and p != yy) for p, yy in zip(preds, y)
-            ]
-    res["van_misled"], res["dps_misled"] = res["van_adv_misled"], res["dps_adv_misled"]
+            if cond != "clean":
+                res[f"{name}_{suffix}_targeted"] = [float(p == tt) for p, tt in zip(preds, t)]
+                res[f"{name}_{suffix}_misled"] = [
+                    float(p is not None and p != yy) for p, yy in zip(preds, y)
+                ]
     with torch.no_grad():
-        res["maxp_clean"] = float(torch.softmax(target(xt), -1).max(-1).values.mean())
-        for att, xa in attacks.items():
-            res[f"maxp_{att}"] = float(torch.softmax(target(xa), -1).max(-1).values.mean())
-    res["maxp_adv"] = res["maxp_patch"]
+        for cond, xs in conditions.items():
+            res[f"maxp_{cond}"] = torch.softmax(target(xs), -1).max(-1).values.tolist()
     res["seconds"] = time.perf_counter() - t0
     return res
 
 
-def plot_bars(per_seed: list[dict[str, Any]]) -> Any:
+def plot_bars(per_seed: list[dict[str, Any]], full: bool) -> Any:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    names = [("vanilla", "van"), ("DPS centre", "dps"), ("crop vote", "vote")]
+    names = [n for n in LABELS if f"{n}_clean" in per_seed[0]]
+    conds = [("clean", "clean"), ("adv", "patch")] + ([("pgd_transfer", "PGD transfer"), ("pgd_white", "PGD white-box")]
+                                                      if full else [])  # fmt: skip
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.6))
     x = np.arange(len(names))
-    for k, (cond, label) in enumerate((("clean", "clean"), ("adv", "patched"))):
-        vals = np.array([[np.mean(p[f"{n}_{cond}"]) * 100 for _, n in names] for p in per_seed])
-        ax.bar(x + (k - 0.5) * 0.38, vals.mean(0), 0.38, yerr=vals.std(0, ddof=1) if len(per_seed) > 1 else None,
-               capsize=3, label=label)  # fmt: skip
-    ax.set_xticks(x, [n for n, _ in names])
-    ax.set_ylabel("accuracy (%)")
-    ax.legend()
+    w = 0.8 / len(conds)
+    for k, (cond, label) in enumerate(conds):
+        vals = np.array([[np.mean(p[f"{n}_{cond}"]) * 100 for n in names] for p in per_seed])
+        ax.bar(x + (k - (len(conds) - 1) / 2) * w, vals.mean(0), w, yerr=vals.std(0, ddof=1) if len(per_seed) > 1 else None,
+               capsize=2, label=label)  # fmt: skip
+    ax.set_xticks(x, [LABELS[n] for n in names])
+    ax.set_ylabel("accuracy (%), mean and s.d. over seeds")
+    ax.legend(fontsize=8, ncol=len(conds))
+    fig.tight_layout()
+    return fig
+
+
+def plot_confidence(per_seed: list[dict[str, Any]]) -> Any:
+    """The defended model's max-probability on clean and attacked images (pooled over seeds)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    bins = np.linspace(0, 1, 26)
+    for cond in ("clean", *ATTACKS):
+        if f"maxp_{cond}" in per_seed[0]:
+            v = [x for p in per_seed for x in p[f"maxp_{cond}"]]
+            ax.hist(
+                v, bins=bins, histtype="step", density=True, label=f"{cond} (mean {np.mean(v):.2f})"
+            )
+    ax.set_xlabel("max class probability of the defended model")
+    ax.set_ylabel("density")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def plot_lam(per_seed: list[dict[str, Any]]) -> Any:
+    """DPS-centre accuracy against the bonus weight lam, with the Bayes rule as reference lines."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for cond, label, color in (("clean", "clean", "C0"), ("adv", "patch", "C1")):
+        vals = np.array(
+            [[np.mean(p[f"dps_bonus_lam{lam:g}_{cond}"]) * 100 for lam in LAMS] for p in per_seed]
+        )
+        ax.errorbar(LAMS, vals.mean(0), yerr=vals.std(0, ddof=1), marker="o", capsize=3, color=color,
+                    label=f"bonus, {label}")  # fmt: skip
+        bayes = np.mean([np.mean(p[f"dps_{cond}"]) * 100 for p in per_seed])
+        ax.axhline(bayes, ls="--", color=color, label=f"Bayes, {label}")
+        van = np.mean([np.mean(p[f"van_{cond}"]) * 100 for p in per_seed])
+        ax.axhline(van, ls=":", color=color, label=f"vanilla, {label}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("lam (bonus per matching hint)")
+    ax.set_ylabel("DPS-centre accuracy (%)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml25.dps.images import last_image
+from icml25.dps.images import last_image, to_pil
 from icml25.llm.base import BaseChat, Completion, message_text
 
 __all__ = [
@@ -49,6 +49,8 @@ _HINT = re.compile(r"(?:digit|number)\D{0,20}?(\d)", re.IGNORECASE)
 def digits32(seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """scikit-learn's digits upsampled to ``(N, 1, 32, 32)`` (bilinear, [0, 1]), split 56 / 14 / 30
     % (stratified, ``random_state=seed``) into ``train``, ``val`` and ``test``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}")
     from sklearn.model_selection import train_test_split
 
     from icml25.toy import digits
@@ -207,7 +209,9 @@ class DigitsVLM(BaseChat):
 
     @torch.no_grad()
     def probs(self, image: Any) -> np.ndarray:
-        arr = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
+        """The classifier's class probabilities (float64, shape 10) for any image ``to_pil``
+        accepts (PIL, arrays, tensors in [0, 1], paths); colour images are read as grey."""
+        arr = np.asarray(to_pil(image).convert("L"), dtype=np.float32) / 255.0
         x = torch.from_numpy(arr)[None, None]
         x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
         return torch.softmax(self.model(x)[0].double(), -1).numpy()
