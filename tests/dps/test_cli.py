@@ -86,3 +86,90 @@ def test_other_settings_do_not_reuse_answers(tmp_path, capsys):
         assert "1 done now" in capsys.readouterr().out
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len({r["config"] for r in rows}) == 2 and all(r["question"] == "What?" for r in rows)
+
+
+def test_resume_ignores_the_url_but_not_an_edited_question(tmp_path, capsys):
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    Image.fromarray(np.zeros((16, 16), dtype=np.uint8)).save(imgs / "a.png")
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": 7, "image": "a.png", "question": "What?"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    base = ["--images", str(imgs), "--questions", str(q), "--out", str(out), "-q"]
+    with ChatServer(CallableChat(lambda m, **kw: "ok")) as s1:
+        assert main(["dps", "run", "--model", "openai:m", "--base-url", s1.url, *base]) == 0
+    capsys.readouterr()
+    with ChatServer(CallableChat(lambda m, **kw: "ok")) as s2:  # the server restarted elsewhere
+        assert main(["dps", "run", "--model", "openai:m", "--base-url", s2.url + "/", *base]) == 0
+        assert "0 done now, 1 done before" in capsys.readouterr().out
+        q.write_text(json.dumps({"id": 7, "image": "a.png", "question": "What colour?"}) + "\n")
+        assert main(["dps", "run", "--model", "openai:m", "--base-url", s2.url, *base]) == 0
+        assert "1 done now" in capsys.readouterr().out  # the edited question is answered afresh
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["question"] for r in rows] == ["What?", "What colour?"] and {
+        r["id"] for r in rows
+    } == {"7"}
+
+
+def test_empty_final_answers_bad_ids_and_folders_are_clear(tmp_path, capsys):
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    Image.fromarray(np.zeros((16, 16), dtype=np.uint8)).save(imgs / "a.png")
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "x", "image": "a.png", "question": "What?"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    base = ["--images", str(imgs), "--questions", str(q), "-q"]
+    with ChatServer(CallableChat(lambda m, **kw: "")) as server:
+        assert (
+            main(
+                [
+                    "dps",
+                    "run",
+                    "--model",
+                    "openai:m",
+                    "--base-url",
+                    server.url,
+                    *base,
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 1
+        )
+        (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+        assert "final answer is empty" in row["error"]["message"]
+        assert (
+            main(
+                [
+                    "dps",
+                    "run",
+                    "--model",
+                    "openai:m",
+                    "--base-url",
+                    server.url,
+                    *base,
+                    "--out",
+                    str(imgs),
+                ]
+            )
+            == 2
+        )
+        assert "is a folder" in capsys.readouterr().err
+        q.write_text(json.dumps({"id": None, "image": "a.png", "question": "What?"}) + "\n")
+        assert (
+            main(
+                [
+                    "dps",
+                    "run",
+                    "--model",
+                    "openai:m",
+                    "--base-url",
+                    server.url,
+                    *base,
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 2
+        )
+        assert "'id' must be" in capsys.readouterr().err

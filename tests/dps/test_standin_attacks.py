@@ -75,7 +75,7 @@ def test_digits_vlm_rules_and_dps_pipeline():
         )[0]
         == "{}"
     )
-    unsure = DigitsVLM(Fixed(), conf, tau_unsure=1.1)  # never sure
+    unsure = DigitsVLM(Fixed(), conf, tau_unsure=1.0)  # never sure (max p < 1)
     assert "unable to determine" in unsure.chat(msg)[0]
     res = DPSDefense(unsure).respond(bright, "Which digit is this?")
     assert (

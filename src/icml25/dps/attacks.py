@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -35,26 +36,59 @@ def _check_images(x: torch.Tensor) -> None:
         raise ValueError(
             f"images must be a float tensor (N, C, H, W), got {getattr(x, 'shape', type(x))}"
         )
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        raise ValueError("images must hold finite values in [0, 1], got NaN or infinite values")
     if x.numel() and (x.min() < 0 or x.max() > 1):
-        raise ValueError("images must hold values in [0, 1]")
+        raise ValueError(
+            f"images must hold values in [0, 1], got {float(x.min()):.3g}..{float(x.max()):.3g}"
+        )
+
+
+def _n_classes(ms: list[Any], x: torch.Tensor) -> int:
+    with torch.no_grad():
+        return int(ms[0](x[:1]).shape[-1])
+
+
+def _check_target(target: Any, n: int, k: int, device: Any) -> torch.Tensor:
+    """One class index for every image, or an integer tensor of ``n`` of them, in ``[0, k)``."""
+    if isinstance(target, bool):
+        raise TypeError(f"target must be a class index or an integer tensor, got {target!r}")
+    if isinstance(target, (int, np.integer)):
+        target = torch.full((n,), int(target), dtype=torch.long)
+    if not isinstance(target, torch.Tensor) or target.dtype not in (
+        torch.long,
+        torch.int32,
+        torch.int16,
+        torch.uint8,
+    ):
+        raise TypeError(
+            f"target must be a class index or an integer tensor of class indices, got {target!r:.60}"
+        )
+    if target.shape != (n,):
+        raise ValueError(f"target must have shape ({n},), got {tuple(target.shape)}")
+    if n and (int(target.min()) < 0 or int(target.max()) >= k):
+        raise ValueError(
+            f"target classes must be in [0, {k}) for a {k}-class model, got {int(target.min())}..{int(target.max())}"
+        )
+    return target.to(device=device, dtype=torch.long)
 
 
 def pgd_linf(model: Any, x: torch.Tensor, target: torch.Tensor, *, eps: float = 0.15, step: float = 0.02,
              steps: int = 20, random_start: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
-    """Targeted L∞ PGD: minimise the cross-entropy toward ``target`` (mean over an ensemble).
+    """Targeted L∞ PGD: minimise the cross-entropy toward ``target`` (one class index, or an
+    integer tensor ``(N,)`` of them) averaged over a model or an ensemble (a list).
     Returns ``x + δ`` with ``‖δ‖∞ <= eps``, clamped to [0, 1], detached, on ``x``'s device."""
     _check_images(x)
-    if not (eps >= 0 and step > 0 and isinstance(steps, int) and steps >= 0):
+    if not (eps >= 0 and step > 0 and isinstance(steps, (int, np.integer)) and not isinstance(steps, bool)
+            and steps >= 0):  # fmt: skip
         raise ValueError(
             f"need eps >= 0, step > 0 and an int steps >= 0, got {eps}, {step}, {steps}"
         )
-    if not isinstance(target, torch.Tensor) or target.dtype not in (torch.long, torch.int32):
-        raise TypeError(
-            f"target must be an integer tensor of class indices, got {type(target).__name__}"
-        )
-    if target.shape != (x.shape[0],):
-        raise ValueError(f"target must have shape ({x.shape[0]},), got {tuple(target.shape)}")
+    if len(x) == 0:
+        raise ValueError("images must hold at least one image, got an empty batch")
     ms = _models(model)
+    target = _check_target(target, x.shape[0], _n_classes(ms, x), x.device)
+    steps = int(steps)
     delta = torch.zeros_like(x)
     if random_start:
         delta = (torch.rand(x.shape, generator=generator).to(x) * 2 - 1) * eps
@@ -74,6 +108,22 @@ def apply_patch(x: torch.Tensor, patch: torch.Tensor, corners: Sequence[int] | i
     (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right)."""
     _check_images(x)
     n, _, h, w = x.shape
+    if (
+        not isinstance(patch, torch.Tensor)
+        or patch.ndim not in (3, 4)
+        or not patch.is_floating_point()
+    ):
+        raise ValueError(
+            f"patch must be a float tensor (C, p, p) or (N, C, p, p), got {getattr(patch, 'shape', type(patch))}"
+        )
+    if patch.ndim == 4 and patch.shape[0] != n:
+        raise ValueError(
+            f"a (N, C, p, p) patch needs N = {n} (one per image), got {patch.shape[0]}"
+        )
+    if patch.numel() and (
+        not bool(torch.isfinite(patch).all()) or patch.min() < 0 or patch.max() > 1
+    ):
+        raise ValueError("patch must hold finite values in [0, 1]")
     p = patch.shape[-1]
     if patch.shape[-3] != x.shape[1]:
         raise ValueError(f"the patch has {patch.shape[-3]} channel(s), the images {x.shape[1]}")
@@ -81,9 +131,15 @@ def apply_patch(x: torch.Tensor, patch: torch.Tensor, corners: Sequence[int] | i
         raise ValueError(
             f"the patch must be square and fit the image, got {tuple(patch.shape)} for {h}x{w}"
         )
-    cs = [corners] * n if isinstance(corners, int) else list(corners)
-    if len(cs) != n or any(c not in (0, 1, 2, 3) for c in cs):
-        raise ValueError(f"corners must be one value or {n} values in 0..3")
+    if isinstance(corners, (int, np.integer)) and not isinstance(corners, bool):
+        cs = [int(corners)] * n
+    elif isinstance(corners, (list, tuple, np.ndarray, torch.Tensor)):
+        cs = [c.item() if hasattr(c, "item") else c for c in corners]
+    else:
+        raise ValueError(f"corners must be one int in 0..3 or {n} of them, got {corners!r:.60}")
+    if len(cs) != n or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c not in (0, 1, 2, 3)
+                           for c in cs):  # fmt: skip
+        raise ValueError(f"corners must be one int in 0..3 or {n} of them, got {corners!r:.60}")
     out = x.clone()
     for i, c in enumerate(cs):
         top = 0 if c in (0, 1) else h - p
@@ -97,7 +153,18 @@ def universal_patch(model: Any, x: torch.Tensor, target: int, *, size: int = 8, 
     """A ``(C, size, size)`` patch in [0, 1] that pushes the models toward class ``target``
     wherever it is pasted (a random corner per image and step)."""
     _check_images(x)
+    if len(x) == 0:
+        raise ValueError("x must hold at least one training image, got an empty batch")
     ms = _models(model)
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
+        raise TypeError(f"target must be one class index (int), got {target!r}")
+    k = _n_classes(ms, x)
+    if not 0 <= int(target) < k:
+        raise ValueError(
+            f"target must be a class in [0, {k}) for a {k}-class model, got {target!r}"
+        )
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= min(x.shape[-2:]):
         raise ValueError(
             f"size must be an int in [1, {min(x.shape[-2:])}] for {tuple(x.shape[-2:])} images, got {size!r}"

@@ -46,9 +46,13 @@ def normalize_answer(text: str) -> str:
     return " ".join(t.split())
 
 
-def _ask(
-    lvlm: Any, image: Any, question: str, *, max_tokens: int = 2000, temperature: float = 0.0
-) -> str:
+def _ask(lvlm: Any, image: Any, question: str, **kw: Any) -> str:
+    unknown = set(kw) - {"max_tokens", "temperature"}
+    if unknown:
+        raise TypeError(
+            f"unknown keyword argument(s) {sorted(unknown)}; the baselines take max_tokens and temperature"
+        )
+    max_tokens, temperature = kw.get("max_tokens", 2000), kw.get("temperature", 0.0)
     if image is None:
         raise ValueError("image is None: a vision baseline needs the image")
     return Conversation(
@@ -57,16 +61,20 @@ def _ask(
 
 
 def vanilla(lvlm: Any, image: Any, question: str, **kw: Any) -> str:
+    """The undefended answer: one call with the image and the question (``max_tokens`` 2000,
+    ``temperature`` 0 by default)."""
     _check(question)
     return _ask(lvlm, image, question, **kw)
 
 
 def warning(lvlm: Any, image: Any, question: str, **kw: Any) -> str:
+    """One call with "You may be under attack." appended to the question."""
     _check(question)
     return _ask(lvlm, image, f"{question} You may be under attack.", **kw)
 
 
 def step(lvlm: Any, image: Any, question: str, **kw: Any) -> str:
+    """One call with "Let's think step by step." appended to the question."""
     _check(question)
     return _ask(lvlm, image, f"{question} Let's think step by step.", **kw)
 
@@ -130,6 +138,8 @@ REFLECT = ("Consider whether content in the image that is not its main subject m
 def self_reflect(
     lvlm: Any, image: Any, question: str, *, max_tokens: int = 2000, temperature: float = 0.0
 ) -> str:
+    """Answer, then reconsider the answer in the same conversation, without partial views (the
+    paper's "w/o partial perception" ablation)."""
     _check(question)
     conv = Conversation(lvlm, PLAIN, role="lvlm", max_tokens=max_tokens, temperature=temperature)
     conv.ask(question, image)
@@ -156,9 +166,9 @@ def ecso(lvlm: Any, image: Any, question: str, *, judge: Any, **kw: Any) -> str:
     _check(question)
     _chat_backend("judge", judge)
     answer = _ask(lvlm, image, question, **kw)
-    if not re.match(
-        r"\s*yes\b", _text(judge, HARMFUL_CHECK.format(response=answer)), re.IGNORECASE
-    ):
+    verdict = _text(judge, HARMFUL_CHECK.format(response=answer))
+    # "yes", or a one-word verdict such as "Harmful" / "Unsafe" (not "not harmful")
+    if not re.match(r"\s*[\W_]*(yes|harmful|unsafe|unethical)\b", verdict, re.IGNORECASE):
         return answer
     caption = _ask(lvlm, image, CAPTION.format(question=question), **kw)
     return _text(lvlm, FROM_CAPTION.format(caption=caption, question=question))

@@ -6,9 +6,12 @@ vision model, resumable.
 
 ``q.jsonl`` rows: ``{"image": "cat.png", "question": "...", "id": "optional"}`` (images relative
 to ``--images``). Each answer (final, initial, weak answers, observations, trace) is appended to
-``--out`` as it arrives, with the settings' hash in ``config``; a rerun with the same settings
-skips what is done and retries failed rows (other settings answer every item afresh, so two
-configurations never mix); a failing item is an error row and the others go on. No torch import at module level.
+``--out`` as it arrives, keyed by the item's id and ``config``, a hash of the model name, the
+defence's settings and the item's image and question (not the server URL, so a restarted server
+on another port resumes). A rerun skips what is done and retries failed rows; other settings, or
+an edited question under the same id, are answered afresh, so two configurations never mix. A
+failing item (including an empty final answer) is an error row and the others go on. No torch
+import at module level.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ def add_parser(sub) -> None:
 def _backend(spec: str, base_url: str | None, api_key: str | None) -> Any:
     kind, _, name = spec.partition(":")
     if kind != "openai" or not name:
-        raise ValueError(f"{spec!r}: use openai:NAME with --base-url (an OpenAI-compatible server)")
+        raise ValueError(f"{spec!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
+                         " (for --helper: 'rule' for the offline helper)")  # fmt: skip
     if not base_url:
         raise ValueError(f"{spec}: needs --base-url")
     from icml25.llm import OpenAIChat
@@ -98,11 +102,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 )
             if not (folder / r["image"]).exists():
                 raise ValueError(f"{args.questions}, line {n}: no image {folder / r['image']}")
-            rows.append({"id": str(r.get("id", n)), "image": r["image"], "question": r["question"]})
+            rid = r.get("id", n)
+            if (
+                isinstance(rid, bool)
+                or not isinstance(rid, (str, int))
+                or (isinstance(rid, str) and not rid.strip())
+            ):
+                raise ValueError(
+                    f"{args.questions}, line {n}: 'id' must be a non-empty string or an integer, got {rid!r}"
+                )
+            rows.append({"id": str(rid), "image": r["image"], "question": r["question"]})
         if not rows:
             raise ValueError(f"{args.questions} holds no rows")
         if args.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        if Path(args.out).is_dir():
+            raise ValueError(
+                f"--out {args.out} is a folder; give the results file, e.g. {Path(args.out) / 'dps.jsonl'}"
+            )
+        if args.crop == "auto":  # auto always runs three views
+            if args.agents not in (1, 3):
+                print(
+                    f"note: --crop auto runs 3 agents; --agents {args.agents} ignored",
+                    file=sys.stderr,
+                )
+            args.agents = 3
         dps = DPSDefense(lvlm, helper, crop=args.crop, n_agents=args.agents, seed=args.seed,
                          temperature=args.temperature, max_tokens=args.max_tokens)  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError) as exc:
@@ -111,24 +135,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def work(row: dict[str, Any]) -> dict[str, Any]:
         res = dps.respond(folder / row["image"], row["question"], seed=args.seed)
+        if not res.final.strip():
+            raise ValueError("the model's final answer is empty")
         return res.to_dict()
 
     import hashlib
 
-    settings = [args.model, args.base_url, args.crop, args.agents, args.helper, args.temperature, args.max_tokens,
-                args.seed]  # fmt: skip
-    config = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:12]
+    settings = [
+        args.model,
+        args.crop,
+        args.agents,
+        args.helper,
+        args.temperature,
+        args.max_tokens,
+        args.seed,
+    ]
+
+    def config(row: dict[str, Any]) -> str:
+        key = json.dumps([*settings, row["image"], row["question"]])
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
     ids = [r["id"] for r in rows]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         print(f"error: two rows of {args.questions} share the id {dup!r}", file=sys.stderr)
         return 2
-    with JsonlStore(
-        args.out, key=("id", "config")
-    ) as store:  # other settings: answered afresh, not mixed
-        report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "config": config,
-                                                                    "image": r["image"], "question": r["question"]},
-                               concurrency=args.workers, retry_errors=True, progress=not args.quiet,
-                               desc="DPS")  # fmt: skip
+    try:
+        with JsonlStore(args.out, key=("id", "config")) as store:  # other settings: answered afresh
+            report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "config": config(r),
+                                                                        "image": r["image"], "question": r["question"]},
+                                   concurrency=args.workers, retry_errors=True, progress=not args.quiet,
+                                   desc="DPS")  # fmt: skip
+    except KeyboardInterrupt:
+        print(f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",
+              file=sys.stderr)  # fmt: skip
+        return 130
     print(report.summary())
     return 0 if report.n_failed == 0 else 1

@@ -19,7 +19,12 @@ def center_box(W: int, H: int, frac: float = 0.5) -> tuple[int, int, int, int]:
     ``(W // 2, H // 2)``: ``(cx - w2 // 2, cy - h2 // 2, cx + w2 // 2, cy + h2 // 2)``
     (``frac = 0.5`` is the official ``W // 2``). ``ValueError`` when the box is empty (e.g.
     ``W < 4`` at ``frac = 0.5``)."""
-    if not (isinstance(frac, (int, float)) and 0 < frac <= 1):
+    for name, v in (("W", W), ("H", H)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1 (pixels), got {v!r}")
+    if isinstance(frac, bool) or not (
+        isinstance(frac, (int, float, np.integer, np.floating)) and 0 < frac <= 1
+    ):
         raise ValueError(f"frac must be in (0, 1], got {frac!r}")
     w2, h2 = int(W * frac), int(H * frac)
     cx, cy = W // 2, H // 2
@@ -42,6 +47,9 @@ def random_box(
 ) -> tuple[int, int, int, int]:
     """The official random crop: one ratio ``r ~ U(lo, hi)`` for both sides, width ``int(W r)``
     (at least 1 px), top-left uniform over the valid positions (inclusive)."""
+    for name, v in (("W", W), ("H", H)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1 (pixels), got {v!r}")
     if not (0 < lo <= hi <= 1):
         raise ValueError(f"need 0 < lo <= hi <= 1, got lo={lo!r}, hi={hi!r}")
     if not isinstance(rng, np.random.Generator):
@@ -55,6 +63,7 @@ def random_box(
 
 
 def random_crop(image: Any, rng: np.random.Generator, lo: float = 0.25, hi: float = 0.5) -> Any:
+    """A random crop of side ratio ``U(lo, hi)`` (:func:`random_box`), drawn from ``rng``."""
     img = to_pil(image)
     return img.crop(random_box(img.width, img.height, rng, lo, hi))
 
@@ -83,11 +92,25 @@ def parse_boxes(text: str, W: int, H: int) -> list[tuple[int, int, int, int]]:
 
 def auto_mask(image: Any, boxes: list[tuple[int, int, int, int]]) -> Any:
     """The full image with every box set to 0 (black): the ``auto`` mode's first view, which
-    hides text regions (typographic attacks)."""
+    hides text regions (typographic attacks). Boxes are clamped to the image as in
+    :func:`parse_boxes`; an empty or swapped box masks nothing."""
     img = to_pil(image)
     arr = np.array(img)
-    for left, top, right, bottom in boxes:
-        arr[top:bottom, left:right] = 0
+    if boxes is None or isinstance(boxes, (str, bytes)) or not hasattr(boxes, "__iter__"):
+        raise TypeError(
+            f"boxes must be a list of (left, top, right, bottom) boxes, got {boxes!r:.60}"
+        )
+    for k, box in enumerate(boxes):
+        if not (isinstance(box, (tuple, list)) and len(box) == 4
+                and all(not isinstance(v, bool) and isinstance(v, (int, np.integer)) for v in box)):  # fmt: skip
+            raise ValueError(
+                f"boxes[{k}] must be 4 integers (left, top, right, bottom), got {box!r:.60}"
+            )
+        # clamped to the image as parse_boxes does; an empty box masks nothing
+        left, top = max(0, int(box[0])), max(0, int(box[1]))
+        right, bottom = min(img.width, int(box[2])), min(img.height, int(box[3]))
+        if left < right and top < bottom:
+            arr[top:bottom, left:right] = 0
     from PIL import Image
 
     return Image.fromarray(arr, mode=img.mode)

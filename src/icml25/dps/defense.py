@@ -80,7 +80,8 @@ class Conversation:
             else [{"type": "text", "text": text}, image_part(image, **self.image_kw)]
         )
         self.history.append({"role": "user", "content": content})
-        self.trace.append({"role": self.role, "template": template, "has_image": image is not None})
+        self.trace.append({"role": self.role, "template": template, "has_image": image is not None,
+                           "prompt": text})  # fmt: skip
         try:
             reply = str(self.backend.chat(self.history, n=1, temperature=self.temperature,
                                           max_tokens=self.max_tokens)[0])  # fmt: skip
@@ -92,6 +93,7 @@ class Conversation:
                 raise BackendError(
                     f"{self.role} call ({template or 'chat'}) failed: {exc}", self.trace
                 ) from exc
+        self.trace[-1]["reply"] = reply
         self.history.append({"role": "assistant", "content": reply})
         return reply
 
@@ -166,7 +168,7 @@ class DPSDefense:
             raise ValueError(f"on_error must be 'raise' or 'refusal', got {on_error!r}")
         if (
             isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float))
+            or not isinstance(temperature, (int, float, np.integer, np.floating))
             or not 0 <= temperature <= 2
         ):
             raise ValueError(f"temperature must be a number in [0, 2], got {temperature!r}")
@@ -179,14 +181,21 @@ class DPSDefense:
             hasattr(helper, "summarize") and hasattr(helper, "is_informative")
         ):
             raise TypeError(
-                "helper must have summarize(text, limit, style) and is_informative(text)"
+                "helper must have summarize(text, limit, style) and is_informative(text): use "
+                f"RuleHelper() (offline) or LLMHelper(backend), got {helper!r:.60}"
             )
+        if max_pixels is not None and (
+            isinstance(max_pixels, bool)
+            or not isinstance(max_pixels, (int, np.integer))
+            or max_pixels < 1
+        ):
+            raise ValueError(f"max_pixels must be None or an int >= 1, got {max_pixels!r}")
         self.lvlm, self.helper = lvlm, helper or RuleHelper(limit=int(summary_limit))
         self.crop, self.n_agents, self.prompts = crop, int(n_agents), prompts or DPSPrompts()
         self.summary_limit, self.trigger = int(summary_limit), int(weak_word_limit_trigger)
         self.seed, self.max_tokens, self.temperature = seed, int(max_tokens), float(temperature)
         self.on_error = on_error
-        self.image_kw = {"max_pixels": max_pixels} if max_pixels else {}
+        self.image_kw = {"max_pixels": int(max_pixels)} if max_pixels is not None else {}
         self._calls = 0
 
     # -- the views -----------------------------------------------------------------------------
@@ -213,7 +222,9 @@ class DPSDefense:
     def _help(self, trace: list[dict[str, Any]], what: str, fn: Any, *args: Any, **kw: Any) -> Any:
         trace.append({"role": "helper", "template": what, "has_image": False})
         try:
-            return fn(*args, **kw)
+            out = fn(*args, **kw)
+            trace[-1]["reply"] = out
+            return out
         except Exception as exc:  # noqa: BLE001
             trace[-1]["error"] = f"{type(exc).__name__}: {exc}"
             if self.on_error == "refusal":
@@ -273,13 +284,24 @@ class DPSDefense:
                       errors: str = "raise") -> list[DPSResult | BackendError]:  # fmt: skip
         """:meth:`respond` for every ``(image, question)``, ``workers`` at a time (each query has
         its own conversations), in input order. Query ``i`` uses seed ``seed + i``.
-        ``errors="return"`` puts the :class:`BackendError` of a failed query in its place and
-        keeps the others."""
+        Questions are checked before any call. ``errors="return"`` puts the exception of a failed
+        query in its place (:class:`BackendError` for a failed call; ``ValueError``, ``TypeError``
+        or ``OSError`` for an image that cannot be read) and keeps the others."""
+        if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+            raise TypeError(
+                f"items must be an iterable of (image, question) pairs, got {type(items).__name__}"
+            )
         items = list(items)
-        for k, it in enumerate(items):
+        for k, it in enumerate(items):  # every item checked before any model call
             if not (isinstance(it, (tuple, list)) and len(it) == 2 and isinstance(it[1], str)):
                 raise TypeError(f"items[{k}] must be an (image, question) pair, got {it!r:.60}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            if not it[1].strip():
+                raise ValueError(
+                    f"items[{k}]: the question must be a non-empty string, got {it[1]!r}"
+                )
+            if it[0] is None:
+                raise ValueError(f"items[{k}]: the image is None")
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
             raise ValueError(f"workers must be an int >= 1, got {workers!r}")
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
@@ -289,10 +311,13 @@ class DPSDefense:
             img, q = items[i]
             try:
                 return self.respond(img, q, seed=None if self.seed is None else base + i)
-            except BackendError as exc:
+            except (BackendError, ValueError, TypeError, OSError) as exc:
+                # a failed call, or an image that cannot be read (a missing file, a bad array)
                 if errors == "return":
                     return exc
-                raise
+                if isinstance(exc, BackendError):
+                    raise
+                raise type(exc)(f"items[{i}]: {exc}") from exc
 
         if workers <= 1:
             return [one(i) for i in range(len(items))]

@@ -25,13 +25,28 @@ def to_pil(image: Any) -> Any:
 
     if isinstance(image, Image.Image):
         img = image
+    elif isinstance(image, str) and image.startswith("data:image/"):
+        img = decode_data_url(image)
     elif isinstance(image, (str, os.PathLike)):
+        if os.path.isdir(image):
+            raise IsADirectoryError(f"{image} is a folder, not an image file")
         if not os.path.isfile(image):
-            raise FileNotFoundError(f"no such image file: {image}")
-        img = Image.open(image)
-        img.load()
+            raise FileNotFoundError(f"no such image file: {str(image)[:200]}")
+        img = _open(image, image)
+    elif hasattr(image, "read"):  # an open binary file or io.BytesIO
+        img = _open(image, f"the {type(image).__name__} object")
     elif hasattr(image, "detach") or isinstance(image, np.ndarray):
-        arr = image.detach().cpu().numpy() if hasattr(image, "detach") else image
+        if hasattr(image, "detach"):
+            t = image.detach()
+            if t.is_meta:
+                raise TypeError(
+                    "a meta tensor holds no pixel values; pass a tensor on a real device"
+                )
+            if t.dtype in (torch_low_precision()):
+                t = t.float()
+            arr = t.cpu().numpy()
+        else:
+            arr = image
         shape = tuple(arr.shape)
         if hasattr(image, "detach") and arr.ndim == 3 and arr.shape[0] in (1, 3, 4):
             arr = np.transpose(arr, (1, 2, 0))  # torch (C, H, W)
@@ -57,7 +72,10 @@ def to_pil(image: Any) -> Any:
             arr = arr.astype(np.uint8)
         elif np.issubdtype(arr.dtype, np.floating):
             a = arr.astype(np.float64)
-            if not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+            if not np.isfinite(a).all():
+                raise ValueError(f"a float image must hold finite values in [0, 1], got {int((~np.isfinite(a)).sum())} "
+                                 "NaN or infinite values")  # fmt: skip
+            if a.min() < 0 or a.max() > 1:
                 raise ValueError(f"a float image must hold values in [0, 1], got {a.min():.3g}..{a.max():.3g}; "
                                  "integer arrays hold 0..255")  # fmt: skip
             arr = np.round(a * 255).astype(np.uint8)
@@ -66,14 +84,18 @@ def to_pil(image: Any) -> Any:
         img = Image.fromarray(arr)
     else:
         raise TypeError(
-            f"image must be a PIL image, a numpy array, a torch tensor or a file path, got {type(image).__name__}"
+            "image must be a PIL image, a numpy array, a torch tensor, a file path, an open binary file or a "
+            f"data URL, got {type(image).__name__}"
         )
     if img.mode in ("L", "RGB"):
         return img
     if img.mode in ("I;16", "I;16B", "I;16L", "I"):
-        a = np.asarray(img, dtype=np.float64)
-        top = 65535.0 if img.mode.startswith("I;16") else max(1.0, float(a.max()))
-        return Image.fromarray(np.round(a / top * 255).astype(np.uint8), mode="L")
+        # 16-bit grey (a 16-bit PNG opens as I;16 or I): a fixed scale, 0..65535 -> 0..255, never
+        # each image's own maximum
+        a = np.clip(np.asarray(img, dtype=np.float64), 0, 65535)
+        return Image.fromarray(np.round(a / 65535 * 255).astype(np.uint8), mode="L")
+    if img.mode == "F":  # 32-bit float pixels: [0, 1] as for float arrays
+        return to_pil(np.asarray(img, dtype=np.float64))
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
         # transparent pixels are shown over white, as an image viewer on a light page does;
         # dropping alpha would expose whatever colour the transparent pixels happen to store
@@ -81,6 +103,28 @@ def to_pil(image: Any) -> Any:
         flat = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
         return flat.convert("L" if img.mode in ("LA", "La") else "RGB")
     return img.convert("RGB")
+
+
+def torch_low_precision() -> tuple[Any, ...]:
+    """Tensor dtypes numpy cannot hold (converted to float32 first)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return ()
+    return tuple(
+        d for d in (torch.bfloat16, getattr(torch, "float8_e4m3fn", None)) if d is not None
+    )
+
+
+def _open(source: Any, what: Any) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        img = Image.open(source)
+        img.load()
+    except UnidentifiedImageError as exc:
+        raise ValueError(f"{str(what)[:200]} is not an image PIL can read ({exc})") from None
+    return img
 
 
 def encode_data_url(image: Any, *, max_pixels: int | None = None, downscale: int = 10) -> str:

@@ -29,6 +29,14 @@ SLOTS: dict[str, frozenset[str]] = {
 }
 
 
+#: the official ``config_prompt.json`` keys and the templates they are
+OFFICIAL_KEYS = {
+    "whole_observation": "strong_system",
+    "local_observation": "weak_system",
+    "normal": "plain_system",
+}
+
+
 @dataclass(frozen=True)
 class DPSPrompts:
     """The templates (``str.format`` with named slots, see :data:`SLOTS`)."""
@@ -87,9 +95,14 @@ class DPSPrompts:
             template = getattr(self, f.name)
             if not isinstance(template, str) or not template.strip():
                 raise ValueError(f"prompt {f.name!r} must be a non-empty string")
-            used = {
-                name for _, name, _, _ in string.Formatter().parse(template) if name is not None
-            }
+            try:
+                used = {
+                    name for _, name, _, _ in string.Formatter().parse(template) if name is not None
+                }
+            except ValueError as exc:
+                raise ValueError(
+                    f"prompt {f.name!r} is not a valid template ({exc}); write literal braces as {{{{ and }}}}"
+                ) from None
             unknown = used - SLOTS[f.name]
             if unknown:
                 raise ValueError(
@@ -108,10 +121,23 @@ class DPSPrompts:
 
     @classmethod
     def from_json(cls, path: str | Path) -> DPSPrompts:
-        """Templates from a JSON object (missing keys keep our defaults; unknown keys raise)."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        """Templates from a JSON object (missing keys keep our defaults; unknown keys raise).
+
+        The official ``config_prompt.json`` loads as it is: its keys ``whole_observation``,
+        ``local_observation`` and ``normal`` are the system prompts ``strong_system``,
+        ``weak_system`` and ``plain_system``. The official code's other prompts are written inline
+        in ``weak2strong.py``; put them in the file under our names (:data:`SLOTS`)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path} must hold a JSON object of templates")
+        for official, ours in OFFICIAL_KEYS.items():
+            if official in data:
+                if ours in data:
+                    raise ValueError(f"{path} sets both {official!r} and {ours!r}")
+                data[ours] = data.pop(official)
         unknown = set(data) - set(SLOTS)
         if unknown:
             raise ValueError(

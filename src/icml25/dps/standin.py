@@ -157,6 +157,14 @@ def fuse(logp: np.ndarray, hints: list[int], *, fusion: str = "bayes", confusion
          lam: float = 2.0) -> int:  # fmt: skip
     """The stand-in's decision given its own log-probabilities and the digit hints it was told."""
     score = np.asarray(logp, dtype=np.float64).copy()
+    if score.ndim != 1 or len(score) < 2:
+        raise ValueError(
+            f"logp must be a vector of class log-probabilities, got shape {score.shape}"
+        )
+    k = len(score)
+    for h in hints:
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < k:
+            raise ValueError(f"hints must be class indices in [0, {k}), got {h!r}")
     if fusion == "bayes":
         if confusion is None:
             raise ValueError("fusion='bayes' needs the confusion matrix")
@@ -187,7 +195,26 @@ class DigitsVLM(BaseChat):
         if fusion not in ("bayes", "bonus"):
             raise ValueError(f"fusion must be 'bayes' or 'bonus', got {fusion!r}")
         if fusion == "bayes" and (confusion is None or np.asarray(confusion).shape != (10, 10)):
-            raise ValueError("fusion='bayes' needs a (10, 10) confusion matrix")
+            raise ValueError(
+                "fusion='bayes' needs the classifier's (10, 10) crop confusion matrix: pass "
+                "confusion=confusion_matrix(model, crops, labels), or use fusion='bonus'"
+            )
+        for name, v, ok in (
+            ("lam", lam, "a finite number >= 0"),
+            ("tau_unsure", tau_unsure, "a number in [0, 1]"),
+        ):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float, np.integer, np.floating))
+                or not np.isfinite(v)
+            ):
+                raise ValueError(f"{name} must be {ok}, got {v!r}")
+        if lam < 0:
+            raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
+        if not 0 <= tau_unsure <= 1:
+            raise ValueError(
+                f"tau_unsure must be a number in [0, 1] (a max-probability), got {tau_unsure!r}"
+            )
         if confusion is not None:
             c = np.asarray(confusion, dtype=np.float64)
             if (c <= 0).any() or not np.allclose(c.sum(1), 1):
@@ -197,6 +224,16 @@ class DigitsVLM(BaseChat):
         if not isinstance(model, nn.Module):
             raise TypeError(
                 f"model must be the digit classifier (a torch module), got {type(model).__name__}"
+            )
+        with torch.no_grad():
+            out = model.eval()(
+                torch.zeros(
+                    1, 1, 32, 32, dtype=next(iter(model.parameters()), torch.zeros(())).dtype
+                )
+            )
+        if out.shape != (1, 10):
+            raise ValueError(
+                f"model must map (N, 1, 32, 32) images to 10 digit logits, got output shape {tuple(out.shape)}"
             )
         self.model, self.confusion, self.fusion = model.eval(), confusion, fusion
         self.lam, self.tau_unsure, self.name, self.concurrency = (
