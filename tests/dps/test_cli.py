@@ -120,56 +120,15 @@ def test_empty_final_answers_bad_ids_and_folders_are_clear(tmp_path, capsys):
     out = tmp_path / "o.jsonl"
     base = ["--images", str(imgs), "--questions", str(q), "-q"]
     with ChatServer(CallableChat(lambda m, **kw: "")) as server:
-        assert (
-            main(
-                [
-                    "dps",
-                    "run",
-                    "--model",
-                    "openai:m",
-                    "--base-url",
-                    server.url,
-                    *base,
-                    "--out",
-                    str(out),
-                ]
-            )
-            == 1
-        )
+
+        def run(out_path):
+            return main(["dps", "run", "--model", "openai:m", "--base-url", server.url, *base, "--out", str(out_path)])
+
+        assert run(out) == 1
         (row,) = [json.loads(x) for x in out.read_text().splitlines()]
         assert "final answer is empty" in row["error"]["message"]
-        assert (
-            main(
-                [
-                    "dps",
-                    "run",
-                    "--model",
-                    "openai:m",
-                    "--base-url",
-                    server.url,
-                    *base,
-                    "--out",
-                    str(imgs),
-                ]
-            )
-            == 2
-        )
+        assert run(imgs) == 2
         assert "is a folder" in capsys.readouterr().err
         q.write_text(json.dumps({"id": None, "image": "a.png", "question": "What?"}) + "\n")
-        assert (
-            main(
-                [
-                    "dps",
-                    "run",
-                    "--model",
-                    "openai:m",
-                    "--base-url",
-                    server.url,
-                    *base,
-                    "--out",
-                    str(out),
-                ]
-            )
-            == 2
-        )
+        assert run(out) == 2
         assert "'id' must be" in capsys.readouterr().err
