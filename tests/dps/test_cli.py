@@ -122,7 +122,17 @@ def test_empty_final_answers_bad_ids_and_folders_are_clear(tmp_path, capsys):
     with ChatServer(CallableChat(lambda m, **kw: "")) as server:
 
         def run(out_path):
-            return main(["dps", "run", "--model", "openai:m", "--base-url", server.url, *base, "--out", str(out_path)])
+            cmd = [
+                "dps",
+                "run",
+                "--model",
+                "openai:m",
+                "--base-url",
+                server.url,
+                "--out",
+                str(out_path),
+            ]
+            return main(cmd + base)
 
         assert run(out) == 1
         (row,) = [json.loads(x) for x in out.read_text().splitlines()]
