@@ -134,6 +134,8 @@ PAPERS: tuple[Paper, ...] = (
         "proxy_feedback",
         "When Can Proxies Improve the Sample Complexity of Preference Learning?",
         "arXiv:2412.16475",
+        repro="icml25.proxy_feedback.repro:run",
+        usage="m = SimplexPolicy(d_x, K, D); fit_proxy_stage(m, proxy); fit_true_stage(m, expert); check_conditions(expert_policy, proxy_policy, x)  # icml25.proxy_feedback",
     ),
     Paper(
         11,
