@@ -285,11 +285,11 @@ def pair_logprobs(
 
 def dpo_stage(
     model: SimplexBottleneckLM,
-    ref_model: nn.Module,
+    ref_model: nn.Module | None,
     pairs: Sequence[Any],
     *,
     tokenizer: Any,
-    trainable: str = "adapter",
+    trainable: str | Sequence[nn.Parameter] = "adapter",
     beta: float = 0.1,  # DPO's and TRL's default
     lr: float = 1e-2,
     steps: int = 100,
@@ -297,44 +297,69 @@ def dpo_stage(
     max_length: int = 256,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """One DPO stage (sigmoid loss, TRL's conventions) on TRL-format ``pairs``.
+    """One DPO stage (sigmoid loss, TRL's conventions) on TRL-format ``pairs``. ``model`` is a
+    :class:`SimplexBottleneckLM` or, for the baselines, any causal LM (``trainable="all"``: all
+    its parameters).
 
-    ``trainable="adapter"`` (stage 2): only the adapter's ``(D+1)^2 + D + 1`` parameters move
-    (everything else is frozen and checked bitwise unchanged). ``trainable="all"`` (stage 1):
-    the body, ``W_τ`` and ``Θ`` move, the adapter stays at the identity. ``ref_model`` (the
-    warmed-up model for stage 1, the stage-1 model for stage 2) is used without gradients.
+    ``trainable="adapter"`` (stage 2): only the adapter's ``(D+1)^2 + D + 1`` parameters move.
+    ``trainable="all"`` (stage 1): the body, ``W_τ`` and ``Θ`` move, the adapter stays at the
+    identity. A list of the model's parameters (e.g. LoRA matrices injected into the body) trains
+    exactly those. Every other parameter is frozen and checked bitwise unchanged afterwards. ``ref_model`` (the
+    warmed-up model for stage 1, the stage-1 model for stage 2) is used without gradients;
+    ``None`` is a uniform reference. With Bradley-Terry labels whose reward is ``log π(y|x)``
+    (the paper's synthetic setting), DPO's optimum is ``π_ref · π^{1/β}`` (normalised), so only
+    a uniform reference with ``β = 1`` targets ``π`` itself (docs/proxy_feedback.md, "LLM").
     Returns ``{"loss": [...], "reward_margin": [...]}``."""
-    model = _check_wrapper(model, "dpo_stage")
-    if trainable not in TRAINABLE:
-        raise ValueError(f"trainable must be one of {TRAINABLE}, got {trainable!r}")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
+                        f"{type(model).__name__}")  # fmt: skip
+    bottleneck = isinstance(model, SimplexBottleneckLM)
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
         raise ValueError(f"beta must be > 0, got {beta!r}")
     _steps("steps", steps)
     _steps("batch_size", batch_size)
     enc = encode_pairs(tokenizer, pairs, max_length)
     n = len(pairs)
-    if trainable == "adapter":
-        params = model.adapter_parameters()
+    if isinstance(trainable, str):
+        if trainable not in TRAINABLE:
+            raise ValueError(
+                f"trainable must be one of {TRAINABLE} or a list of the model's parameters, got "
+                f"{trainable!r}"
+            )
+        if not bottleneck:
+            if trainable == "adapter":
+                raise TypeError(f"trainable='adapter' needs a SimplexBottleneckLM, got "
+                                f"{type(model).__name__}")  # fmt: skip
+            params = list(model.parameters())
+        elif trainable == "adapter":
+            params = model.adapter_parameters()
+        else:
+            params = model.non_adapter_parameters()
         if not params:
             raise ValueError("the model's adapter has no parameters (adapter='identity')")
     else:
-        params = model.non_adapter_parameters()
+        params = list(trainable)
+        own = {id(p) for p in model.parameters()}
+        if not params or not all(isinstance(p, nn.Parameter) and id(p) in own for p in params):
+            raise ValueError("trainable must be 'adapter', 'all' or a non-empty list of the "
+                             "model's own parameters (e.g. its LoRA matrices)")  # fmt: skip
     pid = {id(p) for p in params}
+    # everything not trained must come out bitwise unchanged (checked after training)
+    frozen = {k: v.detach().clone() for k, v in model.named_parameters() if id(v) not in pid}
     flags = {id(p): p.requires_grad for p in model.parameters()}
-    # stage 2 must leave everything but the adapter bitwise unchanged; stage 1 the adapter
-    frozen = {k: v.detach().clone() for k, v in model.state_dict().items()
-              if k.startswith("adapter.") != (trainable == "adapter")}  # fmt: skip
     for p in model.parameters():
         p.requires_grad_(id(p) in pid)
-    ref_model.eval()
-    with torch.no_grad():
-        ref_c, ref_r = [], []
-        for i in range(0, n, batch_size):
-            b = _slice(enc, i, i + batch_size, n)
-            c, r = pair_logprobs(ref_model, b)
-            ref_c.append(c)
-            ref_r.append(r)
-        ref_c, ref_r = torch.cat(ref_c), torch.cat(ref_r)
+    if ref_model is None:  # uniform reference: its log-probs cancel in the DPO margin
+        ref_c = ref_r = torch.zeros(n, device=_device(model))
+    else:
+        ref_model.eval()
+        with torch.no_grad():
+            ref_c, ref_r = [], []
+            for i in range(0, n, batch_size):
+                c, r = pair_logprobs(ref_model, _slice(enc, i, i + batch_size, n))
+                ref_c.append(c)
+                ref_r.append(r)
+            ref_c, ref_r = torch.cat(ref_c), torch.cat(ref_r)
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
     hist, margins = [], []
@@ -358,10 +383,10 @@ def dpo_stage(
         for p in model.parameters():
             p.requires_grad_(flags[id(p)])
         model.train(was)
-    now = model.state_dict()
+    now = dict(model.named_parameters())
     changed = [k for k in frozen if not torch.equal(frozen[k], now[k])]
     if changed:
-        raise RuntimeError(f"dpo_stage(trainable={trainable!r}) changed frozen tensors: {changed}")
+        raise RuntimeError(f"dpo_stage changed tensors it was to keep frozen: {changed}")
     return {"loss": hist, "reward_margin": margins}
 
 
