@@ -136,6 +136,7 @@ PAPERS: tuple[Paper, ...] = (
         "arXiv:2412.16475",
         repro="icml25.proxy_feedback.repro:run",
         usage="m = SimplexPolicy(d_x, K, D); fit_proxy_stage(m, proxy); fit_true_stage(m, expert); check_conditions(expert_policy, proxy_policy, x)  # icml25.proxy_feedback",
+        cli="icml25.proxy_feedback.cli:add_parser",
     ),
     Paper(
         11,

@@ -19,7 +19,7 @@ from torch import Tensor
 from icml25.proxy_feedback.data import sample_preferences
 from icml25.proxy_feedback.worlds import SyntheticPreferenceWorld
 
-__all__ = ["DiagnosisTask", "run_llm_path"]
+__all__ = ["DiagnosisTask", "prepare_llm_path", "run_llm_path"]
 
 #: E[Z | Z in quartile b] for Z ~ N(0, 1): ±φ(0.6745)·4 and ±(φ(0)-φ(0.6745))·4
 QUARTILE_MEANS = (-1.2711, -0.3178, 0.3178, 1.2711)
@@ -77,7 +77,7 @@ class DiagnosisTask:
         qs = self.prompts(x)
         if tokenizer is not None:
             qs = [self.with_bos(q, tokenizer) for q in qs]
-        return [{"prompt": q, "chosen": self.diseases[int(w)], "rejected": self.diseases[int(lo)]}
+        return [{"prompt": q, "chosen": " " + self.diseases[int(w)], "rejected": " " + self.diseases[int(lo)]}
                 for q, w, lo in zip(qs, b.y_w, b.y_l)]  # fmt: skip
 
     def _policy(self, which: str):
@@ -108,26 +108,25 @@ class DiagnosisTask:
         }
 
 
-def run_llm_path(
+def prepare_llm_path(
     seed: int = 0,
-    ns: tuple[int, ...] = (35, 100),
+    n_expert: int = 100,
     *,
     n_sft: int = 4000,
     n_proxy_pairs: int = 2000,
     sft_steps: int = 400,
     warmup_steps: int = 300,
     stage1_steps: int = 300,
-    stage2_steps: int = 200,
-    bottleneck_dim: int = 12,  # warm-up KL ~0.02: the bottleneck must also carry the symptom tokens
-    n_test: int = 500,
+    bottleneck_dim: int = 12,  # warm-up KL ~0.02: the bottleneck also carries the symptom tokens
     beta: float = 1.0,
     reference: bool = False,
-    stage2_lr: float = 1e-2,
+    n_test: int = 500,
 ) -> dict[str, Any]:
-    """The two-stage LLM recipe on the diagnosis task (``hold`` world): SFT a tiny Llama on
-    proxy-labelled texts, wrap it with a simplex bottleneck, warm up, stage-1 DPO on proxy pairs
-    (body + bottleneck), stage-2 adapter-only DPO on ``n`` expert pairs; beside it, DPO of every
-    parameter of the SFT model on the same expert pairs. Returns next-token TVs to ``π†``."""
+    """Everything up to stage 1 on the diagnosis task (``hold`` world): SFT a tiny Llama on
+    proxy-labelled texts, wrap it with a simplex bottleneck, warm it up, then stage-1 DPO on proxy
+    pairs (body + bottleneck). ``reference=False`` uses a uniform DPO reference, which with
+    ``β = 1`` targets the labelling policy itself (the synthetic setting). Returns the task,
+    tokenizer, SFT model ``base``, stage-1 model, ``n_expert`` expert pairs and TVs so far."""
     from icml25.proxy_feedback.llm import SimplexBottleneckLM, dpo_stage, warmup_bottleneck
     from icml25.toy import tiny_causal_lm, train_causal_lm
 
@@ -139,24 +138,50 @@ def run_llm_path(
     base = tiny_causal_lm(tok, d_model=64, n_layers=2, n_heads=2, max_positions=16, seed=seed)
     train_causal_lm(base, tok, texts, steps=sft_steps, batch_size=64, lr=3e-3, max_length=16,
                     seed=seed, progress=False)  # fmt: skip
-    out: dict[str, Any] = {"sft": task.tv(base, tok, n_test, seed)}
+    out: dict[str, Any] = {"tv": {"sft": task.tv(base, tok, n_test, seed)}}
     m = SimplexBottleneckLM(copy.deepcopy(base), bottleneck_dim=bottleneck_dim, seed=seed)
     wu = warmup_bottleneck(m, texts[:1000], warmup_steps, tokenizer=tok, seed=seed)
     out["warmup_heldout_kl"] = wu["heldout_kl"]
-    out["warmed"] = task.tv(m, tok, n_test, seed)
+    out["tv"]["warmed"] = task.tv(m, tok, n_test, seed)
     proxy_pairs = task.pairs(n_proxy_pairs, g, policy="proxy", tokenizer=tok)
-    expert_pairs = task.pairs(max(ns), g, policy="expert", tokenizer=tok)
-    ref = copy.deepcopy(m)
-    dpo_stage(m, ref if reference else None, proxy_pairs, tokenizer=tok, trainable="all", lr=1e-3, beta=beta, steps=stage1_steps,
-              batch_size=32, seed=seed)  # fmt: skip
-    out["stage1"] = task.tv(m, tok, n_test, seed)
+    ref = copy.deepcopy(m) if reference else None
+    dpo_stage(m, ref, proxy_pairs, tokenizer=tok, trainable="all", lr=1e-3, beta=beta,
+              steps=stage1_steps, batch_size=32, seed=seed)  # fmt: skip
+    out["tv"]["stage1"] = task.tv(m, tok, n_test, seed)
+    out.update(task=task, tokenizer=tok, base=base, stage1=m,
+               expert_pairs=task.pairs(n_expert, g, policy="expert", tokenizer=tok))  # fmt: skip
+    return out
+
+
+def run_llm_path(
+    seed: int = 0,
+    ns: tuple[int, ...] = (35, 100),
+    *,
+    stage2_steps: int = 200,
+    stage2_lr: float = 1e-2,
+    beta: float = 1.0,
+    reference: bool = False,
+    n_test: int = 500,
+    **prepare_kw: Any,
+) -> dict[str, Any]:
+    """:func:`prepare_llm_path`, then stage-2 adapter-only DPO on ``n`` expert pairs and, beside
+    it, DPO of every parameter of the SFT model on the same pairs. Returns next-token TVs to
+    ``π†`` (``{name: {"tv", "off_mass"}}``) and the warm-up's held-out KL."""
+    from icml25.proxy_feedback.llm import dpo_stage
+
+    prep = prepare_llm_path(seed, max(ns), beta=beta, reference=reference, n_test=n_test,
+                            **prepare_kw)  # fmt: skip
+    task, tok, base, m = prep["task"], prep["tokenizer"], prep["base"], prep["stage1"]
+    out: dict[str, Any] = {**prep["tv"], "warmup_heldout_kl": prep["warmup_heldout_kl"]}
     for n in ns:
-        m2, ref2 = copy.deepcopy(m), copy.deepcopy(m)
-        dpo_stage(m2, ref2 if reference else None, expert_pairs[:n], tokenizer=tok, trainable="adapter", lr=stage2_lr, beta=beta,
-                  steps=stage2_steps, batch_size=min(n, 32), seed=seed)  # fmt: skip
+        pairs = prep["expert_pairs"][:n]
+        m2 = copy.deepcopy(m)
+        dpo_stage(m2, copy.deepcopy(m) if reference else None, pairs, tokenizer=tok,
+                  trainable="adapter", lr=stage2_lr, beta=beta, steps=stage2_steps,
+                  batch_size=min(n, 32), seed=seed)  # fmt: skip
         out[f"two_stage@{n}"] = task.tv(m2, tok, n_test, seed)
         b2 = copy.deepcopy(base)
-        dpo_stage(b2, base if reference else None, expert_pairs[:n], tokenizer=tok, trainable="all", lr=1e-3, beta=beta,
-                  steps=stage2_steps, batch_size=min(n, 32), seed=seed)  # fmt: skip
+        dpo_stage(b2, base if reference else None, pairs, tokenizer=tok, trainable="all", lr=1e-3,
+                  beta=beta, steps=stage2_steps, batch_size=min(n, 32), seed=seed)  # fmt: skip
         out[f"dpo_all@{n}"] = task.tv(b2, tok, n_test, seed)
     return out

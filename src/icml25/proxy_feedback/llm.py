@@ -234,9 +234,10 @@ def warmup_bottleneck(
 
 
 def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) -> dict[str, Tensor]:
-    """Token ids of TRL-format pairs (``prompt``, ``chosen``, ``rejected`` strings): the prompt
-    (with the tokenizer's special tokens) followed by the response and EOS, as TRL's DPO builds
-    them; labels are -100 on the prompt and on padding (right-padded). Returns ``input_ids``,
+    """Token ids of TRL-format pairs (``prompt``, ``chosen``, ``rejected`` strings), built as
+    TRL's DPO builds them: ``prompt + completion`` tokenised together (with the tokenizer's
+    special tokens), the completion's tokens from where they diverge from the prompt's, then EOS
+    (a completion should start on a token boundary, e.g. with a space); labels are -100 on the prompt and on padding (right-padded). Returns ``input_ids``,
     ``attention_mask``, ``labels`` of shape ``(2N, T)``: the N chosen rows, then the N rejected."""
     if isinstance(pairs, (str, dict)) or not isinstance(pairs, Sequence) or not pairs:
         raise ValueError("pairs must be a non-empty list of {'prompt','chosen','rejected'} records")
@@ -249,9 +250,13 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) ->
                 raise TypeError(f"record {i}: {key!r} must be a string here (plain-text pairs)")
         p = tokenizer(r["prompt"])["input_ids"]
         for key in ("chosen", "rejected"):
-            c = tokenizer(r[key], add_special_tokens=False)["input_ids"]
-            c = c + ([eos] if eos is not None else [])
-            rows.append((key, p, c))
+            # as TRL's DPO: tokenise prompt + completion together; the completion starts where
+            # the tokens diverge from the prompt's own (a merge across the boundary moves it)
+            full = tokenizer(r["prompt"] + r[key])["input_ids"]
+            k = 0
+            while k < min(len(p), len(full)) and p[k] == full[k]:
+                k += 1
+            rows.append((key, full[:k], full[k:] + ([eos] if eos is not None else [])))
     chosen = [x for x in rows if x[0] == "chosen"]
     rejected = [x for x in rows if x[0] == "rejected"]
     seqs = [(p + c)[:max_length] for _, p, c in chosen + rejected]

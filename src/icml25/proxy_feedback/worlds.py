@@ -18,7 +18,6 @@ violations break one sufficient condition each (docs/proxy_feedback.md, "Worlds"
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import torch
@@ -186,7 +185,3 @@ class SyntheticPreferenceWorld:
         if device is None and generator is not None:
             device = generator.device
         return torch.randn(n, self.d_x, generator=generator, device=device, dtype=dtype)
-
-    def permutations(self) -> list[tuple[int, ...]]:
-        """Every permutation of the ``D + 1`` vertices (for tests and restarts)."""
-        return list(itertools.permutations(range(self.D + 1)))
