@@ -82,3 +82,32 @@ def test_callables_need_x_and_bad_settings():
         check_conditions(w.true_policy, w.proxy_policy)
     with pytest.raises(ValueError, match="delta must be"):
         check_conditions(np.full((5, 3), 1 / 3), np.full((5, 3), 1 / 3), delta=0)
+
+
+def test_c3_compares_with_the_intended_bottleneck():
+    """Any table of distributions over K outputs meets the default (K - 1); a full-dimensional
+    proxy fails C3 for a smaller intended D."""
+    p = np.random.default_rng(0).dirichlet(np.ones(4), 2000)
+    full = check_conditions(p, p)
+    assert 2.5 < full.intrinsic_dim < 3.6 and full.holds["C3"]
+    assert not check_conditions(p, p, max_dim=1).holds["C3"]
+
+
+def test_label_frequency_tables_warn_about_noise():
+    w = SyntheticPreferenceWorld()
+    x = w.sample_x(600, torch.Generator().manual_seed(0), dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+
+    def freq(P, m):
+        return (
+            torch.nn.functional.one_hot(torch.multinomial(P, m, True, generator=g), 3)
+            .double()
+            .mean(1)
+        )
+
+    with pytest.warns(UserWarning, match="distinct rows"):
+        check_conditions(freq(w.true_policy(x), 3), freq(w.proxy_policy(x), 3))
+    with pytest.raises(ValueError, match="log-probabilities"):
+        check_conditions(np.log(w.true_policy(x).numpy()), np.log(w.proxy_policy(x).numpy()))
+    with pytest.raises(ValueError, match="x has 5 rows"):
+        check_conditions(w.true_policy(x).numpy(), w.proxy_policy(x).numpy(), x[:5])

@@ -47,7 +47,7 @@ def test_sampling_is_reproducible_and_bound_methods_give_d_x():
     assert torch.equal(a.x, b.x) and torch.equal(a.y_w, b.y_w) and a.d_x == 5
     with pytest.raises(ValueError, match="pass d_x"):
         sample_preferences(lambda x: torch.full((len(x), 3), 1 / 3), 5)
-    with pytest.raises(ValueError, match="non-negative integer"):
+    with pytest.raises(ValueError, match="n must be an integer >= 0, got -1"):
         sample_preferences(w.true_policy, -1)
 
 

@@ -145,3 +145,23 @@ def test_dpo_stage_loss_equals_trls_sigmoid_dpo(toy, tmp_path):
         ours = float(dpo_loss(*pair_logprobs(pol, enc), *pair_logprobs(ref, enc), 0.1).loss)
     assert abs(ours - theirs) < 1e-4
     assert abs(theirs - 0.6931) > 1e-3  # the policy differs from the reference: the test can fail
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_the_wrapper_follows_a_dtype_cast(toy, dtype):
+    _, tok, base, texts, pairs = toy
+    m = SimplexBottleneckLM(copy.deepcopy(base), bottleneck_dim=4).to(dtype)
+    enc = tok(texts[:2], return_tensors="pt", padding=True)
+    logits = m(enc["input_ids"], enc["attention_mask"])
+    assert logits.dtype == dtype and torch.isfinite(logits.float()).all()
+    h = dpo_stage(m, None, pairs, tokenizer=tok, steps=1)
+    assert h["loss"][0] == pytest.approx(0.6931, abs=2e-2)
+
+
+def test_pairs_without_a_response_token_or_with_ties_are_errors(toy):
+    _, tok, base, _, pairs = toy
+    long = [{"prompt": " ".join(["s0_1"] * 40), "chosen": " d0", "rejected": " d1"}]
+    with pytest.raises(ValueError, match="no chosen token is left within max_length=16"):
+        encode_pairs(tok, long, max_length=16)
+    with pytest.raises(ValueError, match="chosen == rejected"):
+        encode_pairs(tok, [{"prompt": "s0_1", "chosen": " d0", "rejected": " d0"}])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -171,3 +172,47 @@ def test_baselines_train_and_user_arrays_work(hold):
     assert len(h["loss"]) == 2 and all(v == v for v in h["loss"])
     with pytest.raises(ValueError, match="weight must be"):
         fit_pooled(pooled, proxy[:100], batch, weight=-1.0)
+
+
+def test_numpy_integers_custom_adapters_and_frozen_adapters(hold):
+    _, _, expert, m = hold
+    k = np.array([0, 1, 2]).max() + 1  # np.int64, as users compute sizes
+    model = SimplexPolicy(np.int64(5), k, np.int32(2), encoder_hidden=np.int64(16))
+    assert model(torch.randn(2, 5)).shape == (2, 3)
+
+    class Softer(torch.nn.Module):  # any probabilities -> probabilities module
+        def __init__(self):
+            super().__init__()
+            self.t = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, p):
+            return torch.softmax(self.t * torch.log(p), -1)
+
+    custom = SimplexPolicy(5, 3, 2, adapter=Softer())
+    custom.encoder.load_state_dict(m.encoder.state_dict())
+    custom.theta.load_state_dict(m.theta.state_dict())
+    h = fit_true_stage(custom, expert[:50], steps=np.int64(20))
+    assert len(h["restarts"]) == 1 and float(custom.adapter.module.t.detach()) != 1.0
+    with pytest.raises(ValueError, match="the adapter has 4 vertices"):
+        SimplexPolicy(5, 3, 2, adapter=SimplexPolicy(5, 3, 3).adapter)
+    with pytest.raises(TypeError, match="apply to 'mlp' only"):
+        SimplexPolicy(5, 3, 2, spectral_norm=True)
+    frozen = copy.deepcopy(m)
+    for p in frozen.adapter.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="frozen"):
+        fit_true_stage(frozen, expert[:20])
+
+
+def test_batches_copy_user_arrays_and_refuse_integer_casts():
+    x = np.random.default_rng(0).normal(size=(4, 5))
+    b = PreferenceBatch.from_arrays(x, [0, 1, 2, 0], [1, 2, 0, 2])
+    x[0, 0] = np.nan
+    assert torch.isfinite(b.x).all()
+    with pytest.raises(ValueError, match="floating dtype"):
+        b.to(torch.int32)
+    assert b.to(torch.float64).x.dtype == torch.float64 and len(b[0]) == 1 and len(b[-1]) == 1
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(np.zeros((3, 5)))
+    b2 = PreferenceBatch.from_arrays(df, pd.Series([0, 1, 2]), np.array([1, 2, 0]))
+    assert b2.x.shape == (3, 5)

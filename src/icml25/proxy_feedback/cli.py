@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -31,8 +33,8 @@ def add_parser(sub) -> None:
                      help="a synthetic world of the reproduction")  # fmt: skip
     src.add_argument("--expert", metavar="FILE", help="(n, K) expert probabilities (.npy/.csv)")
     c.add_argument("--proxy", metavar="FILE", help="(n, K) proxy probabilities, same rows")
-    c.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
-    c.add_argument("--n", type=int, default=5000, help="inputs drawn from the world (5000)")
+    c.add_argument("--seed", type=int, default=None, help="world seed (default 0)")
+    c.add_argument("--n", type=int, default=None, help="inputs drawn from the world (5000)")
     c.add_argument("--delta", type=float, default=0.02, help="TV of 'the same output' (0.02)")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.set_defaults(func=_cmd_check, parser=c)
@@ -63,14 +65,18 @@ def load_probabilities(path: str | Path):
                 skip = 0
             except ValueError:
                 skip = 1
-            a = np.loadtxt(p, delimiter=delim, skiprows=skip, ndmin=2)
+            with warnings.catch_warnings():
+                warnings.simplefilter(
+                    "ignore"
+                )  # numpy's "no data" warning: the shape check says it
+                a = np.loadtxt(p, delimiter=delim, skiprows=skip, ndmin=2)
         else:
             raise ValueError(f"{p.name}: use .npy, .csv or .tsv")
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read probabilities from {p}: {exc}") from None
     a = np.asarray(a, dtype=float)
-    if a.ndim != 2:
-        raise ValueError(f"{p} must hold an (n, K) table, got shape {a.shape}")
+    if a.ndim != 2 or a.shape[0] == 0:
+        raise ValueError(f"{p} must hold a non-empty (n, K) table, got shape {a.shape}")
     return a
 
 
@@ -79,31 +85,67 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     from icml25.proxy_feedback.conditions import check_conditions
 
-    try:
-        if args.world:
-            from icml25.proxy_feedback.worlds import SyntheticPreferenceWorld
+    if args.world:
+        if args.proxy:
+            args.parser.error("--proxy goes with --expert, not with --world")
+        seed = 0 if args.seed is None else args.seed
+        n = 5000 if args.n is None else args.n
+        if n < 3 or seed < 0:
+            args.parser.error(f"--n must be >= 3 and --seed >= 0, got {n} and {seed}")
+    else:
+        if not args.proxy:
+            args.parser.error("--expert needs --proxy (the proxy's probabilities, same rows)")
+        if args.n is not None or args.seed is not None:
+            args.parser.error("--n and --seed apply to --world only")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if args.world:
+                from icml25.proxy_feedback.worlds import SyntheticPreferenceWorld
 
-            if args.n < 3:
-                args.parser.error(f"--n must be at least 3, got {args.n}")
-            w = SyntheticPreferenceWorld(scenario=args.world, seed=args.seed)
-            x = w.sample_x(args.n, torch.Generator().manual_seed(args.seed), dtype=torch.float64)
-            rep = check_conditions(w.true_policy, w.proxy_policy, x, args.delta)
-            label = f"world {args.world} (seed {args.seed}, {args.n} inputs)"
-        else:
-            if not args.proxy:
-                args.parser.error("--expert needs --proxy (the proxy's probabilities, same rows)")
-            e, p = load_probabilities(args.expert), load_probabilities(args.proxy)
-            rep = check_conditions(torch.from_numpy(e), torch.from_numpy(p), None, args.delta)
-            label = f"{args.expert} vs {args.proxy} ({e.shape[0]} inputs, {e.shape[1]} outputs)"
-    except (ValueError, TypeError) as exc:
-        print(f"icml25 proxy_feedback check: error: {exc}", file=sys.stderr)
-        return 2
+                w = SyntheticPreferenceWorld(scenario=args.world, seed=seed)
+                x = w.sample_x(n, torch.Generator().manual_seed(seed), dtype=torch.float64)
+                rep = check_conditions(w.true_policy, w.proxy_policy, x, args.delta)
+                label = f"world {args.world} (seed {seed}, {n} inputs)"
+            else:
+                e = _load("--expert", args.expert)
+                p = _load("--proxy", args.proxy)
+                try:
+                    rep = check_conditions(
+                        torch.from_numpy(e), torch.from_numpy(p), None, args.delta
+                    )
+                except ValueError as exc:
+                    msg = str(exc).replace("true_policy", f"--expert {args.expert}")
+                    raise ValueError(msg.replace("proxy_policy", f"--proxy {args.proxy}")) from None
+                label = f"{args.expert} vs {args.proxy} ({e.shape[0]} inputs, {e.shape[1]} outputs)"
+        except (ValueError, TypeError) as exc:
+            print(f"icml25 proxy_feedback check: error: {exc}", file=sys.stderr)
+            return 2
+    for wmsg in caught:
+        if issubclass(wmsg.category, UserWarning):
+            print(f"warning: {wmsg.message}", file=sys.stderr)
     if args.json:
-        print(json.dumps(rep.to_dict(), indent=2, default=float))
+        print(json.dumps(_finite_or_null(rep.to_dict()), indent=2, allow_nan=False))
     else:
         print(f"Sufficient conditions of the proxy, {label}:")
         print(rep.summary())
     return 0
+
+
+def _load(flag: str, path: str):
+    try:
+        return load_probabilities(path)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
+
+
+def _finite_or_null(obj):
+    """JSON has no NaN or infinity: they become null (the text report shows them)."""
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:

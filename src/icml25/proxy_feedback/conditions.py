@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from icml25.proxy_feedback._checks import as_int
+
 __all__ = ["ConditionReport", "check_conditions"]
 
 DENOM_FLOOR = 1e-3  # pairs with a smaller denominator are left out of the ratio quantiles
@@ -105,13 +107,18 @@ def _probs(name: str, policy: Any, x: Any) -> Tensor:
     p = out.detach().to(torch.float64)
     if p.ndim != 2 or p.shape[1] < 2:
         raise ValueError(f"{name} must give (n, K >= 2) probabilities, got shape {tuple(p.shape)}")
-    if not bool(torch.isfinite(p).all()) or bool((p < -1e-9).any()):
-        raise ValueError(f"{name} holds negative, NaN or inf probabilities")
+    if not bool(torch.isfinite(p).all()):
+        raise ValueError(f"{name} holds NaN or inf")
+    if bool((p <= 0).all()):
+        raise ValueError(f"{name} holds only values <= 0: log-probabilities? pass their exp()")
+    if bool((p < -1e-9).any()):
+        raise ValueError(f"{name} holds negative probabilities (min {float(p.min()):.4g})")
     s = p.sum(-1)
     if not bool(torch.allclose(s, torch.ones_like(s), atol=1e-4)):
         raise ValueError(
             f"{name}'s rows must sum to 1 (probabilities), got sums from {float(s.min()):.4g} to "
-            f"{float(s.max()):.4g}; for log-probabilities pass their exp()"
+            f"{float(s.max()):.4g}; for log-probabilities pass their exp(); a table saved with an "
+            "index column needs it dropped (pandas: index=False)"
         )
     return p.clamp_min(0.0)
 
@@ -196,9 +203,12 @@ def check_conditions(
         far: C1's "far" is ``TV > far * delta``.
         n_pairs: random pairs for the Spearman correlation and the ratio quantiles (C4).
         max_violation, max_image_gap, max_dim, max_L: tolerances of the ``holds`` verdicts
-            (``max_dim=None``: ``K - 1``, i.e. C3 holds when the outputs are not full-dimensional;
-            C4 compares ``L_hat``, the paper's direction, with ``max_L``). Ours, calibrated on the
-            synthetic worlds (docs/proxy_feedback.md, "Condition diagnostics").
+            (ours, calibrated on the synthetic worlds: docs/proxy_feedback.md, "Condition
+            diagnostics"). C3 holds when the intrinsic dimension is at most ``max_dim + 0.5``;
+            ``max_dim=None`` is ``K - 1``, which every table of distributions over ``K`` outputs
+            meets up to estimation noise, so pass the bottleneck ``D`` you intend to use for
+            the condition that matters (``D`` much smaller than ``K``). C4 compares ``L_hat``,
+            the paper's direction, with ``max_L``.
         seed: seeds the random pairs.
 
     Degenerate inputs (a constant proxy, or too few distinct outputs) give ``inf``/``nan`` with a
@@ -217,8 +227,12 @@ def check_conditions(
     for name, v in (("delta", delta), ("far", far)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{name} must be a positive number, got {v!r}")
-    if isinstance(n_pairs, bool) or not isinstance(n_pairs, int) or n_pairs < 1:
-        raise ValueError(f"n_pairs must be a positive integer, got {n_pairs!r}")
+    n_pairs = as_int("n_pairs", n_pairs, 1)
+    if x is not None and not callable(true_policy) and not callable(proxy_policy):
+        nx = len(x)
+        if nx != n:
+            raise ValueError(f"x has {nx} rows but the probability tables have {n}; the tables "
+                             "are used as they are (x is only needed for callables)")  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     i = torch.randint(0, n, (n_pairs,), generator=gen)
     j = (i + torch.randint(1, n, (n_pairs,), generator=gen)) % n
@@ -250,6 +264,14 @@ def check_conditions(
     L_rev = _ratio_q99(dp, dq)
     if math.isnan(violation):
         degenerate.append(f"no nearest-neighbour pair is closer than delta = {delta}")
+    if math.isnan(dim):
+        degenerate.append("too few distinct proxy outputs for the intrinsic dimension")
+    distinct = min(torch.unique(p, dim=0).shape[0], torch.unique(q, dim=0).shape[0])
+    if distinct < n / 2:
+        degenerate.append(
+            f"only {distinct} distinct rows in {n}: sampled label frequencies make the distances "
+            "noisy (use many labels per input, or policies fitted to each pool)"
+        )
     if degenerate:
         warnings.warn(
             "check_conditions: " + "; ".join(degenerate) + " — some diagnostics are inf or nan",

@@ -14,10 +14,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from icml25.proxy_feedback._checks import as_int
+
 __all__ = ["PreferenceBatch", "sample_preferences"]
 
 
 def _as_tensor(name: str, v: Any, *, integer: bool) -> Tensor:
+    if hasattr(v, "to_numpy") and not isinstance(v, Tensor):  # pandas DataFrame / Series
+        v = v.to_numpy()
     if isinstance(v, Tensor):
         t = v
     else:
@@ -25,7 +29,8 @@ def _as_tensor(name: str, v: Any, *, integer: bool) -> Tensor:
             t = torch.as_tensor(v)
         except (TypeError, ValueError, RuntimeError):
             raise TypeError(
-                f"{name} must be a tensor or an array, got {type(v).__name__}"
+                f"{name} must be a tensor or an array of numbers, got {type(v).__name__}"
+                + (f" of dtype {v.dtype}" if hasattr(v, "dtype") else "")
             ) from None
     if integer:
         if t.is_floating_point():
@@ -38,6 +43,19 @@ def _as_tensor(name: str, v: Any, *, integer: bool) -> Tensor:
     if not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
     return t
+
+
+def _copy(v: Any) -> Any:
+    if hasattr(v, "to_numpy") and not isinstance(v, Tensor):
+        v = v.to_numpy()
+    if isinstance(v, Tensor):
+        return v.detach().clone()
+    try:
+        import numpy as np
+
+        return np.array(v, copy=True)
+    except (TypeError, ValueError):
+        return v
 
 
 @dataclass(frozen=True)
@@ -79,7 +97,8 @@ class PreferenceBatch:
         """Triples from a user's arrays (numpy, lists or tensors). A triple with ``y_w == y_l``
         carries no preference: ``ValueError`` naming it, or dropped with a warning when
         ``drop_ties=True``."""
-        b = cls(x, y_w, y_l)
+        # copies: later edits of the caller's arrays must not reach the validated batch
+        b = cls(*(_copy(v) for v in (x, y_w, y_l)))
         tie = b.y_w == b.y_l
         if bool(tie.any()):
             idx = torch.nonzero(tie).flatten()
@@ -97,15 +116,21 @@ class PreferenceBatch:
         return int(self.x.shape[0])
 
     def __getitem__(self, idx: Any) -> PreferenceBatch:
+        if isinstance(idx, int):  # one triple, kept as a batch of one
+            idx = slice(idx, idx + 1 if idx != -1 else None)
         return PreferenceBatch(self.x[idx], self.y_w[idx], self.y_l[idx])
 
     @property
     def d_x(self) -> int:
         return int(self.x.shape[1])
 
-    def to(self, *args: Any, **kwargs: Any) -> PreferenceBatch:
-        """Move (``device``) or cast ``x`` (``dtype``); indices stay long."""
-        x = self.x.to(*args, **kwargs)
+    def to(self, device: Any = None, dtype: torch.dtype | None = None) -> PreferenceBatch:
+        """Move to ``device`` and/or cast ``x`` to the floating ``dtype``; indices stay long."""
+        if isinstance(device, torch.dtype):
+            device, dtype = None, device
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"x can only be cast to a floating dtype, got {dtype}")
+        x = self.x.to(device=device, dtype=dtype)
         return PreferenceBatch(x, self.y_w.to(x.device), self.y_l.to(x.device))
 
     def check_outputs(self, n_outputs: int, what: str = "the model") -> None:
@@ -150,8 +175,9 @@ def sample_preferences(
         raise TypeError(
             f"policy must be a callable x -> probabilities, got {type(policy).__name__}"
         )
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    n = as_int("n", n, 0)
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype for x, got {dtype}")
     if x is None:
         if d_x is None:
             d_x = getattr(getattr(policy, "__self__", None), "d_x", None)

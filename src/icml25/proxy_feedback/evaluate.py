@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from icml25.proxy_feedback._checks import as_int
 from icml25.proxy_feedback.data import sample_preferences
 
 __all__ = ["evaluate"]
@@ -29,9 +30,11 @@ def evaluate(
     * ``pref_acc``: how often the model ranks the sampled winner of ``n_test`` fresh expert
       triples above the loser (the Bayes rate is below 1: expert labels are noisy);
     * ``regret = E_x[log π†(y*|x) - log π†(ŷ|x)]`` for the greedy ``ŷ = argmax π̂``.
+
+    Without ``generator`` the test inputs come from a fixed seed, so repeated calls compare
+    models on the same inputs.
     """
-    if isinstance(n_test, bool) or not isinstance(n_test, int) or n_test < 1:
-        raise ValueError(f"n_test must be a positive integer, got {n_test!r}")
+    n_test = as_int("n_test", n_test, 1)
     if not callable(getattr(world, "true_policy", None)):
         raise TypeError(f"world must have a true_policy(x) method, got {type(world).__name__}")
     ref = next(model.parameters())

@@ -31,6 +31,7 @@ from icml25.preference import (
     sequence_logprob,
     shift_for_causal_lm,
 )
+from icml25.proxy_feedback._checks import as_int
 from icml25.proxy_feedback.model import make_adapter
 
 __all__ = [
@@ -58,7 +59,8 @@ class SimplexBottleneckLM(nn.Module):
         seed: seeds the initialisation of ``W_τ`` and ``Θ``.
 
     ``forward(input_ids, attention_mask=None, use_adapter=True)`` returns logits ``[b, t, V]``
-    (the wrapped model's contract), with ``.base_logits`` kept from the same pass for the warm-up.
+    (the wrapped model's contract); ``return_base_logits=True`` also returns the wrapped model's
+    own logits from the same pass (the warm-up's target).
     """
 
     def __init__(
@@ -78,14 +80,7 @@ class SimplexBottleneckLM(nn.Module):
                 f"{type(model).__name__} has no output embeddings (get_output_embeddings() / "
                 "lm_head): the bottleneck decodes through the model's own unembedding"
             )
-        if (
-            isinstance(bottleneck_dim, bool)
-            or not isinstance(bottleneck_dim, int)
-            or bottleneck_dim < 2
-        ):
-            raise ValueError(
-                f"bottleneck_dim (D + 1) must be an integer >= 2, got {bottleneck_dim!r}"
-            )
+        bottleneck_dim = as_int("bottleneck_dim (D + 1)", bottleneck_dim, 2)
         if isinstance(temperature, bool) or not float(temperature) > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         V, d = out_emb.weight.shape
@@ -113,18 +108,26 @@ class SimplexBottleneckLM(nn.Module):
         return getattr(self.model, "config", None)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, use_adapter: bool = True
-    ) -> Tensor:
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        use_adapter: bool = True,
+        *,
+        return_base_logits: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          output_hidden_states=True)  # fmt: skip
         h = out.hidden_states[-1]
-        logp = torch.log_softmax((h @ self.W_tau.T).float() / self.temperature, -1)
+        # the simplex maths in float32 or wider, whatever the model's dtype (bf16, fp16, fp64)
+        work = torch.promote_types(h.dtype, torch.float32)
+        logp = torch.log_softmax((h.to(work) @ self.W_tau.to(work).T) / self.temperature, -1)
         if use_adapter:
-            logp = self.adapter.forward_log(logp)
-        h2 = (logp.exp().to(h.dtype)) @ self.Theta.T
-        logits = self.model.get_output_embeddings()(h2)
-        self.base_logits = out.logits
-        return logits
+            a = next(self.adapter.parameters(), None)
+            logp = self.adapter.forward_log(logp.to(a.dtype if a is not None else work)).to(work)
+        h2 = logp.exp() @ self.Theta.to(work).T
+        unembed = self.model.get_output_embeddings()
+        logits = unembed(h2.to(unembed.weight.dtype))
+        return (logits, out.logits) if return_base_logits else logits
 
     def set_adapter_trainable_only(self) -> None:
         """Freeze everything but the adapter (stage 2)."""
@@ -151,9 +154,7 @@ def _check_wrapper(model: Any, fn: str) -> SimplexBottleneckLM:
 
 
 def _steps(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return v
+    return as_int(name, v, 1)
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -206,8 +207,8 @@ def warmup_bottleneck(
     opt = torch.optim.Adam(params, lr=lr)
 
     def kl(idx: Tensor) -> Tensor:
-        logits = model(ids[idx], mask[idx], use_adapter=False)
-        base = torch.log_softmax(model.base_logits.detach().float(), -1)
+        logits, base = model(ids[idx], mask[idx], use_adapter=False, return_base_logits=True)
+        base = torch.log_softmax(base.detach().float(), -1)
         lq = torch.log_softmax(logits.float(), -1)
         per = (base.exp() * (base - lq)).sum(-1)
         m = mask[idx].to(per.dtype)
@@ -248,6 +249,9 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) ->
         for key in ("prompt", "chosen", "rejected"):
             if not isinstance(r[key], str):
                 raise TypeError(f"record {i}: {key!r} must be a string here (plain-text pairs)")
+        if r["chosen"] == r["rejected"]:
+            raise ValueError(f"record {i}: chosen == rejected ({r['chosen']!r}); a tie carries no "
+                             "preference")  # fmt: skip
         p = tokenizer(r["prompt"])["input_ids"]
         for key in ("chosen", "rejected"):
             # as TRL's DPO: tokenise prompt + completion together; the completion starts where
@@ -261,6 +265,13 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) ->
     rejected = [x for x in rows if x[0] == "rejected"]
     seqs = [(p + c)[:max_length] for _, p, c in chosen + rejected]
     labs = [([IGNORE_INDEX] * len(p) + c)[:max_length] for _, p, c in chosen + rejected]
+    for j, lb in enumerate(labs):
+        if all(t == IGNORE_INDEX for t in lb):
+            raise ValueError(
+                f"pair {j % len(chosen)}: no {('chosen', 'rejected')[j // len(chosen)]} token "
+                f"is left within max_length={max_length} (the prompt fills it); shorten the "
+                "prompt or raise max_length"
+            )
     T = max(len(s) for s in seqs)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ids = torch.full((len(seqs), T), pad, dtype=torch.long)

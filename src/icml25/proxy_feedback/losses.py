@@ -51,6 +51,7 @@ def preference_nll(
     if w.shape != losses.shape or bool((w < 0).any()) or not float(w.sum()) > 0:
         raise ValueError(
             f"weights must be ({losses.shape[0]},) non-negative with a positive sum, got shape "
-            f"{tuple(w.shape)}"
+            f"{tuple(w.shape)}, min {float(w.min()) if w.numel() else 'n/a'}, sum "
+            f"{float(w.sum()) if w.numel() else 0.0}"
         )
     return (w * losses).sum() / w.sum()

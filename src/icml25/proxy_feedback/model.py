@@ -18,12 +18,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.proxy_feedback._checks import as_int
+
 __all__ = [
     "ADAPTERS",
     "IdentityAdapter",
     "LogLinearAdapter",
     "MLPAdapter",
     "MLPPolicy",
+    "ModuleAdapter",
     "SimplexPolicy",
     "make_adapter",
 ]
@@ -32,19 +35,13 @@ ADAPTERS = ("loglinear", "mlp", "identity")
 EPS_P = 1e-6  # ε_p of the adapters' log(p + ε_p) on probability inputs
 
 
-def _check_int(name: str, v: Any, low: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-    return v
-
-
 class _Adapter(nn.Module):
     """A map ``Δ^D -> Δ^D``: ``forward(p)`` on probabilities, ``forward_log(log p)`` on
     log-probabilities (what :class:`SimplexPolicy` uses). Both return probabilities' logs."""
 
     def __init__(self, n_vertices: int) -> None:
         super().__init__()
-        self.n_vertices = _check_int("n_vertices (D + 1)", n_vertices, 2)
+        self.n_vertices = as_int("n_vertices (D + 1)", n_vertices, 2)
 
     def forward(self, p: Tensor) -> Tensor:
         """``A(p)`` as probabilities, ``p`` of shape ``(..., D + 1)``; ``log(p + ε_p)`` inside."""
@@ -97,7 +94,7 @@ class MLPAdapter(_Adapter):
 
     def __init__(self, n_vertices: int, hidden: int = 32, spectral_norm: bool = False) -> None:
         super().__init__(n_vertices)
-        _check_int("hidden", hidden, 1)
+        hidden = as_int("hidden", hidden, 1)
         self.l1 = nn.Linear(n_vertices, hidden)
         self.l2 = nn.Linear(hidden, n_vertices)
         self.spectral = bool(spectral_norm)
@@ -122,10 +119,45 @@ class MLPAdapter(_Adapter):
             self.l2.weight.zero_()
 
 
-def make_adapter(kind: str, n_vertices: int, **kwargs: Any) -> _Adapter:
-    """``"loglinear"`` (default of the paper's synthetic setting), ``"mlp"`` or ``"identity"``."""
+class ModuleAdapter(_Adapter):
+    """A user's ``nn.Module`` mapping ``(..., D + 1)`` probabilities to probabilities, used as an
+    adapter (stage 2 trains its parameters from their current values, one start)."""
+
+    def __init__(self, module: nn.Module, n_vertices: int) -> None:
+        super().__init__(n_vertices)
+        self.module = module
+
+    def forward_log(self, logp: Tensor) -> Tensor:
+        out = self.module(logp.exp())
+        if not isinstance(out, Tensor) or out.shape != logp.shape:
+            raise ValueError(
+                f"the adapter module must map (..., {self.n_vertices}) probabilities to the same "
+                f"shape, got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}"
+            )
+        return torch.log(out.clamp_min(torch.finfo(out.dtype).tiny))
+
+    def reset_identity(self) -> None:
+        reset = getattr(self.module, "reset_identity", None)
+        if callable(reset):
+            reset()
+
+
+def make_adapter(kind: str | nn.Module, n_vertices: int, **kwargs: Any) -> _Adapter:
+    """``"loglinear"`` (default of the paper's synthetic setting), ``"mlp"`` (keywords ``hidden``,
+    ``spectral_norm``), ``"identity"``, or an ``nn.Module`` (one of ours, or any module mapping
+    probabilities to probabilities)."""
     if isinstance(kind, nn.Module):
-        return kind
+        if kwargs:
+            raise TypeError(f"adapter options {sorted(kwargs)} apply to 'mlp' only")
+        if isinstance(kind, _Adapter):
+            if kind.n_vertices != n_vertices:
+                raise ValueError(
+                    f"the adapter has {kind.n_vertices} vertices, the bottleneck D + 1 = {n_vertices}"
+                )
+            return kind
+        return ModuleAdapter(kind, n_vertices)
+    if kind in ("loglinear", "identity") and kwargs:
+        raise TypeError(f"adapter options {sorted(kwargs)} apply to 'mlp' only, not {kind!r}")
     if kind == "loglinear":
         return LogLinearAdapter(n_vertices)
     if kind == "mlp":
@@ -162,8 +194,9 @@ class SimplexPolicy(nn.Module):
         encoder_hidden: width of the encoder MLP ``d_x -> h -> h -> D + 1`` (tanh; 64).
         adapter: ``"loglinear"`` (default), ``"mlp"``, ``"identity"`` or an adapter module.
 
-    ``forward(x, use_adapter=True)`` returns ``(n, K)`` log-probabilities; ``use_adapter=False``
-    is the proxy policy (P2). ``embed(x)`` gives ``log τ(x)`` ``(n, D + 1)``;
+    ``forward(x, use_adapter=True)`` returns ``(n, K)`` log-probabilities in the module's dtype
+    (torch's convention: ``.double()`` the model for float64; ``x`` is cast to it) on its device
+    (``x`` on another device is a ``ValueError``); ``use_adapter=False`` is the proxy policy (P2). ``embed(x)`` gives ``log τ(x)`` ``(n, D + 1)``;
     ``from_simplex(logp)`` decodes log-simplex points through ``A``, ``Θ`` and ``φ``.
     """
 
@@ -177,19 +210,14 @@ class SimplexPolicy(nn.Module):
         **adapter_kwargs: Any,
     ) -> None:
         super().__init__()
-        self.d_x = _check_int("d_x", d_x, 1)
-        self.n_outputs = _check_int("n_outputs", n_outputs, 2)
-        self.D = _check_int("D", D, 1)
-        _check_int("encoder_hidden", encoder_hidden, 1)
-        h = encoder_hidden
+        self.d_x = d_x = as_int("d_x", d_x, 1)
+        self.n_outputs = n_outputs = as_int("n_outputs", n_outputs, 2)
+        self.D = D = as_int("D", D, 1)
+        h = as_int("encoder_hidden", encoder_hidden, 1)
         self.encoder = nn.Sequential(
             nn.Linear(d_x, h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(), nn.Linear(h, D + 1)
         )
         self.adapter = make_adapter(adapter, D + 1, **adapter_kwargs)
-        if getattr(self.adapter, "n_vertices", D + 1) != D + 1:
-            raise ValueError(
-                f"the adapter has {self.adapter.n_vertices} vertices, the bottleneck D + 1 = {D + 1}"
-            )
         self.theta = nn.Linear(D + 1, n_outputs, bias=False)
 
     def embed(self, x: Any) -> Tensor:
@@ -226,9 +254,9 @@ class MLPPolicy(nn.Module):
 
     def __init__(self, d_x: int, n_outputs: int, hidden: int = 64) -> None:
         super().__init__()
-        self.d_x = _check_int("d_x", d_x, 1)
-        self.n_outputs = _check_int("n_outputs", n_outputs, 2)
-        _check_int("hidden", hidden, 1)
+        self.d_x = d_x = as_int("d_x", d_x, 1)
+        self.n_outputs = n_outputs = as_int("n_outputs", n_outputs, 2)
+        hidden = as_int("hidden", hidden, 1)
         self.net = nn.Sequential(
             nn.Linear(d_x, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
             nn.Linear(hidden, n_outputs),

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from icml25.proxy_feedback._checks import as_int
 from icml25.proxy_feedback.data import PreferenceBatch
 from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
 from icml25.proxy_feedback.model import IdentityAdapter, LogLinearAdapter
@@ -63,8 +64,7 @@ def _check_positive(**kw: Any) -> None:
 
 def _check_steps(**kw: Any) -> None:
     for k, v in kw.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} must be a positive integer, got {v!r}")
+        as_int(k, v, 1)
 
 
 def _nll(logp: Tensor, b: PreferenceBatch, weights: Tensor | None = None) -> Tensor:
@@ -116,7 +116,8 @@ def _restart_inits(adapter: nn.Module, restarts: Any, seed: int) -> list[tuple[i
     v = getattr(adapter, "n_vertices", None)
     ident = tuple(range(v)) if v else None
     if not isinstance(adapter, LogLinearAdapter):
-        if restarts not in ("auto", None, 1):
+        if not (restarts is None or isinstance(restarts, str) and restarts == "auto"
+                or not isinstance(restarts, (list, tuple, str)) and restarts == 1):  # fmt: skip
             raise ValueError(
                 f"permutation restarts need the log-linear adapter; {type(adapter).__name__} "
                 f"starts once from the identity (pass restarts='auto' or 1), got {restarts!r}"
@@ -124,6 +125,8 @@ def _restart_inits(adapter: nn.Module, restarts: Any, seed: int) -> list[tuple[i
         return [None]
     if restarts is None:
         return [ident]
+    if hasattr(restarts, "tolist"):  # numpy array or tensor of permutations, or a 0-d count
+        restarts = restarts.tolist()
     if isinstance(restarts, (list, tuple)) and restarts and not isinstance(restarts[0], int):
         out = []
         for p in restarts:
@@ -136,10 +139,12 @@ def _restart_inits(adapter: nn.Module, restarts: Any, seed: int) -> list[tuple[i
         if v <= MAX_EXHAUSTIVE_VERTICES:
             return list(itertools.permutations(range(v)))
         restarts = RANDOM_RESTARTS + 1
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
+    try:
+        restarts = as_int("restarts", restarts, 1)
+    except ValueError:
         raise ValueError(
             f"restarts must be 'auto', a positive integer or a list of permutations, got {restarts!r}"
-        )
+        ) from None
     gen = torch.Generator().manual_seed(seed)
     out, seen = [ident], {ident}
     n_perm = math.factorial(v)
@@ -196,7 +201,10 @@ def fit_true_stage(
     before = {
         n: t.detach().clone() for n, t in model.state_dict().items() if not n.startswith("adapter.")
     }
-    flags = {n: p.requires_grad for n, p in others.items()}
+    if not any(p.requires_grad for p in a_params):
+        raise ValueError("the adapter's parameters are all frozen (requires_grad=False); stage 2 "
+                         "trains the adapter: unfreeze it, or skip stage 2")  # fmt: skip
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
     grads = {n: p.grad for n, p in others.items()}
     inits = _restart_inits(adapter, restarts, seed)
     try:
@@ -219,7 +227,7 @@ def fit_true_stage(
         best_curve = list(best_curve)
         adapter.load_state_dict(best_state)
     finally:
-        for n, p in others.items():
+        for n, p in model.named_parameters():
             p.requires_grad_(flags[n])
     after = {n: t for n, t in model.state_dict().items() if not n.startswith("adapter.")}
     changed = [n for n in before if not torch.equal(before[n], after[n])]

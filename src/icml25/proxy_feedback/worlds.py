@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from icml25.proxy_feedback._checks import as_int
+
 __all__ = ["SCENARIOS", "SyntheticPreferenceWorld"]
 
 SCENARIOS = ("hold", "v1_levelsets", "v2_image", "v4_lipschitz")
@@ -31,12 +33,6 @@ W2_SCALE = 1.5  # W2 ~ N(0, 1) * 1.5
 THETA_SCALE = 3.0  # random decoder Θ* ~ N(0, 1) * 3 when K != D + 1
 THETA_IDENTITY = 4.0  # Θ* = 4 I when K = D + 1
 V4_GAMMA = 0.1  # the near-flat proxy of v4_lipschitz
-
-
-def _positive_int(name: str, v: Any, low: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-    return v
 
 
 class SyntheticPreferenceWorld:
@@ -70,9 +66,9 @@ class SyntheticPreferenceWorld:
         masked_dims: int = 2,
         seed: int = 0,
     ) -> None:
-        self.d_x = _positive_int("d_x", d_x, 1)
-        self.n_outputs = _positive_int("n_outputs", n_outputs, 2)
-        self.D = _positive_int("D", D, 1)
+        self.d_x = as_int("d_x", d_x, 1)
+        self.n_outputs = as_int("n_outputs", n_outputs, 2)
+        self.D = as_int("D", D, 1)
         if scenario not in SCENARIOS:
             raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
         self.scenario = scenario
@@ -91,15 +87,16 @@ class SyntheticPreferenceWorld:
         if not 0.0 <= float(shrink) < 1.0:
             raise ValueError(f"shrink must be in [0, 1), got {shrink!r}")
         self.shrink = float(shrink)
-        self.masked_dims = _positive_int("masked_dims", masked_dims, 0)
-        if scenario == "v1_levelsets" and not 0 < masked_dims < d_x:
+        self.masked_dims = as_int("masked_dims", masked_dims, 0)
+        if scenario == "v1_levelsets" and not 0 < self.masked_dims < self.d_x:
             raise ValueError(
                 f"masked_dims must be in 1..{d_x - 1} for v1_levelsets (d_x = {d_x}), got "
                 f"{masked_dims!r}"
             )
-        self.seed = _positive_int("seed", seed, 0)
-        gen = torch.Generator().manual_seed(seed)
+        self.seed = as_int("seed", seed, 0)
+        gen = torch.Generator().manual_seed(self.seed)
         dt = torch.float64
+        d_x = self.d_x
         self.W1 = torch.randn(HIDDEN, d_x, generator=gen, dtype=dt)
         self.W2 = torch.randn(v, HIDDEN, generator=gen, dtype=dt) * W2_SCALE
         if self.n_outputs == v:
@@ -181,7 +178,7 @@ class SyntheticPreferenceWorld:
         dtype: torch.dtype = torch.float32,
     ) -> Tensor:
         """``n`` inputs ``x ~ N(0, I_{d_x})`` (on the generator's device unless ``device``)."""
-        n = _positive_int("n", n, 0)
+        n = as_int("n", n, 0)
         if device is None and generator is not None:
             device = generator.device
         return torch.randn(n, self.d_x, generator=generator, device=device, dtype=dtype)
