@@ -98,3 +98,23 @@ def test_with_a_reference_it_is_the_sigmoid_dpo_loss():
         preference_nll(pw, pl, beta=0.0)
     with pytest.raises(ValueError, match="both ref_logp_w and ref_logp_l"):
         preference_nll(pw, pl, rw)
+
+
+def test_batches_from_records_datasets_and_tuples():
+    from torch.utils.data import Dataset
+
+    class Rows(Dataset):  # a user's Dataset of dict rows (not a TensorDataset)
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return {"x": np.full(4, float(i)), "y_w": np.int64(i), "y_l": (i + 1) % 3}
+
+    b = PreferenceBatch.from_records(Rows())
+    assert b.x.shape == (3, 4) and b.y_w.tolist() == [0, 1, 2] and b.y_l.tolist() == [1, 2, 0]
+    t = PreferenceBatch.from_records([(torch.zeros(2), 0, 1), ([1.0, 2.0], 1, 0)])
+    assert len(t) == 2
+    with pytest.raises(ValueError, match=r"record 0 lacks \['y_l'\]"):
+        PreferenceBatch.from_records([{"x": [0.0], "y_w": 0}])
+    with pytest.raises(ValueError, match="one length"):
+        PreferenceBatch.from_records([([0.0], 0, 1), ([0.0, 1.0], 1, 0)])

@@ -112,6 +112,46 @@ class PreferenceBatch:
             b = cls(b.x[keep], b.y_w[keep], b.y_l[keep])
         return b
 
+    @classmethod
+    def from_records(
+        cls,
+        records: Any,
+        *,
+        keys: tuple[str, str, str] = ("x", "y_w", "y_l"),
+        drop_ties: bool = False,
+    ) -> PreferenceBatch:
+        """Triples from rows: any iterable (a list, a ``torch.utils.data.Dataset`` or a
+        ``datasets.Dataset``) of mappings with the three ``keys`` or of ``(x, y_w, y_l)`` tuples."""
+        xs, ws, ls = [], [], []
+        n = len(records) if hasattr(records, "__len__") else None
+        it = (
+            (records[i] for i in range(n))
+            if n is not None and hasattr(records, "__getitem__")
+            else records
+        )
+        for i, r in enumerate(it):
+            if hasattr(r, "keys"):
+                missing = [k for k in keys if k not in r]
+                if missing:
+                    raise ValueError(f"record {i} lacks {missing} (has {sorted(r.keys())})")
+                x, w, lo = (r[k] for k in keys)
+            elif isinstance(r, (tuple, list)) and len(r) == 3:
+                x, w, lo = r
+            else:
+                raise TypeError(f"record {i} must be a mapping with keys {keys} or an (x, y_w, y_l) "
+                                f"tuple, got {type(r).__name__}")  # fmt: skip
+            xs.append(torch.as_tensor(_copy(x.to_numpy() if hasattr(x, "to_numpy") else x)))
+            ws.append(int(w))
+            ls.append(int(lo))
+        if not xs:
+            raise ValueError("no records")
+        shapes = {tuple(t.shape) for t in xs}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+            raise ValueError(
+                f"every record's x must be a vector of one length, got shapes {sorted(shapes)}"
+            )
+        return cls.from_arrays(torch.stack(xs), ws, ls, drop_ties=drop_ties)
+
     def __len__(self) -> int:
         return int(self.x.shape[0])
 
