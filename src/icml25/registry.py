@@ -111,6 +111,9 @@ PAPERS: tuple[Paper, ...] = (
         "future_of_work",
         "Position: AI Safety Should Prioritize the Future of Work",
         "arXiv:2504.13959",
+        repro="icml25.future_of_work.repro:run",
+        usage="pool = CollectiveLicensingPool(works, PerUnit('0.01')); pool.collect(licensees); pool.distribute('attribution', values=shapley_exact(GroupUtility(LogisticRegression(), X, y, owners, X_val, y_val), holders))  # icml25.future_of_work",
+        cli="icml25.future_of_work.cli:add_parser",
     ),
     Paper(
         8,

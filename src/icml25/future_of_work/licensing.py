@@ -1,0 +1,401 @@
+"""A collective-licensing royalty pool: collect licence fees from AI developers, distribute them
+to rights-holders in whole cents.
+
+Interpretation tool; the paper does not specify this mechanism. Hazra, Majumder and
+Chakrabarty (arXiv:2504.13959) argue for "collective licensing that ensures fair compensation
+mechanisms for using data to train AI models"; this module is our reading of that proposal as
+the collective management organisations of music run it (docs/future_of_work.md, "Tool A").
+
+Money is ``decimal.Decimal`` throughout and payouts are whole cents: the net pool is split by
+the largest-remainder method, so payouts always sum to the pool exactly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
+from typing import Any
+
+from icml25.future_of_work._checks import DISCLAIMER, as_float
+from icml25.future_of_work.inequality import gini, theil, top_share
+
+__all__ = [
+    "RULES",
+    "CollectiveLicensingPool",
+    "FeeRule",
+    "Flat",
+    "Hybrid",
+    "Licensee",
+    "PerUnit",
+    "RevenueShare",
+    "Work",
+    "largest_remainder",
+]
+
+RULES = ("volume", "equal", "attribution", "hybrid")
+CENT = Decimal("0.01")
+
+
+def _money(name: str, v: Any) -> Decimal:
+    if isinstance(v, bool):
+        raise ValueError(f"{name} must be an amount of money, got {v!r}")
+    try:
+        d = Decimal(str(v)) if not isinstance(v, Decimal) else v
+    except Exception:
+        raise ValueError(f"{name} must be an amount of money, got {v!r}") from None
+    if not d.is_finite() or d < 0:
+        raise ValueError(f"{name} must be a finite amount >= 0, got {v!r}")
+    return d
+
+
+def _cents(d: Decimal) -> int:
+    return int((d / CENT).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+@dataclass(frozen=True)
+class Work:
+    """A licensed work. ``units``: its size (tokens, items); ``territory``: where its
+    rights-holder is registered; ``opted_out``: excluded from licensing and payouts.
+    Interpretation tool; the paper does not specify this mechanism."""
+
+    id: str
+    owner: str
+    units: float
+    territory: str = "ANY"
+    opted_out: bool = False
+
+    def __post_init__(self) -> None:
+        for k in ("id", "owner", "territory"):
+            v = getattr(self, k)
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"Work.{k} must be a non-empty string, got {v!r}")
+        object.__setattr__(self, "units", as_float(f"units of work {self.id!r}", self.units, low=0))
+
+
+@dataclass(frozen=True)
+class Licensee:
+    """An AI developer licensing the pooled corpus: units of licensed content used, revenue (for
+    revenue-share fees), territory. Interpretation tool; the paper does not specify this
+    mechanism."""
+
+    id: str
+    units_used: float = 0.0
+    revenue: float = 0.0
+    territory: str = "ANY"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"Licensee.id must be a non-empty string, got {self.id!r}")
+        object.__setattr__(
+            self, "units_used", as_float(f"units_used of {self.id!r}", self.units_used, low=0)
+        )
+        object.__setattr__(
+            self, "revenue", as_float(f"revenue of {self.id!r}", self.revenue, low=0)
+        )
+
+
+class FeeRule:
+    """A licence-fee rule: ``fee(licensee) -> Decimal``. Interpretation tool; the paper does not specify this mechanism."""
+
+    def fee(self, licensee: Licensee) -> Decimal:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Flat(FeeRule):
+    """The same fee for every licensee. Interpretation tool; the paper does not specify this mechanism."""
+
+    amount: Any
+
+    def fee(self, licensee: Licensee) -> Decimal:
+        return _money("Flat.amount", self.amount)
+
+
+@dataclass(frozen=True)
+class PerUnit(FeeRule):
+    """``price`` per unit of licensed content used. Interpretation tool; the paper does not specify this mechanism."""
+
+    price: Any
+
+    def fee(self, licensee: Licensee) -> Decimal:
+        return _money("PerUnit.price", self.price) * Decimal(str(licensee.units_used))
+
+
+@dataclass(frozen=True)
+class RevenueShare(FeeRule):
+    """A share ``rate`` in [0, 1] of the licensee's revenue. Interpretation tool; the paper does not specify this mechanism."""
+
+    rate: float
+
+    def fee(self, licensee: Licensee) -> Decimal:
+        r = as_float("RevenueShare.rate", self.rate, low=0, high=1)
+        return Decimal(str(r)) * Decimal(str(licensee.revenue))
+
+
+@dataclass(frozen=True)
+class Hybrid(FeeRule):
+    """The sum of several rules, at least ``minimum``. Interpretation tool; the paper does not specify this mechanism."""
+
+    rules: Sequence[FeeRule]
+    minimum: Any = 0
+
+    def fee(self, licensee: Licensee) -> Decimal:
+        if not self.rules or not all(isinstance(r, FeeRule) for r in self.rules):
+            raise ValueError("Hybrid.rules must be a non-empty list of fee rules")
+        total = sum((r.fee(licensee) for r in self.rules), Decimal(0))
+        return max(total, _money("Hybrid.minimum", self.minimum))
+
+
+def largest_remainder(total_cents: int, weights: Mapping[str, Any]) -> dict[str, int]:
+    """Split ``total_cents`` in proportion to non-negative ``weights`` into whole cents that sum
+    to ``total_cents`` exactly (Hamilton's largest-remainder method, exact rational arithmetic;
+    ties go to the earlier key). All-zero weights: a ``ValueError`` (no one to pay).
+    Interpretation tool; the paper does not specify this mechanism."""
+    if isinstance(total_cents, bool) or not isinstance(total_cents, int) or total_cents < 0:
+        raise ValueError(f"total_cents must be an integer >= 0, got {total_cents!r}")
+    ws = {}
+    for k, w in weights.items():
+        f = Fraction(w) if not isinstance(w, float) else Fraction(w)
+        if f < 0:
+            raise ValueError(f"weight of {k!r} is negative ({w!r})")
+        ws[k] = f
+    tot = sum(ws.values(), Fraction(0))
+    if tot == 0:
+        if total_cents == 0:
+            return dict.fromkeys(ws, 0)
+        raise ValueError("all weights are 0: there is no one to pay")
+    quotas = {k: total_cents * w / tot for k, w in ws.items()}
+    out = {k: int(q) for k, q in quotas.items()}  # floor (q >= 0)
+    left = total_cents - sum(out.values())
+    order = sorted(ws, key=lambda k: -(quotas[k] - out[k]))  # stable: earlier keys win ties
+    for k in order[:left]:
+        out[k] += 1
+    return out
+
+
+@dataclass
+class CollectiveLicensingPool:
+    """A collective management organisation licensing a pooled corpus to AI developers.
+
+    Args:
+        works: the licensed works (:class:`Work`); ids unique.
+        fee_rule: a :class:`FeeRule`, or ``{territory: FeeRule}`` (one pool per territory).
+        admin_rate: share of the collected pool kept for administration, in [0, 1) (default 0;
+            the paper names no value).
+        reciprocity: ``{(τ, τ'): fraction}``: the share of territory τ's pool owed to
+            rights-holders registered in τ'; each τ's row sums to 1. Default: the identity.
+
+    Interpretation tool; the paper does not specify this mechanism.
+    """
+
+    works: Sequence[Work]
+    fee_rule: FeeRule | Mapping[str, FeeRule]
+    admin_rate: float = 0.0
+    reciprocity: Mapping[tuple[str, str], float] | None = None
+    collected: dict[str, Decimal] = field(default_factory=dict, init=False)
+    _last: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        works = list(self.works)
+        if not all(isinstance(w, Work) for w in works):
+            raise TypeError("works must be Work objects")
+        ids = [w.id for w in works]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"duplicate work ids {dup}")
+        self.works = works
+        self.admin_rate = as_float("admin_rate", self.admin_rate, low=0, high=1, high_open=True)
+        rules = self.fee_rule if isinstance(self.fee_rule, Mapping) else None
+        if rules is not None and not all(isinstance(r, FeeRule) for r in rules.values()):
+            raise TypeError("fee_rule must be a FeeRule or {territory: FeeRule}")
+        if rules is None and not isinstance(self.fee_rule, FeeRule):
+            raise TypeError(f"fee_rule must be a FeeRule (Flat, PerUnit, RevenueShare, Hybrid), got "
+                            f"{type(self.fee_rule).__name__}")  # fmt: skip
+        if self.reciprocity is not None:
+            rows: dict[str, float] = {}
+            for (a, _b), frac in self.reciprocity.items():
+                f = as_float(f"reciprocity[{a!r}, {_b!r}]", frac, low=0, high=1)
+                rows[a] = rows.get(a, 0.0) + f
+            bad = {a: s for a, s in rows.items() if abs(s - 1) > 1e-9}
+            if bad:
+                raise ValueError(f"reciprocity rows must sum to 1, got {bad}")
+        if not works or all(w.opted_out or w.units == 0 for w in works):
+            warnings.warn("no licensable works (empty, all opted out or zero units): payouts will "
+                          "be zero", stacklevel=2)  # fmt: skip
+
+    # -- A1: collection ------------------------------------------------------------------------
+    def collect(self, licensees: Iterable[Licensee]) -> Decimal:
+        """Fees of every licensee, pooled by territory (``self.collected``); returns the total."""
+        lic = list(licensees)
+        if not all(isinstance(x, Licensee) for x in lic):
+            raise TypeError("licensees must be Licensee objects")
+        ids = [x.id for x in lic]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"duplicate licensee ids {dup}")
+        self.collected = {}
+        for x in lic:
+            rule = self._rule(x.territory)
+            fee = rule.fee(x).quantize(CENT, rounding=ROUND_HALF_EVEN)
+            self.collected[x.territory] = self.collected.get(x.territory, Decimal(0)) + fee
+        return sum(self.collected.values(), Decimal("0.00"))
+
+    def _rule(self, territory: str) -> FeeRule:
+        if isinstance(self.fee_rule, Mapping):
+            if territory not in self.fee_rule:
+                raise ValueError(
+                    f"no fee rule for territory {territory!r} (have {sorted(self.fee_rule)})"
+                )
+            return self.fee_rule[territory]
+        return self.fee_rule
+
+    # -- A2: distribution ----------------------------------------------------------------------
+    def distribute(
+        self,
+        rule: str = "volume",
+        values: Mapping[str, float] | None = None,
+        alpha: float = 0.5,
+        min_payout: Any = 0,
+        floor_policy: str = "raise",
+    ) -> dict[str, Decimal]:
+        """Split the collected pool (net of administration) among rights-holders, in cents.
+
+        Rules: ``"volume"`` (shares ∝ units of their licensed, non-opted-out works),
+        ``"equal"`` (equal among active holders), ``"attribution"`` (∝ ``max(values[h], 0)``,
+        e.g. Shapley values of their data; all values <= 0 falls back to volume with a warning),
+        ``"hybrid"`` (``alpha`` · volume + (1 - alpha) · attribution). ``min_payout``: every
+        active holder gets at least this, funded proportionally from the others
+        (``floor_policy="raise"``: ``ValueError`` if the pool cannot fund it; ``"scale"``: the
+        floor becomes the equal split). Returns ``{holder: Decimal}`` summing exactly to the net
+        pool. Interpretation tool; the paper does not specify this mechanism."""
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+        alpha = as_float("alpha", alpha, low=0, high=1)
+        if floor_policy not in ("raise", "scale"):
+            raise ValueError(f"floor_policy must be 'raise' or 'scale', got {floor_policy!r}")
+        floor_c = _cents(_money("min_payout", min_payout))
+        if rule in ("attribution", "hybrid") and values is None:
+            raise ValueError(f"rule {rule!r} needs values={{holder: value}} (e.g. Shapley values)")
+        gross = sum(self.collected.values(), Decimal(0))
+        net = (gross * (1 - Decimal(str(self.admin_rate)))).quantize(CENT, rounding=ROUND_HALF_EVEN)
+        active = [w for w in self.works if not w.opted_out and w.units > 0]
+        holders = sorted({w.owner for w in self.works})
+        pay = dict.fromkeys(holders, 0)
+        notes: list[str] = []
+        if not active or net == 0:
+            if not active and net > 0:
+                warnings.warn("no licensable works: nothing is distributed", stacklevel=2)
+                notes.append("no licensable works")
+            self._last = {"rule": rule, "net": Decimal(0), "payouts": {h: Decimal("0.00") for h in holders},
+                          "gross": gross, "notes": notes}  # fmt: skip
+            return {h: Decimal("0.00") for h in holders}
+        # territory pools, moved by reciprocity to the territories of registration
+        owed: dict[str, int] = {}
+        net_c = _cents(net)
+        by_terr = (
+            largest_remainder(net_c, {t: v for t, v in sorted(self.collected.items())})
+            if gross > 0
+            else {}
+        )
+        for t, cents in by_terr.items():
+            row = {b: f for (a, b), f in (self.reciprocity or {}).items() if a == t} or {t: 1.0}
+            for b, c in largest_remainder(
+                cents, {b: Fraction(str(f)) for b, f in sorted(row.items())}
+            ).items():
+                owed[b] = owed.get(b, 0) + c
+        for terr, cents in sorted(owed.items()):
+            works = [
+                w for w in active if w.territory == terr or terr == "ANY" or w.territory == "ANY"
+            ]
+            if not works:
+                works = active  # nobody registered there: the pool stays with every active holder
+                notes.append(f"territory {terr!r} has no registered works: its share goes to all")
+            weights = self._weights(rule, works, values, alpha, notes)
+            split = largest_remainder(cents, weights)
+            split = self._floor(split, floor_c, cents, floor_policy, notes)
+            for h, c in split.items():
+                pay[h] += c
+        out = {h: (Decimal(c) * CENT).quantize(CENT) for h, c in pay.items()}
+        self._last = {"rule": rule, "net": net, "gross": gross, "payouts": out, "notes": notes,
+                      "weights": self._weights(rule, active, values, alpha, [])}  # fmt: skip
+        return out
+
+    def _weights(self, rule, works, values, alpha, notes) -> dict[str, Fraction]:
+        holders = sorted({w.owner for w in works})
+        vol = {h: Fraction(0) for h in holders}
+        for w in works:
+            vol[w.owner] += Fraction(str(w.units))
+        if rule == "volume":
+            return vol
+        if rule == "equal":
+            return dict.fromkeys(holders, Fraction(1))
+        unknown = sorted(set(values) - {w.owner for w in self.works})
+        if unknown:
+            raise ValueError(f"values name unknown rights-holders {unknown}")
+        att = {h: Fraction(str(max(float(values.get(h, 0.0)), 0.0))) for h in holders}
+        if sum(att.values()) == 0:
+            warnings.warn(
+                "every attribution value is <= 0: falling back to the volume rule", stacklevel=3
+            )
+            notes.append("attribution values all <= 0: volume rule used")
+            att = vol
+        if rule == "attribution":
+            return att
+        tv, ta = sum(vol.values()), sum(att.values())
+        a = Fraction(str(alpha))
+        return {h: a * vol[h] / tv + (1 - a) * att[h] / ta for h in holders}
+
+    @staticmethod
+    def _floor(
+        split: dict[str, int], floor_c: int, total: int, policy: str, notes: list
+    ) -> dict[str, int]:
+        if floor_c <= 0 or not split:
+            return split
+        n = len(split)
+        if floor_c * n > total:
+            if policy == "raise":
+                raise ValueError(
+                    f"the pool ({total / 100:.2f}) cannot pay min_payout ({floor_c / 100:.2f}) to "
+                    f"{n} rights-holders; lower it or pass floor_policy='scale'"
+                )
+            notes.append("floor scaled to the equal split")
+            return largest_remainder(total, dict.fromkeys(split, 1))
+        out = dict(split)
+        for _ in range(n + 1):
+            low = [h for h, c in out.items() if c < floor_c]
+            if not low:
+                break
+            fixed = {h: floor_c for h in low}
+            rest = [h for h in out if h not in fixed and out[h] > floor_c]
+            keep = {h: c for h, c in out.items() if h not in fixed and h not in rest}
+            budget = total - floor_c * len(fixed) - sum(keep.values())
+            # the others fund the floor in proportion to what they had above it
+            above = {h: out[h] - floor_c for h in rest}
+            extra = largest_remainder(budget - floor_c * len(rest), above) if rest else {}
+            out = {**keep, **fixed, **{h: floor_c + extra.get(h, 0) for h in rest}}
+        return dict(sorted(out.items()))
+
+    def report(self) -> dict[str, Any]:
+        """The last distribution as a JSON-ready dict: gross and net pool, administration,
+        payouts (strings, exact), shares, and the Gini, Theil and top-10 % share of payouts."""
+        if not self._last:
+            raise ValueError("nothing distributed yet: call collect(...) then distribute(...)")
+        pays = self._last["payouts"]
+        vals = [float(v) for v in pays.values()]
+        tot = sum(vals)
+        return {
+            "disclaimer": DISCLAIMER,
+            "rule": self._last["rule"],
+            "gross": str(self._last["gross"]),
+            "admin": str((self._last["gross"] - self._last["net"]).quantize(CENT)),
+            "net": str(self._last["net"]),
+            "payouts": {h: str(v) for h, v in pays.items()},
+            "shares": {h: (float(v) / tot if tot else 0.0) for h, v in pays.items()},
+            "gini": gini(vals) if vals else 0.0,
+            "theil": theil(vals) if vals else 0.0,
+            "top10_share": top_share(vals, 0.1) if vals else 0.0,
+            "notes": list(self._last["notes"]),
+        }
