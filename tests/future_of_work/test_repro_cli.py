@@ -59,7 +59,10 @@ def test_cli_royalties(tmp_path, capsys):
     usage = tmp_path / "usage.csv"
     usage.write_text("holder,units,work\nalice,100,a1\nbob,250,b1\nbob,50,b2\ncarol,3,c1\n")
     out = tmp_path / "pay.csv"
-    assert _main(["fow", "royalties", "--usage", str(usage), "--pool", "100000", "--out", str(out)]) == 0
+    assert (
+        _main(["fow", "royalties", "--usage", str(usage), "--pool", "100000", "--out", str(out)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "bob" in text and "100,000.00" in text
     rows = list(csv.DictReader(out.open()))
@@ -83,7 +86,21 @@ def test_cli_errors(tmp_path, capsys):
     assert _main(["fow", "royalties", "--usage", str(ok), "--pool", "ten"]) == 2
     assert "--pool must be an amount" in capsys.readouterr().err
     ok.write_text("holder,units\nx,-1\n")
-    assert _main(["fow", "royalties", "--usage", str(ok), "--pool", "10", "--out", str(tmp_path / "o.csv")]) == 2
+    assert (
+        _main(
+            [
+                "fow",
+                "royalties",
+                "--usage",
+                str(ok),
+                "--pool",
+                "10",
+                "--out",
+                str(tmp_path / "o.csv"),
+            ]
+        )
+        == 2
+    )
     assert "units of work" in capsys.readouterr().err
     ok.write_text("holder,units\nx,1\n")
     with pytest.raises(SystemExit):
