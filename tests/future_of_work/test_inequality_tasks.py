@@ -98,3 +98,17 @@ def test_model_bad_input_and_custom_schedules():
     assert m.equilibrium()["Y"] == pytest.approx(TaskModel(1.0, 0.3).equilibrium()["Y"], rel=1e-9)
     with pytest.raises(ValueError, match="phi_own"):
         household_incomes(TaskModel(1, 0.3).equilibrium(), 1, 1, phi_own=0)
+
+
+def test_review_edge_cases():
+    m = TaskModel(1.0, 0.3, K=0.2)  # I above the profitability threshold I* = 0.147
+    with pytest.raises(ValueError, match="not below the profitability threshold"):
+        m.dlnW_dI()
+    with pytest.raises(ValueError, match="overflows"):
+        TaskModel(1e6, 1e6 - 0.5).equilibrium()
+    with pytest.raises(ValueError, match="period t = 10"):
+        simulate_path(g_N=0.05, g_I=0.02)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        gini(np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"must be >= 0 \(min -1\)$"):
+        theil([1, -1])

@@ -123,8 +123,10 @@ def test_degenerate_pools_and_fallbacks_warn():
     with pytest.warns(UserWarning, match="no licensable works"):
         p = CollectiveLicensingPool([Work("a", "h", 5, opted_out=True)], Flat(10))
     p.collect([Licensee("d")])
-    with pytest.warns(UserWarning, match="nothing is distributed"):
+    with pytest.warns(UserWarning, match="10.00 is left undistributed"):
         assert p.distribute() == {"h": Decimal("0.00")}
+    rep = p.report()
+    assert (rep["admin"], rep["net"], rep["undistributed"]) == ("0.00", "10.00", "10.00")
     q = _pool([1, 3])
     with pytest.warns(UserWarning, match="falling back to the volume rule"):
         pay = q.distribute("attribution", values={"h0": -1.0, "h1": 0.0})
@@ -161,3 +163,30 @@ def test_degenerate_pools_and_fallbacks_warn():
 def test_bad_input_is_named(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_collect_adds_up_and_review_cases():
+    p = CollectiveLicensingPool([Work("a1", "a", 1), Work("b1", "b", 3)], Flat(10))
+    p.collect([Licensee("L1")])
+    assert p.collect([Licensee("L2")]) == Decimal("20.00")  # one licensee at a time adds up
+    with pytest.raises(ValueError, match="collected twice"):
+        p.collect([Licensee("L1")])
+    with pytest.warns(UserWarning, match=r"no attribution value for \['b'\]"):
+        pay = p.distribute("attribution", values={"a": 1.0})
+    assert pay == {"a": Decimal("20.00"), "b": Decimal("0.00")}
+    with pytest.raises(ValueError, match="the value of 'a' is nan"):
+        p.distribute("attribution", values={"a": float("nan")})
+    pd = pytest.importorskip("pandas")
+    pay = p.distribute("attribution", values=pd.Series({"a": 1.0, "b": 1.0}))
+    assert pay["a"] == pay["b"] == Decimal("10.00")
+    p.reset()
+    assert p.collect([Licensee("L1")]) == Decimal("10.00")
+    with pytest.raises(ValueError, match="Flat.amount"):
+        Flat(-1)
+    with pytest.raises(ValueError, match="Hybrid.rules"):
+        Hybrid([1, 2])
+    import numpy as np
+
+    assert largest_remainder(10, {"c": np.float32(0.1), "d": 0.3}) == {"c": 3, "d": 7}
+    with pytest.raises(ValueError, match="weight of 'c' must be a finite number"):
+        largest_remainder(10, {"c": float("nan")})

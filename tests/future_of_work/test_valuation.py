@@ -163,8 +163,26 @@ def test_group_utility_with_a_scikit_learn_estimator():
         def fit(self, X, y):
             raise RuntimeError("boom")
 
+    with pytest.raises(RuntimeError, match="the first model fit"):  # a broken estimator is loud
+        GroupUtility(Broken, X, y_train, groups, Xv, yv)(frozenset({"good"}))
+
+    class FailsOnNoise(LogisticRegression):  # one subset fails later: scored as a constant
+        def fit(self, X, y):
+            if len(y) == 50:
+                raise RuntimeError("boom")
+            return super().fit(X, y)
+
+    flaky = GroupUtility(FailsOnNoise, X, y_train, groups, Xv, yv)  # a class works as a factory
+    flaky(frozenset({"good"}))
     with pytest.warns(UserWarning, match="fit failed"):
-        assert GroupUtility(Broken, X, y_train, groups, Xv, yv)(frozenset({"good"})) >= 0
+        assert flaky(frozenset({"noise"})) == pytest.approx(
+            max(np.mean(yv), 1 - np.mean(yv)), abs=0.1
+        )
+    assert len(flaky.failures) == 1
+    with pytest.raises(ValueError, match="X must be 2-D"):
+        GroupUtility(LogisticRegression(), X[:, 0], y, groups, Xv, yv)
+    with pytest.raises(ValueError, match="value_range"):
+        shapley_tmc(lambda S: 0.0, [0, 1], value_range=-1)
     with pytest.raises(ValueError, match="unknown groups"):
         util(frozenset({"nobody"}))
     with pytest.raises(ValueError, match="one row each"):

@@ -18,6 +18,9 @@ import warnings
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+OPT_OUT_VALUES = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True,
+                  "yes": True}  # fmt: skip
+
 
 def add_parser(sub) -> None:
     top = sub.add_parser("fow", help="future of work: collective-licensing royalties (paper 07)",
@@ -63,6 +66,11 @@ def _cmd_royalties(args: argparse.Namespace) -> int:
             pool_amount = Decimal(args.pool)
         except InvalidOperation:
             raise ValueError(f"--pool must be an amount, got {args.pool!r}") from None
+        if not pool_amount.is_finite() or pool_amount < 0:
+            raise ValueError(f"--pool must be a finite amount >= 0, got {args.pool!r}")
+        out = Path(args.out)
+        if out.is_dir():
+            raise ValueError(f"--out {args.out!r} is a folder; name a CSV file")
         works = []
         for i, r in enumerate(_rows(args.usage, ("holder", "units")), start=2):
             try:
@@ -71,15 +79,20 @@ def _cmd_royalties(args: argparse.Namespace) -> int:
                 raise ValueError(
                     f"{args.usage}:{i}: units must be a number, got {r['units']!r}"
                 ) from None
+            flag = (r.get("opted_out") or "").lower()
+            if flag not in OPT_OUT_VALUES:
+                raise ValueError(f"{args.usage}:{i}: opted_out must be one of "
+                                 f"{sorted(v for v in OPT_OUT_VALUES if v)} or empty, got {flag!r}")  # fmt: skip
             works.append(Work(r.get("work") or f"{r['holder']}#{i}", r["holder"], units,
-                              territory=r.get("territory") or "ANY",
-                              opted_out=(r.get("opted_out") or "").lower() in ("1", "true", "yes")))  # fmt: skip
+                              territory=r.get("territory") or "ANY", opted_out=OPT_OUT_VALUES[flag]))  # fmt: skip
         values = None
         if args.rule in ("attribution", "hybrid"):
             if not args.values:
                 args.parser.error(f"--rule {args.rule} needs --values (holder, value)")
             values = {}
             for i, r in enumerate(_rows(args.values, ("holder", "value")), start=2):
+                if r["holder"] in values:
+                    raise ValueError(f"{args.values}:{i}: {r['holder']!r} has a second value")
                 try:
                     values[r["holder"]] = float(r["value"])
                 except ValueError:
@@ -104,7 +117,7 @@ def _cmd_royalties(args: argparse.Namespace) -> int:
         print(f"{h:<{width}}  {v:>14,.2f}  {rep['shares'][h]:>7.2%}")
     print(f"{'total':<{width}}  {sum(pay.values()):>14,.2f}  (net pool {rep['net']}, admin {rep['admin']}; "
           f"rule {args.rule}; Gini of payouts {rep['gini']:.3f})")  # fmt: skip
-    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="", encoding="utf-8") as fh:
         wr = csv.writer(fh)
         wr.writerow(["holder", "payout", "share"])

@@ -14,15 +14,20 @@ import numpy as np
 __all__ = ["gini", "lorenz", "theil", "top_share"]
 
 
-def _incomes(x: Any, weights: Any, allow_negative: bool) -> tuple[np.ndarray, np.ndarray]:
-    a = np.asarray([float(v) for v in np.ravel(np.asarray(x, dtype=object))], dtype=float)
+def _incomes(
+    x: Any, weights: Any, allow_negative: bool, hint: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(x, dtype=object)
+    if arr.ndim > 1:
+        raise ValueError(f"incomes must be one-dimensional, got shape {arr.shape}")
+    a = np.asarray([float(v) for v in np.ravel(arr)], dtype=float)
     if a.size == 0:
         raise ValueError("incomes are empty")
     if not np.all(np.isfinite(a)):
         raise ValueError("incomes hold NaN or inf")
     if not allow_negative and np.any(a < 0):
-        raise ValueError(f"incomes must be >= 0 (min {a.min():g}); pass allow_negative=True to "
-                         "measure net positions")  # fmt: skip
+        extra = "; pass allow_negative=True to measure net positions" if hint else ""
+        raise ValueError(f"incomes must be >= 0 (min {a.min():g}){extra}")
     if weights is None:
         w = np.ones_like(a)
     else:
@@ -39,7 +44,7 @@ def gini(x: Any, weights: Any = None, *, allow_negative: bool = False) -> float:
     (normalised; default equal): 0 when everyone has the same, ``(n - 1) / n`` when one of ``n``
     has everything. All-zero incomes give 0.
     Interpretation tool; the paper does not specify this mechanism."""
-    a, w = _incomes(x, weights, allow_negative)
+    a, w = _incomes(x, weights, allow_negative, hint=True)
     mu = float(np.dot(w, a))
     if mu == 0:
         if np.all(a == 0):

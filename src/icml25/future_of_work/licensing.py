@@ -12,7 +12,9 @@ the largest-remainder method, so payouts always sum to the pool exactly.
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -110,6 +112,9 @@ class Flat(FeeRule):
 
     amount: Any
 
+    def __post_init__(self) -> None:
+        _money("Flat.amount", self.amount)
+
     def fee(self, licensee: Licensee) -> Decimal:
         return _money("Flat.amount", self.amount)
 
@@ -120,6 +125,9 @@ class PerUnit(FeeRule):
 
     price: Any
 
+    def __post_init__(self) -> None:
+        _money("PerUnit.price", self.price)
+
     def fee(self, licensee: Licensee) -> Decimal:
         return _money("PerUnit.price", self.price) * Decimal(str(licensee.units_used))
 
@@ -129,6 +137,9 @@ class RevenueShare(FeeRule):
     """A share ``rate`` in [0, 1] of the licensee's revenue. Interpretation tool; the paper does not specify this mechanism."""
 
     rate: float
+
+    def __post_init__(self) -> None:
+        as_float("RevenueShare.rate", self.rate, low=0, high=1)
 
     def fee(self, licensee: Licensee) -> Decimal:
         r = as_float("RevenueShare.rate", self.rate, low=0, high=1)
@@ -141,6 +152,13 @@ class Hybrid(FeeRule):
 
     rules: Sequence[FeeRule]
     minimum: Any = 0
+
+    def __post_init__(self) -> None:
+        if not self.rules or not all(isinstance(r, FeeRule) for r in self.rules):
+            raise ValueError(
+                f"Hybrid.rules must be a non-empty list of fee rules, got {self.rules!r}"
+            )
+        _money("Hybrid.minimum", self.minimum)
 
     def fee(self, licensee: Licensee) -> Decimal:
         if not self.rules or not all(isinstance(r, FeeRule) for r in self.rules):
@@ -158,7 +176,16 @@ def largest_remainder(total_cents: int, weights: Mapping[str, Any]) -> dict[str,
         raise ValueError(f"total_cents must be an integer >= 0, got {total_cents!r}")
     ws = {}
     for k, w in weights.items():
-        f = Fraction(w) if not isinstance(w, float) else Fraction(w)
+        try:
+            f = (
+                w
+                if isinstance(w, Fraction)
+                else Fraction(w)
+                if isinstance(w, (int, Decimal))
+                else Fraction(float(w))
+            )
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"weight of {k!r} must be a finite number, got {w!r}") from None
         if f < 0:
             raise ValueError(f"weight of {k!r} is negative ({w!r})")
         ws[k] = f
@@ -196,14 +223,14 @@ class CollectiveLicensingPool:
     admin_rate: float = 0.0
     reciprocity: Mapping[tuple[str, str], float] | None = None
     collected: dict[str, Decimal] = field(default_factory=dict, init=False)
+    _licensees: set = field(default_factory=set, init=False, repr=False)
     _last: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         works = list(self.works)
         if not all(isinstance(w, Work) for w in works):
             raise TypeError("works must be Work objects")
-        ids = [w.id for w in works]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = sorted(i for i, c in Counter(w.id for w in works).items() if c > 1)
         if dup:
             raise ValueError(f"duplicate work ids {dup}")
         self.works = works
@@ -228,20 +255,29 @@ class CollectiveLicensingPool:
 
     # -- A1: collection ------------------------------------------------------------------------
     def collect(self, licensees: Iterable[Licensee]) -> Decimal:
-        """Fees of every licensee, pooled by territory (``self.collected``); returns the total."""
+        """Add the fees of these licensees to the pool, by territory (``self.collected``; calls
+        add up, so licensees can be collected one at a time; a licensee id collected twice is a
+        ``ValueError``; :meth:`reset` starts a new period). Each fee is rounded to the cent
+        (half to even). Returns the total collected so far."""
         lic = list(licensees)
         if not all(isinstance(x, Licensee) for x in lic):
             raise TypeError("licensees must be Licensee objects")
-        ids = [x.id for x in lic]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        counts = Counter(x.id for x in lic)
+        dup = sorted(i for i, c in counts.items() if c > 1 or i in self._licensees)
         if dup:
-            raise ValueError(f"duplicate licensee ids {dup}")
-        self.collected = {}
+            raise ValueError(f"licensee ids collected twice: {dup}")
         for x in lic:
+            self._rule(x.territory)  # every territory has a rule before anything is added
+        for x in lic:
+            self._licensees.add(x.id)
             rule = self._rule(x.territory)
             fee = rule.fee(x).quantize(CENT, rounding=ROUND_HALF_EVEN)
             self.collected[x.territory] = self.collected.get(x.territory, Decimal(0)) + fee
         return sum(self.collected.values(), Decimal("0.00"))
+
+    def reset(self) -> None:
+        """Empty the pool (a new licensing period)."""
+        self.collected, self._licensees, self._last = {}, set(), {}
 
     def _rule(self, territory: str) -> FeeRule:
         if isinstance(self.fee_rule, Mapping):
@@ -279,6 +315,8 @@ class CollectiveLicensingPool:
         floor_c = _cents(_money("min_payout", min_payout))
         if rule in ("attribution", "hybrid") and values is None:
             raise ValueError(f"rule {rule!r} needs values={{holder: value}} (e.g. Shapley values)")
+        if values is not None:
+            values = self._check_values(values)
         gross = sum(self.collected.values(), Decimal(0))
         net = (gross * (1 - Decimal(str(self.admin_rate)))).quantize(CENT, rounding=ROUND_HALF_EVEN)
         active = [w for w in self.works if not w.opted_out and w.units > 0]
@@ -286,11 +324,12 @@ class CollectiveLicensingPool:
         pay = dict.fromkeys(holders, 0)
         notes: list[str] = []
         if not active or net == 0:
+            undistributed = net
             if not active and net > 0:
-                warnings.warn("no licensable works: nothing is distributed", stacklevel=2)
-                notes.append("no licensable works")
-            self._last = {"rule": rule, "net": Decimal(0), "payouts": {h: Decimal("0.00") for h in holders},
-                          "gross": gross, "notes": notes}  # fmt: skip
+                warnings.warn(f"no licensable works: {net} is left undistributed", stacklevel=2)
+                notes.append(f"no licensable works: {net} undistributed")
+            self._last = {"rule": rule, "net": net, "payouts": {h: Decimal("0.00") for h in holders},
+                          "gross": gross, "notes": notes, "undistributed": undistributed}  # fmt: skip
             return {h: Decimal("0.00") for h in holders}
         # territory pools, moved by reciprocity to the territories of registration
         owed: dict[str, int] = {}
@@ -306,21 +345,33 @@ class CollectiveLicensingPool:
                 cents, {b: Fraction(str(f)) for b, f in sorted(row.items())}
             ).items():
                 owed[b] = owed.get(b, 0) + c
+        active_holders = {w.owner for w in active}
+        if values is not None and rule in ("attribution", "hybrid"):
+            missing = sorted(active_holders - set(values))
+            if missing:
+                warnings.warn(f"no attribution value for {missing}: they count as 0", stacklevel=2)
+                notes.append(f"no attribution value for {missing} (counted as 0)")
+            if all(values.get(h, 0.0) <= 0 for h in active_holders):
+                warnings.warn("every attribution value is <= 0: falling back to the volume rule",
+                              stacklevel=2)  # fmt: skip
+                notes.append("attribution values all <= 0: volume rule used")
+                rule = "volume"
         for terr, cents in sorted(owed.items()):
             works = [
                 w for w in active if w.territory == terr or terr == "ANY" or w.territory == "ANY"
             ]
             if not works:
                 works = active  # nobody registered there: the pool stays with every active holder
+                warnings.warn(f"territory {terr!r} has no registered works: its {cents / 100:.2f} "
+                              "goes to every active rights-holder", stacklevel=2)  # fmt: skip
                 notes.append(f"territory {terr!r} has no registered works: its share goes to all")
             weights = self._weights(rule, works, values, alpha, notes)
             split = largest_remainder(cents, weights)
-            split = self._floor(split, floor_c, cents, floor_policy, notes)
+            split = self._floor(split, floor_c, cents, floor_policy, notes, terr)
             for h, c in split.items():
                 pay[h] += c
         out = {h: (Decimal(c) * CENT).quantize(CENT) for h, c in pay.items()}
-        self._last = {"rule": rule, "net": net, "gross": gross, "payouts": out, "notes": notes,
-                      "weights": self._weights(rule, active, values, alpha, [])}  # fmt: skip
+        self._last = {"rule": rule, "net": net, "gross": gross, "payouts": out, "notes": notes}
         return out
 
     def _weights(self, rule, works, values, alpha, notes) -> dict[str, Fraction]:
@@ -332,34 +383,49 @@ class CollectiveLicensingPool:
             return vol
         if rule == "equal":
             return dict.fromkeys(holders, Fraction(1))
-        unknown = sorted(set(values) - {w.owner for w in self.works})
-        if unknown:
-            raise ValueError(f"values name unknown rights-holders {unknown}")
-        att = {h: Fraction(str(max(float(values.get(h, 0.0)), 0.0))) for h in holders}
+        att = {h: Fraction(max(values.get(h, 0.0), 0.0)) for h in holders}
         if sum(att.values()) == 0:
-            warnings.warn(
-                "every attribution value is <= 0: falling back to the volume rule", stacklevel=3
-            )
-            notes.append("attribution values all <= 0: volume rule used")
-            att = vol
+            att = vol  # no positive value among these holders (one territory's): by volume
         if rule == "attribution":
             return att
         tv, ta = sum(vol.values()), sum(att.values())
         a = Fraction(str(alpha))
         return {h: a * vol[h] / tv + (1 - a) * att[h] / ta for h in holders}
 
+    def _check_values(self, values: Any) -> dict[str, float]:
+        if hasattr(values, "items"):
+            values = dict(values.items())  # a dict, a Valuation or a pandas Series
+        else:
+            raise TypeError(
+                f"values must map rights-holders to values, got {type(values).__name__}"
+            )
+        unknown = sorted(map(str, set(values) - {w.owner for w in self.works}))
+        if unknown:
+            raise ValueError(f"values name unknown rights-holders {unknown}")
+        out = {}
+        for h, v in values.items():
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"the value of {h!r} must be a number, got {v!r}") from None
+            if not math.isfinite(f):
+                raise ValueError(f"the value of {h!r} is {f}; attribution values must be finite")
+            out[h] = f
+        return out
+
     @staticmethod
-    def _floor(
-        split: dict[str, int], floor_c: int, total: int, policy: str, notes: list
-    ) -> dict[str, int]:
+    def _floor(split: dict[str, int], floor_c: int, total: int, policy: str, notes: list,
+               territory: str = "ANY") -> dict[str, int]:  # fmt: skip
         if floor_c <= 0 or not split:
             return split
         n = len(split)
         if floor_c * n > total:
             if policy == "raise":
+                where = "" if territory == "ANY" else f" of territory {territory!r}"
                 raise ValueError(
-                    f"the pool ({total / 100:.2f}) cannot pay min_payout ({floor_c / 100:.2f}) to "
-                    f"{n} rights-holders; lower it or pass floor_policy='scale'"
+                    f"the pool{where} ({total / 100:.2f}) cannot pay min_payout ({floor_c / 100:.2f}) "
+                    f"to its {n} rights-holders (floors apply per territory pool); lower it or pass "
+                    "floor_policy='scale'"
                 )
             notes.append("floor scaled to the equal split")
             return largest_remainder(total, dict.fromkeys(split, 1))
@@ -392,6 +458,7 @@ class CollectiveLicensingPool:
             "gross": str(self._last["gross"]),
             "admin": str((self._last["gross"] - self._last["net"]).quantize(CENT)),
             "net": str(self._last["net"]),
+            "undistributed": str(self._last.get("undistributed", Decimal("0.00"))),
             "payouts": {h: str(v) for h, v in pays.items()},
             "shares": {h: (float(v) / tot if tot else 0.0) for h, v in pays.items()},
             "gini": gini(vals) if vals else 0.0,

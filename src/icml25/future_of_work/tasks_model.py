@@ -56,6 +56,11 @@ class TaskModel:
         I = as_float("I", self.I)  # noqa: E741
         if not N - 1 < I < N:
             raise ValueError(f"I must lie in (N - 1, N) = ({N - 1:g}, {N:g}), got I = {I:g}")
+        if abs(self.a) * max(abs(N), 1.0) > 600:
+            raise ValueError(
+                f"a * N = {self.a * N:g}: e^(a z) overflows a float over tasks near N; the task "
+                "index is only a label, so shift it (e.g. N = 1) or lower a"
+            )
         for k in ("A_L", "A_K", "L", "K"):
             as_float(k, getattr(self, k), low=0, low_open=True)
         as_float("a", self.a)
@@ -127,6 +132,9 @@ class TaskModel:
             x = min(max(x, self.N - 1 + EDGE), self.N - EDGE)
         N = self.N
         lnY = self.ln_output(x)
+        if not lnY < 700:
+            raise ValueError(f"ln Y = {lnY:.4g} overflows a float; the model with γ_L = e^(a z) "
+                             "grows like e^(a N): use smaller N (e.g. N = 1) or a")  # fmt: skip
         Y = math.exp(lnY)
         return {"Y": Y, "W": (N - x) * Y / self.L, "R": (x - N + 1) * Y / self.K,
                 "labor_share": N - x, "I_eff": x, "I_star": i_star}  # fmt: skip
@@ -134,6 +142,12 @@ class TaskModel:
     def dlnW_dI(self) -> dict[str, float]:
         """``∂ ln W / ∂ I`` at an interior ``Ĩ = I < I*``: the displacement effect ``-1/(N - I)``
         plus the productivity effect ``f(I)``."""
+        if self.threshold() <= self.I:
+            raise ValueError(
+                f"I = {self.I:g} is not below the profitability threshold I* = {self.threshold():g}: "
+                "the economy uses I* and the wage does not respond to I (derivative 0); the "
+                "decomposition holds for interior I < I*"
+            )
         disp, prod = -1.0 / (self.N - self.I), self.profitability(self.I)
         return {"displacement": disp, "productivity": prod, "total": disp + prod}
 
@@ -186,7 +200,11 @@ def simulate_path(
     out: dict[str, list] = {k: [] for k in ("t", "Y", "W", "R", "labor_share", "I_eff", "gini")}
     for t in range(T + 1):
         N, I, K = N0 + g_N * t, I0 + g_I * t, K0 * (1 + g_K) ** t  # noqa: E741
-        m = TaskModel(N=N, I=I, K=K, **model_kw)
+        try:
+            m = TaskModel(N=N, I=I, K=K, **model_kw)
+        except ValueError as exc:
+            raise ValueError(f"period t = {t} (N = {N:g}, I = {I:g}): {exc}; shorten T or change "
+                             "g_I / g_N so that N - 1 < I < N along the path") from None  # fmt: skip
         eq = m.equilibrium()
         inc, w = household_incomes(eq, m.L, K, phi_own, royalty_rate, royalty_rule)
         for k in ("Y", "W", "R", "labor_share", "I_eff"):

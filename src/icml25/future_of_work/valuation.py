@@ -36,6 +36,7 @@ __all__ = [
     "utility_table",
 ]
 
+LOG_LOSS_CLIP = 1e-15  # probabilities are clipped here before the log (as scikit-learn's log_loss)
 MAX_EXACT = 14  # 2^14 = 16384 subsets: exact enumeration above this is the wrong tool
 
 
@@ -211,11 +212,10 @@ def shapley_tmc(
     a = np.array(rows)
     M = a.shape[0]
     se = a.std(axis=0, ddof=1) / np.sqrt(M) if M > 1 else np.full(n, np.inf)
-    b = (
-        float(value_range)
-        if value_range is not None
-        else float(max(u.cache.values()) - min(u.cache.values()))
-    )
+    if value_range is not None:
+        b = as_float("value_range", value_range, low=0, low_open=True)
+    else:
+        b = float(max(u.cache.values()) - min(u.cache.values()))
     bound = b * math.sqrt(2 * math.log(2 * n / delta) / M)
     return Valuation({h: float(a[:, i].mean()) for i, h in enumerate(g)}, method="shapley_tmc",
                      stderr={h: float(se[i]) for i, h in enumerate(g)}, bound=bound,
@@ -292,13 +292,18 @@ class GroupUtility:
 
     ``U(∅)`` (and any subset with one class, or whose fit fails) is the score of a constant
     predictor: the majority class of the training rows in the subset, or of all rows for the
-    empty set. Fits run single-threaded (``threadpoolctl``), as tiny fits are slower threaded.
+    empty set; for ``"neg_log_loss"`` their Laplace-smoothed class prior (uniform for the empty
+    set), with model probabilities clipped at 1e-15. An estimator class is called for each fit.
+    If the very first fit fails, a ``RuntimeError`` says so (a broken estimator would otherwise
+    value every subset as a constant). Fits run single-threaded (``threadpoolctl``).
     Interpretation tool; the paper does not specify this mechanism.
     """
 
     def __init__(self, model_factory: Any, X: Any, y: Any, groups: Any, X_val: Any, y_val: Any, *,
                  metric: str | Callable = "accuracy", base_idx: Any = None, fit_fn: Callable | None = None) -> None:  # fmt: skip
         self.X, self.y = np.asarray(X), np.asarray(y)
+        if self.X.ndim != 2:
+            raise ValueError(f"X must be 2-D (rows, features), got shape {self.X.shape}")
         self.groups = np.asarray(groups)
         self.X_val, self.y_val = np.asarray(X_val), np.asarray(y_val)
         if self.X.shape[0] != self.y.shape[0] or self.groups.shape != (self.y.shape[0],):
@@ -319,6 +324,7 @@ class GroupUtility:
         self.classes = np.unique(self.y)
         self.failures: list[tuple[frozenset, str]] = []
         self._cache: dict[frozenset, float] = {}
+        self._fitted_once = False
 
     @property
     def group_ids(self) -> list:
@@ -341,9 +347,9 @@ class GroupUtility:
         pred = np.full(self.y_val.shape, c)
         if callable(self.metric):
             return float(self.metric(self.y_val, pred))
-        p = np.full((len(self.y_val), len(self.classes)), 1e-3)
-        p[:, np.searchsorted(self.classes, c)] = 1.0
-        p /= p.sum(1, keepdims=True)
+        # log-loss: the training labels' class prior, Laplace-smoothed (uniform for no labels)
+        counts = np.array([np.sum(labels == k) for k in self.classes], dtype=float) + 1.0
+        p = np.broadcast_to(counts / counts.sum(), (len(self.y_val), len(self.classes)))
         return float(
             np.mean(
                 np.log(p[np.arange(len(self.y_val)), np.searchsorted(self.classes, self.y_val)])
@@ -363,6 +369,7 @@ class GroupUtility:
             with _single_thread():
                 if self.fit_fn is not None:
                     predict = self.fit_fn(Xs, ys)
+                    self._fitted_once = True
                     pred = predict(self.X_val)
                     return (
                         float(self.metric(self.y_val, pred))
@@ -371,10 +378,11 @@ class GroupUtility:
                     )
                 model = _fresh(self.model_factory)
                 model.fit(Xs, ys)
+                self._fitted_once = True
                 if self.metric == "accuracy":
                     return float(np.mean(model.predict(self.X_val) == self.y_val))
                 if self.metric == "neg_log_loss":
-                    proba = np.full((len(self.y_val), len(self.classes)), 1e-12)
+                    proba = np.full((len(self.y_val), len(self.classes)), LOG_LOSS_CLIP)
                     cols = np.searchsorted(self.classes, model.classes_)
                     proba[:, cols] = model.predict_proba(self.X_val)
                     proba /= proba.sum(1, keepdims=True)
@@ -382,6 +390,12 @@ class GroupUtility:
                     return float(np.mean(np.log(proba[np.arange(len(idx)), idx])))
                 return float(self.metric(self.y_val, model.predict(self.X_val)))
         except Exception as exc:  # a failed fit is the constant predictor, recorded
+            if not self._fitted_once:
+                raise RuntimeError(
+                    f"the first model fit (groups {sorted(map(str, s))}) failed: "
+                    f"{type(exc).__name__}: {exc}; check model_factory / fit_fn (later failures on "
+                    "single subsets are scored as the majority-class predictor)"
+                ) from exc
             self.failures.append((s, f"{type(exc).__name__}: {exc}"))
             warnings.warn(f"fit failed on groups {sorted(map(str, s))} ({exc}); scored as the "
                           "majority-class predictor", stacklevel=3)  # fmt: skip
@@ -389,6 +403,8 @@ class GroupUtility:
 
 
 def _fresh(factory: Any) -> Any:
+    if isinstance(factory, type):  # a class: call it for a fresh estimator
+        return factory()
     if hasattr(factory, "fit") and hasattr(factory, "get_params"):
         from sklearn.base import clone
 
