@@ -194,7 +194,7 @@ def test_detectable_effect_and_underpowered_flag():
         (lambda: Criterion("x", "mean", above=math.nan), ValueError, "finite"),
         (lambda: Criterion("", "mean", above=0), ValueError, "non-empty"),
         (lambda: Criterion("x", "mean", above=0, confidence=1.5), ValueError, "confidence"),
-        (lambda: Criterion("x", "mean", above=0).check([1.0]), ValueError, "at least 2 seeds"),
+        (lambda: Criterion("x", "mean", above=0).check([]), ValueError, "needs values"),
         (lambda: Criterion("x", "mean", above=0).check([1.0, math.nan]), ValueError, "finite"),
         (lambda: Criterion("x", "paired", above=0).check([1, 2], [1]), ValueError, "equal lengths"),
         (lambda: Criterion("x", "paired", above=0).check([1, 2]), TypeError, r"takes \(a, b\)"),
@@ -319,3 +319,11 @@ def test_review_cases_rounding_noise_and_saturation():
     assert Criterion("p", "proportion", above=0.5).over == "items"
     # the short form would print "10" against "<= 10": more digits show the side
     assert Criterion("e", "exact", below=10).check(10.0000001).interval_text() == "10.0000001"
+
+
+def test_a_single_seed_is_inconclusive_not_an_error():
+    c = Criterion("x", "paired", above=0).check([3.0], [1.0])
+    assert c.verdict == "inconclusive" and c.estimate == c.low == c.high == 2.0 and c.n == 1
+    assert "single value" in c.test
+    again = c.recompute()
+    assert (again.verdict, again.low, again.high) == (c.verdict, c.low, c.high)

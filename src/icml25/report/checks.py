@@ -267,11 +267,15 @@ class Criterion:
         return self._t_check(v, {"values": v}, "t-interval of the mean")
 
     def _t_check(self, d: list[float], data: dict[str, Any], what: str) -> Check:
-        if len(d) < 2:
-            raise ValueError(
-                f"check {self.name!r}: a {self.design} design needs at least 2 {self.over}, got "
-                f"{len(d)} (run more seeds, or use the 'exact' design for a single measurement)"
-            )
+        if not d:
+            raise ValueError(f"check {self.name!r}: a {self.design} design needs values, got none")
+        if len(d) == 1:
+            # one unit (e.g. `icml25 repro --seeds 1`): no spread, so no interval and no verdict
+            iv = stats.Interval(d[0], d[0], d[0], 1, 0.0, self.confidence)
+            check = self._make(iv, f"{what}: a single value among the {self.over}, no spread to "
+                               "build an interval from (run at least 2)", data)  # fmt: skip
+            check.verdict = "inconclusive"
+            return check
         iv = stats.mean_t_interval(d, self.confidence)
         p = None
         test = f"{what} over {iv.n} {self.over}"

@@ -1,0 +1,97 @@
+"""The package as a user installs it: a wheel (not the editable checkout) in a fresh virtual
+environment. Missing package data, an import of a test-only module or a broken entry point shows
+up here and not in the editable test run. Slow: `make test-all`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from icml25 import __version__, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory):
+    pytest.importorskip("build")
+    tmp = tmp_path_factory.mktemp("wheel")
+    dist = tmp / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+                   check=True, capture_output=True, text=True, timeout=600)  # fmt: skip
+    wheels = list(dist.glob("icml25-*.whl"))
+    assert len(wheels) == 1 and __version__ in wheels[0].name
+    env_dir = tmp / "venv"
+    # the heavy dependencies (torch, transformers, ...) come from this interpreter's site-packages;
+    # icml25 itself is installed from the wheel into the venv, which comes first on sys.path
+    venv.create(env_dir, with_pip=True, system_site_packages=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheels[0])],
+                   check=True, capture_output=True, text=True, timeout=600)  # fmt: skip
+    return py, wheels[0], tmp
+
+
+def _run(py, *args, cwd, timeout=600):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [str(py), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
+def test_the_wheel_is_what_gets_imported_and_every_paper_imports(wheel_env):
+    py, _, tmp = wheel_env
+    code = (
+        "import importlib, json, icml25, icml25.registry as r; "
+        "mods = [importlib.import_module(p.module).__name__ for p in r.PAPERS]; "
+        "import icml25.topo_detect as t, pathlib; "
+        "data = pathlib.Path(t.__file__).parent / 'data' / 'digit_prompts.json'; "
+        "print(json.dumps({'file': icml25.__file__, 'version': icml25.__version__, 'mods': mods, "
+        "'data': data.is_file()}))"
+    )
+    out = _run(py, "-c", code, cwd=tmp)
+    assert out.returncode == 0, out.stderr[-3000:]
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    assert str(tmp) in info["file"] and str(ROOT / "src") not in info["file"]  # not the checkout
+    assert info["version"] == __version__ and info["data"]
+    assert info["mods"] == [p.module for p in registry.PAPERS]
+
+
+def test_the_command_line_lists_and_reproduces(wheel_env):
+    py, _, tmp = wheel_env
+    out = _run(py, "-m", "icml25", "list", "--json", cwd=tmp)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(json.loads(out.stdout)) == 19
+    exe = py.parent / "icml25"
+    out = _run(
+        exe,
+        "repro",
+        "lapsum",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp / "run"),
+        "--quiet",
+        cwd=tmp,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp / "run" / "results.json").read_text())
+    assert [r["slug"] for r in res["results"]] == ["lapsum"] and res["results"][0][
+        "status"
+    ] != "error"
+
+
+def test_all_extras_resolve_from_the_wheel(wheel_env):
+    py, whl, tmp = wheel_env
+    out = _run(
+        py, "-m", "pip", "install", "--dry-run", "-q", f"icml25[all] @ {whl.as_uri()}", cwd=tmp
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
