@@ -106,3 +106,16 @@ def test_every_reproduction_uses_the_shared_harness_with_declared_criteria():
         assert criteria and all(isinstance(c, Criterion) for c in criteria), paper.slug
         names = [c.name for c in criteria]
         assert len(set(names)) == len(names), (paper.slug, names)
+
+
+def test_code_cites_what_a_reader_can_open():
+    """Sources and tests cite the paper, the official code or docs/<slug>.md, never the project's
+    planning notes, which are not part of the repository."""
+    words = ("spec " + "§", "the " + "spec", "shared" + "/papers")
+    bad = []
+    for root in (SRC, SRC.parents[1] / "tests"):
+        for path in root.rglob("*.py"):
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if any(w in line for w in words):
+                    bad.append(f"{path.relative_to(SRC.parents[1])}:{i}: {line.strip()[:80]}")
+    assert not bad, "\n".join(bad)

@@ -1,4 +1,4 @@
-"""The registry lists all 19 papers, in step with shared/papers/, the package folders and the README."""
+"""The registry lists all 19 papers, in step with the project's paper notes, the package folders and the README."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def test_links_are_arxiv_ids_or_urls():
         assert p.url.startswith("https://")
 
 
-@pytest.mark.skipif(not SHARED_PAPERS.is_dir(), reason="shared/papers/ is not beside this checkout")
+@pytest.mark.skipif(
+    not SHARED_PAPERS.is_dir(), reason="the paper notes are not beside this checkout"
+)
 def test_slugs_match_the_paper_specs():
     specs = sorted(f.stem for f in SHARED_PAPERS.glob("[0-9][0-9]-*.md"))
     assert specs == [f"{p.number:02d}-{p.slug}" for p in registry.PAPERS]

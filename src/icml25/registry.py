@@ -2,7 +2,7 @@
 
 A paper is *implemented* once its package ships a reproduction; the entry then names it as
 ``"module:function"`` in :attr:`Paper.repro`. ``tests/test_registry.py`` keeps this table in step
-with the files on disk, with ``shared/papers/`` and with the README table.
+with the files on disk, with the project's paper notes (outside this repository) and with the README table.
 
 This module imports nothing heavy: ``icml25 list`` must stay instant.
 """
@@ -22,8 +22,8 @@ class Paper:
     """One ICML 2025 paper and where its implementation lives.
 
     Attributes:
-        number: the paper's number in ``shared/papers/`` (1..19).
-        slug: the package name under ``icml25`` and the file stem in ``shared/papers/``.
+        number: the paper's number in the library (1..19).
+        slug: the package name under ``icml25`` and of its page ``docs/<slug>.md``.
         title: the paper's full title.
         link: the arXiv id (``arXiv:YYMM.NNNNN``) or, where there is none, the PMLR/OpenReview link.
         repro: entry point ``"module:function"`` of the reproduction, or ``None`` while planned.

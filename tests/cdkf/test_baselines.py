@@ -1,4 +1,4 @@
-"""Scheduling baselines of spec §9."""
+"""Scheduling baselines of docs/cdkf.md."""
 
 from __future__ import annotations
 

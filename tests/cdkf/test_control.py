@@ -1,4 +1,4 @@
-"""Joint rate and control optimisation with a mean-energy constraint (spec §5-§6)."""
+"""Joint rate and control optimisation with a mean-energy constraint (docs/cdkf.md)."""
 
 from __future__ import annotations
 

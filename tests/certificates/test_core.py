@@ -1,4 +1,4 @@
-"""icml25.certificates: the spec's tests 1-10 and 12 (Prop. 3.1, Lemma 3.3, Theorems 3.2 and 3.4,
+"""icml25.certificates: the planned tests 1-10 and 12 (Prop. 3.1, Lemma 3.3, Theorems 3.2 and 3.4,
 front-door identification, the estimators, Algorithm 1, backoff, DTCBF, the environment)."""
 
 from __future__ import annotations

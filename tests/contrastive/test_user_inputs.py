@@ -86,5 +86,5 @@ def test_logged_negatives_exclude_same_id_pairs_and_spectral_has_no_temperature(
     st = similarity_stats(u, v, labels)
     assert crit.last_components["neg_mean"] == pytest.approx(st.neg_mean, abs=1e-6)
     assert crit.last_components["neg_var"] == pytest.approx(st.neg_var, abs=1e-6)
-    with pytest.raises(ValueError, match="spectral loss has no temperature"):
+    with pytest.raises(ValueError, match="a spectral loss has no temperature"):
         ContrastiveLoss("spectral", temperature=-5.0)

@@ -172,7 +172,7 @@ def test_bad_inputs_name_the_value():
 
 
 def reference_pcq(G, R, teacher_kw, thres_skip, thres_equal, rng):
-    """Loop-based reading of the spec §7 PCQ rules (same RNG stages: Bernoulli, mistakes)."""
+    """Loop-based reading of the docs/distinguishability.md PCQ rules (same RNG stages: Bernoulli, mistakes)."""
     beta, eps_m = teacher_kw.get("beta", -1.0), teacher_kw.get("eps_mistake", 0.0)
     n = len(G)
     u_b = rng.random(n) if beta > 0 else None

@@ -55,7 +55,7 @@ class ServeProcess:
 def write_tiny_model(folder: Path) -> Path:
     """A random-init Llama + byte-level BPE tokenizer with a chat template, saved for
     ``from_pretrained``. Untied embeddings: with tied ones greedy decoding repeats the last prompt
-    token (the special ``<|assistant|>``, decoded to ""). ``do_sample=True`` in its generation
+    token (a special ``<|assistant|>``, decoded to ""). ``do_sample=True`` in its generation
     config: ``transformers serve`` never turns sampling on itself, so without it every request
     is greedy whatever its temperature."""
     from icml25.toy import build_tokenizer, tiny_causal_lm

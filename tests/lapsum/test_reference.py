@@ -1,4 +1,4 @@
-"""LapSum operators against brute-force references and the spec's properties (tests 1-6)."""
+"""LapSum operators against brute-force references and the planned properties (tests 1-6)."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_sort_reference_and_properties():
     torch.testing.assert_close(soft_sort(x, 1e-6), x.sort().values, atol=1e-5, rtol=0)
     torch.testing.assert_close(soft_sort(x, 0.3, descending=True), -soft_sort(-x, 0.3))
     # All-equal input: n Lap(t - c) = l + 1/2 puts the soft values symmetrically around c (they
-    # equal c only as alpha -> 0; docs/lapsum.md records this against the spec's wording).
+    # equal c only as alpha -> 0; docs/lapsum.md records this against the planned wording).
     tied = soft_sort(torch.full((4,), 1.5, dtype=D), 0.2)
     torch.testing.assert_close(tied + tied.flip(0), torch.full((4,), 3.0, dtype=D))
     torch.testing.assert_close(

@@ -181,7 +181,7 @@ def test_convex_sanity_whitening_counteracts_curvature():
     V = torch.linalg.qr(torch.randn(n, n, dtype=D, generator=g))[0]
     X = V @ torch.diag(torch.logspace(0, -1, n, dtype=D)) @ torch.randn(n, N, dtype=D, generator=g)
     W_star = torch.randn(m, n, dtype=D, generator=g)
-    W_star = W_star - W_star.mean(1, keepdim=True)  # row-centred: reachable by SWAN (spec §2)
+    W_star = W_star - W_star.mean(1, keepdim=True)  # row-centred: reachable by SWAN (docs/swan.md)
     target = W_star @ X
     base = float(0.5 / N * target.pow(2).sum())
 

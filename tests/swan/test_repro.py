@@ -105,7 +105,7 @@ def test_criteria_are_module_level_and_name_the_checks(smoke):
         for c in result.checks:
             k = c.criterion
             assert (k.design, k.above, k.below, k.unit, k.paper_effect) in declared, c.name
-    # the thresholds are the spec's, fixed in the module
+    # the thresholds are the planned ones, fixed in the module
     assert (repro.C2_ADAMW.below, repro.C2_SGD.below) == (0.02, -0.30)
     assert (repro.C3_TOKENS.below, repro.C4_WHITEN.above) == (0.75, 0.03)
     assert repro.SPREAD.below == pytest.approx(math.log(0.05))

@@ -1,4 +1,4 @@
-"""icml25.topo_detect: the spec's tests 1-7 and bad input."""
+"""icml25.topo_detect: the planned tests 1-7 and bad input."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_criteria_are_declared_at_module_level():
 
     assert len(repro.CRITERIA) == 3 and all(isinstance(c, Criterion) for c in repro.CRITERIA)
     assert [c.design for c in repro.CRITERIA] == ["mean"] * 3
-    assert [c.above for c in repro.CRITERIA] == [0.10, 0.03, 0.03]  # the spec's gates
+    assert [c.above for c in repro.CRITERIA] == [0.10, 0.03, 0.03]  # the planned gates
     assert all(c.below is None and c.paper_effect for c in repro.CRITERIA)
     assert repro.run.preregistered_seeds == {"quick": 3, "full": 5}
 

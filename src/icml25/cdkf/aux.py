@@ -1,8 +1,8 @@
-"""Auxiliary dynamics (energy, robot position, dose) and their mean bound (spec §5, paper
+"""Auxiliary dynamics (energy, robot position, dose) and their mean bound (docs/cdkf.md, paper
 Proposition 6.2): ``dxi = f(xi, u, t) dt + sum_s g_s(xi, u, t) dN_s``, replaced for planning by the
 deterministic ``dxi_hat/dt = f(xi_hat, u, t) + sum_s lambda_s(t) g_s(xi_hat, u, t)``, which equals the
 mean exactly when ``f`` and ``g_s`` are affine in the perturbed part (energy with constant costs,
-linear dose) and bounds it under the concavity conditions of the spec. Constraints such as
+linear dose) and bounds it under the concavity conditions of docs/cdkf.md. Constraints such as
 ``energy >= 0`` therefore hold for the mean, not pathwise."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def robot_energy_model(
 
 def distance_noise(R0: float | Tensor, r: float, target, index=0):
     """``R(xi) = R0 * exp(r ||p - target||^2)`` with ``p = xi[index]`` (an int or a slice): a
-    sensor whose noise grows with its platform's distance to the target (spec §8; ``R0`` is the
+    sensor whose noise grows with its platform's distance to the target (docs/cdkf.md; ``R0`` is the
     noise at zero distance). Returns a ``(xi, t) -> (d, d)`` callable for :class:`Sensor`."""
     R0 = torch.as_tensor(R0, dtype=torch.float64)
     R0 = R0.reshape(1, 1) if R0.ndim == 0 else R0

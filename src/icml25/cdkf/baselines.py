@@ -1,4 +1,4 @@
-"""Scheduling baselines of spec §9: uniform Poisson, uniform periodic, greedy, random, M-optimized.
+"""Scheduling baselines of docs/cdkf.md: uniform Poisson, uniform periodic, greedy, random, M-optimized.
 
 Each returns measurement times per sensor (a list of sorted float64 tensors) or rates.
 """
@@ -46,7 +46,7 @@ def greedy_schedule(
 ) -> list[Tensor]:
     """Per time slot of width ``slot``, measure once with the sensor of the largest variance
     reduction per unit cost ``[tr(W Sigma-) - tr(W Sigma+_s)] / c_s`` while the budget lasts (our
-    reading of the paper's greedy rule, which the spec marks unverified). A slot is skipped when
+    reading of the paper's greedy rule, which we could not verify). A slot is skipped when
     no affordable sensor is left."""
     if slot <= 0:
         raise ValueError(f"slot must be > 0, got {slot}")

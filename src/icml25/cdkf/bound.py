@@ -1,4 +1,4 @@
-"""The covariance bound of paper Proposition 6.1 and an information-form lower bound (spec §4)."""
+"""The covariance bound of paper Proposition 6.1 and an information-form lower bound (docs/cdkf.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _horizon(rates: RateSchedule, T: float | None) -> float:
 
 
 def model_rate(sde: LinearSDE, T: float) -> float:
-    """The model's fastest rate, the spectral radius of ``A`` (the largest over ``t = 0, T/2, T``
+    """The model's fastest rate: spectral radius of ``A`` (the largest over ``t = 0, T/2, T``
     for a callable ``A`` that can be evaluated without ``xi``; 0 if it cannot). The Riccati ODE's
     linear part ``P -> A P + P A^T`` has rates up to twice it, so RK4 needs ``h rho(A) <= 0.5``
     as it needs ``h lambda_max <= 0.5`` (stable_steps takes the larger of the two)."""
@@ -107,7 +107,7 @@ def covariance_bound(
 
 def check_psd(path: Tensor, h: float) -> Tensor:
     """Raise :class:`~icml25.cdkf.NumericalError` when a bound path leaves the PSD cone (min
-    eigenvalue below ``-1e-9 tr``); no clamp inside the differentiable path (spec §6)."""
+    eigenvalue below ``-1e-9 tr``); no clamp inside the differentiable path (docs/cdkf.md)."""
     from icml25.cdkf.filter import NumericalError
 
     P = path.detach()

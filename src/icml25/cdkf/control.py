@@ -1,4 +1,4 @@
-"""Joint optimisation of measurement rates and an auxiliary control (spec §6 with §5): e.g. a robot
+"""Joint optimisation of measurement rates and an auxiliary control (docs/cdkf.md): e.g. a robot
 carrying a sensor whose noise grows with distance, under a mean-energy constraint."""
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ class ControlledSchedulingProblem(SchedulingProblem):
         aux: the auxiliary dynamics (mean bound of Prop. 6.2 along the plan).
         n_controls, u_bounds: control dimension and box.
         aux_lower: ``(m,)`` lower bounds on ``xi_hat`` at every RK4 node (``-inf`` for none), e.g.
-            energy >= 0. They constrain the mean, not every path (spec §5).
+            energy >= 0. They constrain the mean, not every path (docs/cdkf.md).
         w_u: weight of ``int ||u||^2 dt``.
-        constraints: general path constraints ``h(xi, u, t) >= 0`` (spec §6: keep-out regions,
+        constraints: general path constraints ``h(xi, u, t) >= 0`` (docs/cdkf.md: keep-out regions,
             ``eta >= c``), each a callable returning a scalar or a ``(q,)`` tensor, imposed on the
             mean auxiliary state at the same RK4 nodes as ``aux_lower`` (SLSQP: autograd Jacobians;
             ``adam_al``: the augmented Lagrangian).
         constraint_stride: impose ``aux_lower`` at every ``constraint_stride``-th RK4 node (default
-            1: every node, as the spec asks). A stride of ``n_steps // K`` (the control-interval
+            1: every node, as planned). A stride of ``n_steps // K`` (the control-interval
             ends) is exact when the constrained states are monotone within an interval, e.g. an
             energy that only decreases, and makes the SLSQP constraint Jacobian several times cheaper.
     """

@@ -1,4 +1,4 @@
-"""The continuous-discrete Kalman filter (spec §2): exact prediction between events, Joseph-form
+"""The continuous-discrete Kalman filter (docs/cdkf.md): exact prediction between events, Joseph-form
 updates at measurement times."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ContinuousDiscreteKF:
     def predict(self, mu: Tensor, Sigma: Tensor, t0: float, t1: float, xi: Tensor | None = None):
         """Propagate over ``[t0, t1]``. A time-invariant model: ``mu <- Phi mu``, ``Sigma <- Phi
         Sigma Phi^T + Qd`` (Van Loan, exact). A time-varying ``A(xi, t)`` / ``Qc(xi, t)``: RK4 on
-        the moment equations over sub-steps of at most ``max_step`` (spec §2's RK4 sub-grid)."""
+        the moment equations over sub-steps of at most ``max_step`` (docs/cdkf.md: RK4 sub-grid)."""
         if t1 < t0:
             raise ValueError(f"predict needs t1 >= t0, got t0={t0}, t1={t1}")
         if t1 == t0:
@@ -155,7 +155,7 @@ class ContinuousDiscreteKF:
 
         An event at a grid time is applied before that grid point is reported; simultaneous events
         are applied in sensor-index order. ``xi_path(t)`` gives the auxiliary state at time ``t``
-        (models and sensors whose matrices depend on it, spec §1). The state follows the model's
+        (models and sensors whose matrices depend on it, docs/cdkf.md). The state follows the model's
         dtype, promoted to float64 when the model or a sensor is float64. Returns ``mu (G, n)``
         and ``Sigma (G, n, n)``; ``NumericalError`` when a covariance stops being positive
         semi-definite.

@@ -1,4 +1,4 @@
-"""Optimising measurement rates through the covariance bound (spec §6, direct transcription).
+"""Optimising measurement rates through the covariance bound (docs/cdkf.md, direct transcription).
 
 Rates are piecewise constant on ``K`` intervals; the objective integrates ``tr(W Sigma_hat)`` over
 the RK4 grid (trapezoid) plus ``w_lam ||lambda||^2``; the expected-cost budget
@@ -68,7 +68,7 @@ class SchedulingProblem:
         lam_max: upper bound on every rate.
         w_lam: weight of ``int ||lambda||^2 dt`` (paper's running cost; default 0).
         cov_cap, w_eps: soft covariance cap ``tr(W Sigma_hat(t)) <= cov_cap + eps(t)``, ``eps >= 0``,
-            with cost ``w_eps int eps^2 dt`` (spec §6; ``w_eps = 1e3``). The slack is eliminated
+            with cost ``w_eps int eps^2 dt`` (docs/cdkf.md; ``w_eps = 1e3``). The slack is eliminated
             exactly at every RK4 node (``eps = max(0, tr - cap)``); a solution that still needs
             slack reports ``info["status"] = "infeasible"`` and ``info["max_slack"]``.
         running_cost: optional extra running cost ``L(t, Sigma, lam, xi, u) -> (G,)``, vectorised

@@ -44,7 +44,7 @@ SEEDS = (3, 5)
 BATCHES = 20
 CAL_PATHS, CAL_FINE = 200, 400  # simulated GP paths per seed for the calibration (spec: 200)
 
-# -- pre-registered criteria (thresholds as in the spec; fixed before any number) ----------------
+# -- pre-registered criteria (thresholds as planned; fixed before any number) ----------------
 
 BOUND = Criterion(
     "1 bound - Poisson MC, time-averaged variance",
@@ -64,7 +64,7 @@ BOUND_POINTWISE = Criterion(
     unit="se",
     description=(
         "max over the RK4 grid times and the three methods of (MC mean - bound) / se, Monte Carlo "
-        "pooled over seeds; the spec's 4 se"
+        "pooled over seeds; the planned 4 se"
     ),
 )
 OPT_VS_UNIFORM = Criterion(
@@ -171,7 +171,7 @@ POWER = (
     "of 0.007-0.013 (bound) and 0.09 (schedule vs Poisson). Calibration: 200 simulated paths per "
     "seed in batches of 10; the per-seed ratios had sd 0.023, so the interval's half-width is "
     "about 0.03 with 3 seeds, far inside the band's 0.15 around 1. The paper reports no effect "
-    "sizes for this setting (the spec's reference numbers are a prototype's). Full mode: the "
+    "sizes for this setting (the planning reference numbers are a prototype's). Full mode: the "
     "paper's M-Optimized trails Optimized by 1.2% (radioactive-GP table); our per-seed spread of "
     "M-optimized (sd 3% of the optimized variance) lets 5 seeds detect about 5%, so that check "
     "is underpowered for an effect of the paper's size (the previous version measured 15%)."
@@ -450,7 +450,7 @@ def run(r: Run) -> ReproResult:
         "\n\n| method | bound | Poisson MC (mean ± se) | deterministic schedule | counts (s1, s2) "
         "| realised cost |\n|---|---|---|---|---|---|\n" + "\n".join(rows),
     ]
-    # report-only baselines of spec §9 on the same budget
+    # report-only baselines of docs/cdkf.md on the same budget
     greedy = greedy_schedule(su.m, su.sensors, T, BUDGET, 0.25, su.W)
     mopt = m_optimized(
         su.m,

@@ -1,4 +1,4 @@
-"""Piecewise-constant measurement rates and their deterministic time stamps (spec §7,
+"""Piecewise-constant measurement rates and their deterministic time stamps (docs/cdkf.md,
 paper Proposition 8.1), plus exact Poisson sampling."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""First-order solvers for the scheduling OCP (spec §6, items 6 and "linear budget special case").
+"""First-order solvers for the scheduling OCP (docs/cdkf.md, including the linear-budget special case).
 
 ``adam_al``: rates (and controls) through sigmoids onto their boxes, inequality constraints
 ``h(z) >= 0`` by an augmented Lagrangian with multipliers ``nu <- max(0, nu - rho h)``; spec

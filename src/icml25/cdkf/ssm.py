@@ -1,5 +1,5 @@
 """Linear SDE models for continuous-discrete Kalman filtering (Al Ahdab, Leth, Tan, ICML 2025,
-arXiv:2507.11240), spec §1 and §8: ``dx = A x dt + sigma dbeta``, sensors ``y = C x + v``, and
+arXiv:2507.11240), docs/cdkf.md: ``dx = A x dt + sigma dbeta``, sensors ``y = C x + v``, and
 temporal Gaussian processes (Matern kernels) written as state-space models."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _value(m: MatrixFn, xi: Tensor | None, t: float) -> Tensor:
 
 def van_loan(A: Tensor, Qc: Tensor, h: float) -> tuple[Tensor, Tensor]:
     """Exact discretisation over a step ``h``: ``Phi = e^{A h}``, ``Qd = int_0^h e^{A s} Qc e^{A^T s} ds``
-    from one matrix exponential of ``[[A, Qc], [0, -A^T]] h`` (Van Loan 1978, spec §2)."""
+    from one matrix exponential of ``[[A, Qc], [0, -A^T]] h`` (Van Loan 1978, docs/cdkf.md)."""
     n = A.shape[-1]
     M = torch.zeros(2 * n, 2 * n, dtype=A.dtype, device=A.device)
     M[:n, :n] = A
@@ -137,7 +137,7 @@ class Sensor:
 def matern_ssm(
     nu: float, lengthscale: float | Tensor, variance: float | Tensor, dtype=torch.float64
 ) -> LinearSDE:
-    """Matern-``nu`` GP (``nu = p + 1/2``) as an SDE on ``(f, f', ..., f^(p))`` (spec §8).
+    """Matern-``nu`` GP (``nu = p + 1/2``) as an SDE on ``(f, f', ..., f^(p))`` (docs/cdkf.md).
 
     ``F`` is the companion matrix of ``(s + lam)^(p+1)`` with ``lam = sqrt(2 nu) / lengthscale``,
     ``Qc = q e_{p+1} e_{p+1}^T`` with ``q = variance 2 sqrt(pi) Gamma(p+1) lam^(2p+1) / Gamma(p+1/2)``,

@@ -23,7 +23,8 @@ D = torch.float64
 
 @dataclass
 class ConfoundedDrivingConfig:
-    """Defaults: the spec's reconstruction of §7 (the paper's constants are not published)."""
+    """Defaults: our reconstruction of the paper's driving scenario (its constants are not published;
+    docs/certificates.md)."""
 
     n_segments: int = 10
     v_max: int = 6

@@ -244,7 +244,7 @@ class NaiveFQE(_TabularFQE):
 
 class NeuralFrontDoorFQE(torch.nn.Module):
     """Front-door fitted-Q evaluation with networks, for states given by features (continuous
-    ``X``; discrete mediators and actions). Defaults are the spec's (unverified; the paper's
+    ``X``; discrete mediators and actions). Defaults are ours (unverified; the paper's
     experiment is tabular): MLPs with hidden sizes (64, 64) and ReLU; Adam, lr 1e-3, batch 512,
     2,000 steps per regression.
 

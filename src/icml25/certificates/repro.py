@@ -4,7 +4,7 @@ Claim (paper §4, Fig. 2): a certificate built on the interventional safety valu
 front-door causal RL from confounded offline data keeps the long-term safety probability above
 ``1 - eps``, while DTCBF on the offline statistics (and the unfiltered nominal) do not.
 
-Setup: the spec's reconstruction of the paper's driving scenario (70 states, 5 actions, a latent
+Setup: our reconstruction of the paper's driving scenario (70 states, 5 actions, a latent
 road state that confounds the offline driver), ``H = 10``, ``eps = 0.2``, ``x0 = (0, 0)``, uniform
 risk policy, an aggressive nominal driver (``0`` w.p. 0.3, ``+1`` w.p. 0.7). Per seed: 10,000
 offline trajectories, front-door and naive fits, every controller evaluated exactly (forward
@@ -315,7 +315,7 @@ def run(r: Run) -> ReproResult:
             "comparison uninformative.",
             "Checks 1a and 5 are sanity checks: 1a is a property of the environment, 5 cannot fail "
             "without a bug (Theorem 3.4).",
-            "Closed-loop tables hold t = 0..H-1 (the spec's (H+1, X, U) has an unused last slice).",
+            "Closed-loop tables hold t = 0..H-1 (the planned (H+1, X, U) shape had an unused last slice).",
         ],
     )
 

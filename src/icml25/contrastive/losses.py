@@ -441,7 +441,7 @@ class ContrastiveLoss(nn.Module):
     is checked to be > 0 on every call; other inputs are checked on the first call only).
     ``positives="all"`` (InfoNCE family) counts every row with the same ``index`` as a positive
     (class labels, solo-learn's convention); the default ``"instance"`` counts only the partner.
-    ``index`` is supported by the InfoNCE family and VRNS; SigLIP and the spectral loss refuse it.
+    ``index`` is supported by the InfoNCE family and VRNS; SigLIP and spectral losses refuse it.
     With ``gather`` (DDP, :func:`gather_with_grad`) pass global ids as ``index``
     (:func:`global_index`).
     """
@@ -483,7 +483,7 @@ class ContrastiveLoss(nn.Module):
         if bias is not None and kind not in ("siglip", "siglip_within"):
             raise ValueError(f"bias is SigLIP's; kind {kind!r} has none")
         if temperature is not None and kind == "spectral":
-            raise ValueError("the spectral loss has no temperature; leave temperature out")
+            raise ValueError("a spectral loss has no temperature; leave temperature out")
         self.log_every = _integer("log_every", log_every)
         if self.log_every < 1:
             raise ValueError(f"log_every must be a positive integer, got {log_every!r}")

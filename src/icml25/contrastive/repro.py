@@ -84,7 +84,7 @@ A2_EQ10 = Criterion(
     "A2 Eq. 10 decides both SigLIP settings as predicted",
     "exact",
     above=2,
-    description="settings of 2 where Eq. 10 says what the spec expects: true at (5, 2), false at (10, 6)",
+    description="settings of 2 where Eq. 10 says what we expect: true at (5, 2), false at (10, 6)",
 )
 A2_ETF_POS = Criterion(
     "A2 ETF restored (within-view fix at t=5, b=2; t=10, b=6): min mean positive similarity",

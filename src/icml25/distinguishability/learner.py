@@ -1,4 +1,4 @@
-"""Reward learning from PCQ and DQ answers (spec §3, B-Pref ``train_reward`` procedure).
+"""Reward learning from PCQ and DQ answers (docs/distinguishability.md, B-Pref ``train_reward`` procedure).
 
 Each epoch every member draws its own permutation of the answer buffer; mini-batches of
 ``batch_size`` sum the members' losses and take one Adam step over all members. Training stops
@@ -32,8 +32,8 @@ __all__ = ["RewardLearner"]
 class RewardLearner:
     """Args: ``ensemble``; ``lr`` (B-Pref 3e-4); ``batch_size`` (B-Pref 128; None = full batch);
     ``max_epochs`` (B-Pref ``reward_update`` 200); ``stop_acc`` (B-Pref 0.97; None = never stop
-    early); ``likelihood``, ``lambda_pref``, ``eps`` (spec §3); ``learn_dist_temperature``: a
-    learnable ``log beta_d`` for the strength answer (spec §2, off by default); ``noise_prob``:
+    early); ``likelihood``, ``lambda_pref``, ``eps`` (docs/distinguishability.md); ``learn_dist_temperature``: a
+    learnable ``log beta_d`` for the strength answer (docs/distinguishability.md, off by default); ``noise_prob``:
     imitation's preference-model noise on the pairwise answers (0, B-Pref's plain BT)."""
 
     def __init__(
@@ -262,7 +262,7 @@ class RewardLearner:
             zd = smooth_abs(d1, self.eps) - smooth_abs(d2, self.eps)
             zy = torch.where(dp == 1.0, d1, d2)
             hard_d, hard_y = d != 0.5, y != 0.5
-            # DQ accuracy: the mean of the strength and the preference accuracies (spec §3)
+            # DQ accuracy: the mean of the strength and the preference accuracies (docs/distinguishability.md)
             acc_d = ((zd > 0) == (d == 1.0))[hard_d].to(ret.dtype)
             acc_y = ((zy > 0) == (y == 1.0))[hard_y].to(ret.dtype)
             correct = correct + 0.5 * (acc_d.sum() + acc_y.sum())

@@ -1,4 +1,4 @@
-"""Queries and answers (spec §1): pairwise comparisons (PCQ) and distinguishability queries (DQ).
+"""Queries and answers (docs/distinguishability.md): pairwise comparisons (PCQ) and distinguishability queries (DQ).
 
 A PCQ shows two segments; the answer ``y in {1, 0, 1/2}`` says the first / the second is preferred /
 they are equally preferable. A DQ shows two pairs; the answer says which pair is easier to

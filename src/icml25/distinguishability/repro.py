@@ -193,14 +193,14 @@ def run(r: Run) -> ReproResult:
         tables=tables,
         deviations=[
             "The paper's text was not available: DistQ's selection rule and the DQ likelihood are "
-            "the spec's reconstruction (informativeness filter then easiness; Bradley-Terry on "
+            "our reconstruction (informativeness filter then easiness; Bradley-Terry on "
             "strengths then on the chosen pair).",
             "Reward model 2 x 32 instead of B-Pref's 3 x 256, trained full-batch for a fixed 60 "
             "epochs per round (instead of mini-batches with a 97% accuracy stop), for speed and "
             "determinism.",
             "Part C uses no unsupervised exploration phase (not needed on Pendulum) and an "
             "oracle teacher.",
-            "issue 17: the spec's rules ('mean score higher and >= in 2 of 3 seeds'; 'DQ lottery "
+            "issue 17: the planned rules ('mean score higher and >= in 2 of 3 seeds'; 'DQ lottery "
             "accuracy higher in each of 3 seeds'; 'DQ's mean final return >= PCQ's') become "
             "paired t-intervals of the per-seed differences above 0 (the same threshold); the "
             "per-seed count is reported as a metric.",

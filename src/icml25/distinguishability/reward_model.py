@@ -1,4 +1,4 @@
-"""Reward ensemble and the preference likelihoods (spec §1-§3).
+"""Reward ensemble and the preference likelihoods (docs/distinguishability.md).
 
 ``RewardEnsemble`` is B-Pref's ``gen_net`` (MLP, LeakyReLU hidden layers, ``tanh`` output in
 [-1, 1]) times ``K`` members, evaluated as one batched matmul per layer. Segment returns are sums
@@ -138,7 +138,7 @@ class RewardEnsemble(nn.Module):
 
 
 def smooth_abs(z: Tensor, eps: float = 1e-3) -> Tensor:
-    """``|z|_eps = sqrt(z^2 + eps^2) - eps`` (spec §3): smooth, 0 at 0, ``|z|`` for ``|z| >> eps``."""
+    """``|z|_eps = sqrt(z^2 + eps^2) - eps`` (docs/distinguishability.md): smooth, 0 at 0, ``|z|`` for ``|z| >> eps``."""
     return torch.sqrt(z * z + eps * eps) - eps
 
 
@@ -218,8 +218,8 @@ def dq_loss(
     y: Tensor,
     *,
     likelihood: str = "abs",
-    lambda_pref: float = 1.0,  # spec §3 default (unverified in the paper)
-    eps: float = 1e-3,  # spec §3, return units
+    lambda_pref: float = 1.0,  # docs/distinguishability.md default (unverified in the paper)
+    eps: float = 1e-3,  # docs/distinguishability.md, return units
     beta_d: Tensor | float = 1.0,
 ) -> Tensor:
     """Negative log-likelihood of distinguishability answers, (E3) or (E3').

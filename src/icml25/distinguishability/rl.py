@@ -1,4 +1,4 @@
-"""Online preference-based RL: the PEBBLE loop (spec §6) with PCQ or DQ feedback, a compact SAC
+"""Online preference-based RL: the PEBBLE loop (docs/distinguishability.md) with PCQ or DQ feedback, a compact SAC
 agent for classic control, and a gymnasium wrapper that swaps the reward for the learned one.
 
 Loop (B-Pref ``train_PEBBLE.py`` structure): random actions for ``num_seed_steps``; optional
@@ -62,17 +62,17 @@ class PEBBLEConfig:
 
 @dataclass
 class DistQConfig:
-    keep_frac: float = 0.5  # spec §5 (unverified)
-    rule: str = "filter"  # spec §5 (unverified)
-    lambda_e: float = 1.0  # spec §5 (unverified)
-    lambda_pref: float = 1.0  # spec §3 (unverified)
-    likelihood: str = "abs"  # spec §3
-    informativeness: str = "disagreement"  # spec §5
+    keep_frac: float = 0.5  # docs/distinguishability.md (unverified)
+    rule: str = "filter"  # docs/distinguishability.md (unverified)
+    lambda_e: float = 1.0  # docs/distinguishability.md (unverified)
+    lambda_pref: float = 1.0  # docs/distinguishability.md (unverified)
+    likelihood: str = "abs"  # docs/distinguishability.md
+    informativeness: str = "disagreement"  # docs/distinguishability.md
 
 
 @dataclass
 class SACConfig:
-    """Ours, tuned only for classic control (spec §6, not from the paper)."""
+    """Ours, tuned only for classic control (docs/distinguishability.md, not from the paper)."""
 
     hidden: int = 256
     lr: float = 3e-4

@@ -123,7 +123,7 @@ class PreferenceFeedbackCallback(BaseCallback):
             settings (B-Pref defaults 50, 20, 10, 100, 5000, 100).
         first_feedback: environment steps before the first round (B-Pref: seed + unsupervised
             steps, 10 000).
-        keep_frac, rule, lambda_e: DistQ's settings (spec §5).
+        keep_frac, rule, lambda_e: DistQ's settings (docs/distinguishability.md).
         relabel: recompute the rewards of an off-policy replay buffer after each round.
         seed: the selection's random generator.
     """

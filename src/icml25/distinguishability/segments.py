@@ -1,4 +1,4 @@
-"""Segments of behaviour and scripted classic-control behaviour policies (spec §1 and Part A).
+"""Segments of behaviour and scripted classic-control behaviour policies (docs/distinguishability.md).
 
 A segment is ``H`` consecutive ``(s, a)`` steps with the hidden true reward kept for the simulated
 teacher and for evaluation. :class:`SegmentBuffer` is FIFO over episodes (B-Pref keeps the last 100).
@@ -244,7 +244,7 @@ def _theta(obs: np.ndarray) -> tuple[float, float]:
 def pendulum_policy(
     kind: int, noise: float
 ) -> Callable[[np.ndarray, np.random.Generator], np.ndarray]:
-    """Scripted Pendulum-v1 behaviours of the spec (Part A): 0 uniform, 1 energy pumping then PD,
+    """Scripted Pendulum-v1 behaviours (docs/distinguishability.md): 0 uniform, 1 energy pumping then PD,
     2 PD only, 3 bang-bang then PD; then Gaussian action noise ``noise``; clipped to [-2, 2]."""
     if kind not in (0, 1, 2, 3):
         raise ValueError(f"kind must be 0, 1, 2 or 3, got {kind}")

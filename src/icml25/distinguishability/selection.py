@@ -1,4 +1,4 @@
-"""Query selection (spec §5): PEBBLE's schemes for pairwise queries and DistQ for
+"""Query selection (docs/distinguishability.md): PEBBLE's schemes for pairwise queries and DistQ for
 distinguishability queries (informativeness filtered, then the easiest kept).
 
 DistQ is reconstructed from the abstract (the paper's text was not available): draw ``M * B``
@@ -189,7 +189,7 @@ def select_pcq(
 def dq_scores(
     ret: Tensor, *, informativeness_kind: str = "disagreement", eps: float = 1e-3
 ) -> tuple[Tensor, Tensor]:
-    """Informativeness ``I`` and easiness ``E`` (spec §5 steps 2-4) of candidate DQs from the
+    """Informativeness ``I`` and easiness ``E`` (docs/distinguishability.md) of candidate DQs from the
     ensemble's returns ``ret (K, C, 4)`` (segments 1a, 1b, 2a, 2b). Returns two ``(C,)`` tensors."""
     if ret.ndim != 3 or ret.shape[-1] != 4:
         raise ValueError(f"ret must be (K, C, 4), got {tuple(ret.shape)}")
@@ -240,10 +240,10 @@ def select_dq(
     buf: SegmentBuffer,
     n: int,
     method: str = "distq",
-    large_batch: int = 10,  # PEBBLE large_batch (spec §5 M)
-    keep_frac: float = 0.5,  # spec §5 (unverified)
+    large_batch: int = 10,  # PEBBLE large_batch (M in docs/distinguishability.md)
+    keep_frac: float = 0.5,  # docs/distinguishability.md (unverified)
     rule: str = "filter",
-    lambda_e: float = 1.0,  # spec §5, weighted rule only (unverified)
+    lambda_e: float = 1.0,  # docs/distinguishability.md, weighted rule only (unverified)
     rng=None,
     informativeness: str = "disagreement",
     *,

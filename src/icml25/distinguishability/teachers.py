@@ -1,4 +1,4 @@
-"""Labelers (spec §7): the B-Pref scripted teacher, its extension to distinguishability queries,
+"""Labelers (docs/distinguishability.md): the B-Pref scripted teacher, its extension to distinguishability queries,
 and a callback teacher for a human or any other labeler.
 
 Orientation: ``y = 1`` means the first segment of the pair is preferred; ``d = 1`` the first pair
@@ -51,7 +51,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 class ScriptedTeacher:
-    """B-Pref's scripted teacher (``get_label``) for PCQs, extended to DQs (spec §7).
+    """B-Pref's scripted teacher (``get_label``) for PCQs, extended to DQs (docs/distinguishability.md).
 
     Args:
         beta: Boltzmann rationality on returns; ``<= 0`` answers rationally (B-Pref ``teacher_beta``).
@@ -117,7 +117,7 @@ class ScriptedTeacher:
 
     @classmethod
     def relative(cls, buf: SegmentBuffer, beta_rel: float = 5.0, **kw) -> ScriptedTeacher:
-        """A Boltzmann teacher with ``beta = beta_rel / std(R over buf)`` (spec §7 "Scale")."""
+        """A Boltzmann teacher with ``beta = beta_rel / std(R over buf)`` (docs/distinguishability.md "Scale")."""
         std = float(buf.returns(kw.get("gamma", 1.0)).std())
         if not std > 0:
             raise ValueError("the buffer's returns have zero spread; cannot scale beta")
@@ -125,7 +125,7 @@ class ScriptedTeacher:
         return cls(beta=beta, **{"beta_dist": beta, **kw})
 
     def set_thresholds(self, margin: float) -> None:
-        """``margin`` = mean true return of recent episodes scaled to a segment (spec §6 step 3)."""
+        """``margin`` = mean true return of recent episodes scaled to a segment (docs/distinguishability.md)."""
         power = 2 if (self.bpref_compat and self._calls > 0) else 1
         self.thres_skip = margin * self.eps_skip**power
         self.thres_equal = margin * self.eps_equal**power

@@ -1,4 +1,4 @@
-"""Cardinal utility from comparisons (spec §4 and Part B).
+"""Cardinal utility from comparisons (docs/distinguishability.md).
 
 Noise-free pairwise answers identify utilities only up to a strictly increasing map; answers to
 distinguishability queries are difference-relation statements (``u(a) - u(b) >= u(c) - u(d)``) and

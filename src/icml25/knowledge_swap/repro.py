@@ -39,7 +39,7 @@ LF, FL, SIM = "learn_then_forget", "forget_then_learn", "simultaneous"
 SHORT = {LF: "L->F", FL: "F->L", SIM: "simultaneous"}
 ACC = ("acc_r", "acc_f", "acc_l", "S")
 
-# -- pre-registered: seeds and criteria (thresholds are the spec's, frozen before the first run) --
+# -- pre-registered: seeds and criteria (thresholds as planned, frozen before the first run) --
 
 #: Seeds in quick / full mode. Quick: ~10 s per seed on one core (500 pretraining steps, 2 x 100
 #: swap steps per strategy), 12 seeds fit the ~3-minute budget; full: 20 seeds for the main
@@ -197,14 +197,14 @@ def run(r: Run) -> ReproResult:
             "issue 17: the criteria are tested, not compared as means: (a)-(c) are paired "
             "t-intervals of the per-seed differences, (d) t-intervals of L->F's means; a claim "
             "holds only when every interval clears its threshold (the thresholds +3, 0, -5, 20 and "
-            "80 are the spec's, unchanged). (b) 'Acc_f(L->F) <= Acc_f(F->L)' becomes the strict "
-            "'L->F forgets more' (the spec's 'learning afterwards revives forgotten classes in "
+            "80 are the planned ones, unchanged). (b) 'Acc_f(L->F) <= Acc_f(F->L)' becomes the strict "
+            "'L->F forgets more' (the plan's 'learning afterwards revives forgotten classes in "
             "F->L'): with both orders at 0% in most seeds it reads inconclusive, not held.",
             "issue 17: the sanity check (d) is a check like the others: when it fails with "
             "confidence the claim reads 'did not hold' (before: 'inconclusive').",
             "issue 17: seeds 3 -> 12 (quick) and 10 -> 20 (full, the sweeps, anchors and probes "
             "stay on the first 10 / 3), sized from the earlier per-seed spread of the S gap (sd 6-8 "
-            "points) so that a gap like the spec pilot's (+9.2) is detected in quick mode; torch "
+            "points) so that a gap like the planning pilot's (+9.2) is detected in quick mode; torch "
             "runs on 1 thread (before 2).",
         ],
     )
@@ -228,7 +228,7 @@ def _power_text(checks: list, n: int) -> str:
         "The paper's own numbers could not be read (spec), so no paper effect is set; the seed "
         "counts are sized on this reproduction's earlier runs. (a): the per-seed S gap spread "
         "about 6-8 points (sd), so 12 seeds detect with 80% power a true gap about 6 points above "
-        "the +3 margin, i.e. a gap of about +9, the spec pilot's +9.2. The earlier measured means "
+        "the +3 margin, i.e. a gap of about +9, the planning pilot's +9.2. The earlier measured means "
         "(+6.1 quick and +7.4 in the issue's run, +4.6 full) lie only 1.6-4.4 points above the "
         "margin: detecting those needs about 19-120 seeds, more than the ~3-minute quick budget "
         "(about 10 s per seed) allows, so an inconclusive (a) at that size is expected and is "

@@ -42,7 +42,7 @@ def _cdt(r: torch.Tensor) -> torch.dtype:
 
 
 def _sorted_scaled(r: torch.Tensor, alpha: torch.Tensor):
-    """Sort rows, centre on the row median (shift invariance, spec §8.3), scale by alpha."""
+    """Sort rows, centre on the row median (shift invariance, docs/lapsum.md), scale by alpha."""
     rs, perm = torch.sort(r, dim=-1)
     rs = rs.to(_cdt(r))
     center = rs[:, (rs.shape[-1] - 1) // 2 : (rs.shape[-1] - 1) // 2 + 1]
@@ -108,7 +108,7 @@ class _LapSumInverseFn(torch.autograd.Function):
 
 
 def _inverse_vjp(r: torch.Tensor, t: torch.Tensor, a64: torch.Tensor, u: torch.Tensor):
-    """``g_r_j = sum_l u_l W_lj`` for ``t = LapSum^{-1}(r; w)`` (spec §5), plus ``u_l / F_l``.
+    """``g_r_j = sum_l u_l W_lj`` for ``t = LapSum^{-1}(r; w)`` (docs/lapsum.md), plus ``u_l / F_l``.
 
     ``W_lj = f((t_l - r_j)/alpha) / F_l`` is never formed: two cross Laplace-kernel sums over the
     merged, sorted point sets. Returns ``(g_r, u / F, row mean used for centring)``.
@@ -125,7 +125,7 @@ def _inverse_vjp(r: torch.Tensor, t: torch.Tensor, a64: torch.Tensor, u: torch.T
 class _SoftTopKFn(torch.autograd.Function):
     """Soft top-k ("largest"): r ``(R, n)``, k ``(R, m)`` in (0, n), alpha ``(R, 1)`` -> ``(R, m, n)``.
 
-    ``p_i = Lap((r_i - t)/alpha)`` with ``t = LapSum^{-1}(r; n - k)`` (spec §3), or ``log p_i``.
+    ``p_i = Lap((r_i - t)/alpha)`` with ``t = LapSum^{-1}(r; n - k)`` (docs/lapsum.md), or ``log p_i``.
     Returns ``(p, t)``; ``t`` is a non-differentiable output saved for backward.
     """
 
@@ -190,7 +190,7 @@ class _SoftTopKFn(torch.autograd.Function):
 
 
 class _SoftRankFn(torch.autograd.Function):
-    """0-based ascending soft rank ``rank_i = sum_{j != i} Lap((r_i - r_j)/alpha)`` (spec §4).
+    """0-based ascending soft rank ``rank_i = sum_{j != i} Lap((r_i - r_j)/alpha)`` (docs/lapsum.md).
 
     Returns ``(rank, perm, k1)``; the sort permutation and the off-diagonal ``K 1`` in sorted
     order are non-differentiable outputs saved for backward (r + perm + k1 = 20 bytes/element).
@@ -242,7 +242,7 @@ class _SoftRankFn(torch.autograd.Function):
 
 
 class PermutationCEFn(torch.autograd.Function):
-    """Per-row ``-sum_i log P[i, target_i]`` (spec §6) with an O(n log n) closed-form backward.
+    """Per-row ``-sum_i log P[i, target_i]`` (docs/lapsum.md) with an O(n log n) closed-form backward.
 
     r ``(R, n)``, target ``(R, n)`` int64 positions, alpha ``(R, 1)`` -> ``(R,)``. Saves r, target
     and the n - 1 cut points: O(n) memory, the n x n matrix is never formed.
@@ -287,7 +287,7 @@ class PermutationCEFn(torch.autograd.Function):
             g_r = g_r + g_via_cuts
         g_alpha = None
         if ctx.needs_input_grad[2]:
-            # the loss is a function of r / alpha only, and J 1 = 0 (spec §3 identity)
+            # the loss is a function of r / alpha only, and J 1 = 0 (docs/lapsum.md)
             rc = r.to(_cdt(r)) - r.to(_cdt(r)).mean(-1, keepdim=True)
             g_alpha = -(g_r * rc).sum(-1, keepdim=True) / a64
         return (
@@ -309,7 +309,7 @@ def _position_bounds(r, target, cuts, a64):
 
 def log_cdf_difference(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``log(Lap(c) - Lap(a))`` for ``a < c``; ``a = -inf`` (first position) and ``c = +inf`` (last
-    position) allowed (spec §6). Each ``torch.where`` branch gets finite stand-ins where it is not
+    position) allowed (docs/lapsum.md). Each ``torch.where`` branch gets finite stand-ins where it is not
     used, so neither the forward nor autograd meets inf or NaN.
     """
     first = torch.isinf(a) & (a < 0)

@@ -1,8 +1,8 @@
 """The shared numerical kernels of LapSum, in plain torch, on rows of shape ``(R, n)``.
 
 Everything here works in scaled units (centres ``z = (r - c) / alpha``) and in the dtype it is
-given; callers pass float64. References are to the spec's sections (``shared/papers/04-lapsum.md``)
-and the paper (arXiv:2503.06242).
+given; callers pass float64. References are to docs/lapsum.md and the paper
+(arXiv:2503.06242).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 LOG2 = math.log(2.0)
 
 
-# -- scale-1 Laplace helpers (spec §1) --------------------------------------------------------------
+# -- scale-1 Laplace helpers --------------------------------------------------------------
 def laplace_cdf(x: torch.Tensor) -> torch.Tensor:
     """``Lap(x)``: ``e^x / 2`` for ``x <= 0``, ``1 - e^{-x} / 2`` otherwise. Elementwise."""
     half = 0.5 * torch.exp(-x.abs())
@@ -92,7 +92,7 @@ def _scans(
     return torch.where(keep, left, sl), torch.where(keep, right, sr)
 
 
-# -- sorted statistics (spec §2 steps 2-3) --------------------------------------------------------
+# -- sorted statistics --------------------------------------------------------
 def lapsum_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``A``, ``B`` and ``G`` for ascending rows ``s`` of shape ``(R, n)``.
 
@@ -116,11 +116,11 @@ def lapsum_offdiag_stats(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def solve_inverse(
     s: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, w: torch.Tensor
 ) -> torch.Tensor:
-    """``tau`` with ``sum_i Lap(tau - s_i) = w`` for each target ``w`` (spec §2 steps 4-6).
+    """``tau`` with ``sum_i Lap(tau - s_i) = w`` for each target ``w`` (docs/lapsum.md).
 
     ``s``, ``a``, ``b``, ``g``: ``(R, n)`` from :func:`lapsum_stats`; ``w``: ``(R, m)`` in ``(0, n)``.
     The positive root of the bracket's quadratic is taken in the log domain, so it neither overflows
-    nor hits ``log 0`` (the official notebook's ``e = 0`` underflow, spec §2.6).
+    nor hits ``log 0`` (the official notebook's ``e = 0`` underflow, docs/lapsum.md).
     """
     n = s.shape[-1]
     j = torch.searchsorted(g.contiguous(), w.contiguous(), side="left")  # (R, m) in 0..n
@@ -143,7 +143,7 @@ def solve_inverse(
 def lapsum_at(s: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """``G(tau) = sum_i Lap(tau - s_i)`` for ascending ``s`` (R, n) and points ``tau`` (R, m).
 
-    Uses the bracket form of spec §2.5; differentiable by autograd through ``s``, ``a``, ``b``.
+    Uses the bracket form of docs/lapsum.md; differentiable by autograd through ``s``, ``a``, ``b``.
     """
     n = s.shape[-1]
     j = torch.searchsorted(s.detach().contiguous(), tau.detach().contiguous(), side="left")
@@ -161,7 +161,7 @@ def lapsum_at(s: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tau: torch.Tens
     return j.to(tau.dtype) + right - left
 
 
-# -- Laplace-kernel mat-vecs (spec §4, §5) ----------------------------------------------------------
+# -- Laplace-kernel mat-vecs  ----------------------------------------------------------
 def _signed_log_parts(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pos = torch.where(u > 0, u, torch.zeros_like(u))
     neg = torch.where(u < 0, -u, torch.zeros_like(u))
@@ -173,7 +173,7 @@ def laplace_kernel_matvec(
 ) -> torch.Tensor:
     """``(K u)_i = sum_j e^{-|s_i - s_j|} u_j / 2`` for ascending ``s`` (R, n), signed ``u`` (R, n).
 
-    O(n) after the sort: left and right cumulative sums (spec §4), of the positive and the
+    O(n) after the sort: left and right cumulative sums (docs/lapsum.md), of the positive and the
     negative part of ``u`` separately (no cancellation against a shift). ``k1`` is unused (kept
     for callers of the former signature).
     """
@@ -207,7 +207,7 @@ def cross_kernel_logsum(src: torch.Tensor, log_c: torch.Tensor, dst: torch.Tenso
 
     ``src``/``log_c``: ``(R, n)`` (any order; ``log_c`` may hold ``-inf``), ``dst``: ``(R, m)``.
     The two point sets are merged and sorted once; destinations carry weight ``-inf`` so each
-    source term is counted exactly once (spec §5).
+    source term is counted exactly once (docs/lapsum.md).
     """
     n = src.shape[-1]
     points = torch.cat([src, dst], dim=-1)

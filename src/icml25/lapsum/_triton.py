@@ -81,7 +81,7 @@ if triton is not None:
             log_a = tl.log(tl.where(a_hat > 0, a_hat, 1.0))
             log_b = tl.log(tl.where(b_hat > 0, b_hat, 1.0))
             both = (a_hat > 0) & (b_hat > 0)
-            # log Z = log(|e| + sqrt(e^2 + A B e^{S - T})), in the log domain (spec §2.6)
+            # log Z = log(|e| + sqrt(e^2 + A B e^{S - T})), in the log domain (docs/lapsum.md)
             ae = tl.abs(e)
             disc = tl.where(both, tl.exp(log_a + log_b + (s_lo - s_hi)), 0.0)
             log_z = tl.log(ae + tl.sqrt(ae * ae + disc))

@@ -8,7 +8,7 @@ and at least float32 on CUDA) and :mod:`icml25.lapsum._triton` (CUDA kernels, op
 ``backend="triton"``; ``backend="auto"`` is the torch path). docs/lapsum.md, "Backends and
 precision".
 
-Equation references: "spec §N" is ``shared/papers/04-lapsum.md``; the LapSum definition is the
+References: the paper (arXiv:2503.06242) and docs/lapsum.md; the LapSum definition is the
 paper's Eq. (1)-(3) (sum of Laplace CDFs and its closed-form inverse).
 """
 
@@ -43,7 +43,7 @@ __all__ = [
 Number = int | float
 
 
-# -- validation and reshaping (spec §7) -------------------------------------------------------------
+# -- validation and reshaping -------------------------------------------------------------
 def _value_check(ok: torch.Tensor, fail, what: str = "input values") -> None:
     """Raise ``fail()`` unless ``ok`` is all True. Under ``torch.compile`` the check is an async
     device assertion (no host sync, no graph break) whose message names ``what``; under a
@@ -196,7 +196,7 @@ def _unrows(out: torch.Tensor, batch, d: int, n: int, m: int | None) -> torch.Te
     return out.reshape(*batch, m, n).movedim((-2, -1), (d, d + 1))
 
 
-# -- LapSum and its inverse (spec §1-§2) -------------------------------------------------------------
+# -- LapSum and its inverse -------------------------------------------------------------
 def lapsum(x: torch.Tensor, t, alpha=1.0, dim: int = -1) -> torch.Tensor:
     """``LapSum_alpha(x; t) = sum_i Lap((t_j - x_i)/alpha)`` (paper Eq. 1).
 
@@ -236,13 +236,13 @@ def lapsum_inverse(
     backend: str = "auto",
     check_finite: bool = True,
 ) -> torch.Tensor:
-    """The closed-form inverse: ``t`` with ``lapsum(x, t, alpha) == w`` (paper Eq. 3, spec §2).
+    """The closed-form inverse: ``t`` with ``lapsum(x, t, alpha) == w`` (paper Eq. 3, docs/lapsum.md).
 
     Args:
         x: scores; n entries along ``dim``.
         w: targets of shape ``batch + (m,)`` (broadcastable), each strictly inside ``(0, n)``.
     Returns:
-        ``t`` of shape ``batch + (m,)``, x's dtype. Gradients to x, w and alpha (spec §5 VJP).
+        ``t`` of shape ``batch + (m,)``, x's dtype. Gradients to x, w and alpha (the VJP in docs/lapsum.md).
     """
     rows, batch, _d, n = _rows(x, dim, check_finite)
     a = _alpha_rows(alpha, batch, rows)
@@ -252,7 +252,7 @@ def lapsum_inverse(
     return t.reshape(*batch, wr.shape[-1])
 
 
-# -- soft top-k (spec §3) -----------------------------------------------------------------------------
+# -- soft top-k -----------------------------------------------------------------------------
 def soft_topk(
     x: torch.Tensor,
     k,
@@ -276,7 +276,7 @@ def soft_topk(
         log: return ``log p`` computed stably (for cross-entropy losses).
     Returns:
         Probabilities in (0, 1) (or their logs), x's shape (plus the m axis for multi-k), x's
-        dtype and device. Differentiable w.r.t. x, k and alpha (exact VJPs, spec §3).
+        dtype and device. Differentiable w.r.t. x, k and alpha (exact VJPs, docs/lapsum.md).
     """
     rows, batch, d, n = _rows(x, dim, check_finite)
     a = _alpha_rows(alpha, batch, rows)
@@ -298,7 +298,7 @@ def log_soft_topk(
     return soft_topk(x, k, alpha, dim, largest, log=True, **kw)
 
 
-# -- soft rank and soft sort (spec §4-§5) -------------------------------------------------------------
+# -- soft rank and soft sort -------------------------------------------------------------
 def soft_rank(
     x: torch.Tensor,
     alpha=1.0,
@@ -313,7 +313,7 @@ def soft_rank(
 
     Ties get the average of their hard ranks; ``sum_i rank_i = n(n-1)/2`` exactly; ``alpha -> 0``
     gives ``argsort(argsort(x))``. ``one_based=True`` adds 1 (torchsort / scipy convention).
-    O(n log n) forward and backward (spec §4). Returns x's shape and dtype.
+    O(n log n) forward and backward (docs/lapsum.md). Returns x's shape and dtype.
     """
     rows, batch, d, n = _rows(x, dim, check_finite)
     a = _alpha_rows(alpha, batch, rows)
@@ -341,7 +341,7 @@ def soft_sort(
     """Soft sort: ``sort_l = LapSum^{-1}(x; l + 1/2)``, increasing in l (decreasing if descending).
 
     ``alpha -> 0`` gives ``torch.sort``; the row mean is not preserved exactly. Gradients to x and
-    alpha through the exact inverse VJP (spec §5).
+    alpha through the exact inverse VJP (docs/lapsum.md).
     """
     rows, batch, d, n = _rows(x, dim, check_finite)
     a = _alpha_rows(alpha, batch, rows)
@@ -354,7 +354,7 @@ def soft_sort(
     return _unrows(out, batch, d, n, None)
 
 
-# -- permutations (spec §6) ---------------------------------------------------------------------------
+# -- permutations ---------------------------------------------------------------------------
 def _cut_points(r: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """``b_0 = -inf, b_l = LapSum^{-1}(r; l) (l = 1..n-1), b_n = +inf``, float64, ``(R, n + 1)``."""
     n = r.shape[-1]
@@ -381,7 +381,7 @@ def _log_position_probs(r, a, pos_lo, b):
 def soft_permutation_matrix(
     x: torch.Tensor, alpha=1.0, dim: int = -1, descending: bool = False
 ) -> torch.Tensor:
-    """``P[..., i, l]``: probability that element i sits at position l (l = 0 smallest; spec §6).
+    """``P[..., i, l]``: probability that element i sits at position l (l = 0 smallest; docs/lapsum.md).
 
     Doubly stochastic, strictly positive, ``alpha -> 0`` gives the hard permutation matrix. Shape
     ``(*batch, n, n)``: O(n^2) memory by nature (the permutation loss never builds it).
@@ -406,7 +406,7 @@ def permutation_cross_entropy(
     descending: bool = False,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """``-sum_i log P[i, target_i]`` per row without building P (spec §6), O(n log n).
+    """``-sum_i log P[i, target_i]`` per row without building P (docs/lapsum.md), O(n log n).
 
     Args:
         scores: one score per element; n along ``dim``.
@@ -436,7 +436,7 @@ def permutation_cross_entropy(
     return loss_rows.mean() if reduction == "mean" else loss_rows.sum()
 
 
-# -- losses built on the operators (spec §11) ---------------------------------------------------------
+# -- losses built on the operators ---------------------------------------------------------
 def _check_p_k(p_k: Sequence[float]) -> list[float]:
     try:
         probs = [float(p) for p in p_k]
@@ -459,7 +459,7 @@ def topk_cross_entropy(
     top1_mode: str = "smce",
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Top-k cross-entropy with a distribution ``p_k`` over k (difftopk protocol, spec §11).
+    """Top-k cross-entropy with a distribution ``p_k`` over k (difftopk protocol, docs/lapsum.md).
 
     ``loss = -log sum_k p_k P(label in top-k)``, ``P(label in top-k) = soft_topk(logits, k)[label]``,
     over all C classes in one multi-k call. ``top1_mode``: ``"smce"`` (default: ``p_1 CE + (1 - p_1)
@@ -547,7 +547,7 @@ def knn_topk_loss(
     """Differentiable kNN loss: ``-(1/k) sum_c p_c [y_c = y_q]`` with ``p = soft_topk(-d(q, c), k)``.
 
     ``query`` (Q, D), ``candidates`` (N, D), integer labels (Q,) and (N,); mean over queries.
-    ``metric``: ``"sqeuclidean"`` (default, spec §11) or ``"cosine"``.
+    ``metric``: ``"sqeuclidean"`` (default, docs/lapsum.md) or ``"cosine"``.
     """
     if metric not in ("sqeuclidean", "cosine"):
         raise ValueError(f"metric must be 'sqeuclidean' or 'cosine', got {metric!r}")

@@ -98,7 +98,7 @@ class SoftSort(_Alpha):
 
 
 class TopKCrossEntropyLoss(_Alpha):
-    """Drop-in for ``nn.CrossEntropyLoss(logits, labels)`` optimising top-k accuracy (spec §11).
+    """Drop-in for ``nn.CrossEntropyLoss(logits, labels)`` optimising top-k accuracy (docs/lapsum.md).
 
     ``p_k``: distribution over k (``p_k[0]`` is k = 1), e.g. ``[0, 0, 0, 0, 1]`` for top-5;
     ``top1_mode``: ``"smce"`` (default, difftopk's CIFAR-100 default), ``"sm"`` or ``"lapsum"``.

@@ -367,7 +367,7 @@ def run(r: Run) -> ReproResult:
         deviations=[
             "Small synthetic stand-ins for CIFAR-100 / ImageNet-21K-P (linear probe on a noisy "
             "100-class Gaussian task) and for large-MNIST (sklearn 8x8 digits, 2-digit numbers, MLP).",
-            "Part C's alpha=3 and P_K=[0,0,0,0,1] are the spec's choice; the paper's per-table alpha "
+            "Part C's alpha=3 and P_K=[0,0,0,0,1] are our choice; the paper's per-table alpha "
             "and top1_mode are unverified.",
             "Saved-for-backward bytes count each stored tensor once (torch packs a custom "
             "Function's saved input twice; it is one buffer).",

@@ -4,7 +4,7 @@
 Algorithm 2 (GradWhitening: ``(G G^T)^{-1/2} G``, by Newton-Schulz, its diagonal-substitution
 variant NSDS, or exactly by ``eigh`` / ``svd``), and ``swan_direction`` composes them with the final
 RMS rescale of Algorithm 1. All operators accept leading batch dimensions ``(..., m, n)``.
-"Spec §N" refers to ``shared/papers/05-swan.md``.
+References: the paper (arXiv:2412.13148) and docs/swan.md.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) 
 
 
 def newton_schulz_inv_sqrt(A: Tensor, steps: int, beta: float) -> tuple[Tensor, Tensor]:
-    """Coupled Newton-Schulz iteration for an SPD ``A`` with eigenvalues in (0, 1] (spec §3).
+    """Coupled Newton-Schulz iteration for an SPD ``A`` with eigenvalues in (0, 1] (docs/swan.md).
 
     ``T = 3I - Z Y; Y <- beta Y T; Z <- beta T Z`` from ``Y = A, Z = I``. With ``beta = 1/2`` it
     converges to ``(A^{1/2}, A^{-1/2})``; ``beta > 2/3`` settles singular values into a band.
@@ -89,7 +89,7 @@ def newton_schulz_inv_sqrt(A: Tensor, steps: int, beta: float) -> tuple[Tensor, 
 
 
 def nsds_inv_sqrt(A: Tensor, steps: int, beta: float) -> tuple[Tensor, Tensor]:
-    """Newton-Schulz with diagonal substitution (paper's NSDS, spec §3): O(p^2) per step.
+    """Newton-Schulz with diagonal substitution (paper's NSDS, docs/swan.md): O(p^2) per step.
 
     ``Y <- beta Y Diag(3 - z*y)``, ``Z <- beta (3I - Diag(z) Y) Diag(z)`` with ``z = diag(Z)``,
     ``y = diag(Y)``, from ``Y = A, Z = I``.
@@ -150,7 +150,7 @@ def whiten(
         raise FloatingPointError("whiten: G contains NaN or inf")
     if method == "ns" and G.dtype in _LOW and not allow_low_precision:
         raise ValueError(
-            f"whiten(method='ns') in {G.dtype} overflows to NaN (spec §3); cast G to float32, or "
+            f"whiten(method='ns') in {G.dtype} overflows to NaN (docs/swan.md); cast G to float32, or "
             "pass allow_low_precision=True to try it with a float32 fallback"
         )
     tall = G.shape[-2] > G.shape[-1]
@@ -265,7 +265,7 @@ def swan_direction(
     matmul_dtype: torch.dtype | None = None,
     check: bool = True,
 ) -> Tensor:
-    """The SWAN update direction ``Delta W`` for a gradient ``G`` (paper Algorithm 1, spec §4).
+    """The SWAN update direction ``Delta W`` for a gradient ``G`` (paper Algorithm 1, docs/swan.md).
 
     ``G~ = GradNorm(G)`` (if ``norm``), ``O = GradWhitening(G~)`` (if ``whitening``), then
     ``rescale``: ``"rms"`` gives ``sqrt(m n) O / ||O||_F`` (update RMS exactly 1), ``"match_norm"``

@@ -1,4 +1,4 @@
-"""Exact memory accounting for optimizers (spec §7) and a peak-memory helper."""
+"""Exact memory accounting for optimizers (docs/swan.md) and a peak-memory helper."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ GALORE_CONFIGS = {
 
 
 def analytic_table(bytes_per_value: int = 2, vocab: int = 32_000) -> list[dict]:
-    """params + grads + optimizer-state bytes of AdamW vs SWAN for the GaLore configs (spec §7).
+    """params + grads + optimizer-state bytes of AdamW vs SWAN for the GaLore configs (docs/swan.md).
 
     With bf16 weights, grads and Adam moments (``bytes_per_value=2``): AdamW 8 B/param, SWAN
     matrices 4 B/param, embeddings/head/norms keep AdamW's 8.

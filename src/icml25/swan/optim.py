@@ -22,13 +22,13 @@ from icml25.swan.functional import RESCALES, WHITENINGS, sinkhorn_normalize, swa
 
 __all__ = ["SWAN", "SinkGD", "VARIANTS"]
 
-#: Presets of spec §5 (our names): whitening method, Newton-Schulz steps and beta.
+#: Presets of docs/swan.md (our names): whitening method, Newton-Schulz steps and beta.
 VARIANTS: dict[str, dict[str, Any]] = {
-    # beta = 0.8, k = 10: third-party ports quoting the paper (unverified, spec §3)
+    # beta = 0.8, k = 10: third-party ports quoting the paper (unverified, docs/swan.md)
     "swan": {"whitening": "ns", "ns_steps": 10, "ns_beta": 0.8},
     # exact polar factor: the "ideal whitening" reference
     "swan_exact": {"whitening": "eigh", "ns_steps": 10, "ns_beta": 0.8},
-    # NSDS fast variant, beta = 0.4, k = 2 (unverified, spec §3)
+    # NSDS fast variant, beta = 0.4, k = 2 (unverified, docs/swan.md)
     "swan_nsds": {"whitening": "nsds", "ns_steps": 2, "ns_beta": 0.4},
 }
 

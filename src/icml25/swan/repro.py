@@ -42,7 +42,7 @@ SEEDS = (5, 6)
 ARMS = ("adamw", "swan", "sgd")
 ARMS_FULL = (*ARMS, "swan_no_whiten")
 
-# -- pre-registered criteria (thresholds as in the spec; fixed before any number) ----------------
+# -- pre-registered criteria (thresholds as planned; fixed before any number) ----------------
 
 C1_STATE = Criterion(
     "C1 SWAN matrices holding optimizer state",
@@ -63,7 +63,7 @@ C2_ADAMW = Criterion(
     "paired",
     below=0.02,
     unit="nats",
-    # paper (unverified recollection in the spec): SWAN vs Adam eval perplexity 14.42 vs 15.56 at
+    # paper (an unverified recollection): SWAN vs Adam eval perplexity 14.42 vs 15.56 at
     # 1B, the smallest of the four configs' gaps: ln(14.42 / 15.56) = -0.076, 0.096 below +0.02
     paper_effect=0.096,
     description="final eval CE at equal tokens, SWAN minus AdamW on the same seed (margin +0.02)",
@@ -114,7 +114,7 @@ SPREAD = Criterion(
     unit="ln nats",
     description=(
         "jackknife pseudo-values of ln(sd) over seeds (Tukey's jackknife t-interval); the bar "
-        "ln 0.05 = -3.0 is the spec's sd < 0.05 nats"
+        "ln 0.05 = -3.0 is the planned sd < 0.05 nats"
     ),
 )
 CRITERIA = (C1_STATE, C1_BYTES, C2_ADAMW, C2_SGD, FINITE, IMPROVES, C3_TOKENS, C4_WHITEN, SPREAD)
@@ -150,7 +150,7 @@ DEVIATIONS = [
     "ln(sd) against ln 0.05 (the harness has no variance design; on normal data its one-sided "
     "error at n = 6 is about 3.7% where 2.5% is nominal, simulated). The chi-square interval is "
     "reported beside it.",
-    "issue 17: torch runs on 1 thread (the harness default) instead of the spec's 2, so step "
+    "issue 17: torch runs on 1 thread (the harness default) instead of the planned 2, so step "
     "times are not comparable with earlier reports.",
     "issue 25: full mode tunes the learning rates on a seed that is never evaluated (10 000 + the "
     "largest evaluated seed; it was the first evaluated seed) and SWAN's grid is widened to "

@@ -107,7 +107,7 @@ class _Combined(torch.optim.Optimizer):
 
 
 def make_optimizer(name: str, model: torch.nn.Module, lr: float, adamw_lr: float = 3e-3):
-    """One of :data:`OPTIMIZERS` with the hybrid split of the spec (embed/head/norms on AdamW)."""
+    """One of :data:`OPTIMIZERS` with the hybrid split of docs/swan.md (embed/head/norms on AdamW)."""
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     if name == "sgd":

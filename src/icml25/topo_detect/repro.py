@@ -38,7 +38,7 @@ SEEDS = (3, 3)
 EPS = 0.1
 N_BATCH, BATCHES = 100, 20  # claim 1
 N_TEST, Q_ADV = 100, 0.5  # claim 2: n per sample, adversarial fraction of S_Q
-TRIALS = 100  # claim 2 trials under H0 and under H1 (quick); sized by the spec's simulation
+TRIALS = 100  # claim 2 trials under H0 and under H1 (quick); sized by our planning simulation
 N_PERM = 100
 #: the tests the checks use (their features: attribution, TP, chunks of 50, on the pooled sample)
 TESTS = ("G_emb", "G_raw", "SA", "G_topo", "G_emb*G_topo", "SA*G_topo")
@@ -48,8 +48,8 @@ GRAD_TESTS = ("G_topo[grad]", "G_emb*G_topo[grad]", "SA*G_topo[grad]")
 #: (signatures computed separately on S_P and S_Q: invalid by design) and the trained kernels
 EXTRA_TESTS = ("G_emb*G_topo[MK grad]", "G_emb*G_topo[alpha 2]", "G_topo[per group]")
 TRAINED_TESTS = ("MMD-D", "MMD-D*G_topo", "SAMMD", "SAMMD*G_topo")
-N_TRAIN = 100  # per sample of the kernels' training split (the spec: a separate 100 + 100)
-SWEEP_EPS = (0.05, 0.1, 0.2)  # full mode, report only (the spec: report every eps)
+N_TRAIN = 100  # per sample of the kernels' training split (the plan: a separate 100 + 100)
+SWEEP_EPS = (0.05, 0.1, 0.2)  # full mode, report only (the plan: report every eps)
 SWEEP_Q = (0.25, 0.5, 1.0)
 SWEEP_TRIALS = 50
 
@@ -320,9 +320,9 @@ def run(r: Run) -> ReproResult:
         tables=tables,
         notes="",
         power=(
-            f"Claim 2 uses {TRIALS} trials per hypothesis and seed: at the spec's pilot powers (0.26 "
+            f"Claim 2 uses {TRIALS} trials per hypothesis and seed: at our pilot's powers (0.26 "
             "vs 0.06) a paired interval on the difference excludes 0 with probability about 0.98 "
-            "at T = 100 per seed (the spec's simulation); pooled over 3 seeds, more. The paper "
+            "at T = 100 per seed (our planning simulation); pooled over 3 seeds, more. The paper "
             "quotes no numbers we could read."
         ),
         deviations=[

@@ -2,7 +2,7 @@
 
 The policy is a small transformer trained to play TPO's four roles on a synthetic task (see
 :mod:`icml25.tpo.tiny`); ``tpo_optimize`` runs the same code path as with a real LLM. The three
-gates of the spec are pre-registered criteria on per-seed means over the held-out queries (a
+gates of our plan are pre-registered criteria on per-seed means over the held-out queries (a
 t-interval over seeds): (1) the fresh candidates' mean reward at iteration D
 exceeds iteration 0 by more than 0.10; (2) TPO-D2-N5 beats Best-of-15 (the same number of policy
 samples) by more than 0.03; (3) TPO beats TPO with scrambled critiques by more than 0.03 (the gain
@@ -47,8 +47,8 @@ CLAIM = (
     "samples, and the gain depends on what the critique says."
 )
 
-# -- pre-registered criteria (the spec's gates; thresholds fixed before any run) -----------------
-# paper_effect: the spec's idealised simulation of these roles (fresh reward 0.55 -> 0.94, TPO
+# -- pre-registered criteria (the planned gates; thresholds fixed before any run) -----------------
+# paper_effect: our planning simulation of these roles (fresh reward 0.55 -> 0.94, TPO
 # 0.99, Best-of-15 and scrambled 0.88), as a distance from each threshold; the paper's own numbers
 # (AlpacaEval, Arena-Hard, reward-model scores of a 70B model) are in units this task has not.
 _POOLED = (
@@ -89,7 +89,7 @@ CRITERIA = [FRESH_GAIN, BEATS_BON, BEATS_SCRAMBLED]
 
 # -- sizes ---------------------------------------------------------------------------------------
 # quick: one role model for the run; full: one per seed (spec). Training steps and query counts
-# are below the spec's (1500/4000 steps, 100/400 queries) to fit the budget on 2 cores; the role
+# are below the planned (1500/4000 steps, 100/400 queries) to fit the budget on 2 cores; the role
 # model meets its quality bars well before (docs/tpo.md has the learning curve). Seeds: 3 / 5.
 QUICK = {"steps": 800, "queries": 50, "grid_queries": 0}
 FULL = {"steps": 1500, "queries": 120, "grid_queries": 40}
@@ -374,7 +374,7 @@ def run(r: Run) -> ReproResult:
     missed = [k for k, (lo, hi) in BARS.items() if not lo <= qmean[k] <= hi]
     if missed:
         notes.append(
-            f"The trained role model misses the spec's quality bars for {', '.join(missed)} (see the "
+            f"The trained role model misses the planned quality bars for {', '.join(missed)} (see the "
             "table): the gates then test a different model than intended."
         )
     if dropped:
@@ -410,7 +410,7 @@ def run(r: Run) -> ReproResult:
         f"With {len(seeds)} seed(s) x {size['queries']} queries, "
         + "; ".join(
             f"{c.name.split(')')[0]}) detects only >= {c.detectable:.3f} above its threshold with "
-            f"80% power (expected effect from the spec's simulation: {c.criterion.paper_effect:.2f})"
+            f"80% power (expected effect from our planning simulation: {c.criterion.paper_effect:.2f})"
             for c in weak
         )
         + "."

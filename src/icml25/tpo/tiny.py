@@ -11,7 +11,7 @@ only the flagged positions, no better than fresh sampling (``rho_upd = rho_gen``
 over sampling must therefore come from which positions the feedback flags, plus selection.
 
 The compact encoding (ours) left-pads every prompt to ``PROMPT_LEN`` and ends it with the query,
-and writes position sets as six aligned ``@i``/``ok`` slots; with it the critic meets the spec's
+and writes position sets as six aligned ``@i``/``ok`` slots; with it the critic meets the planned
 bar within ~750 training steps (docs/tpo.md has the history).
 """
 
@@ -112,7 +112,7 @@ class _Block(nn.Module):
 
 
 class RoleModel(nn.Module):
-    """A GPT-style decoder: 3 layers, 128 wide, 4 heads, 64 positions (the spec's GPT-2 size)."""
+    """A GPT-style decoder: 3 layers, 128 wide, 4 heads, 64 positions (the planned GPT-2 size)."""
 
     def __init__(self, n_layer: int = 3, d: int = 128, heads: int = 4, n_pos: int = 64) -> None:
         super().__init__()
