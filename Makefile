@@ -14,7 +14,7 @@ TEXTGRAD_SPEC ?= textgrad==0.1.8
 export TEXTGRAD_LOG_DIR ?= $(or $(TMPDIR),/tmp)/icml25-textgrad-logs
 export LITELLM_LOCAL_MODEL_COST_MAP ?= True
 
-.PHONY: install test test-all repro repro-full lint format bench bench-deps
+.PHONY: install test test-all repro repro-full lint format bench bench-deps docs
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_FLAGS) "$(TORCH_SPEC)" || $(PIP) install $(PIP_FLAGS) torch
@@ -35,6 +35,11 @@ repro: install
 
 repro-full: install
 	$(PYTHON) -m icml25 repro --full $(REPRO_ARGS)
+
+# The site: docs/*.md, the README's table as the front page and an API reference per package
+# (tools/mkdocs_hooks.py), built in strict mode (any warning, broken link or bad reference fails).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict -d site
 
 lint: install
 	$(PYTHON) -m ruff check src tests benchmarks

@@ -75,6 +75,9 @@ class AntidoteConfig:
 
 @dataclass
 class AntidoteResult:
+    """The outcome of Antidote's pruning: the boolean masks per parameter, how many weights were
+    pruned against the target, the pruned fraction per layer, and what was removed (for undo)."""
+
     mask: dict[str, Tensor]
     n_pruned: int
     n_target: int

@@ -33,6 +33,9 @@ __all__ = ["SchedulingProblem", "Solution"]
 
 @dataclass
 class Solution:
+    """An optimised measurement schedule: the piecewise-constant ``rates``, the ``objective``, the
+    covariance-bound path and solver ``info``; :meth:`schedule` gives the measurement times."""
+
     rates: RateSchedule
     objective: float
     bound_path: Tensor

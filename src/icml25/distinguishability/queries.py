@@ -19,12 +19,17 @@ __all__ = ["AnswerBuffer", "DQAnswer", "DistinguishabilityQuery", "PCQAnswer", "
 
 @dataclass(frozen=True)
 class PairwiseQuery:
+    """A pairwise comparison query (PCQ) between segments ``i0`` and ``i1`` of a segment buffer."""
+
     i0: int
     i1: int
 
 
 @dataclass(frozen=True)
 class DistinguishabilityQuery:
+    """A distinguishability query (DQ): which of two pairwise queries ``q1``, ``q2`` is easier to
+    tell apart, then a preference on that pair."""
+
     q1: PairwiseQuery
     q2: PairwiseQuery
 
@@ -41,6 +46,9 @@ def _check_y(y: float) -> float:
 
 @dataclass(frozen=True)
 class PCQAnswer:
+    """The answer to a pairwise query: ``y`` = 1 (first segment preferred), 0 (second) or 0.5
+    (equally preferable)."""
+
     y: float  # 1: the first segment preferred, 0: the second, 0.5: equally preferable
 
     def __post_init__(self) -> None:
@@ -49,6 +57,9 @@ class PCQAnswer:
 
 @dataclass(frozen=True)
 class DQAnswer:
+    """The answer to a distinguishability query: ``d`` the easier pair (1, 2, or 0.5 for equally
+    easy), ``d_pref`` the pair the preference was given on, ``y`` that preference."""
+
     d: float  # 1 or 2: the easier pair; 0.5: equally easy
     d_pref: int  # the pair the preference was given on (= d unless d = 0.5)
     y: float  # preference on pair d_pref (1: its first segment)

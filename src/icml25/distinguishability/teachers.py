@@ -37,6 +37,9 @@ PRESETS = {  # B-Pref's scripted teachers
 
 
 class Teacher(Protocol):
+    """What a labeler provides: ``answer_pcq`` and ``answer_dq`` for lists of queries over a segment
+    buffer (``None`` for a query it skips)."""
+
     def answer_pcq(
         self, buf: SegmentBuffer, queries: list[PairwiseQuery]
     ) -> list[PCQAnswer | None]: ...

@@ -16,6 +16,9 @@ __all__ = ["Helper", "LLMHelper", "RuleHelper"]
 
 @runtime_checkable
 class Helper(Protocol):
+    """The helper (moderator) of DPS: condenses weak agents' observations (``summarize``) and
+    judges whether a reply is informative (``is_informative``)."""
+
     def summarize(self, text: str, limit: int = 20, style: str = "plain") -> str: ...
 
     def is_informative(self, text: str) -> bool: ...

@@ -31,6 +31,9 @@ FLOOR = -1e4
 
 @runtime_checkable
 class TargetModel(Protocol):
+    """A target language model as the investigator sees it: ``logprob`` of responses given
+    prompts and ``generate``."""
+
     def logprob(
         self, prompts: list[str], responses: list[str], normalize: str = "sum"
     ) -> torch.Tensor: ...

@@ -51,6 +51,9 @@ def dpo_loss(pc: torch.Tensor, pr: torch.Tensor, rc: torch.Tensor, rr: torch.Ten
 
 @dataclass(frozen=True)
 class PreferencePair:
+    """A DPO preference pair for one target behaviour: the chosen and rejected prompts with their
+    behaviour scores."""
+
     behavior: str
     chosen: str
     rejected: str

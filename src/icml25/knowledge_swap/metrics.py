@@ -80,6 +80,10 @@ def h_mean(acc_f_before: float, acc_f: float, acc_r: float) -> float:
 
 
 def swap_metrics(model, retain_test, forget_test, learn_test, acc_f_before: float | None = None):
+    """The paper's evaluation after a swap: accuracies on the retain, forget and learn test sets
+    (``acc_r``, ``acc_f``, ``acc_l``, fractions in [0, 1]) and ``h``, the harmonic mean of
+    :func:`h_mean` (needs ``acc_f_before``, the forget-set accuracy before the swap; NaN without
+    it). The test sets are anything :func:`accuracy_on` takes."""
     acc_r, acc_f, acc_l = (accuracy_on(model, d) for d in (retain_test, forget_test, learn_test))
     h = h_mean(acc_f_before, acc_f, acc_r) if acc_f_before is not None else float("nan")
     return {"acc_r": acc_r, "acc_f": acc_f, "acc_l": acc_l, "h": h}

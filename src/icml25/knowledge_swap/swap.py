@@ -243,9 +243,11 @@ class KnowledgeSwapper:
             with LoRA layers injected (:func:`~icml25.lora.inject_lora`, or PEFT).
         groups: LoRA parameter groups for the group-sparse loss (default: one per block).
         strategy: ``"learn_then_forget"`` (paper), ``"forget_then_learn"``, ``"simultaneous"``.
-        epochs_per_stage (official 5), lr (1e-2), weight_decay (0.05, on matrices), min_lr (1e-5),
-        schedule ("cosine" | "constant"), schedule_step ("epoch" official | "iteration"),
-        beta_retain, beta_forget (0.2), alpha (0.005), bnd (105), w_learn (1): loss weights.
+        epochs_per_stage, lr, weight_decay, min_lr: the optimiser schedule (official 5 epochs,
+            lr 1e-2, weight decay 0.05 on matrices, min_lr 1e-5).
+        schedule, schedule_step: ``"cosine"`` or ``"constant"``, stepped per ``"epoch"``
+            (official) or per ``"iteration"``.
+        beta_retain, beta_forget, alpha, bnd, w_learn: loss weights (0.2, 0.2, 0.005, 105, 1).
         merge_learn_into_retain: protect learned classes in learn-then-forget's forget stage (True).
         steps_per_epoch: overrides "one pass over the main data". batch_size: for datasets/tensors
             (official 80). grad_clip: max gradient norm (None). train_head, head, n_old: train the

@@ -11,6 +11,8 @@ __all__ = ["CallableReward", "HFRewardModel", "RewardModel", "check_pairs"]
 
 @runtime_checkable
 class RewardModel(Protocol):
+    """A reward model: ``score(queries, responses)`` gives one float per pair."""
+
     def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]: ...
 
 

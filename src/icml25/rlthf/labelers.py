@@ -52,6 +52,9 @@ class AnnotationPending(RuntimeError):
 
 @runtime_checkable
 class Labeler(Protocol):
+    """A preference labeler: ``label(pairs, indices)`` gives labels in {1, 0, -1} and confidences
+    in [0.5, 1]."""
+
     def label(self, pairs: PreferencePairs, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(labels int8 in {1, 0, -1}, confidences float32 in [0.5, 1])`` for ``indices``."""
         ...

@@ -27,6 +27,9 @@ __all__ = ["Decision", "Filter", "FormatFilter", "GuidelineFilter", "OutcomeFilt
 
 
 class Decision(NamedTuple):
+    """A filter's verdict on one synthesized example: ``accept`` and, when rejected, the
+    ``reason``."""
+
     accept: bool
     reason: str = ""
 

@@ -28,6 +28,8 @@ __all__ = [
 
 @dataclass
 class TPOConfig:
+    """TPO's settings, defaults from the paper and the official code (each commented)."""
+
     width: int = 5  # N, official sample_size
     depth: int = 2  # D, the paper's main setting (code default 5)
     mode: str = "tpo"  # "tpo" | "revision" | "bon"
@@ -90,6 +92,9 @@ class TPOConfig:
 
 @dataclass
 class CacheEntry:
+    """One scored response in TPO's cache: the iteration it came from (-1: initial samples), the
+    text and its reward."""
+
     iteration: int  # -1 for the initial samples
     text: str
     reward: float
@@ -97,6 +102,9 @@ class CacheEntry:
 
 @dataclass
 class IterationLog:
+    """What one TPO iteration did: the chosen and rejected responses, the textual loss and
+    gradient, the update prompt, how many candidates were parsed or dropped and their rewards."""
+
     chosen: str
     rejected: str | None
     loss_text: str
@@ -110,6 +118,9 @@ class IterationLog:
 
 @dataclass
 class TPOResult:
+    """The outcome of TPO on one query: the best response and its reward, the cache, the
+    per-iteration log and the number of policy and reward calls."""
+
     query: str
     best_response: str
     best_reward: float

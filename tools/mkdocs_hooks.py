@@ -1,0 +1,88 @@
+"""MkDocs hooks: the site's front page is the README (its table of papers linking each paper's
+page and API reference), and one API reference page per package is generated from ``__all__``,
+so the site has a single source for each."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = {
+    "llm": "Chat and generation backends shared by the LLM papers",
+    "report": "Pre-registered criteria, checks and the reproduction report",
+    "toy": "Offline stand-ins: tiny tokenizers, LMs and data",
+    "preference": "Sequence log-probabilities and the sigmoid-DPO loss",
+    "lora": "LoRA layers for any nn.Module",
+}
+
+
+def _papers():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from icml25 import registry
+
+    return registry.PAPERS
+
+
+def _front_page() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = text.replace("](docs/", "](").replace("](CHANGELOG.md)", "](changelog.md)")
+
+    def row(m: re.Match) -> str:
+        num, title, module, rest = m.group(1), m.group(2), m.group(3), m.group(4)
+        slug = module.split(".")[1]
+        page = f"[{title}]({slug}.md)" if (ROOT / "docs" / f"{slug}.md").is_file() else title
+        return f"| {num} | {page} | [`{module}`](api/{slug}.md) |{rest}"
+
+    return re.sub(r"^\| (\d\d) \| (.+?) \| `(icml25\.\w+)` \|(.*)$", row, text, flags=re.M)
+
+
+def _hidden_names(module: str) -> list[str]:
+    """Public names the package-level page cannot show: loaded lazily on first use (optional
+    dependencies), or shadowed by a submodule of the same name."""
+    import importlib
+    import pkgutil
+
+    mod = importlib.import_module(module)
+    subs = {m.name for m in pkgutil.iter_modules(getattr(mod, "__path__", []))}
+    out = []
+    for name in getattr(mod, "__all__", []):
+        if name in vars(mod) and name not in subs:
+            continue
+        try:
+            obj = getattr(mod, name)
+        except Exception:  # an optional dependency is missing: nothing to document here
+            continue
+        if callable(obj) and getattr(obj, "__module__", None):
+            out.append(f"{obj.__module__}.{obj.__qualname__}")
+    return out
+
+
+def _api_page(module: str, title: str) -> str:
+    text = (
+        f"# `{module}`\n\n{title}.\n\n"
+        f"::: {module}\n"
+        "    options:\n"
+        "      show_root_heading: false\n"
+        "      members_order: source\n"
+    )
+    for path in _hidden_names(module):
+        text += f"\n::: {path}\n    options:\n      show_root_heading: true\n"
+    return text
+
+
+def on_files(files, config):
+    def add(uri: str, content: str) -> None:
+        files.append(File.generated(config, uri, content=content))
+
+    add("index.md", _front_page())
+    add("changelog.md", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"))
+    for p in _papers():
+        add(f"api/{p.slug}.md", _api_page(p.module, f"Paper {p.number:02d}: {p.title}"))
+    for name, what in SHARED.items():
+        add(f"api/{name}.md", _api_page(f"icml25.{name}", what))
+    return files
