@@ -106,3 +106,13 @@ def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _main(["fow", "royalties", "--usage", str(ok), "--pool", "10", "--rule", "attribution"])
     assert "needs --values" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_repro_passes_its_checks(tmp_path, check_smoke):
+    """Regression: the quick interpretation check (seed 0, 3 splits) holds every check."""
+    from icml25.future_of_work import repro
+
+    r = repro.run(quick=True, seed=0, out=tmp_path)
+    check_smoke(r, "future_of_work", prefixes=("phi_exact h",))
+    assert [c.verdict for c in r.checks] == ["held"] * 11 and r.seconds < 240
