@@ -64,7 +64,7 @@ def _hidden_names(module: str) -> list[str]:
 
 def _api_page(module: str, title: str) -> str:
     text = (
-        f"# `{module}`\n\n{title}.\n\n"
+        f"# `{module}`\n\n{title}{'' if title.endswith(('.', '?', '!')) else '.'}\n\n"
         f"::: {module}\n"
         "    options:\n"
         "      show_root_heading: false\n"
