@@ -24,11 +24,19 @@ def _blocks(page: Path) -> list[str]:
 
 
 def _mark(block: str) -> tuple[str | None, list[str]]:
-    m = MARK.match(block.split("\n", 1)[0])
-    if not m:
-        return None, []
-    names = [n.strip() for n in m.group(2).split(",")] if m.group(1) == "yours" else []
-    return m.group(1), names
+    """The block's leading ``# yours:`` / ``# needs:`` lines: ``("yours" or "needs" or None,
+    declared names)``; a block with both is a ``needs`` block."""
+    kind, names = None, []
+    for line in block.split("\n"):
+        m = MARK.match(line)
+        if not m:
+            break
+        if m.group(1) == "yours":
+            names += [n.strip() for n in m.group(2).split(",")]
+            kind = kind or "yours"
+        else:
+            kind = "needs"
+    return kind, names
 
 
 def _undefined(blocks: list[str], tmp: Path) -> list[list[str]]:

@@ -10,6 +10,8 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
+#: public classes defined only when an optional dependency imports (static analysis cannot see them)
+CONDITIONAL = {"TWAHFTrainer", "WeightedRewardTrainer"}
 SHARED = {
     "llm": "Chat and generation backends shared by the LLM papers",
     "report": "Pre-registered criteria, checks and the reproduction report",
@@ -45,33 +47,43 @@ def _hidden_names(module: str) -> list[str]:
     """Public names the package-level page cannot show: loaded lazily on first use (optional
     dependencies), or shadowed by a submodule of the same name."""
     import importlib
+    import inspect
     import pkgutil
 
     mod = importlib.import_module(module)
     subs = {m.name for m in pkgutil.iter_modules(getattr(mod, "__path__", []))}
     out = []
     for name in getattr(mod, "__all__", []):
-        if name in vars(mod) and name not in subs:
+        if name in vars(mod) and name not in subs and name not in CONDITIONAL:
             continue
         try:
             obj = getattr(mod, name)
         except Exception:  # an optional dependency is missing: nothing to document here
             continue
-        if callable(obj) and getattr(obj, "__module__", None):
+        if inspect.ismodule(obj):  # a public submodule (e.g. icml25.contrastive.theory)
+            out.append(obj.__name__)
+        elif callable(obj) and getattr(obj, "__module__", None):
             out.append(f"{obj.__module__}.{obj.__qualname__}")
     return out
 
 
 def _api_page(module: str, title: str) -> str:
+    import importlib
+
+    names = [n for n in getattr(importlib.import_module(module), "__all__", [])]
+    hidden = _hidden_names(module)
+    shown = [n for n in names if not any(h.endswith("." + n) for h in hidden)]
+    members = "".join(f"        - {n}\n" for n in shown)
     text = (
         f"# `{module}`\n\n{title}{'' if title.endswith(('.', '?', '!')) else '.'}\n\n"
         f"::: {module}\n"
         "    options:\n"
         "      show_root_heading: false\n"
-        "      members_order: source\n"
+        "      members_order: source\n" + (f"      members:\n{members}" if members else "")
     )
-    for path in _hidden_names(module):
-        text += f"\n::: {path}\n    options:\n      show_root_heading: true\n"
+    for path in hidden:  # imported to be found: they exist once an optional dependency loads
+        text += (f"\n::: {path}\n    options:\n      show_root_heading: true\n"
+                 "      force_inspection: true\n")  # fmt: skip
     return text
 
 

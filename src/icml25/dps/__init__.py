@@ -1,5 +1,5 @@
 """DPS: defending vision-language models through partial-perception supervision (Zhou et al.,
-ICML 2025; arXiv:2412.12722). Guide: docs/dps.md (in progress).
+ICML 2025; arXiv:2412.12722). Guide: docs/dps.md.
 
 :class:`DPSDefense` wraps any ``icml25.llm`` chat backend that accepts ``image_url`` parts
 (OpenAI-compatible vision servers, ...): weak agents see partial views (:mod:`~icml25.dps.crops`),
