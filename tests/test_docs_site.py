@@ -67,3 +67,4 @@ def test_the_site_builds_strict_with_the_papers_on_its_front_page(tmp_path):
         # no builtin type's docstring standing in for an attribute's, no stray module attributes
         assert "int([x]) -&gt; integer" not in api and "str(object=" not in api, p.slug
         assert 'id="' + p.module + '.annotations"' not in api, p.slug
+        assert ":func:<code>" not in api and ":class:<code>" not in api, p.slug

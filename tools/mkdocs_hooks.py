@@ -98,3 +98,12 @@ def on_files(files, config):
     for name, what in SHARED.items():
         add(f"api/{name}.md", _api_page(f"icml25.{name}", what))
     return files
+
+
+_ROLE = re.compile(r":(?:func|class|meth|data|attr|mod|exc|obj):(?=<code>)")
+
+
+def on_page_content(html, page, config, files):
+    """Docstrings use Sphinx roles (``:func:`name```), which mkdocstrings leaves as text: keep
+    the code, drop the role prefix."""
+    return _ROLE.sub("", html)
