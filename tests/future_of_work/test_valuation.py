@@ -117,6 +117,13 @@ def test_monte_carlo_lies_within_its_reported_bound_and_converges():
     assert trunc.n_utility_calls < 2**6  # truncation skips the flat tail
 
 
+def test_valuations_compare_by_their_values():
+    g = [0, 1]
+    a = shapley_exact(lambda S: float(len(S)), g)
+    b = shapley_exact(lambda S: 2.0 * len(S), g)
+    assert a != b and a == {0: 1.0, 1: 1.0} and a == shapley_exact(lambda S: float(len(S)), g)
+
+
 def test_loo_pays_duplicates_nothing_while_shapley_splits():
     def u(S):  # groups 0 and 1 carry the same data
         return 0.5 * bool({0, 1} & set(S)) + 0.2 * (2 in S)

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
+from icml25._validate import as_int
+
+__all__ = ["DISCLAIMER", "as_float", "as_int"]
+
 DISCLAIMER = "Interpretation tool; the paper does not specify this mechanism."
-
-
-def as_int(name: str, v: Any, low: int) -> int:
-    if isinstance(v, bool):
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-    try:
-        out = operator.index(v)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}") from None
-    if out < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-    return out
 
 
 def as_float(name: str, v: Any, *, low: float | None = None, high: float | None = None,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,26 +39,29 @@ LOG_LOSS_CLIP = 1e-15  # probabilities are clipped here before the log (as sciki
 MAX_EXACT = 14  # 2^14 = 16384 subsets: exact enumeration above this is the wrong tool
 
 
-@dataclass
 class Valuation(dict):
     """``{group: value}`` plus how it was obtained: ``method``, ``stderr`` (Monte-Carlo
     estimators), ``bound`` (a simultaneous (1 - delta) error bound on every value, Monte-Carlo
     Shapley), ``n_utility_calls`` and ``total`` (``U(all) - U(∅)``, what Shapley values sum to).
-    Interpretation tool; the paper does not specify this mechanism."""
+    Compares and hashes as the dict of values. Interpretation tool; the paper does not specify
+    this mechanism."""
 
-    method: str = ""
-    stderr: dict = field(default_factory=dict)
-    bound: float | None = None
-    n_utility_calls: int = 0
-    total: float | None = None
-
-    def __init__(self, values: dict, **kw: Any) -> None:
-        dict.__init__(self, values)
-        self.method = kw.get("method", "")
-        self.stderr = kw.get("stderr", {})
-        self.bound = kw.get("bound")
-        self.n_utility_calls = kw.get("n_utility_calls", 0)
-        self.total = kw.get("total")
+    def __init__(
+        self,
+        values: dict,
+        *,
+        method: str = "",
+        stderr: dict | None = None,
+        bound: float | None = None,
+        n_utility_calls: int = 0,
+        total: float | None = None,
+    ) -> None:
+        super().__init__(values)
+        self.method = method
+        self.stderr = {} if stderr is None else stderr
+        self.bound = bound
+        self.n_utility_calls = n_utility_calls
+        self.total = total
 
     def __repr__(self) -> str:
         return f"Valuation({dict(self)!r}, method={self.method!r})"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from icml25.proxy_feedback._checks import as_int
+from icml25._validate import as_int
 
 __all__ = ["ConditionReport", "check_conditions"]
 

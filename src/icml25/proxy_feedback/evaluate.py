@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from icml25.proxy_feedback._checks import as_int
+from icml25._validate import as_int
 from icml25.proxy_feedback.data import sample_preferences
 
 __all__ = ["evaluate"]

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25._validate import as_int
 from icml25.preference import (
     IGNORE_INDEX,
     check_preference_record,
@@ -31,7 +32,6 @@ from icml25.preference import (
     sequence_logprob,
     shift_for_causal_lm,
 )
-from icml25.proxy_feedback._checks import as_int
 from icml25.proxy_feedback.model import make_adapter
 
 __all__ = [

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.proxy_feedback._checks import as_int
+from icml25._validate import as_int
 
 __all__ = [
     "ADAPTERS",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from icml25.proxy_feedback._checks import as_int
+from icml25._validate import as_int
 from icml25.proxy_feedback.data import PreferenceBatch
 from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
 from icml25.proxy_feedback.model import IdentityAdapter, LogLinearAdapter

@@ -1,4 +1,4 @@
-"""Argument checks shared by the package's public functions."""
+"""Argument checks shared by several paper packages (proxy_feedback, future_of_work)."""
 
 from __future__ import annotations
 
