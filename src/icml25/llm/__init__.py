@@ -17,6 +17,15 @@ Refusal detection: :class:`KeywordRefusalDetector` (``detector(response) -> bool
 Moderators (``moderator(prompts, responses) -> list[bool]``, True = harmful):
 :class:`CallableModerator`, :class:`ChatModerator` (a served judge such as Llama-Guard).
 
+Loading checkpoints: :func:`load_model` (``kind`` = causal LM, sequence classifier, seq2seq,
+vision-language, CLIP, encoder; ``device``/``dtype``/``device_map``), :func:`load_tokenizer`,
+:func:`load_processor`; :func:`add_model_args` gives a command ``--device``/``--dtype``.
+:func:`check_context_length` refuses a prompt longer than the model's context.
+
+Training conventions shared by the plain loops (TRL's): :func:`dropout_disabled`,
+:class:`MixedPrecision` (float32 master weights for bf16/fp16 checkpoints),
+:func:`tokenize_prompt_completion` and :func:`tokenize_preference` (targets as TRL tokenises them).
+
 Reward models follow :class:`RewardModel` (``score(queries, responses) -> list[float]``):
 :class:`HFRewardModel`, :class:`CallableReward`.
 
@@ -37,6 +46,17 @@ from icml25.llm.base import (
     TokenLogprob,
     validate_messages,
 )
+from icml25.llm.loading import (
+    add_model_args,
+    check_context_length,
+    context_length,
+    load_model,
+    load_processor,
+    load_tokenizer,
+    model_kwargs,
+    resolve_device,
+    resolve_dtype,
+)
 from icml25.llm.moderation import CallableModerator, ChatModerator, Moderator
 from icml25.llm.refusal import KeywordRefusalDetector
 from icml25.llm.rewards import CallableReward, HFRewardModel, RewardModel
@@ -48,6 +68,12 @@ from icml25.llm.store import (
     JsonlStore,
     json_safe,
     run_resumable,
+)
+from icml25.llm.training import (
+    MixedPrecision,
+    dropout_disabled,
+    tokenize_preference,
+    tokenize_prompt_completion,
 )
 
 __all__ = [
@@ -67,6 +93,7 @@ __all__ = [
     "JsonlStore",
     "KeywordRefusalDetector",
     "LLMRequestError",
+    "MixedPrecision",
     "Moderator",
     "OpenAIChat",
     "RequestResult",
@@ -74,8 +101,20 @@ __all__ = [
     "SamplingParams",
     "ScriptedChat",
     "TokenLogprob",
+    "add_model_args",
+    "check_context_length",
+    "context_length",
+    "dropout_disabled",
     "json_safe",
+    "load_model",
+    "load_processor",
+    "load_tokenizer",
+    "model_kwargs",
+    "resolve_device",
+    "resolve_dtype",
     "run_resumable",
+    "tokenize_preference",
+    "tokenize_prompt_completion",
     "validate_messages",
 ]
 
