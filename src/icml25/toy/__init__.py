@@ -1,5 +1,6 @@
-"""Offline stand-ins for tests and quick reproductions: tiny tokenizers and causal LMs, and the
-scikit-learn digits data that several reproductions train on.
+"""Offline stand-ins for tests and quick reproductions: tiny tokenizers and causal LMs, an
+architecture matrix of tiny random-init models of real Hugging Face families
+(:mod:`icml25.toy.archs`), and the scikit-learn digits data that several reproductions train on.
 
 Nothing here replaces a real model. It exists so tests and small reproductions run the same code
 paths users run on real models (:class:`icml25.llm.HFChat` and friends), offline, in seconds.
@@ -9,20 +10,38 @@ Importing this package is cheap; torch / transformers / tokenizers load on first
 
 from __future__ import annotations
 
+from icml25.toy.archs import (
+    ARCHITECTURES,
+    CHAT_TEMPLATES,
+    ArchSpec,
+    default_matrix,
+    full_matrix,
+    save_tiny,
+    tiny_model,
+    tiny_tokenizer,
+)
 from icml25.toy.digits import digits, digits_split
 from icml25.toy.models import tiny_causal_lm
 from icml25.toy.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer
 from icml25.toy.training import encode_examples, train_causal_lm
 
 __all__ = [
+    "ARCHITECTURES",
     "CHAT_TEMPLATE",
+    "CHAT_TEMPLATES",
+    "ArchSpec",
     "SPECIAL_TOKENS",
     "build_tokenizer",
+    "default_matrix",
     "digits",
     "digits_split",
     "encode_examples",
+    "full_matrix",
+    "save_tiny",
     "tiny_causal_lm",
     "tiny_chat_model",
+    "tiny_model",
+    "tiny_tokenizer",
     "train_causal_lm",
 ]
 
