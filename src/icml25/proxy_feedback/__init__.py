@@ -5,7 +5,8 @@ Stage 1 fits ``π̃ = φ ∘ Θ ∘ id ∘ τ`` to abundant proxy preferences; s
 and fits only a small adapter ``A: Δ^D -> Δ^D`` on scarce expert preferences, giving
 ``π† = φ ∘ Θ ∘ A ∘ τ``. :func:`check_conditions` says whether a proxy meets the paper's
 sufficient conditions. ``llm`` holds the same bottleneck for Hugging Face causal LMs (import
-``icml25.proxy_feedback.llm``; it needs ``transformers``).
+``icml25.proxy_feedback.llm``; it needs ``transformers``), and ``trainer`` its
+``transformers.Trainer`` path, ``SimplexDPOTrainer`` (neither is imported here).
 """
 
 from icml25.proxy_feedback.conditions import ConditionReport, check_conditions

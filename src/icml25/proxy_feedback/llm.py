@@ -12,6 +12,14 @@ back to a hidden state and decoded by the model's own unembedding::
 Training: :func:`warmup_bottleneck` (body frozen, KL to the base model), stage 1 with
 :func:`dpo_stage` ``trainable="all"`` on proxy pairs, stage 2 with ``trainable="adapter"`` on
 expert pairs. Needs ``transformers``-style models (``get_output_embeddings()``, hidden states).
+
+Real checkpoints (GPT-2, Llama, Qwen2, ...) follow TRL's conventions: every model call is by
+keyword, with ``position_ids`` from the attention mask when a batch is left-padded; DPO log-probs
+come from the policy with dropout off (``disable_dropout=True``, TRL's ``DPOConfig`` default) and
+from the reference in eval mode; a bf16/fp16 checkpoint trains with float32 master weights
+(:class:`icml25.llm.MixedPrecision`); pairs are tokenised as TRL's ``DPOTrainer`` tokenises them
+(:func:`icml25.llm.tokenize_preference`: chat rows end with the template's end of turn). The
+``Trainer`` path is :class:`icml25.proxy_feedback.trainer.SimplexDPOTrainer`.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icml25._validate import as_int
+from icml25.llm.loading import check_context_length, context_length
+from icml25.llm.training import MixedPrecision, dropout_disabled, tokenize_preference
 from icml25.preference import (
     IGNORE_INDEX,
     check_preference_record,
@@ -38,6 +48,7 @@ __all__ = [
     "SimplexBottleneckLM",
     "dpo_stage",
     "encode_pairs",
+    "next_token_probs",
     "pair_logprobs",
     "warmup_bottleneck",
 ]
@@ -58,9 +69,11 @@ class SimplexBottleneckLM(nn.Module):
         temperature: ``T`` of the embedding softmax (1).
         seed: seeds the initialisation of ``W_τ`` and ``Θ``.
 
-    ``forward(input_ids, attention_mask=None, use_adapter=True)`` returns logits ``[b, t, V]``
-    (the wrapped model's contract); ``return_base_logits=True`` also returns the wrapped model's
-    own logits from the same pass (the warm-up's target).
+    ``forward(input_ids, attention_mask=None, use_adapter=True, *, position_ids=None)`` returns
+    logits ``[b, t, V]`` (the wrapped model's contract; the wrapped model is called by keyword,
+    with ``position_ids`` from the mask when the batch is left-padded); ``return_base_logits=True``
+    also returns the wrapped model's own logits from the same pass (the warm-up's target). The
+    simplex maths runs in float32 or wider, also under autocast.
     """
 
     def __init__(
@@ -113,18 +126,22 @@ class SimplexBottleneckLM(nn.Module):
         attention_mask: Tensor | None = None,
         use_adapter: bool = True,
         *,
+        position_ids: Tensor | None = None,
         return_base_logits: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         output_hidden_states=True)  # fmt: skip
+        out = _call_lm(self.model, input_ids, attention_mask, position_ids=position_ids,
+                      output_hidden_states=True)  # fmt: skip
         h = out.hidden_states[-1]
-        # the simplex maths in float32 or wider, whatever the model's dtype (bf16, fp16, fp64)
+        # the simplex maths in float32 or wider, whatever the model's dtype (bf16, fp16, fp64) and
+        # even under autocast (MixedPrecision): only the body and the unembedding run low
         work = torch.promote_types(h.dtype, torch.float32)
-        logp = torch.log_softmax((h.to(work) @ self.W_tau.to(work).T) / self.temperature, -1)
-        if use_adapter:
-            a = next(self.adapter.parameters(), None)
-            logp = self.adapter.forward_log(logp.to(a.dtype if a is not None else work)).to(work)
-        h2 = logp.exp() @ self.Theta.to(work).T
+        with torch.autocast(h.device.type, enabled=False):
+            logp = torch.log_softmax((h.to(work) @ self.W_tau.to(work).T) / self.temperature, -1)
+            if use_adapter:
+                a = next(self.adapter.parameters(), None)
+                logp = self.adapter.forward_log(logp.to(a.dtype if a is not None else work))
+                logp = logp.to(work)
+            h2 = logp.exp() @ self.Theta.to(work).T
         unembed = self.model.get_output_embeddings()
         logits = unembed(h2.to(unembed.weight.dtype))
         return (logits, out.logits) if return_base_logits else logits
@@ -161,15 +178,80 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int) -> tuple[Tensor, Tensor]:
+def _left_padded_position_ids(attention_mask: Tensor | None) -> Tensor | None:
+    """``position_ids`` ``(b, t)`` counting only the attended tokens (``cumsum(mask) - 1``) when
+    some row of ``attention_mask`` starts with padding, else ``None`` (the model's own
+    ``arange`` is then right for every real token). Without them a left-padded row sees its first
+    real token at position ``#pad`` instead of 0: GPT-2's learned absolute positions then change
+    the row's output (RoPE models such as Llama and Qwen2 are invariant to the shift up to
+    rounding)."""
+    if attention_mask is None or attention_mask.ndim != 2 or bool(attention_mask[:, 0].all()):
+        return None
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _call_lm(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    *,
+    position_ids: Tensor | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``model(input_ids=..., attention_mask=..., position_ids=...)`` by keyword: GPT-2's second
+    positional argument is its cache, not the mask. ``position_ids`` default to
+    :func:`_left_padded_position_ids` (passed only for a left-padded batch)."""
+    if position_ids is None:
+        position_ids = _left_padded_position_ids(attention_mask)
+    if position_ids is not None:
+        kwargs["position_ids"] = position_ids
+    return model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """TRL's padding value: the pad token, else eos (GPT-2 has no pad token), else 0."""
+    for tid in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(tid, int):
+            return tid
+    return 0
+
+
+def _pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False) -> tuple[Tensor, Tensor]:
+    T = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), T), value, dtype=torch.long)
+    att = torch.zeros((len(seqs), T), dtype=torch.long)
+    for j, x in enumerate(seqs):
+        sl = slice(T - len(x), T) if left else slice(0, len(x))
+        ids[j, sl] = torch.tensor(list(x), dtype=torch.long)
+        att[j, sl] = 1
+    return ids, att
+
+
+def _check_texts(texts: Sequence[str], name: str = "texts") -> None:
     if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
-        raise ValueError("texts must be a non-empty list of strings")
+        raise ValueError(f"{name} must be a non-empty list of strings, got {texts!r:.60}")
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
     if bad:
-        raise ValueError(f"texts[{bad[0]}] is not a non-empty string")
-    enc = tokenizer(list(texts), return_tensors="pt", padding=True, truncation=True,
-                    max_length=max_length)  # fmt: skip
-    return enc["input_ids"], enc["attention_mask"]
+        raise ValueError(f"{name}[{bad[0]}] is not a non-empty string: {texts[bad[0]]!r:.60}")
+
+
+def _encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int) -> tuple[Tensor, Tensor]:
+    """Right-padded ``(ids, mask)``, padded here (not by the tokenizer: GPT-2's has no pad token
+    and a chat model's tokenizer may pad on the left)."""
+    _check_texts(texts)
+    seqs = [tokenizer(t)["input_ids"][:max_length] for t in texts]
+    return _pad(seqs, _pad_id(tokenizer))
+
+
+def _check_context(model: nn.Module, lengths: Tensor, what: Any) -> None:
+    """``ValueError`` naming the first item longer than the model's context."""
+    limit = context_length(model)
+    if limit is None:
+        return
+    over = (lengths > limit).nonzero().flatten().tolist()
+    if over:
+        j = over[0]
+        check_context_length(model, int(lengths[j]), what=what(j))
 
 
 def warmup_bottleneck(
@@ -187,11 +269,17 @@ def warmup_bottleneck(
     """Fit ``W_τ`` and ``Θ`` so the bottlenecked model reproduces the base model: minimise
     ``KL(π_base || π_bottleneck)`` over the non-padding positions of ``texts`` with the body and
     the adapter frozen (adapter = identity). ``heldout`` of the texts (at least one, when there
-    are 10 or more) are kept out and their KL reported. Returns ``{"kl": [...], "heldout_kl"}``."""
+    are 10 or more) are kept out and their KL reported. Returns ``{"kl": [...], "heldout_kl"}``.
+
+    The model runs without dropout (its target is the base model's deterministic output); on a
+    bf16/fp16 checkpoint ``W_τ`` and ``Θ`` are upcast to float32 master weights and stay float32
+    (:class:`icml25.llm.MixedPrecision`). ``ValueError`` for a text longer than the model's
+    context after truncation to ``max_length``."""
     model = _check_wrapper(model, "warmup_bottleneck")
     _steps("steps", steps)
     _steps("batch_size", batch_size)
     ids, mask = _encode_texts(tokenizer, texts, max_length)
+    _check_context(model, mask.sum(-1), lambda j: f"texts[{j}]")
     n_hold = int(len(texts) * heldout) if len(texts) >= 10 else 0
     gen = torch.Generator().manual_seed(seed)
     perm = torch.randperm(len(texts), generator=gen)
@@ -204,10 +292,13 @@ def warmup_bottleneck(
         p.requires_grad_(False)
     for p in params:
         p.requires_grad_(True)
+    mp = MixedPrecision.prepare(model)  # before the optimizer: it must hold the float32 masters
     opt = torch.optim.Adam(params, lr=lr)
 
     def kl(idx: Tensor) -> Tensor:
-        logits, base = model(ids[idx], mask[idx], use_adapter=False, return_base_logits=True)
+        with mp.autocast():
+            logits, base = model(input_ids=ids[idx], attention_mask=mask[idx], use_adapter=False,
+                                 return_base_logits=True)  # fmt: skip
         base = torch.log_softmax(base.detach().float(), -1)
         lq = torch.log_softmax(logits.float(), -1)
         per = (base.exp() * (base - lq)).sum(-1)
@@ -215,56 +306,56 @@ def warmup_bottleneck(
         return (per * m).sum() / m.sum().clamp(min=1)
 
     hist = []
-    was = model.training
-    model.eval()  # no dropout: the target is the base model's deterministic output
     try:
-        for _ in range(steps):
-            idx = train[torch.randint(0, len(train), (min(batch_size, len(train)),), generator=gen)]
-            loss = kl(idx.to(dev))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            hist.append(loss.item())
-        with torch.no_grad():
-            held = float(kl(hold.to(dev))) if n_hold else float("nan")
+        with dropout_disabled(model):
+            for _ in range(steps):
+                n = min(batch_size, len(train))
+                idx = train[torch.randint(0, len(train), (n,), generator=gen)]
+                loss = kl(idx.to(dev))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                hist.append(loss.item())
+            with torch.no_grad():
+                held = float(kl(hold.to(dev))) if n_hold else float("nan")
     finally:
         for p in model.parameters():
             p.requires_grad_(flags[id(p)])
-        model.train(was)
     return {"kl": hist, "heldout_kl": held}
 
 
 def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) -> dict[str, Tensor]:
-    """Token ids of TRL-format pairs (``prompt``, ``chosen``, ``rejected`` strings), built as
-    TRL's DPO builds them: ``prompt + completion`` tokenised together (with the tokenizer's
-    special tokens), the completion's tokens from where they diverge from the prompt's, then EOS
-    (a completion should start on a token boundary, e.g. with a space); labels are -100 on the prompt and on padding (right-padded). Returns ``input_ids``,
-    ``attention_mask``, ``labels`` of shape ``(2N, T)``: the N chosen rows, then the N rejected."""
+    """Token ids of TRL-format pairs (``prompt``, ``chosen``, ``rejected``), tokenised exactly as
+    TRL's ``DPOTrainer`` tokenises them (:func:`icml25.llm.tokenize_preference`): text rows as
+    ``tokenizer(prompt + completion + eos_token)`` (the eos token string appended unless the
+    completion already ends with it); chat rows (lists of ``{"role", "content"}`` messages) through
+    the tokenizer's chat template, so a completion ends with the template's own end of turn
+    (``<|eot_id|>``, ``<|im_end|>``), not with ``eos_token``. The completion starts where the
+    tokenised prompt and prompt + completion diverge (a merge across the boundary moves it), and
+    each sequence keeps its first ``max_length`` tokens (TRL's ``truncation_mode="keep_start"``).
+
+    Returns ``input_ids``, ``attention_mask``, ``labels`` (``-100`` on the prompt and on padding)
+    of shape ``(2N, T)``, right-padded with the pad token (else eos, as TRL): the N chosen rows,
+    then the N rejected. ``ValueError`` for a tie or a pair with no completion token left within
+    ``max_length`` (TRL drops such a pair silently)."""
     if isinstance(pairs, (str, dict)) or not isinstance(pairs, Sequence) or not pairs:
         raise ValueError("pairs must be a non-empty list of {'prompt','chosen','rejected'} records")
-    rows = []
-    eos = tokenizer.eos_token_id
+    max_length = as_int("max_length", max_length, 1)
+    chosen, rejected = [], []
     for i, r in enumerate(pairs):
         r = check_preference_record(i, r)
-        for key in ("prompt", "chosen", "rejected"):
-            if not isinstance(r[key], str):
-                raise TypeError(f"record {i}: {key!r} must be a string here (plain-text pairs)")
         if r["chosen"] == r["rejected"]:
-            raise ValueError(f"record {i}: chosen == rejected ({r['chosen']!r}); a tie carries no "
-                             "preference")  # fmt: skip
-        p = tokenizer(r["prompt"])["input_ids"]
-        for key in ("chosen", "rejected"):
-            # as TRL's DPO: tokenise prompt + completion together; the completion starts where
-            # the tokens diverge from the prompt's own (a merge across the boundary moves it)
-            full = tokenizer(r["prompt"] + r[key])["input_ids"]
-            k = 0
-            while k < min(len(p), len(full)) and p[k] == full[k]:
-                k += 1
-            rows.append((key, full[:k], full[k:] + ([eos] if eos is not None else [])))
-    chosen = [x for x in rows if x[0] == "chosen"]
-    rejected = [x for x in rows if x[0] == "rejected"]
-    seqs = [(p + c)[:max_length] for _, p, c in chosen + rejected]
-    labs = [([IGNORE_INDEX] * len(p) + c)[:max_length] for _, p, c in chosen + rejected]
+            raise ValueError(f"record {i}: chosen == rejected ({r['chosen']!r:.60}); a tie carries "
+                             "no preference")  # fmt: skip
+        try:
+            t = tokenize_preference(tokenizer, r["prompt"], r["chosen"], r["rejected"])
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"record {i}: {exc}") from None
+        p = t["prompt_ids"]
+        chosen.append((p, t["chosen_ids"]))
+        rejected.append((p, t["rejected_ids"]))
+    seqs = [(p + c)[:max_length] for p, c in chosen + rejected]
+    labs = [([IGNORE_INDEX] * len(p) + c)[:max_length] for p, c in chosen + rejected]
     for j, lb in enumerate(labs):
         if all(t == IGNORE_INDEX for t in lb):
             raise ValueError(
@@ -272,70 +363,34 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) ->
                 f"is left within max_length={max_length} (the prompt fills it); shorten the "
                 "prompt or raise max_length"
             )
-    T = max(len(s) for s in seqs)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-    lab = torch.full((len(seqs), T), IGNORE_INDEX, dtype=torch.long)
-    att = torch.zeros((len(seqs), T), dtype=torch.long)
-    for j, (s, lb) in enumerate(zip(seqs, labs)):
-        ids[j, : len(s)] = torch.tensor(s)
-        lab[j, : len(lb)] = torch.tensor(lb)
-        att[j, : len(s)] = 1
+    ids, att = _pad(seqs, _pad_id(tokenizer))
+    lab = torch.full_like(ids, IGNORE_INDEX)
+    for j, lb in enumerate(labs):
+        lab[j, : len(lb)] = torch.tensor(lb, dtype=torch.long)
     return {"input_ids": ids, "attention_mask": att, "labels": lab}
 
 
 def pair_logprobs(
     model: nn.Module, batch: dict[str, Tensor], **forward_kw: Any
 ) -> tuple[Tensor, Tensor]:
-    """Summed response-token log-probabilities ``(N,)`` of the chosen and rejected halves of an
-    :func:`encode_pairs` batch under ``model`` (a :class:`SimplexBottleneckLM` or any HF causal
-    LM); padding and prompt tokens are excluded."""
+    """Summed response-token log-probabilities ``(N,)`` (float32 or wider) of the chosen and
+    rejected halves of an :func:`encode_pairs` batch under ``model`` (a
+    :class:`SimplexBottleneckLM` or any HF causal LM, called by keyword; ``position_ids`` from
+    the mask if the batch is left-padded); padding and prompt tokens are excluded. The model runs
+    in whatever mode it is in: wrap the call in :func:`icml25.llm.dropout_disabled` for TRL's
+    dropout-free log-probs (:func:`dpo_stage` does)."""
     dev = _device(model)
     ids, att, lab = (batch[k].to(dev) for k in ("input_ids", "attention_mask", "labels"))
-    out = model(ids, att, **forward_kw)
+    out = _call_lm(model, ids, att, **forward_kw)
     logits = out if isinstance(out, Tensor) else out.logits
     s = sequence_logprob(*shift_for_causal_lm(logits, lab))
     n = s.shape[0] // 2
     return s[:n], s[n:]
 
 
-def dpo_stage(
-    model: SimplexBottleneckLM,
-    ref_model: nn.Module | None,
-    pairs: Sequence[Any],
-    *,
-    tokenizer: Any,
-    trainable: str | Sequence[nn.Parameter] = "adapter",
-    beta: float = 0.1,  # DPO's and TRL's default
-    lr: float = 1e-2,
-    steps: int = 100,
-    batch_size: int = 16,
-    max_length: int = 256,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """One DPO stage (sigmoid loss, TRL's conventions) on TRL-format ``pairs``. ``model`` is a
-    :class:`SimplexBottleneckLM` or, for the baselines, any causal LM (``trainable="all"``: all
-    its parameters).
-
-    ``trainable="adapter"`` (stage 2): only the adapter's ``(D+1)^2 + D + 1`` parameters move.
-    ``trainable="all"`` (stage 1): the body, ``W_τ`` and ``Θ`` move, the adapter stays at the
-    identity. A list of the model's parameters (e.g. LoRA matrices injected into the body) trains
-    exactly those. Every other parameter is frozen and checked bitwise unchanged afterwards. ``ref_model`` (the
-    warmed-up model for stage 1, the stage-1 model for stage 2) is used without gradients;
-    ``None`` is a uniform reference. With Bradley-Terry labels whose reward is ``log π(y|x)``
-    (the paper's synthetic setting), DPO's optimum is ``π_ref · π^{1/β}`` (normalised), so only
-    a uniform reference with ``β = 1`` targets ``π`` itself (docs/proxy_feedback.md, "LLM").
-    Returns ``{"loss": [...], "reward_margin": [...]}``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
-                        f"{type(model).__name__}")  # fmt: skip
+def _trainable_parameters(model: nn.Module, trainable: Any) -> list[nn.Parameter]:
+    """The parameters ``trainable`` names: ``"adapter"``, ``"all"`` or a list of ``model``'s own."""
     bottleneck = isinstance(model, SimplexBottleneckLM)
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
-        raise ValueError(f"beta must be > 0, got {beta!r}")
-    _steps("steps", steps)
-    _steps("batch_size", batch_size)
-    enc = encode_pairs(tokenizer, pairs, max_length)
-    n = len(pairs)
     if isinstance(trainable, str):
         if trainable not in TRAINABLE:
             raise ValueError(
@@ -353,12 +408,72 @@ def dpo_stage(
             params = model.non_adapter_parameters()
         if not params:
             raise ValueError("the model's adapter has no parameters (adapter='identity')")
-    else:
-        params = list(trainable)
-        own = {id(p) for p in model.parameters()}
-        if not params or not all(isinstance(p, nn.Parameter) and id(p) in own for p in params):
-            raise ValueError("trainable must be 'adapter', 'all' or a non-empty list of the "
-                             "model's own parameters (e.g. its LoRA matrices)")  # fmt: skip
+        return params
+    params = list(trainable)
+    own = {id(p) for p in model.parameters()}
+    if not params or not all(isinstance(p, nn.Parameter) and id(p) in own for p in params):
+        raise ValueError("trainable must be 'adapter', 'all' or a non-empty list of the "
+                         "model's own parameters (e.g. its LoRA matrices)")  # fmt: skip
+    return params
+
+
+def _check_pairs_fit(model: nn.Module, enc: dict[str, Tensor]) -> None:
+    n = enc["input_ids"].shape[0] // 2
+    what = lambda j: f"pair {j % n} ({'chosen' if j < n else 'rejected'})"  # noqa: E731
+    _check_context(model, enc["attention_mask"].sum(-1), what)
+
+
+def dpo_stage(
+    model: SimplexBottleneckLM,
+    ref_model: nn.Module | None,
+    pairs: Sequence[Any],
+    *,
+    tokenizer: Any,
+    trainable: str | Sequence[nn.Parameter] = "adapter",
+    beta: float = 0.1,  # DPO's and TRL's default
+    lr: float = 1e-2,
+    steps: int = 100,
+    batch_size: int = 16,
+    max_length: int = 256,
+    seed: int = 0,
+    disable_dropout: bool = True,  # TRL's DPOConfig.disable_dropout
+) -> dict[str, Any]:
+    """One DPO stage (sigmoid loss, TRL's conventions) on TRL-format ``pairs``. ``model`` is a
+    :class:`SimplexBottleneckLM` or, for the baselines, any causal LM (``trainable="all"``: all
+    its parameters).
+
+    ``trainable="adapter"`` (stage 2): only the adapter's ``(D+1)^2 + D + 1`` parameters move.
+    ``trainable="all"`` (stage 1): the body, ``W_τ`` and ``Θ`` move, the adapter stays at the
+    identity. A list of the model's parameters (e.g. LoRA matrices injected into the body) trains
+    exactly those. Every other parameter is frozen and checked bitwise unchanged afterwards.
+    ``ref_model`` (the warmed-up model for stage 1, the stage-1 model for stage 2) is used
+    without gradients, in eval mode; ``None`` is a uniform reference. With Bradley-Terry labels
+    whose reward is ``log π(y|x)`` (the paper's synthetic setting), DPO's optimum is
+    ``π_ref · π^{1/β}`` (normalised), so only a uniform reference with ``β = 1`` targets ``π``
+    itself (docs/proxy_feedback.md, "LLM").
+
+    TRL's conventions for real checkpoints: ``disable_dropout=True`` computes the policy's
+    log-probs with dropout off (so with the policy equal to the reference the first loss is
+    exactly ``log 2``); a bf16/fp16 model trains with float32 master weights (the trainable
+    parameters are upcast in place and stay float32; the forward runs under autocast in the
+    checkpoint's dtype, :class:`icml25.llm.MixedPrecision`); pairs are tokenised by
+    :func:`encode_pairs`, and a pair longer than the model's context is a ``ValueError``.
+    Returns ``{"loss": [...], "reward_margin": [...]}``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
+                        f"{type(model).__name__}")  # fmt: skip
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta!r}")
+    if not isinstance(disable_dropout, bool):
+        raise TypeError(f"disable_dropout must be a bool, got {disable_dropout!r}")
+    _steps("steps", steps)
+    _steps("batch_size", batch_size)
+    enc = encode_pairs(tokenizer, pairs, max_length)
+    n = len(pairs)
+    params = _trainable_parameters(model, trainable)
+    _check_pairs_fit(model, enc)
+    if ref_model is not None:
+        _check_pairs_fit(ref_model, enc)
     pid = {id(p) for p in params}
     # everything not trained must come out bitwise unchanged (checked after training)
     frozen = {k: v.detach().clone() for k, v in model.named_parameters() if id(v) not in pid}
@@ -368,14 +483,14 @@ def dpo_stage(
     if ref_model is None:  # uniform reference: its log-probs cancel in the DPO margin
         ref_c = ref_r = torch.zeros(n, device=_device(model))
     else:
-        ref_model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), dropout_disabled(ref_model):
             ref_c, ref_r = [], []
             for i in range(0, n, batch_size):
                 c, r = pair_logprobs(ref_model, _slice(enc, i, i + batch_size, n))
                 ref_c.append(c)
                 ref_r.append(r)
             ref_c, ref_r = torch.cat(ref_c), torch.cat(ref_r)
+    mp = MixedPrecision.prepare(model)  # before the optimizer: it must hold the float32 masters
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
     hist, margins = [], []
@@ -385,7 +500,8 @@ def dpo_stage(
         for _ in range(steps):
             idx = torch.randperm(n, generator=gen)[:batch_size]
             b = _take(enc, idx, n)
-            c, r = pair_logprobs(model, b)
+            with dropout_disabled(model, enabled=disable_dropout), mp.autocast():
+                c, r = pair_logprobs(model, b)
             dev = c.device
             out = dpo_loss(
                 c, r, ref_c[idx.to(ref_c.device)].to(dev), ref_r[idx.to(ref_r.device)].to(dev), beta
@@ -420,14 +536,14 @@ def _take(enc: dict[str, Tensor], idx: Tensor, n: int) -> dict[str, Tensor]:
 def next_token_probs(
     model: nn.Module, tokenizer: Any, prompts: Sequence[str], **forward_kw: Any
 ) -> Tensor:
-    """``(n, V)`` next-token probabilities after each prompt (left-padded batch)."""
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
-    finally:
-        tokenizer.padding_side = side
+    """``(n, V)`` float32 next-token probabilities after each prompt, from one left-padded batch
+    (padded with the pad token, else eos; ``position_ids`` from the mask, so a row equals the
+    prompt alone). ``ValueError`` for a prompt longer than the model's context."""
+    _check_texts(prompts, "prompts")
+    seqs = [tokenizer(p)["input_ids"] for p in prompts]
+    _check_context(model, torch.tensor([len(x) for x in seqs]), lambda j: f"prompts[{j}]")
+    ids, att = _pad(seqs, _pad_id(tokenizer), left=True)
     dev = _device(model)
-    out = model(enc["input_ids"].to(dev), enc["attention_mask"].to(dev), **forward_kw)
+    out = _call_lm(model, ids.to(dev), att.to(dev), **forward_kw)
     logits = out if isinstance(out, Tensor) else out.logits
     return F.softmax(logits[:, -1].float(), -1)
