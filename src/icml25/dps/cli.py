@@ -3,6 +3,11 @@ vision model, resumable.
 
     icml25 dps run --model openai:Qwen2-VL-7B-Instruct --base-url http://localhost:8000/v1 \\
         --images imgs/ --questions q.jsonl --out dps.jsonl [--crop auto] [--helper openai:gpt-4o-mini]
+    icml25 dps run --model hf:./Qwen2-VL-2B-Instruct --device cuda --dtype bf16 ...
+
+A local model (``hf:PATH``, a ``save_pretrained`` folder) loads through ``icml25.llm.load_model``
+on ``--device`` in ``--dtype``: a vision-language model for ``--model``
+(:class:`~icml25.dps.backends.HFVisionChat`), a causal LM for ``--helper`` (``HFChat``).
 
 ``q.jsonl`` rows: ``{"image": "cat.png", "question": "...", "id": "optional"}`` (images relative
 to ``--images``). Each answer (final, initial, weak answers, observations, trace) is appended to
@@ -22,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from icml25.llm.loading import add_model_args, model_kwargs
+
 
 def add_parser(sub) -> None:
     top = sub.add_parser("dps", help="DPS defence for vision-language models (paper 08)")
@@ -30,7 +37,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="openai:NAME (an OpenAI-compatible vision server at --base-url)",
+        help="openai:NAME (an OpenAI-compatible vision server at --base-url) or hf:PATH "
+        "(a local vision-language model folder)",
     )
     p.add_argument("--base-url", default=None)
     p.add_argument("--api-key", default=None, help="API key (default $OPENAI_API_KEY)")
@@ -46,7 +54,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--helper",
         default="rule",
-        help="'rule' (offline) or openai:NAME (same --base-url unless --helper-url)",
+        help="'rule' (offline), openai:NAME (same --base-url unless --helper-url) or hf:PATH "
+        "(a local chat model)",
     )
     p.add_argument("--helper-url", default=None)
     p.add_argument("--workers", type=int, default=4, help="queries in flight")
@@ -54,19 +63,45 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-q", "--quiet", action="store_true")
+    add_model_args(p)  # for hf:PATH models
     p.set_defaults(func=_cmd_run)
 
 
-def _backend(spec: str, base_url: str | None, api_key: str | None) -> Any:
-    kind, _, name = spec.partition(":")
-    if kind != "openai" or not name:
-        raise ValueError(f"{spec!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
-                         " (for --helper: 'rule' for the offline helper)")  # fmt: skip
-    if not base_url:
-        raise ValueError(f"{spec}: needs --base-url")
+def _backend(
+    spec: str,
+    base_url: str | None,
+    api_key: str | None,
+    *,
+    vision: bool = True,
+    model_kw: dict[str, Any] | None = None,
+) -> Any:
+    kind, name = _parse_spec(spec, base_url)
+    if kind == "hf":
+        if vision:
+            from icml25.dps.backends import HFVisionChat
+
+            return HFVisionChat(name, **(model_kw or {}))
+        from icml25.llm import HFChat
+
+        return HFChat(name, **(model_kw or {}))
     from icml25.llm import OpenAIChat
 
     return OpenAIChat(base_url, name, api_key=api_key)
+
+
+def _parse_spec(spec: str, base_url: str | None) -> tuple[str, str]:
+    """``("hf", PATH)`` or ``("openai", NAME)``; ``ValueError`` for anything else (cheap: nothing
+    loads)."""
+    kind, _, name = spec.partition(":")
+    if kind == "hf" and name:
+        return kind, name
+    if kind != "openai" or not name:
+        raise ValueError(f"{spec!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
+                         " or hf:PATH (a local model folder)"
+                         " (for --helper: 'rule' for the offline helper)")  # fmt: skip
+    if not base_url:
+        raise ValueError(f"{spec}: needs --base-url")
+    return kind, name
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -74,9 +109,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from icml25.llm import JsonlStore, run_resumable
 
     try:
-        lvlm = _backend(args.model, args.base_url, args.api_key)
-        helper = (RuleHelper() if args.helper == "rule"
-                  else LLMHelper(_backend(args.helper, args.helper_url or args.base_url, args.api_key)))  # fmt: skip
+        model_kw = model_kwargs(args)
+        _parse_spec(args.model, args.base_url)
+        if args.helper != "rule":
+            _parse_spec(args.helper, args.helper_url or args.base_url)
         folder = Path(args.images)
         if not folder.is_dir():
             raise ValueError(f"--images {folder} is not a folder")
@@ -127,11 +163,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             args.agents = 3
+        # Models load last: a bad questions file fails before minutes of loading.
+        lvlm = _backend(args.model, args.base_url, args.api_key, model_kw=model_kw)
+        helper = (RuleHelper() if args.helper == "rule"
+                  else LLMHelper(_backend(args.helper, args.helper_url or args.base_url, args.api_key,
+                                          vision=False, model_kw=model_kw)))  # fmt: skip
         dps = DPSDefense(lvlm, helper, crop=args.crop, n_agents=args.agents, seed=args.seed,
                          temperature=args.temperature, max_tokens=args.max_tokens)  # fmt: skip
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    local = any(str(s).startswith("hf:") for s in (args.model, args.helper))
+    workers = 1 if local else args.workers  # one local model answers one query at a time
 
     def work(row: dict[str, Any]) -> dict[str, Any]:
         res = dps.respond(folder / row["image"], row["question"], seed=args.seed)
@@ -150,6 +193,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.max_tokens,
         args.seed,
     ]
+    if local:  # a local model's answers depend on its precision: other dtypes, other rows
+        settings.append(["dtype", str(args.dtype)])
 
     def config(row: dict[str, Any]) -> str:
         key = json.dumps([*settings, row["image"], row["question"]])
@@ -164,7 +209,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         with JsonlStore(args.out, key=("id", "config")) as store:  # other settings: answered afresh
             report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "config": config(r),
                                                                         "image": r["image"], "question": r["question"]},
-                                   concurrency=args.workers, retry_errors=True, progress=not args.quiet,
+                                   concurrency=workers, retry_errors=True, progress=not args.quiet,
                                    desc="DPS")  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",

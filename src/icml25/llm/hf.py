@@ -7,11 +7,20 @@ with ``require_template=True``). Generation is batched with left padding, all ``
 requests in one batch, each row with its own generator (see :mod:`icml25.llm.sampling`) seeded from
 the request's seed, the prompt and the sample index, so distinct prompts draw independent samples
 while a repeated request reproduces its answer; only new tokens are decoded.
+
+Real checkpoints: a path loads through :func:`icml25.llm.load_model` (``device``, ``dtype``);
+generation and scoring run with dropout off (a policy in ``train()`` mode keeps it on for its
+training step only); a reply ends at the tokenizer's EOS, at every ``generation_config.eos_token_id``
+and at the (special) token that closes an assistant turn in the chat template (Llama-3's
+``<|eot_id|>``, ChatML's ``<|im_end|>``, Gemma's ``<end_of_turn>``); a prompt that does not fit
+the model's context (with ``max_tokens`` new tokens when given) is a ``ValueError`` for that
+request, as a vLLM server answers it; without ``max_tokens`` a reply stops where the context ends.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -27,9 +36,18 @@ from icml25.llm.base import (
     message_text,
     validate_messages,
 )
+from icml25.llm.loading import (
+    check_context_length,
+    context_length,
+    load_model,
+    load_tokenizer,
+    resolve_device,
+    resolve_dtype,
+)
 from icml25.llm.sampling import make_decoder, sample
+from icml25.llm.training import dropout_disabled
 
-__all__ = ["HFChat", "render_plain", "row_seed", "weights_fingerprint"]
+__all__ = ["HFChat", "end_of_turn_ids", "render_plain", "row_seed", "weights_fingerprint"]
 
 
 def render_plain(messages: Sequence[dict[str, Any]]) -> str:
@@ -42,10 +60,17 @@ class HFChat(BaseChat):
     """Chat with a local ``transformers`` causal LM.
 
     Args:
-        model: a ``PreTrainedModel`` or a local path / hub name for ``AutoModelForCausalLM``
-            (a name is only downloaded when you ask for it).
-        tokenizer: its tokenizer (loaded from ``model`` when that is a string).
-        device: where to run; default the model's own device.
+        model: a ``PreTrainedModel`` or a local path / hub name, loaded with
+            :func:`icml25.llm.load_model` (kind ``causal_lm``; a name is only downloaded when
+            you ask for it).
+        tokenizer: its tokenizer (loaded from ``model`` when that is a path).
+        device: where to run. For a path: ``None``/``"auto"`` is the GPU when there is one, else
+            the CPU. A model object stays where it is unless ``device`` is given.
+        dtype: ``"auto"`` (a path loads in the checkpoint's own dtype; a model object is left as
+            it is), ``"bf16"``, ``"fp16"``, ``"fp32"`` or a ``torch.dtype`` (a model object is
+            cast in place).
+        device_map: for a path, passed to ``load_model`` (e.g. ``"auto"`` to shard a large model
+            over the GPUs); replaces ``device``.
         batch_size: rows (requests x n) generated together.
         fast: use :class:`~icml25.llm.sampling.FastLlamaDecoder` (default: where it applies).
         name: the backend's name (default ``hf:<name_or_path>``); cache keys add a fingerprint of
@@ -65,21 +90,14 @@ class HFChat(BaseChat):
         tokenizer: Any = None,
         *,
         device: str | torch.device | None = None,
+        dtype: Any = "auto",
+        device_map: Any = None,
         batch_size: int = 16,
         fast: bool | None = None,
         name: str | None = None,
         require_template: bool = False,
         max_new_tokens: int = 1024,
     ) -> None:
-        if isinstance(model, str):
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            _check_local_path(model)
-
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-            model = AutoModelForCausalLM.from_pretrained(model)
-        if tokenizer is None:
-            raise ValueError("HFChat needs the model's tokenizer (tokenizer=None was given)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if (
@@ -88,8 +106,28 @@ class HFChat(BaseChat):
             or max_new_tokens < 1
         ):
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if device is not None:
-            model = model.to(device)
+        torch_dtype = resolve_dtype(dtype)  # a bad dtype fails before anything loads
+        if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            tokenizer = tokenizer or load_tokenizer(path)
+            model = load_model(
+                path,
+                "causal_lm",
+                device="auto" if device is None else device,
+                dtype=dtype,
+                device_map=device_map,
+            )
+        else:
+            if device_map is not None:
+                raise ValueError(
+                    "device_map applies when HFChat loads a path; a model object is placed by you"
+                )
+            if device is not None:
+                model = model.to(resolve_device(device))
+            if torch_dtype != "auto":
+                model = model.to(torch_dtype)
+        if tokenizer is None:
+            raise ValueError("HFChat needs the model's tokenizer (tokenizer=None was given)")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -111,6 +149,7 @@ class HFChat(BaseChat):
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         if gen_eos is not None:
             eos |= set(gen_eos) if isinstance(gen_eos, (list, tuple)) else {gen_eos}
+        eos |= end_of_turn_ids(tokenizer)
         self.eos_ids = sorted(eos)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
@@ -196,12 +235,22 @@ class HFChat(BaseChat):
     ) -> list[RequestResult]:
         results: list[RequestResult | None] = [None] * len(requests)
         prompts: dict[int, list[int]] = {}
+        temperature, top_p, max_tokens = self._resolved(params)
+        limit = context_length(self.model)
+        room: dict[int, int] = {}  # new tokens each request may generate
         for i, r in enumerate(requests):
             try:
-                prompts[i] = self.encode_prompt(r)
+                ids = self.encode_prompt(r)
+                # A max_tokens the caller asked for must fit (vLLM's rule); the default one is
+                # cut to the room left, which must be at least one token.
+                asked = params.max_tokens is not None
+                check_context_length(self.model, len(ids), max_tokens if asked else 1)
+                room[i] = (
+                    max_tokens if asked or limit is None else min(max_tokens, limit - len(ids))
+                )
+                prompts[i] = ids
             except Exception as exc:  # noqa: BLE001 - this request fails, the others go on
                 results[i] = exc
-        temperature, top_p, max_tokens = self._resolved(params)
         rows = [(i, j) for i in prompts for j in range(params.n)]
         rows.sort(key=lambda ij: len(prompts[ij[0]]))  # similar lengths together: less padding
         texts: dict[tuple[int, int], Completion] = {}
@@ -219,19 +268,20 @@ class HFChat(BaseChat):
                 gens.append(g)
             stop_fn = self._stop_fn(params.stop) if params.stop else None
             try:
-                got = sample(
-                    self.decoder,
-                    [prompts[i] for i, _ in batch],
-                    max_new_tokens=max_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    eos_ids=self.eos_ids,
-                    pad_id=self.pad_id,
-                    generators=gens,
-                    device=self.device,
-                    stop_fn=stop_fn,
-                    logprobs=k,
-                )
+                with dropout_disabled(self.model):
+                    got = sample(
+                        self.decoder,
+                        [prompts[i] for i, _ in batch],
+                        max_new_tokens=[room[i] for i, _ in batch],
+                        temperature=temperature,
+                        top_p=top_p,
+                        eos_ids=self.eos_ids,
+                        pad_id=self.pad_id,
+                        generators=gens,
+                        device=self.device,
+                        stop_fn=stop_fn,
+                        logprobs=k,
+                    )
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory: this chunk fails
                 for i, _ in batch:
                     results[i] = exc
@@ -239,7 +289,7 @@ class HFChat(BaseChat):
             new_ids, lps = got if k is not None else (got, None)
             for r, (key, ids) in enumerate(zip(batch, new_ids)):
                 texts[key] = self._finish(
-                    ids, max_tokens, params.stop, None if lps is None else lps[r]
+                    ids, room[key[0]], params.stop, None if lps is None else lps[r]
                 )
         for i in prompts:
             if results[i] is None:
@@ -294,8 +344,9 @@ class HFChat(BaseChat):
             cont.append(self.tokenizer.eos_token_id or self.eos_ids[0])
         if not cont:
             return torch.zeros(0, device=self.device)
+        check_context_length(self.model, len(prompt) + len(cont), what="prompt + continuation")
         ids = torch.tensor([prompt + cont], device=self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), dropout_disabled(self.model):
             logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
         logp = torch.log_softmax(logits, dim=-1)
         return logp.gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
@@ -322,9 +373,10 @@ class HFChat(BaseChat):
         starts = [int(a) for a, _ in enc["offset_mapping"]]
         ends = [int(b) for _, b in enc["offset_mapping"]]
         values: list[float | None] = [None]
+        check_context_length(self.model, len(ids), what="text")
         if len(ids) > 1:
             x = torch.tensor([ids], device=self.device)
-            with torch.inference_mode():
+            with torch.inference_mode(), dropout_disabled(self.model):
                 logp = torch.log_softmax(self.model(input_ids=x).logits[0, :-1].float(), dim=-1)
             values += logp.gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
         return self.tokenizer.convert_ids_to_tokens(ids), starts, ends, values
@@ -362,6 +414,33 @@ def _check_local_path(name: str) -> None:
             f"no model folder {name!r}: pass an existing local folder (save_pretrained output) "
             "or a hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
         )
+
+
+def end_of_turn_ids(tokenizer: Any) -> set[int]:
+    """The special token that closes an assistant turn in ``tokenizer``'s chat template (Llama-3's
+    ``<|eot_id|>``, ChatML's ``<|im_end|>``, Gemma's ``<end_of_turn>``, Mistral's ``</s>``), found
+    by rendering a user turn and an assistant turn and reading the first token after the reply;
+    empty when there is no template or what follows the reply is not a special token."""
+    if not getattr(tokenizer, "chat_template", None):
+        return set()
+    marker = "MARKERqzx"
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
+    try:
+        text = tokenizer.apply_chat_template(conv, tokenize=False)
+    except Exception:  # noqa: BLE001 - a template with other rules: no turn end to learn
+        return set()
+    if not isinstance(text, str) or marker not in text:
+        return set()
+    tail = text[text.rindex(marker) + len(marker) :].lstrip()
+    ids = list(tokenizer(tail, add_special_tokens=False)["input_ids"]) if tail else []
+    if not ids:
+        return set()
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    first = ids[0]
+    if first in special or getattr(added.get(first), "special", False):
+        return {int(first)}
+    return set()
 
 
 def row_seed(seed: int, prompt_ids: Sequence[int], sample_index: int) -> int:

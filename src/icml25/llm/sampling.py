@@ -69,7 +69,11 @@ def _cache_of(out: Any) -> Any:
 
 
 def fast_llama_supported(model: Any) -> bool:
-    """True when :class:`FastLlamaDecoder` computes exactly what ``model.forward`` computes."""
+    """True when :class:`FastLlamaDecoder` computes exactly what ``model.forward`` computes: a
+    ``LlamaForCausalLM`` (the exact class, not a look-alike) with SiLU MLP, no biases and default
+    RoPE. Other families fall back to :class:`HFDecoder` even where they look close: Qwen2 has
+    q/k/v biases, Mistral a sliding window, Gemma-2 scaled embeddings, logit soft-capping and
+    extra norms, and Llama-3.1's ``llama3`` RoPE scaling differs from the default."""
     if type(model).__name__ != "LlamaForCausalLM":
         return False
     cfg = model.config
@@ -195,7 +199,7 @@ def sample(
     decoder: Any,
     prompts: Sequence[Sequence[int]],
     *,
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     temperature: float,
     top_p: float,
     eos_ids: Sequence[int],
@@ -208,7 +212,13 @@ def sample(
     """Sample continuations of token-id ``prompts`` (one row each) and return the new ids.
 
     ``temperature == 0`` is greedy. Generation of a row ends at an EOS id (not included), when
-    ``stop_fn(row, ids_so_far)`` says so, or after ``max_new_tokens``.
+    ``stop_fn(row, ids_so_far)`` says so, or after ``max_new_tokens`` (one int for every row, or
+    one per row: a row's room left in the model's context).
+
+    Every model call passes its tensors by keyword (``input_ids=``, ``attention_mask=``,
+    ``position_ids=``) with positions counted from the attention mask, so a left-padded row sees
+    the positions it would see alone (GPT-2's ``forward`` takes ``past_key_values`` second, a
+    positional call would feed it the mask).
 
     With ``logprobs=k`` (``k >= 0``) the return value is ``(ids, lps)``: per row and generated
     token ``(logprob, [(id, logprob)] * k)`` under the model's own distribution (the log-softmax
@@ -216,15 +226,24 @@ def sample(
     """
     ids, mask = _left_pad(prompts, pad_id, device)
     b = ids.shape[0]
+    if isinstance(max_new_tokens, int):
+        limits = [max_new_tokens] * b
+    else:
+        limits = [int(n) for n in max_new_tokens]
+        if len(limits) != b:
+            raise ValueError(f"max_new_tokens has {len(limits)} entries for {b} prompts")
+    if min(limits) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1 for every row, got {min(limits)}")
+    longest = max(limits)
     if isinstance(decoder, FastLlamaDecoder):
-        logits, state = decoder.prefill(ids, mask, max_new_tokens)
+        logits, state = decoder.prefill(ids, mask, longest)
     else:
         logits, state = decoder.prefill(ids, mask)
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
     out: list[list[int]] = [[] for _ in range(b)]
     lps: list[list[tuple[float, list[tuple[int, float]]]]] = [[] for _ in range(b)]
-    for step in range(max_new_tokens):
+    for step in range(longest):
         nxt = _pick(logits, temperature, top_p, generators)
         finished_now = torch.isin(nxt, eos) if eos.numel() else torch.zeros_like(done)
         if logprobs is not None:
@@ -236,10 +255,10 @@ def sample(
             out[r].append(int(nxt[r]))
             if logprobs is not None:
                 lps[r].append((chosen[r], list(zip(top_i[r], top_v[r]))))
-            if stop_fn is not None and stop_fn(r, out[r]):
+            if len(out[r]) >= limits[r] or (stop_fn is not None and stop_fn(r, out[r])):
                 finished_now[r] = True
         done |= finished_now
-        if bool(done.all()) or step == max_new_tokens - 1:
+        if bool(done.all()) or step == longest - 1:
             break
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         logits, state = decoder.step(nxt[:, None], state)

@@ -8,7 +8,8 @@
     icml25 orbench compare results/ --plot tradeoff.png
 
 A model is ``NAME`` (served at ``--base-url``), ``NAME@URL`` (its own endpoint) or ``hf:PATH``
-(a local Hugging Face model). Every stage writes a resumable JSONL store: rerun the same command
+(a local Hugging Face model, loaded by :func:`icml25.llm.load_model` with ``--device`` and
+``--dtype``; a prompt longer than its context is an error row). Every stage writes a resumable JSONL store: rerun the same command
 after a crash and it goes on where it stopped. No torch import at module level.
 """
 
@@ -20,6 +21,8 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from icml25.llm.loading import add_model_args, model_kwargs
 
 
 def add_parser(sub) -> None:
@@ -37,6 +40,7 @@ def add_parser(sub) -> None:
         q.add_argument("--concurrency", type=int, default=8, help="requests in flight (8)")
         q.add_argument("--retry-errors", action="store_true", help="retry items that failed before")
         q.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        add_model_args(q)  # for hf:PATH models
 
     b = osub.add_parser("build", help="Algorithms 1-4: seeds, rewrites, moderation, subsets")
     b.add_argument(
@@ -110,13 +114,14 @@ def slug(name: str) -> str:
 
 
 def make_backend(spec: str, args: argparse.Namespace) -> Any:
-    """``hf:PATH`` -> HFChat; ``NAME@URL`` -> OpenAIChat(URL, NAME); ``NAME`` -> at --base-url."""
+    """``hf:PATH`` -> HFChat (on ``--device``, in ``--dtype``); ``NAME@URL`` -> OpenAIChat(URL,
+    NAME); ``NAME`` -> at --base-url."""
     from icml25.llm import CachedChat, HFChat, OpenAIChat
 
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"a model must be NAME, NAME@URL or hf:PATH, got {spec!r}")
     if spec.startswith("hf:"):
-        backend = HFChat(spec[3:])
+        backend = HFChat(spec[3:], **model_kwargs(args))
     else:
         name, _, url = spec.rpartition("@") if "@http" in spec else (spec, "", None)
         url = url or args.base_url

@@ -112,19 +112,45 @@ class HFCLIPAdapter(nn.Module):
     are ``(N, 3, H, W)`` pixels in [0, 1]; the adapter resizes them to the model's input size and
     applies the processor's mean/std inside, so attack budgets are in pixel units.
 
-    ``model``: a ``CLIPModel`` or a local path / hub id (``CLIPModel.from_pretrained``; offline
-    users pass a path). ``processor`` (optional, e.g. ``CLIPProcessor``): its tokenizer encodes
-    texts and its image mean/std replace CLIP's defaults."""
+    ``model``: a ``CLIPModel`` or a local path / hub id, loaded by
+    :func:`icml25.llm.load_model` (kind ``"clip"``) on ``device`` (``None``/``"auto"``: the GPU
+    when there is one) in ``dtype`` (``"auto"``: the checkpoint's own; ``"bf16"``, ``"fp16"``,
+    ``"fp32"``), with its processor from the same folder when ``processor`` is not given (offline
+    users pass a path). A model object stays where it is unless ``device`` is given, and in its
+    dtype unless ``dtype`` is. ``processor`` (optional, e.g. ``CLIPProcessor``): its tokenizer
+    encodes texts and its image mean/std replace CLIP's defaults.
 
-    def __init__(self, model, processor=None, device=None) -> None:
+    Pixels enter the model in its own dtype; embeddings and logits come back in float32 (the
+    dtype of the mean/std buffers), so a bf16 checkpoint and the float32 detector mix."""
+
+    def __init__(self, model, processor=None, device=None, dtype="auto") -> None:
         super().__init__()
-        if isinstance(model, str):
-            from transformers import CLIPModel
+        import os
 
-            model = CLIPModel.from_pretrained(model)
+        from icml25.llm.loading import load_model, load_processor, resolve_device, resolve_dtype
+
+        torch_dtype = resolve_dtype(dtype)  # a bad dtype fails before anything loads
+        if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            model = load_model(
+                path, "clip", device="auto" if device is None else device, dtype=dtype
+            )
+            if processor is None:
+                try:
+                    processor = load_processor(path)
+                except OSError:  # a folder with the weights only: images work, texts need one
+                    processor = None
+        else:
+            if device is not None:
+                model = model.to(resolve_device(device))
+            if torch_dtype != "auto":
+                model = model.to(torch_dtype)
+        if not hasattr(model, "get_image_features") or not hasattr(model, "logit_scale"):
+            raise TypeError(
+                f"HFCLIPAdapter needs a CLIP-style model (get_image_features, logit_scale), got "
+                f"{type(model).__name__}"
+            )
         self.model = model.eval()
-        if device is not None:
-            self.model.to(device)
         self.processor = processor
         ip = getattr(processor, "image_processor", None)
         mean = getattr(ip, "image_mean", None) or CLIP_MEAN
@@ -149,8 +175,9 @@ class HFCLIPAdapter(nn.Module):
             x = nn.functional.interpolate(
                 x, size=(self.size, self.size), mode="bilinear", align_corners=False
             )
-        feats = _features(self.model.get_image_features(pixel_values=(x - self.mean) / self.std))
-        return nn.functional.normalize(feats, dim=-1)
+        pixels = ((x - self.mean) / self.std).to(next(self.model.parameters()).dtype)
+        feats = _features(self.model.get_image_features(pixel_values=pixels))
+        return nn.functional.normalize(feats.to(self.mean.dtype), dim=-1)
 
     def encode_text(self, texts: list[str]) -> Tensor:
         if self.processor is None:
@@ -163,7 +190,12 @@ class HFCLIPAdapter(nn.Module):
             for k, v in tok.items()
             if k in ("input_ids", "attention_mask")
         }
-        return nn.functional.normalize(_features(self.model.get_text_features(**tok)), dim=-1)
+        from icml25.llm.loading import check_context_length
+
+        for text, n in zip(texts, tok["attention_mask"].sum(-1).tolist()):
+            check_context_length(self.model, int(n), what=f"text {text[:40]!r}")
+        feats = _features(self.model.get_text_features(**tok))
+        return nn.functional.normalize(feats.to(self.mean.dtype), dim=-1)
 
     def logits(self, x: Tensor, class_text_emb: Tensor) -> Tensor:
         """``logit_scale * e_img @ T^T`` for normalised class text embeddings ``T (K, d)`` (from
