@@ -49,13 +49,21 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
         [{"query": "hv1 dt2 f3", "kind": "harmful"}, {"query": "bv1 nt2 f3", "kind": "helpful"}],
     )
     out = tmp_path / "syn.jsonl"
-    # a random local model as teacher: nothing passes the filters, which is an error (exit 1)
+    # a local model whose 48 positions cannot hold the teacher's prompt: a clear error (exit 2)
     rc = main(["safety-reasoning", "synthesize", "--teacher", str(model_dir), "--queries", str(q), "--out", str(out),
                "--k", "2", "--max-tokens", "4", "--guideline-judge", "none"])  # fmt: skip
+    assert rc == 2 and "more than the model's context of 48" in capsys.readouterr().err
+    from icml25.llm import CallableChat, ChatServer
+
+    # a teacher whose replies never follow the format: nothing passes the filters (exit 1)
+    with ChatServer(CallableChat(lambda messages, **kw: "no reasoning block")) as server:
+        rc = main(["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", server.url, "--queries",
+                   str(q), "--out", str(out), "--k", "2", "--guideline-judge", "none"])  # fmt: skip
     assert rc == 1 and out.exists() and (tmp_path / "syn.jsonl.records.jsonl").exists()
     assert "no candidate was accepted" in capsys.readouterr().err
+    out.unlink()
+    (tmp_path / "syn.jsonl.records.jsonl").unlink()
     # a served teacher (OpenAI-compatible) that follows the format, judged by itself
-    from icml25.llm import CallableChat, ChatServer
 
     def teacher(messages, **kw):
         content = messages[-1]["content"]

@@ -8,7 +8,8 @@ arXiv:2502.04040). Guide: docs/safety_reasoning.md.
 * SRG (§4): guidelines (:data:`DEFAULT_GUIDELINES`), the reasoning format
   (:class:`ReasoningFormat`), synthesis of guideline-following reasoning by a teacher with
   rejection sampling (:func:`synthesize` and the filters), and SFT on the bare query
-  (:func:`build_srg_dataset`, :func:`sft`, or TRL's ``SFTTrainer`` through :func:`sft_trainer`);
+  (:func:`build_srg_dataset`, :func:`sft`, or TRL's ``SFTTrainer`` through :func:`sft_trainer`
+  with the same defaults, :func:`sft_config`);
 * OOD attacks as prompt transformations (:mod:`~icml25.safety_reasoning.attacks`).
 
 Every LLM role (teacher, guideline judge, safety judge, attack rewriters, the model under test)
@@ -63,7 +64,13 @@ from icml25.safety_reasoning.representation import (
     representation_divergence,
 )
 from icml25.safety_reasoning.synthesis import SynthesisReport, synthesize
-from icml25.safety_reasoning.training import masked_lm_loss, sft, sft_trainer, to_trl_rows
+from icml25.safety_reasoning.training import (
+    masked_lm_loss,
+    sft,
+    sft_config,
+    sft_trainer,
+    to_trl_rows,
+)
 
 __all__ = [
     "DEFAULT_GUIDELINES",
@@ -105,6 +112,7 @@ __all__ = [
     "render_guidelines",
     "representation_divergence",
     "sft",
+    "sft_config",
     "sft_trainer",
     "synthesize",
     "teacher_messages",

@@ -7,8 +7,10 @@
 
 Models are ``openai:NAME`` (an OpenAI-compatible server at ``--base-url``), ``hf:PATH`` or a
 local path (a Hugging Face causal LM with a chat template). Judges are ``keyword`` (a refusal is
-safe), ``guard:openai:NAME`` or ``guard:hf:PATH`` (Llama-Guard-3). Synthesis resumes from
-``<out>.records.jsonl``. No torch import at module level.
+safe), ``guard:openai:NAME`` or ``guard:hf:PATH`` (Llama-Guard-3). Every local model (the model,
+teacher, judge and rewriter) loads through ``icml25.llm.load_model`` with ``--device`` and
+``--dtype`` (default: the GPU when there is one, in the checkpoint's own precision). Synthesis
+resumes from ``<out>.records.jsonl``. No torch import at module level.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 
 def add_parser(sub) -> None:
+    from icml25.llm.loading import add_model_args
+
     top = sub.add_parser("safety_reasoning", aliases=["safety-reasoning"],
                          help="Safety Reasoning with Guidelines: synthesize, train, eval, bon (paper 11)")  # fmt: skip
     inner = top.add_subparsers(dest="srg_command", required=True)
@@ -67,6 +71,7 @@ def add_parser(sub) -> None:
     s.add_argument("--max-tokens", type=int, default=1024)
     s.add_argument("--concurrency", type=int, default=8)
     s.add_argument("--seed", type=int, default=0)
+    add_model_args(s)
     s.set_defaults(func=_cmd_synthesize)
 
     t = inner.add_parser(
@@ -86,6 +91,7 @@ def add_parser(sub) -> None:
     t.add_argument("--max-length", type=int, default=2048)
     t.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
     t.add_argument("--seed", type=int, default=0)
+    add_model_args(t)
     t.set_defaults(func=_cmd_train)
 
     for name, helptext in (("eval", "greedy ASR per attack"), ("bon", "Best-of-N ASR curve")):
@@ -109,6 +115,7 @@ def add_parser(sub) -> None:
         e.add_argument("--max-tokens", type=int, default=512)
         e.add_argument("--seed", type=int, default=0)
         e.add_argument("--out", default=None, help="write the results as JSON here")
+        add_model_args(e)
         if name == "eval":
             e.add_argument("--attacks", default="plain,cipher",
                            help="comma list of plain, cipher, atbash, ascii, selfcipher, template, past, persuasion")  # fmt: skip
@@ -135,8 +142,15 @@ def add_parser(sub) -> None:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-def backend_of(spec: str, base_url: str | None = None, api_key: str | None = None) -> Any:
-    """A chat backend from ``openai:NAME``, ``hf:PATH`` or a local path."""
+def backend_of(
+    spec: str,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    model_kw: dict[str, Any] | None = None,
+) -> Any:
+    """A chat backend from ``openai:NAME``, ``hf:PATH`` or a local path; a local model loads
+    through ``icml25.llm.load_model`` with ``model_kw`` (``device``/``dtype``/``device_map``,
+    from :func:`icml25.llm.model_kwargs`)."""
     kind, _, name = spec.partition(":")
     if kind == "openai" and name:
         from icml25.llm import OpenAIChat
@@ -149,18 +163,24 @@ def backend_of(spec: str, base_url: str | None = None, api_key: str | None = Non
         raise ValueError(
             f"model {spec!r}: give openai:NAME (with --base-url), hf:PATH or an existing local path"
         )
-    from icml25.llm import HFChat
+    from icml25.llm import HFChat, load_model, load_tokenizer
 
-    return HFChat(path, require_template=True)
+    tok = load_tokenizer(path)
+    if not getattr(tok, "chat_template", None):  # before loading the weights
+        raise ValueError(
+            f"model {spec!r}: its tokenizer has no chat template; set one in the folder's "
+            "tokenizer_config.json (the model's own) before evaluating or sampling it"
+        )
+    return HFChat(load_model(path, **(model_kw or {})), tok, require_template=True)
 
 
-def judge_of(spec: str, base_url: str | None) -> Any:
+def judge_of(spec: str, base_url: str | None, model_kw: dict[str, Any] | None = None) -> Any:
     from icml25.safety_reasoning.evaluation import LlamaGuardJudge, RefusalKeywordJudge
 
     if spec == "keyword":
         return RefusalKeywordJudge()
     if spec.startswith("guard:"):
-        return LlamaGuardJudge(backend_of(spec.removeprefix("guard:"), base_url))
+        return LlamaGuardJudge(backend_of(spec.removeprefix("guard:"), base_url, None, model_kw))
     raise ValueError(f"--judge {spec!r}: use keyword, guard:openai:NAME or guard:hf:PATH")
 
 
@@ -187,7 +207,7 @@ def _write(path: str | None, data: Any) -> None:
 
 # -- commands ---------------------------------------------------------------------------------------
 def _cmd_synthesize(args: argparse.Namespace) -> int:
-    from icml25.llm import KeywordRefusalDetector
+    from icml25.llm import KeywordRefusalDetector, model_kwargs
     from icml25.safety_reasoning import (
         FormatFilter,
         GuidelineFilter,
@@ -197,7 +217,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     )
 
     try:
-        teacher = backend_of(args.teacher, args.base_url, args.api_key)
+        mkw = model_kwargs(args)
+        teacher = backend_of(args.teacher, args.base_url, args.api_key, mkw)
         queries = load_queries(args.queries, kind=args.kind)
         fmt = fmt_of(args.tags)
         filters: list[Any] = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())]
@@ -206,7 +227,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
                 judge = teacher
             else:
                 try:
-                    judge = backend_of(args.guideline_judge, args.base_url, args.api_key)
+                    judge = backend_of(args.guideline_judge, args.base_url, args.api_key, mkw)
                 except ValueError as exc:
                     raise ValueError(
                         f"--guideline-judge: use teacher, none, openai:NAME or hf:PATH ({exc})"
@@ -233,9 +254,11 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from icml25.llm import load_model, load_tokenizer, model_kwargs
     from icml25.safety_reasoning import SRGExample, build_srg_dataset, sft
 
     try:
+        mkw = model_kwargs(args)
         rows = [
             json.loads(line)
             for line in Path(args.data).read_text(encoding="utf-8").splitlines()
@@ -253,10 +276,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             )
         if not Path(args.model).exists():
             raise ValueError(f"--model {args.model!r} is not a local folder")
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(args.model)
-        model = AutoModelForCausalLM.from_pretrained(args.model)
+        tok = load_tokenizer(args.model)
+        model = load_model(args.model, **mkw)
+        dtype = next(model.parameters()).dtype  # saved in it (sft trains fp32 master weights)
         lora = None
         if args.lora_r > 0:
             from peft import LoraConfig
@@ -271,6 +293,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                     max_length=args.max_length, lora=lora, seed=args.seed)  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError, json.JSONDecodeError) as exc:
         return _fail(exc)
+    if lora is None:  # the checkpoint in the precision it was loaded in (LoRA adapters stay fp32)
+        model.to(dtype)
     model.save_pretrained(args.out)
     tok.save_pretrained(args.out)
     print(f"trained on {len(pairs)} examples; saved to {args.out}")
@@ -307,6 +331,7 @@ def _attack_prompts(path: str) -> list[Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from icml25.llm import model_kwargs
     from icml25.safety_reasoning import (
         CipherAttack,
         PastTenseAttack,
@@ -317,8 +342,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
 
     try:
-        backend = backend_of(args.model, args.base_url, args.api_key)
-        judge = judge_of(args.judge, args.judge_base_url or args.base_url)
+        mkw = model_kwargs(args)
+        backend = backend_of(args.model, args.base_url, args.api_key, mkw)
+        judge = judge_of(args.judge, args.judge_base_url or args.base_url, mkw)
         fmt = fmt_of(args.tags)
         plain = _plain_prompts(args.queries)
         attacks: dict[str, Any] = {}
@@ -338,7 +364,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 attacks[a] = TemplateAttack(blocks, seed=args.seed)
             elif a in ("past", "persuasion"):
                 rw = (
-                    backend_of(args.rewriter, args.base_url, args.api_key)
+                    backend_of(args.rewriter, args.base_url, args.api_key, mkw)
                     if args.rewriter
                     else backend
                 )
@@ -372,6 +398,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_bon(args: argparse.Namespace) -> int:
+    from icml25.llm import model_kwargs
     from icml25.safety_reasoning import best_of_n
 
     try:
@@ -381,8 +408,9 @@ def _cmd_bon(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--n must be a comma list of integers, e.g. 1,4,16,64; got {args.n!r}"
             ) from None
-        backend = backend_of(args.model, args.base_url, args.api_key)
-        judge = judge_of(args.judge, args.judge_base_url or args.base_url)
+        mkw = model_kwargs(args)
+        backend = backend_of(args.model, args.base_url, args.api_key, mkw)
+        judge = judge_of(args.judge, args.judge_base_url or args.base_url, mkw)
         res = best_of_n(backend, _attack_prompts(args.queries), judge, ns, temperature=args.temperature,
                         estimator=args.estimator, max_tokens=args.max_tokens, seed=args.seed,
                         fmt=fmt_of(args.tags), greedy=True)  # fmt: skip

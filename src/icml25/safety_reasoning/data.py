@@ -209,17 +209,26 @@ def build_srg_dataset(examples: Sequence[SRGExample],
 def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
                 system: str | None = None, include_guidelines: Any = False,
                 fmt: ReasoningFormat | None = None) -> list[dict[str, list[int]]]:  # fmt: skip
-    """Token ids and labels for SFT with the tokenizer's chat template: the prompt is the user
-    message (and ``system``, if given) rendered with the generation prompt, the target follows and
-    ends with EOS; ``labels`` are ``-100`` on every prompt token (the loss covers the target only).
-    Rows longer than ``max_length`` are cut at the end. ``ValueError`` for a tokenizer without a
-    chat template (we do not guess one).
+    """Token ids and labels for SFT (§4.3: the loss on ``s = T ⊕ y`` given the bare query), built
+    exactly as TRL's ``SFTTrainer`` builds them from the same conversational prompt/completion row
+    (:func:`~icml25.safety_reasoning.training.to_trl_rows`), through
+    :func:`icml25.llm.tokenize_prompt_completion`: the prompt is the user message (after
+    ``system``, if given) rendered with the generation prompt; the whole conversation (prompt +
+    assistant target) is rendered by the chat template, so the target ends with the template's
+    own end of turn (``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama-3, ``<end_of_turn>`` for
+    Gemma), not with ``tokenizer.eos_token``. ``labels`` are ``-100`` on every prompt token (the
+    loss covers the target only). Rows longer than ``max_length`` are cut at the end (TRL's
+    ``truncation_mode="keep_start"``), with a warning. ``ValueError`` for a tokenizer without a chat
+    template (we do not guess one), for a prompt that alone fills ``max_length``, and for a
+    ``system`` message the template cannot render (Gemma's has no system role).
 
     ``pairs``: ``(query, target)`` string pairs or :class:`SRGExample` objects (their target in
     ``fmt``, default ``<think>`` tags). ``include_guidelines``: ``False`` (SRG: the student sees
     the bare query), ``True`` (the default guidelines as the system message, as the teacher saw
     them: an ablation without context distillation) or a list of guidelines.
     """
+    from icml25.llm import tokenize_prompt_completion
+
     if include_guidelines is not False and include_guidelines is not None:
         from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, teacher_messages
 
@@ -240,9 +249,6 @@ def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
     max_length = check_int("max_length", max_length, 2)
     if not pairs:
         raise ValueError("pairs is empty")
-    eos = tokenizer.eos_token_id
-    if eos is None:
-        raise ValueError("the tokenizer has no eos_token_id: the target could not end")
     out = []
     cut = 0
     for i, item in enumerate(pairs):
@@ -252,26 +258,36 @@ def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
                 f"pairs[{i}] must be a (query, target) pair of strings, got {item!r:.80}"
             )
         query, target = item
-        msgs = ([{"role": "system", "content": system}] if system else []) + [
+        prompt = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": query}]  # fmt: skip
-        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        p_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        t_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
-        if len(p_ids) >= max_length:
-            raise ValueError(
-                f"pairs[{i}]: the prompt alone has {len(p_ids)} tokens, max_length={max_length} leaves "
-                "no target token; raise max_length"
+        try:
+            row = tokenize_prompt_completion(
+                tokenizer, prompt, [{"role": "assistant", "content": target}]
             )
-        cut += len(p_ids) + len(t_ids) > max_length
-        ids = (p_ids + t_ids)[:max_length]
-        labels = ([-100] * len(p_ids) + t_ids)[:max_length]
-        out.append({"input_ids": ids, "labels": labels})
+        except Exception as exc:
+            if system and "system" in str(exc).lower():
+                raise ValueError(
+                    f"the chat template cannot render a system message ({exc}); this model's "
+                    "template has no system role (Gemma's): leave system=None / "
+                    "include_guidelines=False, or put the text in the user message"
+                ) from exc
+            raise
+        n_prompt = next((k for k, t in enumerate(row["labels"]) if t != -100), len(row["labels"]))
+        if n_prompt >= max_length:
+            raise ValueError(
+                f"pairs[{i}]: the prompt alone has {n_prompt} tokens, max_length={max_length} "
+                "leaves no target token; raise max_length"
+            )
+        cut += len(row["input_ids"]) > max_length
+        out.append(
+            {"input_ids": row["input_ids"][:max_length], "labels": row["labels"][:max_length]}
+        )
     if cut:
         import warnings
 
         warnings.warn(
             f"{cut} of {len(out)} rows were cut at max_length={max_length}: their targets lose "
-            "their end (and EOS)",
+            "their end (and the end of turn)",
             stacklevel=2,
         )
     return out

@@ -4,7 +4,10 @@ target tokens only, ``L = -sum_t log pi(s_t | x, s_<t)`` with ``s = T ⊕ y`` (S
 :func:`sft` is a plain torch loop over any Hugging Face causal LM (full fine-tuning, or LoRA through
 PEFT when ``lora`` is a ``peft.LoraConfig``). :func:`sft_trainer` builds TRL's ``SFTTrainer`` on the
 same rows (prompt/completion format, loss on the completion only) for ``accelerate launch``
-(DDP/FSDP/DeepSpeed) at real scale.
+(DDP/FSDP/DeepSpeed) at real scale. Both follow TRL's conventions: the targets are tokenised as
+``SFTTrainer`` tokenises them (the chat template's own end of turn,
+:func:`~icml25.safety_reasoning.data.to_chat_sft`), and a bf16/fp16 checkpoint trains with float32
+master weights (:class:`icml25.llm.MixedPrecision`), so that no update at ``lr=1e-5`` rounds away.
 """
 
 from __future__ import annotations
@@ -16,7 +19,20 @@ from typing import Any
 from icml25.safety_reasoning._checks import check_int
 from icml25.safety_reasoning.data import to_chat_sft
 
-__all__ = ["masked_lm_loss", "sft", "sft_trainer", "to_trl_rows"]
+__all__ = ["masked_lm_loss", "sft", "sft_config", "sft_trainer", "to_trl_rows"]
+
+#: Defaults of :func:`sft` and :func:`sft_config` (the paper reports none; common full-SFT settings
+#: for 8B models, docs/safety_reasoning.md, Decisions).
+SFT_DEFAULTS = {
+    "lr": 1e-5,  # AdamW learning rate
+    "epochs": 3.0,
+    "batch_size": 8,
+    "max_length": 2048,  # tokens per row (prompt + target), cut at the end
+    "warmup_ratio": 0.05,  # linear warm-up share of the steps, then cosine decay to 0
+    "weight_decay": 0.0,
+    "max_grad_norm": 1.0,
+    "seed": 0,
+}
 
 
 def masked_lm_loss(logits: Any, labels: Any) -> Any:
@@ -59,30 +75,45 @@ def sft(
     weight_decay: float = 0.0,
     lora: Any = None,
     system: str | None = None,
+    mixed_precision: bool = True,
     seed: int = 0,
     progress: bool | None = None,
 ) -> Any:
-    """Fine-tune ``model`` on ``(query, target)`` pairs with the loss on target tokens only.
+    """Fine-tune ``model`` on ``(query, target)`` pairs with the loss on target tokens only (§4.3).
 
     Args:
         pairs: ``(query, target)`` pairs from
             :func:`~icml25.safety_reasoning.data.build_rt_dataset` or
             :func:`~icml25.safety_reasoning.data.build_srg_dataset`, or the
-            :class:`~icml25.safety_reasoning.data.SRGExample` list of a synthesis report.
+            :class:`~icml25.safety_reasoning.data.SRGExample` list of a synthesis report. Rows are
+            tokenised as TRL's ``SFTTrainer`` tokenises them
+            (:func:`~icml25.safety_reasoning.data.to_chat_sft`).
         lr, epochs, batch_size: AdamW settings; ``steps`` overrides ``epochs``. Defaults are
             common full-SFT settings for 8B models (the paper's are not reported; our choice,
             docs/safety_reasoning.md).
+        max_length: tokens per row; also capped at the model's context
+            (:func:`icml25.llm.context_length`). Longer rows are cut at the end, with a warning.
         warmup_ratio: linear warm-up share of the steps, then cosine decay to 0.
         lora: a ``peft.LoraConfig`` to train adapters only (the base weights stay unchanged).
         system: an optional system message in every prompt (not the guidelines: SRG's student
             sees the bare query).
+        mixed_precision: for a bf16/fp16 checkpoint (every Llama-3.1 loads in bf16), train
+            float32 master weights with the forward under autocast in the checkpoint's dtype
+            (:class:`icml25.llm.MixedPrecision`, what ``accelerate``'s mixed precision does).
+            ``False`` runs AdamW on the low-precision weights, where most updates at ``lr=1e-5``
+            round away (a warning says so). No effect on a float32 model.
 
     Returns:
         The trained model (the PEFT model when ``lora`` is given), in eval mode, on the device
-        it came on. Batches follow the model's device; padding is on the right.
+        it came on. The trained parameters of a bf16/fp16 checkpoint are left in float32 (the
+        master weights; ``model.to(torch.bfloat16)`` gives the checkpoint's size back), frozen
+        ones keep their dtype. ``model.sft_losses`` holds the loss of every step. Batches follow
+        the model's device; padding is on the right. Dropout stays as the model configures it
+        (TRL's ``SFTTrainer`` trains in train mode too).
     """
     import torch
 
+    from icml25.llm import MixedPrecision, context_length
     from icml25.progress import track
 
     if (
@@ -92,11 +123,12 @@ def sft(
     ):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     batch_size = check_int("batch_size", batch_size, 1)
+    max_length = check_int("max_length", max_length, 2)
     if steps is not None:
         steps = check_int("steps", steps, 1)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
-            f"model must be a loaded torch model (e.g. AutoModelForCausalLM.from_pretrained(path)), "
+            f"model must be a loaded torch model (e.g. icml25.llm.load_model(path)), "
             f"got {type(model).__name__}: {model!r:.60}"
         )
     if tokenizer is None:
@@ -105,16 +137,34 @@ def sft(
         raise ValueError(f"epochs must be > 0, got {epochs!r}")
     if not 0 <= warmup_ratio < 1:
         raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio!r}")
-    rows = to_chat_sft(pairs, tokenizer, max_length=max_length, system=system)
+    ctx = context_length(model)
+    rows = to_chat_sft(
+        pairs, tokenizer, max_length=min(max_length, ctx or max_length), system=system
+    )
     if lora is not None:
         from peft import get_peft_model
 
         model = get_peft_model(model, lora)
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # fp32 master weights before the optimizer is built: it must hold the float32 parameters
+    mp = MixedPrecision.prepare(model, enabled=bool(mixed_precision))
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameter (requires_grad is False everywhere)")
+    low = [p for p in params if p.dtype in (torch.bfloat16, torch.float16)]
+    if low:
+        import warnings
+
+        warnings.warn(
+            f"mixed_precision=False: AdamW updates {len(low)} {low[0].dtype} parameters in place; "
+            f"at lr={lr} most updates round away. Use mixed_precision=True (float32 master weights)",
+            stacklevel=2,
+        )
+    device = next(model.parameters()).device  # the embedding's, also under a device_map
+    pad = next(
+        (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0
+    )  # padded positions have attention 0 and label -100: any id will do
     n_steps = steps or max(1, math.ceil(epochs * len(rows) / batch_size))
     warmup = int(warmup_ratio * n_steps)
-    params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
     def lr_at(step: int) -> float:
@@ -125,7 +175,6 @@ def sft(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     gen = torch.Generator().manual_seed(seed)
     order: list[int] = []
-    was_training = model.training
     model.train()
     losses = []
     for _ in track(
@@ -145,29 +194,36 @@ def sft(
             labels[r, :n] = torch.tensor(row["labels"])
             attn[r, :n] = 1
         ids, labels, attn = ids.to(device), labels.to(device), attn.to(device)
-        logits = model(input_ids=ids, attention_mask=attn).logits
-        loss = masked_lm_loss(logits, labels)
+        with mp.autocast():
+            logits = model(input_ids=ids, attention_mask=attn).logits
+        loss = masked_lm_loss(logits, labels)  # float32
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_norm_(params, SFT_DEFAULTS["max_grad_norm"])
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
-    model.train(was_training)
     model.eval()
     model.sft_losses = losses
     return model
 
 
-def to_trl_rows(
-    pairs: Sequence[tuple[str, str]], system: str | None = None
-) -> list[dict[str, Any]]:
+def to_trl_rows(pairs: Sequence[Any], system: str | None = None) -> list[dict[str, Any]]:
     """TRL's conversational prompt/completion rows (``SFTTrainer`` puts the loss on the completion
-    only for this format)."""
+    only for this format). ``pairs``: ``(query, target)`` string pairs or
+    :class:`~icml25.safety_reasoning.data.SRGExample` objects (target in ``<think>`` tags)."""
+    from icml25.safety_reasoning.data import SRGExample
+
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(
+            f"pairs must be a list of (query, target) pairs or SRGExample, got {type(pairs).__name__}"
+        )
     if not pairs:
         raise ValueError("pairs is empty")
     out = []
     for i, item in enumerate(pairs):
+        if isinstance(item, SRGExample):
+            item = (item.query.text, item.target())
         if not (
             isinstance(item, (tuple, list))
             and len(item) == 2
@@ -182,23 +238,93 @@ def to_trl_rows(
     return out
 
 
-def sft_trainer(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], args: Any = None,
-                system: str | None = None, **kwargs: Any) -> Any:  # fmt: skip
-    """TRL's ``SFTTrainer`` on the same data as :func:`sft` (needs ``icml25[train]``); call
-    ``.train()`` on it, under ``accelerate launch`` for several GPUs. ``args``: a
-    ``trl.SFTConfig`` (default: an output folder in a temp dir, no reporting)."""
+def _bf16_supported() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def sft_config(output_dir: str | None = None, **overrides: Any) -> Any:
+    """The ``trl.SFTConfig`` :func:`sft_trainer` uses when ``args=None``: :func:`sft`'s defaults
+    (:data:`SFT_DEFAULTS`: lr 1e-5, 3 epochs, batch 8 per device, 5 % linear warm-up then cosine
+    to 0, weight decay 0, gradient clip 1.0, ``max_length=2048``, seed 0), no reporting, no
+    checkpoints saved during training (``save_strategy="no"``; call ``trainer.save_model(path)``),
+    ``bf16`` only where a GPU supports it (so it runs on a CPU machine), and the output folder in
+    a fresh temp dir unless ``output_dir`` is given (nothing is written to the working directory).
+    ``overrides`` replace any field (``max_steps=100``, ``eval_strategy="steps"``...)."""
+    import tempfile
+
+    from trl import SFTConfig
+
+    d = SFT_DEFAULTS
+    kw: dict[str, Any] = {
+        "output_dir": output_dir or tempfile.mkdtemp(prefix="icml25-srg-sft-"),
+        "learning_rate": d["lr"],
+        "num_train_epochs": d["epochs"],
+        "per_device_train_batch_size": d["batch_size"],
+        "per_device_eval_batch_size": d["batch_size"],
+        "warmup_steps": d["warmup_ratio"],  # a float in [0, 1) is a ratio of the total steps
+        "lr_scheduler_type": "cosine",
+        "weight_decay": d["weight_decay"],
+        "max_grad_norm": d["max_grad_norm"],
+        "max_length": d["max_length"],
+        "seed": d["seed"],
+        "report_to": "none",
+        "save_strategy": "no",
+        "bf16": _bf16_supported(),
+        "fp16": False,
+    }
+    kw.update(overrides)
+    return SFTConfig(**kw)
+
+
+def sft_trainer(
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[Any],
+    args: Any = None,
+    system: str | None = None,
+    *,
+    eval_dataset: Any = None,
+    mixed_precision: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """TRL's ``SFTTrainer`` on the same rows as :func:`sft` (needs ``icml25[train]``); call
+    ``.train()`` on it (under ``accelerate launch`` for several GPUs) and ``.evaluate()``.
+
+    Args:
+        model: a loaded causal LM (``icml25.llm.load_model(path)``) or a PEFT model.
+        pairs / eval_dataset: ``(query, target)`` pairs or ``SRGExample`` objects, turned into
+            conversational prompt/completion rows (:func:`to_trl_rows`); TRL tokenises them into
+            the ids and labels :func:`~icml25.safety_reasoning.data.to_chat_sft` builds.
+            ``eval_dataset`` may also be a ready ``datasets.Dataset`` (or a dict of them).
+        args: a ``trl.SFTConfig``; ``None`` gives :func:`sft_config` (our :func:`sft` defaults:
+            lr 1e-5, 3 epochs, batch 8, 5 % warm-up then cosine, clip 1.0, ``max_length=2048``; a
+            temp output folder, no reporting, no checkpoints, ``bf16`` only on a GPU that supports
+            it; with ``eval_dataset``, evaluation at the end of every epoch).
+        system: a system message in every prompt.
+        mixed_precision: upcast a bf16/fp16 model's trainable parameters to float32 (master
+            weights, as :func:`sft` does); with ``bf16=True`` the ``Trainer`` runs the forward
+            under autocast. Without it, the ``Trainer``'s AdamW updates the bf16 weights in place.
+            Skipped when a ``peft_config`` is passed (TRL then wraps the model and PEFT keeps its
+            adapters in float32).
+        **kwargs: more ``SFTTrainer`` arguments (``peft_config``, ``callbacks``...).
+    """
     try:
         import datasets
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTTrainer
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("sft_trainer needs TRL: pip install 'icml25[train]'") from exc
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template; set the model's own template first")
     if args is None:
-        import tempfile
-
-        args = SFTConfig(output_dir=tempfile.mkdtemp(prefix="icml25-srg-sft-"), report_to=[])
+        args = sft_config(**({"eval_strategy": "epoch"} if eval_dataset is not None else {}))
     data = datasets.Dataset.from_list(to_trl_rows(pairs, system))
-    return SFTTrainer(
-        model=model, args=args, train_dataset=data, processing_class=tokenizer, **kwargs
-    )
+    if eval_dataset is not None and not isinstance(eval_dataset, (datasets.Dataset, dict)):
+        eval_dataset = datasets.Dataset.from_list(to_trl_rows(eval_dataset, system))
+    if mixed_precision and "peft_config" not in kwargs and not isinstance(model, str):
+        from icml25.llm import MixedPrecision
+
+        MixedPrecision.prepare(model)
+    return SFTTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_dataset,
+                      processing_class=tokenizer, **kwargs)  # fmt: skip
