@@ -298,3 +298,16 @@ def test_prompt_longer_than_the_context_is_an_error_per_item():
     with pytest.raises(RuntimeError, match="more than the model's context"):
         synthesize(chat, [Query("bake bread", "helpful")], [Guideline("G1", "Be safe.")], k=1,
                    max_tokens=3, progress=False)  # fmt: skip
+
+
+def test_hidden_states_refuse_a_prompt_past_the_context():
+    """GPT-2 indexes its position table past 128 (an IndexError) and a RoPE model degrades
+    silently: a prompt longer than the context is a clear error naming it."""
+    from icml25.safety_reasoning.representation import last_token_states
+    from icml25.toy import tiny_model, tiny_tokenizer
+
+    tok, model = tiny_tokenizer("gpt2"), tiny_model("gpt2")
+    ok = last_token_states(model, tok, ["red cat"], chat_template=False)
+    assert ok.shape[0] == 1
+    with pytest.raises(ValueError, match=r"prompt 1 .* more than the model's context of 128"):
+        last_token_states(model, tok, ["red cat", "red cat " * 100], chat_template=False)

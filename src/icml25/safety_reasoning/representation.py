@@ -63,6 +63,8 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer:
     """
     import torch
 
+    from icml25.llm import check_context_length
+
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
         raise ValueError("prompts must be a non-empty list of strings")
     for i, p in enumerate(prompts):
@@ -79,7 +81,7 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer:
         )
     idx = _resolve_layer(layer, n_layers)
     seqs = []
-    for p in prompts:
+    for i, p in enumerate(prompts):
         if chat_template:
             msgs = ([{"role": "system", "content": system}] if system else []) + [
                 {"role": "user", "content": p}
@@ -90,6 +92,7 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids:
             raise ValueError(f"prompt {p!r:.60} tokenises to nothing")
+        check_context_length(model, len(ids), what=f"prompt {i} ({p!r:.40})")
         seqs.append(ids)
     device = next(model.parameters()).device
     pad = (
