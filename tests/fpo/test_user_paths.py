@@ -41,7 +41,8 @@ def test_dropout_is_off_so_step_one_is_log2(toy):
     h = train_preference(pol, tok, recs[:8], PreferenceConfig(method="dpo", lr=1e-9, batch_size=8,
                                                                progress=False), ref_model=ref)  # fmt: skip
     assert h.steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
-    assert all(m.p == 0 for m in pol.modules() if isinstance(m, torch.nn.Dropout))
+    # dropout is off for the forwards only (eval mode inside the step); the model is not mutated
+    assert all(m.p == 0.1 for m in pol.modules() if isinstance(m, torch.nn.Dropout))
 
 
 def test_harvest_is_padding_invariant_on_absolute_positions(toy):

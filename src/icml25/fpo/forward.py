@@ -3,7 +3,8 @@ FPO, the pooled SAE codes of the residual stream at layer ℓ, from the same for
 
 The batch is the ``2B``-row layout of :class:`~icml25.fpo.data.PreferenceCollator` (chosen rows,
 then rejected rows). Position ids follow the attention mask, so left- and right-padded batches
-give the same numbers.
+give the same numbers; the model is called by keyword. Under ``torch.autocast`` (a bf16
+checkpoint trained with float32 master weights) the SAE still encodes in its own dtype (float32).
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def pool_response_codes(codes: Tensor, mask: Tensor, mode: str = "mean") -> Tens
     return s / mask.shape[1]
 
 
+def _autocast_off(device_type: str) -> Any:
+    """Leave an enclosing ``torch.autocast`` for the block (a no-op outside one)."""
+    import contextlib
+
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
 def position_ids(attention_mask: Tensor) -> Tensor:
     """Positions counted over the attended tokens (0 at each row's first real token)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -92,10 +102,14 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
                         "PreferenceCollator)")  # fmt: skip
     if site not in SITES:
         raise ValueError(f"site must be one of {SITES}, got {site!r}")
+    from icml25.llm import check_context_length
+
     dev = next(model.parameters()).device
     ids = batch["input_ids"].to(dev)
     att = batch.get("attention_mask", torch.ones_like(ids)).to(dev)
     labels = batch["labels"].to(dev)
+    # the longest row, not the padded width: a left-padded row starts at position 0
+    check_context_length(model, int(att.sum(-1).max()), what="a preference row (prompt + response)")
     kw = {"position_ids": position_ids(att), "use_cache": False}
     if sae is not None:
         if layer is None:
@@ -120,7 +134,8 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
         if sae.W_enc.device != h.device:
             raise ValueError(f"the SAE is on {sae.W_enc.device} but the model's activations are on "
                              f"{h.device}: move it with sae.to(device)")  # fmt: skip
-        codes = pool_response_codes(sae.encode(h[mask].to(dt)), mask, pool)
+        with _autocast_off(h.device.type):  # a bf16 autocast forward still encodes in ``dt``
+            codes = pool_response_codes(sae.encode(h[mask].to(dt)), mask, pool)
         if not bool(torch.isfinite(codes).all()):
             raise FloatingPointError(f"NaN or inf in the {role}'s pooled SAE codes")
     return PassOutput(s, m, n, codes, logits if keep_logits else None)

@@ -36,6 +36,7 @@ from icml25.fpo.losses import (
     tdpo_loss,
 )
 from icml25.fpo.sae import SparseAutoencoder
+from icml25.llm.training import MixedPrecision, dropout_disabled
 
 __all__ = ["METHODS", "History", "PreferenceConfig", "preference_step_loss", "train_preference"]
 
@@ -85,7 +86,7 @@ class PreferenceConfig:
     paper_mode: bool = True
     seed: int = 0
     dtype: str = "float32"  # the SAE encode / loss dtype; log-softmax is float32 anyway
-    disable_dropout: bool = True  # TRL's DPOConfig default
+    disable_dropout: bool = True  # TRL's DPOConfig default: log-probs without dropout
     log_every: int = 10
     progress: bool | None = None
 
@@ -225,19 +226,6 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
     return loss, logs
 
 
-def _disable_dropout(model: nn.Module) -> None:
-    """Dropout off in the policy, as TRL's ``DPOConfig(disable_dropout=True)`` (the default):
-    with dropout the policy differs from the offline reference even at step 0."""
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = 0.0
-    cfg = getattr(model, "config", None)
-    for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout",
-                 "attention_probs_dropout_prob", "hidden_dropout_prob"):  # fmt: skip
-        if isinstance(getattr(cfg, name, None), float):
-            setattr(cfg, name, 0.0)
-
-
 def _data_fingerprint(dataset: Any) -> str:
     import hashlib
     import json
@@ -280,6 +268,13 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     ``ref_model``, from which the cache is built before training (then no longer used). DPO uses
     the cache the same way (log-probs only); TDPO runs ``ref_model`` each step; SimPO and SFT need
     no reference. Learning rate: linear warm-up over ``warmup_steps``, then constant (Table 5).
+
+    TRL's conventions: with ``config.disable_dropout`` (default) every policy forward runs with
+    dropout off (:func:`~icml25.llm.dropout_disabled`: the policy equals its reference at step 0,
+    so DPO's and FPO's first loss is ``log 2``); the reference model runs in eval mode; a
+    bf16/fp16 policy trains float32 master weights with the forward under autocast in its own
+    dtype (:class:`~icml25.llm.MixedPrecision`), so its trainable parameters are float32 after the
+    call (``policy.to(torch.bfloat16)`` before saving restores the checkpoint's size).
 
     ``checkpoint``: a file; the run saves model, optimizer, RNG and history there every
     ``save_every`` steps and at the end, and a rerun with the same file resumes from it.
@@ -339,8 +334,6 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
             raise ValueError(f"method {cfg.method!r} runs the reference model each step: pass "
                              "ref_model=")  # fmt: skip
         ref_model.eval()  # run under no_grad; restored at the end
-    if cfg.disable_dropout:
-        _disable_dropout(policy)
     identical = 0
     for i in range(n):
         r = dataset[i]
@@ -351,9 +344,11 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
                       "(their logit is 0 minus the constraint)", stacklevel=2)  # fmt: skip
 
     gen = torch.Generator().manual_seed(cfg.seed)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    if not params:
+    if not any(p.requires_grad for p in policy.parameters()):
         raise ValueError("the policy has no trainable parameter")
+    # a bf16/fp16 checkpoint trains float32 master weights under autocast (before the optimizer)
+    mp = MixedPrecision.prepare(policy)
+    params = [p for p in policy.parameters() if p.requires_grad]
     opt = _optimizer(params, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
@@ -408,8 +403,11 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
             t0 = time.perf_counter()
             before = n_fwd[0]
             try:
-                loss, logs = preference_step_loss(policy, batch, cfg, sae=sae, ref_cache=ref_cache,
-                                                  ref_model=ref_model)  # fmt: skip
+                # log-probs without dropout (TRL's disable_dropout): the policy then equals the
+                # reference at step 0; the graph is kept, so backward runs after the block
+                with dropout_disabled(policy, enabled=cfg.disable_dropout), mp.autocast():
+                    loss, logs = preference_step_loss(policy, batch, cfg, sae=sae,
+                                                      ref_cache=ref_cache, ref_model=ref_model)  # fmt: skip
             except FloatingPointError as e:
                 raise FloatingPointError(f"step {step + 1} (pairs {idx[:4]}...): {e}") from None
             opt.zero_grad(set_to_none=True)

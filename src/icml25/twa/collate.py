@@ -1,10 +1,12 @@
 """Batches for TWA training (docs/twa.md "Use it"): token ids, labels and TWA's token roles.
 
-For a causal LM the prompt (``prompt_template`` filled with the source) and the target are
-tokenized SEPARATELY and concatenated, so the target's character offsets (and with them the
-error spans) refer to the target string alone; prompt tokens are labelled -100 and EOS is
-appended to the target. For a seq2seq model the source is the encoder input and the target (plus
-EOS) the labels; the model builds its decoder inputs from the labels.
+For a causal LM the prompt (``prompt_template`` filled with the source, or ``prompt_fn``) and
+the target are tokenized SEPARATELY and concatenated, so the target's character offsets (and
+with them the error spans) refer to the target string alone; prompt tokens are labelled -100 and
+the target ends with EOS, or, with :func:`chat_prompt_fn`, with the chat template's own end of
+turn (as TRL's ``SFTTrainer`` tokenises a chat row). For a seq2seq model the source is the encoder
+input and the target (plus EOS) the labels; the model builds its decoder inputs from the labels.
+Batches are right-padded and the model is called by keyword.
 
 ``positive``, ``span_ids`` are aligned with ``labels``; :func:`twa_loss_on_batch` shifts them with
 the logits for causal LMs (``logits[:, t]`` predicts ``labels[:, t + 1]``).
@@ -26,10 +28,31 @@ from icml25.twa.loss import TWALossOutput, twa_loss
 __all__ = ["TWACollator", "chat_prompt_fn", "twa_loss_on_batch"]
 
 
+_SENTINEL = "\u2063TWA\u2063"  # an assistant reply the template cannot confuse with markup
+
+
+def _turn_end_ids(tokenizer) -> list[int]:
+    """What the chat template puts after an assistant message's content (``<|im_end|>`` and a
+    newline for ChatML, ``<|eot_id|>`` for Llama-3, ``<end_of_turn>`` and a newline for Gemma), as
+    token ids: the end of a chat-format target in TRL's SFT, which renders the whole conversation
+    with the template."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL}],
+        tokenize=False,
+    )
+    at = text.rfind(_SENTINEL)
+    tail = text[at + len(_SENTINEL) :] if at >= 0 else ""
+    ids = list(tokenizer(tail, add_special_tokens=False)["input_ids"]) if tail else []
+    return [int(i) for i in ids] or [int(tokenizer.eos_token_id)]
+
+
 def chat_prompt_fn(tokenizer):
     """``source -> ids`` of the source as one user message rendered with the tokenizer's chat
     template and the generation prompt (how :func:`icml25.toy.train_causal_lm` and
-    :class:`icml25.llm.hf.HFChat` show a prompt to the model)."""
+    :class:`icml25.llm.hf.HFChat` show a prompt to the model). The function's ``completion_end``
+    attribute holds the ids the template closes an assistant turn with; :class:`TWACollator` ends
+    each target with them instead of the EOS (the template's end of turn is not always the EOS:
+    Llama-3 ``<|eot_id|>`` vs ``<|end_of_text|>``)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template; use prompt_template instead")
 
@@ -39,6 +62,7 @@ def chat_prompt_fn(tokenizer):
         )
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    fn.completion_end = _turn_end_ids(tokenizer)
     return fn
 
 
@@ -78,7 +102,9 @@ class TWACollator:
             else the default table for spans without one; a dict or ``"uniform"``: every span is
             re-weighted from its severity and category (the severity ablation).
         prompt_fn: ``source -> prompt token ids`` for causal LMs, replacing the template (e.g.
-            :func:`chat_prompt_fn` for a model trained on chat-rendered prompts).
+            :func:`chat_prompt_fn` for a model trained on chat-rendered prompts). When it has a
+            ``completion_end`` attribute (:func:`chat_prompt_fn` does) each target ends with those
+            ids (the template's end of turn) instead of EOS.
     """
 
     def __init__(
@@ -116,6 +142,8 @@ class TWACollator:
         if prompt_fn is not None and not callable(prompt_fn):
             raise TypeError(f"prompt_fn must be callable, got {prompt_fn!r}")
         self.prompt_fn = prompt_fn
+        end = getattr(prompt_fn, "completion_end", None) if model_type == "causal" else None
+        self.target_end = [int(i) for i in end] if end else [int(tokenizer.eos_token_id)]
         self.tok, self.model_type = tokenizer, model_type
         self.prompt_template, self.add_bos = prompt_template, add_bos
         self.max_source_len, self.max_target_len = max_source_len, max_target_len
@@ -130,9 +158,10 @@ class TWACollator:
     def features(self, ex: AnnotatedTranslation) -> dict[str, Any] | None:
         """One example's unpadded ids, labels and roles (None when its policy drops it)."""
         ids = self._encode(ex.target)
-        cut = len(ids) > self.max_target_len - 1
-        # a target cut by truncation gets no EOS: training EOS there would teach early stops
-        tgt = ids[: self.max_target_len] if cut else ids + [self.tok.eos_token_id]
+        cut = len(ids) + len(self.target_end) > self.max_target_len
+        # a target cut by truncation gets no end: training EOS there would teach early stops
+        kept = ids[: self.max_target_len] if cut else ids
+        tgt = kept if cut else ids + self.target_end
         T = len(tgt)
         spans = ex.spans
         if self.weights is not None:  # re-weight from the severities
@@ -141,9 +170,7 @@ class TWACollator:
                           severity_weight(s.severity, s.category, self.weights))
                 for s in spans
             ]  # fmt: skip
-        spans, unloc = char_spans_to_token_spans(
-            ex.target, spans, self.tok, max_length=len(ids[: T if cut else T - 1])
-        )
+        spans, unloc = char_spans_to_token_spans(ex.target, spans, self.tok, max_length=len(kept))
         roles = build_token_roles(
             T,
             spans,
@@ -230,8 +257,16 @@ def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "
             f"model_type={model_type!r} but the model is {kind} model: use model_type="
             f"{'seq2seq' if enc_dec else 'causal'!r} (and the same in TWACollator)"
         )
+    from icml25.llm import check_context_length
+
     p = next(model.parameters())
     b = {k: v.to(p.device) for k, v in batch.items()}
+    # a sequence past the model's positions is an index error (GPT-2) or silently meaningless
+    # (rotary positions): refused, naming the lengths
+    what = "a TWA row (prompt + target)" if model_type == "causal" else "a TWA source"
+    check_context_length(model, int(b["attention_mask"].sum(-1).max()), what=what)
+    if model_type == "seq2seq":
+        check_context_length(model, int(b["labels"].shape[1]), what="a TWA target")
     if model_type == "causal":
         out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
     else:  # the model builds decoder inputs from the labels (Marian, T5, NLLB)

@@ -1,7 +1,9 @@
 """Training with TWA: a plain PyTorch loop (:func:`train_twa`) for small models and tests, and
 :class:`TWAHFTrainer`, a ``transformers.Trainer`` whose loss is :func:`twa_loss`, for real scale
-(``accelerate launch`` runs it with DDP/FSDP/DeepSpeed unchanged). The defaults of
-:class:`TWAConfig` are ours (the paper's optimiser settings could not be read; docs/twa.md).
+(``accelerate launch`` runs it with DDP/FSDP/DeepSpeed unchanged). Both take causal LMs and
+seq2seq translation models (Marian, T5, NLLB). The defaults of :class:`TWAConfig` (and of
+``TWAHFTrainer(args=None)``) are ours (the paper's optimiser settings could not be read;
+docs/twa.md).
 """
 
 from __future__ import annotations
@@ -82,28 +84,47 @@ class TrainHistory:
     evals: list[dict] = field(default_factory=list)
 
 
+def _model_type(model, model_type: str | None) -> str:
+    """``model_type`` as given, else from the model's config (``is_encoder_decoder``)."""
+    if model_type is not None:
+        return model_type
+    enc_dec = getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    return "seq2seq" if enc_dec else "causal"
+
+
 def train_twa(
     model,
     tokenizer,
     data: Sequence[AnnotatedTranslation],
     config: TWAConfig | None = None,
     *,
-    model_type: str = "causal",
+    model_type: str | None = None,
     eval_fn: Callable[[object], dict] | None = None,
     eval_every: int | None = None,
     progress: bool | None = None,
     prompt_fn=None,
 ) -> TrainHistory:
-    """Fine-tune ``model`` (a Hugging Face causal LM or seq2seq model, or any module taking
-    ``input_ids``/``attention_mask`` and returning logits) on annotated translations with TWA.
-    Batches are shuffled with ``config.seed``; ``eval_fn(model)`` runs every ``eval_every``
-    steps and at the end; ``prompt_fn`` as in :class:`TWACollator`. The model is left in
-    ``eval()`` mode."""
+    """Fine-tune ``model`` (a Hugging Face causal LM or seq2seq model such as Marian, T5 or NLLB,
+    or any module taking ``input_ids``/``attention_mask`` and returning logits) on annotated
+    translations with TWA. ``model_type``: ``"causal"`` or ``"seq2seq"`` (default: from
+    ``model.config.is_encoder_decoder``, else causal). Batches are shuffled with ``config.seed``;
+    ``eval_fn(model)`` runs every ``eval_every`` steps and at the end; ``prompt_fn`` as in
+    :class:`TWACollator`.
+
+    TRL's conventions: TWA is a per-token SFT-style loss with no reference model, so dropout
+    stays on as configured (as TRL's ``SFTTrainer`` trains); a bf16/fp16 checkpoint trains float32
+    master weights with the forward under autocast in its own dtype
+    (:class:`~icml25.llm.MixedPrecision`), so its trainable parameters are float32 afterwards.
+    The model is left in ``eval()`` mode."""
+    from icml25.llm.training import MixedPrecision
     from icml25.progress import track
 
     cfg = config or TWAConfig()
+    if not isinstance(cfg, TWAConfig):
+        raise TypeError(f"config must be a TWAConfig, got {type(cfg).__name__}")
     if not data:
         raise ValueError("data is empty: nothing to train on")
+    model_type = _model_type(model, model_type)
     collate = TWACollator(
         tokenizer,
         model_type=model_type,
@@ -112,9 +133,10 @@ def train_twa(
         weights=cfg.severity_weights,
         prompt_fn=prompt_fn,
     )
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
+    if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("the model has no trainable parameters")
+    mp = MixedPrecision.prepare(model)  # float32 master weights; before the optimizer
+    params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(data) / cfg.batch_size)
     total = cfg.max_steps or per_epoch * cfg.epochs
@@ -139,10 +161,11 @@ def train_twa(
             g["lr"] = (
                 cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
             )
-        out = twa_loss_on_batch(
-            model, batch, model_type=model_type, unlikelihood=cfg.unlikelihood,
-            reduction=cfg.reduction, eps=cfg.eps,
-        )  # fmt: skip
+        with mp.autocast():
+            out = twa_loss_on_batch(
+                model, batch, model_type=model_type, unlikelihood=cfg.unlikelihood,
+                reduction=cfg.reduction, eps=cfg.eps,
+            )  # fmt: skip
         if not bool(torch.isfinite(out.loss)):
             raise FloatingPointError(
                 f"the TWA loss became {float(out.loss)} at step {step}; lower lr"
@@ -180,41 +203,118 @@ except ImportError:  # pragma: no cover
 if _Trainer is not None:
 
     class TWAHFTrainer(_Trainer):
-        """``transformers.Seq2SeqTrainer`` with the TWA loss, for seq2seq and causal models. Use
-        :class:`TWACollator` as ``data_collator`` and ``Seq2SeqTrainingArguments(
-        remove_unused_columns=False)`` (the collator needs the raw records;
-        ``predict_with_generate`` then evaluates by generation). ``model_type`` and the :func:`twa_loss` options are keyword
-        arguments. The loss is already a token mean per micro-batch, so the Trainer must not
-        rescale it for gradient accumulation by item count (``loss_is_scaled_for_ga``)."""
+        """``transformers.Seq2SeqTrainer`` with the TWA loss, for seq2seq and causal models.
+
+        Args (beyond the ``Seq2SeqTrainer``'s):
+            data_collator: a :class:`TWACollator` (default: ``TWACollator(processing_class,
+                model_type=model_type)``; the loss reads its token roles).
+            model_type: ``"causal"`` or ``"seq2seq"`` (default: the collator's, else from
+                ``model.config.is_encoder_decoder``).
+            twa_loss_kwargs: options of :func:`twa_loss` (``unlikelihood``, ``reduction``,
+                ``eps``).
+
+        ``args`` needs ``remove_unused_columns=False`` (the collator reads the raw records).
+        ``args=None`` takes :meth:`default_args`: :class:`TWAConfig`'s defaults (ours; the paper's
+        optimiser settings could not be read, docs/twa.md), a temporary output folder (nothing is
+        written to the working directory, no checkpoints: ``trainer.save_model(path)`` saves) and
+        bf16 mixed precision only on a GPU that has it. ``eval_dataset`` and
+        ``trainer.evaluate(dataset)`` report the TWA loss (``eval_loss``); with
+        ``predict_with_generate=True`` (seq2seq) the predictions are generated translations for
+        ``compute_metrics``. The loss is already a token mean per micro-batch, so the Trainer must
+        not rescale it for gradient accumulation by item count (``loss_is_scaled_for_ga``).
+        Dropout stays on in training, as in TRL's SFT (docs/twa.md)."""
 
         loss_is_scaled_for_ga = False
 
-        def __init__(self, *args, model_type: str = "causal", twa_loss_kwargs: dict | None = None,
-                     **kwargs) -> None:  # fmt: skip
-            collator = kwargs.get("data_collator")
-            if not isinstance(collator, TWACollator):
+        @staticmethod
+        def default_args(output_dir=None, **overrides):
+            """``Seq2SeqTrainingArguments`` from :class:`TWAConfig`'s defaults: AdamW at lr 1e-5,
+            32 examples per device, one epoch, constant rate, no weight decay, clipping 1.0, seed
+            0; ``remove_unused_columns=False``; a new temporary ``output_dir`` unless given;
+            ``overrides`` replace single fields."""
+            import os
+            import tempfile
+
+            from transformers import Seq2SeqTrainingArguments
+
+            c = TWAConfig()
+            if output_dir is None:
+                output_dir = tempfile.mkdtemp(prefix="icml25-twa-")
+            kwargs = dict(
+                learning_rate=c.lr,  # ours (TWAConfig)
+                per_device_train_batch_size=c.batch_size,  # ours
+                num_train_epochs=c.epochs,  # ours
+                lr_scheduler_type="constant",  # ours: warm-up (0 steps) then constant
+                warmup_steps=c.warmup_steps,
+                weight_decay=c.weight_decay,
+                max_grad_norm=c.max_grad_norm,
+                seed=c.seed,
+                remove_unused_columns=False,  # TWACollator reads the raw records
+                bf16=bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported()),
+                save_strategy="no",
+                report_to="none",
+            )
+            kwargs.update(overrides)
+            return Seq2SeqTrainingArguments(os.fspath(output_dir), **kwargs)
+
+        def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
+                     eval_dataset=None, processing_class=None, *, model_type: str | None = None,
+                     twa_loss_kwargs: dict | None = None, **kwargs) -> None:  # fmt: skip
+            if data_collator is None and getattr(processing_class, "is_fast", False):
+                mt = _model_type(model, model_type)
+                data_collator = TWACollator(processing_class, model_type=mt)
+            if not isinstance(data_collator, TWACollator):
                 raise TypeError(
-                    "TWAHFTrainer needs data_collator=TWACollator(tokenizer, model_type=...): the "
-                    f"TWA loss reads its roles, got {type(collator).__name__}"
+                    "TWAHFTrainer needs data_collator=TWACollator(tokenizer, model_type=...) (or "
+                    "processing_class=<a fast tokenizer>): the TWA loss reads its roles, got "
+                    f"{type(data_collator).__name__}"
                 )
-            if collator.model_type != model_type:
+            if model_type is None:
+                model_type = data_collator.model_type
+            if data_collator.model_type != model_type:
                 raise ValueError(
-                    f"the collator's model_type {collator.model_type!r} differs from the trainer's "
-                    f"{model_type!r}"
+                    f"the collator's model_type {data_collator.model_type!r} differs from the "
+                    f"trainer's {model_type!r}"
                 )
-            super().__init__(*args, **kwargs)
-            if getattr(self.args, "remove_unused_columns", False):
+            if args is None:
+                args = self.default_args()
+            if getattr(args, "remove_unused_columns", False):
                 raise ValueError(
                     "TWAHFTrainer needs TrainingArguments(remove_unused_columns=False): the "
                     "collator reads the raw source/target/spans records"
                 )
+            if getattr(args, "predict_with_generate", False) and model_type != "seq2seq":
+                raise ValueError(
+                    "predict_with_generate=True needs a seq2seq model: a causal batch holds the "
+                    "target after the prompt; generate from the prompts yourself "
+                    "(icml25.twa.translate_with_backend)"
+                )
             self.model_type, self.twa_loss_kwargs = model_type, dict(twa_loss_kwargs or {})
+            super().__init__(model=model, args=args, data_collator=data_collator,
+                             train_dataset=train_dataset, eval_dataset=eval_dataset,
+                             processing_class=processing_class, **kwargs)  # fmt: skip
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             out = twa_loss_on_batch(
                 model, inputs, model_type=self.model_type, **self.twa_loss_kwargs
             )
             return (out.loss, out) if return_outputs else out.loss
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None,
+                            **gen_kwargs):  # fmt: skip
+            """The TWA loss of an evaluation batch; with ``predict_with_generate`` (seq2seq) also
+            the generated token ids and the labels."""
+            inputs = self._prepare_inputs(inputs)
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss = self.compute_loss(model, inputs).detach()
+            if prediction_loss_only or not self.args.predict_with_generate:
+                return loss, None, None
+            kw = {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}
+            with torch.no_grad():
+                tokens = self.accelerator.unwrap_model(model).generate(
+                    input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], **kw
+                )
+            return loss, tokens, inputs["labels"]
 
 else:  # pragma: no cover
 
