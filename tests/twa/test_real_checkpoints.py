@@ -179,3 +179,40 @@ def test_dropout_stays_on_in_the_plain_loop():
                       max_steps=1), prompt_fn=chat_prompt_fn(tok), progress=False)  # fmt: skip
         losses.append(h.steps[0]["loss"])
     assert losses[0] != losses[1]
+
+
+def _dpo_pairs():
+    """Two translations per source with different penalties: one pair per source."""
+    from icml25.twa import build_dpo_pairs
+
+    rows = []
+    for src in ("die Katze schläft", "der Hund bellt", "ein Haus"):
+        rows.append(AnnotatedTranslation(src, "the cat sleeps"))
+        rows.append(AnnotatedTranslation(src, "a dog barks", [ErrorSpan(2, 5, "Major")]))
+    return build_dpo_pairs(rows, max_pairs_per_source=2, rng=0)
+
+
+def test_dpo_baseline_first_loss_is_log2_on_gpt2_with_dropout():
+    """The offline DPO baseline scores the policy without dropout, as TRL's DPOTrainer: at
+    policy == reference on GPT-2 (dropout 0.1) the first loss is log 2, not log 2 + noise."""
+    from icml25.twa.baselines import train_dpo
+
+    tok, model = tiny_tokenizer("gpt2"), tiny_model("gpt2")
+    ref = copy.deepcopy(model)
+    losses = train_dpo(model, ref, tok, _dpo_pairs(), lr=1e-5, batch_size=4, epochs=1)
+    assert losses[0] == pytest.approx(math.log(2), abs=1e-6)
+
+
+def test_dpo_baseline_bf16_moves_as_many_weights_as_fp32():
+    from icml25.twa.baselines import train_dpo
+
+    def moved(dtype):
+        tok, model = tiny_tokenizer("llama"), tiny_model("llama", dtype=dtype)
+        ref = copy.deepcopy(model)
+        before = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+        train_dpo(model, ref, tok, _dpo_pairs() * 4, lr=1e-5, batch_size=2, epochs=1)
+        hit = sum(int((p.detach().float() != before[n]).sum()) for n, p in model.named_parameters())
+        return hit / sum(p.numel() for p in model.parameters())
+
+    fp32, bf16 = moved(None), moved(torch.bfloat16)
+    assert fp32 > 0.5 and bf16 >= 0.95 * fp32, (fp32, bf16)

@@ -169,7 +169,11 @@ def train_dpo(
     loop; at scale hand the same rows to ``trl.DPOTrainer``). ``sources``: the source sentence of
     each pair (default: read back from the prompt with the ``"{source} ="`` template); prompts are
     encoded like :class:`TWACollator` (``prompt_fn``), so DPO, SFT and TWA see identical
-    inputs. Returns the loss per step; the model is left in ``eval()`` mode."""
+    inputs. As TRL's ``DPOTrainer``: the policy's log-probs are taken without dropout (so the
+    first loss is log 2 when ``model`` equals ``ref_model``) and a bf16/fp16 model trains with
+    float32 master weights under autocast (:class:`icml25.llm.MixedPrecision`). Returns the loss
+    per step; the model is left in ``eval()`` mode."""
+    from icml25.llm import MixedPrecision, dropout_disabled
     from icml25.twa.collate import TWACollator
 
     if not pairs:
@@ -186,6 +190,7 @@ def train_dpo(
         raise ValueError(f"{len(sources)} sources for {len(pairs)} pairs")
     collate = TWACollator(tokenizer, model_type=model_type, prompt_fn=prompt_fn)
     ref_model.eval()  # scored under no_grad; its parameters are left as they are
+    mp = MixedPrecision.prepare(model)  # before the optimizer: it must hold the float32 masters
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
     rng = random.Random(seed)
@@ -197,13 +202,14 @@ def train_dpo(
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size]
             cb, rb = _pair_batch(collate, [pairs[i] for i in idx], [sources[i] for i in idx])
-            with torch.no_grad():
+            with torch.no_grad(), mp.autocast():
                 ref_w, ref_l = (
                     _seq_logp(ref_model, cb, model_type),
                     _seq_logp(ref_model, rb, model_type),
                 )
-            out = dpo_loss(_seq_logp(model, cb, model_type), _seq_logp(model, rb, model_type),
-                           ref_w, ref_l, beta)  # fmt: skip
+            with dropout_disabled(model), mp.autocast():
+                pol_w, pol_l = _seq_logp(model, cb, model_type), _seq_logp(model, rb, model_type)
+            out = dpo_loss(pol_w, pol_l, ref_w, ref_l, beta)
             opt.zero_grad()
             out.loss.backward()
             if max_grad_norm is not None:
