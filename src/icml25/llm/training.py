@@ -43,7 +43,13 @@ IGNORE_INDEX = -100
 def dropout_disabled(*models: Any, enabled: bool = True) -> Iterator[None]:
     """Run ``models`` without dropout inside the block (eval mode; gradients still flow), then
     restore every submodule's own ``training`` flag. ``enabled=False`` leaves them as they are
-    (dropout as configured, which is what TRL's SFT does)."""
+    (dropout as configured, which is what TRL's SFT does).
+
+    Eval mode, rather than zeroing ``nn.Dropout`` modules as TRL's ``disable_dropout_in_model``
+    does, also covers dropout that models apply functionally from their config (OPT, Llama's
+    ``attention_dropout``). One consequence: ``transformers`` runs gradient checkpointing only in
+    train mode, so inside this block it is off; at the scale where that matters use the TRL
+    trainers, which keep it."""
     if not enabled:
         yield
         return
