@@ -4,10 +4,14 @@ arXiv:2502.01236). Guide: docs/elicitation.md.
 An investigator ``q_θ(x | b)`` writes prompts ``x`` that make a target model show behaviour ``b``:
 trained as a reverse model (:func:`build_reverse_pairs`, :func:`reverse_sft`), then by DPO rounds
 on the target's likelihood (:func:`dpo_round`, :func:`train_dpo`; TRL through
-:func:`dpo_trainer`), then by Frank-Wolfe iterations for diversity (:func:`frank_wolfe`,
+:func:`dpo_trainer` with :func:`default_dpo_config`), then by Frank-Wolfe iterations for diversity (:func:`frank_wolfe`,
 :class:`InvestigatorMixture`). Targets are local Hugging Face models (:class:`HFTargetModel`) or
 OpenAI-compatible servers (:class:`OpenAICompatTarget`); rewards are string likelihoods
 (:class:`StringReward`) or rubric verifiers (:class:`RubricReward`, :class:`LLMJudge`).
+Checkpoints load through ``icml25.llm.load_model`` (:meth:`Investigator.load`,
+:meth:`HFTargetModel.load`, with ``device`` and ``dtype``); training follows TRL's conventions
+(dropout off for DPO log-probs, float32 master weights for bf16 checkpoints, targets tokenised as
+TRL tokenises them).
 
 Importing this package imports torch.
 """
@@ -18,6 +22,7 @@ from icml25.elicitation.backends import HFTargetModel, OpenAICompatTarget, Targe
 from icml25.elicitation.data import load_texts
 from icml25.elicitation.dpo import (
     PreferencePair,
+    default_dpo_config,
     dpo_loss,
     dpo_round,
     dpo_trainer,
@@ -52,6 +57,7 @@ __all__ = [
     "TargetModel",
     "ToyTargetError",
     "build_reverse_pairs",
+    "default_dpo_config",
     "distinct_n",
     "dpo_loss",
     "dpo_round",

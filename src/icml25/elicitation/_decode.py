@@ -1,14 +1,54 @@
-"""Batched incremental decoding for any Hugging Face causal LM, with an optional restricted
-vocabulary (the same masked log-softmax :meth:`Investigator.logprob` scores with), used by
-:class:`~icml25.elicitation.investigator.Investigator` and
-:class:`~icml25.elicitation.backends.HFTargetModel`."""
+"""How the investigator and the target call a Hugging Face causal LM: batched incremental
+decoding with an optional restricted vocabulary (the same masked log-softmax
+:meth:`Investigator.logprob` scores with); :func:`end_of_turn_ids`, where a chat model's reply
+ends; :func:`position_ids` from an attention mask; :func:`train_mode` for the training loops; used
+by :class:`~icml25.elicitation.investigator.Investigator` and
+:class:`~icml25.elicitation.backends.HFTargetModel`.
+
+Decoding runs with dropout off (each submodule's training flag restored afterwards) and calls the
+model by keyword with ``position_ids`` counted from the attention mask, so a left-padded row
+generates what it generates alone (``icml25.llm.sampling.HFDecoder``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+
+def low_precision(model: Any) -> torch.dtype | None:
+    """The checkpoint's bf16/fp16 dtype (bf16 wins a mix), ``None`` for a full-precision model."""
+    dtypes = {p.dtype for p in model.parameters()}
+    for d in (torch.bfloat16, torch.float16):
+        if d in dtypes:
+            return d
+    return None
+
+
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted from the attention mask (0 at each row's first real token), so a padded
+    row sees the positions it would see alone."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@contextlib.contextmanager
+def train_mode(model: torch.nn.Module, *, disable_dropout: bool) -> Any:
+    """Train mode for a training loop: dropout as the model configures it, or off with
+    ``disable_dropout`` (TRL's ``DPOConfig.disable_dropout``); every submodule's own flag is
+    restored afterwards."""
+    from icml25.llm.training import dropout_disabled
+
+    saved = [(m, m.training) for m in model.modules()]
+    model.train()
+    try:
+        with dropout_disabled(model, enabled=disable_dropout):
+            yield
+    finally:
+        for m, flag in saved:
+            m.training = flag
 
 
 def restrict(logits: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
@@ -56,11 +96,10 @@ def decode(
     out = torch.full((n, steps), pad_id, dtype=torch.long, device=device)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     lengths = torch.full((n,), steps, dtype=torch.long, device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        from icml25.llm.sampling import HFDecoder
+    from icml25.llm.sampling import HFDecoder
+    from icml25.llm.training import dropout_disabled
 
+    with dropout_disabled(model):
         dec = HFDecoder(model)
         last, state = dec.prefill(ids, mask)
         for t in range(steps):
@@ -86,10 +125,48 @@ def decode(
             if bool(done.all()) or t == steps - 1:
                 break
             last, state = dec.step(tok[:, None], state)
-    finally:
-        model.train(was_training)
     return [out[r, : int(lengths[r])].tolist() for r in range(n)]
 
 
 def _vocab(model: Any) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
+
+
+def special_ids(tokenizer: Any) -> set[int]:
+    """Every special token id: the named ones and the added tokens marked special (Llama 3's
+    ``<|eot_id|>`` is only the latter)."""
+    ids = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or [])}
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids |= {int(i) for i, t in added.items() if getattr(t, "special", False)}
+    return ids
+
+
+def end_of_turn_ids(tokenizer: Any) -> list[int]:
+    """The ids that end a reply: the chat template's end of turn (the first special token it
+    renders after an assistant message: ``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``, or
+    ``</s>`` for Mistral) followed by ``eos_token_id`` when that differs; only the eos id for a
+    tokenizer without a chat template. Generation stops at any of them; the first is the one a
+    reply is scored with."""
+    eos = tokenizer.eos_token_id
+    out: list[int] = []
+    if getattr(tokenizer, "chat_template", None):
+        from icml25.llm.training import common_prefix_length
+
+        def ids(msgs: list[dict], gen: bool) -> list[int]:
+            got = tokenizer.apply_chat_template(
+                msgs, add_generation_prompt=gen, tokenize=True, return_dict=True
+            )["input_ids"]
+            return [int(i) for i in (got[0] if got and isinstance(got[0], list) else got)]
+
+        user = [{"role": "user", "content": "hi"}]
+        prompt = ids(user, True)
+        full = ids(user + [{"role": "assistant", "content": "ok"}], False)
+        # the probe's own text may tokenise to <unk> (a word vocabulary): not an end of turn
+        special = special_ids(tokenizer) - {tokenizer.unk_token_id}
+        for i in full[common_prefix_length(prompt, full) :]:
+            if i in special:
+                out.append(i)
+                break
+    if eos is not None and eos not in out:
+        out.append(int(eos))
+    return out

@@ -5,7 +5,10 @@ elicitation and evaluation). Prompts are exchanged as *strings*: the target re-t
 its own tokenizer and chat template, so investigator and target need not share a vocabulary.
 
 * :class:`HFTargetModel`: a local Hugging Face causal LM, scored by one teacher-forced forward
-  pass per batch (right padding), generating with a KV cache (left padding).
+  pass per batch (right padding), generating with a KV cache (left padding); both with dropout off
+  and ``position_ids`` from the attention mask, so a row of a batch scores and generates what it
+  would alone. A chat model's reply ends with its template's end of turn (``<|eot_id|>``,
+  ``<|im_end|>``, ...): generation stops there and ``add_eos`` scores it.
 * :class:`OpenAICompatTarget`: any OpenAI-compatible server; scoring through ``/v1/completions``
   with ``echo=true`` and ``logprobs`` (vLLM, llama.cpp), which OpenAI's own API does not offer
   (``NotImplementedError``: use rubric elicitation there).
@@ -21,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from icml25.elicitation._decode import decode
+from icml25.elicitation._decode import decode, end_of_turn_ids, position_ids
 from icml25.elicitation.investigator import _check_strings, _int, _max_positions, check_length
 
 __all__ = ["HFTargetModel", "OpenAICompatTarget", "TargetModel"]
@@ -62,8 +65,9 @@ class HFTargetModel:
         model, tokenizer: the target and its tokenizer.
         use_chat_template: render the prompt as a user message with the chat template (chat
             models); ``False`` scores and continues the raw text (base models).
-        add_eos: the response is scored with the end-of-sequence token after it (an *exact*
-            response; ``False``: the response as a prefix of what the model says).
+        add_eos: the response is scored with the token that ends it after it (an *exact*
+            response; ``False``: the response as a prefix of what the model says): the chat
+            template's end of turn with ``use_chat_template``, else the EOS.
         device: where to run (default: the model's device).
         batch_size: sequences per forward pass.
     """
@@ -103,6 +107,24 @@ class HFTargetModel:
             if tokenizer.pad_token_id is not None
             else (tokenizer.eos_token_id or 0)
         )
+        # where a reply ends: the template's end of turn (then EOS) for a chat model
+        self.end_ids = (
+            end_of_turn_ids(tokenizer)
+            if self.use_chat_template
+            else ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+        )
+
+    @classmethod
+    def load(cls, path: Any, *, device: Any = "auto", dtype: Any = "auto",
+             **kwargs: Any) -> HFTargetModel:  # fmt: skip
+        """A target from a ``save_pretrained`` folder or a hub id, loaded through
+        ``icml25.llm.load_model`` (``device``: ``"auto"`` = CUDA when there is one; ``dtype``:
+        ``"auto"`` = the checkpoint's own, or ``"bf16"``, ``"fp32"``, ...) with its tokenizer;
+        ``kwargs`` as the constructor (``use_chat_template=True``, ``add_eos=...``)."""
+        from icml25.llm.loading import load_model, load_tokenizer
+
+        model = load_model(path, "causal_lm", device=device, dtype=dtype)
+        return cls(model, load_tokenizer(path), **kwargs)
 
     def _prompt_ids(self, prompt: str) -> list[int]:
         if self.use_chat_template:
@@ -116,18 +138,18 @@ class HFTargetModel:
         self, prompts: Sequence[str], responses: Sequence[str], normalize: str = "sum"
     ) -> torch.Tensor:
         """``log p_m(y | x)`` per pair (sum or mean over the response tokens)."""
+        from icml25.llm.training import dropout_disabled
+
         ps, ys = _pairs(prompts, responses, normalize)
         device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
         out = []
-        try:
+        with dropout_disabled(self.model):
             for s in range(0, len(ps), self.batch_size):
                 rows, spans = [], []
                 for x, y in zip(ps[s : s + self.batch_size], ys[s : s + self.batch_size]):
                     p = self._prompt_ids(x)
                     r = self.tokenizer(y, add_special_tokens=False)["input_ids"]
-                    r = r + ([self.tokenizer.eos_token_id] if self.add_eos else [])
+                    r = r + (self.end_ids[:1] if self.add_eos else [])
                     if not p:
                         p = [self.pad_id]
                     check_length(
@@ -142,19 +164,20 @@ class HFTargetModel:
                     ids[i, : len(row)] = torch.tensor(row)
                     mask[i, : len(row)] = 1
                 ids, mask = ids.to(device), mask.to(device)
-                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                logits = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)
+                ).logits.float()
                 tok = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
                 tok = tok.clamp(min=FLOOR)
                 for i, (a, n) in enumerate(spans):
                     v = tok[i, a - 1 : a - 1 + n]
                     out.append(v.sum() if normalize == "sum" else v.mean())
-        finally:
-            self.model.train(was_training)
         return torch.stack(out).float().cpu()
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
                  temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
-        """The target's responses (greedy by default), stopping at its end-of-sequence token."""
+        """The target's responses (greedy by default), stopping at the end of its turn (the chat
+        template's end-of-turn token or the EOS)."""
         ps = _check_strings("prompts", prompts, allow_empty=True)
         max_new_tokens = _int("max_new_tokens", max_new_tokens)
         if not greedy and not (isinstance(temperature, (int, float)) and temperature > 0):
@@ -163,7 +186,7 @@ class HFTargetModel:
             )
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         out: list[str] = []
-        eos = [self.tokenizer.eos_token_id] if self.tokenizer.eos_token_id is not None else []
+        eos = self.end_ids
         for s in range(0, len(ps), max(self.batch_size, 64)):
             ctx = [
                 self._prompt_ids(x) or [self.pad_id] for x in ps[s : s + max(self.batch_size, 64)]

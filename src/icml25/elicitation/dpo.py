@@ -7,6 +7,13 @@ their scores differ by at least ``min_gap``, and take DPO steps against the froz
 (Rafailov et al., 2023), the loss of ``icml25.preference`` (TRL's sigmoid DPO). Reference
 log-probs are computed once per pair.
 
+The loop follows TRL's ``DPOTrainer`` conventions: policy log-probs with dropout off
+(``disable_dropout=True``, as ``DPOConfig``), so with the policy equal to the reference the first
+loss is exactly ``log 2``; the reference in eval mode; a bf16/fp16 investigator trained with
+float32 master weights and the forward under autocast in its dtype (``icml25.llm.MixedPrecision``);
+the chosen and rejected prompts tokenised as TRL tokenises the rows of :func:`dpo_trainer`
+(:meth:`Investigator.row`).
+
 For real scale, :func:`dpo_trainer` builds TRL's ``DPOTrainer`` on the same pairs (extra
 ``train``), so ``accelerate launch`` runs a round on many GPUs.
 """
@@ -21,12 +28,14 @@ from typing import Any
 
 import torch
 
+from icml25.elicitation._decode import train_mode
 from icml25.elicitation.investigator import Investigator, _check_strings, _int
 from icml25.preference import dpo_losses as _shared_dpo_losses
 
 __all__ = [
     "PreferencePair",
     "dpo_loss",
+    "default_dpo_config",
     "dpo_round",
     "dpo_trainer",
     "sample_preference_pairs",
@@ -111,10 +120,15 @@ def sample_preference_pairs(behaviors: Sequence[str], candidates: Sequence[Seque
 def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
               *, optimizer: torch.optim.Optimizer | None = None, n_candidates: int = 8, pairs_per_behavior: int = 1,
               min_gap: float = 0.05, beta: float = 0.1, lr: float = 5e-6, steps: int = 1,
-              temperature: float = 1.0, top_p: float = 0.95, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+              temperature: float = 1.0, top_p: float = 0.95, seed: int = 0,
+              disable_dropout: bool = True) -> dict[str, Any]:  # fmt: skip
     """One on-policy DPO round (see the module docstring); returns its statistics. A round with
     no pair skips the optimiser step. ``optimizer`` (kept across rounds) defaults to a fresh
-    AdamW at ``lr`` (5e-6: the third-party recipe's)."""
+    AdamW at ``lr`` (5e-6: the third-party recipe's); build it after
+    ``policy.mixed_precision()`` for a bf16/fp16 investigator (:func:`train_dpo` does).
+    ``disable_dropout`` (default ``True``, TRL's ``DPOConfig.disable_dropout``): the policy's
+    log-probs come from the model without dropout. Every submodule's train/eval flag is restored
+    afterwards."""
     bs = _check_strings("behaviors", behaviors)
     n_candidates, steps = _int("n_candidates", n_candidates, 2), _int("steps", steps)
     seed = _int("seed", seed, 0)
@@ -139,43 +153,50 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
                              "spread": dict(getattr(reward, "last_spread", {}) or {}), "loss": None}  # fmt: skip
     if not pairs:
         return stats
+    mp = policy.mixed_precision()  # float32 master weights before the optimizer holds them
     if optimizer is None:
         optimizer = torch.optim.AdamW(
             [p for p in policy.model.parameters() if p.requires_grad], lr=lr
         )
     pb = [p.behavior for p in pairs]
-    with torch.no_grad():
-        rc, rr = (
-            ref.logprob(pb, [p.chosen for p in pairs]),
-            ref.logprob(pb, [p.rejected for p in pairs]),
-        )
-    policy.model.train()
-    for _ in range(steps):
-        pc, pr = (
-            policy.logprob(pb, [p.chosen for p in pairs]),
-            policy.logprob(pb, [p.rejected for p in pairs]),
-        )
-        loss, info = dpo_loss(pc, pr, rc.to(pc.device), rr.to(pc.device), beta)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        params = [p for p in policy.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
-        if not (torch.isfinite(loss) and torch.isfinite(norm)):
-            dtype = next(policy.model.parameters()).dtype
-            raise FloatingPointError(
-                f"DPO produced a non-finite loss or gradient ({float(loss)}, grad norm {float(norm)}) with a "
-                f"{dtype} investigator; train in float32 or bfloat16 (float16 overflows here)"
-            )
-        optimizer.step()
-        if not all(bool(torch.isfinite(p).all()) for p in params):
-            dtype = next(policy.model.parameters()).dtype
-            raise FloatingPointError(
-                f"a DPO step left non-finite weights in the {dtype} investigator; train in float32 or "
-                "bfloat16 (float16 overflows here) or lower the learning rate"
-            )
-    policy.model.eval()
+    with torch.no_grad():  # the reference in eval mode, always
+        rc = ref.logprob(pb, [p.chosen for p in pairs])
+        rr = ref.logprob(pb, [p.rejected for p in pairs])
+    with train_mode(policy.model, disable_dropout=disable_dropout):
+        for _ in range(steps):
+            with mp.autocast():
+                pc = policy._logprob(pb, [p.chosen for p in pairs])
+                pr = policy._logprob(pb, [p.rejected for p in pairs])
+            loss, info = dpo_loss(pc, pr, rc.to(pc.device), rr.to(pc.device), beta)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            params = [p for p in policy.model.parameters() if p.grad is not None]
+            norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
+            if not (torch.isfinite(loss) and torch.isfinite(norm)):
+                raise FloatingPointError(
+                    f"DPO produced a non-finite loss or gradient ({float(loss)}, grad norm {float(norm)}) "
+                    f"{_precision_hint(policy)}"
+                )
+            optimizer.step()
+            if not all(bool(torch.isfinite(p).all()) for p in params):
+                raise FloatingPointError(
+                    f"a DPO step left non-finite weights {_precision_hint(policy)}"
+                )
     stats.update(loss=float(loss.detach()), **info)
     return stats
+
+
+def _precision_hint(inv: Investigator) -> str:
+    """Which precision the investigator trained in, and what to do about an overflow."""
+    compute = inv.compute_dtype
+    where = (
+        f"in the {next(inv.model.parameters()).dtype} investigator"
+        if compute is None
+        else f"in the {compute} investigator (float32 master weights, forward in {compute})"
+    )
+    if compute == torch.float16:
+        return f"{where}: float16 activations overflow here; load it in bfloat16 or float32 (dtype='bf16')"
+    return f"{where}; lower the learning rate or check the rewards"
 
 
 def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
@@ -186,6 +207,7 @@ def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., tor
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
     from icml25.progress import track
 
+    policy.mixed_precision()  # float32 master weights first: the optimizer must hold them
     opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
     history = []
     for k in track(
@@ -200,32 +222,115 @@ def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., tor
     return history
 
 
-def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[PreferencePair], args: Any = None,
-                **kwargs: Any) -> Any:  # fmt: skip
+def _pair_rows(policy: Investigator, pairs: Any, what: str) -> Any:
+    """A ``datasets.Dataset`` of TRL preference rows (:meth:`Investigator.row`) from
+    :class:`PreferencePair` s; a ``datasets.Dataset`` (or a dict of them) passes through."""
+    import datasets
+
+    if isinstance(pairs, (datasets.Dataset, datasets.IterableDataset)):
+        return pairs
+    if isinstance(pairs, dict):
+        return {k: _pair_rows(policy, v, f"{what}[{k!r}]") for k, v in pairs.items()}
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(
+            f"{what} must be a list of PreferencePair or a datasets.Dataset, got {type(pairs).__name__}"
+        )
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError(f"{what} is empty")
+    rows = []
+    for i, p in enumerate(pairs):
+        if not isinstance(p, PreferencePair):
+            raise TypeError(f"{what}[{i}] must be a PreferencePair, got {type(p).__name__}")
+        prompt, chosen = policy.row(p.behavior, p.chosen)
+        rows.append(
+            {"prompt": prompt, "chosen": chosen, "rejected": policy.row(p.behavior, p.rejected)[1]}
+        )
+    return datasets.Dataset.from_list(rows)
+
+
+def default_dpo_config(**overrides: Any) -> Any:
+    """The ``DPOConfig`` :func:`dpo_trainer` uses when ``args=None``. The paper states no DPO
+    hyper-parameters (§3.2 names DPO only), so these are :func:`dpo_round`'s, written down:
+
+    - ``beta=0.1``, ``learning_rate=5e-6`` (the third-party Llama-3.1-8B recipe's, as
+      :func:`dpo_round`), sigmoid loss, ``disable_dropout=True`` (TRL's);
+    - one pass over the round's pairs (``num_train_epochs=1``: the pairs are on-policy),
+      ``per_device_train_batch_size=8`` / ``per_device_eval_batch_size=8`` (TRL's);
+    - AdamW with ``weight_decay=0.01`` and a constant learning rate, no gradient clipping
+      (``max_grad_norm=0``), no truncation (``max_length=None``), no gradient checkpointing: what
+      :func:`dpo_round`'s ``torch.optim.AdamW`` step does;
+    - ``output_dir``: a fresh temporary folder, ``save_strategy="no"``, ``report_to=[]``,
+      ``logging_steps=1``: nothing is written in the working directory;
+    - ``bf16=True`` only on a CUDA device that supports it, otherwise float32 (``use_cpu`` when
+      there is no CUDA device), so the defaults run on a CPU machine.
+
+    ``overrides`` replace any of these (``DPOConfig`` keywords).
+    """
+    import tempfile
+
+    from trl import DPOConfig
+
+    cuda = torch.cuda.is_available()
+    kw: dict[str, Any] = dict(
+        output_dir=tempfile.mkdtemp(prefix="icml25-elicit-dpo-"),
+        beta=0.1,
+        learning_rate=5e-6,
+        disable_dropout=True,
+        num_train_epochs=1,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        weight_decay=0.01,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=0.0,
+        max_length=None,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=1,
+        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        fp16=False,
+        use_cpu=not cuda,
+    )
+    # transformers 5 renamed gradient_checkpointing (TRL's default: on) to activation_checkpointing
+    fields = getattr(DPOConfig, "__dataclass_fields__", {})
+    kw[
+        "activation_checkpointing"
+        if "activation_checkpointing" in fields
+        else "gradient_checkpointing"
+    ] = False
+    kw.update(overrides)
+    return DPOConfig(**kw)
+
+
+def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[PreferencePair], args: Any = None, *,
+                eval_dataset: Any = None, **kwargs: Any) -> Any:  # fmt: skip
     """TRL's ``DPOTrainer`` (sigmoid loss, the same as :func:`dpo_loss`) on the pairs of a round,
-    with the SFT investigator as the explicit reference (needs ``icml25[train]``). Rows are
-    ``{"prompt": inv.format(b), "chosen": x_w, "rejected": x_l}``; TRL appends EOS. Use it for
-    investigators without a restricted vocabulary (TRL normalises over the whole vocabulary)."""
+    with the SFT investigator as the explicit reference (needs ``icml25[train]``).
+
+    Rows are :meth:`Investigator.row` (a chat investigator gives conversational rows, ended by
+    the template's end of turn; a ``"tags"`` one text rows, to which TRL appends the EOS): TRL
+    tokenises them exactly as :func:`dpo_round` scores them. ``eval_dataset``: more pairs (or a
+    ``datasets.Dataset`` of rows) for ``trainer.evaluate()``. ``args=None``:
+    :func:`default_dpo_config` (the defaults of :func:`dpo_round`, a temporary output folder, runs
+    on CPU). A bf16/fp16 investigator gets float32 master weights first, as in :func:`dpo_round`.
+    Use it for investigators without a restricted vocabulary (TRL normalises over the whole
+    vocabulary). ``kwargs`` go to ``DPOTrainer`` (``callbacks=...``)."""
     try:
-        import datasets
-        from trl import DPOConfig, DPOTrainer
+        import datasets  # noqa: F401
+        from trl import DPOTrainer
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("dpo_trainer needs TRL: pip install 'icml25[train]'") from exc
     if policy.user_restricted:
         raise ValueError("TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
                          "must train with dpo_round (the same masked log-softmax it samples with)")  # fmt: skip
-    pairs = list(pairs)
-    if not pairs:
-        raise ValueError("pairs is empty")
+    if policy.exact_length is not None:
+        raise ValueError("TRL ends every completion with an end of turn; an investigator with "
+                         "exact_length must train with dpo_round")  # fmt: skip
+    train = _pair_rows(policy, pairs, "pairs")
+    evals = None if eval_dataset is None else _pair_rows(policy, eval_dataset, "eval_dataset")
     if args is None:
-        import tempfile
-
-        args = DPOConfig(
-            output_dir=tempfile.mkdtemp(prefix="icml25-elicit-dpo-"), report_to=[], beta=0.1
-        )
-    rows = [
-        {"prompt": policy.format(p.behavior), "chosen": p.chosen, "rejected": p.rejected}
-        for p in pairs
-    ]
-    return DPOTrainer(model=policy.model, ref_model=ref.model, args=args, train_dataset=datasets.Dataset.from_list(rows),
-                      processing_class=policy.tokenizer, **kwargs)  # fmt: skip
+        args = default_dpo_config()
+    policy.mixed_precision()
+    return DPOTrainer(model=policy.model, ref_model=ref.model, args=args, train_dataset=train,
+                      eval_dataset=evals, processing_class=policy.tokenizer, **kwargs)  # fmt: skip

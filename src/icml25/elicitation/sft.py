@@ -2,6 +2,12 @@
 and the target's responses are reversed into ``(behaviour = y, prompt = x)`` and the
 investigator is fine-tuned with cross-entropy on the prompt tokens only,
 ``L_SFT = -Σ log q_θ(x | y)``, giving ``q_SFT ≈ p(x | y)``: an amortised posterior over prompts.
+
+The loop follows TRL's ``SFTTrainer`` conventions: the targets are the completion tokens of
+:meth:`Investigator.row` tokenised as TRL tokenises a prompt-completion row (the chat template's
+end of turn, or the EOS of a text row), the loss is their mean negative log-likelihood over the
+batch, dropout stays as the model configures it (TRL's SFT does not disable it), and a bf16/fp16
+investigator trains with float32 master weights and the forward under autocast in its dtype.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 import torch
 
+from icml25.elicitation._decode import train_mode
 from icml25.elicitation.investigator import Investigator, _check_strings, _int
 
 __all__ = ["build_reverse_pairs", "reverse_sft"]
@@ -57,14 +64,19 @@ def build_reverse_pairs(target: Any, prompts: Sequence[str], *, y_source: str = 
 
 def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: float = 3.0,
                 steps: int | None = None, lr: float = 5e-5, batch_size: int = 16, warmup: int = 50,
-                weight_decay: float = 0.0, seed: int = 0, progress: bool | None = None) -> Investigator:  # fmt: skip
+                weight_decay: float = 0.0, seed: int = 0, disable_dropout: bool = False,
+                progress: bool | None = None) -> Investigator:  # fmt: skip
     """Fine-tune ``inv`` in place on ``(behaviour, prompt)`` pairs; the loss is ``-log q(x | b)``
-    per prompt token, through :meth:`Investigator.logprob` (so a restricted vocabulary is trained
+    per completion token (the mean over the batch's completion tokens, as TRL's SFT loss),
+    through the scoring of :meth:`Investigator.logprob` (so a restricted vocabulary is trained
     with the same masked log-softmax it samples with; behaviour tokens carry no loss).
 
     Defaults follow the third-party Llama-3.1-8B recipe (3 epochs, lr 5e-5, batch 16, 50 warm-up
     steps; docs/elicitation.md, Decisions); ``steps`` overrides ``epochs``. AdamW, linear
-    warm-up then cosine decay, gradient clip 1.0. The losses are kept in ``inv.sft_losses``.
+    warm-up then cosine decay, gradient clip 1.0. The model trains in train mode (dropout as
+    configured, like TRL's ``SFTTrainer``; ``disable_dropout=True`` turns it off) and every
+    submodule's mode is restored afterwards. A bf16/fp16 investigator keeps float32 master weights
+    (``inv.mixed_precision()``). The losses are kept in ``inv.sft_losses``.
     """
     from icml25.progress import track
 
@@ -96,6 +108,7 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
         warnings.warn(f"warmup={warmup} >= the {n_steps} training steps: the learning rate never leaves the "
                       "warm-up; lower warmup or train longer", stacklevel=2)  # fmt: skip
     model = inv.model
+    mp = inv.mixed_precision()  # float32 master weights before the optimizer holds them
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
@@ -108,30 +121,36 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
     gen = torch.Generator().manual_seed(seed)
     order: list[int] = []
     losses = []
-    was_training = model.training
-    model.train()
-    for _ in track(
-        range(n_steps),
-        "reverse SFT",
-        total=n_steps,
-        disable=None if progress is None else not progress,
-    ):
-        if len(order) < batch_size:
-            order += torch.randperm(len(pairs), generator=gen).tolist()
-        idx, order = order[:batch_size], order[batch_size:]
-        bs, xs = [pairs[i][0] for i in idx], [pairs[i][1] for i in idx]
-        lp = inv.logprob(bs, xs)
-        n_tok = torch.tensor(
-            [max(1, len(inv._prompt_ids(x))) for x in xs], dtype=lp.dtype, device=lp.device
-        )
-        loss = -(lp.sum() / n_tok.sum())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-    model.train(was_training)
-    model.eval()
+    with train_mode(model, disable_dropout=disable_dropout):
+        for _ in track(
+            range(n_steps),
+            "reverse SFT",
+            total=n_steps,
+            disable=None if progress is None else not progress,
+        ):
+            if len(order) < batch_size:
+                order += torch.randperm(len(pairs), generator=gen).tolist()
+            idx, order = order[:batch_size], order[batch_size:]
+            bs, xs = [pairs[i][0] for i in idx], [pairs[i][1] for i in idx]
+            with mp.autocast():
+                total, counts = inv._scores(bs, xs)
+            loss = -(total.sum() / counts.sum().clamp(min=1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+            if not (torch.isfinite(loss) and torch.isfinite(norm)):
+                dtype = inv.compute_dtype or next(model.parameters()).dtype
+                raise FloatingPointError(
+                    f"reverse SFT produced a non-finite loss or gradient ({float(loss)}, grad norm "
+                    f"{float(norm)}) in the {dtype} investigator"
+                    + (
+                        "; float16 overflows here: load it in bfloat16 or float32"
+                        if dtype == torch.float16
+                        else ""
+                    )
+                )
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
     inv.sft_losses = losses
     return inv
