@@ -184,3 +184,31 @@ def test_master_weights_leave_frozen_parameters_and_fp32_models_alone():
     with mp.autocast():
         out = model(input_ids=torch.tensor([[4, 5, 6]])).logits
     assert out.dtype == torch.bfloat16
+
+
+def test_a_second_round_still_computes_in_the_checkpoints_dtype():
+    model = archs.tiny_model("llama", dtype=torch.bfloat16)
+    first = MixedPrecision.prepare(model)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    again = MixedPrecision.prepare(model)
+    assert first.compute_dtype == again.compute_dtype == torch.bfloat16 and again.upcast == 0
+    with again.autocast():
+        assert model(input_ids=torch.tensor([[4, 5, 6]])).logits.dtype == torch.bfloat16
+    assert MixedPrecision.prepare(model, enabled=False).compute_dtype is None
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "gemma2", "mistral", "opt"])
+def test_end_of_turn_is_the_templates_not_the_eos(arch):
+    from icml25.llm.training import end_of_turn_id
+
+    tok, spec = archs.tiny_tokenizer(arch), archs.ARCHITECTURES[arch]
+    assert end_of_turn_id(tok) == tok.convert_tokens_to_ids(spec.end_of_turn)
+    tok.chat_template = None
+    assert end_of_turn_id(tok) is None
+
+
+def test_position_ids_count_attended_tokens():
+    from icml25.llm.training import position_ids
+
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert position_ids(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]

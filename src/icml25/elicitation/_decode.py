@@ -1,7 +1,7 @@
 """How the investigator and the target call a Hugging Face causal LM: batched incremental
 decoding with an optional restricted vocabulary (the same masked log-softmax
 :meth:`Investigator.logprob` scores with); :func:`end_of_turn_ids`, where a chat model's reply
-ends; :func:`position_ids` from an attention mask; :func:`train_mode` for the training loops; used
+ends; :func:`icml25.llm.training.position_ids` from an attention mask; :func:`train_mode` for the training loops; used
 by :class:`~icml25.elicitation.investigator.Investigator` and
 :class:`~icml25.elicitation.backends.HFTargetModel`.
 
@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from icml25.llm.training import end_of_turn_id
+
 
 def low_precision(model: Any) -> torch.dtype | None:
     """The checkpoint's bf16/fp16 dtype (bf16 wins a mix), ``None`` for a full-precision model."""
@@ -26,12 +28,6 @@ def low_precision(model: Any) -> torch.dtype | None:
         if d in dtypes:
             return d
     return None
-
-
-def position_ids(mask: torch.Tensor) -> torch.Tensor:
-    """Positions counted from the attention mask (0 at each row's first real token), so a padded
-    row sees the positions it would see alone."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 @contextlib.contextmanager
@@ -132,41 +128,13 @@ def _vocab(model: Any) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
 
 
-def special_ids(tokenizer: Any) -> set[int]:
-    """Every special token id: the named ones and the added tokens marked special (Llama 3's
-    ``<|eot_id|>`` is only the latter)."""
-    ids = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or [])}
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    ids |= {int(i) for i, t in added.items() if getattr(t, "special", False)}
-    return ids
-
-
 def end_of_turn_ids(tokenizer: Any) -> list[int]:
-    """The ids that end a reply: the chat template's end of turn (the first special token it
-    renders after an assistant message: ``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``, or
-    ``</s>`` for Mistral) followed by ``eos_token_id`` when that differs; only the eos id for a
-    tokenizer without a chat template. Generation stops at any of them; the first is the one a
-    reply is scored with."""
-    eos = tokenizer.eos_token_id
-    out: list[int] = []
-    if getattr(tokenizer, "chat_template", None):
-        from icml25.llm.training import common_prefix_length
-
-        def ids(msgs: list[dict], gen: bool) -> list[int]:
-            got = tokenizer.apply_chat_template(
-                msgs, add_generation_prompt=gen, tokenize=True, return_dict=True
-            )["input_ids"]
-            return [int(i) for i in (got[0] if got and isinstance(got[0], list) else got)]
-
-        user = [{"role": "user", "content": "hi"}]
-        prompt = ids(user, True)
-        full = ids(user + [{"role": "assistant", "content": "ok"}], False)
-        # the probe's own text may tokenise to <unk> (a word vocabulary): not an end of turn
-        special = special_ids(tokenizer) - {tokenizer.unk_token_id}
-        for i in full[common_prefix_length(prompt, full) :]:
-            if i in special:
-                out.append(i)
-                break
+    """The ids that end a reply: the chat template's end of turn
+    (:func:`icml25.llm.training.end_of_turn_id`) followed by ``eos_token_id`` when that differs;
+    only the eos id for a tokenizer without a chat template. Generation stops at any of them; the
+    first is the one a reply is scored with."""
+    eot, eos = end_of_turn_id(tokenizer), tokenizer.eos_token_id
+    out = [eot] if eot is not None else []
     if eos is not None and eos not in out:
         out.append(int(eos))
     return out

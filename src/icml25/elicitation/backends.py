@@ -24,8 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from icml25.elicitation._decode import decode, end_of_turn_ids, position_ids
+from icml25.elicitation._decode import decode, end_of_turn_ids
 from icml25.elicitation.investigator import _check_strings, _int, _max_positions, check_length
+from icml25.llm.training import position_ids
 
 __all__ = ["HFTargetModel", "OpenAICompatTarget", "TargetModel"]
 

@@ -32,14 +32,8 @@ from typing import Any
 
 import torch
 
-from icml25.elicitation._decode import (
-    decode,
-    end_of_turn_ids,
-    low_precision,
-    position_ids,
-    restrict,
-    special_ids,
-)
+from icml25.elicitation._decode import decode, end_of_turn_ids, low_precision, restrict
+from icml25.llm.training import position_ids, special_token_ids
 
 __all__ = ["Investigator", "InvestigatorMixture"]
 
@@ -160,7 +154,7 @@ class Investigator:
         else:
             # special tokens other than the ends of a prompt are never part of one: decoding
             # would drop them, so the text returned would not be what was drawn (and scored)
-            special = special_ids(tokenizer) - set(self.end_ids) - set(tail)
+            special = special_token_ids(tokenizer) - set(self.end_ids) - set(tail)
             ids = [i for i in range(vocab) if i not in special]
         if exact_length is not None:
             ids = [i for i in ids if i not in set(self.end_ids)]  # a fixed length never ends early

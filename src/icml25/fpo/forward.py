@@ -19,6 +19,7 @@ from icml25.fpo.hooks import SITES, residual_stream
 from icml25.fpo.logps import response_logps
 from icml25.fpo.losses import POOL_MODES
 from icml25.fpo.sae import SparseAutoencoder
+from icml25.llm.training import position_ids
 
 __all__ = ["PassOutput", "pool_response_codes", "position_ids", "preference_pass"]
 
@@ -70,11 +71,6 @@ def _autocast_off(device_type: str) -> Any:
     if torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
-
-
-def position_ids(attention_mask: Tensor) -> Tensor:
-    """Positions counted over the attended tokens (0 at each row's first real token)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoencoder | None = None,

@@ -45,7 +45,7 @@ from icml25.llm.loading import (
     resolve_dtype,
 )
 from icml25.llm.sampling import make_decoder, sample
-from icml25.llm.training import dropout_disabled
+from icml25.llm.training import dropout_disabled, end_of_turn_id
 
 __all__ = ["HFChat", "end_of_turn_ids", "render_plain", "row_seed", "weights_fingerprint"]
 
@@ -418,29 +418,11 @@ def _check_local_path(name: str) -> None:
 
 def end_of_turn_ids(tokenizer: Any) -> set[int]:
     """The special token that closes an assistant turn in ``tokenizer``'s chat template (Llama-3's
-    ``<|eot_id|>``, ChatML's ``<|im_end|>``, Gemma's ``<end_of_turn>``, Mistral's ``</s>``), found
-    by rendering a user turn and an assistant turn and reading the first token after the reply;
-    empty when there is no template or what follows the reply is not a special token."""
-    if not getattr(tokenizer, "chat_template", None):
-        return set()
-    marker = "MARKERqzx"
-    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": marker}]
-    try:
-        text = tokenizer.apply_chat_template(conv, tokenize=False)
-    except Exception:  # noqa: BLE001 - a template with other rules: no turn end to learn
-        return set()
-    if not isinstance(text, str) or marker not in text:
-        return set()
-    tail = text[text.rindex(marker) + len(marker) :].lstrip()
-    ids = list(tokenizer(tail, add_special_tokens=False)["input_ids"]) if tail else []
-    if not ids:
-        return set()
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    first = ids[0]
-    if first in special or getattr(added.get(first), "special", False):
-        return {int(first)}
-    return set()
+    ``<|eot_id|>``, ChatML's ``<|im_end|>``, Gemma's ``<end_of_turn>``, Mistral's ``</s>``) as a
+    set of stop ids (:func:`icml25.llm.training.end_of_turn_id`); empty when there is no template
+    or the template writes no special token after a reply."""
+    eot = end_of_turn_id(tokenizer)
+    return set() if eot is None else {eot}
 
 
 def row_seed(seed: int, prompt_ids: Sequence[int], sample_index: int) -> int:

@@ -32,6 +32,9 @@ __all__ = [
     "MixedPrecision",
     "common_prefix_length",
     "dropout_disabled",
+    "end_of_turn_id",
+    "position_ids",
+    "special_token_ids",
     "tokenize_preference",
     "tokenize_prompt_completion",
 ]
@@ -72,7 +75,8 @@ class MixedPrecision:
     ``MixedPrecision.prepare(model)`` upcasts every trainable bf16/fp16 parameter to float32 in
     place and remembers the checkpoint's dtype; ``with mp.autocast(): loss = ...`` runs the
     forward in that dtype. For a float32/float64 model both are no-ops. Build the optimizer after
-    ``prepare`` (it must hold the float32 parameters).
+    ``prepare`` (it must hold the float32 parameters). The checkpoint's dtype is remembered on the
+    model, so preparing it again for a second round of training still computes in that dtype.
 
     Attributes:
         compute_dtype: the checkpoint's low-precision dtype, or ``None`` for a full-precision model.
@@ -93,15 +97,21 @@ class MixedPrecision:
             raise ValueError("the model has no parameters to train")
         device_type = params[0].device.type
         low = {p.dtype for p in params if p.dtype in (torch.bfloat16, torch.float16)}
-        if not enabled or not low:
+        # A model prepared before (a second round of training) is float32 throughout but still
+        # computes in its checkpoint's dtype: the first call left it on the model.
+        earlier = getattr(model, "_icml25_compute_dtype", None)
+        if not enabled or not (low or earlier):
             return cls(None, device_type, 0)
         # A checkpoint is one dtype; a mix (a float32 LoRA on a bf16 base) computes in the low one.
-        compute = torch.bfloat16 if torch.bfloat16 in low else torch.float16
+        compute = earlier
+        if low:
+            compute = torch.bfloat16 if torch.bfloat16 in low else torch.float16
         n = 0
         for p in params:
             if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
                 p.data = p.data.float()
                 n += 1
+        model._icml25_compute_dtype = compute
         return cls(compute, device_type, n)
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -111,6 +121,14 @@ class MixedPrecision:
         if self.compute_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.compute_dtype)
+
+
+def position_ids(attention_mask: Any) -> Any:
+    """Positions counted over the attended tokens (0 at each row's first real token), so a
+    left-padded row sees the positions it would see alone: pass them as ``position_ids=`` (GPT-2's
+    learned absolute positions otherwise shift by the padding; RoPE models are invariant up to
+    rounding)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 # -- targets as TRL tokenises them -----------------------------------------------------------------
@@ -213,3 +231,34 @@ def tokenize_preference(
         r_ids = _text_ids(tokenizer, prompt + rejected)
     n = min(common_prefix_length(p_ids, c_ids), common_prefix_length(p_ids, r_ids))
     return {"prompt_ids": p_ids[:n], "chosen_ids": c_ids[n:], "rejected_ids": r_ids[n:]}
+
+
+def special_token_ids(tokenizer: Any) -> set[int]:
+    """Every special token id: the named ones and the added tokens marked special (Llama-3's
+    ``<|eot_id|>`` is only the latter)."""
+    ids = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or [])}
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids |= {int(i) for i, t in added.items() if getattr(t, "special", False)}
+    return ids
+
+
+def end_of_turn_id(tokenizer: Any) -> int | None:
+    """The token that closes an assistant turn in the chat template (ChatML's ``<|im_end|>``,
+    Llama-3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``, Mistral's ``</s>``): the first special
+    token the template renders after an assistant message. ``None`` without a template, or when
+    the template writes no special token there. A chat reply should stop at it, whatever the
+    tokenizer's ``eos_token`` is (Llama-3.1 base: eos ``<|end_of_text|>``)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    user = [{"role": "user", "content": "hi"}]
+    try:
+        prompt = _chat_ids(tokenizer, user, add_generation_prompt=True)
+        full = _chat_ids(tokenizer, [*user, {"role": "assistant", "content": "ok"}])
+    except Exception:  # noqa: BLE001 - a template with rules of its own: no turn end to learn
+        return None
+    # the probe's own text may tokenise to <unk> (a word vocabulary): not an end of turn
+    special = special_token_ids(tokenizer) - {getattr(tokenizer, "unk_token_id", None)}
+    for i in full[common_prefix_length(prompt, full) :]:
+        if i in special:
+            return i
+    return None

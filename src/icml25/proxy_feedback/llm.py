@@ -34,7 +34,12 @@ from torch import Tensor, nn
 
 from icml25._validate import as_int
 from icml25.llm.loading import check_context_length, context_length
-from icml25.llm.training import MixedPrecision, dropout_disabled, tokenize_preference
+from icml25.llm.training import (
+    MixedPrecision,
+    dropout_disabled,
+    position_ids,
+    tokenize_preference,
+)
 from icml25.preference import (
     IGNORE_INDEX,
     check_preference_record,
@@ -187,7 +192,7 @@ def _left_padded_position_ids(attention_mask: Tensor | None) -> Tensor | None:
     rounding)."""
     if attention_mask is None or attention_mask.ndim != 2 or bool(attention_mask[:, 0].all()):
         return None
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    return position_ids(attention_mask)
 
 
 def _call_lm(
