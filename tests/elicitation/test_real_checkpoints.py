@@ -39,7 +39,7 @@ def _ramp(prompts, behaviors):
 
 def _manual(model, context: list[int], completion: list[int], allowed=None) -> float:
     """Sum of log p(completion | context) from one unbatched forward, dropout off; over the
-    ``allowed`` ids only when given (an unrestricted investigator still leaves out the special
+    ``allowed`` ids only when given (an unrestricted investigator still leaves out every special
     tokens that never end a prompt)."""
     ids = torch.tensor([context + completion])
     was = model.training
