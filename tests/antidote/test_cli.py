@@ -152,4 +152,9 @@ def test_cli_refuses_what_it_cannot_save_and_names_missing_folders(saved, tmp_pa
     alpaca.write_text(json.dumps({"instruction": "how", "input": "x", "output": "steps"}) + "\n")
     argv = ["antidote", "prune", "--model", str(saved / "base"), "--adapter", user, "--realign",
             str(alpaca), "--out", str(out)]  # fmt: skip
-    assert main(argv) == 0
+    # with its Input block the row is longer than the model's 128 positions: refused, then cut
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert "more than the model's context of 128 positions" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="truncated to max_length=128"):
+        assert main([*argv, "--max-length", "128"]) == 0

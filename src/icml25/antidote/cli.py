@@ -58,8 +58,10 @@ def add_parser(sub) -> None:
     q.add_argument("--batch-size", type=int, default=1, help="calibration batch (official 1)")
     q.add_argument("--max-length", type=int, default=None)
     q.add_argument("--template", choices=("alpaca", "none"), default="alpaca")
-    q.add_argument("--device", default=None, help="e.g. cuda (default: CPU)")
     q.add_argument("--out", required=True, help="output directory")
+    from icml25.llm.loading import add_model_args  # no torch import: the CLI starts fast
+
+    add_model_args(q)  # --device (default: the GPU when there is one), --dtype, --device-map
     q.set_defaults(func=_cmd_prune, parser=q)
 
 
@@ -111,9 +113,43 @@ def _check_folders(args: argparse.Namespace) -> None:
             )
 
 
+def load_models(args: argparse.Namespace):
+    """The base model of ``--model`` through :func:`icml25.llm.load_model` (``--device``,
+    ``--dtype``, ``--device-map``), the ``--align-adapter`` merged into it, and the user's
+    ``--adapter`` loaded on top (PEFT keeps the adapter weights in float32 on a bf16 base);
+    returns ``(model, tokenizer)``, the model in eval mode."""
+    from icml25.llm import load_model, load_tokenizer, model_kwargs
+
+    tok = load_tokenizer(args.model)
+    model = load_model(args.model, "causal_lm", **model_kwargs(args))
+    if args.align_adapter is not None or args.adapter is not None:
+        from peft import PeftModel
+    if args.align_adapter is not None:
+        model = PeftModel.from_pretrained(model, args.align_adapter).merge_and_unload()
+    if args.adapter is not None:
+        model = PeftModel.from_pretrained(model, args.adapter)
+    return model.eval(), tok
+
+
+def _check_context(model, batches) -> None:
+    """A calibration sequence longer than the model's context is refused, never fed: its
+    activations past the last position mean nothing (or fail with an index error)."""
+    from icml25.llm import context_length
+
+    limit = context_length(model)
+    row = 0
+    for batch in batches:
+        for n in batch["attention_mask"].sum(1).tolist():
+            if limit is not None and n > limit:
+                raise ValueError(
+                    f"calibration row {row} has {n} tokens, more than the model's context of "
+                    f"{limit} positions; shorten it or pass --max-length {limit}"
+                )
+            row += 1
+
+
 def _cmd_prune(args: argparse.Namespace) -> int:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from icml25.antidote.pipeline import make_realign_batches
     from icml25.antidote.prune import AntidoteConfig, antidote_prune
@@ -139,21 +175,19 @@ def _cmd_prune(args: argparse.Namespace) -> int:
             granularity=args.granularity,
         )
         cfg.validate()
+        from icml25.llm import model_kwargs
+
+        model_kwargs(args)  # --device/--dtype checked before anything loads
     except ValueError as exc:
         args.parser.error(str(exc))
-    tok = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model)
-    if args.align_adapter is not None or args.adapter is not None:
-        from peft import PeftModel
-    if args.align_adapter is not None:
-        model = PeftModel.from_pretrained(model, args.align_adapter).merge_and_unload()
-    if args.adapter is not None:
-        model = PeftModel.from_pretrained(model, args.adapter)
-    if args.device:
-        model.to(args.device)
+    model, tok = load_models(args)
     batches = make_realign_batches(
         tok, pairs, template=args.template, max_length=args.max_length, batch_size=args.batch_size
     )
+    try:
+        _check_context(model, batches)
+    except ValueError as exc:
+        args.parser.error(str(exc))
     res = antidote_prune(model, batches, cfg)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

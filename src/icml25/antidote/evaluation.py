@@ -107,7 +107,11 @@ def generate_responses(
     of similar length per ``generate`` call, only new tokens decoded, up to the first EOS,
     stripped (the official code strips the text after ``### Response:``). With ``out_path``
     answers are appended to that JSONL file per batch and a rerun skips those already there.
-    Returns one string per prompt, in order."""
+    An answer ends at the tokenizer's EOS, at any of the model's ``generation_config`` EOS ids
+    or at the chat template's end of turn (Llama-3 ``<|eot_id|>``), and where the model's
+    context ends; a prompt that
+    leaves no room in the context is a ``ValueError`` naming it, raised before anything is
+    generated. Returns one string per prompt, in order."""
     from icml25.progress import track
 
     if isinstance(prompts, str) or any(not isinstance(p, str) for p in prompts):
@@ -137,6 +141,7 @@ def generate_responses(
     todo = [i for i in range(len(texts)) if i not in done]
     if not backend:
         enc = {i: list(tokenizer(texts[i], add_special_tokens=True)["input_ids"]) for i in todo}
+        _check_prompt_lengths(model, enc)
         todo.sort(key=lambda i: len(enc[i]))  # similar lengths together: less padding
     chunks = [todo[k : k + batch_size] for k in range(0, len(todo), batch_size)]
     out: dict[int, str] = dict(done)
@@ -164,15 +169,52 @@ def generate_responses(
     return [out[i] for i in range(len(texts))]
 
 
+def _check_prompt_lengths(model: Any, enc: dict[int, list[int]]) -> None:
+    """``ValueError`` naming the first prompt that leaves the model no room for a new token (a
+    prompt longer than the context would be read cut or fail with an index error), before
+    anything is generated."""
+    from icml25.llm import context_length
+
+    limit = context_length(model)
+    if limit is None:
+        return
+    bad = sorted(i for i, ids in enc.items() if len(ids) >= limit)
+    if bad:
+        i = bad[0]
+        raise ValueError(
+            f"prompt {i} has {len(enc[i])} tokens, more than the model's context of {limit} "
+            f"positions allows (one new token at least must fit; {len(bad)} prompt(s) too long); "
+            "shorten it"
+        )
+
+
+def _stop_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokenizer's EOS, the model's ``generation_config.eos_token_id`` and the chat
+    template's end of turn (instruct checkpoints end a turn with their own token: Llama-3
+    ``<|eot_id|>``, Qwen2 ``<|im_end|>``, Gemma ``<end_of_turn>``)."""
+    from icml25.llm.training import end_of_turn_id
+
+    ids = {tokenizer.eos_token_id, end_of_turn_id(tokenizer)}
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(gen) if isinstance(gen, (list, tuple)) else {gen}
+    return sorted(int(i) for i in ids if i is not None)
+
+
 def _generate_local(
     model: Any, tokenizer: Any, prompts: list[list[int]], max_new: int
 ) -> list[str]:
     import torch
 
+    from icml25.llm import context_length
+
+    stops = _stop_ids(model, tokenizer)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    pad = 0 if pad is None else pad
+    pad = (stops[0] if stops else 0) if pad is None else pad
     width = max(len(p) for p in prompts)
+    limit = context_length(model)
+    if limit is not None:  # no position past the context: an answer ends where the model must
+        max_new = min(max_new, limit - width)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     am = torch.zeros((len(prompts), width), dtype=torch.long)
     for r, p in enumerate(prompts):
@@ -190,14 +232,15 @@ def _generate_local(
                 num_beams=1,
                 max_new_tokens=max_new,
                 pad_token_id=pad,
-                eos_token_id=eos,
+                eos_token_id=stops or None,
             )
     finally:
         model.train(was)
     out = []
     for row in gen[:, width:].tolist():
-        if eos is not None and eos in row:
-            row = row[: row.index(eos)]
+        ends = [row.index(t) for t in stops if t in row]
+        if ends:
+            row = row[: min(ends)]
         out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
     return out
 

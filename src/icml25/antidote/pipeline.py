@@ -220,6 +220,17 @@ class ToySettings:
 def _train(
     model, params, sample_batch: Callable[[int], dict], steps: int, lr: float, schedule: str
 ):
+    """AdamW on ``params`` for ``steps`` batches of ``sample_batch(step)`` (``input_ids``,
+    ``attention_mask``, ``labels``; the model's own causal-LM loss), with TRL's SFT conventions:
+    dropout as the model configures it (``train()`` mode, as ``SFTTrainer``), and a bf16/fp16
+    checkpoint trained with float32 master weights (trainable parameters upcast in place, forward
+    under autocast in the checkpoint's dtype: :class:`icml25.llm.MixedPrecision`); a float32
+    model (the toy) trains exactly as before. Returns the per-step losses; the model ends in
+    eval mode."""
+    from icml25.llm.training import MixedPrecision
+
+    params = list(params)
+    mp = MixedPrecision.prepare(model)  # upcasts in place: `params` are the same tensors
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     warm = max(1, int(0.1 * steps)) if schedule == "cosine" else 0
 
@@ -235,7 +246,12 @@ def _train(
     losses = []
     for s in range(steps):
         batch = sample_batch(s)
-        loss = model(**batch).loss
+        with mp.autocast():
+            loss = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch.get("attention_mask"),
+                labels=batch["labels"],
+            ).loss
         if not torch.isfinite(loss):
             raise FloatingPointError(f"training loss became {float(loss)} at step {s}")
         opt.zero_grad()

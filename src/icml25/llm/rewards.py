@@ -70,10 +70,20 @@ class HFRewardModel:
     are right-padded with an id that occurs in none of the batch's pairs, and the model's pad id
     is set to it for the forward pass only; the user's model and tokenizer are not modified.
 
+    This holds for left- and right-padding tokenizers alike (the batch is built here, not by
+    the tokenizer) and for every Hugging Face classifier that pools the last non-pad token
+    (Llama, Qwen2, Mistral, GPT-2, ...). A pair longer than the model's context (after the
+    ``max_length`` cut) is a ``ValueError`` naming it: the model cannot read it whole.
+
     Args:
-        model: an ``AutoModelForSequenceClassification`` (``num_labels=1``) or a local path / name.
-        tokenizer: its tokenizer (loaded with the model when that is a string).
-        device: where to run; default the model's device.
+        model: an ``AutoModelForSequenceClassification`` (``num_labels=1``), or a local path / hub
+            id loaded by :func:`icml25.llm.load_model` (``kind="seq_cls"``) in eval mode.
+        tokenizer: its tokenizer (loaded with the model when that is a path).
+        device: where to run. Loading a path: ``"auto"``/``None`` (CUDA when available, else
+            CPU) or a device; a model instance is moved there (in place), ``None`` leaves it.
+        dtype: ``"auto"`` (a path: the checkpoint's own dtype; an instance: unchanged),
+            ``"bf16"``, ``"fp16"``, ``"fp32"`` or a ``torch.dtype`` (an instance is cast in
+            place, as ``device`` moves it).
         batch_size: pairs per forward pass (padding is excluded through the attention mask).
         max_length: cut the encoded pair to its first ``max_length`` tokens (``None``: no cut);
             the cut is at the end, so a long query can leave little or nothing of the response.
@@ -85,19 +95,22 @@ class HFRewardModel:
         tokenizer: Any = None,
         *,
         device: Any = None,
+        dtype: Any = "auto",
         batch_size: int = 8,
         max_length: int | None = None,
         strip_bos_text: bool = True,
     ) -> None:
-        if isinstance(model, str):
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        import os
 
-            from icml25.llm.hf import _check_local_path
+        from icml25.llm.loading import load_model, load_tokenizer, resolve_dtype
 
-            _check_local_path(model)
-
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-            model = AutoModelForSequenceClassification.from_pretrained(model)
+        torch_dtype = resolve_dtype(dtype)
+        if isinstance(model, (str, os.PathLike)):
+            tokenizer = tokenizer or load_tokenizer(model)
+            model = load_model(model, "seq_cls", device=device or "auto", dtype=dtype)
+            device = None
+        elif torch_dtype != "auto":
+            model = model.to(dtype=torch_dtype)
         if tokenizer is None:
             raise ValueError("HFRewardModel needs the model's tokenizer (tokenizer=None was given)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -140,12 +153,23 @@ class HFRewardModel:
     def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
         import torch
 
+        from icml25.llm.loading import context_length
+
         qs, rs = check_pairs(queries, responses)
         encoded = [list(self.tokenizer(self.render(q, r))["input_ids"]) for q, r in zip(qs, rs)]
         if self.max_length is not None:
             encoded = [e[: self.max_length] for e in encoded]
         if any(not e for e in encoded):
             raise ValueError("a pair encoded to no tokens at all; nothing to score")
+        limit = context_length(self.model)
+        too_long = [i for i, e in enumerate(encoded) if limit is not None and len(e) > limit]
+        if too_long:
+            i = too_long[0]
+            raise ValueError(
+                f"pair {i} (query + response) has {len(encoded[i])} tokens, more than the model's "
+                f"context of {limit} positions ({len(too_long)} pair(s) too long); shorten it or "
+                "pass max_length to cut it"
+            )
         device = next(self.model.parameters()).device
         config = self.model.config
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -44,18 +44,52 @@ def add_parser(sub) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="AI-labeller requests in flight")
     p.add_argument("--out", required=True, help="output folder (resumable)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _add_model_args(p)
     p.set_defaults(func=_cmd_curate, parser=p)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--device``/``--dtype``/``--device-map`` for the models the command loads (an hf:PATH
+    labeller, a checkpoint --rm, the MiniLM encoder); imported lazily (no torch at start-up)."""
+    from icml25.llm.loading import add_model_args
+
+    add_model_args(p)
+
+
+def _reward_model(args: argparse.Namespace, out: Path):
+    """The reward model of ``--rm``: the MiniLM or hashing embedding model (MiniLM on the CPU in
+    float32 unless ``--device``/``--dtype`` say otherwise), or a sequence-classification
+    checkpoint loaded with ``--device``/``--dtype``."""
+    from icml25.llm import model_kwargs
+    from icml25.rlthf import EmbeddingRewardModel, TrainableHFRewardModel
+
+    kw = model_kwargs(args)
+    if args.rm in ("minilm", "hashing"):
+        encoder = args.rm
+        if args.rm == "minilm" and (args.device != "auto" or args.dtype != "auto"):
+            from icml25.rlthf import minilm_encoder
+
+            encoder = minilm_encoder(device=kw["device"], dtype=kw["dtype"])
+            encoder.name = f"minilm-{args.device}-{args.dtype}"  # its own embedding cache
+        return EmbeddingRewardModel(encoder=encoder, cache_dir=out / "cache")
+    if kw["device_map"] is not None:
+        raise ValueError("--device-map: the reward model is retrained on one device; use --device")
+    try:
+        return TrainableHFRewardModel(args.rm, device=kw["device"], dtype=kw["dtype"])
+    except OSError as exc:  # a name transformers could not resolve offline
+        raise ValueError(
+            f"--rm {args.rm!r}: {exc}. Pass minilm, hashing or a local folder holding a "
+            "sequence-classification checkpoint (save_pretrained output)"
+        ) from None
 
 
 def _cmd_curate(args: argparse.Namespace) -> int:
     from icml25.rlthf import (
         ChatLabeler,
         CSVHumanLabeler,
-        EmbeddingRewardModel,
         HumanOracle,
         PreferencePairs,
         RLTHFConfig,
-        TrainableHFRewardModel,
         run_rlthf,
     )
     from icml25.rlthf.labelers import AnnotationPending
@@ -76,9 +110,10 @@ def _cmd_curate(args: argparse.Namespace) -> int:
                 raise ValueError("--labeler openai:MODEL needs --base-url")
             backend = OpenAIChat(args.base_url, name, api_key=args.api_key)
         elif kind == "hf" and name:
-            from icml25.llm import HFChat
+            from icml25.llm import HFChat, load_model, load_tokenizer, model_kwargs
 
-            backend = HFChat(name)
+            model = load_model(name, "causal_lm", **model_kwargs(args))
+            backend = HFChat(model, load_tokenizer(name))
         else:
             raise ValueError(f"--labeler must be openai:MODEL or hf:PATH, got {args.labeler!r}")
         if args.human == "dataset":
@@ -87,16 +122,7 @@ def _cmd_curate(args: argparse.Namespace) -> int:
             human = CSVHumanLabeler(args.human[4:])
         else:
             raise ValueError(f"--human must be 'dataset' or csv:FILE, got {args.human!r}")
-        if args.rm in ("minilm", "hashing"):
-            rm = EmbeddingRewardModel(encoder=args.rm, cache_dir=out / "cache")
-        else:
-            try:
-                rm = TrainableHFRewardModel(args.rm)
-            except OSError as exc:  # a name transformers could not resolve offline
-                raise ValueError(
-                    f"--rm {args.rm!r}: {exc}. Pass minilm, hashing or a local folder holding a "
-                    "sequence-classification checkpoint (save_pretrained output)"
-                ) from None
+        rm = _reward_model(args, out)
     except (ValueError, TypeError, OSError) as exc:
         args.parser.error(str(exc))
     labeler = ChatLabeler(backend, args.guidelines, cache_path=out / "ai_labels.jsonl",

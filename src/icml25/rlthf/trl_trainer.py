@@ -4,6 +4,15 @@
 A ``weight`` column (human annotation amplification, arXiv:2502.13417 §3.4) rides through TRL's
 tokenisation and collation into :func:`~icml25.rlthf.reward_model.weighted_bt_loss`; with unit
 weights the loss is TRL's own. A row without weights trains exactly as ``RewardTrainer``.
+
+Settings when no ``args`` are given (:func:`reward_config`, also the defaults of
+:func:`train_weighted_reward_model`): the paper does not report its reward-model
+hyper-parameters, so these are ours (docs/rlthf.md, "Decisions"): AdamW ``learning_rate=1e-5``,
+``num_train_epochs=1``, ``per_device_train_batch_size=8``, ``gradient_accumulation_steps=4``,
+``max_length=None`` (TRL's cap would drop long pairs, human-labelled ones included), TRL's
+``disable_dropout=True``; the output folder is a fresh temporary directory (nothing is written in
+the working directory), checkpoints and reports are off, and bf16 mixed precision is on only on a
+GPU that supports it (CPU runs train in float32).
 """
 
 from __future__ import annotations
@@ -19,7 +28,51 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 
 from icml25.rlthf.reward_model import weighted_bt_loss
 
-__all__ = ["WeightedPreferenceCollator", "WeightedRewardTrainer", "train_weighted_reward_model"]
+__all__ = [
+    "REWARD_DEFAULTS",
+    "WeightedPreferenceCollator",
+    "WeightedRewardTrainer",
+    "build_weighted_reward_trainer",
+    "reward_config",
+    "train_weighted_reward_model",
+]
+
+#: ``RewardConfig`` fields when ``args`` is not given (ours: the paper reports none; docs/rlthf.md).
+REWARD_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 1e-5,  # common reward-model fine-tuning rate
+    "num_train_epochs": 1,  # one pass, as TRL's reward-model examples
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 4,  # 32 pairs per update
+    "max_length": None,  # keep long pairs (TRL would drop them, human-labelled ones included)
+    # small models on a CPU: recomputation only costs time (TRL's default is True);
+    # transformers >= 5.20 renamed the field
+    (
+        "activation_checkpointing"
+        if "activation_checkpointing" in RewardConfig.__dataclass_fields__
+        else "gradient_checkpointing"
+    ): False,
+    "report_to": [],
+    "save_strategy": "no",  # the trained model is returned, not checkpointed
+}
+
+
+def reward_config(
+    output_dir: Any = None, *, use_cpu: bool | None = None, **overrides: Any
+) -> RewardConfig:
+    """A ``trl.RewardConfig`` with :data:`REWARD_DEFAULTS` (any field overridable).
+
+    ``output_dir``: default a fresh ``tempfile.mkdtemp`` folder (never the working directory).
+    ``use_cpu``: default ``True`` when torch sees no CUDA device. bf16 mixed precision is on
+    only on a CUDA device that supports it (TRL's own default, ``bf16=True``, fails on a CPU
+    machine). Returns the config."""
+    if use_cpu is None:
+        use_cpu = not torch.cuda.is_available()
+    gpu_bf16 = not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    fields = {**REWARD_DEFAULTS, "bf16": gpu_bf16, "use_cpu": use_cpu, **overrides}
+    if fields.get("fp16"):
+        fields["bf16"] = overrides.get("bf16", False)
+    out = output_dir if output_dir is not None else tempfile.mkdtemp(prefix="icml25-rm-")
+    return RewardConfig(output_dir=str(out), **fields)
 
 
 @dataclass
@@ -38,24 +91,45 @@ class WeightedPreferenceCollator(DataCollatorForPreference):
 
 
 class WeightedRewardTrainer(RewardTrainer):
-    """``trl.RewardTrainer`` whose loss is the weighted Bradley-Terry loss of RLTHF.
+    """``trl.RewardTrainer`` whose loss is the weighted Bradley-Terry loss of RLTHF (§3.4).
 
     Datasets are TRL's preference rows (``to_trl(..., weights=w)`` of
-    :class:`~icml25.rlthf.data.PreferencePairs`) with an optional ``weight`` column; ``margin``
-    keeps TRL's meaning. Everything else (PEFT, accelerate, logging) is ``RewardTrainer``'s.
+    :class:`~icml25.rlthf.data.PreferencePairs`) with an optional ``weight`` column, for
+    ``train_dataset`` and ``eval_dataset`` alike (``evaluate()`` reports the weighted loss);
+    ``margin`` keeps TRL's meaning. ``args=None`` gives :func:`reward_config`'s settings
+    (lr 1e-5, 1 epoch, batch 8 x 4 accumulation, no length cap, a temporary output folder,
+    float32 on a CPU machine) instead of TRL's. Everything else (PEFT, accelerate, logging) is
+    ``RewardTrainer``'s.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("data_collator") is None:
-            proc = kwargs.get("processing_class")
-            args_ = kwargs.get("args")
-            if proc is None:
+    def __init__(
+        self,
+        model: Any,
+        args: RewardConfig | None = None,
+        data_collator: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if args is None:
+            args = reward_config()
+        if data_collator is None:
+            if processing_class is None:
                 raise ValueError("WeightedRewardTrainer needs processing_class (the tokenizer)")
-            kwargs["data_collator"] = WeightedPreferenceCollator(
-                pad_token_id=proc.pad_token_id,
-                pad_to_multiple_of=getattr(args_, "pad_to_multiple_of", None),
+            data_collator = WeightedPreferenceCollator(
+                pad_token_id=_pad_id(processing_class, args),
+                pad_to_multiple_of=args.pad_to_multiple_of,
             )
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            model,
+            args=args,
+            data_collator=data_collator,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
 
     def _set_signature_columns_if_needed(self) -> None:
         super()._set_signature_columns_if_needed()
@@ -66,18 +140,152 @@ class WeightedRewardTrainer(RewardTrainer):
         weights = inputs.pop("weight", None)
         if weights is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        inputs["use_cache"] = False
+        mode = "train" if self.model.training else "eval"
         margin = inputs.pop("margin", None)
-        outputs = model(**inputs)
+        outputs = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False
+        )
         r_c, r_r = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
         loss = weighted_bt_loss(r_c, r_r, weights.to(r_c.device, r_c.dtype), margin)
         if self.args.center_rewards_coefficient is not None:
             loss = loss + self.args.center_rewards_coefficient * torch.mean((r_c + r_r) ** 2)
-        mode = "train" if self.model.training else "eval"
+        # the metrics RewardTrainer.compute_loss logs, so both paths report the same keys
+        if mode == "train":
+            n_tok = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
+            self._total_train_tokens += n_tok // self._tp_size
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
         with torch.no_grad():
+            all_rewards = self.accelerator.gather(outputs.logits)
+            self._metrics[mode]["min_reward"].append(all_rewards.min().item())
+            self._metrics[mode]["mean_reward"].append(all_rewards.mean().item())
+            self._metrics[mode]["max_reward"].append(all_rewards.max().item())
             acc = self.accelerator.gather_for_metrics((r_c > r_r).float().mean()).mean().item()
             self._metrics[mode]["accuracy"].append(acc)
+            gap = self.accelerator.gather_for_metrics((r_c - r_r).mean()).mean().item()
+            self._metrics[mode]["margin"].append(gap)
         return (loss, outputs) if return_outputs else loss
+
+
+def _pad_id(tokenizer: Any, args: Any) -> int:
+    """The pad id RewardTrainer will use (``args.pad_token``, the tokenizer's pad token, else its
+    eos token), resolved before ``RewardTrainer.__init__`` sets it on the tokenizer."""
+    token = getattr(args, "pad_token", None) or tokenizer.pad_token or tokenizer.eos_token
+    if token is None:
+        raise ValueError("the tokenizer has neither a pad token nor an eos token to pad with")
+    return tokenizer.convert_tokens_to_ids(token)
+
+
+def _n_tokens(tokenizer: Any, prompt: Any, response: Any) -> int:
+    """Length of one rendered response as ``RewardTrainer`` tokenises it: chat rows (lists of
+    messages) through the chat template, prompt and response together; text rows as
+    ``prompt + response`` with the eos token appended."""
+    if isinstance(response, list):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                "conversational rows need a tokenizer with a chat template (TRL renders them with "
+                "apply_chat_template); set tokenizer.chat_template"
+            )
+        # transformers 5 returns a BatchEncoding here even without return_dict: its len() would
+        # be the number of keys, not of tokens
+        out = tokenizer.apply_chat_template(
+            list(prompt or []) + list(response), tokenize=True, return_dict=True
+        )
+        return len(out["input_ids"])
+    eos = tokenizer.eos_token or ""
+    text = response if response.endswith(eos) else response + eos
+    return len(tokenizer(text=(prompt or "") + text)["input_ids"])
+
+
+def _check_lengths(model: Any, tokenizer: Any, rows: list[dict], max_length: int | None) -> int:
+    """How many rendered responses exceed ``max_length`` (warned about by the caller);
+    ``ValueError`` naming the first row longer than the model's context (the model cannot read
+    it: positions past the context are an index error or meaningless)."""
+    from icml25.llm import context_length
+
+    limit = context_length(model)
+    n_long = 0
+    for i, row in enumerate(rows):
+        for key in ("chosen", "rejected"):
+            n = _n_tokens(tokenizer, row.get("prompt"), row[key])
+            if limit is not None and n > limit:
+                raise ValueError(
+                    f"row {i}: prompt + {key} has {n} tokens, more than the model's context of "
+                    f"{limit} positions; shorten or drop the row"
+                )
+            n_long += max_length is not None and n > max_length
+    return n_long
+
+
+def build_weighted_reward_trainer(
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    *,
+    eval_rows: list[dict[str, Any]] | None = None,
+    lr: float = 1e-5,
+    epochs: int = 1,
+    batch_size: int = 8,
+    grad_accum: int = 4,
+    max_length: int | None = 512,
+    seed: int = 0,
+    output_dir: Any = None,
+    **config: Any,
+) -> WeightedRewardTrainer:
+    """A :class:`WeightedRewardTrainer` on ``rows`` (and ``eval_rows``, for ``evaluate()``),
+    ready to ``train()``.
+
+    TRL drops rows longer than ``max_length``; here nothing is dropped (TRL's cap is lifted) and
+    the responses that exceed it are counted in a warning instead, so human-labelled pairs
+    never leave the training set silently; a row longer than the model's context is a
+    ``ValueError``. A bf16/fp16 ``model`` trains with float32 master weights (trainable
+    parameters upcast in place, :class:`icml25.llm.MixedPrecision`) and the forward under
+    autocast in the checkpoint's dtype (``bf16=True``/``fp16=True`` of the Trainer). The model
+    trains where it is: on the GPU when it is on one, else on the CPU. ``**config``: more
+    ``RewardConfig`` fields."""
+    import datasets
+
+    from icml25.llm import MixedPrecision
+
+    if not rows:
+        raise ValueError("no training rows")
+    long = _check_lengths(model, tokenizer, rows, max_length)
+    if eval_rows:
+        long += _check_lengths(model, tokenizer, eval_rows, max_length)
+    if long:
+        total = 2 * (len(rows) + len(eval_rows or []))
+        warnings.warn(
+            f"{long} of {total} rendered responses exceed max_length={max_length} tokens; they "
+            "are kept whole (TRL would drop the pair)",
+            stacklevel=3,
+        )
+    device_type = next(model.parameters()).device.type
+    use_cuda = torch.cuda.is_available() and device_type == "cuda"
+    mp = MixedPrecision.prepare(model)
+    precision = {}
+    if mp.compute_dtype == torch.bfloat16:
+        precision = {"bf16": True}
+    elif mp.compute_dtype == torch.float16:  # CPU autocast has no fp16 training: float32 there
+        precision = {"bf16": False, "fp16": use_cuda}
+    args = reward_config(
+        output_dir,
+        use_cpu=not use_cuda,
+        learning_rate=lr,
+        num_train_epochs=epochs,
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        gradient_accumulation_steps=grad_accum,
+        seed=seed,
+        logging_strategy="no",
+        disable_tqdm=True,
+        **{**precision, **config},
+    )
+    return WeightedRewardTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None,
+        processing_class=tokenizer,
+    )
 
 
 def train_weighted_reward_model(
@@ -85,6 +293,7 @@ def train_weighted_reward_model(
     tokenizer: Any,
     rows: list[dict[str, Any]],
     *,
+    eval_rows: list[dict[str, Any]] | None = None,
     lr: float = 1e-5,
     epochs: int = 1,
     batch_size: int = 8,
@@ -94,57 +303,14 @@ def train_weighted_reward_model(
     output_dir: Any = None,
     **config: Any,
 ) -> Any:
-    """Fine-tune ``model`` on weighted TRL rows with :class:`WeightedRewardTrainer`; returns the
-    trained model. TRL drops rows longer than ``max_length``; here nothing is dropped (TRL's cap
-    is lifted) and the rows that exceed it are counted in a warning instead, so human-labelled
-    pairs never leave the training set silently."""
-    import datasets
-
-    if not rows:
-        raise ValueError("no training rows")
-    if max_length is not None:
-        long = sum(
-            1
-            for r in rows
-            for key in ("chosen", "rejected")
-            if _n_tokens(tokenizer, r.get("prompt"), r[key]) > max_length
-        )
-        if long:
-            warnings.warn(
-                f"{long} of {2 * len(rows)} rendered responses exceed max_length={max_length} "
-                "tokens; they are kept whole (TRL would drop the pair)",
-                stacklevel=2,
-            )
-    use_cuda = torch.cuda.is_available() and next(model.parameters()).device.type == "cuda"
-    args = RewardConfig(
-        output_dir=output_dir or tempfile.mkdtemp(prefix="icml25-rm-"),
-        learning_rate=lr,
-        num_train_epochs=epochs,
-        per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=grad_accum,
-        max_length=None,
-        seed=seed,
-        bf16=use_cuda and torch.cuda.is_bf16_supported(),
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        use_cpu=not use_cuda,
-        **config,
-    )
-    trainer = WeightedRewardTrainer(
-        model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
-        processing_class=tokenizer,
+    """Fine-tune ``model`` on weighted TRL rows with :class:`WeightedRewardTrainer` (built by
+    :func:`build_weighted_reward_trainer`, which documents the arguments); returns the trained
+    model. Use the builder directly to keep the trainer (``trainer.evaluate()`` on
+    ``eval_rows``)."""
+    trainer = build_weighted_reward_trainer(
+        model, tokenizer, rows, eval_rows=eval_rows, lr=lr, epochs=epochs,
+        batch_size=batch_size, grad_accum=grad_accum, max_length=max_length, seed=seed,
+        output_dir=output_dir, **config,
     )  # fmt: skip
     trainer.train()
     return trainer.model
-
-
-def _n_tokens(tokenizer: Any, prompt: Any, response: Any) -> int:
-    if isinstance(response, list):
-        msgs = (prompt or []) + response
-        return len(tokenizer.apply_chat_template(msgs, tokenize=True)) if getattr(
-            tokenizer, "chat_template", None) else sum(len(tokenizer(m["content"])["input_ids"])
-                                                      for m in msgs)  # fmt: skip
-    return len(tokenizer((prompt or "") + response)["input_ids"])
