@@ -48,17 +48,17 @@ def chat_for(arch: str, **kw) -> HFChat:
 
 
 def test_a_path_loads_through_load_model_with_device_and_dtype(tmp_path, monkeypatch):
-    import icml25.llm.hf as hf
+    import icml25.llm.loading as loading
 
     path = save_tiny("llama", tmp_path / "llama")
     seen = {}
-    real = hf.load_model
+    real = loading.load_model
 
     def spy(*args, **kwargs):
         seen.update(kwargs, args=args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hf, "load_model", spy)
+    monkeypatch.setattr(loading, "load_model", spy)
     chat = HFChat(str(path), dtype="bf16", device="cpu")
     assert seen["args"] == (str(path), "causal_lm")
     assert seen["device"] == "cpu" and seen["dtype"] == "bf16"

@@ -110,3 +110,16 @@ def test_command_line_flags():
         model_kwargs(parser.parse_args(["--dtype", "fp8"]))
     with pytest.raises(ValueError, match="--device:"):
         model_kwargs(parser.parse_args(["--device", "tpu"]))
+
+
+def test_load_or_place_loads_a_path_and_places_a_model(saved_llama):
+    from icml25.llm import load_or_place
+
+    m = load_or_place(saved_llama, dtype="fp32")
+    assert next(m.parameters()).dtype == torch.float32
+    assert load_or_place(m) is m  # a loaded model stays as it is
+    assert next(load_or_place(m, dtype="bf16").parameters()).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="device_map applies when a path is loaded"):
+        load_or_place(m, device_map="auto")
+    with pytest.raises(ValueError, match="dtype must be"):
+        load_or_place(saved_llama, dtype="int4")

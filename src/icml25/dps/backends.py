@@ -49,9 +49,9 @@ class HFVisionChat(BaseChat):
                  name: str | None = None) -> None:  # fmt: skip
         import os
 
-        from icml25.llm.loading import load_model, load_processor, resolve_device, resolve_dtype
+        from icml25.llm.loading import load_or_place, load_processor, resolve_dtype
 
-        torch_dtype = resolve_dtype(dtype)  # a bad dtype fails before anything loads
+        resolve_dtype(dtype)  # a bad dtype fails before anything loads
         if isinstance(model, (str, os.PathLike)):
             model = os.fspath(model)
             if not os.path.isdir(os.path.expanduser(model)):
@@ -59,22 +59,7 @@ class HFVisionChat(BaseChat):
                     f"model {model!r} is not a local folder (nothing is downloaded here)"
                 )
             processor = processor or load_processor(model)
-            model = load_model(
-                model,
-                "vision_lm",
-                device="auto" if device is None else device,
-                dtype=dtype,
-                device_map=device_map,
-            )
-        else:
-            if device_map is not None:
-                raise ValueError(
-                    "device_map applies when a folder is loaded; a model object is placed by you"
-                )
-            if device is not None:
-                model = model.to(resolve_device(device))
-            if torch_dtype != "auto":
-                model = model.to(torch_dtype)
+        model = load_or_place(model, "vision_lm", device=device, dtype=dtype, device_map=device_map)
         if processor is None:
             raise ValueError("HFVisionChat needs the model's processor")
         if not getattr(processor, "chat_template", None):

@@ -39,9 +39,8 @@ from icml25.llm.base import (
 from icml25.llm.loading import (
     check_context_length,
     context_length,
-    load_model,
+    load_or_place,
     load_tokenizer,
-    resolve_device,
     resolve_dtype,
 )
 from icml25.llm.sampling import make_decoder, sample
@@ -106,26 +105,10 @@ class HFChat(BaseChat):
             or max_new_tokens < 1
         ):
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        torch_dtype = resolve_dtype(dtype)  # a bad dtype fails before anything loads
+        resolve_dtype(dtype)  # a bad dtype fails before anything loads
         if isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            tokenizer = tokenizer or load_tokenizer(path)
-            model = load_model(
-                path,
-                "causal_lm",
-                device="auto" if device is None else device,
-                dtype=dtype,
-                device_map=device_map,
-            )
-        else:
-            if device_map is not None:
-                raise ValueError(
-                    "device_map applies when HFChat loads a path; a model object is placed by you"
-                )
-            if device is not None:
-                model = model.to(resolve_device(device))
-            if torch_dtype != "auto":
-                model = model.to(torch_dtype)
+            tokenizer = tokenizer or load_tokenizer(model)
+        model = load_or_place(model, "causal_lm", device=device, dtype=dtype, device_map=device_map)
         if tokenizer is None:
             raise ValueError("HFChat needs the model's tokenizer (tokenizer=None was given)")
         self.model = model

@@ -36,6 +36,7 @@ __all__ = [
     "check_context_length",
     "context_length",
     "load_model",
+    "load_or_place",
     "load_processor",
     "load_tokenizer",
     "model_kwargs",
@@ -164,6 +165,41 @@ def load_model(
         dev = resolve_device(device)
         model = auto.from_pretrained(source, dtype=torch_dtype, **kwargs).to(dev)
     return model.eval()
+
+
+def load_or_place(
+    model: Any,
+    kind: str = "causal_lm",
+    *,
+    device: Any = None,
+    dtype: Any = "auto",
+    device_map: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """What a class that takes "a model or its path" does with it: a path (``str`` or
+    ``os.PathLike``) loads through :func:`load_model` (``device=None`` meaning ``"auto"``); a
+    loaded model stays where it is unless ``device`` is given and keeps its dtype unless ``dtype``
+    is (``device_map`` applies to a path only: a loaded model was placed by its owner). A bad
+    ``dtype`` or ``device`` fails before anything loads."""
+    torch_dtype = resolve_dtype(dtype)
+    if isinstance(model, (str, os.PathLike)):
+        return load_model(
+            model,
+            kind,
+            device="auto" if device is None else device,
+            dtype=dtype,
+            device_map=device_map,
+            **kwargs,
+        )
+    if device_map is not None:
+        raise ValueError(
+            "device_map applies when a path is loaded; a loaded model is placed by you"
+        )
+    if device is not None:
+        model = model.to(resolve_device(device))
+    if torch_dtype != "auto":
+        model = model.to(torch_dtype)
+    return model
 
 
 def load_tokenizer(name_or_path: Any, **kwargs: Any) -> Any:

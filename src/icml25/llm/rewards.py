@@ -102,15 +102,11 @@ class HFRewardModel:
     ) -> None:
         import os
 
-        from icml25.llm.loading import load_model, load_tokenizer, resolve_dtype
+        from icml25.llm.loading import load_or_place, load_tokenizer
 
-        torch_dtype = resolve_dtype(dtype)
         if isinstance(model, (str, os.PathLike)):
             tokenizer = tokenizer or load_tokenizer(model)
-            model = load_model(model, "seq_cls", device=device or "auto", dtype=dtype)
-            device = None
-        elif torch_dtype != "auto":
-            model = model.to(dtype=torch_dtype)
+        model = load_or_place(model, "seq_cls", device=device, dtype=dtype)
         if tokenizer is None:
             raise ValueError("HFRewardModel needs the model's tokenizer (tokenizer=None was given)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -119,8 +115,6 @@ class HFRewardModel:
             isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
         ):
             raise ValueError(f"max_length must be a positive integer or None, got {max_length!r}")
-        if device is not None:
-            model = model.to(device)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size

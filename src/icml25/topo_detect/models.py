@@ -127,24 +127,14 @@ class HFCLIPAdapter(nn.Module):
         super().__init__()
         import os
 
-        from icml25.llm.loading import load_model, load_processor, resolve_device, resolve_dtype
+        from icml25.llm.loading import load_or_place, load_processor
 
-        torch_dtype = resolve_dtype(dtype)  # a bad dtype fails before anything loads
-        if isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            model = load_model(
-                path, "clip", device="auto" if device is None else device, dtype=dtype
-            )
-            if processor is None:
-                try:
-                    processor = load_processor(path)
-                except OSError:  # a folder with the weights only: images work, texts need one
-                    processor = None
-        else:
-            if device is not None:
-                model = model.to(resolve_device(device))
-            if torch_dtype != "auto":
-                model = model.to(torch_dtype)
+        if isinstance(model, (str, os.PathLike)) and processor is None:
+            try:
+                processor = load_processor(model)
+            except OSError:  # a folder with the weights only: images work, texts need one
+                processor = None
+        model = load_or_place(model, "clip", device=device, dtype=dtype)
         if not hasattr(model, "get_image_features") or not hasattr(model, "logit_scale"):
             raise TypeError(
                 f"HFCLIPAdapter needs a CLIP-style model (get_image_features, logit_scale), got "
