@@ -212,3 +212,24 @@ def test_position_ids_count_attended_tokens():
 
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     assert position_ids(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+
+
+def test_a_nan_weight_is_an_error_at_the_first_step_not_a_silent_nan_run():
+    """A NaN weight used to train on (sft losses [nan, nan]) and generate ('}}}'); now the loops
+    stop with FloatingPointError naming the step, and HFChat returns an error per request."""
+    from icml25.llm import HFChat, check_finite_loss
+    from icml25.safety_reasoning import sft
+
+    tok, model = archs.tiny_tokenizer("gpt2"), archs.tiny_model("gpt2")
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="sft step 0"):
+        sft(model, tok, [("red cat", "cat red")] * 2, steps=2, batch_size=2, progress=False)
+    chat = HFChat(model, tok)
+    (res,) = chat.complete_many(
+        [[{"role": "user", "content": "hi"}]], max_tokens=3, errors="return"
+    )
+    assert isinstance(res, FloatingPointError) and "NaN or inf" in str(res)
+    check_finite_loss(torch.tensor(0.5), "fine")
+    with pytest.raises(FloatingPointError, match="step 3: the loss is inf"):
+        check_finite_loss(torch.tensor(float("inf")), "step 3")

@@ -301,3 +301,13 @@ def test_simplex_trainer_bad_input(gpt2_wrapped):
         SimplexDPOConfig(beta=0)
     with pytest.raises(TypeError, match="args must be"):
         SimplexDPOTrainer(m, None, args={"lr": 1}, processing_class=tok)
+
+
+def test_a_nan_weight_stops_dpo_stage_at_its_first_step():
+    """A NaN weight trained on silently (loss [nan, nan]); now the first step names itself."""
+    tok, policy = tiny_tokenizer("gpt2"), tiny_model("gpt2")
+    ref = copy.deepcopy(policy)
+    with torch.no_grad():
+        policy.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="dpo_stage step 0"):
+        dpo_stage(policy, ref, TEXT_PAIRS, tokenizer=tok, trainable="all", steps=2, lr=1e-5)

@@ -72,6 +72,7 @@ from icml25.llm.store import (
 )
 from icml25.llm.training import (
     MixedPrecision,
+    check_finite_loss,
     dropout_disabled,
     tokenize_preference,
     tokenize_prompt_completion,
@@ -104,6 +105,7 @@ __all__ = [
     "TokenLogprob",
     "add_model_args",
     "check_context_length",
+    "check_finite_loss",
     "context_length",
     "dropout_disabled",
     "json_safe",

@@ -239,6 +239,11 @@ def sample(
         logits, state = decoder.prefill(ids, mask, longest)
     else:
         logits, state = decoder.prefill(ids, mask)
+    if not bool(torch.isfinite(logits).all()):  # one check on the prompt: NaN weights show here
+        raise FloatingPointError(
+            "the model's logits for the prompt are NaN or inf (NaN weights, or an fp16 overflow: "
+            "load in bf16 or fp32); nothing was generated"
+        )
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)
     out: list[list[int]] = [[] for _ in range(b)]

@@ -30,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "MixedPrecision",
+    "check_finite_loss",
     "common_prefix_length",
     "dropout_disabled",
     "end_of_turn_id",
@@ -121,6 +122,20 @@ class MixedPrecision:
         if self.compute_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.compute_dtype)
+
+
+def check_finite_loss(loss: Any, where: str) -> None:
+    """``FloatingPointError`` naming ``where`` (the step, the rows) when ``loss`` is NaN or inf,
+    before it reaches ``backward``: a NaN weight, a NaN input or an fp16 overflow otherwise trains
+    on silently and every later step is NaN too. One host sync, which a loop that logs its loss
+    pays anyway."""
+    import torch
+
+    if not bool(torch.isfinite(loss.detach()).all()):
+        raise FloatingPointError(
+            f"{where}: the loss is {loss.detach().float().flatten()[0].item()}; NaN or inf in the "
+            "model's weights, its inputs or its activations (fp16 overflows: load in bf16 or fp32)"
+        )
 
 
 def position_ids(attention_mask: Any) -> Any:

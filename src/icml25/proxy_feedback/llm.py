@@ -36,6 +36,7 @@ from icml25._validate import as_int
 from icml25.llm.loading import check_context_length, context_length
 from icml25.llm.training import (
     MixedPrecision,
+    check_finite_loss,
     dropout_disabled,
     position_ids,
     tokenize_preference,
@@ -317,6 +318,7 @@ def warmup_bottleneck(
                 n = min(batch_size, len(train))
                 idx = train[torch.randint(0, len(train), (n,), generator=gen)]
                 loss = kl(idx.to(dev))
+                check_finite_loss(loss, f"warmup_bottleneck step {len(hist)}")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -511,6 +513,7 @@ def dpo_stage(
             out = dpo_loss(
                 c, r, ref_c[idx.to(ref_c.device)].to(dev), ref_r[idx.to(ref_r.device)].to(dev), beta
             )
+            check_finite_loss(out.loss, f"dpo_stage step {len(hist)} (pairs {idx[:4].tolist()})")
             opt.zero_grad(set_to_none=True)
             out.loss.backward()
             opt.step()

@@ -540,7 +540,7 @@ class TrainableHFRewardModel:
         """Fine-tune from the initial checkpoint (``warm_start``: from the last fit) on the pairs
         at ``indices`` oriented by ``labels``, weighted by ``weights`` (:func:`weighted_bt_loss`,
         §3.4)."""
-        from icml25.llm import MixedPrecision, context_length, dropout_disabled
+        from icml25.llm import MixedPrecision, check_finite_loss, context_length, dropout_disabled
 
         idx, z, w = _fit_args(pairs, indices, labels, weights)
         model = self.model.train() if (warm_start and self.model is not None) else self._fresh(seed)
@@ -585,6 +585,7 @@ class TrainableHFRewardModel:
                     rewards = _pooled_rewards(model, rows, self.device)
                 rc, rr = rewards[: len(b)], rewards[len(b) :]
                 loss = weighted_bt_loss(rc, rr, wt[b].to(rc.device)) / self.grad_accum
+                check_finite_loss(loss, f"reward model training, pairs {b[:4]}")
                 loss.backward()
                 self.losses.append(float(loss.detach()) * self.grad_accum)
                 step += 1

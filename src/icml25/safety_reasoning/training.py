@@ -113,7 +113,7 @@ def sft(
     """
     import torch
 
-    from icml25.llm import MixedPrecision, context_length
+    from icml25.llm import MixedPrecision, check_finite_loss, context_length
     from icml25.progress import track
 
     if (
@@ -197,6 +197,7 @@ def sft(
         with mp.autocast():
             logits = model(input_ids=ids, attention_mask=attn).logits
         loss = masked_lm_loss(logits, labels)  # float32
+        check_finite_loss(loss, f"sft step {len(losses)} (rows {idx[:4]})")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, SFT_DEFAULTS["max_grad_norm"])

@@ -173,7 +173,7 @@ def train_dpo(
     first loss is log 2 when ``model`` equals ``ref_model``) and a bf16/fp16 model trains with
     float32 master weights under autocast (:class:`icml25.llm.MixedPrecision`). Returns the loss
     per step; the model is left in ``eval()`` mode."""
-    from icml25.llm import MixedPrecision, dropout_disabled
+    from icml25.llm import MixedPrecision, check_finite_loss, dropout_disabled
     from icml25.twa.collate import TWACollator
 
     if not pairs:
@@ -210,6 +210,7 @@ def train_dpo(
             with dropout_disabled(model), mp.autocast():
                 pol_w, pol_l = _seq_logp(model, cb, model_type), _seq_logp(model, rb, model_type)
             out = dpo_loss(pol_w, pol_l, ref_w, ref_l, beta)
+            check_finite_loss(out.loss, f"train_dpo step {len(losses)}")
             opt.zero_grad()
             out.loss.backward()
             if max_grad_norm is not None:
