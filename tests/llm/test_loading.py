@@ -123,3 +123,27 @@ def test_load_or_place_loads_a_path_and_places_a_model(saved_llama):
         load_or_place(m, device_map="auto")
     with pytest.raises(ValueError, match="dtype must be"):
         load_or_place(saved_llama, dtype="int4")
+
+
+def test_a_folder_is_checked_before_anything_loads(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json: not a save_pretrained folder"):
+        load_model(str(empty))
+    mps = getattr(torch.backends, "mps", None)
+    if not (mps is not None and mps.is_available()):
+        with pytest.raises(ValueError, match="no MPS device"):
+            resolve_device("mps")
+
+
+def test_a_classifier_loaded_as_a_causal_lm_warns(tmp_path):
+    from icml25.toy import save_tiny
+
+    path = save_tiny("seq_cls", tmp_path / "rm")
+    with pytest.warns(UserWarning, match="saved as LlamaForSequenceClassification"):
+        load_model(path, "causal_lm", device="cpu")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        load_model(path, "seq_cls", device="cpu")

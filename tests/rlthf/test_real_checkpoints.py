@@ -293,3 +293,39 @@ def test_cli_curate_with_a_local_labeller_and_checkpoint_rm_in_bf16(tmp_path, ca
     with pytest.raises(SystemExit):
         main([*argv[:-1], "int3"])
     assert "--dtype" in capsys.readouterr().err
+
+
+def test_weighted_trainer_itself_keeps_float32_master_weights():
+    """WeightedRewardTrainer used directly (as docs/rlthf.md shows) on a bf16 classifier: 11% of
+    the weights moved where fp32 moved 69%; the trainer now upcasts the trainable parameters."""
+    from icml25.rlthf import WeightedRewardTrainer, reward_config
+
+    def moved(dtype, tmp):
+        model, tok = _classifier("seq_cls", dtype=dtype)
+        before = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+        args = reward_config(output_dir=tmp, max_steps=4, gradient_accumulation_steps=1)
+        WeightedRewardTrainer(
+            model=model,
+            args=args,
+            train_dataset=datasets.Dataset.from_list(_rows(32, weights=np.ones(32))),
+            processing_class=tok,
+        ).train()
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+        hit = sum(int((p.detach().float() != before[n]).sum()) for n, p in model.named_parameters())
+        return hit / sum(p.numel() for p in model.parameters())
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32, bf16 = moved(None, tmp), moved(torch.bfloat16, tmp)
+    assert fp32 > 0.3 and bf16 >= 0.95 * fp32, (fp32, bf16)
+
+
+def test_a_nan_weight_is_refused_with_its_row_before_training():
+    from icml25.rlthf import WeightedRewardTrainer
+
+    model, tok = _classifier("seq_cls")
+    rows = _rows(4, weights=[1.0, float("nan"), 1.0, 1.0])
+    with pytest.raises(ValueError, match="train_dataset row 1: weight must be a finite number"):
+        WeightedRewardTrainer(model=model, train_dataset=datasets.Dataset.from_list(rows),
+                              processing_class=tok)  # fmt: skip

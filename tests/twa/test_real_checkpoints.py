@@ -216,3 +216,21 @@ def test_dpo_baseline_bf16_moves_as_many_weights_as_fp32():
 
     fp32, bf16 = moved(None), moved(torch.bfloat16)
     assert fp32 > 0.5 and bf16 >= 0.95 * fp32, (fp32, bf16)
+
+
+def test_twa_trainer_trains_a_bf16_checkpoint_with_float32_master_weights(tmp_path):
+    """The Trainer's AdamW on bf16 weights moved 12% of them where fp32 moved 76%: the trainer
+    upcasts the trainable parameters first, so bf16 moves as many as fp32."""
+    from icml25.twa import TWAHFTrainer
+
+    def moved(dtype):
+        tok, model = tiny_tokenizer("llama"), tiny_model("llama", dtype=dtype)
+        before = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+        args = TWAHFTrainer.default_args(str(tmp_path), max_steps=4, learning_rate=1e-5)
+        TWAHFTrainer(model=model, args=args, train_dataset=data(12), processing_class=tok).train()
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+        hit = sum(int((p.detach().float() != before[n]).sum()) for n, p in model.named_parameters())
+        return hit / sum(p.numel() for p in model.parameters())
+
+    fp32, bf16 = moved(None), moved(torch.bfloat16)
+    assert fp32 > 0.5 and bf16 >= 0.95 * fp32, (fp32, bf16)

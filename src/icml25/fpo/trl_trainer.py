@@ -31,6 +31,7 @@ from icml25.fpo.forward import pool_response_codes, preference_pass
 from icml25.fpo.hooks import ResidualCapture, resolve_layer
 from icml25.fpo.losses import INDEX_MODES, POOL_MODES, fpo_loss
 from icml25.fpo.sae import SparseAutoencoder
+from icml25.llm.training import MixedPrecision
 
 try:
     from trl import DPOConfig, DPOTrainer
@@ -155,6 +156,10 @@ class FPOTrainer(DPOTrainer):
         if isinstance(model, (str, os.PathLike)):
             raise TypeError("pass the loaded model (icml25.llm.load_model(path, device=..., "
                             "dtype=...)), not its name: the SAE's layer is checked against it")  # fmt: skip
+        # float32 master weights for a bf16/fp16 checkpoint (the Trainer's AdamW would update
+        # the low-precision weights in place); with bf16=True the Trainer autocasts the forward
+        if isinstance(model, torch.nn.Module) and kwargs.get("peft_config") is None:
+            MixedPrecision.prepare(model)
         self.fpo_layer = resolve_layer(model, layer)
         hidden = getattr(getattr(model, "config", None), "hidden_size", None)
         if hidden is not None and hidden != sae.d_in:

@@ -83,6 +83,9 @@ def resolve_device(device: Any = "auto") -> Any:
         ) from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but torch sees no CUDA device; use 'cpu' or 'auto'")
+    mps = getattr(torch.backends, "mps", None)
+    if dev.type == "mps" and not (mps is not None and mps.is_available()):
+        raise ValueError(f"device={device!r} but torch has no MPS device here; use 'cpu' or 'auto'")
     return dev
 
 
@@ -112,12 +115,18 @@ def _check_source(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise TypeError(f"expected a local folder or a hub id (a string), got {name!r:.80}")
     looks_local = os.path.isabs(name) or name.startswith(("./", "../", "~"))
-    if looks_local and not os.path.isdir(os.path.expanduser(name)):
+    path = os.path.expanduser(name)
+    if looks_local and not os.path.isdir(path):
         raise FileNotFoundError(
             f"no model folder {name!r}: pass an existing local folder (save_pretrained output) "
             "or a hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
         )
-    return os.path.expanduser(name)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"{name!r} has no config.json: not a save_pretrained folder (a PEFT adapter folder "
+            "goes on top of its base model, e.g. with peft.PeftModel.from_pretrained)"
+        )
+    return path
 
 
 def load_model(
@@ -155,6 +164,7 @@ def load_model(
     source = _check_source(name_or_path)
     torch_dtype = resolve_dtype(dtype)
     auto = getattr(transformers, MODEL_KINDS[kind])
+    _warn_if_other_head(source, kind)
     if device_map is not None:
         try:
             import accelerate  # noqa: F401
@@ -200,6 +210,29 @@ def load_or_place(
     if torch_dtype != "auto":
         model = model.to(torch_dtype)
     return model
+
+
+def _warn_if_other_head(source: str, kind: str) -> None:
+    """Warn when a local checkpoint saved with another head is loaded as ``causal_lm``: a reward
+    model's folder then gets a randomly initialised LM head, which transformers reports only in
+    its load log. (The other way round is deliberate: a reward model starts from a causal LM, its
+    score head new.)"""
+    import json
+    import warnings
+
+    config = os.path.join(source, "config.json")
+    if kind != "causal_lm" or not os.path.isfile(config):
+        return
+    with open(config, encoding="utf-8") as f:
+        archs = json.load(f).get("architectures") or []
+    if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        warnings.warn(
+            f"{source!r} was saved as {archs[0]}; kind='causal_lm' gives it a language-model head "
+            f"that is not in the checkpoint (randomly initialised). Pass the kind that matches "
+            f"(one of {sorted(MODEL_KINDS)})",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def load_tokenizer(name_or_path: Any, **kwargs: Any) -> Any:

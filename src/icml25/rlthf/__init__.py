@@ -9,7 +9,8 @@ up-weight the human ones. docs/rlthf.md has the method, an example and the repro
   their bends (``distribution.py``); :func:`select_targets`, :func:`backoff_drop_mask`
   (``selection.py``).
 * Reward models: :class:`EmbeddingRewardModel`, :class:`TrainableHFRewardModel`,
-  :func:`weighted_bt_loss` (``reward_model.py``); TRL: :class:`WeightedRewardTrainer`.
+  :func:`weighted_bt_loss` (``reward_model.py``); TRL: :class:`WeightedRewardTrainer` and its
+  defaults, :func:`reward_config`.
 * Labellers: :class:`ChatLabeler`, :class:`HumanOracle`, :class:`CallbackHumanLabeler`,
   :class:`CSVHumanLabeler`, :class:`SyntheticLabeler` (``labelers.py``).
 * Data: :class:`PreferencePairs` with ``to_trl``/``from_trl`` (``data.py``); baselines in
@@ -95,12 +96,13 @@ __all__ = [
     "run_uncertainty",
     "select_targets",
     "preference_accuracy",
+    "reward_config",
     "weighted_bt_loss",
     "window_accuracy",
 ]
 
 
 def __getattr__(name: str) -> Any:  # TRL loads only when its trainer is asked for
-    if name == "WeightedRewardTrainer":
-        return importlib.import_module("icml25.rlthf.trl_trainer").WeightedRewardTrainer
+    if name in ("WeightedRewardTrainer", "reward_config"):
+        return getattr(importlib.import_module("icml25.rlthf.trl_trainer"), name)
     raise AttributeError(f"module 'icml25.rlthf' has no attribute {name!r}")

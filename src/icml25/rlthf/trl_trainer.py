@@ -26,6 +26,7 @@ import torch
 from trl import RewardConfig, RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
+from icml25.llm.training import MixedPrecision
 from icml25.rlthf.reward_model import weighted_bt_loss
 
 __all__ = [
@@ -90,6 +91,19 @@ class WeightedPreferenceCollator(DataCollatorForPreference):
         return batch
 
 
+def _check_weights(name: str, ds: Any) -> None:
+    """Every ``weight`` of a dataset finite and >= 0, checked before training: a NaN weight
+    otherwise surfaces mid-``train()`` without its row."""
+    import math
+
+    cols = getattr(ds, "column_names", None) or []
+    if "weight" not in cols:
+        return
+    for i, w in enumerate(ds["weight"]):
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
+            raise ValueError(f"{name} row {i}: weight must be a finite number >= 0, got {w!r}")
+
+
 class WeightedRewardTrainer(RewardTrainer):
     """``trl.RewardTrainer`` whose loss is the weighted Bradley-Terry loss of RLTHF (§3.4).
 
@@ -112,8 +126,14 @@ class WeightedRewardTrainer(RewardTrainer):
         processing_class: Any = None,
         **kwargs: Any,
     ) -> None:
+        # float32 master weights for a bf16/fp16 checkpoint (the Trainer's AdamW would update
+        # the low-precision weights in place); with bf16=True the Trainer autocasts the forward
+        if isinstance(model, torch.nn.Module) and kwargs.get("peft_config") is None:
+            MixedPrecision.prepare(model)
         if args is None:
             args = reward_config()
+        for name, ds in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            _check_weights(name, ds)
         if data_collator is None:
             if processing_class is None:
                 raise ValueError("WeightedRewardTrainer needs processing_class (the tokenizer)")
@@ -243,8 +263,6 @@ def build_weighted_reward_trainer(
     trains where it is: on the GPU when it is on one, else on the CPU. ``**config``: more
     ``RewardConfig`` fields."""
     import datasets
-
-    from icml25.llm import MixedPrecision
 
     if not rows:
         raise ValueError("no training rows")

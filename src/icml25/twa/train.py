@@ -201,6 +201,7 @@ except ImportError:  # pragma: no cover
     _Trainer = None
 
 if _Trainer is not None:
+    from icml25.llm.training import MixedPrecision
 
     class TWAHFTrainer(_Trainer):
         """``transformers.Seq2SeqTrainer`` with the TWA loss, for seq2seq and causal models.
@@ -260,6 +261,10 @@ if _Trainer is not None:
         def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
                      eval_dataset=None, processing_class=None, *, model_type: str | None = None,
                      twa_loss_kwargs: dict | None = None, **kwargs) -> None:  # fmt: skip
+            # float32 master weights for a bf16/fp16 checkpoint (the Trainer's AdamW would update
+            # the low-precision weights in place); with bf16=True the Trainer autocasts the forward
+            if isinstance(model, torch.nn.Module) and kwargs.get("peft_config") is None:
+                MixedPrecision.prepare(model)
             if data_collator is None and getattr(processing_class, "is_fast", False):
                 mt = _model_type(model, model_type)
                 data_collator = TWACollator(processing_class, model_type=mt)
