@@ -1,4 +1,4 @@
-"""Exact and Monte-Carlo closed-loop safety of a controller (spec "evaluate.py")."""
+"""Exact and Monte-Carlo closed-loop safety of a controller (docs/certificates.md)."""
 
 from __future__ import annotations
 

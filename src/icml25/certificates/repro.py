@@ -292,7 +292,7 @@ def run(r: Run) -> ReproResult:
         criteria=CRITERIA,
         key_check=CERT_SAFE.name,
         setup=(
-            f"ConfoundedDriving (spec reconstruction of §7: 70 states, actions (-3..1), latent road "
+            f"ConfoundedDriving (our reconstruction of §7, docs/certificates.md: 70 states, actions (-3..1), latent road "
             f"state confounding the offline driver, kappa = 1), H = {H}, eps = {EPS}, x0 = (0, 0), "
             f"uniform risk policy, aggressive nominal; {n_traj} offline trajectories of 10 steps per "
             f"seed, seeds {r.seeds}; tabular front-door and naive FQE; exact closed-loop evaluation "
@@ -309,7 +309,7 @@ def run(r: Run) -> ReproResult:
         ),
         deviations=[
             "The environment is our reconstruction: the paper's dynamics constants, mediator and "
-            "alpha_cbf are not published (spec).",
+            "alpha_cbf are not published (docs/certificates.md).",
             "The nominal policy is aggressive (the paper: uniform); with the uniform nominal "
             "every method clears 1 - eps (reported in the second table), which makes the "
             "comparison uninformative.",
