@@ -306,29 +306,12 @@ def build_weighted_reward_trainer(
     )
 
 
-def train_weighted_reward_model(
-    model: Any,
-    tokenizer: Any,
-    rows: list[dict[str, Any]],
-    *,
-    eval_rows: list[dict[str, Any]] | None = None,
-    lr: float = 1e-5,
-    epochs: int = 1,
-    batch_size: int = 8,
-    grad_accum: int = 4,
-    max_length: int | None = 512,
-    seed: int = 0,
-    output_dir: Any = None,
-    **config: Any,
-) -> Any:
-    """Fine-tune ``model`` on weighted TRL rows with :class:`WeightedRewardTrainer` (built by
-    :func:`build_weighted_reward_trainer`, which documents the arguments); returns the trained
-    model. Use the builder directly to keep the trainer (``trainer.evaluate()`` on
+def train_weighted_reward_model(model: Any, tokenizer: Any, rows: list[dict[str, Any]],
+                                **kwargs: Any) -> Any:  # fmt: skip
+    """Fine-tune ``model`` on weighted TRL rows with :class:`WeightedRewardTrainer` and return the
+    trained model. ``kwargs`` are :func:`build_weighted_reward_trainer`'s keyword arguments
+    (documented there); use the builder directly to keep the trainer (``trainer.evaluate()`` on
     ``eval_rows``)."""
-    trainer = build_weighted_reward_trainer(
-        model, tokenizer, rows, eval_rows=eval_rows, lr=lr, epochs=epochs,
-        batch_size=batch_size, grad_accum=grad_accum, max_length=max_length, seed=seed,
-        output_dir=output_dir, **config,
-    )  # fmt: skip
+    trainer = build_weighted_reward_trainer(model, tokenizer, rows, **kwargs)
     trainer.train()
     return trainer.model
