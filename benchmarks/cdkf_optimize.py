@@ -5,7 +5,7 @@
    OU component is 2 + 3 = 5 states; we use Matern-3/2 + Matern-3/2 = 4 states), K = 100.
 Prints wall time, iterations, objective and time per objective+gradient evaluation for the SLSQP
 and projected-gradient solvers.
-3. Sensor scaling (spec "Anchors"): S in {2, 4, 8} sensors on the 4-state model, K = 20: one SLSQP
+3. Sensor scaling (docs/cdkf.md): S in {2, 4, 8} sensors on the 4-state model, K = 20: one SLSQP
    solve through the paper's bound next to the same solve through the Kalman-Bucy relaxation (the
    literature anchor), with the time ratio.
 
@@ -121,7 +121,7 @@ def speed_rows(reps: int) -> None:
           f"{b / a:.1f}x | | |", flush=True)  # fmt: skip
 
     rob1 = robot_problem()[1]
-    rob1.constraint_stride = 1  # every RK4 node, the docs' example and the spec's default
+    rob1.constraint_stride = 1  # every RK4 node, the docs' example and our default
     z = torch.cat([r0.reshape(-1), u0.reshape(-1)])
     nl = rob1.S * rob1.K
 

@@ -3,7 +3,7 @@
 DistQ (``select_dq``, M*B = 200 candidate distinguishability queries = 800 segment draws) next to
 PEBBLE's disagreement selection (``select_pcq``, 200 candidate pairs = 400 draws), with B-Pref's
 reward network (K = 3 members, 3 x 256 hidden) and segments of H = 50 steps of a 3-D observation
-and 1-D action (Pendulum's shapes). The spec's target: one DQ round in < 50 ms on CPU.
+and 1-D action (Pendulum's shapes). The target: one DQ round in < 50 ms on CPU.
 
 Rows: float32 scoring (chunks of 64 segments), bfloat16 autocast scoring (where the CPU has bf16
 units), and precomputed per-member returns (``returns=``, what a caller that already scored the

@@ -1,6 +1,6 @@
 """Our pairwise-comparison reward learner next to imitation's (HumanCompatibleAI), on the same data.
 
-The spec's correctness anchor for paper 02: on the same Pendulum segments, the same uniformly drawn
+The correctness anchor for paper 02: on the same Pendulum segments, the same uniformly drawn
 pairs and the same noise-free labels, our ``RewardLearner`` on PCQ answers must reach imitation's
 held-out preference accuracy within 2 points. Both learn one 2 x 32 MLP reward on (s, a) with the
 Bradley-Terry cross-entropy, Adam(W) lr 1e-3, batches of 32, the same number of epochs.

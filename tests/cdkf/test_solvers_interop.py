@@ -72,7 +72,7 @@ def test_pgd_and_adam_al_agree_with_slsqp_on_a_small_problem():
         prob.solve("newton")
 
 
-@pytest.mark.slow  # spec test 10: the quick-repro problem with adam_al's spec defaults (minutes)
+@pytest.mark.slow  # the quick-repro problem with adam_al's defaults (minutes)
 def test_adam_al_agrees_with_slsqp_on_the_quick_problem():
     from icml25.cdkf.repro import pass_by_problem
 

@@ -285,7 +285,7 @@ def test_environment_tables_and_gymnasium():
 
 
 def test_regression_quick_criteria_hold_for_seed_0():
-    """The spec's quick criteria 1-5 on seed 0's numbers (the per-seed form of the checks)."""
+    """Our quick criteria 1-5 on seed 0's numbers (the per-seed form of the checks)."""
     from icml25.certificates import repro
 
     st = repro.Setting(1.0)

@@ -1,4 +1,4 @@
-"""Bad input and edge cases (spec "Bad input and edge cases"), and the user's data layouts."""
+"""Bad input and edge cases (docs/certificates.md), and the user's data layouts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reproduction (spec test 9): smoke runs of quick and full mode, the pre-registered criteria,
+"""The reproduction (test 9): smoke runs of quick and full mode, the pre-registered criteria,
 and checks built from the right arms."""
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_quick_repro_holds(tmp_path):
 
 
 def test_vrns_lowers_the_negative_variance_at_150_steps_one_seed():
-    """The spec's regression test 9: the quick cell at 150 steps and one seed, end to end
+    """The regression test: the quick cell at 150 steps and one seed, end to end
     through the trainer and the statistics; Q1's effect (VRNS lowers the variance of negative
     similarities) must show on that seed. Accuracy is not asserted at this size."""
     data = repro.load_digits_split()

@@ -1,4 +1,4 @@
-"""Labeler model, losses, teachers and utilities of paper 02 (spec "Tests that must exist")."""
+"""Labeler model, losses, teachers and utilities of paper 02 (the tests the method needs)."""
 
 from __future__ import annotations
 

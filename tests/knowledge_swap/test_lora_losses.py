@@ -1,4 +1,4 @@
-"""The LoRA re-exports, the swap losses and their wiring (paper 14, spec "Tests that must exist")."""
+"""The LoRA re-exports, the swap losses and their wiring (paper 14)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GradNorm, whitening, NS/NSDS, SinkGD normalisation and swan_direction (spec tests 1-8)."""
+"""GradNorm, whitening, NS/NSDS, SinkGD normalisation and swan_direction (tests 1-8)."""
 
 from __future__ import annotations
 

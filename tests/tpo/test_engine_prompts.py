@@ -1,4 +1,4 @@
-"""TPO's loop, prompts and cost accounting with a scripted backend (paper 16, spec tests 1-5, 11)."""
+"""TPO's loop, prompts and cost accounting with a scripted backend (paper 16, tests 1-5, 11)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The offline role task, its compact encoding, the chat adapter and the trained role model's
-quality bars (spec test 10)."""
+quality bars (test 10)."""
 
 from __future__ import annotations
 

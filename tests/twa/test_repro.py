@@ -45,7 +45,7 @@ def test_smoke_run(smoke, check_smoke):
 
 @pytest.mark.slow
 def test_quick_repro_meets_its_criterion(tmp_path, check_smoke):
-    """The quick run end to end (spec test 12): its three paired checks hold."""
+    """The quick run end to end (test 12): its three paired checks hold."""
     from icml25.twa import repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path)

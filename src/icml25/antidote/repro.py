@@ -311,7 +311,7 @@ def run(r: Run) -> ReproResult:
             "issue 17: check 4 (checks 1-2 under H1 and H2) is no longer a check of its own: "
             "every check is applied under each attack setting and the claim holds only if all "
             "do (check 3 under both settings was already part of the old verdict).",
-            "issue 17: full mode runs 10 seeds instead of 3 (spec: 3), so that the checks have "
+            "issue 17: full mode runs 10 seeds instead of 3 (planned: 3), so that the checks have "
             "power (see power); quick keeps 3 (the first plan's quick mode had 1), the most that fits "
             "its budget. Smoke size uses 2 seeds (the paired design needs two).",
         ],

@@ -1,4 +1,4 @@
-"""Monte-Carlo evaluation of measurement schedules and filter calibration (spec "evaluate.py")."""
+"""Monte-Carlo evaluation of measurement schedules and filter calibration (docs/cdkf.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conversions to and from ``filterpy.kalman.KalmanFilter`` at a fixed step ``dt`` (spec "Interop").
+"""Conversions to and from ``filterpy.kalman.KalmanFilter`` at a fixed step ``dt`` (docs/cdkf.md).
 
 filterpy filters on a fixed grid with ``(x, P, F, Q, H, R)``; our CD-KF works in continuous time. At
 a step ``dt``, ``F = e^{A dt}`` and ``Q = int_0^dt e^{As} Qc e^{A^T s} ds`` (Van Loan). The way back

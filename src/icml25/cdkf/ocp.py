@@ -252,7 +252,7 @@ class SchedulingProblem:
         return (self.costs.to(values)[:, None] * values).sum() * (self.T / self.K)
 
     def initial_rates(self) -> Tensor:
-        """Constant rates that spend the budget exactly, split equally across sensors (spec)."""
+        """Constant rates that spend the budget exactly, split equally across sensors (docs/cdkf.md)."""
         lam = torch.ones(self.S, dtype=torch.float64)
         if self.budget is not None:
             share = self.budget / self.S

@@ -1,4 +1,4 @@
-"""CD-KF scheduling reproduction, setting "GP-pass-by" (spec "Small-scale reproduction").
+"""CD-KF scheduling reproduction, setting "GP-pass-by" (docs/cdkf.md, "Reproduction").
 
 A Matern-3/2 GP is observed by a precise, expensive sensor and a cheap sensor carried past the
 target (accurate near t = 4). At an expected-cost budget, rates are optimised through the bound of
@@ -35,14 +35,17 @@ CLAIM = (
     "equal sensing cost, and the bound holds."
 )
 D = torch.float64
-T, K, BUDGET, LAM_MAX = 10.0, 20, 12.0, 8.0  # spec "GP-pass-by"
+T, K, BUDGET, LAM_MAX = 10.0, 20, 12.0, 8.0  # docs/cdkf.md
 COSTS = (1.0, 0.2)  # precise, pass-by
 METHODS = ("uniform", "best_constant", "optimized")
 #: pre-registered seed counts (quick, full), as before issue 17
 SEEDS = (3, 5)
 #: Monte-Carlo batches per seed (batch means); M and the calibration paths are multiples of it
 BATCHES = 20
-CAL_PATHS, CAL_FINE = 200, 400  # simulated GP paths per seed for the calibration (spec: 200)
+CAL_PATHS, CAL_FINE = (
+    200,
+    400,
+)  # simulated GP paths per seed for the calibration (docs/cdkf.md: 200)
 
 # -- pre-registered criteria (thresholds as planned; fixed before any number) ----------------
 
@@ -213,7 +216,7 @@ DEVIATIONS = [
 
 
 def pass_by_problem(budget: float = BUDGET):
-    """The spec's quick setting: GP (l = 1, s2 = 1), precise sensor (R 0.01, cost 1) and pass-by
+    """Our quick setting: GP (l = 1, s2 = 1), precise sensor (R 0.01, cost 1) and pass-by
     sensor (R 0.09 exp(p(t)^2), p(t) = 2 cos(pi t / 8), cost 0.2); ``W = H^T H``."""
     m = matern_ssm(1.5, 1.0, 1.0)
     precise = Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=COSTS[0], name="precise")

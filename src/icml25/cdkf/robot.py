@@ -1,4 +1,4 @@
-"""The full-mode setting "robot with energy" (spec "Small-scale reproduction", full mode).
+"""The full-mode setting "robot with energy" (docs/cdkf.md, "Reproduction", full mode).
 
 A Matern-3/2 GP (l = 1, s2 = 1) on [0, 10] is observed by three sensors: a precise fixed one
 (``R = 0.01``, cost 1), one on a 1-D robot whose noise grows with its distance to the target

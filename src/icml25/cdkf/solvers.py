@@ -1,8 +1,8 @@
 """First-order solvers for the scheduling OCP (docs/cdkf.md, including the linear-budget special case).
 
 ``adam_al``: rates (and controls) through sigmoids onto their boxes, inequality constraints
-``h(z) >= 0`` by an augmented Lagrangian with multipliers ``nu <- max(0, nu - rho h)``; spec
-defaults ``rho0 = 10`` (doubled while the violation exceeds 1e-4), 10 outer x 200 inner Adam steps,
+``h(z) >= 0`` by an augmented Lagrangian with multipliers ``nu <- max(0, nu - rho h)``; our
+defaults (docs/cdkf.md) ``rho0 = 10`` (doubled while the violation exceeds 1e-4), 10 outer x 200 inner Adam steps,
 ``lr = 0.05``. ``pgd``: projected gradient with Armijo backtracking onto the box-and-budget set,
 the projection by bisection on the budget multiplier (``project_budget``).
 """

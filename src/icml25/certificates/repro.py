@@ -321,7 +321,7 @@ def run(r: Run) -> ReproResult:
 
 
 def _neural(st: Setting, seed: int, n_traj: int, steps: int) -> dict:
-    """The neural front-door estimator on one-hot state features (spec: full mode, one fit)."""
+    """The neural front-door estimator on one-hot state features (docs/certificates.md: full mode, one fit)."""
     import time
 
     from icml25.certificates.qfunctions import NeuralFrontDoorFQE

@@ -198,7 +198,7 @@ CRITERIA = [
 
 # -- setup: Part A (deterministic) and the digits ----------------------------------------------
 def part_a(steps: int, d: int = 16) -> tuple[dict, list[str]]:
-    """The theory sandbox of spec Part A; returns (measured quantities, table rows)."""
+    """The theory sandbox of docs/contrastive.md, part A; returns (measured quantities, table rows)."""
     n = N_FREE
     thr = ETF
     rows = [
@@ -346,7 +346,7 @@ def part_a_checks(m: dict) -> list[Check]:
 
 
 def load_digits_split():
-    """The spec's split: stratified, test_size = 0.2, random_state = 0 (1437 train / 360 test),
+    """Our split: stratified, test_size = 0.2, random_state = 0 (1437 train / 360 test),
     images (N, 1, 8, 8) in [0, 1]; the shared loader of :mod:`icml25.toy`."""
     from icml25.toy import digits_split
 
@@ -536,7 +536,7 @@ def run(r: Run) -> ReproResult:
         power=_power(q2),
         deviations=[
             "sklearn 8x8 digits with an MLP and tensor augmentations instead of CIFAR/ImageNet "
-            "with ResNets and image augmentations; budgets in steps, not epochs (spec).",
+            "with ResNets and image augmentations; budgets in steps, not epochs (docs/contrastive.md).",
             "issue 19: F3 compares batch sizes at equal samples seen (the batch-16 budget of "
             f"{STEPS} steps, {STEPS * Q_CELL[1]} samples; batch 8 runs {2 * STEPS} steps, 32 runs "
             f"{STEPS // 2}, 128 runs {STEPS * Q_CELL[1] // 128}), as the paper's Table 1 trains "

@@ -15,7 +15,7 @@ __all__ = ["DigitsSimCLR", "linear_probe", "train_simclr"]
 
 
 class DigitsSimCLR(nn.Module):
-    """The repro's small encoder (spec Part B): backbone MLP to 256-d features, projector to 64-d.
+    """The repro's small encoder (docs/contrastive.md, part B): backbone MLP to 256-d features, projector to 64-d.
     ``forward(x) -> (features, projections)`` like any model ``train_simclr`` accepts."""
 
     def __init__(self, in_dim: int = 64, feat: int = 256, proj: int = 64) -> None:

@@ -1,4 +1,4 @@
-"""Offline experiments of the reproduction (spec Part A: reward learning per query; Part B:
+"""Offline experiments of the reproduction (docs/distinguishability.md, part A: reward learning per query; Part B:
 preference strength and expected utility). Kept separate from ``repro.py`` so that users can run
 them on their own segments, teachers and selection schemes."""
 
@@ -28,7 +28,7 @@ __all__ = ["CurveConfig", "heldout_metrics", "learning_curve", "lottery_experime
 
 @dataclass
 class CurveConfig:
-    """Part A settings (spec "Small-scale reproduction"; the reward model is smaller than B-Pref's
+    """Part A settings (docs/distinguishability.md, "Reproduction"; the reward model is smaller than B-Pref's
     for speed, a documented deviation)."""
 
     budgets: tuple[int, ...] = (20, 40, 60)  # quick: evaluate at 20/40/60 queries
@@ -67,7 +67,7 @@ def _rank(x: Tensor) -> Tensor:
 @torch.no_grad()
 def heldout_metrics(ens: RewardEnsemble, held: SegmentBuffer, n_quadruples: int, seed: int) -> dict:
     """Pearson (primary) and Spearman of the ensemble-mean return, pairwise accuracy over all
-    pairs, and difference accuracy on random quadruples (spec Part A metrics)."""
+    pairs, and difference accuracy on random quadruples (docs/distinguishability.md, part A metrics)."""
     pred = ens.segment_returns(held.obs, held.act).mean(0).double()
     true = held.returns().double()
     diff_p, diff_t = pred[:, None] - pred[None], true[:, None] - true[None]

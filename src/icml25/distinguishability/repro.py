@@ -446,11 +446,11 @@ def _power_text(checks: list, r: Run) -> str:
         return "n/a" if d is None else f"{d:.1f}" if name == C_GAIN.name else f"{d:.3f}"
 
     text = (
-        "The paper's numbers were not recovered (spec), so no paper effect is set; the seed "
+        "The paper's numbers were not recovered (docs/distinguishability.md), so no paper effect is set; the seed "
         "counts are sized on this reproduction's earlier per-seed spreads. Part A, Boltzmann "
         "teacher: the quick gains +0.040/+0.222/+0.097 (mean +0.12, sd 0.093) need 7-8 seeds to "
         "be detected with 80% power (8 seeds detect about 0.107); the oracle gains (mean +0.049, "
-        "sd 0.021) are detected from about 0.024 with 8 seeds. The spec author's pilot gains "
+        "sd 0.021) are detected from about 0.024 with 8 seeds. A planning pilot's gains "
         "(+0.018 Boltzmann, +0.024 oracle, with a simpler informativeness) would need about 200 "
         "seeds for the Boltzmann teacher, beyond any budget here. Part B: the quick differences "
         "(mean +0.086, sd 0.048; pilot +0.072) are detected from about 0.055 with 8 seeds. Full "

@@ -22,9 +22,9 @@ def fit_utilities(
     pcq: list[tuple] | None = None,
     dq: list[tuple] | None = None,
     *,
-    weight_decay: float = 1e-3,  # spec Part B
-    steps: int = 2000,  # spec Part B
-    lr: float = 0.05,  # spec Part B
+    weight_decay: float = 1e-3,  # docs/distinguishability.md, part B
+    steps: int = 2000,  # docs/distinguishability.md, part B
+    lr: float = 0.05,  # docs/distinguishability.md, part B
     likelihood: str = "abs",
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:

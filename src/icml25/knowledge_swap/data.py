@@ -1,5 +1,4 @@
-"""The offline benchmark of the reproduction: scikit-learn's 8x8 digits as a swap task (spec
-"Small-scale reproduction"), the small CNN with LoRA on every hidden layer, and its pretraining.
+"""The offline benchmark of the reproduction: scikit-learn's 8x8 digits as a swap task (docs/knowledge_swap.md, "Reproduction"), the small CNN with LoRA on every hidden layer, and its pretraining.
 
 Classes: forget F = {0, 1}, retain R = {2..7}, learn L = {8, 9}. The model is pretrained on R u F
 with 8-way logits (the first 8 rows of a 10-way head); rows 8-9 are then re-initialised (xavier,
@@ -93,7 +92,7 @@ def digits_cnn(seed: int = 0) -> DigitsCNN:
 
 
 def pretrain(model: DigitsCNN, task: DigitsSwapTask, steps: int = 800, seed: int = 0) -> DigitsCNN:
-    """Adam 1e-3, batch 64, on R u F with the first 8 logits only (spec)."""
+    """Adam 1e-3, batch 64, on R u F with the first 8 logits only (docs/knowledge_swap.md)."""
     x, y = task.pretrain_data
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

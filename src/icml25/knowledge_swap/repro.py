@@ -5,7 +5,7 @@ A CNN pretrained on digits 0-7 must forget {0, 1}, keep {2..7} and learn {8, 9},
 before forgetting ends in a better swap than forgetting before learning (complete forgetting,
 higher retention, new classes not sacrificed).
 
-The module reads: the claim and the pre-registered criteria (spec, paired over seeds: (a) the swap
+The module reads: the claim and the pre-registered criteria (docs/knowledge_swap.md, paired over seeds: (a) the swap
 score S = (Acc_r + Acc_l + 100 - Acc_f) / 3 of L->F beats F->L's by more than 3 points; (b) L->F
 leaves fewer forgotten classes recognised; (c) L->F's new-class accuracy is no more than 5 points
 below F->L's; (d) sanity: the swap happened, Acc_f(L->F) < 20 and Acc_l(L->F) > 80) -> setup ->
@@ -225,7 +225,7 @@ def swap_checks(lf: dict, fl: dict) -> list:
 def _power_text(checks: list, n: int) -> str:
     det = {c.name: c.detectable for c in checks}
     return (
-        "The paper's own numbers could not be read (spec), so no paper effect is set; the seed "
+        "The paper's own numbers could not be read (docs/knowledge_swap.md), so no paper effect is set; the seed "
         "counts are sized on this reproduction's earlier runs. (a): the per-seed S gap spread "
         "about 6-8 points (sd), so 12 seeds detect with 80% power a true gap about 6 points above "
         "the +3 margin, i.e. a gap of about +9, the planning pilot's +9.2. The earlier measured means "
@@ -298,7 +298,7 @@ def _swap(
         epochs_per_stage=1,
         steps_per_epoch=steps,
         batch_size=32,
-        schedule_step="iteration",  # the CPU repro steps the cosine per iteration (spec)
+        schedule_step="iteration",  # the CPU repro steps the cosine per iteration (docs/knowledge_swap.md)
         seed=seed,
         callbacks=[record],
         train_head=train_head,

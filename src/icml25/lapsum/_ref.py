@@ -1,7 +1,7 @@
 """Pure-PyTorch autograd functions of LapSum on rows ``(R, n)``: the CPU path and the fallback.
 
 Each works in float64 on CPU whatever the input dtype, and in the input's precision (at least
-float32) on CUDA (:func:`_cdt`), and returns the input's dtype. Backward passes use the exact closed-form VJPs of spec
+float32) on CUDA (:func:`_cdt`), and returns the input's dtype. Backward passes use the exact closed-form VJPs of the paper's
 §3-§5: no ``n x n`` matrix, O(n) saved memory (``r`` in its own dtype, ``t``, and for rank the sort
 permutation). Backwards are ``once_differentiable``: double backward is not supported.
 

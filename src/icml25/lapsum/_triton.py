@@ -1,4 +1,4 @@
-"""Triton kernels for LapSum on CUDA (spec "Triton path"); also runnable on CPU under
+"""Triton kernels for LapSum on CUDA (docs/lapsum.md); also runnable on CPU under
 ``TRITON_INTERPRET=1`` (set before triton is imported), which is how the tests check them.
 
 Torch sorts the rows; one program per row then builds ``B`` and ``A`` with associative scans of the

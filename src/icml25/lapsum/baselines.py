@@ -1,4 +1,4 @@
-"""Peers for the benchmark, the reproduction and the tests (spec "Anchors").
+"""Peers for the benchmark, the reproduction and the tests (docs/lapsum.md).
 
 NeuralSort (Grover et al., ICLR 2019) and SoftSort (Prillo & Eisenschlos, ICML 2020) build n x n
 relaxed permutation matrices: O(n^2) time and memory. SOFT top-k (Xie et al., NeurIPS 2020) solves

@@ -100,7 +100,7 @@ def _methods() -> dict[str, Callable[[int], Callable[[torch.Tensor], torch.Tenso
     from icml25.lapsum.functional import soft_rank, soft_sort, soft_topk
 
     return {
-        # top-k with k = n / 2 (spec Part A)
+        # top-k with k = n / 2 (docs/lapsum.md, part A)
         "lapsum_topk": lambda n: lambda x: soft_topk(x, n / 2, 1.0),
         "neuralsort_topk": lambda n: lambda x: baselines.neuralsort_topk(x, n // 2, 1.0),
         "softsort_topk": lambda n: lambda x: baselines.softsort_topk(x, n // 2, 1.0),

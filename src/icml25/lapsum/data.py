@@ -16,7 +16,7 @@ def noisy_many_class(
     n_train: int = 5000,
     n_test: int = 5000,
 ):
-    """Gaussian classes with structured label noise (spec Part C).
+    """Gaussian classes with structured label noise (docs/lapsum.md, part C).
 
     Class means ``mu_c ~ N(0, I_dim)``; ``x = mu_y + noise * eps``; with probability ``flip`` the
     label is replaced by one of the 4 nearest other class means (uniformly), in train and test
@@ -43,7 +43,7 @@ def noisy_many_class(
 
 
 def digit_number_sets(seed_split: int = 123):
-    """Digits images split into train / test pools (spec Part B): ``(train_x, train_y, test_x, test_y)``.
+    """Digits images split into train / test pools (docs/lapsum.md, part B): ``(train_x, train_y, test_x, test_y)``.
 
     scikit-learn's 8x8 digits (1797 images, through the shared loader :func:`icml25.toy.digits`),
     scaled by 1/16 and flattened to 64 features; a fixed permutation (seed 123) gives 1300 train /

@@ -1,4 +1,4 @@
-"""The three experiments of the LapSum reproduction (spec "Small-scale reproduction").
+"""The three experiments of the LapSum reproduction (docs/lapsum.md, "Reproduction").
 
 A: time / saved memory / exactness of soft top-k against O(n^2) relaxations;
 C: top-k classification of a noisy 100-class task with a linear probe;
@@ -97,7 +97,7 @@ def exactness() -> dict:
 
 # -- Part C ---------------------------------------------------------------------------------------
 def _difftopk_style(kind: str, m: int = 16, k: int = 5, tau: float = 1.0):
-    """NeuralSort/SoftSort top-k loss over the m largest logits (difftopk style, spec Part C)."""
+    """NeuralSort/SoftSort top-k loss over the m largest logits (difftopk style, docs/lapsum.md, part C)."""
     relax = baselines.neuralsort if kind == "neuralsort" else baselines.softsort
 
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -162,7 +162,7 @@ def permutation_learning(
     eval_sets: int = 2000,
     sets_per_batch: int = 32,
 ) -> dict:
-    """MLP scores digit numbers; trained from ordering supervision only (spec Part B)."""
+    """MLP scores digit numbers; trained from ordering supervision only (docs/lapsum.md, part B)."""
     tr_x, tr_y, te_x, te_y = digit_number_sets()
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 1))

@@ -247,7 +247,7 @@ def lapsum_inverse(
     rows, batch, _d, n = _rows(x, dim, check_finite)
     a = _alpha_rows(alpha, batch, rows)
     wr, _ = _targets(w, "w", batch, rows, 0.0, float(n), None)
-    _backend(backend, rows)  # the inverse itself always runs in torch (spec: acceptable)
+    _backend(backend, rows)  # the inverse itself always runs in torch (docs/lapsum.md: acceptable)
     t = _ref.LapSumInverseFn.apply(rows, wr, a)
     return t.reshape(*batch, wr.shape[-1])
 

@@ -1,6 +1,6 @@
 """LapSum reproduction: ``icml25 repro lapsum`` (quick: Parts A + C; full: A + C + B).
 
-Claims checked (spec "Small-scale reproduction"):
+Claims checked (docs/lapsum.md, "Reproduction"):
 A. soft top-k forward+backward is O(n log n) time and O(n) saved memory, exact (sum p = k), and
    faster than the O(n^2) NeuralSort / SoftSort relaxations at n = 4096 (k = n/2);
 C. the LapSum top-k loss (P_K = [0,0,0,0,1], alpha = 3) gives a better top-5 accuracy than softmax
@@ -40,7 +40,7 @@ PAPER = (
 SEEDS = (10, 20)
 B_SEEDS = 5  # Part B (full mode): the first 5 of the run's seeds
 EXTRA_SEEDS = 3  # Part C sweeps of full mode (reported, not tested)
-TIMING_REPEATS = 5  # Part A: timed repeats after one warm-up (spec)
+TIMING_REPEATS = 5  # Part A: timed repeats after one warm-up (docs/lapsum.md)
 SLOPE_RANGE = (2**12, 2**18)
 
 # -- criteria (pre-registered, before any number) ------------------------------------------
@@ -223,7 +223,7 @@ def part_b_checks(b_runs: dict) -> list[Check]:
 # -- the reproduction --------------------------------------------------------------------------
 @reproduction("lapsum", seeds=SEEDS, smoke_seeds=2, threads=2)
 def run(r: Run) -> ReproResult:
-    """Parts A and C (quick), plus the wider C sweeps and Part B (full); 2 torch threads (spec)."""
+    """Parts A and C (quick), plus the wider C sweeps and Part B (full); 2 torch threads (docs/lapsum.md)."""
     z = _sizes(r)
     notes: list[str] = []
 
@@ -257,7 +257,9 @@ def run(r: Run) -> ReproResult:
             max(a["exact"]["vjp_rel_error"].values()),
         ),
     ]
-    if not r.quick and not r.smoke:  # spec: full mode adds B = 64 at n = 2^12 (LapSum only)
+    if (
+        not r.quick and not r.smoke
+    ):  # docs/lapsum.md: full mode adds B = 64 at n = 2^12 (LapSum only)
         from icml25.lapsum.bench import time_fwd_bwd
 
         x64 = torch.randn(64, 2**12, generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,4 @@
-"""Whitening-cost benchmark (spec "Whitening-cost benchmark"): time and accuracy per method."""
+"""Whitening-cost benchmark (docs/swan.md): time and accuracy per method."""
 
 from __future__ import annotations
 

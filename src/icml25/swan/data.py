@@ -1,7 +1,7 @@
 """Offline text for the tiny-LLaMA reproduction: the Python standard library's own source files.
 
 All ``*.py`` files directly in ``sysconfig.get_paths()["stdlib"]`` (no sub-directories), sorted by
-name; every 10th file is the eval split (spec "Data"). A byte-level BPE tokenizer is trained
+name; every 10th file is the eval split (docs/swan.md). A byte-level BPE tokenizer is trained
 locally; batches are random windows drawn from a seeded generator, identical for every optimizer.
 """
 
@@ -47,7 +47,7 @@ def load_stdlib_corpus(root: str | Path | None = None) -> Corpus:
 
 
 def train_tokenizer(text: str, vocab_size: int = 2048, min_frequency: int = 2):
-    """Byte-level BPE trained on ``text`` (spec: vocab 2048, min frequency 2)."""
+    """Byte-level BPE trained on ``text`` (docs/swan.md: vocab 2048, min frequency 2)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())

@@ -1,5 +1,4 @@
-"""SWAN under data parallelism (DDP) and with sharded gradients (FSDP2 / DTensor), spec
-"Distributed compatibility".
+"""SWAN under data parallelism (DDP) and with sharded gradients (FSDP2 / DTensor), docs/swan.md.
 
 - DDP: every rank holds the same all-reduced gradient, so plain SWAN is already correct; with
   ``SWAN(..., shard_work=True)`` each matrix is whitened once, by its owner rank

@@ -57,7 +57,7 @@ def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) 
     ``(G - mean) / (std + eps)`` with the population std (ddof = 0), so each row has mean 0 and mean
     square 1; a constant row becomes zeros. ``center=False`` divides by the row RMS only.
     Each centred row is first divided by its largest magnitude, so the result does not depend on
-    the gradient's scale (1e-20 or 1e20 alike, spec "Extreme scales") and ``eps`` acts relative to
+    the gradient's scale (1e-20 or 1e20 alike, docs/swan.md) and ``eps`` acts relative to
     that magnitude. Returns ``G``'s shape and dtype.
     """
     _check_matrix(G)

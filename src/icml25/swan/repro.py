@@ -1,6 +1,6 @@
 """SWAN reproduction: ``icml25 repro swan`` on a tiny LLaMA trained on the Python stdlib's source.
 
-Claims (spec "Small-scale reproduction"): (C1) zero optimizer state on the hidden matrices, with
+Claims (docs/swan.md, "Reproduction"): (C1) zero optimizer state on the hidden matrices, with
 exact byte accounting; (C2) at equal tokens SWAN's eval loss matches or beats AdamW and clearly
 beats SGD; full mode adds (C3) SWAN reaches AdamW's final loss with <= 0.75x the tokens and (C4)
 removing GradWhitening hurts, plus seed spread, anchors (Muon, SinkGD) and a wider model.
@@ -27,7 +27,7 @@ CLAIM = (
     "Stateless SGD with GradNorm and GradWhitening (SWAN) keeps no optimizer state on the hidden "
     "matrices yet matches or beats Adam's loss at equal tokens, reaching it with fewer tokens."
 )
-# quick-mode learning rates (spec: AdamW 3e-3, SWAN 1e-3; SGD: best of {0.3, 1, 3} measured here)
+# quick-mode learning rates (docs/swan.md: AdamW 3e-3, SWAN 1e-3; SGD: best of {0.3, 1, 3} measured here)
 QUICK_LR = {"adamw": 3e-3, "swan": 1e-3, "sgd": 1.0}
 SWEEP = {
     "adamw": [1e-3, 3e-3, 1e-2],

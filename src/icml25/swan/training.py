@@ -1,4 +1,4 @@
-"""The tiny-LLaMA training loop shared by the reproduction and the tests (spec "Training")."""
+"""The tiny-LLaMA training loop shared by the reproduction and the tests (docs/swan.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ OPTIMIZERS = (
 @dataclass(frozen=True)
 class ModelConfig:
     vocab: int
-    hidden: int = 64  # spec quick model: H=64, FF=176, L=2, S=64 (~0.36 M parameters)
+    hidden: int = 64  # the quick model: H=64, FF=176, L=2, S=64 (~0.36 M parameters)
     ff: int = 176
     layers: int = 2
     seq: int = 64

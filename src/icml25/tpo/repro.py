@@ -88,7 +88,7 @@ BEATS_SCRAMBLED = Criterion(
 CRITERIA = [FRESH_GAIN, BEATS_BON, BEATS_SCRAMBLED]
 
 # -- sizes ---------------------------------------------------------------------------------------
-# quick: one role model for the run; full: one per seed (spec). Training steps and query counts
+# quick: one role model for the run; full: one per seed (docs/tpo.md). Training steps and query counts
 # are below the planned (1500/4000 steps, 100/400 queries) to fit the budget on 2 cores; the role
 # model meets its quality bars well before (docs/tpo.md has the learning curve). Seeds: 3 / 5.
 QUICK = {"steps": 800, "queries": 50, "grid_queries": 0}
@@ -116,7 +116,7 @@ CONFIG = TPOConfig(width=5, depth=2, temperature=1.0, top_p=1.0)
 def role_quality(model, n: int = 200, seed: int = 0) -> dict[str, float]:
     """Generator per-digit accuracy (temperature 1, as candidates are sampled), critic
     per-position accuracy against the true wrong set (greedy, and sampled at the feedback
-    temperature 0.7 that TPO uses), updater copy rate of unflagged digits (spec bars: 0.55 +/-
+    temperature 0.7 that TPO uses), updater copy rate of unflagged digits (quality bars: 0.55 +/-
     0.07, >= 0.85, >= 0.95), and the updater's fix rate at flagged wrong digits (the training
     data's rate is 0.55; no bar)."""
     rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
@@ -267,7 +267,7 @@ def tpo_checks(runs: list[dict[str, Any]], seeds: list[int]) -> list[Check]:
 @reproduction("tpo", seeds=N_SEEDS, smoke_seeds=2)
 def run(r: Run) -> ReproResult:
     size = r.size(smoke=SMOKE, quick=QUICK, full=FULL)
-    # quick (and smoke): one role model for every seed; full: one per seed (spec)
+    # quick (and smoke): one role model for every seed; full: one per seed (docs/tpo.md)
     one_model = r.quick or r.smoke
     models: dict[int, Any] = {}
     quality: list[dict[str, float]] = []
@@ -343,7 +343,7 @@ def run(r: Run) -> ReproResult:
         + _curve_text("fresh")
         + "\n\nBest-so-far reward per iteration: "
         + _curve_text("best curve")
-        + f"\n\nRole model quality (spec bars: gen 0.55 ± 0.07, critic >= 0.85, copy >= 0.95): {qrow}.",
+        + f"\n\nRole model quality (quality bars: gen 0.55 ± 0.07, critic >= 0.85, copy >= 0.95): {qrow}.",
     ]
 
     # -- figures ---------------------------------------------------------------------------------
@@ -404,7 +404,7 @@ def run(r: Run) -> ReproResult:
     )
     # pre-registered sizing: the full run of docs/tpo.md had a per-seed sd of 0.018 for check
     # (2), so 3 seeds detect about 0.07 and 5 seeds about 0.04 above the threshold against the
-    # expected 0.08 (spec simulation): say so where this run fell short
+    # expected 0.08 (a planning simulation): say so where this run fell short
     weak = [c for c in checks if c.underpowered]
     power = (
         f"With {len(seeds)} seed(s) x {size['queries']} queries, "
@@ -442,8 +442,8 @@ def run(r: Run) -> ReproResult:
             "neural reward model; the reward is programmatic.",
             "Candidates are sampled at temperature 1 (official 0.7), so that the tiny policy is the "
             "intended noisy generator.",
-            f"Training steps {size['steps']} (spec {'1500' if r.quick else '4000'}) and "
-            f"{size['queries']} queries per seed (spec {'100' if r.quick else '400'}) to fit the "
+            f"Training steps {size['steps']} (planned {'1500' if r.quick else '4000'}) and "
+            f"{size['queries']} queries per seed (planned {'100' if r.quick else '400'}) to fit the "
             "time budget on 2 cores; the role model meets its bars by ~750 steps.",
             "Training examples are drawn fresh every step instead of from a fixed 60k/150k set.",
             "issue 17: the gates were thresholds on the means over seeds; they are now 95% "

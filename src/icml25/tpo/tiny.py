@@ -1,6 +1,5 @@
 """An offline TPO policy: a tiny transformer trained from scratch to play the four TPO roles on a
-synthetic task, behind a chat backend that reads the *real* rendered prompts (spec "Small-scale
-reproduction").
+synthetic task, behind a chat backend that reads the *real* rendered prompts (docs/tpo.md, "Reproduction").
 
 Task: the query ``"solve: d0 d1 d2 d3 d4 d5"`` has the hidden answer ``g_i = (d_{5-i} + 1) mod 10``
 (reverse and increment); a response is six digits. Reward: the fraction of correct positions minus
@@ -65,8 +64,8 @@ VOCAB = (
 )
 TOK = {t: i for i, t in enumerate(VOCAB)}
 PAD, EOS = TOK["<pad>"], TOK["<eos>"]
-CRITIC_NOISE = 0.1  # each critic label flipped w.p. 0.1 (spec: an imperfect critic)
-UPD_FLAG_NOISE = 0.3  # noise of the update instruction's positions (spec: "a noisy version")
+CRITIC_NOISE = 0.1  # each critic label flipped w.p. 0.1 (docs/tpo.md: an imperfect critic)
+UPD_FLAG_NOISE = 0.3  # noise of the update instruction's positions (docs/tpo.md: "a noisy version")
 
 
 def make_query(digits: list[int]) -> str:
@@ -181,7 +180,7 @@ def _flip(pos: list[int], p: float, rng: random.Random) -> list[int]:
 
 
 def make_example(rng: random.Random, rho: float = 0.5) -> tuple[list[str], list[str]]:
-    """One (prompt, target) pair of a uniformly chosen role (spec's training data)."""
+    """One (prompt, target) pair of a uniformly chosen role (the training data)."""
     q = [rng.randrange(10) for _ in range(L)]
     g = [(q[L - 1 - i] + 1) % 10 for i in range(L)]
     role = rng.choice(["gen", "loss", "lossrev", "grad", "upd"])
@@ -198,7 +197,7 @@ def make_example(rng: random.Random, rho: float = 0.5) -> tuple[list[str], list[
         pos = sorted(rng.sample(range(L), rng.randint(0, L)))
         return prompt_tokens("grad", q, positions=pos), mask_tokens(pos)
     c = _noisy(g, rng.random() * 0.8, rng)
-    # the instruction is "a noisy version of c's wrong set" (spec; the noise level is ours): with
+    # the instruction is "a noisy version of c's wrong set" (docs/tpo.md; the noise level is ours): with
     # 0.1 the model learns to fix wrong digits by itself and ignore the flags, since they agree
     # with its own check 90% of the time; at 0.3 it has to read them (docs/tpo.md)
     pos = _flip(_wrong(c, g), UPD_FLAG_NOISE, rng)
@@ -229,7 +228,7 @@ class TrainedRoles:
 def train_role_model(
     steps: int = 1500, batch: int = 128, lr: float = 1e-3, seed: int = 0, rho: float = 0.5
 ) -> TrainedRoles:
-    """AdamW with a cosine schedule on freshly generated examples (spec: quick 1500, full 4000)."""
+    """AdamW with a cosine schedule on freshly generated examples (docs/tpo.md: quick 1500, full 4000)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = RoleModel()
