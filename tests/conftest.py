@@ -51,6 +51,11 @@ def _check_smoke_result(
     assert isinstance(result, ReproResult) and result.slug == slug
     assert result.error is None and result.status in ("held", "inconclusive", "did not hold")
     assert result.claim.strip() and result.checks and result.seeds
+    from icml25.report.checks import unit_problems
+
+    # every check counts each independent unit once: it names its units, or is per seed
+    problems = [p for c in result.checks for p in unit_problems(c, result.seeds)]
+    assert not problems, problems
     for c in result.checks:
         assert math.isfinite(c.estimate) and c.low <= c.estimate <= c.high, c.to_dict()
         assert c.test.strip() and c.criterion.threshold_text
@@ -82,3 +87,48 @@ def check_smoke():
     result is a finished reproduction (see ``_check_smoke_result``): its verdict, metrics,
     ranges and figures are checked, not merely that a verdict exists."""
     return _check_smoke_result
+
+
+# -- recorded verdicts: a changed verdict fails its slow test until docs/<slug>.md is updated ----
+
+_DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def recorded_verdicts(slug: str, mode: str = "quick", seed: int = 0) -> list[str]:
+    """The verdicts, in check order, that ``docs/<slug>.md`` records for the reproduction in
+    ``mode`` at base seed ``seed``, from its marker line::
+
+        <!-- recorded verdicts, quick, seed 0: held; held; inconclusive -->
+
+    The marker sits next to the table it summarises; a slow test compares a fresh run with it, so
+    a change of verdict fails until the page (table, text and marker) is updated."""
+    import re
+
+    page = _DOCS / f"{slug}.md"
+    text = page.read_text(encoding="utf-8")
+    pattern = rf"<!-- recorded verdicts, {re.escape(mode)}, seed {seed}: ([^>]*?) -->"
+    found = re.findall(pattern, text)
+    assert len(found) == 1, (
+        f"{page} needs exactly one marker '<!-- recorded verdicts, {mode}, seed {seed}: ... -->'"
+    )
+    verdicts = [v.strip() for v in found[0].split(";")]
+    bad = [v for v in verdicts if v not in ("held", "inconclusive", "did not hold")]
+    assert not bad, f"{page}: unknown verdicts {bad} in the recorded-verdicts marker"
+    return verdicts
+
+
+@pytest.fixture
+def assert_recorded_verdicts():
+    """``assert_recorded_verdicts(result, slug, mode="quick")``: the result's verdicts, check by
+    check, are the ones docs/<slug>.md records for that mode and seed."""
+
+    def check(result: Any, slug: str, mode: str = "quick") -> None:
+        want = recorded_verdicts(slug, mode, result.seed)
+        got = [c.verdict for c in result.checks]
+        names = [c.name for c in result.checks]
+        assert got == want, (
+            f"{slug} {mode} verdicts changed: got {list(zip(names, got))}, docs/{slug}.md records "
+            f"{want}; if the change is right, update the page (its table, text and marker)"
+        )
+
+    return check

@@ -125,10 +125,11 @@ def test_import_is_cheap_and_module_entry_point_works():
     assert run.stdout.strip() == f"icml25 {__version__}"
 
 
-def test_report_rerenders_and_compares(tmp_path, capsys):
-    from icml25.report import Criterion, ReproResult, write_report
+def test_report_rerenders_and_compares(tmp_path, capsys, monkeypatch):
+    from icml25.report import Criterion, ReproResult, render, write_report
 
     gain = Criterion("gain", "paired", above=0.0)
+    monkeypatch.setattr(render, "registered_criteria", lambda slug: [gain])
     a = ReproResult("lapsum", "c", checks=[gain.check([1.0, 1.2, 1.1], [0.0, 0.1, 0.0])])
     b = ReproResult("lapsum", "c", checks=[gain.check([1.0, -1.2, 1.1], [0.0, 0.1, 0.0])])
     write_report([a], tmp_path / "one", meta={"mode": "quick", "seed": 0})

@@ -88,3 +88,24 @@ def test_load_repro_of_planned_paper_and_bad_entry_point():
         registry.load_repro(planned)
     with pytest.raises(ValueError, match="module:function"):
         registry.load_entry_point("icml25.registry")
+
+
+def test_every_reproduction_has_a_smoke_test_that_checks_its_units():
+    """Each registered reproduction's smoke run goes through ``check_smoke`` (tests/conftest.py),
+    which fails when a check counts one independent unit twice (``unit_problems``)."""
+    import re
+    from pathlib import Path
+
+    from icml25.registry import PAPERS
+
+    tests = Path(__file__).parent
+    missing = []
+    for paper in PAPERS:
+        if paper.repro is None:
+            continue
+        text = "".join(p.read_text() for p in (tests / paper.slug).glob("test_repro*.py"))
+        if not (re.search(r"smoke\s*=\s*True|def smoke\(", text) and "check_smoke(" in text):
+            missing.append(paper.slug)
+    assert not missing, (
+        f"no smoke run checked by check_smoke in tests/<slug>/test_repro*.py: {missing}"
+    )

@@ -62,6 +62,11 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         args.parser.error(f"--seed must be a non-negative integer, got {args.seed}")
     if args.seeds is not None and args.seeds < 1:
         args.parser.error(f"--seeds must be a positive integer, got {args.seeds}")
+    if args.resume and not args.out:
+        args.parser.error(
+            "--resume needs --out DIR, the report folder to resume (without it a new folder "
+            "runs/<timestamp>/ would be started and nothing resumed)"
+        )
     out = Path(args.out) if args.out else default_out_dir()
     if args.quiet:
         set_quiet(True)
@@ -69,19 +74,22 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     def echo(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    results = run_reproductions(
-        papers,
-        quick=not args.full,
-        seed=args.seed,
-        out=out,
-        resume=args.resume,
-        seeds=args.seeds,
-        echo=None if args.quiet else echo,
-    )
+    try:
+        results = run_reproductions(
+            papers,
+            quick=not args.full,
+            seed=args.seed,
+            out=out,
+            resume=args.resume,
+            seeds=args.seeds,
+            echo=None if args.quiet else echo,
+        )
+    except ValueError as exc:  # an unreadable results.json already in --out
+        args.parser.error(str(exc))
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     print(
-        f"{len(results)} paper(s): {counts['held']} held, {counts['inconclusive']} inconclusive, "
-        f"{counts['did not hold']} did not hold, {counts['error']} error(s), "
+        f"{len(results)} paper(s) run now: {counts['held']} held, {counts['inconclusive']} "
+        f"inconclusive, {counts['did not hold']} did not hold, {counts['error']} error(s), "
         f"{counts['planned']} planned. Report: {out / 'report.md'}"
     )
     if counts["error"]:
@@ -92,7 +100,13 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from icml25.report import load_results, render_comparison, verify_results, write_markdown
+    from icml25.report import (
+        check_criteria,
+        load_results,
+        render_comparison,
+        verify_results,
+        write_markdown,
+    )
 
     if args.out and not args.compare:
         args.parser.error("--out names the comparison file; it needs --compare DIR2")
@@ -106,6 +120,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))
     # the stored per-seed data are the source of truth: every check is recomputed from them
     problems = verify_results(results) + (verify_results(other[1]) if other else [])
+    # ... under the installed code's criteria: an edited or outdated threshold is not its verdict
+    problems += check_criteria(results) + (check_criteria(other[1]) if other else [])
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     if other is None:
@@ -173,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="reproduce papers' central claims and write a report",
         description="Run the registered reproductions (all by default, quick mode by default) and "
         "write DIR/report.md, DIR/results.json and the figures. Each claim is held, inconclusive "
-        "or did not hold, from its checks' 95%% intervals; a claim that is not held is "
+        "or did not hold, from its checks' 95% intervals; a claim that is not held is "
         "reported, not an error: the exit code is non-zero only when a reproduction raised "
         "(or, with --strict, when a claim was not held).",
     )
@@ -189,14 +205,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of seeds for every paper, instead of each mode's pre-registered count "
         "(the report notes it)",
     )
-    p_repro.add_argument("--out", metavar="DIR", help="report folder (default runs/<timestamp>/)")
+    p_repro.add_argument(
+        "--out",
+        metavar="DIR",
+        help="report folder (default runs/<timestamp>/); an existing report there is merged: the "
+        "papers run now replace their own entries, the others are kept",
+    )
     p_repro.add_argument(
         "--strict", action="store_true", help="also fail when a claim was not held"
     )
     p_repro.add_argument(
         "--resume",
         action="store_true",
-        help="skip papers already finished in DIR (same mode and seed)",
+        help="skip papers already finished in --out DIR (same mode, seed and seed count)",
     )
     p_repro.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     p_repro.set_defaults(func=_cmd_repro, parser=p_repro)
@@ -208,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
         "with --compare DIR2, print the two runs' checks side by side (the same claims on other "
         "seeds or another version). Every check is recomputed from its stored per-seed data; a "
         "stored number or verdict that disagrees is reported on stderr, the recomputed one is "
-        "shown, and the exit code is 1.",
+        "shown, and the exit code is 1. So is a stored criterion (design, threshold, confidence) "
+        "that differs from the installed code's.",
     )
     p_report.add_argument("dir", metavar="DIR", help="a report folder written by `icml25 repro`")
     p_report.add_argument("--compare", metavar="DIR2", help="a second report folder")

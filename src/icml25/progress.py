@@ -1,7 +1,10 @@
 """Progress display shared by every long-running piece of icml25, silenced in one place.
 
-``icml25 repro --quiet`` (or ``ICML25_QUIET=1`` in the environment) silences all of it; a library
-user can pass ``disable=True`` to a single call.
+On a terminal, :func:`track` draws a transient rich progress bar on stderr. Without one (nohup, CI,
+``| tee``) a bar would be invisible, so the outermost :func:`track` prints one plain line per item
+(per seed in a reproduction; every tenth of a long loop) with the elapsed time, and :func:`stage`
+prints a line when a named stage starts and ends. ``icml25 repro --quiet`` (or ``ICML25_QUIET=1``
+in the environment) silences all of it; a library user can pass ``disable=True`` to a single call.
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-__all__ = ["is_quiet", "set_quiet", "track"]
+__all__ = ["is_quiet", "set_quiet", "stage", "track"]
 
 T = TypeVar("T")
 _ENV = "ICML25_QUIET"
@@ -38,6 +42,53 @@ def set_quiet(quiet: bool = True) -> None:
         os.environ.pop(_ENV, None)
 
 
+_depth = 0  # nesting of plain-line tracking: only the outermost loop prints lines
+
+
+def _line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _plain_track(iterable: Iterable[T], description: str, total: int | None) -> Iterator[T]:
+    """One line per item (at most about ten for a long loop) with the elapsed time."""
+    global _depth
+    if total is None:
+        try:
+            total = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+    every = 1 if total is None or total <= 20 else max(1, total // 10)
+    _depth += 1
+    t0 = time.perf_counter()
+    try:
+        outer = _depth == 1
+        for i, item in enumerate(iterable, 1):
+            yield item
+            if outer and (i % every == 0 or i == total):
+                of = f"/{total}" if total is not None else ""
+                _line(
+                    f"{description or 'progress'}: {i}{of} done, {time.perf_counter() - t0:.0f} s"
+                )
+    finally:
+        _depth -= 1
+
+
+@contextlib.contextmanager
+def stage(description: str, *, disable: bool | None = None) -> Iterator[None]:
+    """Announce a named stage of a long run without a terminal: a line when it starts and one with
+    its time when it ends (nothing on a terminal, where the progress bars show it, or when
+    silenced)."""
+    if disable is None:
+        disable = is_quiet() or _stderr_is_terminal()
+    if disable:
+        yield
+        return
+    _line(f"{description}…")
+    t0 = time.perf_counter()
+    yield
+    _line(f"{description}: done in {time.perf_counter() - t0:.0f} s")
+
+
 def track(
     iterable: Iterable[T],
     description: str = "",
@@ -45,16 +96,17 @@ def track(
     total: int | None = None,
     disable: bool | None = None,
 ) -> Iterator[T]:
-    """Iterate with a rich progress bar on stderr (transient), unless silenced.
+    """Iterate with a rich progress bar on stderr (transient), unless silenced; without a terminal
+    the outermost loop prints plain lines instead (module docstring).
 
     Only one live display may exist at a time in rich; nested calls fall back to plain iteration
     instead of raising.
     """
-    if disable is None:
-        # silenced, or nobody to show it to (a log file or pipe would only get a blank line)
-        disable = is_quiet() or not _stderr_is_terminal()
-    if disable:
+    if disable or (disable is None and is_quiet()):
         yield from iterable
+        return
+    if not _stderr_is_terminal():
+        yield from _plain_track(iterable, description, total)
         return
     from rich.console import Console
     from rich.errors import LiveError

@@ -1,14 +1,17 @@
 """Run the registered reproductions and keep the report current after each one.
 
-Every paper runs in isolation: a reproduction that raises becomes an ``error`` result with its
-traceback and the next paper still runs. After each paper the report folder is rewritten, so a crash
-or Ctrl-C loses at most the paper in flight, and ``resume=True`` skips the papers already finished
-with the same mode and seed.
+Every paper runs in isolation: a reproduction that raises (or returns a result that cannot be
+written) becomes an ``error`` result with its traceback and the next paper still runs. After each
+paper the report folder is rewritten, so a crash or Ctrl-C loses at most the paper in flight. A
+folder that already holds a report is merged into: the papers run now replace their own entries,
+the others are kept; ``resume=True`` also skips the papers already finished there with the same
+mode, seed and seed count.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import platform
 import sys
 import time
@@ -18,9 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from icml25 import __version__
+from icml25 import __version__, registry
 from icml25.registry import Paper, load_repro
 from icml25.report import ReproResult, load_results, write_report
+from icml25.report.checks import jsonable
 
 __all__ = ["default_out_dir", "run_one", "run_reproductions"]
 
@@ -59,6 +63,8 @@ def run_one(
             raise ValueError(
                 f"{paper.repro} returned a result for {result.slug!r}, not {paper.slug!r}"
             )
+        # a result that cannot be written would abort the report of every later paper
+        json.dumps(jsonable(result.to_dict()), allow_nan=False)
     except Exception:  # noqa: BLE001 - any failure of one paper is reported, the rest still run
         return ReproResult.for_error(
             paper.slug,
@@ -100,7 +106,9 @@ def run_reproductions(
         seed: base seed handed to every reproduction.
         out: report folder; each paper writes its figures under ``out/<slug>/``.
         resume: reuse results in ``out/results.json`` that finished (with a verdict) with the
-            same mode, seed and seed count, instead of running those papers again.
+            same mode, seed and seed count, instead of running those papers again. Without it,
+            the papers given run again; either way the other papers already in the report are
+            kept.
         seeds: number of seeds for every paper, instead of each mode's pre-registered count.
         echo: called with one line of progress per event; ``None`` prints nothing.
 
@@ -110,17 +118,23 @@ def run_reproductions(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say = echo or (lambda _line: None)
+    earlier: dict[str, ReproResult] = {}
+    if (out / "results.json").exists():
+        try:
+            _, old = load_results(out)
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc}; the report already in {str(out)!r} cannot be merged into: move it away "
+                "or choose another --out"
+            ) from None
+        earlier = {r.slug: r for r in old}
     previous: dict[str, ReproResult] = {}
-    if resume and (out / "results.json").exists():
-        old_meta, old = load_results(out)
-        if old_meta.get("seeds") == seeds:
-            previous = {
-                r.slug: r
-                for r in old
-                if r.status in ("held", "inconclusive", "did not hold")
-                and r.quick == quick
-                and r.seed == seed
-            }
+    if resume:
+        previous = {
+            p.slug: earlier[p.slug]
+            for p in papers
+            if p.slug in earlier and _same_run(p, earlier[p.slug], quick, seed, seeds)
+        }
     meta: dict[str, Any] = {
         "mode": "quick" if quick else "full",
         "seed": seed,
@@ -129,6 +143,10 @@ def run_reproductions(
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }
+    asked = {p.slug for p in papers}
+    kept = {slug: r for slug, r in earlier.items() if slug not in asked}
+    if kept:
+        meta["kept"] = sorted(kept)
     results: list[ReproResult] = []
     runnable = [p for p in papers if p.repro is not None]
     k = 0
@@ -155,7 +173,30 @@ def run_reproductions(
         result.title = result.title or paper.title
         results.append(result)
         meta["environment"] = _environment()
-        write_report(results, out, meta=meta)
+        write_report(_in_paper_order([*kept.values(), *results], papers), out, meta=meta)
     if not papers:
-        write_report(results, out, meta=meta)
+        write_report(_in_paper_order(list(kept.values()), papers), out, meta=meta)
     return results
+
+
+def _same_run(paper: Paper, r: ReproResult, quick: bool, seed: int, seeds: int | None) -> bool:
+    """``r`` finished with a verdict in this mode, seed and seed count (the mode's pre-registered
+    count when ``seeds`` is None)."""
+    if r.status not in ("held", "inconclusive", "did not hold") or r.quick != quick:
+        return False
+    if r.seed != seed or paper.repro is None:
+        return False
+    if seeds is None:
+        try:
+            preregistered = getattr(load_repro(paper), "preregistered_seeds", None)
+        except (ImportError, LookupError):
+            return False
+        if preregistered is None:  # a plain run function: no seed count to compare
+            return True
+        seeds = preregistered["quick" if quick else "full"]
+    return len(r.seeds) == seeds
+
+
+def _in_paper_order(results: list[ReproResult], papers: Sequence[Paper]) -> list[ReproResult]:
+    number = {p.slug: p.number for p in (*registry.PAPERS, *papers)}
+    return sorted(results, key=lambda r: number.get(r.slug, len(number) + 1))

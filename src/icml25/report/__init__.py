@@ -25,6 +25,7 @@ from icml25.report.harness import (
     torch_threads,
 )
 from icml25.report.render import (
+    check_criteria,
     checks_markdown,
     load_results,
     render_comparison,
@@ -44,6 +45,7 @@ __all__ = [
     "Metric",
     "ReproResult",
     "Run",
+    "check_criteria",
     "checks_markdown",
     "combine",
     "load_results",

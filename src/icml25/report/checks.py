@@ -10,7 +10,13 @@ reader can recompute it from ``results.json``) and one of three verdicts:
 * **did not hold**: the whole interval lies on the other side;
 * **inconclusive**: the interval straddles the threshold.
 
-A claim with several checks is held only when every check is held (:func:`combine`).
+A claim with several checks is held only when every check is held (:func:`combine`). A check that
+could not be measured (a gate failed, nothing qualified) is :meth:`Criterion.unmeasured`: no
+estimate (``null`` in ``results.json``) and inconclusive, with its reason.
+
+Every value counts one independent unit once. ``units=`` names each value's unit (a seed, a
+trained model, an image, a prompt cluster); a label that appears twice is an error. Where several
+values come from one unit, pass ``clusters=`` (bootstrap design) or average them first.
 
 Designs (what :meth:`Criterion.check` takes):
 
@@ -19,12 +25,20 @@ design     data                     interval
 ========== ======================== ==========================================================
 paired     ``a, b`` (one per seed)  t-interval of ``a - b``; exact sign-flip p reported beside it
 mean       ``values``               t-interval of the mean; sign-flip p against the threshold
-proportion ``successes, n``         Wilson score interval (counts may be lists, then pooled)
-bootstrap  ``values[, clusters]``   percentile bootstrap of the mean (two-stage with clusters)
+proportion ``successes, n``         Wilson score interval; with one count per run (lists), the
+                                    wider of the pooled Wilson and a t-interval over the runs
+bootstrap  ``values[, clusters]``   percentile bootstrap of the mean; with clusters, a
+                                    cluster-robust t-interval below 30 clusters, else a
+                                    two-stage bootstrap
 spearman   ``x, y``                 Fisher-z interval, Bonett-Wright standard error
-exact      ``value[, how]``         none: a deterministic quantity (exact math, byte counts), or
-                                    one measurement without replicates, described by ``how``
+exact      ``value[, how]``         none: only for a deterministic quantity (exact math, byte
+                                    counts, a closed form); a Monte-Carlo frequency is a
+                                    proportion, a noisy fit is repeated over seeds
 ========== ======================== ==========================================================
+
+Values that agree to their own precision (float32 data within a few ulps, float64 within 1e-9
+relative) are identical: a t-interval collapsed to a point is no evidence, so such a verdict rests
+on the sign-flip test alone.
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ from typing import Any
 
 from icml25.report import stats
 
-__all__ = ["DESIGNS", "VERDICTS", "Check", "Criterion", "combine"]
+__all__ = ["DESIGNS", "VERDICTS", "Check", "Criterion", "combine", "unit_problems"]
 
 #: The three verdicts of a check (and of a claim), best first.
 VERDICTS = ("held", "inconclusive", "did not hold")
@@ -133,8 +147,55 @@ def _labels(name: str, clusters: Any) -> list[Any]:
     return out
 
 
-#: Relative spread below which values count as identical (rounding noise, e.g. 0.1 + 0.2 vs 0.3).
+#: Relative spread below which float64 values count as identical (rounding noise, 0.1 + 0.2 vs 0.3).
 _IDENTICAL = 1e-9
+#: Values that are all exactly float32 numbers count as identical within this many float32 ulps.
+_FLOAT32_ULPS = 4
+_FLOAT32_EPS = 2.0**-23
+
+
+def _is_float32(values: Sequence[float]) -> bool:
+    import struct
+
+    try:
+        return all(struct.unpack("f", struct.pack("f", v))[0] == v for v in values)
+    except OverflowError:
+        return False
+
+
+def _all_identical(d: Sequence[float], inputs: Sequence[float]) -> bool:
+    """True when the values ``d`` (computed from ``inputs``) agree to the inputs' own precision."""
+    scale = max((abs(x) for x in inputs), default=0.0)
+    spread = max(d) - min(d)
+    if scale == 0 or spread == 0:
+        return True
+    tol = _FLOAT32_ULPS * _FLOAT32_EPS if _is_float32(inputs) else _IDENTICAL
+    return spread <= tol * scale
+
+
+def _unit_labels(name: str, units: Any, n: int, what: str) -> list[Any] | None:
+    """The units argument checked: one label per value, no label twice."""
+    if units is None:
+        return None
+    if isinstance(units, (str, bytes)):
+        raise TypeError(f"check {name!r}: units must be a sequence of labels, got {units!r}")
+    labels = _labels(name, units)
+    if len(labels) != n:
+        raise ValueError(
+            f"check {name!r}: {len(labels)} unit labels for {n} {what}; give one label per value"
+        )
+    seen: dict[Any, int] = {}
+    for u in labels:
+        seen[u] = seen.get(u, 0) + 1
+    twice = [u for u, k in seen.items() if k > 1]
+    if twice:
+        raise ValueError(
+            f"check {name!r}: unit {twice[0]!r} appears {seen[twice[0]]} times among the {n} "
+            f"{what} ({len(twice)} unit(s) repeated): a unit counted twice is not independent "
+            "evidence; average each unit's values first, or cluster them (clusters=...)"
+        )
+    return labels
+
 
 #: Default name of the independent units, per design.
 _OVER = {
@@ -164,6 +225,8 @@ class Criterion:
         over: what the independent units are ("seeds", "images", "queries", ...); the default
             depends on the design (seeds for paired and mean, items, pairs).
         description: one line on what is compared, for the report.
+        declared_as: set by :meth:`Check.renamed`: the name the criterion was declared under, so
+            ``icml25 report`` can match a renamed check with the installed code's criterion.
 
     Interval designs are strict (held means the whole interval is beyond the threshold); the
     ``exact`` design compares its one value inclusively (``value >= above``, ``value <= below``).
@@ -178,6 +241,7 @@ class Criterion:
     paper_effect: float | None = None
     over: str = ""
     description: str = ""
+    declared_as: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -231,10 +295,23 @@ class Criterion:
             return f"{'≥' if self.design == 'exact' else '>'} {_fmt(self.above)}{u}"
         return f"{'≤' if self.design == 'exact' else '<'} {_fmt(self.below)}{u}"
 
+    def unmeasured(self, reason: str, *, n: int = 0) -> Check:
+        """The check when its quantity could not be measured (a gate failed, nothing qualified):
+        no estimate (``null`` in ``results.json``), verdict inconclusive, ``reason`` as its test."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(
+                f"criterion {self.name!r}: say why it was not measured, got {reason!r}"
+            )
+        nan = math.nan
+        return Check(
+            self, nan, nan, nan, int(n), nan, "inconclusive", reason, {"unmeasured": reason}
+        )
+
     def check(self, *args: Any, **kwargs: Any) -> Check:
         """Evaluate the criterion on measured data; the arguments depend on the design (module
         docstring): ``paired(a, b)``, ``mean(values)``, ``proportion(successes, n)``,
-        ``bootstrap(values, clusters=None)``, ``spearman(x, y)``, ``exact(value, how=None)``."""
+        ``bootstrap(values, clusters=None)``, ``spearman(x, y)``, ``exact(value, how=None)``; all
+        but ``exact`` take ``units=``, one label per value naming its independent unit."""
         fn = getattr(self, f"_check_{self.design}")
         try:
             inspect.signature(fn).bind(*args, **kwargs)
@@ -253,20 +330,26 @@ class Criterion:
 
     # -- designs -------------------------------------------------------------------------------
 
-    def _check_paired(self, a: Any, b: Any) -> Check:
+    def _check_paired(self, a: Any, b: Any, *, units: Sequence[Any] | None = None) -> Check:
         a, b = _values(self.name, "a", a), _values(self.name, "b", b)
         if len(a) != len(b):
             raise ValueError(
                 f"check {self.name!r}: paired values need equal lengths, got {len(a)} and {len(b)}"
             )
         d = [x - y for x, y in zip(a, b)]
-        return self._t_check(d, {"a": a, "b": b}, "paired t-interval of the differences")
+        data: dict[str, Any] = {"a": a, "b": b}
+        _store_units(data, _unit_labels(self.name, units, len(d), "pairs"))
+        return self._t_check(d, data, "paired t-interval of the differences", inputs=a + b)
 
-    def _check_mean(self, values: Any) -> Check:
+    def _check_mean(self, values: Any, *, units: Sequence[Any] | None = None) -> Check:
         v = _values(self.name, "values", values)
-        return self._t_check(v, {"values": v}, "t-interval of the mean")
+        data: dict[str, Any] = {"values": v}
+        _store_units(data, _unit_labels(self.name, units, len(v), "values"))
+        return self._t_check(v, data, "t-interval of the mean", inputs=v)
 
-    def _t_check(self, d: list[float], data: dict[str, Any], what: str) -> Check:
+    def _t_check(
+        self, d: list[float], data: dict[str, Any], what: str, *, inputs: list[float]
+    ) -> Check:
         if not d:
             raise ValueError(f"check {self.name!r}: a {self.design} design needs values, got none")
         if len(d) == 1:
@@ -289,8 +372,7 @@ class Criterion:
                 test += f", which cannot go below {2.0**-iv.n:.3g} with {iv.n} {self.over}"
         det: float | None = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence)
         check = self._make(iv, test, data, p_value=p, detectable=det)
-        scale = max(abs(x) for x in d)
-        if iv.se <= _IDENTICAL * scale or scale == 0:
+        if _all_identical(d, inputs):
             # Identical values (e.g. a saturated score on every seed) collapse the t-interval to
             # a point, which is no evidence of zero spread. The verdict then rests on the sign-flip
             # test alone, whose floor is 2**-n: it takes at least 6 units to reach 2.5%.
@@ -324,7 +406,9 @@ class Criterion:
                 )
         return check
 
-    def _check_proportion(self, successes: Any, n: Any) -> Check:
+    def _check_proportion(
+        self, successes: Any, n: Any, *, units: Sequence[Any] | None = None
+    ) -> Check:
         ks, ns = _counts(self.name, "successes", successes), _counts(self.name, "n", n)
         if len(ks) != len(ns) or not ks:
             raise ValueError(
@@ -337,20 +421,60 @@ class Criterion:
                 f"check {self.name!r}: each count needs 0 <= successes <= n and n >= 1, got "
                 f"{bad[0][0]} of {bad[0][1]}"
             )
+        labels = _unit_labels(self.name, units, len(ks), "counts")
         k_sum, n_sum = sum(ks), sum(ns)
-        iv = stats.wilson_interval(k_sum, n_sum, self.confidence)
-        pooled = f", pooled over {len(ks)} runs" if len(ks) > 1 else ""
+        iv = stats.proportion_over_runs(ks, ns, self.confidence)
         ref = self.above if self.above is not None else self.below
         p0 = min(max(ref if 0 < ref < 1 else iv.estimate, 0.01), 0.99)
         det = stats.detectable_effect(
-            math.sqrt(p0 * (1 - p0) / n_sum), n_sum, confidence=self.confidence, t_dist=False
+            max(iv.se, math.sqrt(p0 * (1 - p0) / n_sum)),
+            n_sum,
+            confidence=self.confidence,
+            t_dist=False,
         )
-        test = f"Wilson interval of {k_sum}/{n_sum} {self.over}{pooled}"
-        return self._make(iv, test, {"successes": ks, "n": ns}, detectable=det)
+        test = f"Wilson interval of {k_sum}/{n_sum} {self.over}"
+        if len(ks) > 1:
+            test += (
+                f" counted in {len(ks)} runs, widened to the cluster-robust t-interval over the "
+                f"runs ({len(ks) - 1} df) where that is wider, so variance between runs counts"
+            )
+        data: dict[str, Any] = {"successes": ks, "n": ns}
+        _store_units(data, labels)
+        return self._make(iv, test, data, detectable=det)
 
-    def _check_bootstrap(self, values: Any, clusters: Sequence[Any] | None = None) -> Check:
+    def _check_bootstrap(
+        self,
+        values: Any,
+        clusters: Sequence[Any] | None = None,
+        *,
+        units: Sequence[Any] | None = None,
+    ) -> Check:
         v = _values(self.name, "values", values)
         cl = None if clusters is None else _labels(self.name, clusters)
+        if cl is not None and units is not None:
+            raise ValueError(
+                f"check {self.name!r}: give clusters= (several values per unit) or units= (one "
+                "value per unit), not both: with clusters, the clusters are the units"
+            )
+        labels = _unit_labels(self.name, units, len(v), "values")
+        data: dict[str, Any] = {"values": v, "clusters": cl}
+        _store_units(data, labels)
+        if cl is not None and len(cl) != len(v):
+            raise ValueError(
+                f"check {self.name!r}: {len(cl)} cluster labels for {len(v)} values; give one each"
+            )
+        if cl is not None and len(set(cl)) < stats.CLUSTER_T_BELOW:
+            iv = stats.cluster_t_interval(v, cl, self.confidence)
+            how = (
+                f"cluster-robust t-interval of the mean of {len(v)} values in {iv.n} clusters "
+                f"({iv.n - 1} df; below {stats.CLUSTER_T_BELOW} clusters a bootstrap under-covers)"
+            )
+            det_t: float | None = stats.detectable_effect(iv.se, iv.n, confidence=self.confidence)
+            check = self._make(iv, how, data, detectable=det_t)
+            if iv.se == 0 and check.verdict != "inconclusive":
+                check.verdict, check.detectable = "inconclusive", None
+                check.test += "; every cluster has the same mean, so it cannot decide"
+            return check
         iv = stats.bootstrap_mean(v, clusters=cl, confidence=self.confidence)
         how = (
             f"two-stage percentile bootstrap (clusters, then items) of the mean of {len(v)} values "
@@ -361,17 +485,16 @@ class Criterion:
         det: float | None = stats.detectable_effect(
             iv.se, iv.n, confidence=self.confidence, t_dist=False
         )
-        check = self._make(
-            iv, how + ", 10 000 resamples", {"values": v, "clusters": cl}, detectable=det
-        )
+        check = self._make(iv, how + ", 10 000 resamples", data, detectable=det)
         if iv.se == 0 and check.verdict != "inconclusive":
             # every resample gives the same mean: no spread is no evidence of certainty
             check.verdict, check.detectable = "inconclusive", None
             check.test += "; every resample gives the same mean, so it cannot decide"
         return check
 
-    def _check_spearman(self, x: Any, y: Any) -> Check:
+    def _check_spearman(self, x: Any, y: Any, *, units: Sequence[Any] | None = None) -> Check:
         xs, ys = _values(self.name, "x", x), _values(self.name, "y", y)
+        labels = _unit_labels(self.name, units, len(xs), "pairs")
         iv = stats.spearman_interval(xs, ys, self.confidence)
         det = None
         ref = self.above if self.above is not None else self.below
@@ -382,7 +505,9 @@ class Criterion:
         test = (
             f"Spearman rank correlation over {iv.n} {self.over}, Fisher-z interval (Bonett-Wright)"
         )
-        return self._make(iv, test, {"x": xs, "y": ys}, detectable=det)
+        data: dict[str, Any] = {"x": xs, "y": ys}
+        _store_units(data, labels)
+        return self._make(iv, test, data, detectable=det)
 
     def _check_exact(self, value: Any, how: str | None = None) -> Check:
         if isinstance(value, (bool, str, bytes)):
@@ -421,6 +546,7 @@ class Criterion:
             "paper_effect": self.paper_effect,
             "over": self.over,
             "description": self.description,
+            **({"declared_as": self.declared_as} if self.declared_as else {}),
         }
 
     @classmethod
@@ -438,13 +564,14 @@ _CRITERION_KEYS = (
     "paper_effect",
     "over",
     "description",
+    "declared_as",
 )
 _SIGNATURES = {
-    "paired": "(a, b): one value per seed for each arm",
-    "mean": "(values)",
-    "proportion": "(successes, n): counts, or lists of counts to pool",
-    "bootstrap": "(values, clusters=None)",
-    "spearman": "(x, y)",
+    "paired": "(a, b, units=None): one value per seed (or unit) for each arm",
+    "mean": "(values, units=None)",
+    "proportion": "(successes, n, units=None): counts, or one count per run",
+    "bootstrap": "(values, clusters=None, units=None)",
+    "spearman": "(x, y, units=None)",
     "exact": "(value, how=None): how describes a measurement that is not deterministic",
 }
 
@@ -487,6 +614,20 @@ class Check:
             raise ValueError(
                 f"check {self.name!r}: verdict must be one of {VERDICTS}, got {self.verdict!r}"
             )
+        if not math.isfinite(self.estimate):
+            # nothing was measured: only "inconclusive" can follow, and the reason is kept
+            if self.verdict != "inconclusive":
+                raise ValueError(
+                    f"check {self.name!r}: an estimate of {self.estimate} (not measured) can only "
+                    f"be inconclusive, got {self.verdict!r}"
+                )
+            self.data = dict(self.data)
+            self.data.setdefault("unmeasured", self.test or "not measured")
+
+    @property
+    def measured(self) -> bool:
+        """False for a check whose quantity could not be measured (:meth:`Criterion.unmeasured`)."""
+        return "unmeasured" not in self.data
 
     @property
     def name(self) -> str:
@@ -505,6 +646,8 @@ class Check:
     def interval_text(self) -> str:
         """``"0.42 [0.31, 0.53]"``, or the value alone for an exact check; unit appended."""
         u = f" {self.criterion.unit}" if self.criterion.unit else ""
+        if not self.measured:
+            return "not measured"
         ts = [t for t in (self.criterion.above, self.criterion.below) if t is not None]
         if self.criterion.design == "exact":
             return f"{_fmt_near(self.estimate, ts)}{u}"
@@ -528,42 +671,45 @@ class Check:
         """Evaluate the criterion again on the stored data (what a reader of results.json does)."""
         c = self.criterion
         d = self.data
+        if not self.measured:
+            return replace(self, data=dict(d))
+        units = {"units": d["units"]} if d.get("units") is not None else {}
         if c.design == "paired":
-            return c.check(d["a"], d["b"])
+            return c.check(d["a"], d["b"], **units)
         if c.design == "mean":
-            return c.check(d["values"])
+            return c.check(d["values"], **units)
         if c.design == "proportion":
-            return c.check(list(d["successes"]), list(d["n"]))
+            return c.check(list(d["successes"]), list(d["n"]), **units)
         if c.design == "bootstrap":
-            return c.check(d["values"], d.get("clusters"))
+            return c.check(d["values"], d.get("clusters"), **units)
         if c.design == "spearman":
-            return c.check(d["x"], d["y"])
+            return c.check(d["x"], d["y"], **units)
         return c.check(d["value"], d.get("how"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "criterion": self.criterion.to_dict(),
-            "estimate": self.estimate,
-            "low": self.low,
-            "high": self.high,
+            "estimate": _json_number(self.estimate),
+            "low": _json_number(self.low),
+            "high": _json_number(self.high),
             "n": self.n,
-            "se": self.se,
+            "se": _json_number(self.se),
             "verdict": self.verdict,
             "test": self.test,
-            "p_value": self.p_value,
-            "detectable": self.detectable,
-            "data": self.data,
+            "p_value": _json_number(self.p_value),
+            "detectable": _json_number(self.detectable),
+            "data": jsonable(self.data),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Check:
         return cls(
             criterion=Criterion.from_dict(data["criterion"]),
-            estimate=float(data["estimate"]),
-            low=float(data["low"]),
-            high=float(data["high"]),
+            estimate=_from_json(data["estimate"]),
+            low=_from_json(data["low"]),
+            high=_from_json(data["high"]),
             n=int(data["n"]),
-            se=float(data.get("se", 0.0)),
+            se=_from_json(data.get("se", 0.0)),
             verdict=data["verdict"],
             test=data.get("test", ""),
             data=dict(data.get("data", {})),
@@ -572,8 +718,40 @@ class Check:
         )
 
     def renamed(self, name: str) -> Check:
-        """The same check under another name (e.g. one criterion applied per setting)."""
-        return replace(self, criterion=replace(self.criterion, name=name))
+        """The same check under another name (e.g. one criterion applied per setting); the
+        criterion remembers the name it was declared under."""
+        declared = self.criterion.declared_as or self.criterion.name
+        return replace(self, criterion=replace(self.criterion, name=name, declared_as=declared))
+
+
+def unit_problems(check: Check, seeds: Sequence[int] = ()) -> list[str]:
+    """Why ``check`` may count an independent unit more than once (empty when it names its units).
+
+    A check names its units by ``units=`` or ``clusters=``; a per-seed design (paired, mean) with
+    one value per seed of ``seeds``, a proportion with one count (its items) or one count per
+    seed, and an exact quantity need no labels. Anything else (e.g. 900 segment values pooled over
+    3 seeds) must say what its independent units are."""
+    c, d = check.criterion, check.data
+    if not check.measured or c.design == "exact":
+        return []
+    if d.get("units") is not None or d.get("clusters") is not None:
+        return []
+    n_values = {
+        "paired": len(d.get("a", [])),
+        "mean": len(d.get("values", [])),
+        "proportion": len(d.get("successes", [])),
+        "bootstrap": len(d.get("values", [])),
+        "spearman": len(d.get("x", [])),
+    }[c.design]
+    if c.design in ("paired", "mean") and seeds and n_values == len(seeds):
+        return []
+    if c.design == "proportion" and (n_values == 1 or (seeds and n_values == len(seeds))):
+        return []
+    return [
+        f"check {check.name!r} ({c.design}, {n_values} values over {c.over}) does not name its "
+        "independent units: pass units= (one label per value; a label may not repeat) or "
+        "clusters= (several values per unit)"
+    ]
 
 
 def combine(checks: Iterable[Check]) -> str:
@@ -585,6 +763,41 @@ def combine(checks: Iterable[Check]) -> str:
     if "did not hold" in verdicts:
         return "did not hold"
     return "held" if all(v == "held" for v in verdicts) else "inconclusive"
+
+
+def _json_number(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+def _from_json(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON: non-finite floats become ``None``, numpy/torch scalars and arrays
+    numbers and lists, paths and other objects their text. Writing a report never fails on a
+    check's content."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        return jsonable(obj.tolist())
+    if isinstance(obj, (set, frozenset)):
+        return [jsonable(v) for v in sorted(obj, key=str)]
+    try:
+        return jsonable(float(obj))
+    except (TypeError, ValueError):
+        return str(obj)
+
+
+def _store_units(data: dict[str, Any], labels: list[Any] | None) -> None:
+    if labels is not None:
+        data["units"] = labels
 
 
 def _fmt_near(x: float, thresholds: Sequence[float]) -> str:

@@ -21,6 +21,7 @@ repeats (slug, mode, seeds, seconds, figures, the smoke-size note).
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,16 @@ class Run:
         desc = f"{self.slug}: {label or 'seeds'}"
         return [measure(s) for s in track(seeds, desc, total=len(seeds))]
 
+    @contextlib.contextmanager
+    def stage(self, label: str) -> Iterator[None]:
+        """Name a long stage of the run (``with r.stage("training the base model"): ...``): without
+        a terminal its start and end are printed with the time taken (:func:`icml25.progress.stage`).
+        """
+        from icml25.progress import stage
+
+        with stage(f"{self.slug}: {label}"):
+            yield
+
     def figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure as ``out/name`` (PNG) and list it in the result (by its
         absolute path, so a report written elsewhere finds it)."""
@@ -141,6 +152,8 @@ class Run:
                 f"design {c.criterion.design!r} with above={c.criterion.above}, "
                 f"below={c.criterion.below}); declare every criterion at module level"
             )
+        for c in checks:
+            _check_verdict_follows(self.slug, c)
         used = {_thresholds(c.criterion) for c in checks}
         unused = [d.name for d in declared if _thresholds(d) not in used]
         notes_list = [notes] if isinstance(notes, str) else list(notes)
@@ -171,6 +184,29 @@ class Run:
 
 
 _KEY_FIELDS = ("design", "above", "below", "confidence", "unit", "paper_effect")
+
+
+def _check_verdict_follows(slug: str, c: Check) -> None:
+    """A check's verdict, estimate and interval are what its criterion gives on its stored data
+    (a hand-built or edited Check cannot claim more than its data)."""
+    if not c.measured:
+        return  # Check itself allows such a check only as inconclusive
+    try:
+        again = c.recompute()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{slug}: check {c.name!r} cannot be re-evaluated from its stored data ({exc}); build "
+            "checks with Criterion.check(...) or Criterion.unmeasured(reason)"
+        ) from None
+    same = again.verdict == c.verdict and all(
+        math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+        for x, y in ((again.estimate, c.estimate), (again.low, c.low), (again.high, c.high))
+    )
+    if not same:
+        raise ValueError(
+            f"{slug}: check {c.name!r} says {c.interval_text()} ({c.verdict}) but its criterion "
+            f"gives {again.interval_text()} ({again.verdict}) on its data"
+        )
 
 
 def _thresholds(c: Criterion) -> tuple[Any, ...]:

@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from icml25.report.checks import Check, _fmt
+from icml25.report.checks import Check, Criterion, _fmt, jsonable
 from icml25.report.result import STATUSES, ReproResult
 
 __all__ = [
+    "check_criteria",
     "checks_markdown",
     "load_results",
     "render_comparison",
@@ -88,6 +89,11 @@ def render_markdown(
     )
     if meta.get("environment"):
         lines.append(f"Environment: {meta['environment']}")
+    if meta.get("kept"):
+        lines.append(
+            f"Kept from an earlier run into this folder: {', '.join(meta['kept'])} (each "
+            "section states its own mode and seeds)."
+        )
     lines += [
         "",
         _counts(results),
@@ -244,6 +250,9 @@ def verify_results(results: Sequence[ReproResult]) -> list[str]:
     for r in results:
         fixed = []
         for c in r.checks:
+            if not c.measured:
+                fixed.append(c)
+                continue
             try:
                 again = c.recompute()
             except (KeyError, TypeError, ValueError) as exc:
@@ -266,6 +275,72 @@ def verify_results(results: Sequence[ReproResult]) -> list[str]:
     return problems
 
 
+_COMPARED = ("design", "above", "below", "confidence", "unit")
+
+
+def registered_criteria(slug: str) -> list[Criterion] | None:
+    """The criteria the installed code declares for ``slug``'s reproduction (its module's
+    ``CRITERIA``), or None when the paper or its reproduction is unknown."""
+    import importlib
+
+    from icml25.registry import PAPERS
+
+    paper = next((p for p in PAPERS if p.slug == slug), None)
+    if paper is None or paper.repro is None:
+        return None
+    module = importlib.import_module(paper.repro.split(":")[0])
+    declared = getattr(module, "CRITERIA", None)
+    if declared is None:
+        return None
+    return [c for c in declared if isinstance(c, Criterion)]
+
+
+def check_criteria(results: Sequence[ReproResult]) -> list[str]:
+    """Compare every stored check's criterion (name, design, thresholds, confidence, unit) with the
+    one the installed code declares; one line per difference. A results.json whose criteria were
+    edited, or that an older version with other thresholds wrote, is caught here: its verdicts are
+    not the installed code's."""
+    problems = []
+    for r in results:
+        if r.planned or r.error is not None or not r.checks:
+            continue
+        declared = registered_criteria(r.slug)
+        if declared is None:
+            problems.append(f"{r.slug}: the installed icml25 has no reproduction of this paper")
+            continue
+        by_name = {d.name: d for d in declared}
+        for c in r.checks:
+            stored = c.criterion
+            base = stored.declared_as or stored.name
+            reg = by_name.get(base) or next((d for d in declared if base.startswith(d.name)), None)
+            if reg is None:
+                # an older results.json renamed a check without recording its declared name: it
+                # matches a criterion with the very same design and thresholds, or nothing
+                reg = next(
+                    (d for d in declared if all(
+                        getattr(d, f) == getattr(stored, f) for f in _COMPARED
+                    )),
+                    None,
+                )  # fmt: skip
+                if reg is None:
+                    problems.append(
+                        f"{r.slug}: check {c.name!r}: the installed code declares no such "
+                        f"criterion (declared: {', '.join(repr(n) for n in by_name)})"
+                    )
+                    continue
+            diff = [
+                f"{f} {getattr(stored, f)!r} (installed code: {getattr(reg, f)!r})"
+                for f in _COMPARED
+                if getattr(stored, f) != getattr(reg, f)
+            ]
+            if diff:
+                problems.append(
+                    f"{r.slug}: check {c.name!r}: stored criterion differs from the installed "
+                    f"code's {reg.name!r}: {'; '.join(diff)}"
+                )
+    return problems
+
+
 def write_report(
     results: Iterable[ReproResult], out_dir: Path | str, *, meta: Mapping[str, Any] | None = None
 ) -> Path:
@@ -281,7 +356,7 @@ def write_report(
     meta.setdefault("finished", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     for r in results:
         r.figures = _place_figures(r, out_dir)
-    payload = {"meta": meta, "results": [r.to_dict() for r in results]}
+    payload = jsonable({"meta": meta, "results": [r.to_dict() for r in results]})
     _atomic_write(out_dir / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     report = out_dir / "report.md"
     _atomic_write(report, render_markdown(results, out_dir=out_dir, meta=meta) + "\n")
