@@ -2,7 +2,7 @@
 score -> mask) against an official-style loop (the official ``prune_wanda_outlier`` collects each
 decoder layer's statistics in its own pass over the calibration set, batch size 1).
 
-Spec target: a 6-layer, 256-wide toy Llama with a LoRA adapter (r 16 on q, k, v) and 2000
+Target (docs/antidote.md): a 6-layer, 256-wide toy Llama with a LoRA adapter (r 16 on q, k, v) and 2000
 calibration sequences finishes in < 10 s on CPU. Prints both timings and their ratio, and checks
 that the two masks are identical.
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -30,13 +31,29 @@ def wheel_env(tmp_path_factory):
     wheels = list(dist.glob("icml25-*.whl"))
     assert len(wheels) == 1 and __version__ in wheels[0].name
     env_dir = tmp / "venv"
-    # the heavy dependencies (torch, transformers, ...) come from this interpreter's site-packages;
-    # icml25 itself is installed from the wheel into the venv, which comes first on sys.path
-    venv.create(env_dir, with_pip=True, system_site_packages=True)
+    # The heavy dependencies (torch, transformers, ...) are the ones this interpreter imports: a
+    # .pth file lists the folders on its own sys.path (its site-packages, a venv's included, and
+    # what their .pth files add; ``system_site_packages`` would link the base interpreter's
+    # instead, where a venv's torch may be missing), less the standard library (the venv has its
+    # own) and anything inside the checkout (its editable install and tests). Plain folders in a
+    # .pth file are not scanned for .pth files, so no editable finder comes along either; icml25
+    # itself is installed from the wheel into the venv's site-packages, first on sys.path.
+    venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    stdlib = {Path(sysconfig.get_path(k)).resolve() for k in ("stdlib", "platstdlib")}
+    deps = []
+    for entry in dict.fromkeys(p for p in sys.path if p and Path(p).is_dir()):
+        folder = Path(entry).resolve()
+        dynload = folder.name == "lib-dynload" and folder.parent in stdlib
+        if folder in stdlib or dynload or folder.is_relative_to(ROOT):
+            continue
+        deps.append(f"{folder}\n")
+    (Path(purelib) / "_icml25_test_deps.pth").write_text("".join(deps))
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheels[0])],
                    check=True, capture_output=True, text=True, timeout=600)  # fmt: skip
-    return py, wheels[0], tmp
+    return py, wheels[0], tmp, Path(purelib)
 
 
 def _run(py, *args, cwd, timeout=600):
@@ -47,7 +64,7 @@ def _run(py, *args, cwd, timeout=600):
 
 
 def test_the_wheel_is_what_gets_imported_and_every_paper_imports(wheel_env):
-    py, _, tmp = wheel_env
+    py, _, tmp, purelib = wheel_env
     code = (
         "import importlib, json, icml25, icml25.registry as r; "
         "mods = [importlib.import_module(p.module).__name__ for p in r.PAPERS]; "
@@ -59,13 +76,14 @@ def test_the_wheel_is_what_gets_imported_and_every_paper_imports(wheel_env):
     out = _run(py, "-c", code, cwd=tmp)
     assert out.returncode == 0, out.stderr[-3000:]
     info = json.loads(out.stdout.strip().splitlines()[-1])
-    assert str(tmp) in info["file"] and str(ROOT / "src") not in info["file"]  # not the checkout
+    # the wheel installed in the venv, not the checkout's editable install
+    assert Path(info["file"]).parent == purelib / "icml25", (info["file"], purelib)
     assert info["version"] == __version__ and info["data"]
     assert info["mods"] == [p.module for p in registry.PAPERS]
 
 
 def test_the_command_line_lists_and_reproduces(wheel_env):
-    py, _, tmp = wheel_env
+    py, _, tmp, _ = wheel_env
     out = _run(py, "-m", "icml25", "list", "--json", cwd=tmp)
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(json.loads(out.stdout)) == 19
@@ -90,7 +108,7 @@ def test_the_command_line_lists_and_reproduces(wheel_env):
 
 
 def test_all_extras_resolve_from_the_wheel(wheel_env):
-    py, whl, tmp = wheel_env
+    py, whl, tmp, _ = wheel_env
     out = _run(
         py, "-m", "pip", "install", "--dry-run", "-q", f"icml25[all] @ {whl.as_uri()}", cwd=tmp
     )

@@ -309,7 +309,7 @@ def test_nominal_helper_shapes():
 
 @pytest.mark.slow
 def test_neural_front_door_reaches_the_tabular_accuracy():
-    """Spec test 11: one-hot features, kappa = 1, 10k trajectories: max Q error <= 0.15 and the
+    """One-hot features, kappa = 1, 10k trajectories: max Q error <= 0.15 and the
     certificate on it keeps P_safe >= 0.8 (about 60 s)."""
     from icml25.certificates import repro
     from icml25.certificates.qfunctions import NeuralFrontDoorFQE

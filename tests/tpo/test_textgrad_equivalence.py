@@ -1,4 +1,4 @@
-"""Spec test 6: with PromptSet.from_textgrad(), our gradient and update prompts equal the ones
+"""With PromptSet.from_textgrad(), our gradient and update prompts equal the ones
 TextGrad itself sends (TextLoss -> backward -> TGD.step) for the same variable and critique.
 Skipped when textgrad is not installed."""
 

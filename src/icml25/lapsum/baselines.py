@@ -57,7 +57,7 @@ def softsort_topk(s: torch.Tensor, k: int, tau: float = 1.0) -> torch.Tensor:
 
 
 def sinkhorn_topk(x: torch.Tensor, k: float, eps: float = 0.01, iters: int = 100) -> torch.Tensor:
-    """SOFT top-k: entropic OT of the n scores to anchors ``(0, 1)`` (our parametrisation, spec).
+    """SOFT top-k: entropic OT of the n scores to anchors ``(0, 1)`` (our parametrisation).
 
     Rows are min-max normalised to [0, 1]; marginals ``mu = 1/n``, ``nu = [(n - k)/n, k/n]``, cost
     ``(x_i - y_j)^2``, log-domain Sinkhorn ending with the column-marginal update; returns
