@@ -1,12 +1,14 @@
 """Topological signatures of adversaries in multimodal alignments (Vu et al., ICML 2025,
 arXiv:2501.18006): differentiable persistence, the TP and MK topological-contrastive losses,
-per-sample signatures and MMD tests that use them.
+per-sample signatures, MMD tests that use them, and the non-topological neighbourhood
+features (k-NN distances, LID) that control for them.
 
     >>> from icml25.topo_detect import tp_loss, mk_loss, sample_signatures
     >>> loss = tp_loss(image_emb, paired_text_emb)          # (N, d) clouds; differentiable
 """
 
 from icml25.topo_detect.attacks import fgsm, pgd_linf
+from icml25.topo_detect.controls import knn_features
 from icml25.topo_detect.losses import TopologicalContrastiveLoss, mk_loss, tp_loss
 from icml25.topo_detect.mmd import (
     gaussian_gram,
@@ -56,6 +58,7 @@ __all__ = [
     "distance_matrix",
     "fgsm",
     "gaussian_gram",
+    "knn_features",
     "median_bandwidth",
     "mk_loss",
     "mmd2_unbiased",

@@ -169,7 +169,12 @@ def wild_bootstrap_test(K: Tensor, n: int, n_boot: int = 100, generator=None, *,
     ``w_t = a w_{t-1} + sqrt(1 - a^2) e_t``, ``a = exp(-1 / ln)``, ``e_t ~ N(0, 1)`` (SAMMD's
     ``ln = 0.2``: nearly independent multipliers), and ``p = (1 + #{T_b >= T}) / (B + 1)``.
     (SAMMD's own code rejects when at most ``ceil(alpha B)`` draws reach T; the p-value form used
-    here is the same rule as the permutation test's, docs/topo_detect.md.)"""
+    here is the same rule as the permutation test's, docs/topo_detect.md.)
+
+    Its level is near alpha in 2-D and below it in higher dimensions: at alpha = 0.05 (B = 100,
+    median-bandwidth Gaussian kernel, two clean N(0, I_d) samples, 2000 trials) the measured
+    type-I error is 0.051 (d = 2, n = 50), 0.036 (d = 8, n = 50) and 0.006 / 0.020 (d = 32,
+    n = 50 / 100), where the permutation null gives 0.046-0.059 (docs/topo_detect.md)."""
     K, n, _ = _gram(K, n)
     n_boot = _check_draws("n_boot", n_boot, alpha)
     if not ln > 0:

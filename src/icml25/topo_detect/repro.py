@@ -5,7 +5,9 @@ all-MiniLM-L6-v2 embeddings of "a handwritten digit {zero..nine}", CLIP's zero-s
 attacked by PGD-L-inf. Claim 1: the TP and MK losses between the image cloud and its predicted-class
 text cloud change monotonically with the fraction of adversarial images in a batch. Claim 2: MMD
 tests whose kernel also sees the per-sample topological features (§6) detect a half-adversarial
-test set more often than the same tests without them, at a valid type-I error. The module reads:
+test set more often than the same tests without them, at a valid type-I error, and more often
+than the same tests with non-topological neighbourhood features (k-NN distances, LID) computed in
+the same chunks in their place (the control: does the topology add anything?). The module reads:
 constants and pre-registered criteria -> setup (model, attack) -> per-seed measurement -> checks
 -> figures.
 """
@@ -16,8 +18,10 @@ import statistics
 
 import torch
 
-from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduction
+from icml25.report import Criterion, Metric, ReproResult, Run, reproduction
 from icml25.topo_detect.attacks import pgd_linf
+from icml25.topo_detect.controls import knn_features
+from icml25.topo_detect.figures import plot_power, plot_signature_curve
 from icml25.topo_detect.mmd import binomial_upper
 from icml25.topo_detect.models import TinyTwoTower, digit_prompt_embeddings
 from icml25.topo_detect.signatures import FRACTIONS, sample_signatures, signature_curve
@@ -42,6 +46,12 @@ TRIALS = 100  # claim 2 trials under H0 and under H1 (quick); sized by our plann
 N_PERM = 100
 #: the tests the checks use (their features: attribution, TP, chunks of 50, on the pooled sample)
 TESTS = ("G_emb", "G_raw", "SA", "G_topo", "G_emb*G_topo", "SA*G_topo")
+#: the non-topological controls of check 2d: a Gaussian on k-NN distances (1-NN and mean 3-NN)
+#: or on the LID (k = 10), computed in the SAME chunks as the topological signatures, in place
+#: of G_topo in each test (alone, times G_emb, times SA); 2d compares SA*G_topo with the SA
+#: product of the better control
+CONTROLS = ("knn", "lid")
+CONTROL_TESTS = tuple(f"{b}G_{c}" for b in ("", "G_emb*", "SA*") for c in CONTROLS)
 #: report only, both modes: the gradient-mode signatures (autograd of the chunk's TP loss)
 GRAD_TESTS = ("G_topo[grad]", "G_emb*G_topo[grad]", "SA*G_topo[grad]")
 #: report only, full mode: MK-gradient and alpha = 2 signatures, the per-group negative control
@@ -88,7 +98,18 @@ POWER_G = Criterion(
     over="trials",
     description="as 2b for the embedding Gaussian",
 )
-CRITERIA = [MONO_TP, MONO_MK, TYPE_I, POWER_SA, POWER_G]
+POWER_CONTROL = Criterion(
+    "2d power(SA*G_topo) - power(SA*best control) > 0",
+    "paired",
+    above=0.0,
+    over="trials",
+    description="rejections under H1, paired by trial (same data, same chunks), all seeds: the "
+    "key test against the same test with a non-topological feature (SA*G_knn: 1-NN and mean "
+    "3-NN distances; SA*G_lid: LID, k = 10) in place of the topological one, whichever of the "
+    "two has the higher power; held means the topology adds detection power that local "
+    "neighbourhood distances do not",
+)
+CRITERIA = [MONO_TP, MONO_MK, TYPE_I, POWER_SA, POWER_G, POWER_CONTROL]
 
 
 # -- setup ---------------------------------------------------------------------------------------
@@ -128,9 +149,12 @@ class Setting:
 
         emb, raw, sem = mix(self.E, self.E_adv), mix(self.x, self.adv), mix(self.S, self.S_adv)
         text = self.paired_text(emb)
+        state = g.get_state()  # the controls' chunks are the topological signatures' chunks
         f = {"emb": emb, "raw": raw, "sem": sem,
-             "topo": sample_signatures(emb, text, generator=g),
-             "topo_grad": sample_signatures(emb, text, mode="gradient", generator=g)}  # fmt: skip
+             "topo": sample_signatures(emb, text, generator=g)}  # fmt: skip
+        for c in CONTROLS:
+            f[c] = knn_features(emb, kind=c, generator=torch.Generator().set_state(state))
+        f["topo_grad"] = sample_signatures(emb, text, mode="gradient", generator=g)
         if extra:
             f["topo_mk"] = sample_signatures(emb, text, mode="gradient", loss="mk", generator=g)
             f["topo_a2"] = sample_signatures(emb, text, alpha=2.0, generator=g)
@@ -171,6 +195,10 @@ def make_tests(extra: bool = False) -> dict:
         "G_emb*G_topo[grad]": TopologicalMMD([e], _sig("topo_grad"), N_PERM),
         "SA*G_topo[grad]": TopologicalMMD([e, r], _sig("topo_grad"), N_PERM),
     }
+    for c in CONTROLS:  # the same products with a non-topological feature in place of G_topo
+        tests[f"G_{c}"] = GaussianMMD([_sel(c)], N_PERM)
+        tests[f"G_emb*G_{c}"] = GaussianMMD([e, _sel(c)], N_PERM)
+        tests[f"SA*G_{c}"] = GaussianMMD([e, r, _sel(c)], N_PERM)
     if extra:
         tests["G_emb*G_topo[MK grad]"] = TopologicalMMD([e], _sig("topo_mk"), N_PERM)
         tests["G_emb*G_topo[alpha 2]"] = TopologicalMMD([e], _sig("topo_a2"), N_PERM)
@@ -204,9 +232,13 @@ def trained_tests(st: Setting, train_idx, seed: int, epochs: int) -> tuple[dict,
 def detection_trials(st: Setting, seed: int, trials: int, q: float = Q_ADV, *,
                      extra: bool = False, pool=None, trained: dict | None = None) -> dict:  # fmt: skip
     """Rejections per test under H0 and H1 on disjoint random test images from ``pool`` (all
-    test images by default); every test sees the same data in a trial."""
+    test images by default); every test sees the same data in a trial. One trial is one unit:
+    a fresh draw of 2n images (and chunks); the lists hold one value per trial, in trial order."""
     tests = {**make_tests(extra), **(trained or {})}
     g = torch.Generator().manual_seed(1000 + seed)
+    # the controls draw their permutations from their own stream, so the other tests' draws
+    # (and every number they give) do not depend on whether the controls run
+    g_control = torch.Generator().manual_seed(2000 + seed)
     pool = torch.arange(len(st.x)) if pool is None else torch.as_tensor(pool)
     out = {h: {name: [] for name in tests} for h in ("H0", "H1")}
     n = N_TEST
@@ -216,7 +248,8 @@ def detection_trials(st: Setting, seed: int, trials: int, q: float = Q_ADV, *,
             k = int(q * n) if h == "H1" else 0
             S_P, S_Q = st.sample(idx[:n], idx[n:], k, g, extra)
             for name, test in tests.items():
-                out[h][name].append(float(test.test(S_P, S_Q, generator=g).reject))
+                gen = g_control if name in CONTROL_TESTS else g
+                out[h][name].append(float(test.test(S_P, S_Q, generator=gen).reject))
     return out
 
 
@@ -234,7 +267,7 @@ def run(r: Run) -> ReproResult:
     def measure(seed: int) -> dict:
         st = Setting(seed, epochs=epochs)
         settings[seed] = st
-        out = {"acc": st.acc, "adv_acc": st.adv_acc,
+        out = {"seed": seed, "acc": st.acc, "adv_acc": st.adv_acc,
                "curve": curve(st, seed, batches, fractions)}  # fmt: skip
         pool, trained = None, None
         if full:  # a training split for the kernels, disjoint from every trial's images
@@ -249,6 +282,11 @@ def run(r: Run) -> ReproResult:
     rho_tp = [x["curve"]["spearman"]["tp"] for x in runs]
     rho_mk = [x["curve"]["spearman"]["mk"] for x in runs]
     names = list(runs[0]["det"]["H0"])
+    # The units: 1a/1b one curve per seed (the smallest |rho| over the seeds); 2a-2d one trial
+    # per value, a fresh draw of 2n images and chunks, pooled over the seeds in seed order; 2b-2d
+    # pair two tests on the same trial and name each (seed, trial) (a repeat is an error).
+    trial_units = [f"seed {x['seed']} trial {i}" for x in runs
+                   for i in range(len(x["det"]["H1"]["G_emb"]))]  # fmt: skip
     h0 = {t: [v for x in runs for v in x["det"]["H0"][t]] for t in names}
     h1 = {t: [v for x in runs for v in x["det"]["H1"][t]] for t in names}
     type_i = {t: statistics.fmean(v) for t, v in h0.items()}
@@ -256,21 +294,27 @@ def run(r: Run) -> ReproResult:
     valid = [t for t in names if t != "G_topo[per group]"]
     worst = max(valid, key=type_i.get)
     bound = binomial_upper(len(h0["G_emb"]))
+    best = _best_control("SA*", power)
     checks = [
         MONO_TP.check(min(abs(v) for v in rho_tp)),
         MONO_MK.check(min(abs(v) for v in rho_mk)),
         TYPE_I.check(type_i[worst] - bound).renamed(f"{TYPE_I.name} (worst: {worst})"),
-        POWER_SA.check(h1["SA*G_topo"], h1["SA"]),
-        POWER_G.check(h1["G_emb*G_topo"], h1["G_emb"]),
+        POWER_SA.check(h1["SA*G_topo"], h1["SA"], units=trial_units),
+        POWER_G.check(h1["G_emb*G_topo"], h1["G_emb"], units=trial_units),
+        POWER_CONTROL.check(h1["SA*G_topo"], h1[best], units=trial_units).renamed(
+            f"{POWER_CONTROL.name} (best control: {best})"
+        ),
     ]
     metrics = [
         Metric("clean zero-shot accuracy", [x["acc"] for x in runs]),
         Metric(f"PGD eps={EPS} accuracy", [x["adv_acc"] for x in runs]),
         Metric("Spearman rho TP", rho_tp, description="sign: the direction of the change"),
         Metric("Spearman rho MK", rho_mk),
-        *(Metric(f"power {t}", power[t]) for t in names),
-        *(Metric(f"type-I {t}", type_i[t]) for t in names),
-    ]
+        *(Metric(f"power {t}", [statistics.fmean(x["det"]["H1"][t]) for x in runs],
+                 description="per seed") for t in names),
+        *(Metric(f"type-I {t}", [statistics.fmean(x["det"]["H0"][t]) for x in runs],
+                 description="per seed") for t in names),
+    ]  # fmt: skip
     if full:
         metrics.append(Metric("Spearman rho TP alpha=2", [x["curve_a2"]["spearman"]["tp"] for x in runs]))  # fmt: skip
         metrics += [Metric(f"final J {t}", [x["J"][t] for x in runs]) for t in TRAINED_TESTS]
@@ -288,11 +332,13 @@ def run(r: Run) -> ReproResult:
                     f"{c0['pers0_x']['mean'][i]:.2f} | {c0['pers1_x']['mean'][i]:.2f} | "
                     f"{c0['pers0_y']['mean'][i]:.2f} |")  # fmt: skip
     tables = [f"Detection (all seeds pooled, T = {len(h0['G_emb'])} per hypothesis):\n\n" + "\n".join(table),
+              _control_table(h0, h1, len(h0["G_emb"])),
+              _per_seed_table(runs, best),
               f"Signature curve (seed {r.seeds[0]}, batch means):\n\n" + "\n".join(ctab)]  # fmt: skip
     if full:
         tables.append(_sweep(r, epochs))
-    r.figure(_plot_curve(runs, fractions), "signature_vs_fraction.png")
-    r.figure(_plot_power(type_i, power, bound, names), "power_table.png")
+    r.figure(plot_signature_curve(runs, fractions), "signature_vs_fraction.png")
+    r.figure(plot_power(type_i, power, bound, names, TESTS, CONTROL_TESTS), "power_table.png")
     st0 = settings[r.seeds[0]]
     return r.result(
         claim=CLAIM,
@@ -308,7 +354,11 @@ def run(r: Run) -> ReproResult:
             f"1), alpha 1, sigma 0.1. Claim 2: n = {N_TEST} per sample, q = {Q_ADV}, {trials} trials "
             f"under H0 and H1 per seed, {N_PERM} permutations, alpha 0.05, median bandwidths on the "
             f"pooled sample, topological features by attribution (TP, chunks of 50) on the pooled "
-            f"sample; seeds {r.seeds}."
+            "sample; controls: the same tests with 1-NN and mean 3-NN distances (G_knn) or the "
+            "MLE local intrinsic dimension with k = 10 (G_lid) of the embeddings, computed in the "
+            f"same chunks, in place of the topological features; seeds {r.seeds}. Units: a seed "
+            "for 1a/1b, a trial (a fresh draw of 2n images and chunks) for 2a-2d, each counted "
+            "once, pooled over the seeds."
             + (
                 f" Full mode: trials draw from the {len(st0.x) - 2 * N_TRAIN} test images left "
                 f"after a {N_TRAIN} + {N_TRAIN} training split for the trained kernels (MMD-D: "
@@ -333,84 +383,91 @@ def run(r: Run) -> ReproResult:
             "was not readable. The literal autograd gradient ([grad]) is reported beside it.",
             "The checks compare untrained kernels (median bandwidths); the trained MMD-D and "
             "SAMMD and their topological products are reported in full mode, not checked.",
+            "The non-topological control (2d) is ours, not the paper's: it asks whether the "
+            "topological features carry more than a sample's local neighbourhood distances.",
         ],
     )
 
 
-def _gain_text(t: str, h1: dict) -> str:
-    """The paired power gain of a topological test over its base, if it has one."""
+def _best_control(base: str, power: dict) -> str:
+    """The control test of the ``base`` family (``""``, ``"G_emb*"``, ``"SA*"``) with the
+    highest power: topology must beat every control, so it is compared with the strongest."""
+    return max((f"{base}G_{c}" for c in CONTROLS), key=lambda t: (power[t], t))
+
+
+def _paired_text(a: list[float], b: list[float]) -> str:
     from icml25.report.stats import mean_t_interval
 
+    diff = [x - y for x, y in zip(a, b)]
+    if len(set(diff)) < 2:
+        return f"{statistics.fmean(diff):+.2f}"
+    iv = mean_t_interval(diff)
+    return f"{iv.estimate:+.2f} [{iv.low:+.2f}, {iv.high:+.2f}]"
+
+
+def _control_table(h0: dict, h1: dict, T: int) -> str:
+    """Each topological test next to the same test with a control feature in its place."""
+    power = {t: statistics.fmean(v) for t, v in h1.items()}
+    rows = ["| test family | G_topo: power (type-I) | G_knn | G_lid | topo - best control [95%] |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    for base in ("", "G_emb*", "SA*"):
+        cells = [f"{power[t]:.3f} ({statistics.fmean(h0[t]):.3f})"
+                 for t in (f"{base}G_topo", *(f"{base}G_{c}" for c in CONTROLS))]  # fmt: skip
+        best = _best_control(base, power)
+        rows.append(f"| {base or 'alone'} | {' | '.join(cells)} | "
+                    f"{_paired_text(h1[f'{base}G_topo'], h1[best])} ({best}) |")  # fmt: skip
+    return (
+        f"Topology against the non-topological controls (same trials, same chunks; T = {T} "
+        "per hypothesis; paired by trial):\n\n" + "\n".join(rows)
+    )
+
+
+def _per_seed_table(runs: list[dict], best: str) -> str:
+    """The power differences of checks 2b-2d seed by seed: the spread between trained models
+    that the pooled trials of one check do not show."""
+    pairs = (("SA*G_topo", "SA"), ("G_emb*G_topo", "G_emb"), ("SA*G_topo", best))
+    rows = ["| seed | " + " | ".join(f"{a} - {b}" for a, b in pairs) + " |",
+            "|---|" + "---|" * len(pairs)]  # fmt: skip
+    for x in runs:
+        h1 = x["det"]["H1"]
+        cells = [f"{statistics.fmean(h1[a]) - statistics.fmean(h1[b]):+.2f}" for a, b in pairs]
+        rows.append(f"| {x['seed']} | " + " | ".join(cells) + " |")
+    return "Power differences of 2b, 2c and 2d per seed:\n\n" + "\n".join(rows)
+
+
+def _gain_text(t: str, h1: dict) -> str:
+    """The paired power gain of a product test over its base, if it has one."""
     base = {"G_topo": None, "SA*": "SA", "G_emb*": "G_emb", "MMD-D*": "MMD-D", "SAMMD*": "SAMMD"}
     ref = next((b for prefix, b in base.items() if t.startswith(prefix) and "*" in t), None)
     if ref is None or ref not in h1:
         return ""
-    diff = [a - b for a, b in zip(h1[t], h1[ref])]
-    if len(set(diff)) < 2:
-        return f"{statistics.fmean(diff):+.2f} ({ref})"
-    iv = mean_t_interval(diff)
-    return f"{iv.estimate:+.2f} [{iv.low:+.2f}, {iv.high:+.2f}] ({ref})"
+    return f"{_paired_text(h1[t], h1[ref])} ({ref})"
 
 
 def _sweep(r: Run, epochs: int) -> str:
-    """Power of every test and the two topological gains per (eps, q), report only."""
-    from icml25.report.stats import mean_t_interval
-
+    """Power of the checked tests, the two topological gains and the gain over the best control
+    per (eps, q), report only."""
     trials = r.size(smoke=2, quick=None, full=SWEEP_TRIALS)
     eps_list = r.size(smoke=(0.2,), quick=None, full=SWEEP_EPS)
     q_list = r.size(smoke=(1.0,), quick=None, full=SWEEP_Q)
-    lines = ["| eps | q | G_raw | SA | SA*G_topo | gain over SA [95%] | G_emb | G_emb*G_topo | gain over G_emb [95%] | worst type-I |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| eps | q | G_raw | SA | SA*G_topo | gain over SA [95%] | G_emb | G_emb*G_topo | gain over G_emb [95%] | SA*best control | SA*G_topo - it [95%] | worst type-I |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for eps in eps_list:
         sts = [Setting(s, eps=eps, epochs=epochs) for s in r.seeds]
         for q in q_list:
             det = [detection_trials(st, s, trials, q) for st, s in zip(sts, r.seeds)]
-            h1 = {t: [v for d in det for v in d["H1"][t]] for t in TESTS}
-            h0 = {t: [v for d in det for v in d["H0"][t]] for t in TESTS}
+            shown = (*TESTS, *CONTROL_TESTS)
+            h1 = {t: [v for d in det for v in d["H1"][t]] for t in shown}
+            h0 = {t: [v for d in det for v in d["H0"][t]] for t in shown}
             pw = {t: statistics.fmean(v) for t, v in h1.items()}
-
-            def gain(a, b, h1=h1):
-                diff = [x - y for x, y in zip(h1[a], h1[b])]
-                if len(set(diff)) < 2:
-                    return f"{statistics.fmean(diff):+.2f}"
-                iv = mean_t_interval(diff)
-                return f"{iv.estimate:+.2f} [{iv.low:+.2f}, {iv.high:+.2f}]"
-
-            worst = max(statistics.fmean(v) for t, v in h0.items() if t in TESTS)
+            best = _best_control("SA*", pw)
+            worst = max(statistics.fmean(v) for v in h0.values())
             lines.append(f"| {eps:g} | {q:g} | {pw['G_raw']:.2f} | {pw['SA']:.2f} | {pw['SA*G_topo']:.2f} | "
-                         f"{gain('SA*G_topo', 'SA')} | {pw['G_emb']:.2f} | {pw['G_emb*G_topo']:.2f} | "
-                         f"{gain('G_emb*G_topo', 'G_emb')} | {worst:.3f} |")  # fmt: skip
+                         f"{_paired_text(h1['SA*G_topo'], h1['SA'])} | {pw['G_emb']:.2f} | "
+                         f"{pw['G_emb*G_topo']:.2f} | {_paired_text(h1['G_emb*G_topo'], h1['G_emb'])} | "
+                         f"{pw[best]:.2f} ({best}) | {_paired_text(h1['SA*G_topo'], h1[best])} | "
+                         f"{worst:.3f} |")  # fmt: skip
     return (
         f"Sweep (report only; {trials} trials per hypothesis and seed, seeds {r.seeds}; powers "
         "pooled over seeds):\n\n" + "\n".join(lines)
     )
-
-
-def _plot_curve(runs, fractions):
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
-    for ax, key, label in zip(
-        axes, ("tp", "mk", "pers0_x", "pers1_x"), ("L_TP", "L_MK", "Pers_0(X)", "Pers_1(X)")
-    ):
-        for i, x in enumerate(runs):
-            m, s = x["curve"][key]["mean"], x["curve"][key]["std"]
-            ax.errorbar(fractions, m, yerr=s, marker="o", ms=3, label=f"seed {i}")
-        ax.set_xlabel("adversarial fraction")
-        ax.set_title(label)
-    axes[0].legend(fontsize=7)
-    return fig
-
-
-def _plot_power(type_i, power, bound, names):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(names)), 3.8))
-    xs = range(len(names))
-    colors = ["C0" if t in TESTS else "C7" for t in names]
-    ax.bar(xs, [power[t] for t in names], color=colors, label="power (H1; grey: report only)")
-    ax.scatter(
-        xs, [type_i[t] for t in names], color="k", marker="x", label="type-I error (H0)", zorder=3
-    )
-    ax.axhline(bound, ls="--", color="r", lw=1, label="type-I bound")
-    ax.set_xticks(list(xs), names, rotation=35, ha="right", fontsize=7)
-    ax.legend(fontsize=7)
-    return fig
