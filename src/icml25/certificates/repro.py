@@ -9,8 +9,9 @@ road state that confounds the offline driver), ``H = 10``, ``eps = 0.2``, ``x0 =
 risk policy, an aggressive nominal driver (``0`` w.p. 0.3, ``+1`` w.p. 0.7). Per seed: 10,000
 offline trajectories, front-door and naive fits, every controller evaluated exactly (forward
 recursion over the closed-loop table) and the front-door certificate by Monte Carlo (100
-simulations x 100 trajectories, the paper's protocol). Full mode sweeps confounding strength,
-data size and alpha, and adds the uniform nominal. The module reads: constants and pre-registered
+simulations x 100 trajectories, the paper's protocol, counted as a proportion per seed). Full
+mode sweeps confounding strength, data size and alpha, and fits the neural front-door estimator
+once per seed. Only deterministic quantities are exact checks (docs/certificates.md). The module reads: constants and pre-registered
 criteria -> setup -> per-seed measurement -> checks -> figures.
 """
 
@@ -79,10 +80,13 @@ CERT_GUARANTEE = Criterion(
 )
 CERT_MC = Criterion(
     "2c front-door certificate: Monte-Carlo P_safe >= 0.78",
-    "mean",
+    "proportion",
     above=0.78,
-    over="simulations",
-    description="fraction of 100 trajectories safe on 0..H, per simulation (100 per seed)",
+    over="trajectories",
+    description=(
+        "trajectories safe on 0..H among the 100 x 100 Monte-Carlo rollouts, one count per seed "
+        "(each seed's certificate is its own fit, so the seeds are the runs)"
+    ),
 )
 NOMINAL_FAILS = Criterion(
     "3a nominal: exact P_safe < 1 - eps",
@@ -126,15 +130,20 @@ FULL_KAPPA = Criterion(
 )
 NEURAL_SAFE = Criterion(
     "7a neural front-door certificate: exact P_safe >= 1 - eps",
-    "exact",
+    "mean",
     above=1 - EPS,
-    description="NeuralFrontDoorFQE on one-hot features, kappa = 1, 10k trajectories, one fit (seed 0)",
+    over="seeds",
+    description=(
+        "NeuralFrontDoorFQE on one-hot features, kappa = 1, 10k trajectories: one fit (data and "
+        "initialisation) per seed, its closed loop evaluated exactly"
+    ),
 )
 NEURAL_ERR = Criterion(
     "7b neural front-door: max |Q_nn - Q| <= 0.15",
-    "exact",
+    "mean",
     below=0.15,
-    description="largest Q error over safe states, k and actions of the same fit",
+    over="seeds",
+    description="largest Q error over safe states, k and actions, one fit per seed",
 )
 CRITERIA = [
     PREMISE_TRUE,
@@ -202,7 +211,7 @@ def measure_seed(st: Setting, seed: int, n_traj: int, mc: bool, alphas=(0.0,)) -
     data = st.mdp.sample_offline(n_traj, H, generator=g)
     fd = FrontDoorFQE(H, st.mdp.safe, n_actions=5, n_mediators=5).fit(data)
     naive = NaiveFQE(H, st.mdp.safe, n_actions=5).fit(data)
-    out = {"v_fd": fd.v(st.x0, H), "v_naive": naive.v(st.x0, H),
+    out = {"seed": seed, "v_fd": fd.v(st.x0, H), "v_naive": naive.v(st.x0, H),
            "backoff": fd.fit_info["backoff_xmu"] + fd.fit_info["backoff_xm"]}  # fmt: skip
     out["err_fd"], out["err_naive"] = st.q_errors(fd), st.q_errors(naive)
     ctrls = {
@@ -218,25 +227,41 @@ def measure_seed(st: Setting, seed: int, n_traj: int, mc: bool, alphas=(0.0,)) -
     out["eval"] = {name: st.evaluate(c) for name, c in ctrls.items()}
     out["empty"] = empty_sets(st.certificate(fd, 0.0))
     if mc:
-        out["mc"] = monte_carlo_safety(st.mdp, ctrls["front_door"], MC_SIMS, MC_TRAJ, st.x0,
-                                       torch.Generator().manual_seed(10_000 + seed), st.nominal)  # fmt: skip
+        sim = monte_carlo_safety(st.mdp, ctrls["front_door"], MC_SIMS, MC_TRAJ, st.x0,
+                                 torch.Generator().manual_seed(10_000 + seed), st.nominal)  # fmt: skip
+        # per_sim holds fractions of MC_TRAJ trajectories: back to a count of safe trajectories
+        sim["safe"] = round(float(sim["per_sim"].sum()) * MC_TRAJ)
+        sim["n"] = MC_SIMS * MC_TRAJ
+        out["mc"] = sim
     return out
 
 
 # -- checks --------------------------------------------------------------------------------------
+def same_for_every_seed(values: list[float], what: str) -> float:
+    """The one value of a deterministic quantity measured on every seed (the exact design is only
+    for such quantities, docs/certificates.md); a ValueError if the seeds disagree."""
+    if not values or any(v != values[0] for v in values):
+        raise ValueError(
+            f"{what} must be the same on every seed to be checked as an exact quantity, got {values}"
+        )
+    return values[0]
+
+
 def quick_checks(st: Setting, runs: list[dict]) -> list:
     ev = [r["eval"] for r in runs]
-    mc = [float(x) for r in runs for x in r["mc"]["per_sim"]] if "mc" in runs[0] else None
+    seeds = [f"seed {r.get('seed', i)}" for i, r in enumerate(runs)]
     checks = [
         PREMISE_TRUE.check(st.v_true),
         PREMISE_EST.check([abs(r["v_fd"] - st.v_true) for r in runs]),
         CERT_SAFE.check([e["front_door"]["p_safe"] for e in ev]),
         CERT_GUARANTEE.check([e["front_door"]["p_safe"] - st.v_true for e in ev]),
     ]
-    if mc is not None:
-        checks.append(CERT_MC.check(mc))
+    if "mc" in runs[0]:
+        safe, n = [r["mc"]["safe"] for r in runs], [r["mc"]["n"] for r in runs]
+        checks.append(CERT_MC.check(safe, n, units=seeds))
+    nominal = same_for_every_seed([e["nominal"]["p_safe"] for e in ev], "the nominal's P_safe")
     checks += [
-        NOMINAL_FAILS.check(ev[0]["nominal"]["p_safe"]),
+        NOMINAL_FAILS.check(nominal),
         DTCBF_FAILS.check([e["dtcbf_offline"]["p_safe"] for e in ev]),
         BIAS_MAX.check([r["err_fd"][0] / r["err_naive"][0] for r in runs]),
         BIAS_MEAN.check([r["err_naive"][1] for r in runs], [r["err_fd"][1] for r in runs]),
@@ -258,7 +283,7 @@ def run(r: Run) -> ReproResult:
     uniform = Setting(1.0, nominal=[0.2] * 5)
     uni_runs = [measure_seed(uniform, s, n_traj, mc=False) for s in r.seeds[:3]]
     tables.append(_controller_table(uni_runs, "the paper's uniform nominal (report only)"))
-    sweep = None
+    sweep, metrics_neural = None, []
     if not r.quick:
         sizes = r.size(smoke=(500, 1_000), quick=None, full=SIZES)
         kappas = r.size(smoke=(0.0, 1.0), quick=None, full=KAPPAS)
@@ -272,15 +297,26 @@ def run(r: Run) -> ReproResult:
                     FULL_KAPPA.check(vals).renamed(f"{FULL_KAPPA.name} (kappa={kappa:g}, n={n})")
                 )
         tables.append(_sweep_table(sweep, kappas, sizes))
-        neural = _neural(st, r.seeds[0], n_traj, steps=r.size(smoke=20, quick=None, full=2000))
-        checks += [NEURAL_SAFE.check(neural["p_safe"]), NEURAL_ERR.check(neural["err"][0])]
+        steps = r.size(smoke=20, quick=None, full=2000)
+        neural = r.over_seeds(lambda s: _neural(st, s, n_traj, steps), label="neural fits")
+        units = [f"seed {s}" for s in r.seeds]
+        checks += [
+            NEURAL_SAFE.check([x["p_safe"] for x in neural], units=units),
+            NEURAL_ERR.check([x["err"][0] for x in neural], units=units),
+        ]
         tables.append(
-            f"Neural front-door FQE (one-hot features, kappa = 1, {n_traj} trajectories, seed "
-            f"{r.seeds[0]}, {neural['seconds']:.0f} s): exact P_safe {neural['p_safe']:.3f}, "
-            f"max |Q_nn - Q| {neural['err'][0]:.3f}, mean {neural['err'][1]:.4f}, V_nn(x0, H) "
-            f"{neural['v']:.3f}."
+            f"Neural front-door FQE (one-hot features, kappa = 1, {n_traj} trajectories, one fit "
+            f"per seed, {len(neural)} seeds, {sum(x['seconds'] for x in neural):.0f} s; mean ± sd "
+            f"over seeds): exact P_safe {_mean_sd(x['p_safe'] for x in neural)}, max |Q_nn - Q| "
+            f"{_mean_sd(x['err'][0] for x in neural)}, mean |Q_nn - Q| "
+            f"{_mean_sd(x['err'][1] for x in neural)}, V_nn(x0, H) "
+            f"{_mean_sd(x['v'] for x in neural)}."
         )
-    metrics = _metrics(st, runs)
+        metrics_neural = [
+            Metric("neural P_safe front-door", [x["p_safe"] for x in neural]),
+            Metric("neural max |Q_nn - Q|", [x["err"][0] for x in neural]),
+        ]
+    metrics = _metrics(st, runs) + metrics_neural
     r.figure(_plot_curves(st, runs), "cert_safety_curve.png")
     r.figure(_plot_tradeoff(runs), "cert_tradeoff.png")
     if sweep is not None:
@@ -304,8 +340,10 @@ def run(r: Run) -> ReproResult:
         power=(
             "Every check compares against a fixed threshold; over 10 seeds the per-seed spread of "
             "P_safe (about 0.001 in the prototype) gives intervals of about +-0.001, so a shortfall "
-            "of 0.01 from 1 - eps would be detected. The paper reports no exact values (Fig. 2 is "
-            "a plot), so no paper effect is stated."
+            "of 0.01 from 1 - eps would be detected. Check 2c counts 10,000 Monte-Carlo "
+            "trajectories per seed (Wilson half-width about 0.002 pooled, widened to the t-interval "
+            "over seeds where that is wider). The paper reports no exact values (Fig. 2 is a "
+            "plot), so no paper effect is stated."
         ),
         deviations=[
             "The environment is our reconstruction: the paper's dynamics constants, mediator and "
@@ -315,13 +353,20 @@ def run(r: Run) -> ReproResult:
             "comparison uninformative.",
             "Checks 1a and 5 are sanity checks: 1a is a property of the environment, 5 cannot fail "
             "without a bug (Theorem 3.4).",
+            "issue 46: only deterministic quantities are exact checks (1a and 3a: no data; 5: zero "
+            "for every data set by Theorem 3.4, counted over every seed's fit). Check 2c, a "
+            "Monte-Carlo frequency, is a proportion of safe trajectories with one count per seed "
+            "(was a mean over 1000 simulations pooled across seeds, which hid that the seeds' "
+            "certificates are different fits); checks 7a/7b, one neural fit before, are repeated "
+            "on every seed (mean over seeds, same thresholds).",
             "Closed-loop tables hold t = 0..H-1 (the planned (H+1, X, U) shape had an unused last slice).",
         ],
     )
 
 
 def _neural(st: Setting, seed: int, n_traj: int, steps: int) -> dict:
-    """The neural front-door estimator on one-hot state features (docs/certificates.md: full mode, one fit)."""
+    """One fit of the neural front-door estimator on one-hot state features: the seed draws the
+    offline data and the initialisation (docs/certificates.md: full mode, one fit per seed)."""
     import time
 
     from icml25.certificates.qfunctions import NeuralFrontDoorFQE
