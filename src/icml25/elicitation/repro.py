@@ -15,7 +15,6 @@ model; cached) -> per loop seed (Frank-Wolfe and restarts) -> checks -> tables a
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from pathlib import Path
@@ -97,32 +96,33 @@ def run(r: Run) -> ReproResult:
     if full:  # every seed its own world, target and reverse model
         for s in r.seeds:
             try:
-                ck = checkpoints(s, sz, r.out, gate=True)
+                with r.stage(f"world {s}: target, fidelity gate and reverse model"):
+                    ck = checkpoints(s, sz, r.out, gate=True)
             except ToyTargetError as exc:
                 gate_failures.append(f"seed {s}: {exc}")
                 continue
-            runs.append(loops(ck, s, sz, r.out, ablations=True))
+            with r.stage(f"world {s}: Frank-Wolfe, restarts and ablations"):
+                runs.append(loops(ck, s, sz, r.out, ablations=True))
     else:  # one world and pair of checkpoints, several loop seeds
         try:
-            ck = checkpoints(r.seed, sz, r.out, gate=not r.smoke)
-            runs = [loops(ck, s, sz, r.out, ablations=False) for s in r.seeds]
+            with r.stage(f"world {r.seed}: target, fidelity gate and reverse model"):
+                ck = checkpoints(r.seed, sz, r.out, gate=not r.smoke)
         except ToyTargetError as exc:
             gate_failures.append(str(exc))
+        else:
+            for s in r.seeds:
+                with r.stage(f"loop seed {s}: Frank-Wolfe and restarts"):
+                    runs.append(loops(ck, s, sz, r.out, ablations=False))
     notes = []
     if gate_failures:
         notes.append("Fidelity gate failed (those runs are left out): " + "; ".join(gate_failures))
     if len(runs) < 2:
-        checks = [Check(c, math.nan, math.nan, math.nan, len(runs), math.nan, "inconclusive",
-                        f"{len(runs)} run(s) passed the target's fidelity gate; 2 are needed") for c in CRITERIA]  # fmt: skip
+        reason = f"{len(runs)} run(s) passed the target's fidelity gate; 2 are needed"
+        checks = [c.unmeasured(reason, n=len(runs)) for c in CRITERIA]
         return r.result(
             claim=CLAIM, checks=checks, criteria=CRITERIA, notes=notes, setup="(no usable run)"
         )
-    checks = [
-        RL_HELPS.check([x["sr"]["fw"][0] - x["sr"]["sft"] for x in runs]),
-        RL_LOGPROB.check([x["logprob"]["fw"][0] - x["logprob"]["sft"] for x in runs]),
-        FW_COVERAGE.check([x["mix_cov"]["fw"][-1] - x["mix_cov"]["restart"][-1] for x in runs]),
-        FW_SUCCESS.check([x["mix_sr"]["fw"][-1] - 0.75 * x["mix_sr"]["restart"][-1] for x in runs]),
-    ]
+    checks = evaluate_checks(runs, full)
     metrics = _metrics(runs, full)
     r.figure(plot_histograms(runs[0]), "trigger_histograms.png")
     r.figure(plot_curves(runs), "coverage_sr.png")
@@ -157,6 +157,28 @@ def run(r: Run) -> ReproResult:
         deviations=DEVIATIONS,
         notes=notes,
     )
+
+
+def evaluate_checks(runs: list[dict[str, Any]], full: bool) -> list[Check]:
+    """The four checks, one value per run. Each run names its unit: in full mode a world (its own
+    target and reverse model; a world whose gate failed is absent, so the units say which worlds
+    remain), in quick mode a loop seed on the one shared pair of checkpoints."""
+    units = [
+        f"world {x['checkpoint']['seed']}"
+        if full
+        else f"loop seed {x['seed']} (world {x['checkpoint']['seed']})"
+        for x in runs
+    ]
+    return [
+        RL_HELPS.check([x["sr"]["fw"][0] - x["sr"]["sft"] for x in runs], units=units),
+        RL_LOGPROB.check([x["logprob"]["fw"][0] - x["logprob"]["sft"] for x in runs], units=units),
+        FW_COVERAGE.check(
+            [x["mix_cov"]["fw"][-1] - x["mix_cov"]["restart"][-1] for x in runs], units=units
+        ),
+        FW_SUCCESS.check(
+            [x["mix_sr"]["fw"][-1] - 0.75 * x["mix_sr"]["restart"][-1] for x in runs], units=units
+        ),
+    ]
 
 
 DEVIATIONS = [
