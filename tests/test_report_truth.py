@@ -302,3 +302,69 @@ def test_unit_problems_flags_pooled_values_without_units():
     assert not unit_problems(GAIN.check([1, 1.1, 1.2], [0, 0, 0]), seeds)  # one value per seed
     labelled = GAIN.check(list(range(1, 91)), [0] * 90, units=list(range(90)))
     assert not unit_problems(labelled, seeds)
+
+
+# -- found by a new user's review ----------------------------------------------------------------
+
+
+def test_checks_are_matched_to_criteria_by_name_not_by_threshold(tmp_path):
+    a = Criterion("A quick check", "mean", above=0.8)
+    b = Criterion("B full-mode check", "mean", above=0.8)
+
+    @reproduction("twins", seeds=(3, 5), threads=None)
+    def twins(r):
+        return r.result(claim="x", checks=[a.check([0.9, 0.91, 0.92])], criteria=[a, b])
+
+    assert "B full-mode check" in twins(out=tmp_path / "t").notes  # a twin does not hide it
+
+    @reproduction("extra", seeds=(3, 5), threads=None)
+    def extra(r):
+        stray = Criterion("extra", "mean", above=0.8).check([0.9, 0.91, 0.92])
+        return r.result(claim="x", checks=[stray], criteria=[a])
+
+    with pytest.raises(ValueError, match="no declared criterion"):
+        extra(out=tmp_path / "e")
+
+
+def test_report_flags_an_edited_paper_verdict_and_paper_effect(tmp_path, capsys):
+    from icml25.twa import repro
+
+    crit = repro.GAIN["filter_sft"]
+    check = crit.check([5.0, 5.2, 5.1], [2.0, 2.1, 2.2], units=[0, 1, 2])
+    write_report([ReproResult("twa", "claim", checks=[check])], tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    data["results"][0]["status"] = "did not hold"
+    data["results"][0]["checks"][0]["criterion"]["paper_effect"] = 0.01
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert cli.main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "stored verdict 'did not hold'" in err and "paper_effect 0.01" in err
+    assert "**Warnings**" in (tmp_path / "report.md").read_text()
+
+
+def test_report_of_a_users_own_reproduction_exits_0(tmp_path):
+    write_report(
+        [ReproResult("mypaper", "c", checks=[GAIN.check([1, 1.1, 1.2], [0, 0, 0])])], tmp_path
+    )
+    assert cli.main(["report", str(tmp_path)]) == 0
+
+
+def test_out_that_is_a_file_or_a_results_folder_is_a_clean_error(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["repro", "lapsum", "--out", str(target), "-q"])
+    assert exc.value.code == 2 and "is a file" in capsys.readouterr().err
+    (tmp_path / "d" / "results.json").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["report", str(tmp_path / "d")])
+    assert exc.value.code == 2 and "cannot be read" in capsys.readouterr().err
+
+
+def test_identical_values_on_the_threshold_say_so():
+    c = Criterion("acc", "mean", above=0.99).check([0.99] * 8)
+    assert c.verdict == "inconclusive" and "equal to the threshold" in c.test
+    low = Criterion("acc", "mean", above=0.99).check([0.98] * 8)
+    assert low.verdict == "did not hold" and low.test.count("p =") == 1
+    few = Criterion("acc", "mean", above=0.9).check([0.98] * 3)
+    assert few.verdict == "inconclusive" and few.test.count("0.125") == 1

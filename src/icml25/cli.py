@@ -68,6 +68,8 @@ def _cmd_repro(args: argparse.Namespace) -> int:
             "runs/<timestamp>/ would be started and nothing resumed)"
         )
     out = Path(args.out) if args.out else default_out_dir()
+    if out.exists() and not out.is_dir():
+        args.parser.error(f"--out {str(out)!r} is a file; give a folder for the report")
     if args.quiet:
         set_quiet(True)
 
@@ -88,7 +90,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     print(
-        f"{len(results)} paper(s) run now: {counts['held']} held, {counts['inconclusive']} "
+        f"{len(results)} paper(s): {counts['held']} held, {counts['inconclusive']} "
         f"inconclusive, {counts['did not hold']} did not hold, {counts['error']} error(s), "
         f"{counts['planned']} planned. Report: {out / 'report.md'}"
     )
@@ -119,14 +121,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         args.parser.error(str(exc))
     # the stored per-seed data are the source of truth: every check is recomputed from them
-    problems = verify_results(results) + (verify_results(other[1]) if other else [])
     # ... under the installed code's criteria: an edited or outdated threshold is not its verdict
-    problems += check_criteria(results) + (check_criteria(other[1]) if other else [])
+    mine = verify_results(results) + check_criteria(results)
+    theirs = verify_results(other[1]) + check_criteria(other[1]) if other else []
+    problems = [f"{args.dir}: {p}" for p in mine] if other else list(mine)
+    problems += [f"{args.compare}: {p}" for p in theirs]
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     if other is None:
         try:
-            report = write_markdown(results, folder, meta=meta)
+            report = write_markdown(results, folder, meta={**meta, "warnings": mine})
         except OSError as exc:
             args.parser.error(f"cannot write the report into {str(folder)!r}: {exc}")
         print(f"Report: {report}")

@@ -173,6 +173,13 @@ def _all_identical(d: Sequence[float], inputs: Sequence[float]) -> bool:
     return spread <= tol * scale
 
 
+_MERGE_ADVICE = {
+    "counts": "sum that unit's counts into one",
+    "values": "average each unit's values first, or cluster them (bootstrap design, clusters=)",
+    "pairs": "average each unit's values first (one pair per unit)",
+}
+
+
 def _unit_labels(name: str, units: Any, n: int, what: str) -> list[Any] | None:
     """The units argument checked: one label per value, no label twice."""
     if units is None:
@@ -192,7 +199,7 @@ def _unit_labels(name: str, units: Any, n: int, what: str) -> list[Any] | None:
         raise ValueError(
             f"check {name!r}: unit {twice[0]!r} appears {seen[twice[0]]} times among the {n} "
             f"{what} ({len(twice)} unit(s) repeated): a unit counted twice is not independent "
-            "evidence; average each unit's values first, or cluster them (clusters=...)"
+            f"evidence; {_MERGE_ADVICE.get(what, _MERGE_ADVICE['values'])}"
         )
     return labels
 
@@ -393,16 +400,28 @@ class Criterion:
             else:
                 decisive = 1.0
             check.p_value = decisive if ps else check.p_value
-            if decisive > alpha:
+            head = f"{what} over {iv.n} {self.over}; all {iv.n} values identical"
+            if not ps:
                 check.verdict = "inconclusive"
-                check.test += (
-                    f"; all {iv.n} values identical, so the verdict rests on the sign-flip test "
-                    f"alone, whose p cannot go below {2.0**-iv.n:.3g} (> {alpha:.3g})"
+                check.test = f"{head} and equal to the threshold: no evidence either way"
+            elif decisive > alpha:
+                check.verdict = "inconclusive"
+                floor = 2.0**-iv.n
+                check.test = (
+                    f"{head}, so the verdict rests on the {_sign_flip_name(iv.n)} test alone: "
+                    f"p = {decisive:.3g} > {alpha:.3g}"
+                    + (
+                        ""
+                        if floor <= alpha
+                        else f" (the smallest p possible with {iv.n} {self.over})"
+                        if decisive == floor
+                        else f" (its floor with {iv.n} {self.over} is {floor:.3g})"
+                    )
                 )
             elif check.verdict != "inconclusive":
-                check.test += (
-                    f"; all {iv.n} values identical: the verdict rests on the sign-flip test, "
-                    f"p = {decisive:.3g}"
+                check.test = (
+                    f"{head}: the verdict rests on the {_sign_flip_name(iv.n)} test, "
+                    f"p = {decisive:.3g} (one-sided)"
                 )
         return check
 
@@ -434,9 +453,13 @@ class Criterion:
         )
         test = f"Wilson interval of {k_sum}/{n_sum} {self.over}"
         if len(ks) > 1:
-            test += (
-                f" counted in {len(ks)} runs, widened to the cluster-robust t-interval over the "
-                f"runs ({len(ks) - 1} df) where that is wider, so variance between runs counts"
+            pooled = stats.wilson_interval(k_sum, n_sum, self.confidence)
+            widened = iv.low < pooled.low or iv.high > pooled.high
+            test += f" counted in {len(ks)} runs; " + (
+                f"widened by the cluster-robust t-interval over the runs ({len(ks) - 1} df), "
+                "as the runs differ more than their items explain"
+                if widened
+                else "the cluster-robust t-interval over the runs is no wider"
             )
         data: dict[str, Any] = {"successes": ks, "n": ns}
         _store_units(data, labels)
@@ -462,6 +485,11 @@ class Criterion:
         if cl is not None and len(cl) != len(v):
             raise ValueError(
                 f"check {self.name!r}: {len(cl)} cluster labels for {len(v)} values; give one each"
+            )
+        if cl is not None and len(set(cl)) < 2:
+            raise ValueError(
+                f"check {self.name!r}: the clustered design needs at least 2 clusters, got "
+                f"{len(set(cl))}: with one, nothing varies between independent units"
             )
         if cl is not None and len(set(cl)) < stats.CLUSTER_T_BELOW:
             iv = stats.cluster_t_interval(v, cl, self.confidence)

@@ -133,29 +133,31 @@ class Run:
             raise TypeError(
                 f"{self.slug}: criteria must be the module's declared Criterion objects"
             )
-        keys = {_thresholds(c) for c in declared}
+        by_name = {d.name: d for d in declared}
         for c in checks:
-            if _thresholds(c.criterion) in keys:
-                continue
-            same = [d for d in declared if d.name == c.name]
-            if same:
-                diff = ", ".join(
-                    f"{f}: declared {getattr(same[0], f)!r}, used {getattr(c.criterion, f)!r}"
-                    for f in _KEY_FIELDS
-                    if getattr(same[0], f) != getattr(c.criterion, f)
+            # matched by the name it was declared under (a check renamed per setting keeps it),
+            # never by content: another criterion with the same threshold is not this one
+            base = c.criterion.declared_as or c.name
+            reg = by_name.get(base)
+            if reg is None:
+                raise ValueError(
+                    f"{self.slug}: check {c.name!r} comes from no declared criterion (none is "
+                    f"named {base!r}); declare every criterion at module level and rename a "
+                    "check only with Check.renamed"
                 )
+            diff = ", ".join(
+                f"{f}: declared {getattr(reg, f)!r}, used {getattr(c.criterion, f)!r}"
+                for f in _KEY_FIELDS
+                if getattr(reg, f) != getattr(c.criterion, f)
+            )
+            if diff:
                 raise ValueError(
                     f"{self.slug}: check {c.name!r} differs from its declared criterion ({diff})"
                 )
-            raise ValueError(
-                f"{self.slug}: check {c.name!r} comes from no declared criterion (none has its "
-                f"design {c.criterion.design!r} with above={c.criterion.above}, "
-                f"below={c.criterion.below}); declare every criterion at module level"
-            )
         for c in checks:
             _check_verdict_follows(self.slug, c)
-        used = {_thresholds(c.criterion) for c in checks}
-        unused = [d.name for d in declared if _thresholds(d) not in used]
+        used = {c.criterion.declared_as or c.name for c in checks}
+        unused = [d.name for d in declared if d.name not in used]
         notes_list = [notes] if isinstance(notes, str) else list(notes)
         if unused:
             notes_list.append(

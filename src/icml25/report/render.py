@@ -89,6 +89,11 @@ def render_markdown(
     )
     if meta.get("environment"):
         lines.append(f"Environment: {meta['environment']}")
+    if meta.get("warnings"):
+        lines += ["", "**Warnings** (`icml25 report` found stored numbers or criteria that are not "
+                  "what the installed code gives; the checks below are recomputed):", ""]  # fmt: skip
+        lines += [f"- {_cell(w)}" for w in meta["warnings"]]
+        lines.append("")
     if meta.get("kept"):
         lines.append(
             f"Kept from an earlier run into this folder: {', '.join(meta['kept'])} (each "
@@ -138,7 +143,7 @@ def checks_markdown(checks: Sequence[Check]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for c in checks:
-        n = "—" if c.criterion.design == "exact" else str(c.n)
+        n = "—" if c.criterion.design == "exact" or not c.measured else str(c.n)
         rows.append(
             f"| {_cell(c.name)} | {_cell(c.criterion.threshold_text)} | "
             f"{_cell(c.interval_text())} | {n} | {_cell(c.test)} | {_cell(c.power_text()) or '—'} "
@@ -248,6 +253,7 @@ def verify_results(results: Sequence[ReproResult]) -> list[str]:
     estimate, interval or verdict disagrees."""
     problems = []
     for r in results:
+        stored_status = getattr(r, "stored_status", None)
         fixed = []
         for c in r.checks:
             if not c.measured:
@@ -272,10 +278,15 @@ def verify_results(results: Sequence[ReproResult]) -> list[str]:
                 )
             fixed.append(again)  # also refreshes the test and power text under the current rules
         r.checks = fixed
+        if stored_status is not None and stored_status != r.status:
+            problems.append(
+                f"{r.slug}: stored verdict {stored_status!r} but its checks give {r.status!r}; "
+                "the report shows the latter"
+            )
     return problems
 
 
-_COMPARED = ("design", "above", "below", "confidence", "unit")
+_COMPARED = ("design", "above", "below", "confidence", "unit", "paper_effect")
 
 
 def registered_criteria(slug: str) -> list[Criterion] | None:
@@ -306,28 +317,21 @@ def check_criteria(results: Sequence[ReproResult]) -> list[str]:
             continue
         declared = registered_criteria(r.slug)
         if declared is None:
-            problems.append(f"{r.slug}: the installed icml25 has no reproduction of this paper")
-            continue
+            continue  # a user's own reproduction: no installed criteria to compare with
         by_name = {d.name: d for d in declared}
         for c in r.checks:
             stored = c.criterion
             base = stored.declared_as or stored.name
+            # by the name it was declared under, never by content (two criteria may share a
+            # threshold); a check renamed per setting records that name in declared_as, and an
+            # older file's renamed check starts with it (its thresholds are then compared)
             reg = by_name.get(base) or next((d for d in declared if base.startswith(d.name)), None)
             if reg is None:
-                # an older results.json renamed a check without recording its declared name: it
-                # matches a criterion with the very same design and thresholds, or nothing
-                reg = next(
-                    (d for d in declared if all(
-                        getattr(d, f) == getattr(stored, f) for f in _COMPARED
-                    )),
-                    None,
-                )  # fmt: skip
-                if reg is None:
-                    problems.append(
-                        f"{r.slug}: check {c.name!r}: the installed code declares no such "
-                        f"criterion (declared: {', '.join(repr(n) for n in by_name)})"
-                    )
-                    continue
+                problems.append(
+                    f"{r.slug}: check {c.name!r}: the installed code declares no criterion named "
+                    f"{base!r} (declared: {', '.join(repr(n) for n in by_name)})"
+                )
+                continue
             diff = [
                 f"{f} {getattr(stored, f)!r} (installed code: {getattr(reg, f)!r})"
                 for f in _COMPARED
@@ -376,12 +380,16 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[ReproResult]]:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{str(path)!r} is not valid JSON ({exc})") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{str(path)!r} cannot be read as a results.json ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise ValueError(f"{str(path)!r} is not an icml25 results.json (no 'results' list)")
     try:
         results = [ReproResult.from_dict(r) for r in data["results"]]
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{str(path)!r}: a result or check is malformed ({exc!r})") from None
+    for r, raw in zip(results, data["results"]):
+        r.stored_status = raw.get("status")  # type: ignore[attr-defined]  # verify_results compares
     return data.get("meta", {}), results
 
 

@@ -258,8 +258,8 @@ class ReproResult:
         finished = not data.get("planned") and data.get("error") is None
         if finished and "checks" not in data:
             raise ValueError(
-                f"result for {data.get('slug')!r} has no checks: it was written by an icml25 "
-                "older than 0.2 (two verdicts, no intervals); run the reproduction again"
+                f"result for {data.get('slug')!r} has no checks: it was written by an older "
+                "icml25 (two verdicts, no intervals); run the reproduction again"
             )
         return cls(
             slug=data["slug"],
