@@ -107,14 +107,32 @@ def test_full_repro_smoke_has_the_rl_part(tmp_path, check_smoke):
     np.testing.assert_allclose(c.data["b"], get[f"C final true return {repro.BASE}"])
 
 
+def test_part_c_check_names_its_seeds():
+    """Part C runs on the first N_RL (3) of the full mode's 10 seeds: its check labels each value
+    with its seed, so it does not read as one value per run seed (unit_problems)."""
+    from icml25.distinguishability import repro
+    from icml25.report.checks import unit_problems
+
+    seeds = list(range(repro.N_FULL))
+    final = {repro.PAPER: [-130.0, -135.0, -128.0], repro.BASE: [-134.0, -137.5, -131.0]}
+    c = repro.part_c_check(final, seeds[: repro.N_RL])
+    assert c.name == repro.C_GAIN.name and c.n == 3
+    assert c.data["units"] == ["seed 0", "seed 1", "seed 2"]
+    assert not unit_problems(c, seeds)
+    # without the labels, 3 values over 10 run seeds would not name their units
+    assert unit_problems(repro.C_GAIN.check(final[repro.PAPER], final[repro.BASE]), seeds)
+
+
 @pytest.mark.slow
-def test_quick_repro_runs_and_reports(tmp_path, check_smoke):
-    """The quick run end to end, its numbers checked (no wall-clock limit: timing belongs to
-    benchmarks, and the run's own time grows under load)."""
+def test_quick_repro_runs_and_reports(tmp_path, check_smoke, assert_recorded_verdicts):
+    """The quick run end to end, its numbers checked and its verdicts the ones
+    docs/distinguishability.md records (no wall-clock limit: timing belongs to benchmarks, and
+    the run's own time grows under load)."""
     from icml25.distinguishability import repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path)
     check_smoke(r, "distinguishability", metrics=("A score gain dq-pcq boltzmann",))
+    assert_recorded_verdicts(r, "distinguishability", "quick")
     assert len(r.seeds) == repro.N_QUICK
     get = {m.name: np.array(m.values, dtype=float) for m in r.metrics}
     assert set(get) >= {

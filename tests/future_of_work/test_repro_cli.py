@@ -36,6 +36,26 @@ def test_smoke_run(smoke, check_smoke):
     assert len(smoke.checks) == 11
 
 
+def test_noisy_quantities_are_not_exact_checks(smoke):
+    """Only deterministic quantities use the exact design: the permutation estimator's coverage
+    is a Monte-Carlo frequency (a proportion counted per seed) and h6's Shapley value depends on
+    the split and the fitted models (one value per seed, a t-interval)."""
+    by = {c.name: c for c in smoke.checks}
+    cover = by["R1 (estimator check): share of groups with the exact value within permutation "
+               "estimate ± 3 SE"]  # fmt: skip
+    assert cover.criterion.design == "proportion"
+    assert cover.data["n"] == [6, 6] and all(0 <= k <= 6 for k in cover.data["successes"])
+    noise = by["R1: Shapley value of the pure-noise holder h6 < 0.002"]
+    assert noise.criterion.design == "mean" and len(noise.data["values"]) == 2
+    assert noise.low < noise.estimate < noise.high  # an interval, not one number
+    exact = {c.name for c in smoke.checks if c.criterion.design == "exact"}
+    assert exact == {
+        "R1: |sum of exact Shapley - (U(all) - U(empty))|, max over seeds",
+        "R1: |sum of payouts - net pool| in cents, every rule and seed",
+        *(c.name for c in smoke.checks if c.name.startswith("R2:")),
+    }
+
+
 def test_groups_are_what_the_docs_say():
     from icml25.future_of_work.repro import build_rights_holders
 
@@ -109,10 +129,14 @@ def test_cli_errors(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_quick_repro_passes_its_checks(tmp_path, check_smoke):
-    """Regression: the quick interpretation check (seed 0, 3 splits) holds every check."""
+def test_quick_repro_verdicts_are_the_recorded_ones(
+    tmp_path, check_smoke, assert_recorded_verdicts
+):
+    """Regression: the quick interpretation check (seed 0, 3 splits) gives the verdicts
+    docs/future_of_work.md records."""
     from icml25.future_of_work import repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path)
     check_smoke(r, "future_of_work", prefixes=("phi_exact h",))
-    assert [c.verdict for c in r.checks] == ["held"] * 11 and r.seconds < 240
+    assert_recorded_verdicts(r, "future_of_work", "quick")
+    assert r.seconds < 240

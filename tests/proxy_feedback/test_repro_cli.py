@@ -40,15 +40,15 @@ def test_smoke_run(smoke, check_smoke):
 
 
 @pytest.mark.slow
-def test_quick_repro(tmp_path, check_smoke):
-    """Quick mode end to end: under ~3 minutes, four checks, the diagnostics of every world."""
+def test_quick_repro(tmp_path, check_smoke, assert_recorded_verdicts):
+    """Quick mode end to end: under ~3 minutes, four checks with the verdicts
+    docs/proxy_feedback.md records, the diagnostics of every world."""
     from icml25.proxy_feedback import repro
 
     r = repro.run(quick=True, seed=0, out=tmp_path)
     check_smoke(r, "proxy_feedback", prefixes=("v4_lipschitz: L_hat",))
     assert r.seconds < 240 and len(r.checks) == 4
-    verdicts = [c.verdict for c in r.checks]
-    assert verdicts[0] == verdicts[1] == verdicts[3] == "held", verdicts
+    assert_recorded_verdicts(r, "proxy_feedback", "quick")
 
 
 def _main(argv):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -27,12 +26,11 @@ def test_criteria_are_preregistered():
     assert get("rlthf").repro == "icml25.rlthf.repro:run"
 
 
-def test_smoke_result_structure(smoke):
-    assert smoke.slug == "rlthf" and len(smoke.checks) == 4
-    for c in smoke.checks:
-        assert math.isfinite(c.estimate)
-        again = c.recompute()  # the verdict follows from the stored data under its criterion
-        assert (again.verdict, again.low, again.high) == (c.verdict, c.low, c.high), c.name
+def test_smoke_result_structure(smoke, check_smoke):
+    # check_smoke: finite estimates, verdicts that recompute, and every check per seed (units)
+    check_smoke(smoke, "rlthf", metrics=("acc AI only", "acc full human", "G(6 %) RLTHF"),
+                ranges={"acc ": (0, 1)})  # fmt: skip
+    assert len(smoke.checks) == 4
     gate = smoke.checks[0]
     assert len(gate.data["a"]) == 2 and all(0 <= a <= 1 for a in gate.data["a"])
     assert {p.name for p in smoke.figures} == {"accuracy_vs_budget.png", "reward_distribution.png",
@@ -46,13 +44,14 @@ def test_smoke_result_structure(smoke):
 
 
 @pytest.mark.slow
-def test_quick_mode_claims(tmp_path):
+def test_quick_mode_verdicts_are_the_recorded_ones(tmp_path, check_smoke, assert_recorded_verdicts):
     from icml25.rlthf import repro
 
     res = repro.run(quick=True, seed=0, out=tmp_path)
+    check_smoke(res, "rlthf", metrics=("G(6 %) RLTHF",))
+    assert_recorded_verdicts(res, "rlthf", "quick")
     by = {c.name: c for c in res.checks}
-    assert by[repro.GATE.name].verdict == "held"
-    assert by[repro.BEAT_RANDOM.name].estimate > 0  # RLTHF beats random at 6 %, every seed
+    # RLTHF beats random at 6 % on every seed, not only on average
     assert min(np.subtract(by[repro.BEAT_RANDOM.name].data["a"],
                            by[repro.BEAT_RANDOM.name].data["b"])) > 0  # fmt: skip
     assert res.seconds < 300

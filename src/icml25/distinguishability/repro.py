@@ -170,7 +170,7 @@ def run(r: Run) -> ReproResult:
         # measured so; Parts A and B's tiny networks run on the harness's one thread)
         with torch_threads(2):
             final, c_metrics, c_table, c_fig = _part_c(r, r.seeds[:N_RL])
-        checks.append(C_GAIN.check(final[PAPER], final[BASE]))
+        checks.append(part_c_check(final, r.seeds[:N_RL]))
         metrics += c_metrics
         tables.append(c_table)
         r.figure(c_fig, "return_curves.png")
@@ -258,6 +258,13 @@ def measure_part_a(
         "ensembles": ensembles,
         "held": held if keep_ensembles else None,
     }
+
+
+def part_c_check(final: dict[str, list[float]], seeds: list[int]):
+    """Check C from Part C's final true returns (method -> one value per seed of ``seeds``).
+    Part C runs on the first :data:`N_RL` seeds only, fewer than the run's seeds, so each value
+    is labelled with its seed (its independent unit: environment, SAC and teacher seeds)."""
+    return C_GAIN.check(final[PAPER], final[BASE], units=[f"seed {s}" for s in seeds])
 
 
 def _part_c(r: Run, seeds: list[int]):

@@ -39,13 +39,19 @@ RULES = ("volume", "equal", "attribution", "hybrid")
 EFFICIENCY = Criterion("R1: |sum of exact Shapley - (U(all) - U(empty))|, max over seeds", "exact",
                        below=1e-9, description="efficiency of the exact enumeration")  # fmt: skip
 ESTIMATOR = Criterion(
-    "R1 (estimator check): share of groups with the exact value within permutation estimate ± 3 SE, min over seeds",
-    "exact", above=0.9,
-    description="permutation Shapley (200 permutations, no truncation) against the exact values; it "
-    "checks the Monte-Carlo estimator, not the claim",
+    "R1 (estimator check): share of groups with the exact value within permutation estimate ± 3 SE",
+    "proportion",
+    above=0.9,
+    over="groups",
+    description="permutation Shapley (200 permutations, no truncation) against the exact values: "
+    "a Monte-Carlo coverage frequency, one count per seed (split and permutations), so variance "
+    "between seeds counts; it checks the Monte-Carlo estimator, not the claim",
+)
+NOISE_UNPAID = Criterion(
+    "R1: Shapley value of the pure-noise holder h6 < 0.002", "mean", below=0.002,
+    unit="accuracy", description="exact Shapley value of h6 on each seed's split (one value per "
+    "seed: it depends on the split and the fitted models), t-interval over seeds",
 )  # fmt: skip
-NOISE_UNPAID = Criterion("R1: Shapley value of the pure-noise holder h6, max over seeds", "exact",
-                         below=0.002, unit="accuracy")  # fmt: skip
 CLEAN_OVER_NOISY = Criterion("R1: min phi(clean h0-h3) - phi(30%-noisy h5) > 0", "mean", above=0.0,
                              unit="accuracy", description="per seed (split)")  # fmt: skip
 VOLUME_PAYS_BULK = Criterion("R1: payout share of bulk-noisy h7, volume minus attribution > 0", "mean",
@@ -156,9 +162,9 @@ def measure_r1(r: Run, seed: int, H: int, *, full: bool) -> dict:
     ex = shapley_exact(lookup, groups)
     mc = shapley_tmc(lookup, groups, max_perms=r.size(smoke=60, quick=200, full=200), tol=0.0,
                      seed=seed, min_perms=10**6, value_range=1.0)  # fmt: skip
-    within = np.mean([abs(ex[h] - mc[h]) <= 3 * mc.stderr[h] for h in groups])
+    within = sum(bool(abs(ex[h] - mc[h]) <= 3 * mc.stderr[h]) for h in groups)
     out = {"groups": groups, "exact": dict(ex), "tmc": dict(mc), "tmc_se": mc.stderr, "bound": mc.bound,
-           "efficiency_gap": abs(sum(ex.values()) - ex.total), "within": float(within),
+           "efficiency_gap": abs(sum(ex.values()) - ex.total), "within": int(within),
            "loo": dict(loo(lookup, groups)), "units": {h: int((h == G).sum()) for h in groups}}  # fmt: skip
     if full:
         out["banzhaf"] = dict(banzhaf_exact(lookup, groups))
@@ -209,8 +215,8 @@ def run(r: Run) -> ReproResult:
     ]
     checks = [
         EFFICIENCY.check(max(x["efficiency_gap"] for x in runs), "max over seeds"),
-        ESTIMATOR.check(min(x["within"] for x in runs), "min over seeds"),
-        NOISE_UNPAID.check(max(x["exact"]["h6"] for x in runs), "max over seeds"),
+        ESTIMATOR.check([x["within"] for x in runs], [len(x["groups"]) for x in runs]),
+        NOISE_UNPAID.check([x["exact"]["h6"] for x in runs]),
         CLEAN_OVER_NOISY.check(margins),
         VOLUME_PAYS_BULK.check(h7),
         MONEY.check(max(x["money_gap"] for x in runs), "max over rules and seeds"),
@@ -259,7 +265,14 @@ def run(r: Run) -> ReproResult:
         ),
         criterion="Every check must hold. They check the tools' properties on a real learning task "
         "and the model's identities; none tests the paper's position.",
-        power="Exact quantities except the two 'mean' checks, which are over splits (seeds).",
+        power=(
+            "Deterministic quantities (exact enumeration, cents, the task model) are compared as "
+            "computed; the three 'mean' checks are t-intervals over splits (seeds), and the "
+            "estimator check is a proportion of groups counted per seed (Wilson, widened to the "
+            "t-interval over seeds where wider). With 3 seeds x 10 groups even 30 of 30 gives a "
+            "Wilson lower bound of 0.886, below 0.9: the quick mode cannot show that check held; "
+            "full mode's 5 x 12 groups can (60 of 60: 0.940)."
+        ),
         tables=[table],
         notes=[
             f"{DISCLAIMER} The paper is a position paper with no experiment; this report checks "
@@ -277,7 +290,8 @@ def run(r: Run) -> ReproResult:
             "interpretation (docs/future_of_work.md).",
             "Group sizes: h7 is drawn with replacement from the whole split and h8 is what is left "
             "of classes 0-4 (the planned sizes overflow the split).",
-            "Three seeds in quick mode (splits) so the two 'mean' checks have a spread.",
+            "Three seeds in quick mode (splits) so the checks over splits (three 'mean' checks and "
+            "the estimator's coverage) have a spread.",
         ],
     )
 
