@@ -277,21 +277,6 @@ def test_more_bad_input():
         crop_vote(b, IMG, "q", n_random=-1)
 
 
-def test_reproduction_smoke(tmp_path):
-    import math
-
-    from icml25.dps.repro import CRITERIA, run
-
-    res = run(quick=True, smoke=True, out=tmp_path)
-    assert [c.criterion.name for c in res.checks] == [
-        c.name for c in CRITERIA[:5]
-    ]  # (f), (g): full mode
-    assert all(math.isfinite(c.estimate) for c in res.checks)
-    accs = [m for m in res.metrics if m.unit == "%"]
-    assert accs and all(0 <= v <= 100 for m in accs for v in m.values)
-    assert [p.name for p in res.figures] == ["accuracy_bars.png", "max_probability.png"]
-
-
 def test_reproduction_full_mode_path_small(tmp_path):
     """The full mode's extra attacks, defences, sweeps and figures on a tiny size (the real full
     run takes ~25 minutes)."""

@@ -16,32 +16,35 @@ from typing import Any
 
 import numpy as np
 
-from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduction
+from icml25.report import Check, Criterion, Metric, ReproResult, Run, pyplot, reproduction, stats
 
 CLAIM = (
     "DPS lowers the success of crop-sensitive vision attacks while keeping clean accuracy close to "
     "the undefended model, unlike majority voting over crops, which costs clean accuracy."
 )
 N_QUICK, N_FULL = 3, 5
+SMOKE_FULL_N_TEST = 16  # full mode at smoke size: the first 16 test images in every seed
+# the unit is the test image: each image's values are averaged over the seeds that evaluated it
+PER_IMAGE = "; each image counted once (its mean over the seeds that evaluated it)"
 
 VALID = Criterion("(a) validity: vanilla clean - robust accuracy > 15 points", "bootstrap", above=15.0,
                   unit="points", over="images",
-                  description="per image, 100 x (clean correct - patched correct) for the undefended model")  # fmt: skip
+                  description="per image, 100 x (clean correct - patched correct) for the undefended model" + PER_IMAGE)  # fmt: skip
 DPS_ROBUST = Criterion("(b1) DPS robust accuracy - vanilla > 5 points", "bootstrap", above=5.0, unit="points",
-                       over="images", description="per patched image, 100 x (DPS correct - vanilla correct)")  # fmt: skip
+                       over="images", description="per patched image, 100 x (DPS correct - vanilla correct)" + PER_IMAGE)  # fmt: skip
 DPS_ASR = Criterion("(b2) misleading ASR: DPS - 0.75 x vanilla < 0", "bootstrap", below=0.0, over="images",
                     description="per image the undefended model answers correctly when clean, DPS misled - 0.75 x "
-                    "vanilla misled: below 0 exactly when the relative reduction exceeds 0.25")  # fmt: skip
+                    "vanilla misled: below 0 exactly when the relative reduction exceeds 0.25" + PER_IMAGE)  # fmt: skip
 DPS_CLEAN = Criterion("(c) clean accuracy: DPS - vanilla > -3 points", "bootstrap", above=-3.0, unit="points",
-                      over="images", description="per clean image, 100 x (DPS correct - vanilla correct)")  # fmt: skip
+                      over="images", description="per clean image, 100 x (DPS correct - vanilla correct)" + PER_IMAGE)  # fmt: skip
 VS_VOTE = Criterion("(d) clean accuracy: DPS - crop vote > 10 points", "bootstrap", above=10.0, unit="points",
-                    over="images", description="per clean image, 100 x (DPS correct - crop-vote correct)")  # fmt: skip
+                    over="images", description="per clean image, 100 x (DPS correct - crop-vote correct)" + PER_IMAGE)  # fmt: skip
 SMOOTH_ROBUST = Criterion("(f) patched accuracy: DPS - SmoothVLM > 0 points", "bootstrap", above=0.0, unit="points",
                           over="images", description="full mode; per patched image, 100 x (DPS correct - SmoothVLM "
-                          "correct): the planned anchor (pilot 77.6 vs 61.9)")  # fmt: skip
+                          "correct): the planned anchor (pilot 77.6 vs 61.9)" + PER_IMAGE)  # fmt: skip
 SMOOTH_CLEAN = Criterion("(g) clean accuracy: DPS - SmoothVLM > -3 points", "bootstrap", above=-3.0, unit="points",
                          over="images", description="full mode; per clean image, 100 x (DPS correct - SmoothVLM "
-                         "correct): the planned anchor (pilot 94.4 vs 96.1)")  # fmt: skip
+                         "correct): the planned anchor (pilot 94.4 vs 96.1)" + PER_IMAGE)  # fmt: skip
 CRITERIA = [VALID, DPS_ROBUST, DPS_ASR, DPS_CLEAN, VS_VOTE, SMOOTH_ROBUST, SMOOTH_CLEAN]
 LAMS = (0.5, 1.0, 2.0, 4.0)  # the bonus-fusion weights swept in full mode
 TAU_SWEEP = 0.35  # the uncertain-reply threshold swept in full mode (0 is the default)
@@ -53,37 +56,22 @@ LABELS = {"van": "vanilla", "dps": "DPS centre", "vote": "crop vote", "dps_rando
 def _sizes(r: Run) -> dict[str, Any]:
     return {"target_steps": r.size(smoke=60, quick=500, full=1500), "surrogate_steps": r.size(smoke=60, quick=500, full=1500),
             "n_surrogates": r.size(smoke=1, quick=1, full=2), "patch_steps": r.size(smoke=10, quick=150, full=300),
-            "n_test": r.size(smoke=40, quick=300, full=None)}  # fmt: skip
+            "n_test": r.size(smoke=40 if r.quick else SMOKE_FULL_N_TEST, quick=300, full=None)}  # fmt: skip
 
 
 @reproduction("dps", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
 def run(r: Run) -> ReproResult:
     sz = _sizes(r)
-    full = not r.quick and not r.smoke
-    attacker = _attacker(sz, r.out, full)
-    per_seed = [measure(s, sz, r.out, attacker, full) for s in r.seeds]
-    # full mode: the same images in every seed, so seeds (the defended model) are the clusters
-    clusters = [p["seed"] for p in per_seed for _ in p["van_clean"]] if full else None
-
-    def cat(key: str) -> np.ndarray:
-        return np.array([v for p in per_seed for v in p[key]], dtype=np.float64)
-
-    van_c, van_a, dps_c, dps_a, vote_c = (
-        cat(k) for k in ("van_clean", "van_adv", "dps_clean", "dps_adv", "vote_clean")
-    )
-    mask = cat("van_clean").astype(bool)
-    mis_d, mis_v = cat("dps_adv_misled"), cat("van_adv_misled")
-    sub_clusters = None if clusters is None else [c for c, m in zip(clusters, mask) if m]
-    checks = [
-        VALID.check(100 * (van_c - van_a), clusters),
-        DPS_ROBUST.check(100 * (dps_a - van_a), clusters),
-        DPS_ASR.check((mis_d - 0.75 * mis_v)[mask], sub_clusters),
-        DPS_CLEAN.check(100 * (dps_c - van_c), clusters),
-        VS_VOTE.check(100 * (dps_c - vote_c), clusters),
-    ]
-    if full:
-        checks += [SMOOTH_ROBUST.check(100 * (dps_a - cat("smooth_adv")), clusters),
-                   SMOOTH_CLEAN.check(100 * (dps_c - cat("smooth_clean")), clusters)]  # fmt: skip
+    full = not r.quick
+    with r.stage("training or loading the attacker (surrogates, patches)"):
+        attacker = _attacker(sz, r.out, full)
+    per_seed = []
+    for s in r.seeds:
+        n = sz["n_test"] or len(attacker["data"]["test"][1])
+        with r.stage(f"seed {s}: defences on {n} clean and attacked images"):
+            per_seed.append(measure(s, sz, r.out, attacker, full))
+    checks = build_checks(per_seed, full)
+    tables = [seed_cluster_table(per_seed)] if full else []
     metrics = _metrics(per_seed, full)
     r.figure(plot_bars(per_seed, full), "accuracy_bars.png")
     r.figure(plot_confidence(per_seed), "max_probability.png")
@@ -93,7 +81,9 @@ def run(r: Run) -> ReproResult:
              + ("Each seed trains its own defended model and draws its own crops; the attacker (surrogates, patches, "
                 "transfer PGD) and the full test split are shared." if full else
                 "One defended model and one surrogate; each seed draws its own 300 test images, patch corners and "
-                "crops."))  # fmt: skip
+                "crops.")
+             + " The independent unit is the test image: every check averages an image's values over the seeds "
+                "that evaluated it and resamples the images, each counted once (docs/dps.md, 'Reproduction').")  # fmt: skip
     deviations = [
         "A digits classifier behind the chat protocol (DigitsVLM) instead of Qwen-VL / GPT-4o-mini / Gemini; a rule "
         "helper instead of gpt-4o-mini; misleading (label-flip) attacks only, no jailbreak sets or GPT-4o judge.",
@@ -105,7 +95,89 @@ def run(r: Run) -> ReproResult:
                           "mode adds transfer and white-box PGD, SmoothVLM, DPS with random crops and the fusion, "
                           "lam and tau_unsure sweeps.")  # fmt: skip
     return r.result(claim=CLAIM, checks=checks, criteria=CRITERIA, key_check=DPS_ROBUST.name, metrics=metrics,
-                    setup=setup, deviations=deviations)  # fmt: skip
+                    setup=setup, deviations=deviations, tables=tables)  # fmt: skip
+
+
+def _check_values(
+    per_seed: list[dict[str, Any]], full: bool
+) -> list[tuple[Criterion, np.ndarray, list[int], list[int]]]:
+    """Each criterion with its per-value data, the test-image id and the seed of every value
+    (seed-major, in each seed's image order)."""
+    images = [i for p in per_seed for i in p["image"]]
+    seeds = [p["seed"] for p in per_seed for _ in p["image"]]
+
+    def cat(key: str) -> np.ndarray:
+        bad = [p["seed"] for p in per_seed if len(p[key]) != len(p["image"])]
+        if bad:
+            raise ValueError(
+                f"dps reproduction: seeds {bad} have {key!r} values that do not align with their "
+                "image ids (one outcome per image is needed to count each image once)"
+            )
+        return np.array([v for p in per_seed for v in p[key]], dtype=np.float64)
+
+    van_c, van_a, dps_c, dps_a, vote_c = (
+        cat(k) for k in ("van_clean", "van_adv", "dps_clean", "dps_adv", "vote_clean")
+    )
+    # (b2) is on the images the undefended model answers correctly when clean
+    mask = van_c.astype(bool)
+    mis_d, mis_v = cat("dps_adv_misled"), cat("van_adv_misled")
+    sub_images = [i for i, m in zip(images, mask) if m]
+    sub_seeds = [s for s, m in zip(seeds, mask) if m]
+    out = [
+        (VALID, 100 * (van_c - van_a), images, seeds),
+        (DPS_ROBUST, 100 * (dps_a - van_a), images, seeds),
+        (DPS_ASR, (mis_d - 0.75 * mis_v)[mask], sub_images, sub_seeds),
+        (DPS_CLEAN, 100 * (dps_c - van_c), images, seeds),
+        (VS_VOTE, 100 * (dps_c - vote_c), images, seeds),
+    ]
+    if full:
+        out += [(SMOOTH_ROBUST, 100 * (dps_a - cat("smooth_adv")), images, seeds),
+                (SMOOTH_CLEAN, 100 * (dps_c - cat("smooth_clean")), images, seeds)]  # fmt: skip
+    return out
+
+
+def per_image(values: np.ndarray, images: list[int]) -> tuple[list[int], list[float]]:
+    """Each image's mean over the values (seeds) it has, images in order of first appearance."""
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for v, i in zip(values, images):
+        sums[i] = sums.get(i, 0.0) + float(v)
+        counts[i] = counts.get(i, 0) + 1
+    return list(sums), [sums[i] / counts[i] for i in sums]
+
+
+def build_checks(per_seed: list[dict[str, Any]], full: bool) -> list[Check]:
+    """The pre-registered checks with the test image as the independent unit (docs/dps.md,
+    "Reproduction"): the claim is about attacked images under a given model, so each image's
+    outcomes are averaged over the seeds that evaluated it (quick mode: overlapping draws; full
+    mode: every image in every seed), and the images, each counted once, are resampled."""
+    checks = []
+    for c, v, images, _ in _check_values(per_seed, full):
+        ids, means = per_image(v, images)
+        if len(ids) < stats.MIN_BOOTSTRAP_ITEMS:
+            checks.append(c.unmeasured(f"only {len(ids)} images qualify", n=len(ids)))
+        else:
+            checks.append(c.check(means, units=ids))
+    return checks
+
+
+def seed_cluster_table(per_seed: list[dict[str, Any]]) -> str:
+    """Full mode's sensitivity to the trained model: every check recomputed with the seeds (each
+    its own defended model) as clusters, a cluster-robust t on ``k - 1`` df. It leaves out the
+    variance of the shared test images, as the image clusters leave out that of the models."""
+    rows = [
+        "Sensitivity (reported, not the verdict): seeds as clusters, i.e. the trained model as the "
+        "unit (cluster-robust t, seeds - 1 df)",
+        "",
+        "| check | estimate [95% interval] | verdict |",
+        "| --- | --- | --- |",
+    ]
+    for c, v, _, seeds in _check_values(per_seed, True):
+        ch = c.check(v, seeds)
+        rows.append(
+            f"| {c.name} | {ch.estimate:.3g} [{ch.low:.3g}, {ch.high:.3g}] | {ch.verdict} |"
+        )
+    return "\n".join(rows)
 
 
 def _metrics(per_seed: list[dict[str, Any]], full: bool) -> list[Metric]:
@@ -212,7 +284,13 @@ def measure(
     xt, yt = d["test"]
     idx = np.arange(len(yt))
     if sz["n_test"] is not None and sz["n_test"] < len(yt):
-        idx = np.sort(np.random.default_rng(seed).choice(len(yt), sz["n_test"], replace=False))
+        # quick mode: each seed its own draw (overlapping: each image counted once in the checks);
+        # full mode: the same images in every seed
+        idx = (
+            idx[: sz["n_test"]]
+            if full
+            else np.sort(np.random.default_rng(seed).choice(len(yt), sz["n_test"], replace=False))
+        )
     xt, yt = xt[idx], yt[idx]
     targets = (yt + 1) % 10
     patches = attacker["patches"]
@@ -252,7 +330,7 @@ def measure(
         )
     y = [int(v) for v in yt]
     t = [int(v) for v in targets]
-    res: dict[str, Any] = {"seed": seed}
+    res: dict[str, Any] = {"seed": seed, "image": [int(i) for i in idx]}  # test-split ids
     conditions = {"clean": xt, **attacks}
     for cond, xs in conditions.items():
         suffix = {"clean": "clean", "patch": "adv"}.get(cond, cond)
