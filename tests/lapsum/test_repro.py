@@ -4,6 +4,7 @@ built from the right arms and the right replicates."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from icml25.lapsum import repro
 from icml25.report import Criterion, ReproResult
@@ -37,10 +38,12 @@ def test_repro_smoke_structure(tmp_path, quick, check_smoke):
         metrics=("A1 log-log slope of the median times", "C top-5 gain LapSum - CE (points)"),
         ranges={"C top-5 CE": (0, 1), "C top-1": (0, 1)},
     )
-    expected = [*A_NAMES, repro.C.name]
-    if not quick:  # smoke-size Part B runs n = 3 only
-        expected.append(repro.B_PARITY[3].name)
-    assert [c.name for c in result.checks] == expected
+    assert [c.name for c in result.checks] == _expected_checks(quick)
+    if quick:  # Part B is declared but not evaluated: the report says so
+        assert "Declared criteria not evaluated in this smoke run: " in result.notes
+        assert all(c.name in result.notes for c in (*repro.B_PARITY.values(), repro.B_N5))
+    else:
+        assert "Declared criteria not evaluated" not in result.notes
     assert result.key_check == repro.C.name and result.seeds == [0, 1]
     a1 = result.check(repro.A1.name)
     assert a1.n == 2 and a1.criterion.over == "timing repeats"  # smoke times 2 repeats
@@ -55,6 +58,62 @@ def test_repro_smoke_structure(tmp_path, quick, check_smoke):
         *(() if quick else ("permutation_accuracy.png",)),
     }
     assert any(d.startswith("issue 17:") for d in result.deviations)
+
+
+def _expected_checks(quick: bool) -> list[str]:
+    """Every check a run evaluates, in order: A and C, plus in full mode (smoke size too) Part B
+    at n = 3, 5, 7 with LapSum's own exact match at n = 5."""
+    names = [*A_NAMES, repro.C.name]
+    if not quick:
+        b = repro.B_PARITY
+        names += [b[3].name, b[5].name, repro.B_N5.name, b[7].name]
+    return names
+
+
+@pytest.mark.filterwarnings("ignore:Creating legend:UserWarning")  # matplotlib reads the clock
+def test_full_mode_checks_do_not_depend_on_the_clock(tmp_path, monkeypatch):
+    """Issue 46: the full mode skipped Part B at n = 7 when the run looked slow, so the machine's
+    load decided which checks decided. Here the full mode runs at its real sizes on planted
+    measurements, under a clock that makes every second look like a thousand (the run seems to
+    have taken days): it evaluates every declared check, and reports nothing as skipped. Parts C
+    and B train with one torch thread, Part A times with the run's two."""
+    import time
+
+    threads = {"A": set(), "C": set(), "B": set()}
+
+    def fake_scaling(ns, base, sink, *, repeats):
+        threads["A"].add(torch.get_num_threads())
+        sizes = {"LapSum": ns, "NeuralSort": base, "SoftSort": base, "SOFT (Sinkhorn)": sink}
+        return {
+            m: {
+                n: {"times": [1e-6 * n] * repeats, "seconds": 1e-6 * n, "saved_bytes": 4 * n}
+                for n in rows
+            }  # fmt: skip
+            for m, rows in sizes.items()
+        }
+
+    def fake_probe(loss, seed, **kw):
+        threads["C"].add(torch.get_num_threads())
+        return {"top1": 0.3, "top5": 0.64 + 0.01 * (loss == "lapsum") + 0.001 * seed}
+
+    def fake_permutation(loss, n, seed, **kw):
+        threads["B"].add(torch.get_num_threads())
+        return {"exact": 0.5 + 0.01 * seed, "elementwise": 0.8}
+
+    monkeypatch.setattr(repro.ex, "scaling", fake_scaling)
+    monkeypatch.setattr(
+        repro.ex, "exactness", lambda: {"sum_error": 0.0, "vjp_rel_error": {"x": 0.0}}
+    )
+    monkeypatch.setattr(repro.ex, "train_probe", fake_probe)
+    monkeypatch.setattr(repro.ex, "permutation_learning", fake_permutation)
+    real = time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: 1000.0 * real())
+    result = repro.run(quick=False, seed=0, out=tmp_path)
+    assert result.seconds > 1000  # the run did look slow to everything that read the clock
+    assert [c.name for c in result.checks] == _expected_checks(quick=False)
+    assert {c.name for c in result.checks} == {c.name for c in repro.CRITERIA}
+    assert "skipped" not in result.notes and "Declared criteria not evaluated" not in result.notes
+    assert threads == {"A": {2}, "C": {1}, "B": {1}}
 
 
 def test_part_c_check_uses_the_right_arms():
@@ -142,7 +201,10 @@ def test_digit_number_sets_come_from_the_shared_loader():
 
 
 @pytest.mark.slow
-def test_quick_repro_holds(tmp_path):
+def test_quick_repro_matches_its_recorded_verdicts(tmp_path, assert_recorded_verdicts):
+    """The quick mode gives the verdicts docs/lapsum.md records, check by check (C has been
+    inconclusive against its 0.5-point margin in every run so far), and the same checks as the
+    smoke size. No timing bound: the run's speed is the machine's, not the code's."""
     result = repro.run(quick=True, seed=0, out=tmp_path)
-    assert result.seconds < 240
-    assert result.held, result.notes
+    assert [c.name for c in result.checks] == _expected_checks(quick=True)
+    assert_recorded_verdicts(result, "lapsum", "quick")

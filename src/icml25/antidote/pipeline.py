@@ -163,7 +163,7 @@ def compare_pruning(
 
 @dataclass
 class ToySettings:
-    """Spec "Small-scale reproduction" sizes; the H1/H2 attack settings are (lr, epochs)."""
+    """Toy reproduction sizes (docs/antidote.md); the H1/H2 attack settings are (lr, epochs)."""
 
     pretrain_steps: int = 800
     pretrain_batch: int = 64
