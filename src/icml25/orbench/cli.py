@@ -113,21 +113,21 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
 
-def make_backend(spec: str, args: argparse.Namespace) -> Any:
+def make_backend(choice: str, args: argparse.Namespace) -> Any:
     """``hf:PATH`` -> HFChat (on ``--device``, in ``--dtype``); ``NAME@URL`` -> OpenAIChat(URL,
     NAME); ``NAME`` -> at --base-url."""
     from icml25.llm import CachedChat, HFChat, OpenAIChat
 
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"a model must be NAME, NAME@URL or hf:PATH, got {spec!r}")
-    if spec.startswith("hf:"):
-        backend = HFChat(spec[3:], **model_kwargs(args))
+    if not isinstance(choice, str) or not choice.strip():
+        raise ValueError(f"a model must be NAME, NAME@URL or hf:PATH, got {choice!r}")
+    if choice.startswith("hf:"):
+        backend = HFChat(choice[3:], **model_kwargs(args))
     else:
-        name, _, url = spec.rpartition("@") if "@http" in spec else (spec, "", None)
+        name, _, url = choice.rpartition("@") if "@http" in choice else (choice, "", None)
         url = url or args.base_url
         if not url:
             raise ValueError(
-                f"model {spec!r} needs an endpoint: pass --base-url URL or write NAME@URL"
+                f"model {choice!r} needs an endpoint: pass --base-url URL or write NAME@URL"
             )
         backend = OpenAIChat(url, name, api_key=args.api_key, concurrency=args.concurrency)
     if args.cache:
@@ -135,18 +135,20 @@ def make_backend(spec: str, args: argparse.Namespace) -> Any:
     return backend
 
 
-def _judge(spec: str, args: argparse.Namespace) -> Any:
+def _judge(choice: str, args: argparse.Namespace) -> Any:
     from icml25.orbench import KeywordRefusalDetector, LLMRefusalJudge
 
-    if spec == "keyword":
+    if choice == "keyword":
         return KeywordRefusalDetector.default()
-    if spec == "xstest":
+    if choice == "xstest":
         return KeywordRefusalDetector.xstest()
-    if spec.startswith("keyword:"):
-        return KeywordRefusalDetector.official(spec.split(":", 1)[1])
-    if spec.startswith("llm:"):
-        return LLMRefusalJudge(make_backend(spec[4:], args))
-    raise ValueError(f"--judge must be keyword, keyword:FAMILY, xstest or llm:MODEL, got {spec!r}")
+    if choice.startswith("keyword:"):
+        return KeywordRefusalDetector.official(choice.split(":", 1)[1])
+    if choice.startswith("llm:"):
+        return LLMRefusalJudge(make_backend(choice[4:], args))
+    raise ValueError(
+        f"--judge must be keyword, keyword:FAMILY, xstest or llm:MODEL, got {choice!r}"
+    )
 
 
 def _check_common(args: argparse.Namespace) -> None:
