@@ -132,3 +132,50 @@ def assert_recorded_verdicts():
         )
 
     return check
+
+
+# -- data-parallel training: the same worker under one and two gloo processes --------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(
+    worker: Path, out: Path, *args: str, nproc: int = 2, timeout: float = 420
+) -> list[dict[str, Any]]:
+    """Run ``python worker OUT args...`` under ``torchrun --nproc_per_node nproc`` on the CPU (one
+    torch thread per process; the trainers take gloo from accelerate) and return the JSON that each
+    rank wrote to ``OUT/rank<r>.json``, in rank order. A failing rank fails the test with the
+    launcher's output."""
+    import json
+    import subprocess
+    import sys
+
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ICML25_QUIET": "1",
+           "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           str(worker), str(out), *args]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-6000:])
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+@pytest.fixture
+def ranks(tmp_path):
+    """``ranks(worker, *args, nproc=2)``: :func:`run_ranks` into a fresh folder under
+    ``tmp_path`` (``tmp_path / f"world{nproc}-{n}"``); returns the ranks' JSON records."""
+    calls = []
+
+    def run(worker: Path, *args: str, nproc: int = 2, timeout: float = 420) -> list[dict]:
+        calls.append(nproc)
+        out = tmp_path / f"world{nproc}-{len(calls)}"
+        return run_ranks(worker, out, *args, nproc=nproc, timeout=timeout)
+
+    return run

@@ -96,3 +96,26 @@ def test_trainable_hf_reward_model_in_the_loop(tiny, trainer, tmp_path):
         TrainableHFRewardModel(transformers.LlamaForSequenceClassification(
             transformers.LlamaConfig(vocab_size=10, hidden_size=8, intermediate_size=8,
                                      num_hidden_layers=1, num_attention_heads=1, num_labels=2)), tok)  # fmt: skip
+
+
+def test_plain_loop_normalises_over_the_accumulated_step(tiny):
+    """batch 2 x 2 accumulation trains what batch 4 x 1 trains: each step's loss is the weighted
+    mean over its 4 pairs (a mean of the two micro-batches' own ratios would differ)."""
+    from icml25.rlthf import TrainableHFRewardModel
+
+    w, tok, model = tiny
+    weights = np.array([9.0, 0.5, 1.0, 3.0, 0.25, 2.0, 4.0, 1.0])
+    fits = {}
+    for batch, accum in ((2, 2), (4, 1)):
+        rm = TrainableHFRewardModel(model, tok, lr=1e-3, batch_size=batch, grad_accum=accum,
+                                    max_length=128, device="cpu")  # fmt: skip
+        rm.fit(w.train, np.arange(8), w.train.human_labels[:8], weights, seed=0)
+        fits[batch] = rm
+    assert len(fits[2].losses) == len(fits[4].losses) == 2
+    assert fits[2].losses == pytest.approx(fits[4].losses, abs=1e-6)
+    for (k, a), b in zip(fits[2].model.state_dict().items(), fits[4].model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-6, msg=k)
+    with pytest.raises(ValueError, match="all have weight 0"):
+        TrainableHFRewardModel(model, tok, batch_size=2, grad_accum=2, device="cpu").fit(
+            w.train, np.arange(8), w.train.human_labels[:8], np.r_[np.zeros(7), 1.0], seed=0
+        )

@@ -44,6 +44,8 @@ def weighted_bt_loss(
     r_rejected: Tensor,
     weights: Tensor | None = None,
     margin: Tensor | None = None,
+    *,
+    reduction: str = "mean",
 ) -> Tensor:
     """Weighted Bradley-Terry loss ``-sum_i w_i log sigma(r_c,i - r_r,i - margin_i) / sum_i w_i``.
 
@@ -51,7 +53,14 @@ def weighted_bt_loss(
     positive sum (``None``: all 1, which is TRL's ``RewardTrainer`` loss); ``margin``: ``(n,)``
     or a scalar, TRL's optional ``margin`` column. Returns a 0-d tensor in the rewards' dtype.
     Integer weights give the loss of the dataset with each pair replicated that many times.
+
+    ``reduction="sum"`` returns the numerator ``-sum_i w_i log sigma(...)`` alone: a trainer that
+    splits one optimiser step over micro-batches or processes divides the sum of these by the
+    step's total weight (:class:`~icml25.rlthf.trl_trainer.WeightedRewardTrainer` does), so the
+    step follows the weighted mean over the whole global batch, not a mean of per-batch ratios.
     """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     for name, t in (("r_chosen", r_chosen), ("r_rejected", r_rejected)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -82,12 +91,14 @@ def weighted_bt_loss(
         diff = diff - margin
     logsig = F.logsigmoid(diff)
     if weights is None:
-        return -logsig.mean()
+        return -logsig.sum() if reduction == "sum" else -logsig.mean()
     w = torch.as_tensor(weights, dtype=diff.dtype, device=diff.device)
     if w.shape != diff.shape:
         raise ValueError(f"weights has shape {tuple(w.shape)}; expected {tuple(diff.shape)}")
     if not torch.isfinite(w).all() or (w < 0).any():
         raise ValueError("weights must be finite and >= 0")
+    if reduction == "sum":
+        return -(w * logsig).sum()
     total = w.sum()
     if total <= 0:
         raise ValueError("weights sum to 0: at least one pair needs a positive weight")
@@ -539,7 +550,10 @@ class TrainableHFRewardModel:
             seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
         """Fine-tune from the initial checkpoint (``warm_start``: from the last fit) on the pairs
         at ``indices`` oriented by ``labels``, weighted by ``weights`` (:func:`weighted_bt_loss`,
-        §3.4)."""
+        §3.4). Each optimiser step's loss is the weighted mean over all of its
+        ``batch_size x grad_accum`` pairs (``losses``: one value per step). The ``"loop"`` trainer
+        is single-process; ``trainer="trl"`` trains through :class:`WeightedRewardTrainer`, which
+        is the one to launch data-parallel (docs/rlthf.md, "Several GPUs")."""
         from icml25.llm import MixedPrecision, check_finite_loss, context_length, dropout_disabled
 
         idx, z, w = _fit_args(pairs, indices, labels, weights)
@@ -575,26 +589,33 @@ class TrainableHFRewardModel:
         wt = torch.as_tensor(w, dtype=torch.float32)
         model.train()
         self.losses = []
-        step = 0
         for _ in range(self.epochs):
             perm = torch.randperm(len(idx), generator=gen).tolist()
-            for s in range(0, len(perm), self.batch_size):
-                b = perm[s : s + self.batch_size]
-                rows = [ids_c[i] for i in b] + [ids_r[i] for i in b]
-                with dropout_disabled(model, enabled=self.disable_dropout), mp.autocast():
-                    rewards = _pooled_rewards(model, rows, self.device)
-                rc, rr = rewards[: len(b)], rewards[len(b) :]
-                loss = weighted_bt_loss(rc, rr, wt[b].to(rc.device)) / self.grad_accum
-                check_finite_loss(loss, f"reward model training, pairs {b[:4]}")
-                loss.backward()
-                self.losses.append(float(loss.detach()) * self.grad_accum)
-                step += 1
-                if step % self.grad_accum == 0:
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-        if step % self.grad_accum:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            micro = [perm[s : s + self.batch_size] for s in range(0, len(perm), self.batch_size)]
+            # one optimiser step = grad_accum micro-batches; the loss is the weighted mean over
+            # all of the step's pairs (weights summed over the step), as WeightedRewardTrainer
+            # computes it over micro-batches and processes
+            for g in range(0, len(micro), self.grad_accum):
+                step_batches = micro[g : g + self.grad_accum]
+                total = float(wt[[i for b in step_batches for i in b]].sum())
+                if total <= 0:
+                    raise ValueError(
+                        f"the pairs of one optimiser step ({[int(idx[i]) for i in step_batches[0][:4]]}"
+                        ", ...) all have weight 0: at least one pair per step needs a positive weight"
+                    )
+                step_loss = 0.0
+                for b in step_batches:
+                    rows = [ids_c[i] for i in b] + [ids_r[i] for i in b]
+                    with dropout_disabled(model, enabled=self.disable_dropout), mp.autocast():
+                        rewards = _pooled_rewards(model, rows, self.device)
+                    rc, rr = rewards[: len(b)], rewards[len(b) :]
+                    part = weighted_bt_loss(rc, rr, wt[b].to(rc.device), reduction="sum") / total
+                    check_finite_loss(part, f"reward model training, pairs {b[:4]}")
+                    part.backward()
+                    step_loss += float(part.detach())
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                self.losses.append(step_loss)
         self.model = model.eval()
 
     def margins(

@@ -3,7 +3,12 @@
 
 A ``weight`` column (human annotation amplification, arXiv:2502.13417 §3.4) rides through TRL's
 tokenisation and collation into :func:`~icml25.rlthf.reward_model.weighted_bt_loss`; with unit
-weights the loss is TRL's own. A row without weights trains exactly as ``RewardTrainer``.
+weights (or no ``weight`` column) the loss is TRL's own. A training step's loss is the weighted
+mean over its whole global batch: the weighted terms of every accumulated micro-batch on every
+process, divided by the weights summed over all of them
+(:class:`icml25.llm.distributed.GlobalBatchNormalisation`). Dividing each micro-batch by its own
+weights instead would make the step a mean of per-rank ratios, in which a rank holding only
+amplified human pairs counts as much as one holding only AI-labelled pairs.
 
 Settings when no ``args`` are given (:func:`reward_config`, also the defaults of
 :func:`train_weighted_reward_model`): the paper does not report its reward-model
@@ -26,6 +31,7 @@ import torch
 from trl import RewardConfig, RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
+from icml25.llm.distributed import GlobalBatchNormalisation
 from icml25.llm.training import MixedPrecision
 from icml25.rlthf.reward_model import weighted_bt_loss
 
@@ -104,7 +110,7 @@ def _check_weights(name: str, ds: Any) -> None:
             raise ValueError(f"{name} row {i}: weight must be a finite number >= 0, got {w!r}")
 
 
-class WeightedRewardTrainer(RewardTrainer):
+class WeightedRewardTrainer(GlobalBatchNormalisation, RewardTrainer):
     """``trl.RewardTrainer`` whose loss is the weighted Bradley-Terry loss of RLTHF (§3.4).
 
     Datasets are TRL's preference rows (``to_trl(..., weights=w)`` of
@@ -114,6 +120,13 @@ class WeightedRewardTrainer(RewardTrainer):
     (lr 1e-5, 1 epoch, batch 8 x 4 accumulation, no length cap, a temporary output folder,
     float32 on a CPU machine) instead of TRL's. Everything else (PEFT, accelerate, logging) is
     ``RewardTrainer``'s.
+
+    Data-parallel: under ``torchrun``/``accelerate launch`` (DDP; DeepSpeed and FSDP through
+    ``RewardConfig``) a training step is the weighted Bradley-Terry loss over the global batch
+    (all processes and accumulated micro-batches), so two processes with batch ``b`` train the
+    same weights as one process with batch ``2b`` (tests/rlthf/test_distributed.py).
+    ``center_rewards_coefficient``'s term stays TRL's per-micro-batch mean of pairs.
+    Evaluation reports the mean of the batches' weighted losses, as TRL does.
     """
 
     def __init__(
@@ -156,19 +169,33 @@ class WeightedRewardTrainer(RewardTrainer):
         if "weight" not in self._signature_columns:
             self._signature_columns = [*self._signature_columns, "weight"]
 
+    def loss_denominator(self, batch: dict[str, Any]) -> Any:
+        """The weight of one collated micro-batch (its number of pairs without weights)."""
+        if "weight" in batch:
+            return batch["weight"].sum()
+        return torch.tensor(float(batch["input_ids"].shape[0] // 2))
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         weights = inputs.pop("weight", None)
-        if weights is None:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
         margin = inputs.pop("margin", None)
         outputs = model(
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False
         )
         r_c, r_r = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
-        loss = weighted_bt_loss(r_c, r_r, weights.to(r_c.device, r_c.dtype), margin)
+        if weights is not None:
+            weights = weights.to(r_c.device, r_c.dtype)
+        if num_items_in_batch is None:  # evaluation: this batch's weighted mean
+            loss = weighted_bt_loss(r_c, r_r, weights, margin)
+        else:  # training: this batch's share of the global weighted mean
+            loss = self.global_mean(
+                weighted_bt_loss(r_c, r_r, weights, margin, reduction="sum"), num_items_in_batch
+            )
         if self.args.center_rewards_coefficient is not None:
-            loss = loss + self.args.center_rewards_coefficient * torch.mean((r_c + r_r) ** 2)
+            center = self.args.center_rewards_coefficient * torch.mean((r_c + r_r) ** 2)
+            if num_items_in_batch is not None:  # TRL's scaling of a per-batch mean
+                center = center / self.current_gradient_accumulation_steps
+            loss = loss + center
         # the metrics RewardTrainer.compute_loss logs, so both paths report the same keys
         if mode == "train":
             n_tok = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
