@@ -118,27 +118,63 @@ def test_fpo_trainer_bad_input(setup):
         )
 
 
+def test_train_preference_refuses_to_run_as_one_of_several_processes(setup, monkeypatch):
+    """Under torchrun every process would train the same batches: a clear error naming the
+    data-parallel entry point (the 2-process worker checks it under a real launch too)."""
+    from icml25.fpo import PreferenceConfig, train_preference
+
+    tok, model, ds, _, _ = setup
+    pol = copy.deepcopy(model)
+    before = [p.detach().clone() for p in pol.parameters()]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match=r"single-process loop.*one of 2 processes.*FPOTrainer"):
+        train_preference(pol, tok, ds, PreferenceConfig(method="simpo", batch_size=4))
+    assert all(torch.equal(a, b) for a, b in zip(before, pol.parameters()))
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: it trains
+    hist = train_preference(pol, tok, ds, PreferenceConfig(method="simpo", batch_size=4, lr=1e-3))
+    assert hist.steps and any(not torch.equal(a, b) for a, b in zip(before, pol.parameters()))
+
+
 @pytest.mark.slow
-def test_fpo_trainer_under_accelerate_two_gloo_processes(tmp_path):
-    """Two CPU processes (torchrun + accelerate's DDP over gloo): both ranks train on a datasets
-    folder and end with the same weights."""
-    import json
-    import os
-    import subprocess
-    import sys
+def test_fpo_trainer_two_gloo_processes_equal_one_process(ranks):
+    """FPOTrainer under torchrun with 2 gloo processes x 4 pairs equals 1 process x 8 pairs:
+    the logged losses of 3 steps, the trained weights on both ranks, and the checkpoint that
+    ``trainer.save_model`` wrote on rank 0 (it reloads to the trained weights). Both the
+    records held in memory (a list) and a ``datasets`` folder. Each rank looks up its own pairs'
+    precomputed reference log-probs and SAE codes (keyed by content), the values of the
+    one-process run; the pairs' reference values all differ (another rank's rows would change
+    the loss: reading rank 0's rows on rank 1 moves the losses by ~3e-3)."""
     from pathlib import Path
 
+    from safetensors.torch import load_file
+
     worker = Path(__file__).with_name("_ddp_worker.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ICML25_QUIET": "1"}
-    subprocess.run([sys.executable, str(worker), "--write-data", str(tmp_path)], env=env,
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    # torchrun starts the two ranks; the Trainer's accelerate state sets up gloo DDP from them
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(29500 + os.getpid() % 1000), str(worker), str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert all(r["world"] == 2 for r in ranks)
-    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9)
-    assert all(len(r["losses"]) == 2 for r in ranks)
-    assert abs(ranks[0]["checksum"] - ranks[0]["init"]) > 1e-6  # training moved the weights
+    (one,) = ranks(worker, "8", "3", "list", nproc=1)
+    two = ranks(worker, "4", "3", "list,disk", nproc=2)
+    want = torch.load(Path(one["out"]) / "params-list-rank0.pt")
+    losses = one["list"]["losses"]
+    assert len(losses) == 3 and one["list"]["moved"] > 1e-3  # training moved the weights
+    assert one["list"]["reload_max_diff"] == 0.0
+    seen = one["list"]["seen"]
+    refs = [v[0] for step in seen for v in step.values()]
+    assert len(refs) == 24 and len({round(v, 4) for v in refs}) > 20  # values differ per pair
+    for source in ("list", "disk"):
+        for r, rec in enumerate(two):
+            assert rec["world"] == 2
+            assert rec[source]["losses"] == pytest.approx(losses, rel=1e-5, abs=0), (source, r)
+            got = torch.load(Path(rec["out"]) / f"params-{source}-rank{r}.pt")
+            for n, p in want.items():
+                assert torch.allclose(got[n], p, rtol=0, atol=5e-6), (source, r, n)
+        assert two[0][source]["reload_max_diff"] == 0.0
+        saved = load_file(Path(two[0]["out"]) / f"model-{source}" / "model.safetensors")
+        assert saved and all(torch.allclose(saved[n], want[n], rtol=0, atol=5e-6) for n in saved)
+        for step, expect in enumerate(seen):
+            r0, r1 = two[0][source]["seen"][step], two[1][source]["seen"][step]
+            assert len(r0) == len(r1) == 4 and not set(r0) & set(r1)  # each rank its own pairs
+            got = {**r0, **r1}
+            assert got.keys() == expect.keys()
+            for k, v in expect.items():
+                assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6), (source, step, k)
+    for rec in two:  # the plain loop refuses to run duplicated, before and after DDP set-up
+        for key in ("guard_env", "guard_group"):
+            assert "single-process loop" in rec[key] and "FPOTrainer" in rec[key], rec[key]

@@ -36,3 +36,15 @@ def test_the_step_denominator_sums_the_micro_batches_and_refuses_zero():
     assert float(loss) == pytest.approx(2.0)  # the loss is not divided again by the steps
     with pytest.raises(ValueError, match="denominator of this optimiser step is 0.0"):
         t._get_num_items_in_batch([{"weight": torch.zeros(3)}], torch.device("cpu"))
+
+
+def test_a_single_process_loop_refuses_a_multi_process_launch(monkeypatch):
+    from icml25.llm.distributed import launched_processes, refuse_several_processes
+
+    refuse_several_processes("loop", "Trainer")  # one process: nothing happens
+    monkeypatch.setenv("WORLD_SIZE", "4")  # torchrun sets it before any process group exists
+    assert launched_processes() == 4
+    with pytest.raises(RuntimeError, match=r"loop is a single-process loop.*one of 4.*Launch Tr"):
+        refuse_several_processes("loop", "Trainer")
+    monkeypatch.setenv("WORLD_SIZE", "not a number")
+    assert launched_processes() == 1

@@ -13,8 +13,9 @@ sparse-autoencoder features at one layer (paper Eq. 10-11) instead of the sequen
 * :class:`ResidualCapture`, :func:`get_decoder_layers`: block ℓ's residual stream by hook.
 * :func:`build_reference_cache`, :class:`ReferenceCache`: the offline reference (safetensors).
 * :class:`PreferenceCollator`, :func:`load_preferences`: TRL-format data.
-* :class:`PreferenceConfig`, :func:`train_preference`: a plain loop; :class:`FPOTrainer`: a TRL
-  ``DPOTrainer`` subclass for real scale (extra ``train``).
+* :class:`PreferenceConfig`, :func:`train_preference`: a plain single-process loop;
+  :class:`FPOTrainer`: a TRL ``DPOTrainer`` subclass for real scale and several GPUs (extra
+  ``train``; data-parallel under ``torchrun`` / ``accelerate launch``).
 * :mod:`~icml25.fpo.metrics`: win rates, reward accuracy, entropy, sequential KL.
 
 See docs/fpo.md.

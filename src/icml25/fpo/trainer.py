@@ -1,6 +1,7 @@
 """A plain training loop over the losses of :mod:`icml25.fpo.losses` (FPO, DPO, SimPO, TDPO-1/2,
-SFT), for small models and the offline reproduction. Real-scale runs use
-:class:`~icml25.fpo.trl_trainer.FPOTrainer` (a TRL ``DPOTrainer``) with the same losses.
+SFT), for small models and the offline reproduction, in ONE process (it refuses to run as one of
+several). Real-scale and multi-GPU runs use :class:`~icml25.fpo.trl_trainer.FPOTrainer` (a TRL
+``DPOTrainer``, data-parallel under ``torchrun`` / ``accelerate launch``) with the same losses.
 
 Per step FPO runs ONE policy forward/backward over the chosen+rejected batch, with the residual
 stream of block ℓ captured by a hook and encoded by the frozen SAE, and reads the reference from
@@ -36,6 +37,7 @@ from icml25.fpo.losses import (
     tdpo_loss,
 )
 from icml25.fpo.sae import SparseAutoencoder
+from icml25.llm.distributed import refuse_several_processes
 from icml25.llm.training import MixedPrecision, dropout_disabled
 
 __all__ = ["METHODS", "History", "PreferenceConfig", "preference_step_loss", "train_preference"]
@@ -280,8 +282,18 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     ``save_every`` steps and at the end, and a rerun with the same file resumes from it.
     ``eval_fn(model) -> dict`` runs every ``eval_every`` steps and at the end; ``callback(step,
     model)`` after every step. Returns a :class:`History`. The policy is left in eval mode.
+
+    Single process, one device: under ``torchrun`` or ``accelerate launch`` with more than one
+    process it raises ``RuntimeError`` (every process would train the same batches). The paper
+    trained on 4 GPUs; :class:`~icml25.fpo.trl_trainer.FPOTrainer` is the data-parallel entry
+    point (docs/fpo.md, "Several GPUs").
     """
     from icml25.progress import track
+
+    refuse_several_processes(
+        "train_preference",
+        "icml25.fpo.FPOTrainer (a TRL DPOTrainer, data-parallel under accelerate/torchrun)",
+    )
 
     if not isinstance(config, PreferenceConfig):
         raise TypeError(f"config must be a PreferenceConfig, got {type(config).__name__}")

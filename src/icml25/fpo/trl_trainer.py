@@ -1,5 +1,8 @@
-"""FPO at real scale: a TRL ``DPOTrainer`` whose loss is FPO (paper Eq. 11), so ``accelerate
-launch`` (DDP, FSDP, DeepSpeed), PEFT, gradient checkpointing and TRL's logging work unchanged.
+"""FPO at real scale: a TRL ``DPOTrainer`` whose loss is FPO (paper Eq. 11), so PEFT, gradient
+checkpointing, TRL's logging and data parallelism (``torchrun`` / ``accelerate launch``: DDP;
+FSDP and DeepSpeed through accelerate, not run here) work unchanged. The loss is a mean over
+pairs, and every process holds as many pairs, so DDP's gradient average is the global-batch mean
+(tested: two gloo processes equal one; docs/fpo.md, "Several GPUs").
 
 The reference half of the offline cache (paper §3, "Building Offline Reference Margin and
 Constraint") is TRL's own ``precompute_ref_log_probs=True`` (summed reference log-probs per
@@ -9,9 +12,10 @@ precomputes (the training set and ``eval_dataset`` at construction, a dataset pa
 PEFT adapter disabled) runs over the tokenized pairs and the pooled SAE codes of each response are
 kept in a :class:`~icml25.fpo.cache.ReferenceCache`. The cache is keyed by each pair's CONTENT (a
 63-bit hash of its prompt, chosen and rejected token ids, computed by the collator), never by its
-row number, so an evaluation row never reads a training row's features. ``ref_cache_path`` saves it
-(safetensors) and reuses it on the next run after checking its fingerprints. Each training step is
-one policy forward with a hook on block ℓ.
+row number, so an evaluation row never reads a training row's features, and under several
+processes each process (which computes the whole cache) reads its own pairs' rows.
+``ref_cache_path`` saves it (safetensors, rank 0) and reuses it on the next run after checking its
+fingerprints. Each training step is one policy forward with a hook on block ℓ.
 """
 
 from __future__ import annotations
@@ -216,9 +220,51 @@ class FPOTrainer(DPOTrainer):
     def _precompute_ref_logps(self, dataset: Any, name: str, batch_size: int) -> Any:
         """TRL's reference log-probs, plus the pooled reference SAE codes of every pair whose
         content the feature cache does not hold yet (same reference model, same collator)."""
-        out = super()._precompute_ref_logps(dataset, name, batch_size)
+        from datasets import Dataset
+
+        from icml25.llm.distributed import world_size
+
+        if world_size() > 1 and isinstance(dataset, Dataset) and not dataset.cache_files:
+            out = self._ref_logps_in_memory(dataset, batch_size)
+        else:
+            out = super()._precompute_ref_logps(dataset, name, batch_size)
         self._add_features(out, batch_size)
         return out
+
+    @torch.no_grad()
+    def _ref_logps_in_memory(self, dataset: Any, batch_size: int) -> Any:
+        """TRL's reference pass for a dataset held in memory (``Dataset.from_list``, a list of
+        records) under several processes. TRL shards the pass over the processes, gathers the
+        values and lets rank 0 write them to a cache file beside the dataset, which every rank
+        then opens; an in-memory dataset's file lies in rank 0's own temporary folder, so the
+        other ranks fail (FileNotFoundError). The same sharded pass (TRL's
+        ``compute_ref_log_probs``) and gather leave every rank with all values, in dataset
+        order, which each rank adds as the two columns TRL adds."""
+        from datasets import Dataset, concatenate_datasets
+        from torch.utils.data import DataLoader
+
+        loader = self.accelerator.prepare(
+            DataLoader(dataset, batch_size=batch_size, collate_fn=self.data_collator,
+                       num_workers=self.args.dataloader_num_workers,
+                       pin_memory=self.args.dataloader_pin_memory, shuffle=False)
+        )  # fmt: skip
+        if self.ref_model is None and self.is_deepspeed_enabled:  # as TRL: one inference engine
+            if getattr(self, "_precompute_engine", None) is None:
+                from trl.models import prepare_deepspeed
+
+                self._precompute_engine = prepare_deepspeed(self.model, self.accelerator)
+            model = self._precompute_engine
+        else:
+            model = self.ref_model or self.model
+        chosen, rejected = [], []
+        for batch in loader:
+            w, lo = self.compute_ref_log_probs(model, batch)
+            w, lo = self.accelerator.gather_for_metrics((w, lo))
+            chosen.append(w.float().cpu())
+            rejected.append(lo.float().cpu())
+        cols = Dataset.from_dict({"ref_chosen_logps": torch.cat(chosen).numpy(),
+                                  "ref_rejected_logps": torch.cat(rejected).numpy()})  # fmt: skip
+        return concatenate_datasets([dataset, cols], axis=1)
 
     def _reference(self) -> tuple[Any, contextlib.AbstractContextManager]:
         """The model TRL takes as the reference (``ref_model``, else the policy; a PEFT policy

@@ -11,6 +11,9 @@ multiply by the number of processes, so that the averaged gradient is the gradie
 
 - :func:`world_size`, :func:`all_reduce_sum`: the process count and a detached sum over processes
   (the identity without an initialised process group), for plain loops.
+- :func:`launched_processes`, :func:`refuse_several_processes`: a single-process loop started by
+  ``torchrun`` or ``accelerate launch`` would train the same batches once per process; it refuses
+  to run there and names the entry point that is data-parallel.
 - :class:`GlobalBatchNormalisation`: a mixin for ``transformers.Trainer`` subclasses. The Trainer
   calls :meth:`~GlobalBatchNormalisation.loss_denominator` on every micro-batch of an optimiser
   step before the first forward, sums it over the accumulated micro-batches and the processes, and
@@ -23,7 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GlobalBatchNormalisation", "all_reduce_sum", "world_size"]
+__all__ = [
+    "GlobalBatchNormalisation",
+    "all_reduce_sum",
+    "launched_processes",
+    "refuse_several_processes",
+    "world_size",
+]
 
 
 def world_size() -> int:
@@ -31,6 +40,28 @@ def world_size() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def launched_processes() -> int:
+    """The larger of :func:`world_size` and the ``WORLD_SIZE`` that ``torchrun`` and ``accelerate
+    launch`` set: under plain ``torchrun`` no process group exists until a trainer creates one."""
+    import os
+
+    env = os.environ.get("WORLD_SIZE", "1").strip()
+    return max(world_size(), int(env) if env.isdigit() else 1)
+
+
+def refuse_several_processes(entry: str, scalable: str) -> None:
+    """``RuntimeError`` when this process is one of several (:func:`launched_processes` > 1):
+    ``entry`` is a single-process loop, and each process would train on the same batches.
+    ``scalable`` names the data-parallel entry point to launch instead."""
+    n = launched_processes()
+    if n > 1:
+        raise RuntimeError(
+            f"{entry} is a single-process loop, but this is one of {n} processes (torchrun / "
+            f"accelerate launch): each would train on the same batches. Launch {scalable} on "
+            f"several GPUs, or run {entry} in one process"
+        )
 
 
 def all_reduce_sum(x: Any) -> Any:

@@ -2,7 +2,7 @@
 Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509; docs/twa.md).
 
     >>> data = load_mqm_tsv("mqm_newstest2021_ende.tsv")
-    >>> train_twa(model, tokenizer, data, TWAConfig(lr=1e-5))             # or TWAHFTrainer
+    >>> train_twa(model, tokenizer, data, TWAConfig(lr=1e-5))   # one process; TWAHFTrainer scales
     >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # your own loop
 """
 
@@ -27,7 +27,12 @@ from icml25.twa.baselines import (
     train_dpo,
     twa_seq_roles,
 )
-from icml25.twa.collate import TWACollator, chat_prompt_fn, twa_loss_on_batch
+from icml25.twa.collate import (
+    TWACollator,
+    chat_prompt_fn,
+    twa_loss_denominator,
+    twa_loss_on_batch,
+)
 from icml25.twa.loss import (
     TWALossOutput,
     log1mexp,
@@ -69,6 +74,7 @@ __all__ = [
     "train_dpo",
     "train_twa",
     "twa_loss",
+    "twa_loss_denominator",
     "twa_loss_on_batch",
     "twa_seq_roles",
     "translate_with_backend",

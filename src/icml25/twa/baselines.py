@@ -172,10 +172,13 @@ def train_dpo(
     inputs. As TRL's ``DPOTrainer``: the policy's log-probs are taken without dropout (so the
     first loss is log 2 when ``model`` equals ``ref_model``) and a bf16/fp16 model trains with
     float32 master weights under autocast (:class:`icml25.llm.MixedPrecision`). Returns the loss
-    per step; the model is left in ``eval()`` mode."""
+    per step; the model is left in ``eval()`` mode. Single-process: under ``torchrun`` it
+    raises, naming ``trl.DPOTrainer``, the data-parallel entry point for the same rows."""
     from icml25.llm import MixedPrecision, check_finite_loss, dropout_disabled
+    from icml25.llm.distributed import refuse_several_processes
     from icml25.twa.collate import TWACollator
 
+    refuse_several_processes("train_dpo", "trl.DPOTrainer on the same rows")
     if not pairs:
         raise ValueError("pairs is empty: nothing to train on")
     for i, row in enumerate(pairs):

@@ -25,7 +25,7 @@ from icml25.twa.align import UNLOCALIZED_POLICIES, build_token_roles, char_spans
 from icml25.twa.annotations import AnnotatedTranslation, ErrorSpan, severity_weight
 from icml25.twa.loss import TWALossOutput, twa_loss
 
-__all__ = ["TWACollator", "chat_prompt_fn", "twa_loss_on_batch"]
+__all__ = ["TWACollator", "chat_prompt_fn", "twa_loss_denominator", "twa_loss_on_batch"]
 
 
 _SENTINEL = "\u2063TWA\u2063"  # an assistant reply the template cannot confuse with markup
@@ -278,3 +278,28 @@ def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "
     if model_type == "causal":
         logits, labels, pos, ids = logits[:, :-1], labels[:, 1:], pos[:, 1:], ids[:, 1:]
     return twa_loss(logits, labels, pos, ids, b["span_weights"], **loss_kw)
+
+
+def twa_loss_denominator(batch: Mapping[str, Tensor], *, model_type: str = "causal",
+                         reduction: str = "token_mean") -> int:  # fmt: skip
+    """The count :func:`twa_loss_on_batch` divides the batch's summed loss by, from the
+    :class:`TWACollator` batch alone (no forward): ``"token_mean"``, the tokens that receive a
+    loss (cross-entropy or inside an error span); ``"seq_mean"``, the sequences with at least one
+    such token; ``"sum"``, 1. For a causal LM the first position is dropped, as the loss's shift
+    drops it. Summed over the micro-batches and processes of an optimiser step it is the
+    denominator of the global-batch loss (:class:`~icml25.twa.train.TWAHFTrainer`)."""
+    from icml25.twa.loss import REDUCTIONS
+
+    if model_type not in ("causal", "seq2seq"):
+        raise ValueError(f"model_type must be 'causal' or 'seq2seq', got {model_type!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if reduction == "sum":
+        return 1
+    pos, ids = batch["positive"], batch["span_ids"]
+    if model_type == "causal":
+        pos, ids = pos[:, 1:], ids[:, 1:]
+    scored = pos.bool() | (ids >= 0)
+    if reduction == "token_mean":
+        return int(scored.sum())
+    return int(scored.any(-1).sum())

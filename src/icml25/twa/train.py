@@ -1,9 +1,9 @@
-"""Training with TWA: a plain PyTorch loop (:func:`train_twa`) for small models and tests, and
-:class:`TWAHFTrainer`, a ``transformers.Trainer`` whose loss is :func:`twa_loss`, for real scale
-(``accelerate launch`` runs it with DDP/FSDP/DeepSpeed unchanged). Both take causal LMs and
-seq2seq translation models (Marian, T5, NLLB). The defaults of :class:`TWAConfig` (and of
-``TWAHFTrainer(args=None)``) are ours (the paper's optimiser settings could not be read;
-docs/twa.md).
+"""Training with TWA: a plain PyTorch loop (:func:`train_twa`, one process) for small models and
+tests, and :class:`TWAHFTrainer`, a ``transformers.Trainer`` whose loss is :func:`twa_loss`, for
+real scale and several GPUs (data-parallel under ``torchrun`` / ``accelerate launch``, the loss
+normalised over the global batch). Both take causal LMs and seq2seq translation models (Marian,
+T5, NLLB). The defaults of :class:`TWAConfig` (and of ``TWAHFTrainer(args=None)``) are ours (the
+paper's optimiser settings could not be read; docs/twa.md).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from icml25.llm.distributed import refuse_several_processes
 from icml25.twa.annotations import AnnotatedTranslation
-from icml25.twa.collate import TWACollator, twa_loss_on_batch
+from icml25.twa.collate import TWACollator, twa_loss_denominator, twa_loss_on_batch
 
 __all__ = ["TWAConfig", "TWAHFTrainer", "TrainHistory", "train_twa"]
 
@@ -115,9 +116,18 @@ def train_twa(
     stays on as configured (as TRL's ``SFTTrainer`` trains); a bf16/fp16 checkpoint trains float32
     master weights with the forward under autocast in its own dtype
     (:class:`~icml25.llm.MixedPrecision`), so its trainable parameters are float32 afterwards.
-    The model is left in ``eval()`` mode."""
+    The model is left in ``eval()`` mode.
+
+    Single process, one device: as one of several processes (``torchrun``, ``accelerate
+    launch``) it raises ``RuntimeError``, since each would train the same batches;
+    :class:`TWAHFTrainer` is the data-parallel entry point (docs/twa.md, "Several GPUs")."""
     from icml25.llm.training import MixedPrecision
     from icml25.progress import track
+
+    refuse_several_processes(
+        "train_twa",
+        "icml25.twa.TWAHFTrainer (a transformers Seq2SeqTrainer, data-parallel under accelerate/torchrun)",
+    )
 
     cfg = config or TWAConfig()
     if not isinstance(cfg, TWAConfig):
@@ -201,9 +211,10 @@ except ImportError:  # pragma: no cover
     _Trainer = None
 
 if _Trainer is not None:
+    from icml25.llm.distributed import GlobalBatchNormalisation
     from icml25.llm.training import MixedPrecision
 
-    class TWAHFTrainer(_Trainer):
+    class TWAHFTrainer(GlobalBatchNormalisation, _Trainer):
         """``transformers.Seq2SeqTrainer`` with the TWA loss, for seq2seq and causal models.
 
         Args (beyond the ``Seq2SeqTrainer``'s):
@@ -221,11 +232,16 @@ if _Trainer is not None:
         bf16 mixed precision only on a GPU that has it. ``eval_dataset`` and
         ``trainer.evaluate(dataset)`` report the TWA loss (``eval_loss``); with
         ``predict_with_generate=True`` (seq2seq) the predictions are generated translations for
-        ``compute_metrics``. The loss is already a token mean per micro-batch, so the Trainer must
-        not rescale it for gradient accumulation by item count (``loss_is_scaled_for_ga``).
-        Dropout stays on in training, as in TRL's SFT (docs/twa.md)."""
+        ``compute_metrics``. Dropout stays on in training, as in TRL's SFT (docs/twa.md).
 
-        loss_is_scaled_for_ga = False
+        A training step's loss is normalised over the GLOBAL batch: the summed TWA loss of every
+        micro-batch (over the accumulated micro-batches and the processes) divided by the summed
+        count of :func:`~icml25.twa.twa_loss_denominator` (the tokens that receive a loss for
+        ``"token_mean"``, the sequences for ``"seq_mean"``; ``"sum"`` is the global sum), so 2
+        processes x batch B, or gradient accumulation 2 x B, train as one process with batch 2B
+        (:class:`~icml25.llm.distributed.GlobalBatchNormalisation`). Evaluation reports the
+        per-batch mean. A step where no token of any micro-batch receives a loss (every example
+        with only unlocalizable errors, ``unlocalized="no_positive"``) has loss 0."""
 
         @staticmethod
         def default_args(output_dir=None, **overrides):
@@ -294,16 +310,47 @@ if _Trainer is not None:
                     "target after the prompt; generate from the prompts yourself "
                     "(icml25.twa.translate_with_backend)"
                 )
-            self.model_type, self.twa_loss_kwargs = model_type, dict(twa_loss_kwargs or {})
+            from icml25.twa.loss import REDUCTIONS
+
+            twa_loss_kwargs = dict(twa_loss_kwargs or {})
+            if twa_loss_kwargs.get("reduction", "token_mean") not in REDUCTIONS:
+                raise ValueError(f"twa_loss_kwargs['reduction'] must be one of {REDUCTIONS}, got "
+                                 f"{twa_loss_kwargs['reduction']!r}")  # fmt: skip
+            self.model_type, self.twa_loss_kwargs = model_type, twa_loss_kwargs
             super().__init__(model=model, args=args, data_collator=data_collator,
                              train_dataset=train_dataset, eval_dataset=eval_dataset,
                              processing_class=processing_class, **kwargs)  # fmt: skip
 
+        def loss_denominator(self, batch):
+            """The count the micro-batch's summed TWA loss is divided by (tokens for
+            ``"token_mean"``, sequences for ``"seq_mean"``; 1 for ``"sum"``)."""
+            reduction = self.twa_loss_kwargs.get("reduction", "token_mean")
+            return twa_loss_denominator(batch, model_type=self.model_type, reduction=reduction)
+
+        def _get_num_items_in_batch(self, batch_samples, device):
+            try:
+                return super()._get_num_items_in_batch(batch_samples, device)
+            except ValueError as e:
+                if "loss denominator" not in str(e):
+                    raise
+                # no token of this optimiser step receives a loss on any process: every summed
+                # loss is twa_loss's exact zero, and the step's loss is 0 (not 0 / 0)
+                return torch.ones((), dtype=torch.float64, device=device)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            out = twa_loss_on_batch(
-                model, inputs, model_type=self.model_type, **self.twa_loss_kwargs
-            )
-            return (out.loss, out) if return_outputs else out.loss
+            kw = dict(self.twa_loss_kwargs)
+            reduction = kw.pop("reduction", "token_mean")
+            if num_items_in_batch is None:  # evaluation: the per-batch reduction
+                out = twa_loss_on_batch(model, inputs, model_type=self.model_type,
+                                        reduction=reduction, **kw)  # fmt: skip
+                return (out.loss, out) if return_outputs else out.loss
+            # training: this micro-batch's sum over the global count (denominator 1 for "sum")
+            out = twa_loss_on_batch(model, inputs, model_type=self.model_type, reduction="sum",
+                                    **kw)  # fmt: skip
+            if reduction == "sum":
+                num_items_in_batch = torch.ones((), device=out.loss.device)
+            loss = self.global_mean(out.loss, num_items_in_batch)
+            return (loss, out) if return_outputs else loss
 
         def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None,
                             **gen_kwargs):  # fmt: skip
