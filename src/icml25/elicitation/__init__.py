@@ -2,16 +2,18 @@
 arXiv:2502.01236). Guide: docs/elicitation.md.
 
 An investigator ``q_θ(x | b)`` writes prompts ``x`` that make a target model show behaviour ``b``:
-trained as a reverse model (:func:`build_reverse_pairs`, :func:`reverse_sft`), then by DPO rounds
-on the target's likelihood (:func:`dpo_round`, :func:`train_dpo`; TRL through
-:func:`dpo_trainer` with :func:`default_dpo_config`), then by Frank-Wolfe iterations for diversity (:func:`frank_wolfe`,
+trained as a reverse model (:func:`build_reverse_pairs`, :func:`reverse_sft`; TRL through
+:func:`reverse_sft_trainer` with :func:`default_reverse_sft_config`), then by DPO rounds on the
+target's likelihood (:func:`dpo_round`, :func:`train_dpo`; TRL through :func:`dpo_trainer` with
+:func:`default_dpo_config`), then by Frank-Wolfe iterations for diversity (:func:`frank_wolfe`,
 :class:`InvestigatorMixture`). Targets are local Hugging Face models (:class:`HFTargetModel`) or
 OpenAI-compatible servers (:class:`OpenAICompatTarget`); rewards are string likelihoods
 (:class:`StringReward`) or rubric verifiers (:class:`RubricReward`, :class:`LLMJudge`).
 Checkpoints load through ``icml25.llm.load_model`` (:meth:`Investigator.load`,
 :meth:`HFTargetModel.load`, with ``device`` and ``dtype``); training follows TRL's conventions
 (dropout off for DPO log-probs, float32 master weights for bf16 checkpoints, targets tokenised as
-TRL tokenises them).
+TRL tokenises them). The plain loops are single-process; the TRL entry points run data-parallel
+under ``torchrun`` / ``accelerate launch``.
 
 Importing this package imports torch.
 """
@@ -40,7 +42,12 @@ from icml25.elicitation.metrics import (
     trigger_coverage,
 )
 from icml25.elicitation.rewards import LLMJudge, PenalizedReward, RubricReward, StringReward
-from icml25.elicitation.sft import build_reverse_pairs, reverse_sft
+from icml25.elicitation.sft import (
+    build_reverse_pairs,
+    default_reverse_sft_config,
+    reverse_sft,
+    reverse_sft_trainer,
+)
 from icml25.elicitation.toy import PlantedTriggerWorld, ToyTargetError
 
 __all__ = [
@@ -58,6 +65,7 @@ __all__ = [
     "ToyTargetError",
     "build_reverse_pairs",
     "default_dpo_config",
+    "default_reverse_sft_config",
     "distinct_n",
     "dpo_loss",
     "dpo_round",
@@ -68,6 +76,7 @@ __all__ = [
     "mean_logprob",
     "pairwise_jaccard",
     "reverse_sft",
+    "reverse_sft_trainer",
     "sample_preference_pairs",
     "success_rate",
     "successes",

@@ -14,8 +14,11 @@ float32 master weights and the forward under autocast in its dtype (``icml25.llm
 the chosen and rejected prompts tokenised as TRL tokenises the rows of :func:`dpo_trainer`
 (:meth:`Investigator.row`).
 
-For real scale, :func:`dpo_trainer` builds TRL's ``DPOTrainer`` on the same pairs (extra
-``train``), so ``accelerate launch`` runs a round on many GPUs.
+:func:`dpo_round` and :func:`train_dpo` are single-process loops (they refuse to run under several
+processes). For several GPUs, :func:`dpo_trainer` builds TRL's ``DPOTrainer`` on a round's pairs
+(extra ``train``): data-parallel under ``torchrun`` / ``accelerate launch``, the sigmoid loss a
+mean over pairs, so equal per-process batches give the global-batch mean (docs/elicitation.md,
+Several GPUs). Sampling and scoring a round's candidates stay single-process here.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 
 from icml25.elicitation._decode import train_mode
 from icml25.elicitation.investigator import Investigator, _check_strings, _int
+from icml25.llm.distributed import refuse_several_processes
 from icml25.preference import dpo_losses as _shared_dpo_losses
 
 __all__ = [
@@ -128,7 +132,12 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
     ``policy.mixed_precision()`` for a bf16/fp16 investigator (:func:`train_dpo` does).
     ``disable_dropout`` (default ``True``, TRL's ``DPOConfig.disable_dropout``): the policy's
     log-probs come from the model without dropout. Every submodule's train/eval flag is restored
-    afterwards."""
+    afterwards. Single-process: under ``torchrun`` with more than one process it raises
+    ``RuntimeError``; :func:`dpo_trainer` is the entry point for several GPUs."""
+    refuse_several_processes(
+        "dpo_round",
+        "icml25.elicitation.dpo_trainer (TRL's DPOTrainer, data-parallel under torchrun / accelerate launch)",
+    )
     bs = _check_strings("behaviors", behaviors)
     n_candidates, steps = _int("n_candidates", n_candidates, 2), _int("steps", steps)
     seed = _int("seed", seed, 0)
@@ -202,7 +211,13 @@ def _precision_hint(inv: Investigator) -> str:
 def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
               rounds: int, *, lr: float = 5e-6, seed: int = 0, callback: Callable[[int, dict], None] | None = None,
               progress: bool | None = None, desc: str = "DPO rounds", **round_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
-    """``rounds`` DPO rounds with one AdamW kept across them; ``callback(round, stats)``."""
+    """``rounds`` DPO rounds with one AdamW kept across them; ``callback(round, stats)``.
+    Single-process, as :func:`dpo_round` (``RuntimeError`` under several processes; use
+    :func:`dpo_trainer` on each round's pairs for several GPUs)."""
+    refuse_several_processes(
+        "train_dpo",
+        "icml25.elicitation.dpo_trainer (TRL's DPOTrainer, data-parallel under torchrun / accelerate launch)",
+    )
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
     from icml25.progress import track
@@ -315,7 +330,16 @@ def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[Prefere
     :func:`default_dpo_config` (the defaults of :func:`dpo_round`, a temporary output folder, runs
     on CPU). A bf16/fp16 investigator gets float32 master weights first, as in :func:`dpo_round`.
     Use it for investigators without a restricted vocabulary (TRL normalises over the whole
-    vocabulary). ``kwargs`` go to ``DPOTrainer`` (``callbacks=...``)."""
+    vocabulary). ``kwargs`` go to ``DPOTrainer`` (``callbacks=...``).
+
+    The entry point for several GPUs: run the script under ``torchrun --nproc_per_node N`` (or
+    ``accelerate launch --num_processes N``); each process takes ``per_device_train_batch_size``
+    pairs of every global batch and DDP averages the per-process mean losses, which is the mean
+    over the global batch when every process holds as many pairs (give a number of pairs that is a
+    multiple of processes x batch: accelerate fills a short last batch by repeating pairs). Two
+    gloo processes train to the weights of one process on the same batch
+    (tests/elicitation/test_distributed.py). Call ``trainer.save_model(path)`` on every process;
+    the main process writes the checkpoint."""
     try:
         import datasets  # noqa: F401
         from trl import DPOTrainer

@@ -8,6 +8,12 @@ The loop follows TRL's ``SFTTrainer`` conventions: the targets are the completio
 end of turn, or the EOS of a text row), the loss is their mean negative log-likelihood over the
 batch, dropout stays as the model configures it (TRL's SFT does not disable it), and a bf16/fp16
 investigator trains with float32 master weights and the forward under autocast in its dtype.
+
+:func:`reverse_sft` is a single-process loop (it refuses to run under several processes).
+:func:`reverse_sft_trainer` builds TRL's ``SFTTrainer`` on the same rows and targets with the same
+defaults (:func:`default_reverse_sft_config`): the entry point for several GPUs, data-parallel
+under ``torchrun`` / ``accelerate launch`` with the loss normalised by the completion-token count
+of the whole global batch (docs/elicitation.md, Several GPUs).
 """
 
 from __future__ import annotations
@@ -20,8 +26,33 @@ import torch
 
 from icml25.elicitation._decode import train_mode
 from icml25.elicitation.investigator import Investigator, _check_strings, _int
+from icml25.llm.distributed import refuse_several_processes
 
-__all__ = ["build_reverse_pairs", "reverse_sft"]
+__all__ = [
+    "build_reverse_pairs",
+    "default_reverse_sft_config",
+    "reverse_sft",
+    "reverse_sft_trainer",
+]
+
+
+def _check_pairs(pairs: Any, what: str = "pairs") -> list[tuple[str, str]]:
+    """``pairs`` as a list of ``(behaviour, prompt)`` string pairs, or a clear error."""
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(
+            f"{what} must be a list of (behaviour, prompt) pairs, got {type(pairs).__name__}"
+        )
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError(f"{what} is empty")
+    for i, p in enumerate(pairs):
+        if not (
+            isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) for s in p)
+        ):
+            raise TypeError(
+                f"{what}[{i}] must be a (behaviour, prompt) pair of strings, got {p!r:.60}"
+            )
+    return [(p[0], p[1]) for p in pairs]
 
 
 def build_reverse_pairs(target: Any, prompts: Sequence[str], *, y_source: str = "target",
@@ -77,21 +108,20 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
     configured, like TRL's ``SFTTrainer``; ``disable_dropout=True`` turns it off) and every
     submodule's mode is restored afterwards. A bf16/fp16 investigator keeps float32 master weights
     (``inv.mixed_precision()``). The losses are kept in ``inv.sft_losses``.
+
+    Single-process: under ``torchrun`` (``torch.distributed`` initialised with more than one
+    process) it raises ``RuntimeError`` rather than train a copy per process on all the pairs;
+    :func:`reverse_sft_trainer` is the entry point for several GPUs.
     """
     from icml25.progress import track
 
+    refuse_several_processes(
+        "reverse_sft",
+        "icml25.elicitation.reverse_sft_trainer (TRL's SFTTrainer, data-parallel under torchrun / accelerate launch)",
+    )
     if not isinstance(inv, Investigator):
         raise TypeError(f"inv must be an Investigator, got {type(inv).__name__}")
-    pairs = list(pairs)
-    if not pairs:
-        raise ValueError("pairs is empty")
-    for i, p in enumerate(pairs):
-        if not (
-            isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) for s in p)
-        ):
-            raise TypeError(
-                f"pairs[{i}] must be a (behaviour, prompt) pair of strings, got {p!r:.60}"
-            )
+    pairs = _check_pairs(pairs)
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     batch_size = _int("batch_size", batch_size)
@@ -154,3 +184,126 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
             losses.append(float(loss.detach()))
     inv.sft_losses = losses
     return inv
+
+
+def default_reverse_sft_config(**overrides: Any) -> Any:
+    """The ``trl.SFTConfig`` :func:`reverse_sft_trainer` uses when ``args=None``: the defaults of
+    :func:`reverse_sft` (the third-party Llama-3.1-8B recipe; the paper, §3.1, states none):
+
+    - ``num_train_epochs=3``, ``learning_rate=5e-5``, ``per_device_train_batch_size=16`` (and
+      ``per_device_eval_batch_size=16``), ``warmup_steps=50`` then cosine decay to 0, AdamW with
+      ``weight_decay=0``, gradient clip 1.0, ``seed=0``;
+    - ``max_length=None``: no truncation (:func:`reverse_sft` keeps every token; behaviours are
+      already cut to the investigator's ``max_behavior_tokens``), no packing, no gradient
+      checkpointing (:func:`reverse_sft` uses none);
+    - ``average_tokens_across_devices=True`` (``transformers``' default, set explicitly): the loss
+      is the sum over completion tokens divided by their count over the whole step (all processes
+      and accumulated micro-batches), :func:`reverse_sft`'s mean over the batch's completion
+      tokens, however the batch is split over processes;
+    - ``output_dir``: a fresh temporary folder, ``save_strategy="no"``, ``report_to=[]``,
+      ``logging_steps=1``: nothing is written in the working directory;
+    - ``bf16=True`` only on a CUDA device that supports it, otherwise float32 (``use_cpu`` when
+      there is no CUDA device).
+
+    Two differences of the ``Trainer`` from :func:`reverse_sft` remain: its warm-up starts at
+    learning rate 0 (ours at ``lr / warmup``), and it batches each epoch separately (ours draws
+    batches across epoch boundaries). ``overrides`` replace any field (``SFTConfig`` keywords).
+    """
+    import tempfile
+
+    from trl import SFTConfig
+
+    cuda = torch.cuda.is_available()
+    kw: dict[str, Any] = dict(
+        output_dir=tempfile.mkdtemp(prefix="icml25-elicit-sft-"),
+        num_train_epochs=3.0,
+        learning_rate=5e-5,
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=16,
+        warmup_steps=50,
+        lr_scheduler_type="cosine",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        seed=0,
+        max_length=None,
+        average_tokens_across_devices=True,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=1,
+        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        fp16=False,
+        use_cpu=not cuda,
+    )
+    # transformers 5 renamed gradient_checkpointing (TRL's SFT default: on) to activation_checkpointing
+    fields = getattr(SFTConfig, "__dataclass_fields__", {})
+    kw[
+        "activation_checkpointing"
+        if "activation_checkpointing" in fields
+        else "gradient_checkpointing"
+    ] = False
+    kw.update(overrides)
+    return SFTConfig(**kw)
+
+
+def _reverse_rows(inv: Investigator, pairs: Any, what: str) -> Any:
+    """A ``datasets.Dataset`` of TRL prompt-completion rows (:meth:`Investigator.row`, the
+    behaviour cut to ``max_behavior_tokens`` as :func:`reverse_sft` cuts it) from ``(behaviour,
+    prompt)`` pairs; a ``datasets.Dataset`` (or a dict of them) passes through."""
+    import datasets
+
+    if isinstance(pairs, (datasets.Dataset, datasets.IterableDataset)):
+        return pairs
+    if isinstance(pairs, dict):
+        return {k: _reverse_rows(inv, v, f"{what}[{k!r}]") for k, v in pairs.items()}
+    rows = []
+    for b, x in _check_pairs(pairs, what):
+        prompt, completion = inv.row(inv._behavior(b), x)
+        rows.append({"prompt": prompt, "completion": completion})
+    return datasets.Dataset.from_list(rows)
+
+
+def reverse_sft_trainer(inv: Investigator, pairs: Sequence[tuple[str, str]], args: Any = None, *,
+                        eval_dataset: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+    """TRL's ``SFTTrainer`` for the reverse model (§3.1) on the ``(behaviour, prompt)`` pairs of
+    :func:`reverse_sft` (needs ``icml25[train]``); call ``.train()`` on it. The entry point for
+    several GPUs: run the script under ``torchrun --nproc_per_node N`` (or ``accelerate launch
+    --num_processes N``); each process takes its share of every global batch, and with
+    :func:`default_reverse_sft_config` the loss is the mean over the completion tokens of the whole
+    global batch, so two gloo processes train to the weights of one process on the same batch
+    (tests/elicitation/test_distributed.py). Call ``trainer.save_model(path)`` (or
+    ``inv.save(path)`` on the main process) after training.
+
+    Rows are :meth:`Investigator.row` (conversational for a ``"chat"`` investigator, ended by the
+    template's end of turn; text rows to which TRL appends the EOS for ``"tags"``): TRL tokenises
+    them into the context and completion ids :func:`reverse_sft` trains on, with the loss on the
+    completion only, the mean over the batch's completion tokens. One difference: TRL's
+    log-softmax runs over the whole vocabulary, :func:`reverse_sft`'s (through
+    :meth:`Investigator.logprob`) over the ids the investigator can draw (special tokens other
+    than a prompt's ends left out, so that what it samples is what it scores); TRL's loss is
+    higher by the probability the model puts on those special tokens (negligible for a trained
+    chat model, visible on a random-init one). ``args=None``: :func:`default_reverse_sft_config` (:func:`reverse_sft`'s
+    defaults). ``eval_dataset``: more pairs (or a ``datasets.Dataset`` of rows) for
+    ``trainer.evaluate()``. A bf16/fp16 investigator gets float32 master weights first. An
+    investigator with ``allowed_token_ids`` or ``exact_length`` must train with :func:`reverse_sft`
+    (TRL normalises over the whole vocabulary and ends every completion with an end of turn).
+    ``kwargs`` go to ``SFTTrainer`` (``peft_config``, ``callbacks``...)."""
+    try:
+        import datasets  # noqa: F401
+        from trl import SFTTrainer
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ImportError("reverse_sft_trainer needs TRL: pip install 'icml25[train]'") from exc
+    if not isinstance(inv, Investigator):
+        raise TypeError(f"inv must be an Investigator, got {type(inv).__name__}")
+    if inv.user_restricted:
+        raise ValueError("TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
+                         "must train with reverse_sft (the same masked log-softmax it samples with)")  # fmt: skip
+    if inv.exact_length is not None:
+        raise ValueError("TRL ends every completion with an end of turn; an investigator with "
+                         "exact_length must train with reverse_sft")  # fmt: skip
+    train = _reverse_rows(inv, pairs, "pairs")
+    evals = None if eval_dataset is None else _reverse_rows(inv, eval_dataset, "eval_dataset")
+    if args is None:
+        args = default_reverse_sft_config()
+    inv.mixed_precision()
+    return SFTTrainer(model=inv.model, args=args, train_dataset=train, eval_dataset=evals,
+                      processing_class=inv.tokenizer, **kwargs)  # fmt: skip

@@ -1,10 +1,14 @@
 """Supervised fine-tuning for RT and SRG (arXiv:2502.04040, §4.3): token-level cross-entropy on the
 target tokens only, ``L = -sum_t log pi(s_t | x, s_<t)`` with ``s = T ⊕ y`` (SRG) or ``s = y`` (RT).
 
-:func:`sft` is a plain torch loop over any Hugging Face causal LM (full fine-tuning, or LoRA through
-PEFT when ``lora`` is a ``peft.LoraConfig``). :func:`sft_trainer` builds TRL's ``SFTTrainer`` on the
-same rows (prompt/completion format, loss on the completion only) for ``accelerate launch``
-(DDP/FSDP/DeepSpeed) at real scale. Both follow TRL's conventions: the targets are tokenised as
+:func:`sft` is a plain, single-process torch loop over any Hugging Face causal LM (full
+fine-tuning, or LoRA through PEFT when ``lora`` is a ``peft.LoraConfig``); it refuses to run under
+several processes. :func:`sft_trainer` builds TRL's ``SFTTrainer`` on the same rows
+(prompt/completion format, loss on the completion only) and is the entry point for several GPUs
+(``torchrun``/``accelerate launch``, data-parallel): its loss is the sum over the completion tokens
+of all processes and accumulated micro-batches divided by their global count
+(``average_tokens_across_devices``), so two processes train as one on the same global batch
+(docs/safety_reasoning.md, Several GPUs). Both follow TRL's conventions: the targets are tokenised as
 ``SFTTrainer`` tokenises them (the chat template's own end of turn,
 :func:`~icml25.safety_reasoning.data.to_chat_sft`), and a bf16/fp16 checkpoint trains with float32
 master weights (:class:`icml25.llm.MixedPrecision`), so that no update at ``lr=1e-5`` rounds away.
@@ -16,6 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from icml25.llm.distributed import refuse_several_processes
 from icml25.safety_reasoning._checks import check_int
 from icml25.safety_reasoning.data import to_chat_sft
 
@@ -81,6 +86,10 @@ def sft(
 ) -> Any:
     """Fine-tune ``model`` on ``(query, target)`` pairs with the loss on target tokens only (§4.3).
 
+    Single-process: under ``torchrun`` (``torch.distributed`` initialised with more than one
+    process) it raises ``RuntimeError`` rather than train a copy per process on all the data; use
+    :func:`sft_trainer` for several GPUs.
+
     Args:
         pairs: ``(query, target)`` pairs from
             :func:`~icml25.safety_reasoning.data.build_rt_dataset` or
@@ -116,6 +125,10 @@ def sft(
     from icml25.llm import MixedPrecision, check_finite_loss, context_length
     from icml25.progress import track
 
+    refuse_several_processes(
+        "sft",
+        "icml25.safety_reasoning.sft_trainer (TRL's SFTTrainer, data-parallel under torchrun / accelerate launch)",
+    )
     if (
         not isinstance(lr, (int, float))
         or isinstance(lr, bool)
@@ -252,6 +265,11 @@ def sft_config(output_dir: str | None = None, **overrides: Any) -> Any:
     checkpoints saved during training (``save_strategy="no"``; call ``trainer.save_model(path)``),
     ``bf16`` only where a GPU supports it (so it runs on a CPU machine), and the output folder in
     a fresh temp dir unless ``output_dir`` is given (nothing is written to the working directory).
+    ``average_tokens_across_devices=True`` (``transformers``' default, set explicitly): under
+    several processes the loss divides the local sum over completion tokens by the token count of
+    the whole step (all processes and accumulated micro-batches, ``num_items_in_batch``), so the
+    step is that of one process on the global batch; with ``False`` each process divides by its
+    own count and ranks with few tokens weigh as much as ranks with many.
     ``overrides`` replace any field (``max_steps=100``, ``eval_strategy="steps"``...)."""
     import tempfile
 
@@ -270,6 +288,7 @@ def sft_config(output_dir: str | None = None, **overrides: Any) -> Any:
         "max_grad_norm": d["max_grad_norm"],
         "max_length": d["max_length"],
         "seed": d["seed"],
+        "average_tokens_across_devices": True,  # the global-batch token mean under DDP
         "report_to": "none",
         "save_strategy": "no",
         "bf16": _bf16_supported(),
@@ -291,7 +310,12 @@ def sft_trainer(
     **kwargs: Any,
 ) -> Any:
     """TRL's ``SFTTrainer`` on the same rows as :func:`sft` (needs ``icml25[train]``); call
-    ``.train()`` on it (under ``accelerate launch`` for several GPUs) and ``.evaluate()``.
+    ``.train()`` on it and ``.evaluate()``. The entry point for several GPUs: run the script
+    under ``torchrun --nproc_per_node N`` (or ``accelerate launch --num_processes N``); each
+    process takes its share of every global batch and, with :func:`sft_config`, the loss is the
+    mean over the completion tokens of the whole global batch (two gloo processes train to the
+    weights of one process on the same batch: tests/safety_reasoning/test_distributed.py). Call
+    ``trainer.save_model(path)`` on every process; the main process writes the checkpoint.
 
     Args:
         model: a loaded causal LM (``icml25.llm.load_model(path)``) or a PEFT model.
