@@ -34,6 +34,7 @@ from icml25.knowledge_swap.metrics import (
     relearn_time,
     swap_metrics,
 )
+from icml25.knowledge_swap.parallel import global_cross_entropy
 from icml25.knowledge_swap.splits import split_by_class
 from icml25.knowledge_swap.swap import KnowledgeSwapper, SwapHistory, frozen_norm_layers
 
@@ -46,6 +47,7 @@ __all__ = [
     "bounded_forget_loss",
     "expand_head",
     "frozen_norm_layers",
+    "global_cross_entropy",
     "group_sparse_loss",
     "h_mean",
     "inject_lora",

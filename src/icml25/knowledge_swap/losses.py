@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -47,11 +47,15 @@ def swap_losses(
     alpha: float = 0.005,  # official classification
     bnd: float = 105.0,  # official classification
     w_learn: float = 1.0,
+    cross_entropy: Callable[[Tensor, Tensor], Tensor] = F.cross_entropy,
 ) -> dict[str, Tensor]:
     """The stage's loss terms from ``(logits, labels)`` pairs; ``"total"`` is what is minimised.
 
     ``stage``: ``"learn"``, ``"forget"`` or ``"simultaneous"``; ``retain`` is the stage's main batch
-    (retained classes, plus learned ones in the forget stage of learn-then-forget)."""
+    (retained classes, plus learned ones in the forget stage of learn-then-forget).
+    ``cross_entropy(logits, labels)``: the mean cross-entropy of a batch; data-parallel training
+    passes :func:`icml25.knowledge_swap.parallel.global_cross_entropy` (the global batch's mean,
+    which the bounded forget term is then gated on)."""
     # each stage's supervised terms and their weights, in the order they are summed
     weights = {
         "learn": {"learn": w_learn, "retain": beta_retain},
@@ -66,7 +70,7 @@ def swap_losses(
     for name, weight in weights.items():
         if batches[name] is None:
             continue
-        term = out[f"ce_{name}"] = F.cross_entropy(*batches[name])
+        term = out[f"ce_{name}"] = cross_entropy(*batches[name])
         if name == "forget":
             term = out["forget"] = torch.relu(bnd - term)
         total = total + weight * term

@@ -7,6 +7,12 @@ and ``"simultaneous"`` (one stage, all losses; our ablation baseline). Every sta
 from its main data (retained, or retained + learned) and one from each auxiliary set per step; one
 epoch is one pass over the main data. The same optimiser instance runs through both stages and the
 cosine schedule restarts at each stage (official).
+
+Data-parallel: with an ``accelerate.Accelerator`` (given, or created from the environment under
+``torchrun`` / ``accelerate launch``) the model, optimiser and DataLoaders are prepared, each
+process takes its share of the same seeded batches and the cross-entropy terms are means over the
+global batch (:mod:`icml25.knowledge_swap.parallel`), so a step equals one process on the global
+batch (docs/knowledge_swap.md, "Several GPUs").
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +39,12 @@ from torch.utils.data import (
 
 from icml25.knowledge_swap.lora import lora_groups
 from icml25.knowledge_swap.losses import group_sparse_loss, swap_losses
+from icml25.knowledge_swap.parallel import (
+    check_equal_lengths,
+    gather_labels,
+    global_cross_entropy,
+    resolve_accelerator,
+)
 
 __all__ = ["KnowledgeSwapper", "SwapHistory", "frozen_norm_layers"]
 
@@ -211,15 +225,20 @@ def frozen_norm_layers(model: nn.Module, trained=None) -> list[nn.Module]:
 
 
 class _Stream:
-    """Endless batches from a DataLoader (cycled) or a dataset (shuffled, cycled)."""
+    """Endless batches from a DataLoader (cycled) or a dataset (shuffled, cycled); with an
+    ``accelerator``, its prepared DataLoader (this process's share of every batch)."""
 
-    def __init__(self, data, batch_size: int, generator: torch.Generator) -> None:
+    def __init__(
+        self, data, batch_size: int, generator: torch.Generator, accelerator: Any = None
+    ) -> None:
         if isinstance(data, DataLoader):
             self.loader = data
         else:
             self.loader = DataLoader(
                 data, batch_size=batch_size, shuffle=True, generator=generator, drop_last=False
             )
+        if accelerator is not None:
+            self.loader = accelerator.prepare_data_loader(self.loader)
         self._it: Iterator | None = None
 
     def __len__(self) -> int:
@@ -261,6 +280,13 @@ class KnowledgeSwapper:
             drift with the forget and learn batches; False trains them in ``train()`` mode like
             the rest of the model (what the official code does on its LayerNorm-only ViTs, where
             the two are the same).
+        accelerator: an ``accelerate.Accelerator`` for data-parallel training: it prepares the
+            model (DDP), the optimiser and the DataLoaders (batch sizes are per process, so the
+            global batch is ``num_processes`` times ``batch_size``), and the loss terms are
+            global-batch means. None: created from the environment when there are several
+            processes (``torchrun``, ``accelerate launch``: ``WORLD_SIZE > 1``, or an
+            initialised ``torch.distributed`` group of more than one), else the plain
+            single-process loop. Its ``gradient_accumulation_steps`` must be 1.
     """
 
     def __init__(
@@ -290,6 +316,7 @@ class KnowledgeSwapper:
         head: nn.Linear | None = None,
         n_old: int | None = None,
         norm_eval: bool = True,
+        accelerator: Any = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -333,11 +360,12 @@ class KnowledgeSwapper:
                 head.bias.requires_grad_(True)
             mask = torch.zeros_like(head.weight)
             mask[n_old:] = 1
-            head.weight.register_hook(lambda g, m=mask: g * m)
+            # .to: an Accelerator may move the model after the masks were made
+            head.weight.register_hook(lambda g, m=mask: g * m.to(g.device))
             if head.bias is not None:
                 bmask = torch.zeros_like(head.bias)
                 bmask[n_old:] = 1
-                head.bias.register_hook(lambda g, m=bmask: g * m)
+                head.bias.register_hook(lambda g, m=bmask: g * m.to(g.device))
         head_params = list(head.parameters()) if train_head else []
         # the head gets no weight decay: decay would move the frozen old rows despite the mask
         decay = [p for p in params if p.ndim >= 2]
@@ -366,14 +394,21 @@ class KnowledgeSwapper:
         self.norm_eval = bool(norm_eval)
         self.history = SwapHistory()
         self.acc_f_before: float | None = None
+        self.accelerator = resolve_accelerator(accelerator)
+        self._train_model: nn.Module = model  # the DDP wrapper once an accelerator prepared it
+        self._prepared = False
 
     # ------------------------------------------------------------------ helpers
     @property
     def device(self) -> torch.device:
         return next(p for g in self.groups for p in g).device
 
-    def _logits(self, x: Tensor) -> Tensor:
-        return _logits_of(self.model(x))
+    @property
+    def num_processes(self) -> int:
+        return 1 if self.accelerator is None else self.accelerator.num_processes
+
+    def _logits(self, x: Tensor, model: nn.Module | None = None) -> Tensor:
+        return _logits_of((self.model if model is None else model)(x))
 
     def _to(self, batch, name: str = "retain", step: int | None = None) -> tuple[Tensor, Tensor]:
         x, y = _unpack(batch, name)
@@ -394,7 +429,7 @@ class KnowledgeSwapper:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def _train_mode(self) -> None:
-        self.model.train()
+        self._train_model.train()
         if self.norm_eval:  # norm layers this swapper does not train, whatever requires_grad says
             for m in frozen_norm_layers(self.model, self._trained()):
                 m.eval()
@@ -479,6 +514,17 @@ class KnowledgeSwapper:
             )
             lrn = learn = None
         sets = self._check(r, f, lrn)
+        acc = self.accelerator
+        if acc is not None and not self._prepared:
+            # parameters the optimiser does not hold never change; frozen, DDP neither computes
+            # nor all-reduces their gradients (a backbone after inject_lora alone would be)
+            trained = {id(p) for p in self._trained()}
+            for p in self.model.parameters():
+                if id(p) not in trained:
+                    p.requires_grad_(False)
+            self._train_model, self.optimizer = acc.prepare(self.model, self.optimizer)
+            self._prepared = True
+        distributed = self.num_processes > 1
         g = torch.Generator().manual_seed(self.seed)
         with torch.no_grad():
             self.model.eval()
@@ -517,17 +563,18 @@ class KnowledgeSwapper:
                 main_src = _like(retain, main_ds, g)  # keep the user's loader settings
             else:
                 main_src = main_ds
-            main = _Stream(main_src, self.batch_size, g)
+            main = _Stream(main_src, self.batch_size, g, acc)
             aux_learn = (
-                _Stream(learn if isinstance(learn, DataLoader) else lrn, self.batch_size, g)
+                _Stream(learn if isinstance(learn, DataLoader) else lrn, self.batch_size, g, acc)
                 if (lrn is not None and stage in ("learn", "simultaneous"))
                 else None
             )
             aux_forget = (
-                _Stream(forget if isinstance(forget, DataLoader) else f, self.batch_size, g)
+                _Stream(forget if isinstance(forget, DataLoader) else f, self.batch_size, g, acc)
                 if (f is not None and stage in ("forget", "simultaneous"))
                 else None
             )
+            check_equal_lengths(acc, {"retain": main, "learn": aux_learn, "forget": aux_forget})
             epochs = self.epochs * (
                 2 if stage == "simultaneous" and self.strategy == "simultaneous" else 1
             )
@@ -554,13 +601,16 @@ class KnowledgeSwapper:
                         if sets[name] is None and not (name == "retain" and main_ds is not r):
                             seen[name] |= set(bt[1].unique().tolist())
                             self._overlap(seen, step)
+                net = self._train_model
                 losses = swap_losses(
                     stage,
-                    retain=(self._logits(rb[0]), rb[1]),
-                    forget=(self._logits(fb[0]), fb[1]) if fb else None,
-                    learn=(self._logits(lb[0]), lb[1]) if lb else None,
+                    retain=(self._logits(rb[0], net), rb[1]),
+                    forget=(self._logits(fb[0], net), fb[1]) if fb else None,
+                    learn=(self._logits(lb[0], net), lb[1]) if lb else None,
                     l_gs=group_sparse_loss(self.groups),
                     **self.weights,
+                    # several processes: means over the global batch, not per process
+                    **({"cross_entropy": global_cross_entropy} if distributed else {}),
                 )
                 total_loss = losses["total"]
                 if not bool(torch.isfinite(total_loss)):
@@ -569,9 +619,13 @@ class KnowledgeSwapper:
                         "were finite): the training diverged; lower lr or set grad_clip"
                     )
                 self.optimizer.zero_grad()
-                total_loss.backward()
+                if acc is None:
+                    total_loss.backward()
+                else:
+                    acc.backward(total_loss)
                 if self.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(
+                    clip = torch.nn.utils.clip_grad_norm_ if acc is None else acc.clip_grad_norm_
+                    clip(
                         [p for pg in self.optimizer.param_groups for p in pg["params"]],
                         self.grad_clip,
                     )
@@ -586,10 +640,10 @@ class KnowledgeSwapper:
                 event = {
                     "kind": "step",
                     **rec,
+                    # the global batch's labels (every process's, in process order)
                     "labels": {
-                        "retain": rb[1].detach().cpu(),
-                        "forget": None if fb is None else fb[1].detach().cpu(),
-                        "learn": None if lb is None else lb[1].detach().cpu(),
+                        name: None if bt is None else gather_labels(acc, bt[1].detach()).cpu()
+                        for name, bt in (("retain", rb), ("forget", fb), ("learn", lb))
                     },
                     "optimizer": self.optimizer,
                     "swapper": self,
@@ -613,6 +667,24 @@ class KnowledgeSwapper:
                 )
         self.model.eval()
         return self.history
+
+    def save_adapter(self, path: str | Path) -> None:
+        """Save the trained adapter with :func:`icml25.lora.save_lora` (a PEFT model: its
+        ``save_pretrained`` folder) and, with ``train_head``, the head's ``state_dict`` to
+        ``<path>.head.pt``. Under several processes only the main process writes, after every
+        process has finished its steps, and every process returns once the files exist;
+        :func:`icml25.lora.load_lora` reloads the adapter."""
+        from icml25.lora import save_lora
+
+        acc = self.accelerator
+        if acc is not None:
+            acc.wait_for_everyone()
+        if acc is None or acc.is_main_process:
+            save_lora(self.model, path)
+            if self.train_head:
+                torch.save(self.head.state_dict(), f"{path}.head.pt")
+        if acc is not None:
+            acc.wait_for_everyone()
 
     @torch.no_grad()
     def evaluate(
