@@ -5,6 +5,15 @@ setting: alignment, user fine-tuning, post-fine-tuning pruning).
 and ratio is applied in place, evaluated and undone exactly, so no model copy is needed.
 :class:`HarmfulFinetuneExperiment` runs the whole pipeline on the synthetic safety language of
 :mod:`icml25.toy.safety_lang` in one call.
+
+Single-process. The toy pipeline's training loops (pre-training, alignment, the harmful
+fine-tuning attack) are plain loops on a tiny model, as the paper runs each stage on one GPU;
+under ``torch.distributed`` with several processes they raise ``RuntimeError`` instead of
+repeating the same run on every rank. On real models the fine-tuning is the user's own run, and
+the path that scales is TRL's ``SFTTrainer`` (with a PEFT LoRA config: ``accelerate launch
+--num_processes 8 sft.py``), followed by Antidote's one-shot pruning
+(:func:`~icml25.antidote.prune.antidote_prune`, ``icml25 antidote prune``), which is a
+single-process step on the trained model (docs/antidote.md, "Several GPUs").
 """
 
 from __future__ import annotations
@@ -226,8 +235,19 @@ def _train(
     checkpoint trained with float32 master weights (trainable parameters upcast in place, forward
     under autocast in the checkpoint's dtype: :class:`icml25.llm.MixedPrecision`); a float32
     model (the toy) trains exactly as before. Returns the per-step losses; the model ends in
-    eval mode."""
+    eval mode.
+
+    Single-process: ``RuntimeError`` under several ``torch.distributed`` processes (each would
+    train the same model on the same batches); the data-parallel fine-tuning of a real model is
+    TRL's ``SFTTrainer``."""
+    from icml25.llm.distributed import refuse_several_processes
     from icml25.llm.training import MixedPrecision
+
+    refuse_several_processes(
+        "HarmfulFinetuneExperiment's training (the toy pipeline)",
+        "TRL's SFTTrainer (accelerate launch --num_processes N sft.py; then prune once with "
+        "icml25.antidote.antidote_prune)",
+    )
 
     params = list(params)
     mp = MixedPrecision.prepare(model)  # upcasts in place: `params` are the same tensors
@@ -269,7 +289,11 @@ class HarmfulFinetuneExperiment:
     ``aligned()`` pre-trains (knowledge, harmful included) and safety-aligns a tiny Llama (cached
     under ``cache_dir`` when given, as :meth:`checkpoint_name`); ``attack(name)`` fine-tunes a new LoRA adapter on the
     user's data with ``poison_ratio`` harmful samples; ``evaluate(model)`` gives the harmful
-    score and task accuracy; ``run(ratios, scorers)`` does everything in one call."""
+    score and task accuracy; ``run(ratios, scorers)`` does everything in one call.
+
+    Single-process (a toy model; ``RuntimeError`` under several ``torch.distributed``
+    processes). Real models: fine-tune with TRL's ``SFTTrainer`` (data-parallel), then prune
+    with :func:`~icml25.antidote.prune.antidote_prune` in one process."""
 
     def __init__(
         self,

@@ -4,6 +4,10 @@
 re-alignment data and zeroes, in each output row, the ``rho`` fraction with the *highest* scores.
 No training, no gradients (except the optional ``grad_magnitude`` ablation). The model is changed
 in place; the mask is returned so it can be inspected, undone or re-applied elsewhere.
+
+Single-process: one calibration pass and a sort on the fine-tuned model (the paper prunes on one
+GPU); a base too large for one device is sharded inside the process (``device_map="auto"``). The
+fine-tuning before it is what scales over processes (docs/antidote.md, "Several GPUs").
 """
 
 from __future__ import annotations
@@ -107,7 +111,10 @@ def antidote_prune(
     official ``bad_mask.pt`` keys); True = removed.
 
     Memory: scores are computed one target at a time and dropped once its boolean mask exists,
-    so the extra memory is one target's float32 scores plus the masks and the removed values."""
+    so the extra memory is one target's float32 scores plus the masks and the removed values.
+
+    Single-process: run it once, on the trained model (e.g. in a script after the data-parallel
+    fine-tuning saved its adapter), not on every rank of a ``torchrun`` job."""
     config = config or AntidoteConfig()
     config.validate()  # warns once at dense_ratio 0 or 1
     with warnings.catch_warnings():

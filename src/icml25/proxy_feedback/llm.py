@@ -49,6 +49,7 @@ from icml25.preference import (
     shift_for_causal_lm,
 )
 from icml25.proxy_feedback.model import make_adapter
+from icml25.proxy_feedback.train import _single_process
 
 __all__ = [
     "SimplexBottleneckLM",
@@ -280,7 +281,11 @@ def warmup_bottleneck(
     The model runs without dropout (its target is the base model's deterministic output); on a
     bf16/fp16 checkpoint ``W_τ`` and ``Θ`` are upcast to float32 master weights and stay float32
     (:class:`icml25.llm.MixedPrecision`). ``ValueError`` for a text longer than the model's
-    context after truncation to ``max_length``."""
+    context after truncation to ``max_length``.
+
+    Single-process (a plain loop; ``RuntimeError`` under several ``torch.distributed``
+    processes): the warm-up trains only ``W_τ`` and ``Θ`` and is short."""
+    _single_process("warmup_bottleneck")
     model = _check_wrapper(model, "warmup_bottleneck")
     _steps("steps", steps)
     _steps("batch_size", batch_size)
@@ -465,7 +470,12 @@ def dpo_stage(
     parameters are upcast in place and stay float32; the forward runs under autocast in the
     checkpoint's dtype, :class:`icml25.llm.MixedPrecision`); pairs are tokenised by
     :func:`encode_pairs`, and a pair longer than the model's context is a ``ValueError``.
-    Returns ``{"loss": [...], "reward_margin": [...]}``."""
+    Returns ``{"loss": [...], "reward_margin": [...]}``.
+
+    Single-process (a plain loop; ``RuntimeError`` under several ``torch.distributed``
+    processes). The same stage data-parallel, with the same loss:
+    :class:`icml25.proxy_feedback.trainer.SimplexDPOTrainer`."""
+    _single_process("dpo_stage")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
                         f"{type(model).__name__}")  # fmt: skip

@@ -7,6 +7,12 @@
   :func:`fit_pooled`.
 
 Optimiser settings are ours (the paper's are not given; docs/proxy_feedback.md, "Decisions").
+
+All five are single-process: full-batch (or in-memory minibatch) Adam on small models, the
+synthetic setting of Sec. 4. Under ``torch.distributed`` with more than one process they raise
+``RuntimeError`` rather than run the same fit on every rank. The entry point that scales over
+processes is :class:`icml25.proxy_feedback.trainer.SimplexDPOTrainer` (the DPO stages of the LLM
+path, Sec. 5: ``torchrun --nproc_per_node 8 train.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from icml25._validate import as_int
+from icml25.llm.distributed import refuse_several_processes
 from icml25.proxy_feedback.data import PreferenceBatch
 from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
 from icml25.proxy_feedback.model import IdentityAdapter, LogLinearAdapter
@@ -33,6 +40,15 @@ __all__ = [
 
 MAX_EXHAUSTIVE_VERTICES = 4  # all (D + 1)! permutation restarts up to D + 1 = 4 (24 starts)
 RANDOM_RESTARTS = 8  # random permutations (plus the identity) above that
+
+
+def _single_process(fn: str) -> None:
+    """``RuntimeError`` when ``fn`` runs as one of several processes: each would repeat the same
+    in-memory fit. The data-parallel entry point is :class:`SimplexDPOTrainer`."""
+    refuse_several_processes(
+        fn,
+        "icml25.proxy_feedback.trainer.SimplexDPOTrainer (torchrun --nproc_per_node N script.py)",
+    )
 
 
 def _check_batch(model: nn.Module, batch: Any, what: str) -> PreferenceBatch:
@@ -86,7 +102,9 @@ def fit_proxy_stage(
     seed: int = 0,
 ) -> dict[str, list[float]]:
     """Stage 1: fit the encoder ``τ`` and ``Θ`` of a :class:`SimplexPolicy` on proxy triples with
-    the adapter held at the identity (P2). Returns ``{"loss": [mean NLL per epoch]}``."""
+    the adapter held at the identity (P2). Returns ``{"loss": [mean NLL per epoch]}``.
+    Single-process (``RuntimeError`` under several ``torch.distributed`` processes)."""
+    _single_process("fit_proxy_stage")
     if not _is_simplex(model):
         raise TypeError(f"fit_proxy_stage needs a SimplexPolicy, got {type(model).__name__}")
     batch = _check_batch(model, batch, "the proxy data (N)")
@@ -177,7 +195,9 @@ def fit_true_stage(
 
     Every non-adapter parameter and buffer is left bitwise unchanged (checked; ``RuntimeError``
     otherwise). Returns ``{"nll", "loss", "restarts": [{"init", "nll"}], "best"}``.
+    Single-process (``RuntimeError`` under several ``torch.distributed`` processes).
     """
+    _single_process("fit_true_stage")
     if not _is_simplex(model):
         raise TypeError(f"fit_true_stage needs a SimplexPolicy, got {type(model).__name__}")
     batch = _check_batch(model, batch, "the expert data (n)")
@@ -320,7 +340,9 @@ def fit_true_only(
     weight_decay: float = 1e-4,  # ours
 ) -> dict[str, list[float]]:
     """Expert-only baseline: every parameter of a fresh model (a :class:`SimplexPolicy` with its
-    adapter, or a plain :class:`MLPPolicy`) trained on the expert triples, full batch."""
+    adapter, or a plain :class:`MLPPolicy`) trained on the expert triples, full batch.
+    Single-process (``RuntimeError`` under several ``torch.distributed`` processes)."""
+    _single_process("fit_true_only")
     batch = _check_batch(model, batch, "the expert data (n)")
     _check_steps(steps=steps)
     _check_positive(lr=lr)
@@ -335,7 +357,9 @@ def fit_finetune_all(
     steps: int = 2000,  # ours
     lr: float = 1e-3,  # ours: smaller than from scratch, it starts from stage 1
 ) -> dict[str, list[float]]:
-    """Common practice: a stage-1 model with *all* parameters fine-tuned on the expert triples."""
+    """Common practice: a stage-1 model with *all* parameters fine-tuned on the expert triples,
+    full batch. Single-process (``RuntimeError`` under several ``torch.distributed`` processes)."""
+    _single_process("fit_finetune_all")
     if not _is_simplex(model):
         raise TypeError(f"fit_finetune_all needs a SimplexPolicy, got {type(model).__name__}")
     batch = _check_batch(model, batch, "the expert data (n)")
@@ -358,7 +382,9 @@ def fit_pooled(
     """Common practice: one model trained on ``proxy ∪ weight·expert`` (``weight = N / n`` by
     default, so both pools weigh the same). Each step pairs a proxy minibatch with an expert
     minibatch and weighs their mean losses by ``N`` and ``weight·n``: the same expected loss as
-    minibatches of the weighted union, without steps that see no expert triple."""
+    minibatches of the weighted union, without steps that see no expert triple. Single-process
+    (``RuntimeError`` under several ``torch.distributed`` processes)."""
+    _single_process("fit_pooled")
     proxy_batch = _check_batch(model, proxy_batch, "the proxy data (N)")
     true_batch = _check_batch(model, true_batch, "the expert data (n)")
     _check_steps(epochs=epochs, batch_size=batch_size)

@@ -8,6 +8,13 @@ causal LM computes. :class:`SimplexDPOTrainer` is a ``Trainer`` whose loss is ex
 TRL's conventions), so the stages get the ecosystem's loop: gradient accumulation, ``accelerate``
 devices and processes, evaluation, logging and checkpoints.
 
+It is the data-parallel entry point of the paper's LLM path (``torchrun --nproc_per_node 8
+train.py`` or ``accelerate launch --num_processes 8 train.py``): the DPO loss of an optimiser
+step is the mean over *all* its pairs, summed over the accumulated micro-batches and the
+processes (:class:`icml25.llm.distributed.GlobalBatchNormalisation`), so ranks holding different
+numbers of pairs (a last partial batch) weigh each pair the same as one process on the whole
+batch would; the logged rewards are sums over the processes divided by their pair count.
+
     trainer = SimplexDPOTrainer(model, ref_model=None, train_dataset=expert_pairs,
                                 eval_dataset=heldout_pairs, processing_class=tokenizer)
     trainer.train(); trainer.evaluate()["eval_loss"]
@@ -29,8 +36,9 @@ import torch
 import transformers
 from torch import Tensor, nn
 
+from icml25.llm.distributed import GlobalBatchNormalisation, all_reduce_sum
 from icml25.llm.training import MixedPrecision, dropout_disabled
-from icml25.preference import dpo_loss
+from icml25.preference import dpo_loss, dpo_losses
 from icml25.proxy_feedback.llm import (
     SimplexBottleneckLM,
     _trainable_parameters,
@@ -92,7 +100,7 @@ class PreferenceCollator:
         return encode_pairs(self.tokenizer, list(rows), self.max_length)
 
 
-class SimplexDPOTrainer(transformers.Trainer):
+class SimplexDPOTrainer(GlobalBatchNormalisation, transformers.Trainer):
     """A ``transformers.Trainer`` for the DPO stages of a :class:`SimplexBottleneckLM` (or, for
     the baselines, any causal LM with ``trainable="all"``).
 
@@ -113,11 +121,13 @@ class SimplexDPOTrainer(transformers.Trainer):
         trainable: ``"adapter"`` (stage 2, default), ``"all"`` (stage 1: everything but the
             adapter) or a list of the model's parameters, as in ``dpo_stage``.
 
-    The loss of a batch equals ``dpo_stage``'s on the same pairs. ``evaluate()`` returns
-    ``eval_loss`` and the mean ``eval_rewards/{chosen,rejected,margins,accuracies}``; training
-    logs the same without the prefix. ``save_model`` writes a ``SimplexBottleneckLM``'s state
-    dict as ``model.safetensors`` (tied weights once; reload with
-    ``safetensors.torch.load_model``).
+    The loss of a batch equals ``dpo_stage``'s on the same pairs; in training it is the mean over
+    the pairs of the whole optimiser step (all accumulated micro-batches, all processes), so two
+    processes equal one on the same global batch. ``evaluate()`` returns ``eval_loss`` and the
+    mean ``eval_rewards/{chosen,rejected,margins,accuracies}`` over the pairs of all processes;
+    training logs the same without the prefix. ``save_model`` writes a ``SimplexBottleneckLM``'s
+    state dict as ``model.safetensors`` (tied weights once; reload with
+    ``safetensors.torch.load_model``); under several processes only the main one writes.
     """
 
     def __init__(
@@ -168,14 +178,20 @@ class SimplexDPOTrainer(transformers.Trainer):
             processing_class=processing_class,
             **kwargs,
         )
-        self.loss_is_scaled_for_ga = False  # a mean over this batch's pairs, as TRL's
         if ref_model is not None and self.place_model_on_device:
             ref_model = ref_model.to(self.args.device)
         self.ref_model = ref_model
-        self._metrics: dict[str, dict[str, list[float]]] = {
-            "train": defaultdict(list),
-            "eval": defaultdict(list),
+        # per mode: sums over pairs of every process since the last log, and the pair count
+        self._metrics: dict[str, dict[str, float]] = {
+            "train": defaultdict(float),
+            "eval": defaultdict(float),
         }
+
+    def loss_denominator(self, batch: dict[str, Tensor]) -> int:
+        """The number of preference pairs in one collated micro-batch (the DPO loss is a mean over
+        pairs, Rafailov et al. 2023, Eq. 7): half the rows of its ``input_ids`` (the chosen rows,
+        then the rejected)."""
+        return int(batch["input_ids"].shape[0]) // 2
 
     def compute_loss(
         self,
@@ -185,7 +201,11 @@ class SimplexDPOTrainer(transformers.Trainer):
         num_items_in_batch: Any = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Sigmoid DPO on an :func:`~icml25.proxy_feedback.llm.encode_pairs` batch: the
-        policy's summed completion log-probs (dropout off by default) against the reference's."""
+        policy's summed completion log-probs (dropout off by default) against the reference's.
+        With ``num_items_in_batch`` (training: the pair count of the optimiser step over all
+        micro-batches and processes) the loss is this batch's *sum* over pairs divided by it (times
+        the process count, which the engines' gradient averaging divides out again); without it
+        (evaluation, a direct call) the mean over this batch's pairs."""
         mode = "train" if model.training else "eval"
         with dropout_disabled(model, enabled=self.disable_dropout), self._mp.autocast():
             c, r = pair_logprobs(model, inputs)
@@ -194,17 +214,23 @@ class SimplexDPOTrainer(transformers.Trainer):
         else:
             with torch.no_grad(), dropout_disabled(self.ref_model):
                 ref_c, ref_r = pair_logprobs(self.ref_model, inputs)
-        out = dpo_loss(c, r, ref_c.to(c.device), ref_r.to(c.device), self.beta)
+        ref_c, ref_r = ref_c.to(c.device), ref_r.to(c.device)
+        out = dpo_loss(c, r, ref_c, ref_r, self.beta)
+        loss = out.loss
+        if num_items_in_batch is not None:
+            losses, _ = dpo_losses(c, r, ref_c, ref_r, self.beta)
+            loss = self.global_mean(losses.sum(), num_items_in_batch)
+        cw, cl = out.chosen_rewards, out.rejected_rewards
+        terms = (cw, cl, cw - cl, (cw > cl).double(), torch.ones_like(cw))
+        # summed over the processes: every process logs the metrics of all pairs (a padded last
+        # evaluation batch of accelerate's even_batches counts its repeated pairs)
+        sums = all_reduce_sum(torch.stack([t.double().sum() for t in terms])).tolist()
         m = self._metrics[mode]
-        m["rewards/chosen"].append(float(out.chosen_rewards.mean()))
-        m["rewards/rejected"].append(float(out.rejected_rewards.mean()))
-        m["rewards/margins"].append(float((out.chosen_rewards - out.rejected_rewards).mean()))
-        acc = (out.chosen_rewards > out.rejected_rewards).float().mean()
-        m["rewards/accuracies"].append(float(acc))
+        for k, v in zip(("chosen", "rejected", "margins", "accuracies", "n"), sums):
+            m[k] += v
         if return_outputs:
-            return out.loss, {"chosen_rewards": out.chosen_rewards,
-                              "rejected_rewards": out.rejected_rewards}  # fmt: skip
-        return out.loss
+            return loss, {"chosen_rewards": cw, "rejected_rewards": cl}
+        return loss
 
     def prediction_step(
         self,
@@ -226,10 +252,11 @@ class SimplexDPOTrainer(transformers.Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "eval" if any(k.startswith("eval_") for k in logs) else "train"
-        for k, v in self._metrics[mode].items():
-            if v:
-                logs[f"eval_{k}" if mode == "eval" else k] = sum(v) / len(v)
-        self._metrics[mode].clear()
+        m = self._metrics[mode]
+        if m["n"] > 0:
+            for k in ("chosen", "rejected", "margins", "accuracies"):
+                logs[f"{'eval_' if mode == 'eval' else ''}rewards/{k}"] = m[k] / m["n"]
+        m.clear()
         super().log(logs, start_time)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
