@@ -146,12 +146,19 @@ def _free_port() -> int:
 
 
 def run_ranks(
-    worker: Path, out: Path, *args: str, nproc: int = 2, timeout: float = 420
+    worker: Path,
+    out: Path,
+    *args: str,
+    nproc: int = 2,
+    timeout: float = 420,
+    launcher: str = "torchrun",
 ) -> list[dict[str, Any]]:
     """Run ``python worker OUT args...`` under ``torchrun --nproc_per_node nproc`` on the CPU (one
     torch thread per process; the trainers take gloo from accelerate) and return the JSON that each
     rank wrote to ``OUT/rank<r>.json``, in rank order. A failing rank fails the test with the
-    launcher's output."""
+    launcher's output. ``launcher="accelerate"`` starts them with ``accelerate launch`` and a
+    config file written here instead (its multi-process launcher; the workers' ``use_cpu=True``
+    keeps them on the CPU with gloo)."""
     import json
     import subprocess
     import sys
@@ -159,9 +166,22 @@ def run_ranks(
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ICML25_QUIET": "1",
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           str(worker), str(out), *args]  # fmt: skip
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               str(worker), str(out), *args]  # fmt: skip
+    elif launcher == "accelerate":
+        config = out / "accelerate.yaml"
+        config.write_text(
+            "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+            f"num_processes: {nproc}\nnum_machines: 1\nmachine_rank: 0\n"
+            f"main_process_ip: 127.0.0.1\nmain_process_port: {_free_port()}\n"
+            "mixed_precision: 'no'\ndynamo_config: {}\nuse_cpu: false\n"
+        )
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+               str(worker), str(out), *args]  # fmt: skip
+    else:
+        raise ValueError(f"launcher must be 'torchrun' or 'accelerate', got {launcher!r}")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-6000:])
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
@@ -169,13 +189,14 @@ def run_ranks(
 
 @pytest.fixture
 def ranks(tmp_path):
-    """``ranks(worker, *args, nproc=2)``: :func:`run_ranks` into a fresh folder under
+    """``ranks(worker, *args, nproc=2, launcher="torchrun")``: :func:`run_ranks` into a fresh folder under
     ``tmp_path`` (``tmp_path / f"world{nproc}-{n}"``); returns the ranks' JSON records."""
     calls = []
 
-    def run(worker: Path, *args: str, nproc: int = 2, timeout: float = 420) -> list[dict]:
+    def run(worker: Path, *args: str, nproc: int = 2, timeout: float = 420,
+            launcher: str = "torchrun") -> list[dict]:  # fmt: skip
         calls.append(nproc)
         out = tmp_path / f"world{nproc}-{len(calls)}"
-        return run_ranks(worker, out, *args, nproc=nproc, timeout=timeout)
+        return run_ranks(worker, out, *args, nproc=nproc, timeout=timeout, launcher=launcher)
 
     return run

@@ -79,3 +79,15 @@ def test_two_processes_train_the_global_weighted_mean_of_one(ranks, tmp_path):
             np.testing.assert_allclose(
                 t.double().flatten()[:64].numpy(), two[0]["params"][name], rtol=1e-6, err_msg=name
             )
+
+
+@pytest.mark.slow
+def test_accelerate_launch_trains_what_one_process_trains(ranks):
+    """The same worker started by ``accelerate launch`` with a config file: two processes log the
+    losses of one process with twice the batch."""
+    two = ranks(WORKER, "2", "2", nproc=2, launcher="accelerate")
+    one = ranks(WORKER, "4", "2", nproc=1)
+    assert [r["world"] for r in two] == [2, 2]
+    assert two[0]["losses"] == pytest.approx(one[0]["losses"], abs=1e-5)
+    for name, vals in one[0]["params"].items():
+        np.testing.assert_allclose(two[1]["params"][name], vals, rtol=1e-5, atol=1e-6, err_msg=name)
