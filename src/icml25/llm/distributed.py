@@ -86,6 +86,9 @@ class GlobalBatchNormalisation:
 
     #: the loss returned by compute_loss is already normalised over the accumulated batch
     loss_is_scaled_for_ga = True
+    #: a step whose global count is 0 has loss 0 (its summed terms are exact zeros) instead of
+    #: being refused; for losses where no counted item means no term at all
+    empty_step_is_zero = False
 
     def loss_denominator(self, batch: dict[str, Any]) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -102,6 +105,8 @@ class GlobalBatchNormalisation:
         if self.args.world_size > 1:
             total = self.accelerator.gather(total.reshape(1)).sum()
         if not bool(total > 0):
+            if self.empty_step_is_zero:  # every summed term is 0: divide by 1, not by 0
+                return torch.ones((), dtype=torch.float64, device=device)
             raise ValueError(
                 f"the loss denominator of this optimiser step is {float(total)} over all "
                 "processes (no target token, or every weight 0); nothing to average"

@@ -321,21 +321,14 @@ if _Trainer is not None:
                              train_dataset=train_dataset, eval_dataset=eval_dataset,
                              processing_class=processing_class, **kwargs)  # fmt: skip
 
+        # no token of a step receives a loss on any process: twa_loss's sums are exact zeros
+        empty_step_is_zero = True
+
         def loss_denominator(self, batch):
             """The count the micro-batch's summed TWA loss is divided by (tokens for
             ``"token_mean"``, sequences for ``"seq_mean"``; 1 for ``"sum"``)."""
             reduction = self.twa_loss_kwargs.get("reduction", "token_mean")
             return twa_loss_denominator(batch, model_type=self.model_type, reduction=reduction)
-
-        def _get_num_items_in_batch(self, batch_samples, device):
-            try:
-                return super()._get_num_items_in_batch(batch_samples, device)
-            except ValueError as e:
-                if "loss denominator" not in str(e):
-                    raise
-                # no token of this optimiser step receives a loss on any process: every summed
-                # loss is twa_loss's exact zero, and the step's loss is 0 (not 0 / 0)
-                return torch.ones((), dtype=torch.float64, device=device)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             kw = dict(self.twa_loss_kwargs)
