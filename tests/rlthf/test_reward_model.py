@@ -40,8 +40,19 @@ def test_weighted_bt_loss_bad_input():
         weighted_bt_loss(r, torch.randn(4))
     with pytest.raises(ValueError, match="sum to 0"):
         weighted_bt_loss(r, r, torch.zeros(3))
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match=r">= 0; weights\[1\] is -1.0 \(1 of 3 invalid\)"):
         weighted_bt_loss(r, r, torch.tensor([1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"weights\[2\] is nan"):
+        weighted_bt_loss(r, r, torch.tensor([1.0, 1.0, float("nan")]))
+    with pytest.raises(ValueError, match="reduction must be 'mean' or 'sum', got 'avg'"):
+        weighted_bt_loss(r, r, reduction="avg")
+    # the sum is the numerator of the mean; weights summing to 0 give a 0 sum, not an error
+    w = torch.tensor([2.0, 0.5, 1.0])
+    torch.testing.assert_close(
+        weighted_bt_loss(r, r.flip(0), w, reduction="sum") / w.sum(),
+        weighted_bt_loss(r, r.flip(0), w),
+    )
+    assert float(weighted_bt_loss(r, r, torch.zeros(3), reduction="sum")) == 0.0
     with pytest.raises(TypeError, match="floating-point"):
         weighted_bt_loss(torch.arange(3), r)
     with pytest.raises(ValueError, match="no pairs"):

@@ -104,6 +104,9 @@ def test_train_twa_refuses_to_run_as_one_of_several_processes(monkeypatch):
     with pytest.raises(ValueError, match=r"twa_loss_kwargs\['reduction'\] must be one of"):
         TWAHFTrainer(model=model, processing_class=tok, train_dataset=w.rows(1),
                      twa_loss_kwargs={"reduction": "mean"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"unknown keys \['reducton'\]; valid: 'unlikelihood'"):
+        TWAHFTrainer(model=model, processing_class=tok, train_dataset=w.rows(1),
+                     twa_loss_kwargs={"reducton": "sum"})  # fmt: skip
 
 
 @pytest.mark.slow

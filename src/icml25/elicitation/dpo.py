@@ -33,7 +33,7 @@ import torch
 
 from icml25.elicitation._decode import train_mode
 from icml25.elicitation.investigator import Investigator, _check_strings, _int
-from icml25.llm.distributed import refuse_several_processes
+from icml25.llm.distributed import check_global_batches, refuse_several_processes
 from icml25.preference import dpo_losses as _shared_dpo_losses
 
 __all__ = [
@@ -356,5 +356,7 @@ def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[Prefere
     if args is None:
         args = default_dpo_config()
     policy.mixed_precision()
-    return DPOTrainer(model=policy.model, ref_model=ref.model, args=args, train_dataset=train,
-                      eval_dataset=evals, processing_class=policy.tokenizer, **kwargs)  # fmt: skip
+    trainer = DPOTrainer(model=policy.model, ref_model=ref.model, args=args, train_dataset=train,
+                         eval_dataset=evals, processing_class=policy.tokenizer, **kwargs)  # fmt: skip
+    check_global_batches(trainer)
+    return trainer

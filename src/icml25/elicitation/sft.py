@@ -26,7 +26,7 @@ import torch
 
 from icml25.elicitation._decode import train_mode
 from icml25.elicitation.investigator import Investigator, _check_strings, _int
-from icml25.llm.distributed import refuse_several_processes
+from icml25.llm.distributed import check_global_batches, refuse_several_processes
 
 __all__ = [
     "build_reverse_pairs",
@@ -305,5 +305,7 @@ def reverse_sft_trainer(inv: Investigator, pairs: Sequence[tuple[str, str]], arg
     if args is None:
         args = default_reverse_sft_config()
     inv.mixed_precision()
-    return SFTTrainer(model=inv.model, args=args, train_dataset=train, eval_dataset=evals,
-                      processing_class=inv.tokenizer, **kwargs)  # fmt: skip
+    trainer = SFTTrainer(model=inv.model, args=args, train_dataset=train, eval_dataset=evals,
+                         processing_class=inv.tokenizer, **kwargs)  # fmt: skip
+    check_global_batches(trainer)
+    return trainer

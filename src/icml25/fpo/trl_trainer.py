@@ -207,6 +207,12 @@ class FPOTrainer(DPOTrainer):
             return Dataset.from_list(load_preferences(list(ds)))
         return ds
 
+    def get_train_dataloader(self) -> Any:
+        from icml25.llm.distributed import check_global_batches
+
+        check_global_batches(self)  # several processes: the rows fill every global batch
+        return super().get_train_dataloader()
+
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:  # fmt: skip
         """``DPOTrainer.evaluate``; a list of records is taken too. A new dataset gets its

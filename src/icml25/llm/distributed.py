@@ -11,6 +11,9 @@ multiply by the number of processes, so that the averaged gradient is the gradie
 
 - :func:`world_size`, :func:`all_reduce_sum`: the process count and a detached sum over processes
   (the identity without an initialised process group), for plain loops.
+- :func:`check_global_batches`: several processes train the global batches of one process only
+  when the rows fill them; it warns where ``accelerate`` would repeat rows to fill the last one
+  and refuses a split that would leave the processes with different numbers of batches.
 - :func:`launched_processes`, :func:`refuse_several_processes`: a single-process loop started by
   ``torchrun`` or ``accelerate launch`` would train the same batches once per process; it refuses
   to run there and names the entry point that is data-parallel.
@@ -29,6 +32,7 @@ from typing import Any
 __all__ = [
     "GlobalBatchNormalisation",
     "all_reduce_sum",
+    "check_global_batches",
     "launched_processes",
     "refuse_several_processes",
     "world_size",
@@ -74,6 +78,51 @@ def all_reduce_sum(x: Any) -> Any:
     return x
 
 
+def check_global_batches(trainer: Any) -> None:
+    """Check that ``trainer``'s processes share its training rows into equal global batches.
+
+    ``accelerate`` shards each global batch of ``W`` processes x ``b`` rows; with its default
+    ``even_batches=True`` a last global batch that the rows do not fill is completed with rows
+    from the start of the data (as torch's ``DistributedSampler`` pads), so the run then differs
+    from one process with batch ``W x b`` in its last step: a ``UserWarning`` says so. With
+    ``even_batches=False`` the processes get different numbers of batches unless the batch count
+    is a multiple of ``W``; the Trainer then hangs in a collective or trains other rows, so that
+    is a ``ValueError``. One process, or a dataset without a length: nothing to check."""
+    import math
+    import warnings
+
+    world = int(getattr(trainer.args, "world_size", 1) or 1)
+    data = getattr(trainer, "train_dataset", None)
+    if world <= 1 or data is None:
+        return
+    try:
+        n = len(data)
+    except TypeError:  # an iterable dataset: its length is unknown
+        return
+    b = int(trainer.args.per_device_train_batch_size)
+    if getattr(trainer.accelerator, "even_batches", True):
+        if n % (world * b):
+            warnings.warn(
+                f"{n} training rows do not fill the last global batch of {world} processes x {b} "
+                f"rows: accelerate (even_batches=True) completes it with "
+                f"{world * b - n % (world * b)} rows from the start of the data, so the last "
+                f"step differs from one process with batch {world * b}; give a multiple of "
+                f"{world * b} rows for an exact match",
+                UserWarning,
+                stacklevel=3,
+            )
+        return
+    batches = n // b if trainer.args.dataloader_drop_last else math.ceil(n / b)
+    if batches % world:
+        raise ValueError(
+            f"{n} training rows in batches of {b} give {batches} batches, which {world} "
+            "processes cannot share with even_batches=False: they would run different numbers "
+            "of steps (the Trainer hangs in a collective or trains other rows). Give a row count "
+            f"whose batch count is a multiple of {world}, or keep accelerate's default "
+            "even_batches=True"
+        )
+
+
 class GlobalBatchNormalisation:
     """Mixin for a ``transformers.Trainer`` whose loss is ``sum of terms / count``.
 
@@ -93,6 +142,10 @@ class GlobalBatchNormalisation:
     def loss_denominator(self, batch: dict[str, Any]) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def get_train_dataloader(self) -> Any:
+        check_global_batches(self)
+        return super().get_train_dataloader()
+
     def _get_num_items_in_batch(self, batch_samples: list, device: Any) -> Any:
         import torch
 
@@ -108,8 +161,10 @@ class GlobalBatchNormalisation:
             if self.empty_step_is_zero:  # every summed term is 0: divide by 1, not by 0
                 return torch.ones((), dtype=torch.float64, device=device)
             raise ValueError(
-                f"the loss denominator of this optimiser step is {float(total)} over all "
-                "processes (no target token, or every weight 0); nothing to average"
+                f"the loss denominator of optimiser step {self.state.global_step + 1} is "
+                f"{float(total)} over all processes and accumulated micro-batches: none of its "
+                f"rows carries a counted item ({type(self).__name__}.loss_denominator), so it "
+                "has no mean; remove such rows or give the step more rows"
             )
         return total
 

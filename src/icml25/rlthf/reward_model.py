@@ -95,8 +95,13 @@ def weighted_bt_loss(
     w = torch.as_tensor(weights, dtype=diff.dtype, device=diff.device)
     if w.shape != diff.shape:
         raise ValueError(f"weights has shape {tuple(w.shape)}; expected {tuple(diff.shape)}")
-    if not torch.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and >= 0")
+    bad = ~torch.isfinite(w) | (w < 0)
+    if bad.any():
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"weights must be finite and >= 0; weights[{i}] is {float(w[i])} "
+            f"({int(bad.sum())} of {w.numel()} invalid)"
+        )
     if reduction == "sum":
         return -(w * logsig).sum()
     total = w.sum()
@@ -597,12 +602,9 @@ class TrainableHFRewardModel:
             # computes it over micro-batches and processes
             for g in range(0, len(micro), self.grad_accum):
                 step_batches = micro[g : g + self.grad_accum]
-                total = float(wt[[i for b in step_batches for i in b]].sum())
-                if total <= 0:
-                    raise ValueError(
-                        f"the pairs of one optimiser step ({[int(idx[i]) for i in step_batches[0][:4]]}"
-                        ", ...) all have weight 0: at least one pair per step needs a positive weight"
-                    )
+                # a step whose pairs all weigh 0 has loss 0 (its terms are exact zeros), as in
+                # WeightedRewardTrainer
+                total = float(wt[[i for b in step_batches for i in b]].sum()) or 1.0
                 step_loss = 0.0
                 for b in step_batches:
                     rows = [ids_c[i] for i in b] + [ids_r[i] for i in b]

@@ -169,6 +169,10 @@ class WeightedRewardTrainer(GlobalBatchNormalisation, RewardTrainer):
         if "weight" not in self._signature_columns:
             self._signature_columns = [*self._signature_columns, "weight"]
 
+    #: a step whose pairs all weigh 0 has loss 0 (every weighted term is an exact 0), as a
+    #: weight-0 pair contributes nothing in any other step
+    empty_step_is_zero = True
+
     def loss_denominator(self, batch: dict[str, Any]) -> Any:
         """The weight of one collated micro-batch (its number of pairs without weights)."""
         if "weight" in batch:

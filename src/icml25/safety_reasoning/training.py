@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from icml25.llm.distributed import refuse_several_processes
+from icml25.llm.distributed import check_global_batches, refuse_several_processes
 from icml25.safety_reasoning._checks import check_int
 from icml25.safety_reasoning.data import to_chat_sft
 
@@ -351,5 +351,7 @@ def sft_trainer(
         from icml25.llm import MixedPrecision
 
         MixedPrecision.prepare(model)
-    return SFTTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_dataset,
-                      processing_class=tokenizer, **kwargs)  # fmt: skip
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_dataset,
+                         processing_class=tokenizer, **kwargs)  # fmt: skip
+    check_global_batches(trainer)
+    return trainer

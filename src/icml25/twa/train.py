@@ -313,6 +313,10 @@ if _Trainer is not None:
             from icml25.twa.loss import REDUCTIONS
 
             twa_loss_kwargs = dict(twa_loss_kwargs or {})
+            unknown = sorted(set(twa_loss_kwargs) - {"unlikelihood", "reduction", "eps"})
+            if unknown:
+                raise ValueError(f"twa_loss_kwargs has unknown keys {unknown}; valid: "
+                                 "'unlikelihood', 'reduction', 'eps' (twa_loss's options)")  # fmt: skip
             if twa_loss_kwargs.get("reduction", "token_mean") not in REDUCTIONS:
                 raise ValueError(f"twa_loss_kwargs['reduction'] must be one of {REDUCTIONS}, got "
                                  f"{twa_loss_kwargs['reduction']!r}")  # fmt: skip
