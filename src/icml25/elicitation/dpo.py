@@ -282,13 +282,11 @@ def default_dpo_config(**overrides: Any) -> Any:
 
     ``overrides`` replace any of these (``DPOConfig`` keywords).
     """
-    import tempfile
-
     from trl import DPOConfig
 
-    cuda = torch.cuda.is_available()
-    kw: dict[str, Any] = dict(
-        output_dir=tempfile.mkdtemp(prefix="icml25-elicit-dpo-"),
+    from icml25.elicitation.sft import _trl_config
+
+    fields = dict(
         beta=0.1,
         learning_rate=5e-6,
         disable_dropout=True,
@@ -300,22 +298,8 @@ def default_dpo_config(**overrides: Any) -> Any:
         warmup_steps=0,
         max_grad_norm=0.0,
         max_length=None,
-        save_strategy="no",
-        report_to=[],
-        logging_steps=1,
-        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
-        fp16=False,
-        use_cpu=not cuda,
     )
-    # transformers 5 renamed gradient_checkpointing (TRL's default: on) to activation_checkpointing
-    fields = getattr(DPOConfig, "__dataclass_fields__", {})
-    kw[
-        "activation_checkpointing"
-        if "activation_checkpointing" in fields
-        else "gradient_checkpointing"
-    ] = False
-    kw.update(overrides)
-    return DPOConfig(**kw)
+    return _trl_config(DPOConfig, "icml25-elicit-dpo-", fields, overrides)
 
 
 def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[PreferencePair], args: Any = None, *,

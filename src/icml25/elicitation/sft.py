@@ -209,13 +209,9 @@ def default_reverse_sft_config(**overrides: Any) -> Any:
     learning rate 0 (ours at ``lr / warmup``), and it batches each epoch separately (ours draws
     batches across epoch boundaries). ``overrides`` replace any field (``SFTConfig`` keywords).
     """
-    import tempfile
-
     from trl import SFTConfig
 
-    cuda = torch.cuda.is_available()
-    kw: dict[str, Any] = dict(
-        output_dir=tempfile.mkdtemp(prefix="icml25-elicit-sft-"),
+    fields = dict(
         num_train_epochs=3.0,
         learning_rate=5e-5,
         per_device_train_batch_size=16,
@@ -227,22 +223,38 @@ def default_reverse_sft_config(**overrides: Any) -> Any:
         seed=0,
         max_length=None,
         average_tokens_across_devices=True,
+    )
+    return _trl_config(SFTConfig, "icml25-elicit-sft-", fields, overrides)
+
+
+def _trl_config(config_cls: Any, prefix: str, fields: dict, overrides: dict) -> Any:
+    """``config_cls(**fields, **overrides)`` (a TRL ``SFTConfig``/``DPOConfig``) with what both
+    trainers' defaults share: a fresh temporary ``output_dir`` named ``prefix...``, no saving or
+    reports, a log line per step, bf16 only on a CUDA device that supports it (float32 and
+    ``use_cpu`` elsewhere) and no gradient checkpointing (the plain loops use none)."""
+    import tempfile
+
+    cuda = torch.cuda.is_available()
+    kw: dict[str, Any] = dict(
+        output_dir=tempfile.mkdtemp(prefix=prefix),
         save_strategy="no",
         report_to=[],
         logging_steps=1,
         bf16=bool(cuda and torch.cuda.is_bf16_supported()),
         fp16=False,
         use_cpu=not cuda,
+        **fields,
     )
-    # transformers 5 renamed gradient_checkpointing (TRL's SFT default: on) to activation_checkpointing
-    fields = getattr(SFTConfig, "__dataclass_fields__", {})
-    kw[
+    # transformers 5 renamed gradient_checkpointing (TRL's default: on) to activation_checkpointing
+    names = getattr(config_cls, "__dataclass_fields__", {})
+    checkpointing = (
         "activation_checkpointing"
-        if "activation_checkpointing" in fields
+        if "activation_checkpointing" in names
         else "gradient_checkpointing"
-    ] = False
+    )
+    kw[checkpointing] = False
     kw.update(overrides)
-    return SFTConfig(**kw)
+    return config_cls(**kw)
 
 
 def _reverse_rows(inv: Investigator, pairs: Any, what: str) -> Any:
