@@ -329,12 +329,9 @@ def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[Prefere
         from trl import DPOTrainer
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("dpo_trainer needs TRL: pip install 'icml25[train]'") from exc
-    if policy.user_restricted:
-        raise ValueError("TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
-                         "must train with dpo_round (the same masked log-softmax it samples with)")  # fmt: skip
-    if policy.exact_length is not None:
-        raise ValueError("TRL ends every completion with an end of turn; an investigator with "
-                         "exact_length must train with dpo_round")  # fmt: skip
+    from icml25.elicitation.sft import _check_trl_investigator
+
+    _check_trl_investigator(policy, "dpo_round")
     train = _pair_rows(policy, pairs, "pairs")
     evals = None if eval_dataset is None else _pair_rows(policy, eval_dataset, "eval_dataset")
     if args is None:

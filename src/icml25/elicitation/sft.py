@@ -227,6 +227,16 @@ def default_reverse_sft_config(**overrides: Any) -> Any:
     return _trl_config(SFTConfig, "icml25-elicit-sft-", fields, overrides)
 
 
+def _check_trl_investigator(inv: Investigator, loop: str) -> None:
+    """``ValueError`` for an investigator that TRL's trainers cannot train as ``loop`` does."""
+    if inv.user_restricted:
+        raise ValueError(f"TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
+                         f"must train with {loop} (the same masked log-softmax it samples with)")  # fmt: skip
+    if inv.exact_length is not None:
+        raise ValueError("TRL ends every completion with an end of turn; an investigator with "
+                         f"exact_length must train with {loop}")  # fmt: skip
+
+
 def _trl_config(config_cls: Any, prefix: str, fields: dict, overrides: dict) -> Any:
     """``config_cls(**fields, **overrides)`` (a TRL ``SFTConfig``/``DPOConfig``) with what both
     trainers' defaults share: a fresh temporary ``output_dir`` named ``prefix...``, no saving or
@@ -306,12 +316,7 @@ def reverse_sft_trainer(inv: Investigator, pairs: Sequence[tuple[str, str]], arg
         raise ImportError("reverse_sft_trainer needs TRL: pip install 'icml25[train]'") from exc
     if not isinstance(inv, Investigator):
         raise TypeError(f"inv must be an Investigator, got {type(inv).__name__}")
-    if inv.user_restricted:
-        raise ValueError("TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
-                         "must train with reverse_sft (the same masked log-softmax it samples with)")  # fmt: skip
-    if inv.exact_length is not None:
-        raise ValueError("TRL ends every completion with an end of turn; an investigator with "
-                         "exact_length must train with reverse_sft")  # fmt: skip
+    _check_trl_investigator(inv, "reverse_sft")
     train = _reverse_rows(inv, pairs, "pairs")
     evals = None if eval_dataset is None else _reverse_rows(inv, eval_dataset, "eval_dataset")
     if args is None:
