@@ -8,11 +8,21 @@ flushed as it is written (``fsync`` every ``fsync_every`` records and on close),
 at most the items in flight; a torn last line (a kill mid-write) is skipped on reading and
 fenced off by a newline before the next append. Non-finite floats (NaN, inf) are written as
 ``null``, so every line is strict JSON that any reader accepts.
+
+**What made a row.** A store opened with ``settings=`` (a JSON-able dict of everything that
+determines a row besides the item itself: the backend's identity, sampling settings, prompt
+templates, the pipeline's config, the parameters of filters, detectors and judges) stamps each
+record with the settings' fingerprint (``"_settings"``) and writes the settings once as a header
+line. Reopened with other settings, it refuses (:class:`SettingsMismatch`, naming the fields that
+differ) or, with ``on_mismatch="separate"``, keeps both runs' rows under separate keys; it never
+returns another run's rows. The item's own content belongs in its key (a file's content hash,
+:func:`content_hash`, not its name).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -24,7 +34,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BatchFailed", "BatchReport", "ItemError", "JsonlStore", "json_safe", "run_resumable"]
+__all__ = [
+    "BatchFailed",
+    "BatchReport",
+    "ItemError",
+    "JsonlStore",
+    "SettingsMismatch",
+    "backend_identity",
+    "content_hash",
+    "json_safe",
+    "run_resumable",
+    "settings_fingerprint",
+]
+
+#: the record field holding the fingerprint of the settings that made the row
+SETTINGS_FIELD = "_settings"
+#: the ``"_store"`` value of a header line (the full settings of one fingerprint)
+_HEADER = "settings"
 
 
 def json_safe(value: Any) -> Any:
@@ -46,6 +72,63 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def settings_fingerprint(settings: Mapping[str, Any]) -> str:
+    """A 16-hex-digit SHA-256 fingerprint of ``settings`` (keys sorted, non-finite floats as
+    ``null``): equal settings, equal fingerprint, whatever the dict's order."""
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be a dict, got {type(settings).__name__}")
+    text = json.dumps(json_safe(dict(settings)), sort_keys=True, ensure_ascii=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def content_hash(data: bytes | str | os.PathLike) -> str:
+    """SHA-256 (hex) of ``data``: bytes as they are, a path's file content (not its name), so a
+    file overwritten in place gets a new key."""
+    h = hashlib.sha256()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        h.update(bytes(data))
+    elif isinstance(data, (str, os.PathLike)):
+        with open(data, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    else:
+        raise TypeError(f"content_hash takes bytes or a file path, got {type(data).__name__}")
+    return h.hexdigest()
+
+
+def backend_identity(chat: Any) -> dict[str, Any]:
+    """What identifies a chat backend's answers: its class, its ``name`` (``openai:MODEL@URL``,
+    ``hf:PATH``...), and an OpenAI client's ``extra_body``. Sampling settings given per call
+    belong in the pipeline's settings beside it."""
+    ident: dict[str, Any] = {"class": type(chat).__name__, "name": getattr(chat, "name", None)}
+    extra = getattr(chat, "extra_body", None)
+    if extra:
+        ident["extra_body"] = dict(extra)
+    return ident
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): d}
+
+
+def _differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    a, b = _flatten(json_safe(dict(old or {}))), _flatten(json_safe(dict(new)))
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k, "<absent>") != b.get(k, "<absent>"):
+            out.append(f"{k}: {a.get(k, '<absent>')!r:.60} -> {b.get(k, '<absent>')!r:.60}")
+    return out
+
+
+class SettingsMismatch(ValueError):
+    """A store holds rows made with other settings than the ones it was opened with."""
+
+
 @dataclass
 class ItemError:
     """One failed item: its key, the exception's type name and message."""
@@ -64,21 +147,64 @@ class JsonlStore:
         fsync_every: records between two ``fsync`` calls (each record is flushed at once).
     """
 
-    def __init__(self, path: str | Path, key: str | Sequence[str], *, fsync_every: int = 64):
+    def __init__(
+        self,
+        path: str | Path,
+        key: str | Sequence[str],
+        *,
+        fsync_every: int = 64,
+        settings: Mapping[str, Any] | None = None,
+        on_mismatch: str = "refuse",
+    ):
         fields = (key,) if isinstance(key, str) else tuple(key)
         if not fields or not all(isinstance(f, str) and f for f in fields):
             raise ValueError(f"key must be a field name or a tuple of field names, got {key!r}")
+        if SETTINGS_FIELD in fields:
+            raise ValueError(f"{SETTINGS_FIELD!r} is the store's own field; use another key name")
         if isinstance(fsync_every, bool) or not isinstance(fsync_every, int) or fsync_every < 1:
             raise ValueError(f"fsync_every must be a positive integer, got {fsync_every!r}")
+        if on_mismatch not in ("refuse", "separate"):
+            raise ValueError(f"on_mismatch must be 'refuse' or 'separate', got {on_mismatch!r}")
         self.path = Path(path)
         self.key_fields = fields
         self.fsync_every = fsync_every
+        self.settings = None if settings is None else json_safe(dict(settings))
+        self.fingerprint = None if settings is None else settings_fingerprint(settings)
+        self.on_mismatch = on_mismatch
+        #: the settings of every fingerprint found in the file (its header lines)
+        self.settings_in_file: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._last: dict[tuple, dict[str, Any]] = {}
         self.n_torn = 0
         self._file = None
         self._unsynced = 0
+        self._header_written = False
         self._load()
+        if self.fingerprint is not None:
+            self._check_settings()
+
+    def _check_settings(self) -> None:
+        others: dict[Any, int] = {}
+        for k in self._last:
+            if k[-1] != self.fingerprint:
+                others[k[-1]] = others.get(k[-1], 0) + 1
+        self._header_written = self.fingerprint in self.settings_in_file
+        if not others or self.on_mismatch == "separate":
+            return
+        fp, n = next(iter(others.items()))
+        if fp is None:
+            raise SettingsMismatch(
+                f"{self.path} holds {n} rows written without a settings fingerprint (by an older "
+                "icml25, or without settings=): what made them is unknown, so they are not reused. "
+                "Write to a new file, or open it with on_mismatch='separate' to keep them apart"
+            )
+        diff = _differences(self.settings_in_file.get(fp), self.settings or {})
+        raise SettingsMismatch(
+            f"{self.path} holds {n} rows made with other settings (fingerprint {fp}, now "
+            f"{self.fingerprint}); they differ in: {'; '.join(diff[:8]) or 'unknown fields'}. "
+            "Write to a new file, or open it with on_mismatch='separate' (CLI: --keep-both) to "
+            "keep both runs' rows under separate keys"
+        )
 
     # -- reading -------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -90,7 +216,12 @@ class JsonlStore:
                     continue
                 try:
                     rec = json.loads(line)
+                    if isinstance(rec, dict) and rec.get("_store") == _HEADER:
+                        self.settings_in_file[str(rec[SETTINGS_FIELD])] = rec.get("settings")
+                        continue
                     k = self.key_of(rec)
+                    if self.fingerprint is not None and SETTINGS_FIELD not in rec:
+                        k = (*k[:-1], None)  # a row written without settings: made by unknown ones
                 except (ValueError, KeyError, TypeError):
                     self.n_torn += 1  # a torn or foreign line: skipped, never fatal
                     continue
@@ -103,15 +234,24 @@ class JsonlStore:
         missing = [f for f in self.key_fields if f not in record]
         if missing:
             raise KeyError(f"record lacks the key field(s) {missing}: {str(record)[:80]}")
-        return tuple(_hashable(record[f]) for f in self.key_fields)
+        k = tuple(_hashable(record[f]) for f in self.key_fields)
+        if self.fingerprint is None:
+            return k
+        # rows of other settings never match: the fingerprint is part of every key (a record
+        # not yet stamped, e.g. an item's key fields, is one of these settings)
+        return (*k, record.get(SETTINGS_FIELD, self.fingerprint))
 
     def _as_key(self, key: Any) -> tuple:
         if isinstance(key, Mapping):
             return self.key_of(key)
         k = key if isinstance(key, tuple) else (key,)
-        if len(k) != len(self.key_fields):
+        n = len(self.key_fields)
+        if self.fingerprint is not None and len(k) == n + 1 and k[-1] == self.fingerprint:
+            k = k[:n]  # a full key, as key_of returns it
+        if len(k) != n:
             raise ValueError(f"a key of {self.path} has fields {self.key_fields}, got {key!r}")
-        return tuple(_hashable(x) for x in k)
+        k = tuple(_hashable(x) for x in k)
+        return k if self.fingerprint is None else (*k, self.fingerprint)
 
     def get(self, key: Any) -> dict[str, Any] | None:
         """The last record of ``key`` (a value, a tuple or a dict holding the key fields)."""
@@ -130,18 +270,23 @@ class JsonlStore:
         return self.get(key) is not None
 
     def __len__(self) -> int:
-        return len(self._last)
+        return sum(1 for k in self._last if self._mine(k))
 
     def records(self) -> list[dict[str, Any]]:
-        """The last result record of every done item, in first-written order."""
-        return [r for r in self._last.values() if "error" not in r]
+        """The last result record of every done item, in first-written order (with ``settings``:
+        the items made with these settings only)."""
+        return [r for k, r in self._last.items() if "error" not in r and self._mine(k)]
+
+    def _mine(self, key: tuple) -> bool:
+        return self.fingerprint is None or key[-1] == self.fingerprint
 
     def errors(self) -> list[ItemError]:
         """The items whose last record is an error row."""
+        n = len(self.key_fields)
         return [
-            ItemError(k, str(r["error"].get("type", "")), str(r["error"].get("message", "")))
+            ItemError(k[:n], str(r["error"].get("type", "")), str(r["error"].get("message", "")))
             for k, r in self._last.items()
-            if "error" in r and isinstance(r["error"], Mapping)
+            if "error" in r and isinstance(r["error"], Mapping) and self._mine(k)
         ]
 
     def pending(self, keys: Iterable[Any], *, retry_errors: bool = False) -> list[Any]:
@@ -168,15 +313,33 @@ class JsonlStore:
         return self._file
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write one record (it must hold the key fields) and flush it."""
+        """Write one record (it must hold the key fields) and flush it; with ``settings`` it
+        is stamped with their fingerprint."""
+        record = dict(record)
+        if self.fingerprint is not None:
+            if record.get(SETTINGS_FIELD, self.fingerprint) != self.fingerprint:
+                raise ValueError(
+                    f"the record carries {SETTINGS_FIELD}={record[SETTINGS_FIELD]!r}, but this "
+                    f"store writes rows of {self.fingerprint}"
+                )
+            record[SETTINGS_FIELD] = self.fingerprint
         k = self.key_of(record)
-        line = json.dumps(json_safe(dict(record)), ensure_ascii=False, allow_nan=False)
+        line = json.dumps(json_safe(record), ensure_ascii=False, allow_nan=False)
         try:
             line.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: keep it as a JSON escape, never drop it
-            line = json.dumps(json_safe(dict(record)), ensure_ascii=True, allow_nan=False)
+            line = json.dumps(json_safe(record), ensure_ascii=True, allow_nan=False)
         with self._lock:
             f = self._open()
+            if self.fingerprint is not None and not self._header_written:
+                header = {
+                    "_store": _HEADER,
+                    SETTINGS_FIELD: self.fingerprint,
+                    "settings": self.settings,
+                }
+                f.write(json.dumps(header, ensure_ascii=True, allow_nan=False, default=repr) + "\n")
+                self.settings_in_file[self.fingerprint] = self.settings
+                self._header_written = True
             f.write(line + "\n")
             f.flush()
             self._unsynced += 1
@@ -190,6 +353,8 @@ class JsonlStore:
         k = self._as_key(key)
         rec = dict(zip(self.key_fields, k))
         rec.update(extra)
+        k = k[: len(self.key_fields)]
+        rec = {f: v for f, v in rec.items() if f != SETTINGS_FIELD}
         err = ItemError(k, type(exc).__name__, str(exc)[:2000])
         rec["error"] = {"type": err.error_type, "message": err.message}
         self.append(rec)
@@ -359,6 +524,6 @@ def run_resumable(
         raise
     pool.shutdown()
     store.sync()
-    wanted = set(keys)
+    wanted = {k[: len(store.key_fields)] for k in keys}
     failures = [e for e in store.errors() if e.key in wanted]
     return BatchReport(len(items), n_skipped, n_ok, failures, time.perf_counter() - t0)
