@@ -42,10 +42,11 @@ def test_same_settings_resume_other_settings_refuse_naming_the_field(tmp_path):
         SettingsMismatch, match=r"backend.name: 'openai:teacher-a@http://x' -> 'openai:teacher-b"
     ):
         JsonlStore(path, "id", settings=B)
-    # every line is strict JSON, the header holds the full settings
+    # one strict-JSON row per item, stamped; the full settings sit beside the file
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert lines[0]["_store"] == "settings" and lines[0]["settings"]["backend"] == A["backend"]
-    assert all(x["_settings"] == settings_fingerprint(A) for x in lines)
+    assert len(lines) == 2 and all(x["_settings"] == settings_fingerprint(A) for x in lines)
+    beside = json.loads((tmp_path / "rows.jsonl.settings.json").read_text())
+    assert beside[settings_fingerprint(A)]["backend"] == A["backend"]
 
 
 def test_keep_both_runs_apart(tmp_path):

@@ -12,8 +12,8 @@ fenced off by a newline before the next append. Non-finite floats (NaN, inf) are
 **What made a row.** A store opened with ``settings=`` (a JSON-able dict of everything that
 determines a row besides the item itself: the backend's identity, sampling settings, prompt
 templates, the pipeline's config, the parameters of filters, detectors and judges) stamps each
-record with the settings' fingerprint (``"_settings"``) and writes the settings once as a header
-line. Reopened with other settings, it refuses (:class:`SettingsMismatch`, naming the fields that
+record with the settings' fingerprint (``"_settings"``) and keeps the settings of each fingerprint
+in ``<path>.settings.json`` beside the file. Reopened with other settings, it refuses (:class:`SettingsMismatch`, naming the fields that
 differ) or, with ``on_mismatch="separate"``, keeps both runs' rows under separate keys; it never
 returns another run's rows. The item's own content belongs in its key (a file's content hash,
 :func:`content_hash`, not its name).
@@ -42,6 +42,7 @@ __all__ = [
     "SettingsMismatch",
     "backend_identity",
     "content_hash",
+    "describe",
     "json_safe",
     "run_resumable",
     "settings_fingerprint",
@@ -49,8 +50,8 @@ __all__ = [
 
 #: the record field holding the fingerprint of the settings that made the row
 SETTINGS_FIELD = "_settings"
-#: the ``"_store"`` value of a header line (the full settings of one fingerprint)
-_HEADER = "settings"
+#: the file beside a store that maps each fingerprint to its full settings
+SETTINGS_SUFFIX = ".settings.json"
 
 
 def json_safe(value: Any) -> Any:
@@ -105,6 +106,36 @@ def backend_identity(chat: Any) -> dict[str, Any]:
     if extra:
         ident["extra_body"] = dict(extra)
     return ident
+
+
+def describe(obj: Any) -> Any:
+    """A JSON-able description of what ``obj`` contributes to a row, for a store's settings:
+    plain values as they are; an object's ``cache_identity()`` (a local model: its name and a
+    fingerprint of its weights) or ``identity()`` when it has one; a chat backend's
+    :func:`backend_identity`; a dataclass's fields; dicts and lists item by item; any other object
+    its class and ``name`` (or a function's qualified name). Never a ``repr`` (memory addresses
+    would change the fingerprint at every run). An object that two runs would use differently but
+    describe alike should define ``identity()``."""
+    import dataclasses
+
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return json_safe(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): describe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [describe(v) for v in obj]
+    for method in ("cache_identity", "identity"):
+        fn = getattr(obj, method, None)
+        if callable(fn):
+            return {"class": type(obj).__name__, method: json_safe(fn())}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {f.name: describe(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {"class": type(obj).__name__, **fields}
+    if hasattr(obj, "name") and hasattr(obj, "chat"):
+        return backend_identity(obj)
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return {"callable": f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"}
+    return {"class": type(obj).__name__, "name": json_safe(getattr(obj, "name", None))}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -183,7 +214,19 @@ class JsonlStore:
         if self.fingerprint is not None:
             self._check_settings()
 
+    @property
+    def settings_path(self) -> Path:
+        """``<path>.settings.json``: the full settings of every fingerprint in the file."""
+        return self.path.with_name(self.path.name + SETTINGS_SUFFIX)
+
     def _check_settings(self) -> None:
+        if self.settings_path.exists():
+            try:
+                known = json.loads(self.settings_path.read_text(encoding="utf-8"))
+                if isinstance(known, dict):
+                    self.settings_in_file.update(known)
+            except (OSError, ValueError):
+                pass  # only used to name the fields that differ
         others: dict[Any, int] = {}
         for k in self._last:
             if k[-1] != self.fingerprint:
@@ -216,9 +259,6 @@ class JsonlStore:
                     continue
                 try:
                     rec = json.loads(line)
-                    if isinstance(rec, dict) and rec.get("_store") == _HEADER:
-                        self.settings_in_file[str(rec[SETTINGS_FIELD])] = rec.get("settings")
-                        continue
                     k = self.key_of(rec)
                     if self.fingerprint is not None and SETTINGS_FIELD not in rec:
                         k = (*k[:-1], None)  # a row written without settings: made by unknown ones
@@ -332,13 +372,10 @@ class JsonlStore:
         with self._lock:
             f = self._open()
             if self.fingerprint is not None and not self._header_written:
-                header = {
-                    "_store": _HEADER,
-                    SETTINGS_FIELD: self.fingerprint,
-                    "settings": self.settings,
-                }
-                f.write(json.dumps(header, ensure_ascii=True, allow_nan=False, default=repr) + "\n")
                 self.settings_in_file[self.fingerprint] = self.settings
+                tmp = self.settings_path.with_name(self.settings_path.name + ".tmp")
+                tmp.write_text(json.dumps(self.settings_in_file, indent=1, default=repr))
+                os.replace(tmp, self.settings_path)
                 self._header_written = True
             f.write(line + "\n")
             f.flush()

@@ -358,6 +358,7 @@ def tpo_batch(
     errors: str = "raise",
     feedback_backend=None,
     progress: bool | None = None,
+    keep_both: bool = False,
 ) -> list:
     """TPO over many queries with a thread pool (like the official runner).
 
@@ -369,11 +370,17 @@ def tpo_batch(
     error rows only with ``retry_errors``. ``errors="raise"`` (default): once every query was
     tried and saved, :class:`icml25.llm.BatchFailed` is raised if any failed (its ``report``
     and ``results`` say which and hold the rest); ``errors="return"``: failed queries appear as
-    :class:`icml25.llm.ItemError` in the returned list. Queries share nothing mutable."""
+    :class:`icml25.llm.ItemError` in the returned list. Queries share nothing mutable.
+
+    The rows are keyed by everything that makes them (:class:`icml25.llm.JsonlStore`'s
+    ``settings``): the policy and feedback backends' identity, the reward model's, the config
+    (depth, width, temperature, seed...) and the prompts. Rerun into the same file with any of
+    these changed, it raises :class:`icml25.llm.store.SettingsMismatch` naming what differs;
+    ``keep_both=True`` keeps both runs' rows in the file, each run reading only its own."""
     import tempfile
     from pathlib import Path
 
-    from icml25.llm.store import BatchFailed, ItemError, JsonlStore, run_resumable
+    from icml25.llm.store import BatchFailed, ItemError, JsonlStore, describe, run_resumable
 
     if isinstance(queries, str) or not all(isinstance(q, str) for q in queries):
         raise ValueError("queries must be a list of strings")
@@ -390,7 +397,16 @@ def tpo_batch(
     elif not resume and Path(out_path).exists():
         Path(out_path).unlink()
     try:
-        with JsonlStore(out_path, "index") as store:
+        settings = {
+            "pipeline": "tpo_batch",
+            "backend": describe(backend),
+            "feedback_backend": describe(feedback_backend),
+            "reward": describe(reward),
+            "config": describe(config),
+            "prompts": describe(prompts or PromptSet.default()),
+        }
+        on_mismatch = "separate" if keep_both else "refuse"
+        with JsonlStore(out_path, "index", settings=settings, on_mismatch=on_mismatch) as store:
             for rec in list(store.records()) + [store.get(e.key) for e in store.errors()]:
                 i = rec["index"]
                 if not isinstance(i, int) or i >= len(queries) or rec.get("query") != queries[i]:
