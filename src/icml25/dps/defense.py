@@ -9,7 +9,7 @@
    an uninformative one ("cannot determine ...") is replaced by the view's description.
 4. The strong agent, in its own conversation, re-analyses its answer given the observations (text
    only), the helper summarises that analysis, and the strong agent gives the final answer with
-   the image attached again.
+   the image attached again (``image_once=True``: text only, the image being in the history).
 
 Calls per query: strong 3, weak 2K, helper at most 3K + 1, plus one model call for the ``auto``
 mode's text-box request. Every call goes through an ``icml25.llm`` chat backend (OpenAI-compatible
@@ -19,6 +19,7 @@ unless ``on_error="refusal"`` (the official code's silent canned refusal, for ex
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import numpy as np
 
 from icml25.dps.crops import auto_mask, center_crop, parse_boxes, random_crop
 from icml25.dps.helper import Helper, RuleHelper
-from icml25.dps.images import image_part, to_pil
+from icml25.dps.images import IMAGE_FORMATS, JPEG_QUALITY, image_part, to_pil
 from icml25.dps.prompts import DPSPrompts
 
 __all__ = ["REFUSAL", "BackendError", "Conversation", "DPSDefense", "DPSResult"]
@@ -137,6 +138,18 @@ class DPSDefense:
             code leaves the provider default, which a request cannot express; docs/dps.md).
         on_error: ``"raise"`` (:class:`BackendError`) or ``"refusal"`` (official behaviour).
         max_pixels: images above it are shrunk 10x per side before sending (Gemini's rule).
+        image_once: ``False`` (the official code): the weak agent's ``describe`` turn and the
+            strong agent's ``final`` turn attach their image again, so those requests carry 2
+            images. ``True``: each conversation sends its image once, with its first turn; the
+            later turns carry their text only and the model sees the image in the conversation's
+            history (the same pixels, as the same data URL), so no request holds more than one
+            image, for servers limited to one image per request (vLLM's
+            ``--limit-mm-per-prompt``, docs/dps.md "Command line").
+        crop_format: how the weak agents' views are encoded: ``"png"`` (lossless, our default) or
+            ``"jpeg"`` (the official code writes its crops to JPEG files, a lossy step that itself
+            weakens pixel-level noise; docs/dps.md "Deviations"). The whole image is always PNG.
+        jpeg_quality: JPEG quality of the views when ``crop_format="jpeg"`` (75, PIL's default;
+            docs/dps.md "Decisions").
     """
 
     CROPS = ("center", "random", "auto")
@@ -144,7 +157,8 @@ class DPSDefense:
     def __init__(self, lvlm: Any, helper: Helper | None = None, crop: str = "center", n_agents: int = 1,
                  prompts: DPSPrompts | None = None, summary_limit: int = 20, weak_word_limit_trigger: int = 20,
                  seed: int | None = 0, max_tokens: int = 2000, temperature: float = 0.0, on_error: str = "raise",
-                 max_pixels: int | None = None) -> None:  # fmt: skip
+                 max_pixels: int | None = None, image_once: bool = False, crop_format: str = "png",
+                 jpeg_quality: int = JPEG_QUALITY) -> None:  # fmt: skip
         if not hasattr(lvlm, "chat"):
             raise TypeError(f"lvlm must be an icml25.llm chat backend, got {type(lvlm).__name__}")
         if crop not in self.CROPS:
@@ -190,12 +204,27 @@ class DPSDefense:
             or max_pixels < 1
         ):
             raise ValueError(f"max_pixels must be None or an int >= 1, got {max_pixels!r}")
+        if not isinstance(image_once, bool):
+            raise TypeError(f"image_once must be True or False, got {image_once!r}")
+        if not isinstance(crop_format, str) or crop_format.lower() not in IMAGE_FORMATS:
+            raise ValueError(f"crop_format must be one of {IMAGE_FORMATS}, got {crop_format!r}")
+        if (
+            isinstance(jpeg_quality, bool)
+            or not isinstance(jpeg_quality, (int, np.integer))
+            or not 1 <= jpeg_quality <= 95
+        ):
+            raise ValueError(f"jpeg_quality must be an int in [1, 95], got {jpeg_quality!r}")
         self.lvlm, self.helper = lvlm, helper or RuleHelper(limit=int(summary_limit))
         self.crop, self.n_agents, self.prompts = crop, int(n_agents), prompts or DPSPrompts()
         self.summary_limit, self.trigger = int(summary_limit), int(weak_word_limit_trigger)
         self.seed, self.max_tokens, self.temperature = seed, int(max_tokens), float(temperature)
         self.on_error = on_error
         self.image_kw = {"max_pixels": int(max_pixels)} if max_pixels is not None else {}
+        self.image_once, self.crop_format = image_once, crop_format.lower()
+        self.jpeg_quality = int(jpeg_quality)
+        self.crop_kw = dict(self.image_kw)
+        if self.crop_format == "jpeg":
+            self.crop_kw.update(format="jpeg", quality=self.jpeg_quality)
         self._calls = 0
 
     # -- the views -----------------------------------------------------------------------------
@@ -215,9 +244,11 @@ class DPSDefense:
             random_crop(img, rng),
         ]
 
-    def _conversation(self, system: str, role: str, trace: list[dict[str, Any]]) -> Conversation:
+    def _conversation(self, system: str, role: str, trace: list[dict[str, Any]],
+                      image_kw: dict[str, Any] | None = None) -> Conversation:  # fmt: skip
         return Conversation(self.lvlm, system, role=role, max_tokens=self.max_tokens, temperature=self.temperature,
-                            trace=trace, on_error=self.on_error, image_kw=self.image_kw)  # fmt: skip
+                            trace=trace, on_error=self.on_error,
+                            image_kw=self.image_kw if image_kw is None else image_kw)  # fmt: skip
 
     def _help(self, trace: list[dict[str, Any]], what: str, fn: Any, *args: Any, **kw: Any) -> Any:
         trace.append({"role": "helper", "template": what, "has_image": False})
@@ -246,11 +277,11 @@ class DPSDefense:
         crops = self.views(img, rng, trace)
         answers, descriptions = [], []
         for view in crops:
-            weak = self._conversation(
-                self.prompts.weak_system, "weak", trace
-            )  # a fresh conversation each
+            # a fresh conversation each; its views in crop_format (JPEG: as the official crops)
+            weak = self._conversation(self.prompts.weak_system, "weak", trace, self.crop_kw)
             answers.append(weak.ask(question, view, template="question"))
-            descriptions.append(weak.ask(self.prompts.describe, view, template="describe"))
+            again = None if self.image_once else view  # image_once: the view is in the history
+            descriptions.append(weak.ask(self.prompts.describe, again, template="describe"))
         observations, informative = [], []
         for a, d in zip(answers, descriptions):
             a_s = (self._help(trace, "summarize_answer", self.helper.summarize, a, self.summary_limit, style="answer")
@@ -271,7 +302,9 @@ class DPSDefense:
         summary = self._help(trace, "summarize_plain", self.helper.summarize, analysis, self.summary_limit,
                              style="plain")  # fmt: skip
         final = strong.ask(
-            self.prompts.render("final", analysis=summary, question=question), img, template="final"
+            self.prompts.render("final", analysis=summary, question=question),
+            None if self.image_once else img,  # image_once: the image is in the history
+            template="final",
         )
         n_calls = {
             "lvlm": sum(t["role"] != "helper" for t in trace),
@@ -281,12 +314,19 @@ class DPSDefense:
                          crops, n_calls, trace)  # fmt: skip
 
     def respond_batch(self, items: Iterable[tuple[Any, str]], workers: int = 1,
-                      errors: str = "raise") -> list[DPSResult | BackendError]:  # fmt: skip
+                      errors: str = "raise") -> list[DPSResult | Exception]:  # fmt: skip
         """:meth:`respond` for every ``(image, question)``, ``workers`` at a time (each query has
         its own conversations), in input order. Query ``i`` uses seed ``seed + i``.
-        Questions are checked before any call. ``errors="return"`` puts the exception of a failed
-        query in its place (:class:`BackendError` for a failed call; ``ValueError``, ``TypeError``
-        or ``OSError`` for an image that cannot be read) and keeps the others."""
+        Questions are checked before any call. A query fails with :class:`BackendError` (a failed
+        call) or ``ValueError``, ``TypeError`` or ``OSError`` (an image that cannot be read).
+
+        ``errors="return"``: a failed query's exception takes its place in the list and the others
+        go on. ``errors="raise"``: after the first failure no new query starts; the queries in
+        flight finish, and then the failure of the lowest index is raised (a ``BackendError`` as
+        it is, an image error as its own type naming ``items[i]``). Nothing finished is lost: the
+        raised exception carries ``results`` (the list in input order: a :class:`DPSResult` for
+        each finished query, the exception for each failed one, ``None`` for a query never
+        started) and ``failures`` (``{index: exception}`` of every failed query)."""
         if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
             raise TypeError(
                 f"items must be an iterable of (image, question) pairs, got {type(items).__name__}"
@@ -306,22 +346,39 @@ class DPSDefense:
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
         base = 0 if self.seed is None else int(self.seed)
+        stop = threading.Event()  # errors="raise": no new query once one has failed
 
-        def one(i: int) -> DPSResult | BackendError:
+        def one(i: int) -> DPSResult | Exception | None:
+            if stop.is_set():
+                return None
             img, q = items[i]
             try:
                 return self.respond(img, q, seed=None if self.seed is None else base + i)
             except (BackendError, ValueError, TypeError, OSError) as exc:
                 # a failed call, or an image that cannot be read (a missing file, a bad array)
-                if errors == "return":
-                    return exc
-                if isinstance(exc, BackendError):
-                    raise
-                raise type(exc)(f"items[{i}]: {exc}") from exc
+                if errors == "raise":
+                    stop.set()
+                return exc
 
         if workers <= 1:
-            return [one(i) for i in range(len(items))]
-        from concurrent.futures import ThreadPoolExecutor
+            results = [one(i) for i in range(len(items))]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=int(workers)) as pool:
-            return list(pool.map(one, range(len(items))))
+            with ThreadPoolExecutor(max_workers=int(workers)) as pool:
+                results = list(pool.map(one, range(len(items))))
+        if errors == "return":
+            return results  # type: ignore[return-value]
+        failures = {i: r for i, r in enumerate(results) if isinstance(r, Exception)}
+        if not failures:
+            return results  # type: ignore[return-value]
+        i, exc = min(failures.items())
+        if not isinstance(exc, BackendError):
+            try:
+                wrapped = type(exc)(f"items[{i}]: {exc}")
+            except Exception:  # noqa: BLE001 - an exception type with another signature
+                wrapped = ValueError(f"items[{i}]: {type(exc).__name__}: {exc}")
+            wrapped.__cause__ = exc
+            exc = wrapped
+        exc.results, exc.failures = results, failures  # type: ignore[attr-defined]
+        raise exc

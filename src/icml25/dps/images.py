@@ -1,5 +1,6 @@
-"""Images for vision-language chat messages: conversion to PIL, PNG data URLs and OpenAI-format
-``image_url`` parts (arXiv:2412.12722; the official DPS code sends images as base64 data URLs).
+"""Images for vision-language chat messages: conversion to PIL, PNG (or JPEG) data URLs and
+OpenAI-format ``image_url`` parts (arXiv:2412.12722; the official DPS code sends images as base64
+data URLs).
 
 ``ImageLike`` is a PIL image, a numpy array ``(H, W)`` / ``(H, W, C)`` (uint8, or float in
 [0, 1]), a torch tensor ``(C, H, W)`` / ``(H, W)`` (float in [0, 1]), or a file path.
@@ -14,7 +15,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decode_data_url", "encode_data_url", "image_part", "last_image", "to_pil"]
+__all__ = [
+    "IMAGE_FORMATS",
+    "JPEG_QUALITY",
+    "decode_data_url",
+    "encode_data_url",
+    "image_part",
+    "last_image",
+    "to_pil",
+]
+
+#: what :func:`encode_data_url` writes: lossless PNG (our default) or lossy JPEG (the official crops)
+IMAGE_FORMATS = ("png", "jpeg")
+#: JPEG quality when ``format="jpeg"``: 75, PIL's default, which a plain ``save("crop.jpg")``
+#: uses (the official code's own setting is not recorded in docs/dps.md; see its "Decisions")
+JPEG_QUALITY = 75
 
 
 def to_pil(image: Any) -> Any:
@@ -127,11 +142,30 @@ def _open(source: Any, what: Any) -> Any:
     return img
 
 
-def encode_data_url(image: Any, *, max_pixels: int | None = None, downscale: int = 10) -> str:
-    """``data:image/png;base64,...`` of the image (PNG: lossless). Images above ``max_pixels``
-    are shrunk ``downscale`` times per side (LANCZOS) first, as the official Gemini agent does
-    above 5 * 2**20 pixels."""
+def encode_data_url(
+    image: Any,
+    *,
+    max_pixels: int | None = None,
+    downscale: int = 10,
+    format: str = "png",
+    quality: int = JPEG_QUALITY,
+) -> str:
+    """A base64 data URL of the image: ``data:image/png;base64,...`` (``format="png"``, the
+    default: lossless) or ``data:image/jpeg;base64,...`` (``format="jpeg"``: lossy, at
+    ``quality`` 1..95, the scale of PIL's ``save(..., quality=)``; the official DPS code writes its
+    crops to JPEG files, docs/dps.md "Decisions"). Images above ``max_pixels`` are shrunk
+    ``downscale`` times per side (LANCZOS) first, as the official Gemini agent does above
+    5 * 2**20 pixels."""
     from PIL import Image
+
+    if not isinstance(format, str) or format.lower() not in IMAGE_FORMATS:
+        raise ValueError(f"format must be one of {IMAGE_FORMATS}, got {format!r}")
+    if (
+        isinstance(quality, bool)
+        or not isinstance(quality, (int, np.integer))
+        or not 1 <= quality <= 95
+    ):
+        raise ValueError(f"quality must be an int in [1, 95] (JPEG quality), got {quality!r}")
 
     if max_pixels is not None and (
         isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1
@@ -145,8 +179,13 @@ def encode_data_url(image: Any, *, max_pixels: int | None = None, downscale: int
             (max(1, img.width // downscale), max(1, img.height // downscale)), Image.LANCZOS
         )
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    if format.lower() == "png":
+        img.save(buf, format="PNG")
+        mime = "png"
+    else:
+        img.save(buf, format="JPEG", quality=int(quality))
+        mime = "jpeg"
+    return f"data:image/{mime};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def decode_data_url(url: str) -> Any:
