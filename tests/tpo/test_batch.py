@@ -97,3 +97,27 @@ def test_killed_batch_resumes_over_http(tmp_path):
     redone = [q for q, c in generated.items() if c > 1]
     assert len(redone) <= 1  # at most the query in flight at the kill
     assert all(f"query {i}" not in redone for i in finished_first)
+
+
+def test_a_rerun_with_other_settings_never_returns_the_first_runs_rows(tmp_path):
+    """Another policy, depth and width into the same file: refused, naming what differs; with
+    keep_both the new run computes its own answers and the first run's stay readable."""
+    from icml25.llm.store import SettingsMismatch
+
+    reward = CallableReward(lambda q, r: float(len(r)))
+    qs = ["query 0", "query 1"]
+    out = tmp_path / "r.jsonl"
+    first = tpo_batch(qs, CallableChat(policy, name="policy-a"), reward,
+                      TPOConfig(width=2, depth=2), out_path=out)  # fmt: skip
+    other = CallableChat(lambda m, **kw: policy(m, **kw).replace("draft", "other"), name="policy-b")
+    with pytest.raises(
+        SettingsMismatch,
+        match=r"backend.cache_identity: 'policy-a' -> 'policy-b'.*config.depth: 2 -> 1",
+    ):
+        tpo_batch(qs, other, reward, TPOConfig(width=3, depth=1), out_path=out)
+    second = tpo_batch(qs, other, reward, TPOConfig(width=3, depth=1), out_path=out, keep_both=True)
+    assert all(r.best_response.startswith("other") for r in second)
+    assert all(r.best_response.startswith("draft") for r in first)
+    again = tpo_batch(qs, CallableChat(policy, name="policy-a"), reward,
+                      TPOConfig(width=2, depth=2), out_path=out, keep_both=True)  # fmt: skip
+    assert [r.best_response for r in again] == [r.best_response for r in first]
