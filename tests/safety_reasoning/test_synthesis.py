@@ -215,3 +215,42 @@ def test_bad_input(world):
         synthesize(teacher, [Query("x", "helpful")], k=np.int64(2), progress=False).n_candidates
         == 2
     )
+
+
+def test_another_teacher_or_filter_never_gets_the_first_runs_rows(world, tmp_path):
+    """Teacher B on teacher A's store: refused before any call, naming the teacher; with
+    keep_both B is asked and its own reasoning comes back. A filter's parameter counts too."""
+    from icml25.llm import KeywordRefusalDetector
+    from icml25.llm.store import SettingsMismatch
+
+    qs = [Query("plan a trip", "helpful", "1"), Query("bake bread", "helpful", "2")]
+    asked = []
+
+    def teacher(tag):
+        def reply(messages, **kw):
+            asked.append(tag)
+            return f"<think>{tag} reasoning</think>Sure, here it is."
+
+        return reply
+
+    store = tmp_path / "s.jsonl"
+    rep_a = synthesize(
+        CallableChat(teacher("A"), name="teacher-a"), qs, k=1, store=store, progress=False
+    )
+    assert {e.reasoning for e in rep_a.examples} == {"A reasoning"}
+    asked.clear()
+    with pytest.raises(
+        SettingsMismatch, match=r"teacher.cache_identity: 'teacher-a' -> 'teacher-b'"
+    ):
+        synthesize(
+            CallableChat(teacher("B"), name="teacher-b"), qs, k=1, store=store, progress=False
+        )
+    assert asked == []
+    rep_b = synthesize(CallableChat(teacher("B"), name="teacher-b"), qs, k=1, store=store,
+                       progress=False, keep_both=True)  # fmt: skip
+    assert asked == ["B", "B"] and {e.reasoning for e in rep_b.examples} == {"B reasoning"}
+    # the outcome filter's detector is part of what made a row
+    other = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector(prefixes=("never",)))]
+    with pytest.raises(SettingsMismatch, match=r"filters"):
+        synthesize(CallableChat(teacher("A"), name="teacher-a"), qs, k=1, store=store,
+                   filters=other, progress=False)  # fmt: skip

@@ -108,34 +108,43 @@ def backend_identity(chat: Any) -> dict[str, Any]:
     return ident
 
 
-def describe(obj: Any) -> Any:
+def describe(obj: Any, *, _depth: int = 0) -> Any:
     """A JSON-able description of what ``obj`` contributes to a row, for a store's settings:
     plain values as they are; an object's ``cache_identity()`` (a local model: its name and a
     fingerprint of its weights) or ``identity()`` when it has one; a chat backend's
     :func:`backend_identity`; a dataclass's fields; dicts and lists item by item; any other object
-    its class and ``name`` (or a function's qualified name). Never a ``repr`` (memory addresses
-    would change the fingerprint at every run). An object that two runs would use differently but
-    describe alike should define ``identity()``."""
+    its class and public attributes, described alike (a function: its qualified name). Never a
+    ``repr`` (memory addresses would change the fingerprint at every run). An object that two runs
+    would use differently but describe alike should define ``identity()``."""
     import dataclasses
 
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return json_safe(obj)
     if isinstance(obj, Mapping):
-        return {str(k): describe(v) for k, v in obj.items()}
+        return {str(k): describe(v, _depth=_depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [describe(v) for v in obj]
+        return [describe(v, _depth=_depth + 1) for v in obj]
     for method in ("cache_identity", "identity"):
         fn = getattr(obj, method, None)
         if callable(fn):
             return {"class": type(obj).__name__, method: json_safe(fn())}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = {f.name: describe(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        fields = {
+            f.name: describe(getattr(obj, f.name), _depth=_depth + 1)
+            for f in dataclasses.fields(obj)
+        }
         return {"class": type(obj).__name__, **fields}
     if hasattr(obj, "name") and hasattr(obj, "chat"):
         return backend_identity(obj)
-    if callable(obj) and hasattr(obj, "__qualname__"):
+    if isinstance(obj, type) or (callable(obj) and hasattr(obj, "__qualname__")):
         return {"callable": f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"}
-    return {"class": type(obj).__name__, "name": json_safe(getattr(obj, "name", None))}
+    # any other object: its class and its public attributes (a filter's thresholds, a judge)
+    out: dict[str, Any] = {"class": type(obj).__name__}
+    if _depth < 4:
+        for k, v in sorted(getattr(obj, "__dict__", {}).items()):
+            if not k.startswith("_"):
+                out[k] = describe(v, _depth=_depth + 1)
+    return out
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

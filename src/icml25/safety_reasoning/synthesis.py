@@ -14,7 +14,6 @@ error row that does not stop the other queries.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -85,6 +84,7 @@ def synthesize(
     seed: int = 0,
     progress: bool | None = None,
     retry_errors: bool = True,
+    keep_both: bool = False,
 ) -> SynthesisReport:
     """Sample, filter and keep SRG's reasoning supervision for ``queries``.
 
@@ -99,6 +99,11 @@ def synthesize(
             KeywordRefusalDetector.default())]``. Add a ``GuidelineFilter`` (and a safety judge in
             the ``OutcomeFilter``) for the paper's full rejection sampling.
         store: JSONL path of the per-query records (resumable); ``None`` keeps nothing on disk.
+            A row is keyed by everything that made it (the teacher's identity, the sampling
+            settings, the format, the guidelines, every filter's parameters: the store's
+            ``settings``); a rerun with any of them changed raises
+            :class:`icml25.llm.store.SettingsMismatch` naming what differs, never returning the
+            other run's rows. ``keep_both=True`` keeps both runs' rows in the file instead.
         concurrency: queries in flight.
         fmt: the reasoning format (default ``<think>``/``</think>``).
         keep: accepted candidates kept per query (1).
@@ -115,6 +120,7 @@ def synthesize(
         such as a wrong URL or a filter that cannot run).
     """
     from icml25.llm import JsonlStore, run_resumable
+    from icml25.llm.store import describe
     from icml25.safety_reasoning.filters import FormatFilter, OutcomeFilter
     from icml25.safety_reasoning.guidelines import render_guidelines
 
@@ -155,9 +161,21 @@ def synthesize(
         filters = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())]
     chain = [as_filter(f, i) for i, f in enumerate(filters)]
     rendered = render_guidelines(guidelines)
-    config = hashlib.sha256(json.dumps(
-        [rendered, k, temperature, keep, max_rounds, max_tokens, seed, fmt.open_tag,
-         fmt.close_tag, [f.name for f in chain]]).encode()).hexdigest()[:12]  # fmt: skip
+    # everything that makes a query's row: the teacher, the sampling, the format, the guidelines
+    # and every filter's parameters (its detector's, its judge's)
+    settings = {
+        "pipeline": "safety_reasoning.synthesize",
+        "teacher": describe(teacher),
+        "guidelines": rendered,
+        "k": k,
+        "temperature": temperature,
+        "keep": keep,
+        "max_rounds": max_rounds,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "format": describe(fmt),
+        "filters": [{"name": f.name, "filter": describe(g)} for f, g in zip(chain, filters)],
+    }
 
     def work(q: Any) -> dict[str, Any]:
         msgs = teacher_messages(q.text, guidelines, fmt)
@@ -184,12 +202,13 @@ def synthesize(
         return {"accepted": accepted, "rejects": dict(rejects), "n_candidates": n_cand}
 
     path = store if store is not None else _temp_path()
-    st = JsonlStore(path, key=("id", "config"))
+    st = JsonlStore(path, key="id", settings=settings,
+                    on_mismatch="separate" if keep_both else "refuse")  # fmt: skip
     try:
-        report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id, "config": config},
+        report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id},
                                concurrency=concurrency, progress=progress, retry_errors=retry_errors,
                                desc="SRG synthesis")  # fmt: skip
-        records = {q.id: st.get({"id": q.id, "config": config}) for q in qs}
+        records = {q.id: st.get(q.id) for q in qs}
     finally:
         st.close()
         if store is None:
