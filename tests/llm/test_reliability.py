@@ -279,3 +279,32 @@ def test_jsonl_store_keeps_lone_surrogates_and_control_characters(tmp_path):
     again = JsonlStore(path, "k")
     assert again.get(1)["text"] == "lone \ud800 surrogate"
     assert again.get(2)["text"] == "ctrl \x00\x07\t and é"
+
+
+def test_a_dead_backend_stops_the_batch_without_error_rows_and_a_rerun_resumes(tmp_path):
+    """A circuit breaker's BackendUnavailableError is not an item's failure: no error row, the
+    items not yet started are cancelled, and a rerun (retry_errors=False) asks every item not
+    done."""
+    from icml25.llm import BackendUnavailableError, JsonlStore, run_resumable
+
+    path = tmp_path / "rows.jsonl"
+    asked = []
+
+    def work(x):
+        asked.append(x)
+        if x >= 3:
+            raise BackendUnavailableError("circuit breaker open: http://127.0.0.1:9/v1")
+        return {"y": x * 2}
+
+    with (
+        JsonlStore(path, "x") as st,
+        pytest.raises(BackendUnavailableError, match="3 of .* written"),
+    ):
+        run_resumable(list(range(10)), work, st, key=lambda i, x: {"x": x}, concurrency=1,
+                      progress=False)  # fmt: skip
+    assert asked[:4] == [0, 1, 2, 3]  # (items already started still fail fast at the breaker)
+    with JsonlStore(path, "x") as st:
+        assert len(st) == 3 and not st.errors()
+        rep = run_resumable(list(range(10)), lambda x: {"y": x * 2}, st,
+                            key=lambda i, x: {"x": x}, progress=False)  # fmt: skip
+    assert rep.n_ok == 7 and rep.n_skipped == 3 and rep.n_failed == 0

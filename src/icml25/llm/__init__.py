@@ -67,6 +67,7 @@ from icml25.llm.store import (
     BatchReport,
     ItemError,
     JsonlStore,
+    SettingsMismatch,
     json_safe,
     run_resumable,
 )
@@ -79,6 +80,7 @@ from icml25.llm.training import (
 )
 
 __all__ = [
+    "BackendUnavailableError",
     "BatchFailed",
     "BatchReport",
     "CachedChat",
@@ -88,6 +90,7 @@ __all__ = [
     "ChatBackend",
     "ChatModerator",
     "ChatServer",
+    "CircuitOpenError",
     "Completion",
     "HFChat",
     "HFRewardModel",
@@ -102,6 +105,7 @@ __all__ = [
     "RewardModel",
     "SamplingParams",
     "ScriptedChat",
+    "SettingsMismatch",
     "TokenLogprob",
     "add_model_args",
     "check_context_length",
@@ -123,8 +127,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "BackendUnavailableError": "icml25.llm.base",
     "CachedChat": "icml25.llm.cache",
     "ChatServer": "icml25.llm.server",
+    "CircuitOpenError": "icml25.llm.openai_http",
     "HFChat": "icml25.llm.hf",
     "LLMRequestError": "icml25.llm.openai_http",
     "OpenAIChat": "icml25.llm.openai_http",

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "ROLES",
+    "BackendUnavailableError",
     "BaseChat",
     "ChatBackend",
     "Completion",
@@ -31,6 +32,16 @@ __all__ = [
 
 ROLES = ("system", "user", "assistant")
 Message = Mapping[str, Any]
+
+
+class BackendUnavailableError(RuntimeError):
+    """The backend stopped answering and will not be asked again (a circuit breaker opened, as in
+    :class:`~icml25.llm.OpenAIChat`): every remaining request fails at once with this error.
+
+    It says nothing about the item that raised it, so a resumable pipeline should stop rather
+    than record it as that item's failure: the rows already written are kept and a rerun, once
+    the server is back, asks for the rest.
+    """
 
 
 @runtime_checkable
@@ -173,7 +184,10 @@ class Completion:
     ``blocked`` is True when the provider refused to answer: OpenAI ``finish_reason ==
     "content_filter"``, or a response with no choices at all (a gateway's "no candidates"); the
     text is then empty. ``logprobs`` holds one :class:`TokenLogprob` per generated token when
-    the request asked for them (``None`` otherwise). ``raw`` is the server's choice as received
+    the request asked for them (``None`` otherwise). ``reasoning`` is a reasoning model's
+    reasoning when the server returns it apart from the answer (vLLM's reasoning parsers put it in
+    ``message.reasoning_content``, newer versions in ``message.reasoning``; ``text`` is then the
+    answer alone); ``None`` when the server sent none. ``raw`` is the server's choice as received
     (not stored by caches, not compared by ``==``).
     """
 
@@ -182,6 +196,7 @@ class Completion:
     blocked: bool = False
     raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     logprobs: list[TokenLogprob] | None = None
+    reasoning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (``raw`` is dropped), as :class:`~icml25.llm.CachedChat` stores it."""
@@ -192,6 +207,8 @@ class Completion:
         }
         if self.logprobs is not None:
             out["logprobs"] = [t.to_list() for t in self.logprobs]
+        if self.reasoning is not None:  # only when sent: rows of other models stay as they were
+            out["reasoning"] = self.reasoning
         return out
 
     @classmethod
@@ -202,6 +219,7 @@ class Completion:
             data.get("finish_reason"),
             bool(data.get("blocked", False)),
             logprobs=None if lps is None else [TokenLogprob.from_list(t) for t in lps],
+            reasoning=data.get("reasoning"),
         )
 
 

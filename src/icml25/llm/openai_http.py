@@ -3,7 +3,10 @@
 Transient failures (429, 5xx, time-outs, dropped or refused connections) are retried with
 exponential backoff and full jitter, honouring ``Retry-After`` / ``retry-after-ms`` up to
 ``max_backoff``, within an overall per-request ``deadline``; any other 4xx fails at once with the
-server's message. ``base_url`` and the key default to ``$OPENAI_BASE_URL`` / ``$OPENAI_API_KEY``
+server's message. After ``circuit_breaker`` requests in a row fail on the transport (refused
+or dropped connections, time-outs, retries included), the client stops sending: every further
+request fails at once with :class:`CircuitOpenError`, naming the endpoint and the cause, instead of
+spending its own retries on a dead server. ``base_url`` and the key default to ``$OPENAI_BASE_URL`` / ``$OPENAI_API_KEY``
 as in the official ``openai`` client. The API key is sent in the ``Authorization`` header and nowhere else: it is never
 logged, never part of an error message, never in ``repr``.
 """
@@ -20,9 +23,15 @@ import threading
 import time
 from typing import Any
 
-from icml25.llm.base import BaseChat, Completion, SamplingParams, TokenLogprob
+from icml25.llm.base import (
+    BackendUnavailableError,
+    BaseChat,
+    Completion,
+    SamplingParams,
+    TokenLogprob,
+)
 
-__all__ = ["LLMRequestError", "OpenAIChat"]
+__all__ = ["CircuitOpenError", "LLMRequestError", "OpenAIChat"]
 
 log = logging.getLogger("icml25.llm")
 
@@ -35,6 +44,11 @@ class LLMRequestError(RuntimeError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class CircuitOpenError(LLMRequestError, BackendUnavailableError):
+    """:class:`OpenAIChat`'s circuit breaker is open: the endpoint failed ``circuit_breaker``
+    requests in a row on the transport, so this request was not sent (or its retries stopped)."""
 
 
 #: model families that answer HTTP 400 to ``max_tokens`` (they take ``max_completion_tokens``)
@@ -66,6 +80,12 @@ class OpenAIChat(BaseChat):
             for OpenAI's reasoning families (o1, o3, o4, gpt-5) and api.openai.com, the former
             elsewhere (vLLM, llama.cpp).
         extra_body: extra JSON fields sent with every request (e.g. vLLM's ``top_k``).
+        circuit_breaker: after this many requests in a row failed on the transport (each after
+            its retries), every further request raises :class:`CircuitOpenError` at once, and
+            requests waiting to retry stop; ``None`` turns the breaker off. Any answer from the
+            server (a success, but also an HTTP error such as 400 or 503) resets the count, and so
+            does :meth:`reset_breaker`. Default 5: without it a dead endpoint costs every item its
+            full retries (on average about 15 s each with the default backoff).
 
     Sampling fields the caller leaves at ``None`` are not sent, so the server's defaults apply.
     """
@@ -86,6 +106,7 @@ class OpenAIChat(BaseChat):
         max_backoff: float = 60.0,
         max_tokens_field: str | None = None,
         extra_body: dict[str, Any] | None = None,
+        circuit_breaker: int | None = 5,
     ) -> None:
         try:
             import httpx
@@ -109,6 +130,15 @@ class OpenAIChat(BaseChat):
             raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if circuit_breaker is not None and (
+            isinstance(circuit_breaker, bool)
+            or not isinstance(circuit_breaker, int)
+            or circuit_breaker < 1
+        ):
+            raise ValueError(
+                "circuit_breaker must be a positive integer (failed requests in a row) or None "
+                f"(no breaker), got {circuit_breaker!r}"
+            )
         if max_tokens_field not in (None, "max_tokens", "max_completion_tokens"):
             raise ValueError(
                 "max_tokens_field must be 'max_tokens', 'max_completion_tokens' or None (chosen "
@@ -141,6 +171,46 @@ class OpenAIChat(BaseChat):
         )
         self._httpx = httpx
         self._lock = threading.Lock()
+        self.circuit_breaker = circuit_breaker
+        self._transport_streak = 0  # requests in a row that failed on the transport
+        self._breaker_open = threading.Event()
+        self._breaker_reason = ""
+
+    # -- circuit breaker -----------------------------------------------------------------------
+    @property
+    def breaker_open(self) -> bool:
+        """True once ``circuit_breaker`` requests in a row failed on the transport."""
+        return self._breaker_open.is_set()
+
+    def reset_breaker(self) -> None:
+        """Close the circuit breaker (e.g. once the server is back) and zero its count."""
+        with self._lock:
+            self._transport_streak = 0
+            self._breaker_open.clear()
+
+    def _breaker_error(self) -> CircuitOpenError:
+        return CircuitOpenError(self._breaker_reason)
+
+    def _answered(self) -> None:
+        """The server answered (any HTTP status): the endpoint is alive."""
+        if self._transport_streak or self._breaker_open.is_set():
+            self.reset_breaker()
+
+    def _transport_failed(self, problem: str) -> None:
+        """A request ran out of attempts on transport failures; open the breaker at the limit."""
+        with self._lock:
+            self._transport_streak += 1
+            limit = self.circuit_breaker
+            if limit is None or self._transport_streak < limit or self._breaker_open.is_set():
+                return
+            self._breaker_reason = (
+                f"circuit breaker open: {self.base_url} (model {self.model!r}) failed "
+                f"{limit} requests in a row on the transport, the last with: {problem}. The "
+                "remaining requests of this client are not sent; check that the server is up "
+                "at that address and rerun (results already written are kept)"
+            )
+            self._breaker_open.set()
+        log.error("%s", self._breaker_reason)
 
     # -- one request -------------------------------------------------------------------------
     def _complete(self, messages: list[dict[str, Any]], params: SamplingParams) -> list[Completion]:
@@ -207,16 +277,19 @@ class OpenAIChat(BaseChat):
     def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``route`` with retries; the parsed JSON body of the 200 answer."""
         url = f"{self.base_url}/{route}"
+        if self._breaker_open.is_set():
+            raise self._breaker_error()
         start = time.monotonic()
         waited = 0.0
         attempt = 0
         while True:
-            problem, wait_hint = None, None
+            problem, wait_hint, transport = None, None, False
             left = self.deadline - (time.monotonic() - start)
             try:
                 response = self._client.post(
                     url, json=body, timeout=max(0.001, min(self.timeout, left))
                 )
+                self._answered()
                 if response.status_code == 200:
                     try:
                         data = response.json()
@@ -236,14 +309,19 @@ class OpenAIChat(BaseChat):
                     )
             except self._httpx.TimeoutException:
                 problem = f"no answer within {min(self.timeout, left):g} s"
+                transport = True
             except self._httpx.TransportError as exc:
-                problem = f"connection problem ({type(exc).__name__})"
+                detail = f": {exc}" if str(exc) else ""
+                problem = f"connection problem ({type(exc).__name__}{detail})"
+                transport = True
             elapsed = time.monotonic() - start
             summary = (
                 f"{attempt + 1} attempt(s) in {elapsed:.1f} s, {waited:.1f} s of it waiting "
                 f"between attempts"
             )
             if attempt >= self.max_retries:
+                if transport:
+                    self._transport_failed(problem)
                 raise LLMRequestError(
                     f"{url} (model {self.model!r}) failed after {summary}: {problem}"
                 )
@@ -258,6 +336,8 @@ class OpenAIChat(BaseChat):
                     )
                 delay = min(self.max_backoff, wait_hint)
             if elapsed + delay >= self.deadline:
+                if transport:
+                    self._transport_failed(problem)
                 raise LLMRequestError(
                     f"{url} (model {self.model!r}) gave up at the {self.deadline:g} s deadline "
                     f"after {summary} (next wait would have been {delay:.1f} s): {problem}"
@@ -270,7 +350,8 @@ class OpenAIChat(BaseChat):
                 self.max_retries,
                 delay,
             )
-            time.sleep(delay)
+            if self._breaker_open.wait(delay):  # other requests found the endpoint dead
+                raise self._breaker_error()
             waited += delay
             attempt += 1
 
@@ -389,9 +470,21 @@ def _parse_choices(data: dict[str, Any]) -> list[Completion]:
                 blocked=reason == "content_filter",
                 raw=choice,
                 logprobs=_parse_logprobs(choice),
+                reasoning=_reasoning_of(message),
             )
         )
     return out
+
+
+def _reasoning_of(message: dict[str, Any]) -> str | None:
+    """A reasoning model's reasoning, sent apart from the answer: vLLM's reasoning parsers
+    (``--reasoning-parser``) fill ``reasoning_content``, newer vLLM and some gateways
+    ``reasoning``; ``None`` when the server sent neither."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _retry_after(headers: Any) -> float | None:

@@ -533,8 +533,11 @@ def run_resumable(
         except Exception as exc:  # noqa: BLE001 - recorded as this item's error row
             return i, None, exc
 
+    from icml25.llm.base import BackendUnavailableError
+
     n_ok = 0
     written: set[int] = set()
+    unavailable: list[BaseException] = []
 
     def write(fut: Any) -> None:
         nonlocal n_ok
@@ -543,6 +546,12 @@ def run_resumable(
         if exc is None:
             store.append(rec)
             n_ok += 1
+        elif isinstance(exc, BackendUnavailableError):
+            # the backend is down (a circuit breaker opened): not this item's fault, so no error
+            # row; the items not started are cancelled and a rerun asks them again
+            unavailable.append(exc)
+            for f in futures:
+                f.cancel()
         else:
             extra = {k: v for k, v in heads[i].items() if k not in store.key_fields}
             store.append_error(heads[i], exc, **extra)
@@ -550,14 +559,15 @@ def run_resumable(
     pool = ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo))))
     futures: list[Any] = []
     try:
-        futures = [pool.submit(one, i) for i in todo]
+        futures.extend(pool.submit(one, i) for i in todo)
         for fut in track(
             as_completed(futures),
             desc,
             total=len(futures),
             disable=None if progress is None else not progress,
         ):
-            write(fut)
+            if not fut.cancelled():
+                write(fut)
     except BaseException:
         # a kill (KeyboardInterrupt, a BaseException from work) stops sending requests at once
         # and keeps every answer that already arrived
@@ -570,6 +580,12 @@ def run_resumable(
         raise
     pool.shutdown()
     store.sync()
+    if unavailable:
+        undone = len(todo) - n_ok - sum(1 for i in written if store.is_failed(heads[i]))
+        raise BackendUnavailableError(
+            f"{unavailable[0]} [{n_ok} of {len(todo)} items done in this run were written; "
+            f"{undone} not done are asked again by a rerun]"
+        ) from unavailable[0]
     wanted = {k[: len(store.key_fields)] for k in keys}
     failures = [e for e in store.errors() if e.key in wanted]
     return BatchReport(len(items), n_skipped, n_ok, failures, time.perf_counter() - t0)

@@ -4,14 +4,17 @@ A target is the reasoning ``T`` inside a reasoning block followed by the final a
 (``<think> T </think> y`` by default; a model's native thinking tags, or the offline toy's
 ``=> T A y``, through :class:`ReasoningFormat`). At evaluation only the final answer is judged;
 :meth:`ReasoningFormat.split_output` says how an output parsed, so a truncated or malformed one is
-counted rather than silently judged (docs/safety_reasoning.md, Decisions).
+counted rather than silently judged (docs/safety_reasoning.md, Decisions). A server that returns
+a reasoning model's reasoning apart from its answer (vLLM's reasoning parsers:
+``message.reasoning_content``, kept in ``Completion.reasoning``) is parsed as the text the model
+generated, through :meth:`ReasoningFormat.split_completion`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["STATUSES", "ParsedOutput", "ReasoningFormat"]
 
@@ -82,16 +85,32 @@ class ReasoningFormat:
         s = self.separator
         return f"{self.open_tag}{s}{reasoning.strip()}{s}{self.close_tag}{s}{answer.strip()}"
 
-    def split_output(self, text: str) -> ParsedOutput:
+    def split_output(self, text: str, reasoning: str | None = None) -> ParsedOutput:
         """Split a model's output into reasoning and final answer.
 
         The answer is the text after the *last* closing tag (what a chat UI shows after hiding
         the reasoning); the reasoning runs from the first opening tag (or the start) to that tag.
         An unclosed block gives an empty answer and status ``truncated``: an evaluation then
         judges the full text (docs/safety_reasoning.md, Decisions).
+
+        ``reasoning``: the reasoning when the server sent it apart from ``text`` (vLLM's
+        ``reasoning_content``, which holds what the model wrote between its thinking tags, the
+        answer being ``text``). The output is then parsed as the model generated it,
+        ``open ⊕ reasoning ⊕ close ⊕ text``, or ``open ⊕ reasoning`` (``truncated``) when
+        ``text`` is empty, since the parser sends no answer when the block never closed. ``None``
+        or blank: ``text`` is parsed alone.
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise TypeError(
+                f"reasoning must be a string or None, got {type(reasoning).__name__}: "
+                f"{reasoning!r:.60}"
+            )
+        if reasoning is not None and reasoning.strip():
+            s = self.separator
+            head = f"{self.open_tag}{s}{reasoning.strip()}"
+            text = f"{head}{s}{self.close_tag}{s}{text}" if text.strip() else head
         opens = list(_tag_pattern(self.open_tag).finditer(text))
         closes = list(_tag_pattern(self.close_tag).finditer(text))
         if not closes:
@@ -114,3 +133,14 @@ class ReasoningFormat:
         else:
             status = "ok"
         return ParsedOutput(reasoning, answer, status)
+
+    def split_completion(self, completion: Any) -> ParsedOutput:
+        """:meth:`split_output` of a backend's ``Completion`` (``icml25.llm``): its ``text``,
+        with its ``reasoning`` when the server sent the reasoning apart (otherwise ``None``)."""
+        text = getattr(completion, "text", None)
+        if not isinstance(text, str):
+            raise TypeError(
+                "completion must have text and reasoning attributes (an icml25.llm Completion), "
+                f"got {type(completion).__name__}: {completion!r:.60}"
+            )
+        return self.split_output(text, getattr(completion, "reasoning", None))

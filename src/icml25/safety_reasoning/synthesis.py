@@ -119,7 +119,7 @@ def synthesize(
         kept. When every query failed, ``RuntimeError`` quotes the first error (a setup mistake
         such as a wrong URL or a filter that cannot run).
     """
-    from icml25.llm import JsonlStore, run_resumable
+    from icml25.llm import Completion, JsonlStore, run_resumable
     from icml25.llm.store import describe
     from icml25.safety_reasoning.filters import FormatFilter, OutcomeFilter
     from icml25.safety_reasoning.guidelines import render_guidelines
@@ -183,11 +183,15 @@ def synthesize(
         rejects: Counter[str] = Counter()
         n_cand = 0
         for rnd in range(max_rounds):
-            cands = teacher.chat(msgs, n=k, temperature=float(temperature),
-                                 max_tokens=max_tokens, seed=_seed(seed, q.id, rnd))  # fmt: skip
-            for j, text in enumerate(cands):
+            sampling = dict(n=k, temperature=float(temperature), max_tokens=max_tokens,
+                            seed=_seed(seed, q.id, rnd))  # fmt: skip
+            if hasattr(teacher, "complete"):  # keeps a server's separate reasoning_content
+                cands = teacher.complete(msgs, **sampling)
+            else:
+                cands = [Completion(t) for t in teacher.chat(msgs, **sampling)]
+            for j, cand in enumerate(cands):
                 n_cand += 1
-                parsed = fmt.split_output(text)
+                parsed = fmt.split_completion(cand)
                 for f in chain:
                     d = f(q, parsed)
                     if not d.accept:
