@@ -19,6 +19,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,12 @@ def add_parser(sub) -> None:
     e.add_argument("--subset", default="hard-1k", help="80k, hard-1k or toxic (default hard-1k)")
     e.add_argument("--judge", default="keyword",
                    help="keyword (default), keyword:FAMILY (official rules: gpt-3.5, gpt-4, claude, "
-                   "gemini, mistral, llama, qwen), xstest, or llm:MODEL")  # fmt: skip
+                   "gemini, mistral, llama, qwen, or a model name such as mistral-7b; for mistral "
+                   "see --mistral-quirk), xstest, or llm:MODEL")  # fmt: skip
+    e.add_argument("--mistral-quirk", action="store_true",
+                   help="with --judge keyword:mistral (or a mistral-* name): keep the official "
+                   "Mistral checker's quirk, which lower-cases the response but not the keywords "
+                   "and so never flags a refusal (default: both sides lower-cased)")  # fmt: skip
     e.add_argument("--out", required=True, help="results folder (one JSONL per model and subset)")
     e.add_argument("--max-tokens", type=int, default=1000, help="answer length (paper: 1000)")
     e.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (paper: 0)")
@@ -137,13 +143,28 @@ def make_backend(choice: str, args: argparse.Namespace) -> Any:
 
 def _judge(choice: str, args: argparse.Namespace) -> Any:
     from icml25.orbench import KeywordRefusalDetector, LLMRefusalJudge
+    from icml25.orbench.refusal import MISTRAL_QUIRK_WARNING, official_detector
 
+    quirk = bool(getattr(args, "mistral_quirk", False))
+    if quirk and not choice.startswith("keyword:"):
+        raise ValueError(
+            f"--mistral-quirk applies to --judge keyword:mistral (or keyword:mistral-*), "
+            f"got --judge {choice!r}"
+        )
     if choice == "keyword":
         return KeywordRefusalDetector.default()
     if choice == "xstest":
         return KeywordRefusalDetector.xstest()
     if choice.startswith("keyword:"):
-        return KeywordRefusalDetector.official(choice.split(":", 1)[1])
+        det = official_detector(choice.split(":", 1)[1], mistral_quirk=quirk)
+        if quirk and not det.name.startswith("official:mistral"):
+            raise ValueError(
+                f"--mistral-quirk applies to --judge keyword:mistral (or keyword:mistral-*), "
+                f"got --judge {choice!r} ({det.name})"
+            )
+        if quirk:
+            print(f"WARNING: {MISTRAL_QUIRK_WARNING}", file=sys.stderr)
+        return det
     if choice.startswith("llm:"):
         return LLMRefusalJudge(make_backend(choice[4:], args))
     raise ValueError(
@@ -187,10 +208,17 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"interrupted; rerun the same command to go on from {args.out}", file=sys.stderr)
         return 130
     print(report.summary(), file=sys.stderr)
+    if report.n_failed:
+        first = json.loads(Path(report.files["failed"]).read_text(encoding="utf-8").split("\n")[0])
+        print(f"first failure: {first['stage']} {first['key']}: {first['type']}: "
+              f"{first['message'][:300]}; rerun with --retry-errors to retry the failed "
+              "rewrite/moderation items (failed generator calls are always retried)",
+              file=sys.stderr)  # fmt: skip
     return 1 if report.n_failed else 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from icml25.llm.store import json_safe
     from icml25.orbench import evaluate, load_orbench
 
     try:
@@ -217,12 +245,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     label = args.name or args.model
     store = out / f"{slug(label)}__{subset}.jsonl"
     try:
-        res = evaluate(
-            backend, records, detector=judge, store=store, concurrency=args.concurrency,
-            temperature=args.temperature, max_tokens=args.max_tokens,
-            system_prompt=args.system_prompt, subset=subset, model=label,
-            retry_errors=args.retry_errors, progress=not args.quiet,
-        )  # fmt: skip
+        with warnings.catch_warnings():  # the Mistral quirk was warned about above, once
+            warnings.filterwarnings("ignore", message=".*never flags a refusal")
+            res = evaluate(
+                backend, records, detector=judge, store=store, concurrency=args.concurrency,
+                temperature=args.temperature, max_tokens=args.max_tokens,
+                system_prompt=args.system_prompt, subset=subset, model=label,
+                retry_errors=args.retry_errors, progress=not args.quiet,
+            )  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted; the answers so far are in {store}: rerun the same command to go on",
               file=sys.stderr)  # fmt: skip
@@ -230,7 +260,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     summary = {"model": res.model, "subset": subset, "rate": res.rate, "n": res.n,
                "n_blocked": res.n_blocked, "n_parse_failed": res.n_parse_failed,
                "n_failed": res.n_failed, "per_category": res.per_category, "store": str(store)}  # fmt: skip
-    print(json.dumps(summary, indent=1))
+    # strict JSON: an undefined rate (nothing judged) is null, never NaN
+    print(json.dumps(json_safe(summary), indent=1, allow_nan=False))
     print(res.summary(), file=sys.stderr)
     if res.n_failed:
         first = res.failures[0]

@@ -19,7 +19,12 @@ from typing import Any
 from icml25.llm.base import ChatBackend, Completion
 from icml25.llm.store import JsonlStore, run_resumable
 from icml25.orbench.records import record_id
-from icml25.orbench.refusal import KeywordRefusalDetector
+from icml25.orbench.refusal import (
+    MISTRAL_QUIRK_WARNING,
+    KeywordRefusalDetector,
+    never_flags,
+    official_detector,
+)
 
 __all__ = ["EvalResult", "evaluate"]
 
@@ -109,8 +114,9 @@ class EvalResult:
         return {str(r.get("judge")) for r in self.judged}
 
     def summary(self) -> str:
+        rate = f"{self.rate:.2f}%" if self.n else "no rate:"
         return (
-            f"{self.model} on {self.subset}: {self.rate:.2f}% refused of {self.n} judged "
+            f"{self.model} on {self.subset}: {rate} refused of {self.n} judged "
             f"({self.n_blocked} blocked, {self.n_parse_failed} unparseable judge replies, "
             f"{self.n_failed} failed requests)"
         )
@@ -183,7 +189,7 @@ def _judge_of(detector: Any) -> tuple[str, Any]:
         detector = KeywordRefusalDetector.xstest()
     elif isinstance(detector, str):
         try:
-            detector = KeywordRefusalDetector.official(detector)
+            detector = official_detector(detector)
         except ValueError:
             raise ValueError(
                 f"detector {detector!r} is not a known name; use 'keyword', 'xstest', a model "
@@ -268,8 +274,11 @@ def evaluate(
         records: :class:`~icml25.orbench.ORBenchRecord` objects, dicts with ``prompt`` (and
             ``category``), or plain strings; duplicates (same id) collapse to the first.
         detector: :class:`~icml25.orbench.KeywordRefusalDetector` (default ``.default()``), any
-            ``fn(response) -> bool`` (True = refused), or an
-            :class:`~icml25.orbench.LLMRefusalJudge`.
+            ``fn(response) -> bool`` (True = refused), an
+            :class:`~icml25.orbench.LLMRefusalJudge`, or a name: ``"keyword"``, ``"xstest"`` or a
+            model family / model name (:func:`~icml25.orbench.refusal.official_detector`, the
+            Mistral quirk off). A detector that can flag nothing (the official Mistral checker
+            with its quirk) is warned about with a ``UserWarning``.
         store: a JSONL file (or store keyed by ``("model", "id")``) with one row per prompt; a
             rerun skips the prompts done, so a crash loses at most the requests in flight.
         concurrency: requests in flight for a remote backend (a local model batches instead).
@@ -297,6 +306,8 @@ def evaluate(
     SamplingParams(temperature=temperature, max_tokens=max_tokens)  # bad values fail here, once
     items = _items(records, subset)
     judge_name, judge = _judge_of(detector)
+    if never_flags(judge):
+        warnings.warn(f"judge {judge_name!r}: {MISTRAL_QUIRK_WARNING}", UserWarning, stacklevel=2)
     llm_judge = judge if callable(getattr(judge, "judge", None)) else None
     keyword = None if llm_judge is not None else judge
     count = getattr(llm_judge, "unparseable_as_refusal", True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from icml25.llm.base import ChatBackend
-from icml25.llm.store import JsonlStore, run_resumable
+from icml25.llm.store import ItemError, JsonlStore, run_resumable
 from icml25.orbench.categories import normalize_category
 from icml25.orbench.parsing import extract_bracketed
 from icml25.orbench.records import record_id
@@ -79,6 +79,7 @@ def generate_toxic_seeds(
     max_empty_calls: int = 5,
     max_calls: int | None = None,
     official_quirks: bool = False,
+    failures: list[ItemError] | None = None,
 ) -> list[SeedRecord]:
     """Algorithm 1 for one category: ask ``generator`` for ``per_call`` toxic prompts per call
     until ``n_seeds`` distinct ones are collected.
@@ -99,6 +100,10 @@ def generate_toxic_seeds(
         max_calls: hard cap on calls (default ``10 * ceil(n_seeds / per_call) + 10``), for a
             generator that only repeats itself.
         official_quirks: parse with the official greedy bracket pattern.
+        failures: a list that receives one :class:`~icml25.llm.store.ItemError` per call of
+            this run that failed (key ``(category, call_idx)``, the exception's type and
+            message, e.g. the server's ``HTTP 400`` answer), so a caller can count and report
+            them; the function itself only logs them.
 
     Returns:
         The seeds in call order, deduplicated (``len`` may be below ``n_seeds`` after dedupe or
@@ -123,8 +128,13 @@ def generate_toxic_seeds(
             except Exception as exc:  # noqa: BLE001 - recorded, counted as an empty call
                 log.warning("%s: generator call %d failed: %s", category, i, exc)
                 failed += 1
-                if st is not None:
+                err = (
                     st.append_error((category, i), exc, generator=generator.name)
+                    if st is not None
+                    else ItemError((category, i), type(exc).__name__, str(exc)[:2000])
+                )
+                if failures is not None:
+                    failures.append(err)
                 reply = None
             rec = {"category": category, "call_idx": i, "generator": generator.name}
             rec["raw"] = reply or ""
@@ -141,10 +151,11 @@ def generate_toxic_seeds(
             break
         if empty >= max_empty_calls:
             log.warning(
-                "%s: %d consecutive generator calls gave no parseable prompt; stopping with %d "
-                "of %d seeds",
+                "%s: %d consecutive generator calls gave no parseable prompt (%d of this run's "
+                "calls failed); stopping with %d of %d seeds",
                 category,
                 empty,
+                failed,
                 len(seen),
                 n_seeds,
             )

@@ -42,8 +42,13 @@ def _detector_expr(detector: Any) -> str:
     if detector == "xstest":
         return "KeywordRefusalDetector.xstest()"
     if isinstance(detector, str):
-        KeywordRefusalDetector.official(detector)  # an unknown family fails here, not in lm-eval
-        return f"KeywordRefusalDetector.official({detector!r})"
+        from icml25.orbench.refusal import official_detector
+
+        # an unknown family fails here, not in lm-eval; Mistral's quirk is off, as in evaluate
+        resolved = official_detector(detector)
+        if resolved.name != "official:mistral":
+            return f"KeywordRefusalDetector.official({detector!r})"
+        detector = resolved
     if isinstance(detector, KeywordRefusalDetector):
         config = json.dumps(detector.to_dict(), ensure_ascii=True)
         return f"KeywordRefusalDetector.from_dict(__import__('json').loads({config!r}))"
@@ -81,8 +86,9 @@ def to_lm_eval_task(
             is shared by name.
         task_name: the lm-eval task name and file stem.
         detector: ``None``/``"default"`` (:meth:`KeywordRefusalDetector.default`),
-            ``"xstest"``, an official family name (``"gpt-4"``, ...) or a
-            :class:`KeywordRefusalDetector`, stored by its ``to_dict``.
+            ``"xstest"``, an official family name (``"gpt-4"``, ...; ``"mistral"`` without the
+            official checker's quirk, see :func:`~icml25.orbench.refusal.official_detector`) or
+            a :class:`KeywordRefusalDetector`, stored by its ``to_dict``.
 
     Returns:
         The path of the YAML file.

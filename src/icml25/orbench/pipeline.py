@@ -5,7 +5,9 @@ hard subset and toxic control set, one resumable JSONL store per stage.
 ``seeds.jsonl``; ``rewrite_calls.jsonl`` -> ``candidates.jsonl``; ``moderation.jsonl`` (every
 vote and raw reply) -> ``or-bench-80k.jsonl`` (the pool); ``seed_moderation.jsonl`` ->
 ``or-bench-toxic.jsonl``; with a panel, ``panel.jsonl`` (every panel answer) ->
-``or-bench-hard-1k.jsonl``; ``failed.jsonl`` (items whose calls failed) and ``metadata.json``.
+``or-bench-hard-1k.jsonl``; ``failed.jsonl`` (every failed call of every stage, generation
+included: stage, key, the exception's type and message, e.g. the server's ``HTTP 400`` answer)
+and ``metadata.json``.
 The ``*_calls``/``moderation``/``panel`` stores are what a rerun resumes from; the other files are
 rewritten from them, identically, at the end of every run.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from icml25.llm.base import ChatBackend
-from icml25.llm.store import JsonlStore
+from icml25.llm.store import ItemError, JsonlStore, json_safe
 from icml25.orbench.categories import CATEGORIES, normalize_category
 from icml25.orbench.evaluation import EvalResult, evaluate
 from icml25.orbench.generation import generate_all_seeds, rewrite_seeds
@@ -48,20 +50,26 @@ class BuildReport:
     failed: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     n_removed_by_remoderation: int = 0
+    empty_categories: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         hard = "no panel" if self.n_hard is None else str(self.n_hard)
         if self.n_removed_by_remoderation:
             hard += f" ({self.n_removed_by_remoderation} more removed by the re-moderation)"
-        return (
+        stages = ", ".join(f"{k} {v}" for k, v in self.failed.items() if v)
+        text = (
             f"{self.n_seeds} seeds -> {self.n_candidates} candidates -> pool {self.n_pool} "
             f"({self.n_flagged} flagged toxic), hard {hard}, toxic {self.n_toxic}; "
-            f"{self.n_failed} failed items (failed.jsonl)"
+            f"{self.n_failed} failed calls/items{f' ({stages})' if stages else ''} (failed.jsonl)"
         )
+        if self.empty_categories:
+            text += f"; no seed in {', '.join(self.empty_categories)}"
+        return text
 
 
 def write_jsonl(rows: Sequence[Any], path: Path) -> Path:
-    """Rewrite ``path`` with one JSON object per row (atomic: a temp file, then rename)."""
+    """Rewrite ``path`` with one JSON object per row (atomic: a temp file, then rename); strict
+    JSON: a non-finite number is written ``null``."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for r in rows:
@@ -72,7 +80,7 @@ def write_jsonl(rows: Sequence[Any], path: Path) -> Path:
                 if hasattr(r, "__dataclass_fields__")
                 else r
             )
-            f.write(json.dumps(d, ensure_ascii=True) + "\n")
+            f.write(json.dumps(json_safe(d), ensure_ascii=True, allow_nan=False) + "\n")
     tmp.replace(path)
     return path
 
@@ -92,6 +100,36 @@ def _check_same_build(out: Path, config: dict[str, Any]) -> None:
             f"{str(out)!r} holds a build with other settings ({diff}); a rerun there resumes the "
             "same build only: use another out_dir for the new one"
         )
+
+
+def _failure_rows(stages: Sequence[tuple[str, Sequence[ItemError]]]) -> list[dict[str, Any]]:
+    return [
+        {"stage": stage, "key": list(e.key), "type": e.error_type, "message": e.message}
+        for stage, errors in stages
+        for e in errors
+    ]
+
+
+def _no_seed_error(name: str, failures: Sequence[ItemError], n_replies: int) -> ValueError:
+    """Why no seed came out: the calls' own errors when they failed, the replies otherwise."""
+    if failures:
+        first = failures[0]
+        cause = f"first: {first.error_type}: {first.message[:500]}"
+        if not n_replies:
+            return ValueError(
+                f"every call to the generator {name!r} failed ({len(failures)} calls; {cause}); "
+                "no reply was received. Every failure is in failed.jsonl"
+            )
+        return ValueError(
+            f"the generator {name!r} produced no parseable seed in any category: "
+            f"{len(failures)} of its calls failed ({cause}; all in failed.jsonl), and its "
+            f"{n_replies} replies hold no [[prompt]] item (it refused, or answered in another "
+            "format; see seed_calls.jsonl)"
+        )
+    return ValueError(
+        f"the generator {name!r} produced no parseable seed in any category (it "
+        "refused, or its replies lack the [[prompt]] format); see seed_calls.jsonl"
+    )
 
 
 def build_orbench(
@@ -161,15 +199,18 @@ def build_orbench(
     files = {}
     # Algorithm 1
     seed_calls = JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx"))
+    seed_failures: list[ItemError] = []  # this run's failed generator calls
     seeds = generate_all_seeds(
         generator, cats, n_seeds, concurrency=concurrency, templates=templates, seed=seed,
-        store=seed_calls,
+        store=seed_calls, failures=seed_failures,
     )  # fmt: skip
+    seed_failures.sort(key=lambda e: (cats.index(e.key[0]), e.key[1]))  # categories run in parallel
+    empty_categories = [c for c in cats if not any(s.category == c for s in seeds)]
     if not seeds:
-        raise ValueError(
-            f"the generator {generator.name!r} produced no parseable seed in any category (it "
-            "refused, or its replies lack the [[prompt]] format); see seed_calls.jsonl"
-        )
+        write_jsonl(_failure_rows([("seed_generation", seed_failures)]), out / "failed.jsonl")
+        n_replies = sum(r["category"] in cats for r in seed_calls.records())
+        seed_calls.close()
+        raise _no_seed_error(generator.name, seed_failures, n_replies)
     files["seeds"] = str(write_jsonl(seeds, out / "seeds.jsonl"))
     # Algorithm 2
     rw_store = JsonlStore(out / "rewrite_calls.jsonl", "id")
@@ -201,6 +242,7 @@ def build_orbench(
     toxic = select_toxic(seed_mod, per_category=toxic_per_category, seed=seed) if seed_mod else []
     files["toxic"] = str(write_jsonl(toxic, out / "or-bench-toxic.jsonl"))
     failed = {
+        "seed_generation": len(seed_failures),
         "rewrite": len(rw_store.errors()),
         "moderation": len(mod_store.errors()),
         "seed_moderation": len(seed_store.errors()),
@@ -224,19 +266,22 @@ def build_orbench(
         hard = sel.records
         files["hard-1k"] = str(write_jsonl(hard, out / "or-bench-hard-1k.jsonl"))
         meta["hard_selection"] = sel.metadata()
-    fails = [
-        {"stage": stage, "key": list(e.key), "type": e.error_type, "message": e.message}
-        for stage, st in (("rewrite", rw_store), ("moderation", mod_store), ("seed_moderation", seed_store))
-        for e in st.errors()
-    ]  # fmt: skip
+    fails = _failure_rows(
+        [("seed_generation", seed_failures)]
+        + [(stage, st.errors()) for stage, st in
+           (("rewrite", rw_store), ("moderation", mod_store), ("seed_moderation", seed_store))]
+        + ([("panel", panel_store.errors())] if panel else [])
+    )  # fmt: skip
     files["failed"] = str(write_jsonl(fails, out / "failed.jsonl"))
     report = BuildReport(str(out), len(seeds), len(candidates), len(pool),
                          sum(m.is_toxic for m in moderated), len(toxic),
                          None if hard is None else len(hard), sum(failed.values()), failed, files,
-                         len(sel.removed_by_remoderation) if panel else 0)  # fmt: skip
+                         len(sel.removed_by_remoderation) if panel else 0,
+                         empty_categories)  # fmt: skip
     meta["report"] = asdict(report)
     (out / "metadata.json").write_text(
-        json.dumps(meta, indent=1, ensure_ascii=True), encoding="utf-8"
+        json.dumps(json_safe(meta), indent=1, ensure_ascii=True, allow_nan=False),
+        encoding="utf-8",
     )
     for st in (rw_store, mod_store, seed_store, seed_calls):
         st.close()
