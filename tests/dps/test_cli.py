@@ -82,10 +82,17 @@ def test_other_settings_do_not_reuse_answers(tmp_path, capsys):
                 "--questions", str(q), "--out", str(out), "-q"]  # fmt: skip
         assert main(base) == 0 and main(base) == 0
         assert "1 done before" in capsys.readouterr().out
-        assert main([*base, "--crop", "random"]) == 0
+        assert main([*base, "--crop", "random"]) == 2  # refused, naming what differs
+        assert "crop: 'center' -> 'random'" in capsys.readouterr().err
+        assert main([*base, "--crop", "random", "--keep-both"]) == 0
+        assert "1 done now" in capsys.readouterr().out
+        # an image overwritten in place (same name, same id) is answered afresh
+        Image.fromarray(np.full((16, 16), 255, dtype=np.uint8)).save(imgs / "a.png")
+        assert main(base) == 0
         assert "1 done now" in capsys.readouterr().out
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len({r["config"] for r in rows}) == 2 and all(r["question"] == "What?" for r in rows)
+    assert len({r["_settings"] for r in rows}) == 2 and len({r["content"] for r in rows}) == 2
+    assert all(r["question"] == "What?" for r in rows)
 
 
 def test_resume_ignores_the_url_but_not_an_edited_question(tmp_path, capsys):

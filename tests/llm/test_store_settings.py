@@ -110,3 +110,13 @@ def test_fingerprints_content_hashes_and_identity(tmp_path):
     }
     with pytest.raises(ValueError, match="on_mismatch must be 'refuse' or 'separate'"):
         JsonlStore(tmp_path / "x.jsonl", "id", settings=A, on_mismatch="merge")
+
+
+def test_a_file_keeping_both_reopens_with_either_but_refuses_a_third(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    _fill(path, A, "a")
+    _fill(path, B, "b", on_mismatch="separate")
+    calls, rows = _fill(path, A, "never")  # A's rows are in the file, keyed apart: resume
+    assert calls == [] and rows == {"q1": "a:q1", "q2": "a:q2"}
+    with pytest.raises(SettingsMismatch, match="k: 4 -> 5"):
+        JsonlStore(path, "id", settings={**A, "k": 5})

@@ -62,6 +62,23 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-tokens", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--image-once",
+        action="store_true",
+        help="send the image once per conversation (a server limited to 1 image per request)",
+    )
+    p.add_argument(
+        "--crop-format",
+        default="png",
+        choices=["png", "jpeg"],
+        help="encoding of the crops (jpeg: re-encoded as the official code does)",
+    )
+    p.add_argument("--jpeg-quality", type=int, default=75, help="with --crop-format jpeg (75)")
+    p.add_argument(
+        "--keep-both",
+        action="store_true",
+        help="--out holds rows of other settings: keep both runs' rows instead of refusing",
+    )
     p.add_argument("-q", "--quiet", action="store_true")
     add_model_args(p)  # for hf:PATH models
     p.set_defaults(func=_cmd_run)
@@ -106,7 +123,8 @@ def _parse_spec(spec: str, base_url: str | None) -> tuple[str, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from icml25.dps import DPSDefense, LLMHelper, RuleHelper
-    from icml25.llm import JsonlStore, run_resumable
+    from icml25.llm import JsonlStore, SettingsMismatch, run_resumable
+    from icml25.llm.store import content_hash, describe
 
     try:
         model_kw = model_kwargs(args)
@@ -169,7 +187,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   else LLMHelper(_backend(args.helper, args.helper_url or args.base_url, args.api_key,
                                           vision=False, model_kw=model_kw)))  # fmt: skip
         dps = DPSDefense(lvlm, helper, crop=args.crop, n_agents=args.agents, seed=args.seed,
-                         temperature=args.temperature, max_tokens=args.max_tokens)  # fmt: skip
+                         temperature=args.temperature, max_tokens=args.max_tokens,
+                         image_once=args.image_once, crop_format=args.crop_format,
+                         jpeg_quality=args.jpeg_quality)  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -182,23 +202,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("the model's final answer is empty")
         return res.to_dict()
 
-    import hashlib
+    # everything that makes a row besides the item: the models, the defence's settings
+    settings = {
+        "pipeline": "dps run",
+        "model": args.model,
+        # a local model: its name and a fingerprint of its weights; a server's model is named by
+        # --model (its URL may change between runs: a restarted server resumes)
+        "backend": describe(lvlm) if local else None,
+        "helper": args.helper,
+        "helper_backend": describe(helper.backend) if str(args.helper).startswith("hf:") else None,
+        "crop": args.crop,
+        "agents": args.agents,
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "seed": args.seed,
+        "image_once": args.image_once,
+        "crop_format": args.crop_format,
+        "jpeg_quality": args.jpeg_quality if args.crop_format == "jpeg" else None,
+        # a local model's answers depend on its precision: other dtypes, other rows
+        "dtype": str(args.dtype) if local else None,
+    }
 
-    settings = [
-        args.model,
-        args.crop,
-        args.agents,
-        args.helper,
-        args.temperature,
-        args.max_tokens,
-        args.seed,
-    ]
-    if local:  # a local model's answers depend on its precision: other dtypes, other rows
-        settings.append(["dtype", str(args.dtype)])
-
-    def config(row: dict[str, Any]) -> str:
-        key = json.dumps([*settings, row["image"], row["question"]])
-        return hashlib.sha256(key.encode()).hexdigest()[:12]
+    def content(row: dict[str, Any]) -> str:
+        """The item's own content: the image file's bytes (not its name) and the question."""
+        return content_hash(content_hash(folder / row["image"]).encode() + row["question"].encode())
 
     ids = [r["id"] for r in rows]
     if len(set(ids)) != len(ids):
@@ -206,8 +233,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: two rows of {args.questions} share the id {dup!r}", file=sys.stderr)
         return 2
     try:
-        with JsonlStore(args.out, key=("id", "config")) as store:  # other settings: answered afresh
-            report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "config": config(r),
+        store = JsonlStore(args.out, key=("id", "content"), settings=settings,
+                           on_mismatch="separate" if args.keep_both else "refuse")  # fmt: skip
+    except (SettingsMismatch, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with store:
+            report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "content": content(r),
                                                                         "image": r["image"], "question": r["question"]},
                                    concurrency=workers, retry_errors=True, progress=not args.quiet,
                                    desc="DPS")  # fmt: skip

@@ -13,9 +13,10 @@ fenced off by a newline before the next append. Non-finite floats (NaN, inf) are
 determines a row besides the item itself: the backend's identity, sampling settings, prompt
 templates, the pipeline's config, the parameters of filters, detectors and judges) stamps each
 record with the settings' fingerprint (``"_settings"``) and keeps the settings of each fingerprint
-in ``<path>.settings.json`` beside the file. Reopened with other settings, it refuses (:class:`SettingsMismatch`, naming the fields that
-differ) or, with ``on_mismatch="separate"``, keeps both runs' rows under separate keys; it never
-returns another run's rows. The item's own content belongs in its key (a file's content hash,
+in ``<path>.settings.json`` beside the file. Reopened with settings it has not seen, it refuses
+(:class:`SettingsMismatch`, naming the fields that differ) or, with ``on_mismatch="separate"``,
+keeps both runs' rows under separate keys (a file that already keeps them apart reopens with
+either run's settings); it never returns another run's rows. The item's own content belongs in its key (a file's content hash,
 :func:`content_hash`, not its name).
 """
 
@@ -241,7 +242,9 @@ class JsonlStore:
             if k[-1] != self.fingerprint:
                 others[k[-1]] = others.get(k[-1], 0) + 1
         self._header_written = self.fingerprint in self.settings_in_file
-        if not others or self.on_mismatch == "separate":
+        if not others or self.on_mismatch == "separate" or self._header_written:
+            # nothing else, both kept on purpose, or a file already keeping these settings' rows
+            # beside others (a run with keep-both made it so): every row is keyed apart
             return
         fp, n = next(iter(others.items()))
         if fp is None:
