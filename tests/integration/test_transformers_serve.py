@@ -208,3 +208,48 @@ def test_killed_tpo_batch_resumes(transformers_server, tmp_path):
     redone = [q for q, c in generated.items() if c > 1]
     assert len(redone) <= 1  # at most the query in flight at the kill
     assert all(f"query {i}" not in redone for i in finished_first)
+
+
+def test_a_dead_server_stops_a_batch_fast_and_the_rerun_resumes(transformers_server, tmp_path):
+    """Rows from the real server, then the server gone (its port refuses connections): the circuit
+    breaker stops the remaining items within seconds: the requests that failed on the transport
+    before it opened (at most its limit) are error rows, the items not sent have no row, and a
+    rerun against the server (retrying the error rows) does exactly the items not done."""
+    from icml25.llm import BackendUnavailableError, JsonlStore, run_resumable
+
+    s = transformers_server
+    items = [f"{PROMPT_WORDS} {i}" for i in range(12)]
+    path = tmp_path / "rows.jsonl"
+
+    def work_with(chat):
+        def work(q):
+            return {"reply": chat.chat([{"role": "user", "content": q}], max_tokens=4, seed=0)[0]}
+
+        return work
+
+    live = OpenAIChat(s.url, s.model, api_key="x", concurrency=2)
+    with JsonlStore(path, "q") as st:
+        run_resumable(items[:3], work_with(live), st, key=lambda i, q: {"q": q}, progress=False)
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: the crashed server
+        sock.bind(("127.0.0.1", 0))
+        dead_port = sock.getsockname()[1]
+    dead = OpenAIChat(f"http://127.0.0.1:{dead_port}/v1", s.model, api_key="x", backoff=0.05,
+                      max_backoff=0.1, circuit_breaker=3, concurrency=2)  # fmt: skip
+    t0 = time.perf_counter()
+    with (
+        JsonlStore(path, "q") as st,
+        pytest.raises(BackendUnavailableError, match="circuit breaker"),
+    ):
+        run_resumable(items, work_with(dead), st, key=lambda i, q: {"q": q}, concurrency=2,
+                      progress=False)  # fmt: skip
+    assert time.perf_counter() - t0 < 30
+    with JsonlStore(path, "q") as st:
+        assert len(st.records()) == 3
+        assert 1 <= len(st.errors()) <= 3 and all("failed after" in e.message for e in st.errors())
+        before = s.chat_requests()
+        rep = run_resumable(items, work_with(live), st, key=lambda i, q: {"q": q},
+                            retry_errors=True, progress=False)  # fmt: skip
+    assert rep.n_skipped == 3 and rep.n_ok == 9 and rep.n_failed == 0
+    assert s.chat_requests() - before == 9
