@@ -15,7 +15,7 @@ import pytest
 
 from icml25.llm import CallableChat, Completion, ScriptedChat
 from icml25.llm.base import BaseChat
-from icml25.llm.store import JsonlStore
+from icml25.llm.store import JsonlStore, SettingsMismatch
 from icml25.orbench import (
     EvalResult,
     KeywordRefusalDetector,
@@ -181,11 +181,17 @@ def test_a_changed_keyword_detector_is_applied_to_stored_answers(tmp_path):
     store = tmp_path / "s.jsonl"
     rec = Recorder()
     every = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: True)
-    none = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False)
+    with pytest.raises(SettingsMismatch, match="judge"):  # another judge: refused (issue 48)
+        evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False)
+    none = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False,
+                    keep_both=True)  # fmt: skip
     assert every.rate == 100.0 and none.rate == 0.0
     assert sum(rec.calls.values()) == len(CASES)  # the second run asked the model nothing
-    with pytest.warns(UserWarning, match="other settings"):
-        evaluate(CallableChat(rec, name="m"), records(), store=store, max_tokens=64)
+    with pytest.raises(SettingsMismatch, match="max_tokens"):
+        evaluate(CallableChat(rec, name="m"), records(), store=store, max_tokens=64,
+                 detector=lambda t: False)  # fmt: skip
+    evaluate(CallableChat(rec, name="m"), records(), store=store, max_tokens=64,
+             detector=lambda t: False, keep_both=True)  # fmt: skip
     assert sum(rec.calls.values()) == 2 * len(CASES)  # other settings: asked again
 
 
@@ -491,8 +497,11 @@ def test_a_store_judged_by_another_judge_is_not_reused_silently(tmp_path):
     replies = {p: v[0] for p, v in JUDGED.items()}
     evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path)
     judge_backend = ScriptedChat(judge_reply, name="gpt-judge")
+    with pytest.raises(SettingsMismatch, match="judge"):
+        evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path,
+                 detector=LLMRefusalJudge(judge_backend))  # fmt: skip
     res = evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path,
-                   detector=LLMRefusalJudge(judge_backend))  # fmt: skip
+                   detector=LLMRefusalJudge(judge_backend), keep_both=True)  # fmt: skip
     assert {r["judge"].split("#")[0] for r in res.per_prompt} == {"llm:gpt-judge"}
     assert len(judge_backend.calls) == len(JUDGED)
 

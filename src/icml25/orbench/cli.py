@@ -102,6 +102,10 @@ def add_parser(sub) -> None:
                    help="the model's label in the results (keys the store and the file name; "
                    "default: --model as given). Give distinct names to distinct servers that "
                    "serve one model name")  # fmt: skip
+    e.add_argument("--keep-both", action="store_true",
+                   help="the store holds this model's rows made with other settings (another "
+                   "judge, sampling or backend): keep both runs' rows apart instead of refusing; "
+                   "this run never reports the other run's verdicts")  # fmt: skip
     endpoint(e)
     e.set_defaults(func=_cmd_eval, parser=e)
 
@@ -218,7 +222,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from icml25.llm.store import json_safe
+    from icml25.llm.store import SettingsMismatch, json_safe
     from icml25.orbench import evaluate, load_orbench
 
     try:
@@ -252,7 +256,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 temperature=args.temperature, max_tokens=args.max_tokens,
                 system_prompt=args.system_prompt, subset=subset, model=label,
                 retry_errors=args.retry_errors, progress=not args.quiet,
+                keep_both=args.keep_both,
             )  # fmt: skip
+    except SettingsMismatch as exc:
+        print(f"icml25 orbench eval: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"interrupted; the answers so far are in {store}: rerun the same command to go on",
               file=sys.stderr)  # fmt: skip
@@ -272,7 +280,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def read_results(folder: str | Path) -> dict[str, dict[str, Any]]:
     """``{subset: {model: EvalResult}}`` from the JSONL stores of ``icml25 orbench eval``."""
-    from icml25.llm.store import JsonlStore
+    from icml25.llm.store import SETTINGS_FIELD
     from icml25.orbench.evaluation import EvalResult
 
     folder = Path(folder)
@@ -280,13 +288,27 @@ def read_results(folder: str | Path) -> dict[str, dict[str, Any]]:
         raise FileNotFoundError(f"results folder {str(folder)!r} does not exist")
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("*.jsonl")):
-        st = JsonlStore(path, ("model", "id"))
-        by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for rec in st.records():
-            by_model.setdefault((rec["model"], rec.get("subset", "")), []).append(rec)
-        for (model, subset), rows in by_model.items():
-            out.setdefault(subset, {})[model] = EvalResult(model, subset, rows)
-        st.close()
+        # one run per (model, settings fingerprint): a store kept with --keep-both holds two
+        # runs of a model, reported apart (the later run under the model's name), never mixed
+        last: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a torn line
+                if isinstance(rec, dict) and "model" in rec and "id" in rec:
+                    last[(rec["model"], rec["id"], rec.get(SETTINGS_FIELD))] = rec
+        by_run: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
+        for (model, _, run), rec in last.items():
+            if "error" not in rec:
+                by_run.setdefault((model, rec.get("subset", ""), run), []).append(rec)
+        runs: dict[tuple[str, str], list[Any]] = {}
+        for model, subset, run in by_run:
+            runs.setdefault((model, subset), []).append(run)
+        for (model, subset, run), rows in by_run.items():
+            label = model if run == runs[(model, subset)][-1] else f"{model}#{run}"
+            out.setdefault(subset, {})[label] = EvalResult(label, subset, rows)
     if not out:
         raise ValueError(
             f"no evaluation results (*.jsonl from `icml25 orbench eval`) in {str(folder)!r}"

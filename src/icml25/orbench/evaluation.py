@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from icml25.llm.base import ChatBackend, Completion
-from icml25.llm.store import JsonlStore, run_resumable
+from icml25.llm.store import (
+    SETTINGS_FIELD,
+    JsonlStore,
+    SettingsMismatch,
+    backend_identity,
+    describe,
+    run_resumable,
+)
 from icml25.orbench.records import record_id
 from icml25.orbench.refusal import (
     MISTRAL_QUIRK_WARNING,
@@ -266,6 +273,7 @@ def evaluate(
     model: str | None = None,
     retry_errors: bool = False,
     progress: bool | None = None,
+    keep_both: bool = False,
 ) -> EvalResult:
     """Algorithm 5 for one model: answer every prompt, judge every answer, return the rates.
 
@@ -279,8 +287,17 @@ def evaluate(
             model family / model name (:func:`~icml25.orbench.refusal.official_detector`, the
             Mistral quirk off). A detector that can flag nothing (the official Mistral checker
             with its quirk) is warned about with a ``UserWarning``.
-        store: a JSONL file (or store keyed by ``("model", "id")``) with one row per prompt; a
-            rerun skips the prompts done, so a crash loses at most the requests in flight.
+        store: a JSONL file (or store keyed by ``("model", "id")``, used by its path) with one
+            row per prompt; a rerun skips the prompts done, so a crash loses at most the requests
+            in flight. Each row is stamped with the fingerprint of what made it: the model's name
+            and backend identity, the sampling settings, the system prompt and the judge (its
+            class and parameters: a keyword detector's rules and Mistral quirk, an LLM judge's
+            backend and prompts). A rerun of a model with other settings is refused
+            (:class:`~icml25.llm.SettingsMismatch`, naming the fields that differ); other models
+            may share the file (a panel).
+        keep_both: keep the other run's rows beside this run's (separate keys) instead of
+            refusing; this run never returns them. Answers made with the same model and
+            sampling settings are judged again by this run's judge, not asked again.
         concurrency: requests in flight for a remote backend (a local model batches instead).
         temperature, max_tokens: paper: 0 and 1000.
         system_prompt: an optional system turn (the paper's main results use none).
@@ -317,13 +334,17 @@ def evaluate(
         import tempfile
 
         tmp = tempfile.TemporaryDirectory()
-        st = JsonlStore(Path(tmp.name) / "eval.jsonl", ("model", "id"))
-    elif isinstance(store, JsonlStore):
-        st = store
-        if st.key_fields != ("model", "id"):
-            raise ValueError(f"the eval store is keyed by ('model', 'id'), got {st.key_fields}")
+    elif isinstance(store, JsonlStore) and store.key_fields != ("model", "id"):
+        raise ValueError(f"the eval store is keyed by ('model', 'id'), got {store.key_fields}")
+    settings_all = _eval_settings(backend, name, judge_name, judge, temperature, max_tokens,
+                                  system_prompt)  # fmt: skip
+    if own_store:
+        st = JsonlStore(Path(tmp.name) / "eval.jsonl", ("model", "id"), settings=settings_all)
     else:
-        st = JsonlStore(store, ("model", "id"))
+        path = store.path if isinstance(store, JsonlStore) else Path(store)
+        st = JsonlStore(path, ("model", "id"), settings=settings_all, on_mismatch="separate")
+        siblings = _other_runs(st, name, keep_both)
+        _reuse_answers(items, st, name, siblings, settings_all)
 
     def messages(prompt: str) -> list[dict[str, str]]:
         head = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -378,10 +399,104 @@ def evaluate(
         else:
             rows.append(rec)
     result = EvalResult(name, items[0]["subset"], rows, failures)
+    st.close()
     if own_store:
-        st.close()
         tmp.cleanup()
     return result
+
+
+def _describe_judge(judge: Any) -> Any:
+    """What a judge contributes to a row: :func:`~icml25.llm.describe` (a detector's class and
+    parameters, an LLM judge's backend and prompts) and, for a plain function, a digest of its
+    code, since two lambdas share a name but not a verdict."""
+    desc = describe(judge)
+    code = getattr(judge, "__code__", None)
+    if code is not None:
+        import hashlib
+
+        text = repr((code.co_code, code.co_consts, code.co_names)).encode("utf-8", "replace")
+        desc = {**desc, "code": hashlib.sha256(text).hexdigest()[:16]}
+    return desc
+
+
+def _eval_settings(backend, name, judge_name, judge, temperature, max_tokens, system_prompt):
+    """Everything besides the prompt that makes an evaluation row (its store's settings)."""
+    return {
+        "model": name,
+        "backend": {**backend_identity(backend), "identity": describe(backend)},
+        "sampling": {"temperature": temperature, "max_tokens": max_tokens},
+        "system_prompt": system_prompt,
+        "judge": {"name": judge_name, "detector": _describe_judge(judge)},
+    }
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, Mapping) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): d}
+
+
+def _other_runs(st: JsonlStore, name: str, keep_both: bool) -> dict[str | None, dict[str, Any]]:
+    """The rows of model ``name`` in ``st``'s file made with other settings, by fingerprint
+    (``None``: rows written without one). Without ``keep_both`` any such row is refused with a
+    :class:`~icml25.llm.SettingsMismatch` naming the fields that differ."""
+    import json
+
+    others: dict[str | None, dict[str, Any]] = {}
+    if st.path.exists():
+        with open(st.path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a torn line
+                if not isinstance(rec, dict) or rec.get("model") != name or "id" not in rec:
+                    continue
+                fp = rec.get(SETTINGS_FIELD)
+                if fp != st.fingerprint:
+                    others.setdefault(fp, {})[rec["id"]] = rec
+    if not others or keep_both:
+        return others
+    fp, rows = next(iter(others.items()))
+    if fp is None:
+        raise SettingsMismatch(
+            f"{st.path} holds {len(rows)} rows of {name!r} written without a settings "
+            "fingerprint (by an older icml25): what made them is unknown, so they are not "
+            "reused. Write to a new file, or pass keep_both=True (CLI: --keep-both)"
+        )
+    a, b = _flat(st.settings_in_file.get(fp) or {}), _flat(st.settings or {})
+    diff = [f"{k}: {a.get(k, '<absent>')!r:.60} -> {b.get(k, '<absent>')!r:.60}"
+            for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]  # fmt: skip
+    raise SettingsMismatch(
+        f"{st.path} holds {len(rows)} rows of {name!r} made with other settings (fingerprint "
+        f"{fp}, now {st.fingerprint}); they differ in: {'; '.join(diff[:8]) or 'unknown'}. "
+        "Write to a new file, or pass keep_both=True (CLI: --keep-both) to keep both runs' "
+        "rows under separate keys"
+    )
+
+
+def _reuse_answers(items, st, name, siblings, settings) -> None:
+    """With ``keep_both``: the answers another run made with this run's model, backend,
+    sampling and system prompt (only the judge differs) are copied into this run's rows
+    (labelled by the judge they had); :func:`_rejudge` then judges them again, so the model is
+    not asked again and no other judge's verdict is returned."""
+    same = {k: v for k, v in settings.items() if k != "judge"}
+    for fp, rows in siblings.items():
+        known = st.settings_in_file.get(fp) if fp is not None else None
+        if (
+            not isinstance(known, Mapping)
+            or {k: v for k, v in known.items() if k != "judge"} != same
+        ):
+            continue
+        for it in items:
+            rec = rows.get(it["id"])
+            if rec is None or "error" in rec or st.get((name, it["id"])) is not None:
+                continue
+            copy = {k: v for k, v in rec.items() if k != SETTINGS_FIELD}
+            st.append({**copy, "judge": f"{rec.get('judge')} (another run)"})
 
 
 def _default_name(backend: Any) -> str:

@@ -252,7 +252,9 @@ def build_orbench(
     if panel:
         if not isinstance(panel, Mapping):
             raise TypeError(f"panel must be a dict name -> backend, got {type(panel).__name__}")
-        panel_store = JsonlStore(out / "panel.jsonl", ("model", "id"))
+        # evaluate stamps each panel model's rows with its settings (backend, sampling, judge)
+        # and refuses a model's rows made with other ones
+        panel_store = out / "panel.jsonl"
         results: dict[str, EvalResult] = {}
         for name, backend in panel.items():
             results[name] = evaluate(backend, pool, detector=detector, store=panel_store,
@@ -270,7 +272,8 @@ def build_orbench(
         [("seed_generation", seed_failures)]
         + [(stage, st.errors()) for stage, st in
            (("rewrite", rw_store), ("moderation", mod_store), ("seed_moderation", seed_store))]
-        + ([("panel", panel_store.errors())] if panel else [])
+        + ([("panel", [ItemError((r.model, i), t, m) for r in results.values()
+                        for i, t, m in r.failures])] if panel else [])
     )  # fmt: skip
     files["failed"] = str(write_jsonl(fails, out / "failed.jsonl"))
     report = BuildReport(str(out), len(seeds), len(candidates), len(pool),
@@ -285,6 +288,4 @@ def build_orbench(
     )
     for st in (rw_store, mod_store, seed_store, seed_calls):
         st.close()
-    if panel:
-        panel_store.close()
     return report

@@ -336,6 +336,7 @@ class ChatLabeler:
         kept on disk and a rerun asks only for the missing pairs. ``BatchFailed`` (after every
         pair was tried and saved) when some requests failed; rerun to retry them."""
         from icml25.llm import BatchFailed, JsonlStore, run_resumable
+        from icml25.llm.store import backend_identity, describe
 
         idx = _pairs_and_indices(pairs, indices)
         items = [(int(i), pairs.prompts[i], pairs.responses_a[i], pairs.responses_b[i])
@@ -343,7 +344,11 @@ class ChatLabeler:
         keys = {it: self._key(it) for it in items}
         results: dict[str, dict[str, Any]] = {}
         if self.cache_path is not None:
-            store = JsonlStore(self.cache_path, key="item")
+            # each row is stamped with the labeller that made it (backend identity incl. its
+            # extra_body, prompt, sampling): another labeller sharing the file asks afresh, its
+            # rows kept apart (docs/rlthf.md)
+            store = JsonlStore(self.cache_path, key="item", settings=self._settings(describe, backend_identity),
+                               on_mismatch="separate")  # fmt: skip
         else:
             store = JsonlStore(_memory_path(), key="item")
         try:
@@ -373,6 +378,16 @@ class ChatLabeler:
         labels = np.array([results[keys[it]]["label"] for it in items], dtype=np.int8)
         conf = np.array([results[keys[it]]["confidence"] for it in items], dtype=np.float32)
         return labels, conf
+
+    def _settings(self, describe: Callable, backend_identity: Callable) -> dict[str, Any]:
+        """What makes a label besides the pair: the labeller's identity and how it is asked."""
+        return {
+            "backend": {**backend_identity(self.backend), "identity": describe(self.backend)},
+            "judge": self._judge,
+            "prompt": {"system": SYSTEM, "question": QUESTION, "guidelines": self.guidelines},
+            "sampling": {"temperature": 0.0, "max_tokens": 4}, "use_logprobs": self.use_logprobs,
+            "max_retries": self.max_retries, "swap_check": self.swap_check,
+        }  # fmt: skip
 
     def _key(self, item: tuple[int, str, str, str]) -> str:
         """The record key: the judge (its cache identity, e.g. the model name and for a local
