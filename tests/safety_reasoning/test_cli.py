@@ -55,10 +55,15 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
     assert rc == 2 and "more than the model's context of 48" in capsys.readouterr().err
     from icml25.llm import CallableChat, ChatServer
 
-    # a teacher whose replies never follow the format: nothing passes the filters (exit 1)
+    # a teacher whose replies never follow the format: nothing passes the filters (exit 1). The
+    # records file holds the first teacher's error rows: another teacher is refused, naming it,
+    # unless --keep-both keeps the two runs apart
     with ChatServer(CallableChat(lambda messages, **kw: "no reasoning block")) as server:
-        rc = main(["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", server.url, "--queries",
-                   str(q), "--out", str(out), "--k", "2", "--guideline-judge", "none"])  # fmt: skip
+        args = ["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", server.url, "--queries",
+                str(q), "--out", str(out), "--k", "2", "--guideline-judge", "none"]  # fmt: skip
+        assert main(args) == 2
+        assert "teacher.class: 'HFChat' -> 'OpenAIChat'" in capsys.readouterr().err
+        rc = main([*args, "--keep-both"])
     assert rc == 1 and out.exists() and (tmp_path / "syn.jsonl.records.jsonl").exists()
     assert "no candidate was accepted" in capsys.readouterr().err
     out.unlink()

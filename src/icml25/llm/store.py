@@ -46,6 +46,7 @@ __all__ = [
     "describe",
     "json_safe",
     "run_resumable",
+    "settings_differences",
     "settings_fingerprint",
 ]
 
@@ -157,7 +158,9 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): d}
 
 
-def _differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+def settings_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """``"field.path: old -> new"`` for every field where two settings differ (nested dicts by
+    dotted path; a field only one side has reads ``<absent>`` on the other)."""
     a, b = _flatten(json_safe(dict(old or {}))), _flatten(json_safe(dict(new)))
     out = []
     for k in sorted(set(a) | set(b)):
@@ -253,7 +256,7 @@ class JsonlStore:
                 "icml25, or without settings=): what made them is unknown, so they are not reused. "
                 "Write to a new file, or open it with on_mismatch='separate' to keep them apart"
             )
-        diff = _differences(self.settings_in_file.get(fp), self.settings or {})
+        diff = settings_differences(self.settings_in_file.get(fp), self.settings or {})
         raise SettingsMismatch(
             f"{self.path} holds {n} rows made with other settings (fingerprint {fp}, now "
             f"{self.fingerprint}); they differ in: {'; '.join(diff[:8]) or 'unknown fields'}. "

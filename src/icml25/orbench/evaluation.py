@@ -24,6 +24,7 @@ from icml25.llm.store import (
     backend_identity,
     describe,
     run_resumable,
+    settings_differences,
 )
 from icml25.orbench.records import record_id
 from icml25.orbench.refusal import (
@@ -430,15 +431,6 @@ def _eval_settings(backend, name, judge_name, judge, temperature, max_tokens, sy
     }
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, Mapping) and d:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): d}
-
-
 def _other_runs(st: JsonlStore, name: str, keep_both: bool) -> dict[str | None, dict[str, Any]]:
     """The rows of model ``name`` in ``st``'s file made with other settings, by fingerprint
     (``None``: rows written without one). Without ``keep_both`` any such row is refused with a
@@ -467,9 +459,7 @@ def _other_runs(st: JsonlStore, name: str, keep_both: bool) -> dict[str | None, 
             "fingerprint (by an older icml25): what made them is unknown, so they are not "
             "reused. Write to a new file, or pass keep_both=True (CLI: --keep-both)"
         )
-    a, b = _flat(st.settings_in_file.get(fp) or {}), _flat(st.settings or {})
-    diff = [f"{k}: {a.get(k, '<absent>')!r:.60} -> {b.get(k, '<absent>')!r:.60}"
-            for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]  # fmt: skip
+    diff = settings_differences(st.settings_in_file.get(fp), st.settings or {})
     raise SettingsMismatch(
         f"{st.path} holds {len(rows)} rows of {name!r} made with other settings (fingerprint "
         f"{fp}, now {st.fingerprint}); they differ in: {'; '.join(diff[:8]) or 'unknown'}. "

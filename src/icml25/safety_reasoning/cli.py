@@ -56,6 +56,12 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--out", required=True, help="accepted examples (JSONL); records in <out>.records.jsonl"
     )
+    s.add_argument(
+        "--keep-both",
+        action="store_true",
+        help="the records file holds rows of other settings (teacher, filters...): keep both runs "
+        "apart instead of refusing",
+    )
     s.add_argument("--k", type=int, default=4, help="candidates per query and round (4)")
     s.add_argument("--temperature", type=float, default=0.8, help="teacher temperature (0.8)")
     s.add_argument(
@@ -236,7 +242,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         out = Path(args.out)
         rep = synthesize(teacher, queries, k=args.k, temperature=args.temperature, filters=filters,
                          store=out.with_name(out.name + ".records.jsonl"), concurrency=args.concurrency,
-                         fmt=fmt, max_rounds=args.max_rounds, max_tokens=args.max_tokens, seed=args.seed)  # fmt: skip
+                         fmt=fmt, max_rounds=args.max_rounds, max_tokens=args.max_tokens, seed=args.seed,
+                         keep_both=args.keep_both)  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
         return _fail(exc)
     out.parent.mkdir(parents=True, exist_ok=True)
