@@ -4,6 +4,7 @@ against a brute-force loop, resumable generation, fine-tune accuracy and GSM8K a
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -162,22 +163,32 @@ def test_generation_resumes_from_its_jsonl_file(chatty, tmp_path):
     # a crash after two answers, with a torn last line
     path.write_text("\n".join(lines[:2]) + '\n{"i": 3, "prom')
 
-    class Counting(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner, self.rows = inner, 0
+    rows, generate = [], model.generate
 
-        def generate(self, **kw):
-            self.rows += kw["input_ids"].shape[0]
-            return self.inner.generate(**kw)
+    def counting(**kw):
+        rows.append(kw["input_ids"].shape[0])
+        return generate(**kw)
 
-    counting = Counting(model)
-    again = generate_responses(counting, PROMPTS, tokenizer=tok, max_new_tokens=6, out_path=path)
-    assert again == full and counting.rows == len(PROMPTS) - 2
+    model.generate = counting  # the same model (same weights): its rows are resumed
+    try:
+        again = generate_responses(model, PROMPTS, tokenizer=tok, max_new_tokens=6, out_path=path)
+    finally:
+        del model.generate
+    assert again == full and sum(rows) == len(PROMPTS) - 2
     done = [json.loads(x)["i"] for x in path.read_text().splitlines() if x.endswith("}")]
     assert sorted(done) == list(range(len(PROMPTS)))
     with pytest.raises(ValueError, match="another prompt"):
         generate_responses(model, ["other"] * 4, tokenizer=tok, max_new_tokens=6, out_path=path)
+    # another model of the same checkpoint (pruned, attacked: other weights) never gets these rows
+    from icml25.llm.store import SettingsMismatch
+
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        next(other.parameters()).mul_(0.5)
+    with pytest.raises(SettingsMismatch, match=r"model.weights: "):
+        generate_responses(other, PROMPTS, tokenizer=tok, max_new_tokens=6, out_path=path)
+    with pytest.raises(SettingsMismatch, match=r"max_new_tokens: 6 -> 7"):
+        generate_responses(model, PROMPTS, tokenizer=tok, max_new_tokens=7, out_path=path)
 
 
 def test_finetune_accuracy_on_a_model_and_on_a_backend(chatty):

@@ -65,12 +65,14 @@ class RuleModerator:
 
 
 # ---------------------------------------------------------------------------------- generation
-def _open_store(path: Path, keys: list[str]):
-    """The shared :class:`icml25.llm.JsonlStore` of ``{"i", "prompt", "response"}`` rows; a
-    record for another prompt list is an error (a torn last line is skipped by the store)."""
+def _open_store(path: Path, keys: list[str], settings: dict[str, Any]):
+    """The shared :class:`icml25.llm.JsonlStore` of ``{"i", "prompt", "response"}`` rows, keyed
+    by ``settings`` (the model and the generation settings: another model's answers are refused,
+    :class:`icml25.llm.store.SettingsMismatch`); a record for another prompt list is an error (a
+    torn last line is skipped by the store)."""
     from icml25.llm.store import JsonlStore
 
-    store = JsonlStore(path, "i")
+    store = JsonlStore(path, "i", settings=settings)
     for rec in store.records():
         i, prompt = rec.get("i"), rec.get("prompt")
         if not isinstance(i, int) or not 0 <= i < len(keys) or prompt != keys[i]:
@@ -106,7 +108,9 @@ def generate_responses(
     (``max_new_tokens=512`` as the official HS evaluation), left padding, ``batch_size`` prompts
     of similar length per ``generate`` call, only new tokens decoded, up to the first EOS,
     stripped (the official code strips the text after ``### Response:``). With ``out_path``
-    answers are appended to that JSONL file per batch and a rerun skips those already there.
+    answers are appended to that JSONL file per batch and a rerun skips those already there; the
+    rows are keyed by the model (a local model by a fingerprint of its weights), the template and
+    ``max_new_tokens``, so another model's answers are never returned (``SettingsMismatch``).
     An answer ends at the tokenizer's EOS, at any of the model's ``generation_config`` EOS ids
     or at the chat template's end of turn (Llama-3 ``<|eot_id|>``), and where the model's
     context ends; a prompt that
@@ -136,7 +140,19 @@ def generate_responses(
             )
         if tokenizer is None:
             raise ValueError("a local model needs its tokenizer (tokenizer=None was given)")
-    store = _open_store(Path(out_path), texts) if out_path is not None else None
+    store = None
+    if out_path is not None:
+        from icml25.llm.hf import weights_fingerprint
+        from icml25.llm.store import describe
+
+        # what makes an answer: the model (a local one by a fingerprint of its weights, so the
+        # aligned, attacked and pruned models of one checkpoint never share rows) and generation
+        ident = describe(model) if backend else {
+            "weights": weights_fingerprint(model),
+            "tokenizer": getattr(tokenizer, "name_or_path", None),
+        }  # fmt: skip
+        settings = {"model": ident, "template": template, "max_new_tokens": max_new_tokens}
+        store = _open_store(Path(out_path), texts, settings)
     done = {} if store is None else {r["i"]: r["response"] for r in store.records()}
     todo = [i for i in range(len(texts)) if i not in done]
     if not backend:
