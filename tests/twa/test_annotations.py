@@ -158,3 +158,13 @@ def test_translations_through_a_chat_backend_resume_and_keep_failures(tmp_path):
     with pytest.raises(ValueError, match="must contain"):
         translate_with_backend(CallableChat(fn), ["a"], prompt_template="x")
     assert translate_with_backend(CallableChat(fn), ["z"], progress=False) == ["Z"]  # no store
+    # another source list into the same file: each source is translated, never another's row
+    calls.clear()
+    assert translate_with_backend(CallableChat(fn), ["c", "a b"], store=store,
+                                  progress=False) == ["C", "A B"]  # fmt: skip
+    assert calls == ["c", "a b"]
+    # another model into the same file is refused, naming it
+    from icml25.llm.store import SettingsMismatch
+
+    with pytest.raises(SettingsMismatch, match=r"backend.cache_identity: 'callable' -> 'other'"):
+        translate_with_backend(CallableChat(fn, name="other"), ["a b"], store=store, progress=False)

@@ -41,12 +41,14 @@ def translate_with_backend(
     backend: an OpenAI-compatible server (vLLM, llama.cpp, ``transformers serve``, OpenAI) or a
     local Hugging Face model. ``store`` (a JSONL path or :class:`~icml25.llm.JsonlStore`) makes
     the run resumable: a killed run loses at most the requests in flight, and a failing item is
-    an error row (``None`` in the result) without losing the others. Feed the outputs to
+    an error row (``None`` in the result) without losing the others. A path's rows are keyed by
+    the index and the source, stamped with the backend's identity, the prompt and ``max_tokens``
+    (another model or prompt into the same file raises ``SettingsMismatch``, naming it). Feed the outputs to
     :func:`chrf` or to an annotator."""
     from pathlib import Path
 
     from icml25.llm import JsonlStore
-    from icml25.llm.store import run_resumable
+    from icml25.llm.store import describe, run_resumable
 
     if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
         raise TypeError("sources must be a list of strings")
@@ -61,7 +63,15 @@ def translate_with_backend(
         if store is None:  # no resume asked for: a scratch file, removed at the end
             tmp = tempfile.TemporaryDirectory()
             store = Path(tmp.name) / "translations.jsonl"
-        st = JsonlStore(Path(store), "index")
+        # a row is the translation of this source by this backend with this prompt: another
+        # model, prompt or source list into the same file is refused, never served
+        settings = {
+            "pipeline": "twa.translate_with_backend",
+            "backend": describe(backend),
+            "prompt_template": prompt_template,
+            "max_tokens": max_tokens,
+        }
+        st = JsonlStore(Path(store), ("index", "source"), settings=settings)
 
     def work(item):
         i, src = item
@@ -75,7 +85,7 @@ def translate_with_backend(
                   desc="translating")  # fmt: skip
     out: list[str | None] = []
     for i in range(len(sources)):
-        rec = st.get(i)
+        rec = st.get((i, sources[i]) if len(st.key_fields) == 2 else i)
         out.append(None if rec is None or "error" in rec else rec["translation"])
     if tmp is not None:
         st.close()
