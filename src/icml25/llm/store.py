@@ -48,6 +48,7 @@ __all__ = [
     "run_resumable",
     "settings_differences",
     "settings_fingerprint",
+    "settings_mismatch",
 ]
 
 #: the record field holding the fingerprint of the settings that made the row
@@ -173,6 +174,28 @@ class SettingsMismatch(ValueError):
     """A store holds rows made with other settings than the ones it was opened with."""
 
 
+def settings_mismatch(
+    store: JsonlStore, fingerprint: str | None, n_rows: int, *, whose: str = ""
+) -> SettingsMismatch:
+    """The :class:`SettingsMismatch` for ``n_rows`` rows of ``store``'s file made with the settings
+    ``fingerprint`` (``None``: written without any), naming the fields that differ from the
+    store's own; ``whose`` says whose rows they are (e.g. ``"of 'gpt-x' "``)."""
+    if fingerprint is None:
+        return SettingsMismatch(
+            f"{store.path} holds {n_rows} rows {whose}written without a settings fingerprint (by "
+            "an older icml25, or without settings=): what made them is unknown, so they are not "
+            "reused. Write to a new file, or keep both runs apart (on_mismatch='separate', "
+            "keep_both=True, CLI: --keep-both)"
+        )
+    diff = settings_differences(store.settings_in_file.get(fingerprint), store.settings or {})
+    return SettingsMismatch(
+        f"{store.path} holds {n_rows} rows {whose}made with other settings (fingerprint "
+        f"{fingerprint}, now {store.fingerprint}); they differ in: "
+        f"{'; '.join(diff[:8]) or 'unknown fields'}. Write to a new file, or keep both runs' rows "
+        "under separate keys (on_mismatch='separate', keep_both=True, CLI: --keep-both)"
+    )
+
+
 @dataclass
 class ItemError:
     """One failed item: its key, the exception's type name and message."""
@@ -250,19 +273,7 @@ class JsonlStore:
             # beside others (a run with keep-both made it so): every row is keyed apart
             return
         fp, n = next(iter(others.items()))
-        if fp is None:
-            raise SettingsMismatch(
-                f"{self.path} holds {n} rows written without a settings fingerprint (by an older "
-                "icml25, or without settings=): what made them is unknown, so they are not reused. "
-                "Write to a new file, or open it with on_mismatch='separate' to keep them apart"
-            )
-        diff = settings_differences(self.settings_in_file.get(fp), self.settings or {})
-        raise SettingsMismatch(
-            f"{self.path} holds {n} rows made with other settings (fingerprint {fp}, now "
-            f"{self.fingerprint}); they differ in: {'; '.join(diff[:8]) or 'unknown fields'}. "
-            "Write to a new file, or open it with on_mismatch='separate' (CLI: --keep-both) to "
-            "keep both runs' rows under separate keys"
-        )
+        raise settings_mismatch(self, fp, n)
 
     # -- reading -------------------------------------------------------------------------------
     def _load(self) -> None:

@@ -20,11 +20,10 @@ from icml25.llm.base import ChatBackend, Completion
 from icml25.llm.store import (
     SETTINGS_FIELD,
     JsonlStore,
-    SettingsMismatch,
     backend_identity,
     describe,
     run_resumable,
-    settings_differences,
+    settings_mismatch,
 )
 from icml25.orbench.records import record_id
 from icml25.orbench.refusal import (
@@ -453,19 +452,7 @@ def _other_runs(st: JsonlStore, name: str, keep_both: bool) -> dict[str | None, 
     if not others or keep_both:
         return others
     fp, rows = next(iter(others.items()))
-    if fp is None:
-        raise SettingsMismatch(
-            f"{st.path} holds {len(rows)} rows of {name!r} written without a settings "
-            "fingerprint (by an older icml25): what made them is unknown, so they are not "
-            "reused. Write to a new file, or pass keep_both=True (CLI: --keep-both)"
-        )
-    diff = settings_differences(st.settings_in_file.get(fp), st.settings or {})
-    raise SettingsMismatch(
-        f"{st.path} holds {len(rows)} rows of {name!r} made with other settings (fingerprint "
-        f"{fp}, now {st.fingerprint}); they differ in: {'; '.join(diff[:8]) or 'unknown'}. "
-        "Write to a new file, or pass keep_both=True (CLI: --keep-both) to keep both runs' "
-        "rows under separate keys"
-    )
+    raise settings_mismatch(st, fp, len(rows), whose=f"of {name!r} ")
 
 
 def _reuse_answers(items, st, name, siblings, settings) -> None:
