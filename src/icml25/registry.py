@@ -264,11 +264,11 @@ def resolve(names: Iterable[str]) -> list[Paper]:
     return [p for p in PAPERS if p.slug in chosen]
 
 
-def load_entry_point(spec: str) -> Callable[..., Any]:
+def load_entry_point(target: str) -> Callable[..., Any]:
     """Import ``"package.module:function"`` and return the function."""
-    module_name, sep, attr = spec.partition(":")
+    module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"entry point {spec!r} is not of the form 'module:function'")
+        raise ValueError(f"entry point {target!r} is not of the form 'module:function'")
     return getattr(importlib.import_module(module_name), attr)
 
 

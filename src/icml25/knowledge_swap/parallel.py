@@ -40,11 +40,16 @@ def resolve_accelerator(accelerator: Any) -> Any:
     from icml25.llm.distributed import launched_processes
 
     launched = launched_processes()
-    if accelerator is None:
-        if launched <= 1:
-            return None
+    if accelerator is None and launched <= 1:
+        return None
+    try:
         from accelerate import Accelerator
-
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ImportError(
+            f"KnowledgeSwapper under {launched} processes needs accelerate: pip install "
+            "'icml25[train]' (or run it in one process)"
+        ) from exc
+    if accelerator is None:
         on_device = (
             torch.accelerator.is_available()
             if hasattr(torch, "accelerator")
@@ -52,8 +57,6 @@ def resolve_accelerator(accelerator: Any) -> Any:
         )
         accelerator = Accelerator(cpu=not on_device)
     else:
-        from accelerate import Accelerator
-
         if not isinstance(accelerator, Accelerator):
             raise TypeError(
                 f"accelerator must be an accelerate.Accelerator or None, got "

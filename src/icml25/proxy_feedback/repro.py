@@ -205,8 +205,8 @@ def run(r: Run) -> ReproResult:
         n_test=r.size(smoke=300, quick=N_TEST, full=N_TEST),
     )
     res: dict[str, list[dict]] = {}
-    for name, spec in worlds.items():
-        res[name] = r.over_seeds(lambda s, spec=spec: measure(spec["kw"], s, spec["ns"], methods=methods, **sizes),
+    for name, world in worlds.items():
+        res[name] = r.over_seeds(lambda s, world=world: measure(world["kw"], s, world["ns"], methods=methods, **sizes),
                                  label=f"{name}")  # fmt: skip
     diag_worlds = {"hold": {}, "v1_levelsets": {"scenario": "v1_levelsets"},
                    "v2_image": {"scenario": "v2_image"}, "v4_lipschitz": {"scenario": "v4_lipschitz"}}  # fmt: skip

@@ -243,20 +243,20 @@ def build_family_tokenizer(family: str):
     """The ``PreTrainedTokenizerFast`` of ``family`` (a key of :data:`icml25.toy.ARCHITECTURES`)."""
     from transformers import PreTrainedTokenizerFast
 
-    spec = _FAMILIES[family]
-    named = {spec.get(k) for k in ("bos", "eos", "unk", "pad")}
-    extra = [t for t in spec["head"] + spec["tail"] if t not in named]
+    fam = _FAMILIES[family]
+    named = {fam.get(k) for k in ("bos", "eos", "unk", "pad")}
+    extra = [t for t in fam["head"] + fam["tail"] if t not in named]
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=_bpe(spec["head"], spec["tail"], lowercase=spec.get("lowercase", False)),
-        bos_token=spec.get("bos"),
-        eos_token=spec.get("eos"),
-        unk_token=spec.get("unk"),
-        pad_token=spec.get("pad"),
+        tokenizer_object=_bpe(fam["head"], fam["tail"], lowercase=fam.get("lowercase", False)),
+        bos_token=fam.get("bos"),
+        eos_token=fam.get("eos"),
+        unk_token=fam.get("unk"),
+        pad_token=fam.get("pad"),
         additional_special_tokens=extra,
-        add_bos_token=spec.get("add_bos", False),
-        add_eos_token=spec.get("add_eos", False),
-        model_max_length=spec.get("max_length", 128),
+        add_bos_token=fam.get("add_bos", False),
+        add_eos_token=fam.get("add_eos", False),
+        model_max_length=fam.get("max_length", 128),
     )
-    if spec["template"] is not None:
-        tok.chat_template = CHAT_TEMPLATES[spec["template"]]
+    if fam["template"] is not None:
+        tok.chat_template = CHAT_TEMPLATES[fam["template"]]
     return tok
