@@ -132,14 +132,16 @@ def test_rewrites_keep_the_topic_dedupe_globally_and_record_failures(world, tmp_
     seeds = generate_toxic_seeds(scripted_generator(world), "hate", 30)
     rw = scripted_rewriter(world)
     bad = seeds[3].prompt
+    down = {"bad": True}  # the one seed's calls time out until the rerun
 
     def sometimes(m, **kw):
-        if bad in m[-1]["content"]:
+        if down["bad"] and bad in m[-1]["content"]:
             raise TimeoutError("rewriter timed out")
         return forward(rw, m, kw)
 
     store = tmp_path / "rw.jsonl"
-    cands = rewrite_seeds(CallableChat(sometimes, name="rw"), seeds, store=store, concurrency=4)
+    flaky = CallableChat(sometimes, name="rw")
+    cands = rewrite_seeds(flaky, seeds, store=store, concurrency=4)
     assert len({c.prompt for c in cands}) == len(cands)
     topic = {s.prompt: s.prompt.split()[1] for s in seeds}
     assert all(c.prompt.split()[1] == topic[c.toxic_seed] for c in cands)
@@ -147,7 +149,8 @@ def test_rewrites_keep_the_topic_dedupe_globally_and_record_failures(world, tmp_
     errors = [r for r in rows(store) if "error" in r]
     assert len(errors) == 1 and errors[0]["error"]["type"] == "TimeoutError"
     # a rerun retries only the failed seed when asked
-    cands2 = rewrite_seeds(rw, seeds, store=store, retry_errors=True)
+    down["bad"] = False
+    cands2 = rewrite_seeds(flaky, seeds, store=store, retry_errors=True)
     assert any(c.toxic_seed == bad for c in cands2) and len(cands2) >= len(cands)
     with pytest.raises(ValueError, match="seeds must not be empty"):
         rewrite_seeds(rw, [])
@@ -362,3 +365,36 @@ def test_rewrites_are_cut_to_n_rewrites(world):
     for c in rewrite_seeds(five, seeds, n_rewrites=2):
         per_seed[c.toxic_seed] = per_seed.get(c.toxic_seed, 0) + 1
     assert set(per_seed.values()) == {2} and len(per_seed) == len(seeds)
+
+
+def test_a_rerun_with_the_same_names_but_other_sampling_is_refused_per_stage(world, tmp_path):
+    """Issue 48: the build's folder check compares names only; each stage's store is stamped with
+    the backend's identity and sampling, so a moderator of the same name at another temperature
+    (or a generator called at another temperature) is refused, naming the field, with no call."""
+    from icml25.llm.store import SettingsMismatch
+
+    gen, rw, mods = agents(world)
+    kw = dict(categories="hate", n_seeds=10, toxic_per_category=3, progress=False)
+    build_orbench(gen, rw, mods, out_dir=tmp_path, **kw)
+    calls = {"n": 0}
+
+    def counted(backend):
+        def fn(m, **k):
+            calls["n"] += 1
+            return forward(backend, m, k)
+
+        return CallableChat(fn, name=backend.name)
+
+    warm = [LLMModerator(counted(m), temperature=0.7) for m in mods]
+    with pytest.raises(SettingsMismatch, match=r"moderators\.0\.temperature: 0\.0 -> 0\.7.*another out_dir"):
+        build_orbench(gen, rw, warm, out_dir=tmp_path, **kw)
+    assert calls["n"] == 0
+    # the stage functions stamp a store given as a path the same way
+    store = tmp_path / "alone.jsonl"
+    generate_toxic_seeds(gen, "hate", 5, store=store)
+    with pytest.raises(SettingsMismatch, match=r"temperature: 1\.0 -> 0\.5"):
+        generate_toxic_seeds(gen, "hate", 5, store=store, temperature=0.5)
+    # the same settings resume from the store without a call
+    build_orbench(*[counted(b) for b in (gen, rw)], [counted(m) for m in mods],
+                  out_dir=tmp_path, **kw)  # fmt: skip
+    assert calls["n"] == 0

@@ -151,17 +151,19 @@ def describe(obj: Any, *, _depth: int = 0) -> Any:
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out or {prefix.rstrip("."): {}}
-    return {prefix.rstrip("."): d}
+    """``{dotted.path: leaf}``: dicts by key, lists by position (``moderators.0.temperature``)."""
+    items = d.items() if isinstance(d, Mapping) else enumerate(d) if isinstance(d, list) else None
+    if items is None:
+        return {prefix.rstrip("."): d}
+    out: dict[str, Any] = {}
+    for k, v in items:
+        out.update(_flatten(v, f"{prefix}{k}."))
+    return out or {prefix.rstrip("."): type(d)()}
 
 
 def settings_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
-    """``"field.path: old -> new"`` for every field where two settings differ (nested dicts by
-    dotted path; a field only one side has reads ``<absent>`` on the other)."""
+    """``"field.path: old -> new"`` for every field where two settings differ (nested dicts and
+    lists by dotted path; a field only one side has reads ``<absent>`` on the other)."""
     a, b = _flatten(json_safe(dict(old or {}))), _flatten(json_safe(dict(new)))
     out = []
     for k in sorted(set(a) | set(b)):
@@ -180,19 +182,21 @@ def settings_mismatch(
     """The :class:`SettingsMismatch` for ``n_rows`` rows of ``store``'s file made with the settings
     ``fingerprint`` (``None``: written without any), naming the fields that differ from the
     store's own; ``whose`` says whose rows they are (e.g. ``"of 'gpt-x' "``)."""
+    remedy = store.remedy or (
+        "Write to a new file, or keep both runs' rows under separate keys "
+        "(on_mismatch='separate', keep_both=True, CLI: --keep-both)"
+    )
     if fingerprint is None:
         return SettingsMismatch(
             f"{store.path} holds {n_rows} rows {whose}written without a settings fingerprint (by "
             "an older icml25, or without settings=): what made them is unknown, so they are not "
-            "reused. Write to a new file, or keep both runs apart (on_mismatch='separate', "
-            "keep_both=True, CLI: --keep-both)"
+            f"reused. {remedy}"
         )
     diff = settings_differences(store.settings_in_file.get(fingerprint), store.settings or {})
     return SettingsMismatch(
         f"{store.path} holds {n_rows} rows {whose}made with other settings (fingerprint "
         f"{fingerprint}, now {store.fingerprint}); they differ in: "
-        f"{'; '.join(diff[:8]) or 'unknown fields'}. Write to a new file, or keep both runs' rows "
-        "under separate keys (on_mismatch='separate', keep_both=True, CLI: --keep-both)"
+        f"{'; '.join(diff[:8]) or 'unknown fields'}. {remedy}"
     )
 
 
@@ -212,6 +216,15 @@ class JsonlStore:
         path: the file (created with its folder when missing).
         key: the field(s) whose values identify an item, e.g. ``"index"`` or ``("stage", "id")``.
         fsync_every: records between two ``fsync`` calls (each record is flushed at once).
+        settings: everything besides the key that makes a row (backend identity, sampling,
+            prompts, filters' parameters; :func:`describe` builds it). Every row is stamped with
+            its fingerprint and the full settings are kept in ``<path>.settings.json``; rows made
+            with other settings are never returned.
+        on_mismatch: ``"refuse"`` (a file holding rows of other settings raises
+            :class:`SettingsMismatch`, naming the fields that differ) or ``"separate"`` (both
+            runs' rows stay in the file, each under its own fingerprint).
+        remedy: what the mismatch error tells the user to do, for a pipeline that cannot keep
+            both runs (default: write to a new file or keep both).
     """
 
     def __init__(
@@ -222,6 +235,7 @@ class JsonlStore:
         fsync_every: int = 64,
         settings: Mapping[str, Any] | None = None,
         on_mismatch: str = "refuse",
+        remedy: str | None = None,
     ):
         fields = (key,) if isinstance(key, str) else tuple(key)
         if not fields or not all(isinstance(f, str) and f for f in fields):
@@ -238,6 +252,8 @@ class JsonlStore:
         self.settings = None if settings is None else json_safe(dict(settings))
         self.fingerprint = None if settings is None else settings_fingerprint(settings)
         self.on_mismatch = on_mismatch
+        #: what a :class:`SettingsMismatch` tells the user to do (default: a new file or keep both)
+        self.remedy = remedy
         #: the settings of every fingerprint found in the file (its header lines)
         self.settings_in_file: dict[str, Any] = {}
         self._lock = threading.Lock()

@@ -182,6 +182,7 @@ def _check_common(args: argparse.Namespace) -> None:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    from icml25.llm.store import SettingsMismatch
     from icml25.orbench import CATEGORIES, build_orbench, normalize_category
 
     try:
@@ -205,6 +206,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
             remoderate=None if args.no_remoderate else "unanimous", concurrency=args.concurrency,
             retry_errors=args.retry_errors, progress=not args.quiet,
         )  # fmt: skip
+    except SettingsMismatch as exc:  # a store in --out holds rows made with other settings
+        print(f"icml25 orbench build: error: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from icml25.llm.base import ChatBackend
-from icml25.llm.store import ItemError, JsonlStore, run_resumable
+from icml25.llm.store import ItemError, JsonlStore, describe, run_resumable
 from icml25.orbench.categories import normalize_category
 from icml25.orbench.parsing import extract_bracketed
 from icml25.orbench.records import record_id
@@ -56,14 +56,55 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _store(store: JsonlStore | str | Path | None, key: tuple[str, ...]) -> JsonlStore | None:
+def _store(
+    store: JsonlStore | str | Path | None,
+    key: tuple[str, ...],
+    settings: dict[str, Any] | None = None,
+) -> JsonlStore | None:
+    """The stage's store: a path opens one stamped with ``settings`` (rows made with other
+    settings are refused, naming what differs); a ready store is used as it is."""
     if store is None or isinstance(store, JsonlStore):
         if isinstance(store, JsonlStore) and store.key_fields != key:
             raise ValueError(
                 f"this stage's store is keyed by {key}, got a JsonlStore keyed by {store.key_fields}"
             )
         return store
-    return JsonlStore(store, key)
+    return JsonlStore(store, key, settings=settings)
+
+
+def seed_settings(
+    generator: ChatBackend,
+    templates: PromptTemplates | None = None,
+    *,
+    per_call: int = 20,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Everything besides the category and the call index that makes a generator call's reply:
+    the settings that stamp :func:`generate_toxic_seeds`' store (see :class:`~icml25.llm.JsonlStore`)."""
+    templates = templates or PromptTemplates.default()
+    return {
+        "stage": "seed_generation", "generator": describe(generator),
+        "template": templates.seed_generation, "per_call": per_call,
+        "temperature": temperature, "seed": seed,
+    }  # fmt: skip
+
+
+def rewrite_settings(
+    rewriter: ChatBackend,
+    templates: PromptTemplates | None = None,
+    *,
+    n_rewrites: int = 5,
+    temperature: float = 0.7,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Everything besides the seed's text that makes a rewriter call's reply: the settings that
+    stamp :func:`rewrite_seeds`' store."""
+    templates = templates or PromptTemplates.default()
+    return {
+        "stage": "rewrite", "rewriter": describe(rewriter), "template": templates.rewrite,
+        "n_rewrites": n_rewrites, "temperature": temperature, "seed": seed,
+    }  # fmt: skip
 
 
 def generate_toxic_seeds(
@@ -91,7 +132,9 @@ def generate_toxic_seeds(
         per_call: prompts asked per call (paper: 20; the same request every call).
         temperature: G's sampling temperature (paper: 1.0).
         store: a JSONL file (or store keyed by ``("category", "call_idx")``) keeping each call's
-            raw reply; a rerun replays the stored calls instead of repeating them.
+            raw reply; a rerun replays the stored calls instead of repeating them. A file is
+            stamped with :func:`seed_settings` (the generator, template, temperature, seed):
+            a rerun with others there is refused, naming what differs.
         seed: call ``i`` is sent with seed ``seed + i``, so a seeded backend does not repeat
             one answer.
         max_empty_calls: stop after this many consecutive calls that parse to nothing (a
@@ -116,7 +159,8 @@ def generate_toxic_seeds(
     cap = 10 * math.ceil(n_seeds / per_call) + 10 if max_calls is None else max_calls
     _positive_int("max_calls", cap)
     templates = templates or PromptTemplates.default()
-    st = _store(store, ("category", "call_idx"))
+    st = _store(store, ("category", "call_idx"), seed_settings(
+        generator, templates, per_call=per_call, temperature=temperature, seed=seed))  # fmt: skip
     messages = [{"role": "user", "content": templates.seed_message(category, per_call)}]
     seen: dict[str, SeedRecord] = {}
     empty = short = failed = 0
@@ -223,7 +267,8 @@ def rewrite_seeds(
         rewriter: the rewriter R (paper: Mixtral-8x7B at temperature 0.7).
         seeds: :class:`SeedRecord` objects or dicts with ``prompt`` and ``category``.
         n_rewrites: rewrites asked per seed (paper: 5).
-        store: a JSONL file (or a store keyed by ``"id"``, the seed's id) of raw replies.
+        store: a JSONL file (or a store keyed by ``"id"``, the seed's id) of raw replies; a file
+            is stamped with :func:`rewrite_settings`, and other settings there are refused.
         concurrency: calls in flight.
         seed: passed to the backend with every call (``None``: not sent).
 
@@ -248,7 +293,8 @@ def rewrite_seeds(
     if not rows:
         raise ValueError("seeds must not be empty")
     rows = list({r["id"]: r for r in reversed(rows)}.values())[::-1]  # one call per seed text
-    st = _store(store, ("id",))
+    st = _store(store, ("id",), rewrite_settings(
+        rewriter, templates, n_rewrites=n_rewrites, temperature=temperature, seed=seed))  # fmt: skip
     own = st is None
     if own:
         import tempfile

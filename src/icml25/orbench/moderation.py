@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from icml25.llm.base import ChatBackend
-from icml25.llm.store import BatchReport, JsonlStore, run_resumable
+from icml25.llm.store import BatchReport, JsonlStore, describe, run_resumable
 from icml25.orbench.parsing import ModerationVote, parse_moderation
 from icml25.orbench.records import record_id
 from icml25.orbench.templates import PromptTemplates
@@ -59,6 +59,14 @@ class LLMModerator:
     @property
     def name(self) -> str:
         return self.backend.name
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this moderator's vote on a prompt: the backend, the moderation prompt and
+        the sampling (a moderation store's settings; see :meth:`EnsembleModerator.store_settings`)."""
+        return {
+            "backend": describe(self.backend), "template": self.templates.moderation,
+            "temperature": self.temperature, "max_tokens": self.max_tokens,
+        }  # fmt: skip
 
     def vote(self, prompt: str) -> ModerationVote:
         """The moderator's vote on one prompt (backend errors propagate)."""
@@ -143,6 +151,11 @@ class EnsembleModerator:
         self.rule = rule
         self.threshold = vote_threshold(rule, len(self.moderators))
 
+    def store_settings(self) -> dict[str, Any]:
+        """The settings that stamp a moderation store: each moderator's :meth:`LLMModerator.identity`
+        (not the rule: stored votes are re-decided with the ensemble's rule)."""
+        return {"stage": "moderation", "moderators": [m.identity() for m in self.moderators]}
+
     def moderate_one(self, prompt: str, *, category: str | None = None) -> ModerationResult:
         votes = [m.vote(prompt) for m in self.moderators]
         flags = [v.toxic for v in votes]
@@ -172,10 +185,15 @@ class EnsembleModerator:
         Results come back in input order (duplicates collapse to the first), for the prompts
         whose moderation succeeded; failures are error rows of ``store`` (see :attr:`last_report`)
         and are retried by a rerun with ``retry_errors=True``. Stored votes are re-decided with
-        this ensemble's rule, so one store serves several rules.
+        this ensemble's rule, so one store serves several rules. A store given as a path is
+        stamped with :meth:`store_settings`: votes made by other moderators, prompts or sampling
+        there are refused, naming what differs.
         """
         items = _moderation_items(prompts)
-        st = store if isinstance(store, JsonlStore) or store is None else JsonlStore(store, "id")
+        st = (
+            store if isinstance(store, JsonlStore) or store is None
+            else JsonlStore(store, "id", settings=self.store_settings())
+        )  # fmt: skip
         if st is not None and st.key_fields != ("id",):
             raise ValueError(f"the moderation store is keyed by 'id', got {st.key_fields}")
         if st is None:

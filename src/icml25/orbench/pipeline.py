@@ -26,7 +26,12 @@ from icml25.llm.base import ChatBackend
 from icml25.llm.store import ItemError, JsonlStore, json_safe
 from icml25.orbench.categories import CATEGORIES, normalize_category
 from icml25.orbench.evaluation import EvalResult, evaluate
-from icml25.orbench.generation import generate_all_seeds, rewrite_seeds
+from icml25.orbench.generation import (
+    generate_all_seeds,
+    rewrite_seeds,
+    rewrite_settings,
+    seed_settings,
+)
 from icml25.orbench.moderation import EnsembleModerator, LLMModerator
 from icml25.orbench.records import ORBenchRecord
 from icml25.orbench.selection import select_hard, select_toxic
@@ -198,7 +203,11 @@ def build_orbench(
         (out / "metadata.json").write_text(json.dumps({"config": config}), encoding="utf-8")
     files = {}
     # Algorithm 1
-    seed_calls = JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx"))
+    # every store is stamped with what makes its rows (the backend's identity and sampling, the
+    # prompt, the stage's settings): a rerun with other ones is refused, naming what differs
+    fresh = "A build resumes with the same settings only: use another out_dir for the new one"
+    seed_calls = JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx"),
+                            settings=seed_settings(generator, templates, seed=seed), remedy=fresh)  # fmt: skip
     seed_failures: list[ItemError] = []  # this run's failed generator calls
     seeds = generate_all_seeds(
         generator, cats, n_seeds, concurrency=concurrency, templates=templates, seed=seed,
@@ -213,14 +222,17 @@ def build_orbench(
         raise _no_seed_error(generator.name, seed_failures, n_replies)
     files["seeds"] = str(write_jsonl(seeds, out / "seeds.jsonl"))
     # Algorithm 2
-    rw_store = JsonlStore(out / "rewrite_calls.jsonl", "id")
+    rw_store = JsonlStore(out / "rewrite_calls.jsonl", "id",
+                          settings=rewrite_settings(rewriter, templates, n_rewrites=n_rewrites),
+                          remedy=fresh)  # fmt: skip
     candidates = rewrite_seeds(
         rewriter, seeds, n_rewrites=n_rewrites, store=rw_store, concurrency=concurrency,
         templates=templates, retry_errors=retry_errors, progress=progress,
     )  # fmt: skip
     files["candidates"] = str(write_jsonl(candidates, out / "candidates.jsonl"))
     # Algorithm 3
-    mod_store = JsonlStore(out / "moderation.jsonl", "id")
+    mod_store = JsonlStore(out / "moderation.jsonl", "id", settings=ensemble.store_settings(),
+                           remedy=fresh)  # fmt: skip
     moderated = ensemble.moderate(candidates, mod_store, concurrency=concurrency,
                                   retry_errors=retry_errors, progress=progress)  # fmt: skip
     by_id = {m.id: m for m in moderated}
@@ -236,7 +248,8 @@ def build_orbench(
     for c in cats:
         group = [s for s in seeds if s.category == c]
         sample += rng.sample(group, min(len(group), 2 * toxic_per_category))
-    seed_store = JsonlStore(out / "seed_moderation.jsonl", "id")
+    seed_store = JsonlStore(out / "seed_moderation.jsonl", "id",
+                            settings=ensemble.store_settings(), remedy=fresh)  # fmt: skip
     seed_mod = ensemble.moderate(sample, seed_store, concurrency=concurrency,
                                  retry_errors=retry_errors, progress=progress) if sample else []  # fmt: skip
     toxic = select_toxic(seed_mod, per_category=toxic_per_category, seed=seed) if seed_mod else []
