@@ -122,3 +122,19 @@ def test_killed_pipeline_resumes_without_repeating_completed_calls(tmp_path, ech
     # answers the first run recorded are the ones the re-run replayed from the cache
     first = lines[: len(lines) - 30]
     assert all(final[i] == text for i, text in first)
+
+
+def test_an_openai_backends_extra_body_is_part_of_its_identity(tmp_path):
+    """Issue 48: ``extra_body`` goes with every request (``top_p``, ``enable_thinking``...), so
+    two clients of one model that differ in it never share cached answers or store rows."""
+    pytest.importorskip("httpx")
+    from icml25.llm import CachedChat, OpenAIChat
+    from icml25.llm.store import describe
+
+    plain = OpenAIChat("http://127.0.0.1:9/v1", "m", api_key="x")
+    top_p = OpenAIChat("http://127.0.0.1:9/v1", "m", api_key="x", extra_body={"top_p": 0.5})
+    assert plain.cache_identity() == plain.name  # unchanged without extra_body
+    assert top_p.cache_identity() != plain.cache_identity() and "top_p" in top_p.cache_identity()
+    assert describe(top_p) != describe(plain)
+    a, b = CachedChat(plain, tmp_path / "c.db"), CachedChat(top_p, tmp_path / "c.db")
+    assert a.identity() != b.identity()

@@ -386,7 +386,9 @@ def test_a_rerun_with_the_same_names_but_other_sampling_is_refused_per_stage(wor
         return CallableChat(fn, name=backend.name)
 
     warm = [LLMModerator(counted(m), temperature=0.7) for m in mods]
-    with pytest.raises(SettingsMismatch, match=r"moderators\.0\.temperature: 0\.0 -> 0\.7.*another out_dir"):
+    with pytest.raises(
+        SettingsMismatch, match=r"moderators\.0\.temperature: 0\.0 -> 0\.7.*another out_dir"
+    ):
         build_orbench(gen, rw, warm, out_dir=tmp_path, **kw)
     assert calls["n"] == 0
     # the stage functions stamp a store given as a path the same way

@@ -14,6 +14,7 @@ logged, never part of an error message, never in ``repr``.
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import os
@@ -175,6 +176,15 @@ class OpenAIChat(BaseChat):
         self._transport_streak = 0  # requests in a row that failed on the transport
         self._breaker_open = threading.Event()
         self._breaker_reason = ""
+
+    def cache_identity(self) -> str:
+        """The name, plus ``extra_body`` when set (it is sent with every request and can change
+        every answer: ``top_p``, a chat template's ``enable_thinking``...), so a cache or store
+        never serves one setting's answers to another."""
+        if not self.extra_body:
+            return self.name
+        extra = json.dumps(self.extra_body, sort_keys=True, ensure_ascii=True, default=str)
+        return f"{self.name} extra_body={extra}"
 
     # -- circuit breaker -----------------------------------------------------------------------
     @property

@@ -167,9 +167,25 @@ def settings_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) 
     a, b = _flatten(json_safe(dict(old or {}))), _flatten(json_safe(dict(new)))
     out = []
     for k in sorted(set(a) | set(b)):
-        if a.get(k, "<absent>") != b.get(k, "<absent>"):
-            out.append(f"{k}: {a.get(k, '<absent>')!r:.60} -> {b.get(k, '<absent>')!r:.60}")
+        x, y = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if x != y:
+            out.append(f"{k}: {_where_they_differ(repr(x), repr(y))}")
     return out
+
+
+def _where_they_differ(x: str, y: str, width: int = 60) -> str:
+    """``x -> y``, each cut to about ``width`` characters around where they first differ (two
+    long model paths that differ in their last characters stay readable)."""
+    if len(x) <= width and len(y) <= width:
+        return f"{x} -> {y}"
+    first = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+    start = max(0, first - width // 3)
+
+    def cut(t: str) -> str:
+        part = t[start : start + width]
+        return ("..." if start else "") + part + ("..." if start + width < len(t) else "")
+
+    return f"{cut(x)} -> {cut(y)}"
 
 
 class SettingsMismatch(ValueError):

@@ -23,7 +23,14 @@ from icml25.orbench.parsing import extract_bracketed
 from icml25.orbench.records import record_id
 from icml25.orbench.templates import PromptTemplates
 
-__all__ = ["CandidateRecord", "SeedRecord", "generate_toxic_seeds", "rewrite_seeds"]
+__all__ = [
+    "CandidateRecord",
+    "SeedRecord",
+    "generate_toxic_seeds",
+    "rewrite_seeds",
+    "rewrite_settings",
+    "seed_settings",
+]
 
 log = logging.getLogger(__name__)
 
