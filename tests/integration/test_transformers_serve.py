@@ -213,8 +213,9 @@ def test_killed_tpo_batch_resumes(transformers_server, tmp_path):
 def test_a_dead_server_stops_a_batch_fast_and_the_rerun_resumes(transformers_server, tmp_path):
     """Rows from the real server, then the server gone (its port refuses connections): the circuit
     breaker stops the remaining items within seconds: the requests that failed on the transport
-    before it opened (at most its limit) are error rows, the items not sent have no row, and a
-    rerun against the server (retrying the error rows) does exactly the items not done."""
+    before it opened (at most its limit) are error rows marked transient, the items not sent have
+    no row, and a rerun against the server does exactly the items not done (the transient error
+    rows included, without ``retry_errors``)."""
     from icml25.llm import BackendUnavailableError, JsonlStore, run_resumable
 
     s = transformers_server
@@ -249,7 +250,8 @@ def test_a_dead_server_stops_a_batch_fast_and_the_rerun_resumes(transformers_ser
         assert len(st.records()) == 3
         assert 1 <= len(st.errors()) <= 3 and all("failed after" in e.message for e in st.errors())
         before = s.chat_requests()
-        rep = run_resumable(items, work_with(live), st, key=lambda i, q: {"q": q},
-                            retry_errors=True, progress=False)  # fmt: skip
+        assert all(st.is_transient_failure(e.key) for e in st.errors())
+        # the transport's failures are asked again without retry_errors
+        rep = run_resumable(items, work_with(live), st, key=lambda i, q: {"q": q}, progress=False)
     assert rep.n_skipped == 3 and rep.n_ok == 9 and rep.n_failed == 0
     assert s.chat_requests() - before == 9

@@ -194,3 +194,31 @@ def test_completion_dict_round_trip_keeps_reasoning_and_plain_rows_unchanged():
     assert Completion.from_dict(c.to_dict()) == c and c.to_dict()["reasoning"] == "thought"
     plain = Completion("answer", "stop")
     assert "reasoning" not in plain.to_dict() and Completion.from_dict(plain.to_dict()) == plain
+
+
+def test_a_transport_failure_is_asked_again_by_the_next_run_an_http_refusal_is_not(echo, tmp_path):
+    """A request whose retries ran out on the transport (the server was down) is not the item's
+    fault: its error row is marked transient and the next run asks it again without
+    ``retry_errors``; an HTTP 400 stays failed until ``retry_errors``."""
+    from icml25.llm import JsonlStore, run_resumable
+
+    def work_with(chat):
+        return lambda q: {"reply": chat.chat([{"role": "user", "content": q}])[0]}
+
+    path = tmp_path / "rows.jsonl"
+    with ChatServer(echo, faults=["400"]) as server:
+        with OpenAIChat(server.url, "echo", max_retries=0) as live, JsonlStore(path, "q") as st:
+            run_resumable(["a"], work_with(live), st, key=lambda i, q: {"q": q}, progress=False)
+            assert st.is_failed("a") and not st.is_transient_failure("a")
+        with OpenAIChat(refused_url(), "echo", max_retries=0, circuit_breaker=None) as dead:
+            with JsonlStore(path, "q") as st:
+                run_resumable(["b"], work_with(dead), st, key=lambda i, q: {"q": q},
+                              progress=False)  # fmt: skip
+                assert st.is_transient_failure("b")
+        with OpenAIChat(server.url, "echo", max_retries=0) as live, JsonlStore(path, "q") as st:
+            n = len(server.requests)
+            rep = run_resumable(["a", "b"], work_with(live), st, key=lambda i, q: {"q": q},
+                                progress=False)  # fmt: skip
+            assert rep.n_ok == 1 and st.is_done("b") and st.is_failed("a")
+            assert len(server.requests) - n == 1
+            assert st.pending(["a", "b"]) == [] and st.pending(["a"], retry_errors=True) == ["a"]

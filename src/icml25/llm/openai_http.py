@@ -40,11 +40,16 @@ _RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
 
 class LLMRequestError(RuntimeError):
-    """The server refused the request (a 4xx other than 429) or retries ran out."""
+    """The server refused the request (a 4xx other than 429) or retries ran out.
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    ``status`` is the HTTP status when the server answered; ``transient`` is True when the
+    retries ran out on the transport (connection refused, timeouts): not the request's fault, so
+    a resumable run's next pass asks it again without ``retry_errors``."""
+
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.transient = transient
 
 
 class CircuitOpenError(LLMRequestError, BackendUnavailableError):
@@ -333,7 +338,8 @@ class OpenAIChat(BaseChat):
                 if transport:
                     self._transport_failed(problem)
                 raise LLMRequestError(
-                    f"{url} (model {self.model!r}) failed after {summary}: {problem}"
+                    f"{url} (model {self.model!r}) failed after {summary}: {problem}",
+                    transient=transport,
                 )
             delay = min(self.max_backoff, self.backoff * 2**attempt) * random.random()
             if wait_hint is not None:  # the server knows best how long it needs, within our cap
@@ -350,7 +356,8 @@ class OpenAIChat(BaseChat):
                     self._transport_failed(problem)
                 raise LLMRequestError(
                     f"{url} (model {self.model!r}) gave up at the {self.deadline:g} s deadline "
-                    f"after {summary} (next wait would have been {delay:.1f} s): {problem}"
+                    f"after {summary} (next wait would have been {delay:.1f} s): {problem}",
+                    transient=transport,
                 )
             log.warning(
                 "%s: %s; retry %d/%d in %.2f s",

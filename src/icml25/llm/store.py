@@ -364,6 +364,13 @@ class JsonlStore:
         rec = self.get(key)
         return rec is not None and "error" in rec
 
+    def is_transient_failure(self, key: Any) -> bool:
+        """The item's last row is an error the transport caused (the server was down or did not
+        answer in time): a rerun asks it again without ``retry_errors``."""
+        rec = self.get(key)
+        err = rec.get("error") if rec is not None else None
+        return isinstance(err, Mapping) and bool(err.get("transient"))
+
     def __contains__(self, key: Any) -> bool:
         return self.get(key) is not None
 
@@ -388,11 +395,12 @@ class JsonlStore:
         ]
 
     def pending(self, keys: Iterable[Any], *, retry_errors: bool = False) -> list[Any]:
-        """The keys not done yet: never seen, or failed when ``retry_errors``."""
+        """The keys not done yet: never seen, failed on the transport, or failed in any way when
+        ``retry_errors``."""
         out = []
         for key in keys:
             rec = self.get(key)
-            if rec is None or (retry_errors and "error" in rec):
+            if rec is None or (retry_errors and "error" in rec) or self.is_transient_failure(key):
                 out.append(key)
         return out
 
@@ -452,6 +460,8 @@ class JsonlStore:
         rec = {f: v for f, v in rec.items() if f != SETTINGS_FIELD}
         err = ItemError(k, type(exc).__name__, str(exc)[:2000])
         rec["error"] = {"type": err.error_type, "message": err.message}
+        if getattr(exc, "transient", False) is True:  # the transport failed, not the item
+            rec["error"]["transient"] = True
         self.append(rec)
         return err
 
@@ -537,7 +547,8 @@ def run_resumable(
     result that is not a dict, clashes with the key or cannot be written as JSON is an error row
     for that item, like an exception. A success is appended at once; an exception
     becomes an error row for that item only (the others go on). Items whose last record is an
-    error are skipped unless ``retry_errors``; a done item is run again when ``redo(its last
+    error are skipped unless ``retry_errors``, except an error the transport caused (an
+    exception with ``transient=True``: the server was down), always run again; a done item is run again when ``redo(its last
     record)`` is true (e.g. it was made with other settings). Returns a :class:`BatchReport`.
     """
     from icml25.progress import track
@@ -563,6 +574,7 @@ def run_resumable(
         for i, h in enumerate(heads)
         if store.get(h) is None
         or (retry_errors and store.is_failed(h))
+        or store.is_transient_failure(h)
         or (redo is not None and store.is_done(h) and redo(store.get(h)))
     ]
     todo_set = set(todo)
