@@ -6,7 +6,8 @@ temporary folder, starts ``transformers serve <folder>`` on a free loopback port
 server cannot start (the ``serve`` extra is missing, the installed transformers has no ``serve``
 command, it does not come up within ``STARTUP_TIMEOUT`` seconds) the tests skip and the reason
 carries the server's last stderr lines; ``ICML25_REQUIRE_SERVER=1`` turns that skip into a failure
-(for a CI that installs the extra and wants to know).
+(for a CI that installs the extra and wants to know). The module fixture ``vision_server`` serves
+a tiny random-init LLaVA the same way (``write_tiny_vlm``), for the DPS tests.
 """
 
 from __future__ import annotations
@@ -174,6 +175,88 @@ def transformers_server(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("transformers-serve")
     model_dir = write_tiny_model(root / "tiny-llama")
+    for attempt in range(3):
+        try:
+            server = start_server(model_dir, root)
+            break
+        except RuntimeError as exc:
+            # free_port() releases the port before the server binds it: another process may win it
+            if "address already in use" not in str(exc).lower() or attempt == 2:
+                _cannot_start(str(exc))
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+def write_tiny_vlm(folder: Path, words: str = WORDS) -> Path:
+    """A random-init LLaVA + ``LlavaProcessor`` saved for ``from_pretrained``, built offline.
+
+    Byte-level BPE tokenizer (``icml25.toy.build_tokenizer``) plus an ``<image>`` token; a CLIP
+    vision tower on 32 x 32 images in 16-pixel patches (4 image tokens per image, the CLS token
+    dropped); a 1-layer Llama with 4096 positions (DPS conversations run to a few hundred tokens)
+    and untied embeddings. The image processor is the PIL one (no torchvision needed). The chat
+    template puts ``<image>`` where each image part is, so any number of images per request work.
+    """
+    import torch
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    from icml25.toy import build_tokenizer
+
+    w = words.split()
+    tok = build_tokenizer([" ".join(w[i:] + w[:i]) for i in range(len(w))] * 3, 300)
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                              num_attention_heads=2, image_size=32, patch_size=16,
+                              projection_dim=16)  # fmt: skip
+    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                       max_position_embeddings=4096, tie_word_embeddings=False,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       pad_token_id=tok.pad_token_id)  # fmt: skip
+    config = LlavaConfig(vision_config=vision, text_config=text,
+                         image_token_index=tok.convert_tokens_to_ids("<image>"), image_seq_length=4,
+                         vision_feature_layer=-1, vision_feature_select_strategy="default")  # fmt: skip
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(config).eval()
+    template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>"
+        "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
+        "{% if p['type'] == 'image' %}<image>{% elif p['type'] == 'text' %}{{ p['text'] }}"
+        "{% endif %}{% endfor %}{% endif %}<|end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    images = CLIPImageProcessorPil(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    )
+    processor = LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=16,
+                               vision_feature_select_strategy="default", chat_template=template,
+                               num_additional_image_tokens=1)  # fmt: skip
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vision_server(tmp_path_factory: pytest.TempPathFactory):
+    """``transformers serve`` on :func:`write_tiny_vlm`'s LLaVA (for the DPS tests), per module."""
+    missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
+    if missing:
+        _cannot_start(f"transformers serve needs {', '.join(missing)}: pip install -e '.[serve]'")
+    pytest.importorskip("transformers")
+    root = tmp_path_factory.mktemp("transformers-serve-vision")
+    try:
+        model_dir = write_tiny_vlm(root / "tiny-llava", WORDS)
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        # an older or newer transformers without these classes or arguments
+        _cannot_start(f"cannot build the tiny LLaVA: {type(exc).__name__}: {exc}")
     for attempt in range(3):
         try:
             server = start_server(model_dir, root)
