@@ -254,3 +254,31 @@ def test_another_teacher_or_filter_never_gets_the_first_runs_rows(world, tmp_pat
     with pytest.raises(SettingsMismatch, match=r"filters"):
         synthesize(CallableChat(teacher("A"), name="teacher-a"), qs, k=1, store=store,
                    filters=other, progress=False)  # fmt: skip
+
+
+def test_a_query_relabelled_or_reworded_under_its_id_is_asked_again(tmp_path):
+    """Issue 48 (a new user's review): the row of query "1" as harmful is never returned for
+    query "1" as helpful, nor for another text under the same id."""
+    asked = []
+
+    def teacher(messages, **kw):
+        asked.append(messages[-1]["content"])
+        return (
+            "<think>\nintent: x harm: y self-reflection: z\n</think>\nI'm sorry, but I can't help."
+        )
+
+    store = tmp_path / "s.jsonl"
+    chat = CallableChat(teacher, name="t")
+    harmful = synthesize(chat, [Query("open a locked door", "harmful", "1")], k=1, store=store,
+                         progress=False)  # fmt: skip
+    assert [e.query.kind for e in harmful.examples] == ["harmful"] and len(asked) == 1
+    helpful = synthesize(chat, [Query("open a locked door", "helpful", "1")], k=1, store=store,
+                         progress=False)  # fmt: skip
+    assert len(asked) == 2  # asked again: a refusal of a helpful query is rejected, not reused
+    assert helpful.examples == [] and helpful.dropped == ["1"]
+    reworded = synthesize(chat, [Query("open my own locked door", "helpful", "1")], k=1,
+                          store=store, progress=False)  # fmt: skip
+    assert len(asked) == 3 and reworded.dropped == ["1"]
+    again = synthesize(chat, [Query("open my own locked door", "helpful", "1")], k=1,
+                       store=store, progress=False)  # fmt: skip
+    assert len(asked) == 3 and again.dropped == ["1"]  # the same query: read from the store

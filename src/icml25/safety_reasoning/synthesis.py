@@ -120,7 +120,7 @@ def synthesize(
         such as a wrong URL or a filter that cannot run).
     """
     from icml25.llm import Completion, JsonlStore, run_resumable
-    from icml25.llm.store import describe
+    from icml25.llm.store import content_hash, describe
     from icml25.safety_reasoning.filters import FormatFilter, OutcomeFilter
     from icml25.safety_reasoning.guidelines import render_guidelines
 
@@ -205,14 +205,25 @@ def synthesize(
                 break
         return {"accepted": accepted, "rejects": dict(rejects), "n_candidates": n_cand}
 
+    # a row is keyed by the query's id and stamped with a hash of its text and kind: a query
+    # relabelled (harmful -> helpful) or reworded under the same id is asked again, never given
+    # the row of the query that had that id before
+    content = {q.id: content_hash(f"{q.kind}\0{q.text}".encode())[:16] for q in qs}
+
+    def other_query(rec: dict[str, Any]) -> bool:
+        return rec.get("query_hash") != content[rec["id"]]
+
     path = store if store is not None else _temp_path()
     st = JsonlStore(path, key="id", settings=settings,
                     on_mismatch="separate" if keep_both else "refuse")  # fmt: skip
     try:
-        report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id},
+        report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id, "query_hash": content[q.id]},
                                concurrency=concurrency, progress=progress, retry_errors=retry_errors,
-                               desc="SRG synthesis")  # fmt: skip
+                               desc="SRG synthesis", redo=other_query)  # fmt: skip
         records = {q.id: st.get(q.id) for q in qs}
+        # an error row of another query under this id (not retried without retry_errors)
+        records = {i: (None if r is not None and r.get("query_hash") != content[i] else r)
+                   for i, r in records.items()}  # fmt: skip
     finally:
         st.close()
         if store is None:
