@@ -49,10 +49,11 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
         [{"query": "hv1 dt2 f3", "kind": "harmful"}, {"query": "bv1 nt2 f3", "kind": "helpful"}],
     )
     out = tmp_path / "syn.jsonl"
-    # a local model whose 48 positions cannot hold the teacher's prompt: a clear error (exit 2)
+    # a local model whose 48 positions cannot hold the teacher's prompt: every query's request
+    # fails, a clear error naming the cause (exit 1: the run failed, the arguments were fine)
     rc = main(["safety-reasoning", "synthesize", "--teacher", str(model_dir), "--queries", str(q), "--out", str(out),
                "--k", "2", "--max-tokens", "4", "--guideline-judge", "none"])  # fmt: skip
-    assert rc == 2 and "more than the model's context of 48" in capsys.readouterr().err
+    assert rc == 1 and "more than the model's context of 48" in capsys.readouterr().err
     from icml25.llm import CallableChat, ChatServer
 
     # a teacher whose replies never follow the format: nothing passes the filters (exit 1). The

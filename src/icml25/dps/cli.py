@@ -11,9 +11,9 @@ on ``--device`` in ``--dtype``: a vision-language model for ``--model``
 
 ``q.jsonl`` rows: ``{"image": "cat.png", "question": "...", "id": "optional"}`` (images relative
 to ``--images``). Each answer (final, initial, weak answers, observations, trace) is appended to
-``--out`` as it arrives, keyed by the item's id and ``config``, a hash of the model name, the
-defence's settings and the item's image and question (not the server URL, so a restarted server
-on another port resumes). A rerun skips what is done and retries failed rows; other settings, or
+``--out`` as it arrives, keyed by the item's id and ``content`` (a hash of the image file's bytes
+and the question) and stamped with ``_settings``, the fingerprint of the model name and the
+defence's settings (not the server URL, so a restarted server on another port resumes). A rerun skips what is done and retries failed rows; other settings, or
 an edited question under the same id, are answered afresh, so two configurations never mix. A
 failing item (including an empty final answer) is an error row and the others go on. No torch
 import at module level.
@@ -73,7 +73,12 @@ def add_parser(sub) -> None:
         choices=["png", "jpeg"],
         help="encoding of the crops (jpeg: re-encoded as the official code does)",
     )
-    p.add_argument("--jpeg-quality", type=int, default=75, help="with --crop-format jpeg (75)")
+    p.add_argument(
+        "--jpeg-quality",
+        type=int,
+        default=None,
+        help="with --crop-format jpeg only (default 75); an error with png crops",
+    )
     p.add_argument(
         "--keep-both",
         action="store_true",
@@ -123,7 +128,7 @@ def _parse_spec(spec: str, base_url: str | None) -> tuple[str, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from icml25.dps import DPSDefense, LLMHelper, RuleHelper
-    from icml25.llm import JsonlStore, SettingsMismatch, run_resumable
+    from icml25.llm import BackendUnavailableError, JsonlStore, SettingsMismatch, run_resumable
     from icml25.llm.store import content_hash, describe
 
     try:
@@ -174,6 +179,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--out {args.out} is a folder; give the results file, e.g. {Path(args.out) / 'dps.jsonl'}"
             )
+        if args.jpeg_quality is not None and args.crop_format != "jpeg":
+            raise ValueError(
+                f"--jpeg-quality {args.jpeg_quality} applies only with --crop-format jpeg "
+                f"(got --crop-format {args.crop_format}): add --crop-format jpeg or drop "
+                "--jpeg-quality"
+            )
+        if args.jpeg_quality is None:
+            args.jpeg_quality = 75  # the official code's JPEG quality
         if args.crop == "auto":  # auto always runs three views
             if args.agents not in (1, 3):
                 print(
@@ -244,9 +257,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                                                         "image": r["image"], "question": r["question"]},
                                    concurrency=workers, retry_errors=True, progress=not args.quiet,
                                    desc="DPS")  # fmt: skip
+    except BackendUnavailableError as exc:  # the server is down (a circuit breaker opened)
+        print(f"error: the model's server is unavailable: {exc}. The answers so far are kept in "
+              f"{args.out}; rerun the same command to resume", file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         print(f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",
               file=sys.stderr)  # fmt: skip
         return 130
-    print(report.summary())
+    print(f"{report.n_items} items: {report.n_ok} done now, {report.n_skipped} done before, "
+          f"{report.n_failed} failed")  # fmt: skip
+    if report.failures:
+        # the item's id and image name, and the cause in full (not the row's content hash)
+        first = report.failures[0]
+        row = next((r for r in rows if r["id"] == first.key[0]), {})
+        print(f"first failure: id {first.key[0]!r} (image {row.get('image')!r}): "
+              f"{first.error_type}: {first.message}; a rerun retries the failed items",
+              file=sys.stderr)  # fmt: skip
     return 0 if report.n_failed == 0 else 1

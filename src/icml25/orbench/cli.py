@@ -226,7 +226,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from icml25.llm.store import SettingsMismatch, json_safe
+    from icml25.llm.base import BackendUnavailableError
+    from icml25.llm.store import SettingsMismatch
     from icml25.orbench import evaluate, load_orbench
 
     try:
@@ -265,21 +266,70 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     except SettingsMismatch as exc:
         print(f"icml25 orbench eval: error: {exc}", file=sys.stderr)
         return 2
+    except BackendUnavailableError as exc:  # the server is down (a circuit breaker opened)
+        res = _stored_result(backend, records, judge, label, subset, args, store)
+        _print_eval(res, subset, store, error=f"{type(exc).__name__}: {exc}")
+        print(f"icml25 orbench eval: error: the model's server is unavailable: {exc}. The "
+              f"answers so far are kept in {store}; rerun the same command to go on",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         print(f"interrupted; the answers so far are in {store}: rerun the same command to go on",
               file=sys.stderr)  # fmt: skip
         return 130
+    _print_eval(res, subset, store)
+    return 1 if res.n_failed else 0
+
+
+def _first_failure(res: Any) -> str | None:
+    """``"ID: TYPE: MESSAGE"`` of the first failed request of ``res`` (``None``: none failed)."""
+    if not res.failures:
+        return None
+    first = res.failures[0]
+    return f"{first[0]}: {first[1]}: {first[2][:300]}"
+
+
+def _print_eval(res: Any, subset: str, store: Path, *, error: str | None = None) -> None:
+    """The JSON summary on stdout (strict JSON: an undefined rate is null, never NaN; with the
+    first failure's cause when a request failed, and ``error`` when the run stopped early), the
+    summary line and the first failure's cause on stderr."""
+    from icml25.llm.store import json_safe
+
     summary = {"model": res.model, "subset": subset, "rate": res.rate, "n": res.n,
                "n_blocked": res.n_blocked, "n_parse_failed": res.n_parse_failed,
-               "n_failed": res.n_failed, "per_category": res.per_category, "store": str(store)}  # fmt: skip
-    # strict JSON: an undefined rate (nothing judged) is null, never NaN
+               "n_failed": res.n_failed, "per_category": res.per_category, "store": str(store),
+               "first_failure": _first_failure(res)}  # fmt: skip
+    if error is not None:
+        summary["error"] = error
     print(json.dumps(json_safe(summary), indent=1, allow_nan=False))
     print(res.summary(), file=sys.stderr)
     if res.n_failed:
-        first = res.failures[0]
-        print(f"first failure: {first[0]}: {first[1]}: {first[2][:300]}; rerun with "
-              "--retry-errors to retry the failed prompts", file=sys.stderr)  # fmt: skip
-    return 1 if res.n_failed else 0
+        print(f"first failure: {_first_failure(res)}; rerun with --retry-errors to retry the "
+              "failed prompts", file=sys.stderr)  # fmt: skip
+
+
+def _stored_result(backend, records, judge, label, subset, args, store) -> Any:
+    """What ``store`` holds of this run (its model, backend, sampling and judge): an
+    :class:`~icml25.orbench.evaluation.EvalResult` of the rows written before the run stopped."""
+    from icml25.llm.store import JsonlStore
+    from icml25.orbench.evaluation import EvalResult, _eval_settings, _items, _judge_of
+
+    items = _items(records, subset)
+    judge_name, judge_obj = _judge_of(judge)
+    settings = _eval_settings(backend, label, judge_name, judge_obj, args.temperature,
+                              args.max_tokens, args.system_prompt)  # fmt: skip
+    rows, failures = [], []
+    with JsonlStore(store, ("model", "id"), settings=settings, on_mismatch="separate") as st:
+        for it in items:
+            rec = st.get((label, it["id"]))
+            if rec is None:
+                continue
+            if "error" in rec:
+                err = rec["error"]
+                failures.append((it["id"], err.get("type", ""), err.get("message", "")))
+            else:
+                rows.append(rec)
+    return EvalResult(label, subset, rows, failures)
 
 
 def read_results(folder: str | Path) -> dict[str, dict[str, Any]]:

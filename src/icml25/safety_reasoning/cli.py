@@ -213,7 +213,7 @@ def _write(path: str | None, data: Any) -> None:
 
 # -- commands ---------------------------------------------------------------------------------------
 def _cmd_synthesize(args: argparse.Namespace) -> int:
-    from icml25.llm import KeywordRefusalDetector, model_kwargs
+    from icml25.llm import BackendUnavailableError, KeywordRefusalDetector, model_kwargs
     from icml25.safety_reasoning import (
         FormatFilter,
         GuidelineFilter,
@@ -240,12 +240,28 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
                     ) from None
             filters.append(GuidelineFilter(judge, min_guidelines=args.min_guidelines))
         out = Path(args.out)
-        rep = synthesize(teacher, queries, k=args.k, temperature=args.temperature, filters=filters,
-                         store=out.with_name(out.name + ".records.jsonl"), concurrency=args.concurrency,
-                         fmt=fmt, max_rounds=args.max_rounds, max_tokens=args.max_tokens, seed=args.seed,
-                         keep_both=args.keep_both)  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
         return _fail(exc)
+    records = out.with_name(out.name + ".records.jsonl")
+    try:
+        rep = synthesize(teacher, queries, k=args.k, temperature=args.temperature, filters=filters,
+                         store=records, concurrency=args.concurrency,
+                         fmt=fmt, max_rounds=args.max_rounds, max_tokens=args.max_tokens, seed=args.seed,
+                         keep_both=args.keep_both)  # fmt: skip
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # bad settings, SettingsMismatch
+        return _fail(exc)
+    except BackendUnavailableError as exc:  # the teacher's server is down (a breaker opened)
+        print(f"error: the teacher's server is unavailable: {exc}", file=sys.stderr)
+        print(f"synthesis stopped: the queries done are kept in {records}; rerun the same "
+              "command to ask the others", file=sys.stderr)  # fmt: skip
+        return 1
+    except RuntimeError as exc:  # the run's requests failed (every query failed)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; the queries done are kept in {records}: rerun the same command to "
+              "go on", file=sys.stderr)  # fmt: skip
+        return 130
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         for ex in rep.examples:
@@ -254,6 +270,11 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     for qid, err in list(rep.errors.items())[:3]:
         print(f"  failed {qid}: {err}", file=sys.stderr)
     print(f"wrote {len(rep.examples)} examples to {out}")
+    if rep.failed:
+        print(f"error: {len(rep.failed)} of {len(queries)} queries failed (first: "
+              f"{next(iter(rep.errors.values()), '?')}); rerun the same command to ask them "
+              f"again, their error rows are in {records}", file=sys.stderr)  # fmt: skip
+        return 1
     if not rep.examples:
         print("error: no candidate was accepted; see the rejects above", file=sys.stderr)
         return 1

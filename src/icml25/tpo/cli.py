@@ -65,6 +65,13 @@ def add_parser(sub) -> None:
         action="store_true",
         help="also rerun the queries whose last row in --out is an error row",
     )
+    p.add_argument(
+        "--keep-both",
+        action="store_true",
+        help="--out holds rows made with other settings (another model, reward model, width, "
+        "depth, temperature...): keep both runs' rows apart instead of refusing; this run "
+        "reads only its own",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_tpo, parser=p)
 
@@ -80,7 +87,8 @@ def load_queries(path: str | Path) -> list[str]:
 
 
 def _cmd_tpo(args: argparse.Namespace) -> int:
-    from icml25.llm import HFRewardModel, ItemError, OpenAIChat
+    from icml25.llm import BackendUnavailableError, HFRewardModel, ItemError, OpenAIChat
+    from icml25.llm.store import SettingsMismatch
     from icml25.tpo.engine import TPOConfig, tpo_batch
 
     try:
@@ -106,18 +114,37 @@ def _cmd_tpo(args: argparse.Namespace) -> int:
     reward = HFRewardModel(
         args.reward_model, device=args.reward_device, batch_size=args.reward_batch_size
     )
-    results = tpo_batch(
-        queries,
-        policy,
-        reward,
-        config,
-        num_threads=args.threads,
-        out_path=args.out,
-        resume=not args.no_resume,
-        retry_errors=args.retry_errors,
-        errors="return",
-        progress=not args.quiet,
-    )
+    try:
+        results = tpo_batch(
+            queries,
+            policy,
+            reward,
+            config,
+            num_threads=args.threads,
+            out_path=args.out,
+            resume=not args.no_resume,
+            retry_errors=args.retry_errors,
+            errors="return",
+            progress=not args.quiet,
+            keep_both=args.keep_both,
+        )
+    except SettingsMismatch as exc:  # --out holds rows made with other settings
+        print(f"icml25 tpo: error: {exc}", file=sys.stderr)
+        return 2
+    except BackendUnavailableError as exc:  # the server is down (CircuitOpenError included)
+        print(
+            f"icml25 tpo: error: the policy server is unavailable: {exc}. The queries done are "
+            f"kept in {args.out}; rerun the same command to go on from there",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"interrupted; the queries done are kept in {args.out}: rerun the same command to "
+            "go on",
+            file=sys.stderr,
+        )
+        return 130
     ok = [r for r in results if not isinstance(r, ItemError)]
     failed = [r for r in results if isinstance(r, ItemError)]
     mean = sum(r.best_reward for r in ok) / len(ok) if ok else float("nan")
