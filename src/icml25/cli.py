@@ -2,7 +2,10 @@
 that has one.
 
 Exit codes: 0 success; 1 a reproduction raised (or, with ``--strict``, a claim was not held) or a
-benchmark failed; 2 bad arguments (argparse's convention).
+benchmark failed; 2 bad arguments (argparse's convention). The papers' pipeline commands (``tpo``,
+``orbench build|eval``, ``safety_reasoning synthesize``, ``dps run``) follow the same rule: 1 when
+requests failed or the server is down (the rows done are kept; a rerun resumes), 2 for bad
+arguments or a results file holding rows made with other settings, 130 when interrupted.
 """
 
 from __future__ import annotations
