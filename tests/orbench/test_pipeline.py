@@ -312,20 +312,22 @@ def test_killed_build_resumes_without_repeating_calls_and_ends_identical(world, 
         # its next item when the kill arrived must not count as a call of the resumed build
         calls = {"n": 0}
 
-        def wrap(backend):
-            def fn(m, **kw):
+        class Dying:  # an object, not a closure over `limit`: the same backend in every build
+            def __init__(self, backend):
+                self.backend = backend
+
+            def __call__(self, m, **kw):
                 calls["n"] += 1
                 if limit is not None and calls["n"] > limit:
                     raise Killed
-                return forward(backend, m, kw)
+                return forward(self.backend, m, kw)
 
-            return CallableChat(fn, name=backend.name)
-
-        return [wrap(b) for b in backends], calls
+        return [CallableChat(Dying(b), name=b.name) for b in backends], calls
 
     kw = dict(categories=["hate"], n_seeds=15, toxic_per_category=4, progress=False, concurrency=1)
     ref = tmp_path / "ref"
-    build_orbench(gen, rw, mods, out_dir=ref, **kw)
+    (g0, r0, *m0), _ = dying([gen, rw, *mods], None)
+    build_orbench(g0, r0, m0, out_dir=ref, **kw)
     out = tmp_path / "run"
     (g, r, *m), _ = dying([gen, rw, *mods], 40)
     with pytest.raises(Killed):
@@ -375,21 +377,27 @@ def test_a_rerun_with_the_same_names_but_other_sampling_is_refused_per_stage(wor
 
     gen, rw, mods = agents(world)
     kw = dict(categories="hate", n_seeds=10, toxic_per_category=3, progress=False)
-    build_orbench(gen, rw, mods, out_dir=tmp_path, **kw)
     calls = {"n": 0}
 
-    def counted(backend):
-        def fn(m, **k):
-            calls["n"] += 1
-            return forward(backend, m, k)
+    class Counted:  # an object (identified by the backend's name), not a new closure per run
+        def __init__(self, backend):
+            self.backend = backend
 
-        return CallableChat(fn, name=backend.name)
+        def __call__(self, m, **k):
+            calls["n"] += 1
+            return forward(self.backend, m, k)
+
+    def counted(backend):
+        return CallableChat(Counted(backend), name=backend.name)
+
+    build_orbench(counted(gen), counted(rw), [counted(m) for m in mods], out_dir=tmp_path, **kw)
+    calls["n"] = 0
 
     warm = [LLMModerator(counted(m), temperature=0.7) for m in mods]
     with pytest.raises(
         SettingsMismatch, match=r"moderators\.0\.temperature: 0\.0 -> 0\.7.*another out_dir"
     ):
-        build_orbench(gen, rw, warm, out_dir=tmp_path, **kw)
+        build_orbench(counted(gen), counted(rw), warm, out_dir=tmp_path, **kw)
     assert calls["n"] == 0
     # the stage functions stamp a store given as a path the same way
     store = tmp_path / "alone.jsonl"

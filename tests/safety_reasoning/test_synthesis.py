@@ -78,8 +78,12 @@ def test_candidates_differ_and_queries_get_their_own_seed(world):
 
 
 def test_failing_query_is_an_error_row_and_others_are_kept(world, tmp_path):
+    server = {"broken": True}
+    asked = []
+
     def teacher(messages, **kw):
-        if "boom" in messages[-1]["content"]:
+        asked.append(messages[-1]["content"])
+        if server["broken"] and "boom" in messages[-1]["content"]:
             raise RuntimeError("server error")
         return "<think>fine</think>Sure, here it is."
 
@@ -93,14 +97,10 @@ def test_failing_query_is_an_error_row_and_others_are_kept(world, tmp_path):
     assert rep.errors == {"2": "RuntimeError: server error"}
     rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert any("error" in r for r in rows)
-    # a rerun asks the failed query again (and only it)
-    asked = []
-
-    def fixed(messages, **kw):
-        asked.append(messages[-1]["content"])
-        return "<think>fine</think>Sure, here it is."
-
-    rep2 = synthesize(CallableChat(fixed), qs, k=1, store=tmp_path / "s.jsonl", progress=False)
+    # the same teacher, its server fixed: a rerun asks the failed query again (and only it)
+    server["broken"] = False
+    asked.clear()
+    rep2 = synthesize(CallableChat(teacher), qs, k=1, store=tmp_path / "s.jsonl", progress=False)
     assert asked == ["boom"] and not rep2.failed and len(rep2.examples) == 3
 
 

@@ -492,8 +492,36 @@ class BaseChat:
 
     def cache_identity(self) -> str:
         """What :class:`~icml25.llm.CachedChat` keys on: the name, unless a backend knows more
-        (a local model adds a fingerprint of its weights)."""
-        return self.name
+        (a local model adds a fingerprint of its weights; a backend that answers with a Python
+        function ``fn``, as :class:`~icml25.llm.CallableChat` does, the fingerprint of that
+        function's code, defaults and closure, so two lambdas under one name are told apart)."""
+        fn = self._function_identity()
+        if fn is None:
+            return self.name
+        from icml25.llm.store import settings_fingerprint
+
+        return f"{self.name} fn={settings_fingerprint({'fn': fn})}"
+
+    def identity_parts(self) -> dict[str, Any]:
+        """What :func:`~icml25.llm.store.describe` shows of this backend in a store's settings:
+        ``cache_identity``, and for a backend answering with a Python function ``fn`` its name
+        and that function's description (``fn``: code digest, defaults, closure values;
+        :func:`~icml25.llm.store.wrapped_function_identity`), so a settings mismatch names the
+        part that differs."""
+        fn = self._function_identity()
+        if fn is None:
+            return {"cache_identity": self.cache_identity()}
+        return {"cache_identity": self.name, "fn": fn}
+
+    def _function_identity(self) -> Any:
+        """The description of the Python function this backend answers with (its own ``fn``),
+        or ``None``."""
+        fn = getattr(self, "__dict__", {}).get("fn")
+        if not callable(fn):
+            return None
+        from icml25.llm.store import wrapped_function_identity
+
+        return wrapped_function_identity(fn)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -50,6 +50,27 @@ class CallableReward:
         self.fn = fn
         self.name = name
 
+    def cache_identity(self) -> str:
+        """The name and the fingerprint of ``fn`` (a function's code, defaults and closure
+        values, :func:`~icml25.llm.store.wrapped_function_identity`): two reward functions under
+        one name, or one function edited, are told apart by every cache and store."""
+        parts = self.identity_parts()
+        if "fn" not in parts:
+            return self.name
+        from icml25.llm.store import settings_fingerprint
+
+        return f"{self.name} fn={settings_fingerprint({'fn': parts['fn']})}"
+
+    def identity_parts(self) -> dict[str, Any]:
+        """What :func:`~icml25.llm.store.describe` shows in a store's settings: the name and
+        ``fn``'s description (code digest, defaults, closure values)."""
+        from icml25.llm.store import wrapped_function_identity
+
+        ident = wrapped_function_identity(self.fn)
+        if ident is None:
+            return {"cache_identity": self.name}
+        return {"cache_identity": self.name, "fn": ident}
+
     def score(self, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
         qs, rs = check_pairs(queries, responses)
         return [float(self.fn(q, r)) for q, r in zip(qs, rs)]

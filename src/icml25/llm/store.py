@@ -6,7 +6,9 @@ record of a key wins. A record with an ``"error"`` field (``{"type", "message"}`
 row: the item failed, and a rerun retries it only when asked (``retry_errors``). Each record is
 flushed as it is written (``fsync`` every ``fsync_every`` records and on close), so a crash loses
 at most the items in flight; a torn last line (a kill mid-write) is skipped on reading and
-fenced off by a newline before the next append. Non-finite floats (NaN, inf) are written as
+cut off before the next append (the file stays strict JSONL); any other line that is not a JSON
+record is skipped with a warning, and rows of another pipeline (without this store's key fields)
+refuse the file. Non-finite floats (NaN, inf) are written as
 ``null``, so every line is strict JSON that any reader accepts.
 
 **What made a row.** A store opened with ``settings=`` (a JSON-able dict of everything that
@@ -29,6 +31,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -44,11 +47,14 @@ __all__ = [
     "backend_identity",
     "content_hash",
     "describe",
+    "describe_function",
+    "function_fingerprint",
     "json_safe",
     "run_resumable",
     "settings_differences",
     "settings_fingerprint",
     "settings_mismatch",
+    "wrapped_function_identity",
 ]
 
 #: the record field holding the fingerprint of the settings that made the row
@@ -111,25 +117,55 @@ def backend_identity(chat: Any) -> dict[str, Any]:
     return ident
 
 
+#: objects being described on this thread (a closure that refers to its own function, a backend
+#: whose function refers back to the backend): met again, they are described by their class only
+_DESCRIBING = threading.local()
+
+
 def describe(obj: Any, *, _depth: int = 0) -> Any:
     """A JSON-able description of what ``obj`` contributes to a row, for a store's settings:
-    plain values as they are; an object's ``cache_identity()`` (a local model: its name and a
-    fingerprint of its weights) or ``identity()`` when it has one; a chat backend's
-    :func:`backend_identity`; a dataclass's fields; dicts and lists item by item; any other object
-    its class and public attributes, described alike (a function: its qualified name). Never a
-    ``repr`` (memory addresses would change the fingerprint at every run). An object that two runs
-    would use differently but describe alike should define ``identity()``."""
+    plain values as they are; an object's ``identity_parts()``, ``cache_identity()`` (a local
+    model: its name and a fingerprint of its weights) or ``identity()`` when it has one; a chat
+    backend's :func:`backend_identity`; a dataclass's fields; dicts and lists item by item; a
+    Python function, lambda or method :func:`describe_function` (its code, defaults and closure,
+    not only its name); any other object its class and public attributes, described alike. Never
+    a ``repr`` (memory addresses would change the fingerprint at every run). An object that two
+    runs would use differently but describe alike should define ``identity()``."""
     import dataclasses
+    import types
 
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return json_safe(obj)
+    if _depth > 24:  # a structure nested this deep (or referring to itself): its class only
+        return {"class": type(obj).__name__}
+    if isinstance(obj, types.ModuleType):
+        return {"module": obj.__name__}
+    active = getattr(_DESCRIBING, "ids", None)
+    if active is None:
+        active = _DESCRIBING.ids = set()
+    if id(obj) in active:
+        return {"class": type(obj).__name__, "refers_to_itself": True}
+    active.add(id(obj))
+    try:
+        return _describe(obj, _depth, dataclasses, types)
+    finally:
+        active.discard(id(obj))
+
+
+def _describe(obj: Any, _depth: int, dataclasses: Any, types: Any) -> Any:
     if isinstance(obj, Mapping):
         return {str(k): describe(v, _depth=_depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [describe(v, _depth=_depth + 1) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        items = [describe(v, _depth=_depth + 1) for v in obj]
+        return sorted(items, key=lambda d: json.dumps(d, sort_keys=True, default=str))
+    parts = getattr(obj, "identity_parts", None)
+    if callable(parts) and not isinstance(obj, type):
+        return {"class": type(obj).__name__, **json_safe(parts())}
     for method in ("cache_identity", "identity"):
         fn = getattr(obj, method, None)
-        if callable(fn):
+        if callable(fn) and not isinstance(obj, type):
             return {"class": type(obj).__name__, method: json_safe(fn())}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         fields = {
@@ -139,6 +175,11 @@ def describe(obj: Any, *, _depth: int = 0) -> Any:
         return {"class": type(obj).__name__, **fields}
     if hasattr(obj, "name") and hasattr(obj, "chat"):
         return backend_identity(obj)
+    import functools
+
+    kinds = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+    if isinstance(obj, kinds):
+        return describe_function(obj, _depth=_depth)
     if isinstance(obj, type) or (callable(obj) and hasattr(obj, "__qualname__")):
         return {"callable": f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"}
     # any other object: its class and its public attributes (a filter's thresholds, a judge)
@@ -148,6 +189,161 @@ def describe(obj: Any, *, _depth: int = 0) -> Any:
             if not k.startswith("_"):
                 out[k] = describe(v, _depth=_depth + 1)
     return out
+
+
+#: a function's closure or defaults whose description is longer than this many characters are
+#: kept as a digest (a captured data set would otherwise fill the settings file)
+_LONGEST_SHOWN = 2000
+
+
+def describe_function(fn: Any, *, _depth: int = 0) -> dict[str, Any]:
+    """What a Python function, lambda, method, ``functools.partial`` or callable object computes,
+    for a store's settings (a callable object: its class, its ``__call__``'s code and its state
+    as :func:`describe` gives it): its qualified name, ``code`` (a digest of its bytecode, constants, nested
+    functions' code and the global names it reads), its ``defaults`` and the values of its
+    ``closure`` cells (each described by :func:`describe`; an odd value by its class), and for
+    a bound method the object it is bound to. Two closures of one factory with other captured
+    values differ, an edited function differs, and the same function is described alike in two
+    processes (no memory address, no ``id``). The values of the globals it reads are not part of
+    it. A function's description is made when it is first described in this process and kept
+    for its life, so a closure over state its own calls change (a call log, a counter) keeps one
+    identity; a new closure, or one whose code or defaults were replaced, is described anew. A built-in function is described by its name."""
+    import functools
+
+    if isinstance(fn, functools.partial):
+        return {
+            "callable": "functools.partial",
+            "func": describe(fn.func, _depth=_depth + 1),
+            "args": _bounded(describe(list(fn.args), _depth=_depth + 1)),
+            "keywords": _bounded(describe(dict(fn.keywords), _depth=_depth + 1)),
+        }
+    import types
+
+    if isinstance(fn, types.FunctionType):
+        made_of: tuple = (fn.__code__, fn.__defaults__, fn.__kwdefaults__)
+    elif isinstance(fn, (types.MethodType, types.BuiltinFunctionType, type)):
+        return _describe_function(fn, _depth)
+    elif callable(fn):  # a callable object: its class's __call__ and its state
+        made_of = ()
+    else:
+        raise TypeError(f"describe_function takes a callable, got {type(fn).__name__}")
+    try:
+        with _DESCRIBED_LOCK:
+            known = _DESCRIBED.get(fn)
+    except TypeError:  # neither weakly referable nor hashable: described afresh every time
+        return _describe_function(fn, _depth)
+    if known is None or any(a is not b for a, b in zip(known[0], made_of)):
+        known = (made_of, _describe_function(fn, _depth))  # new, or its code was replaced
+        with _DESCRIBED_LOCK:
+            _DESCRIBED[fn] = known
+    return json.loads(json.dumps(known[1]))  # a copy: the caller may change it
+
+
+#: each function's description, made when it is first described in this process: a closure over
+#: state that its calls change (a call log, a counter) keeps one identity for its whole life
+_DESCRIBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_DESCRIBED_LOCK = threading.Lock()
+
+
+def _describe_function(fn: Any, _depth: int) -> dict[str, Any]:
+    import types
+
+    if not isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)):
+        cls = type(fn)
+        out = {"callable": f"{cls.__module__}.{cls.__qualname__}"}
+        call = next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None)
+        code = getattr(call, "__code__", None)
+        if code is not None:
+            out["code"] = hashlib.sha256(_code_text(code).encode("utf-8")).hexdigest()[:16]
+        out["state"] = _bounded(_describe_odd(fn, _depth))
+        return out
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", type(fn).__name__)
+    out: dict[str, Any] = {"callable": f"{getattr(fn, '__module__', None) or ''}.{name}"}
+    bound = getattr(fn, "__self__", None)
+    func = getattr(fn, "__func__", fn)  # a bound method: its function
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        out["code"] = hashlib.sha256(_code_text(code).encode("utf-8")).hexdigest()[:16]
+    defaults = getattr(func, "__defaults__", None)
+    kwdefaults = getattr(func, "__kwdefaults__", None)
+    if defaults:
+        out["defaults"] = _bounded(_describe_odd(list(defaults), _depth))
+    if kwdefaults:
+        out["kwdefaults"] = _bounded(_describe_odd(dict(kwdefaults), _depth))
+    cells = getattr(func, "__closure__", None)
+    if cells and code is not None:
+        closure = {}
+        for var, cell in zip(code.co_freevars, cells):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                closure[var] = "<empty>"
+                continue
+            closure[var] = _describe_odd(value, _depth)
+        out["closure"] = _bounded(closure)
+    if bound is not None and not isinstance(bound, __import__("types").ModuleType):
+        out["self"] = _bounded(_describe_odd(bound, _depth))
+    return out
+
+
+def _describe_odd(value: Any, _depth: int) -> Any:
+    """:func:`describe` of a captured value; one that cannot be described, by its class."""
+    try:
+        return describe(value, _depth=_depth + 1)
+    except Exception:  # noqa: BLE001 - an odd object (a lock, a socket...) is named by its class
+        return {"class": type(value).__name__}
+
+
+def _bounded(desc: Any) -> Any:
+    """``desc``, or a digest of it when its JSON is longer than ``_LONGEST_SHOWN`` characters."""
+    text = json.dumps(json_safe(desc), sort_keys=True, ensure_ascii=True, default=str)
+    if len(text) <= _LONGEST_SHOWN:
+        return desc
+    return {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16], "chars": len(text)}
+
+
+def _code_text(code: Any) -> str:
+    """A text that changes with a code object's bytecode, constants (nested code objects
+    recursively, sets in sorted order) and the names it reads, and with nothing else (not its
+    file, line or address)."""
+
+    def const(c: Any) -> str:
+        if hasattr(c, "co_code"):
+            return "code(" + _code_text(c) + ")"
+        if isinstance(c, (frozenset, set)):
+            return "{" + ",".join(sorted(const(x) for x in c)) + "}"
+        if isinstance(c, tuple):
+            return "(" + ",".join(const(x) for x in c) + ")"
+        return f"{type(c).__name__}:{c!r}"
+
+    consts = ",".join(const(c) for c in code.co_consts)
+    return f"{code.co_code.hex()}|{consts}|{','.join(code.co_names)}"
+
+
+def wrapped_function_identity(fn: Any) -> Any:
+    """What a wrapper of a Python callable (:class:`~icml25.llm.CallableChat`,
+    :class:`~icml25.llm.CallableReward`) adds to its identity: a function, lambda, method or
+    ``functools.partial`` by :func:`describe_function`; a callable object that defines
+    ``identity()``, ``cache_identity()`` or ``identity_parts()`` by :func:`describe`; ``None``
+    for any other callable object (its state is usually a call log or counter, so it is left
+    out: such an object is identified by the wrapper's name, or by an ``identity()`` it defines)."""
+    import functools
+    import types
+
+    kinds = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+    if isinstance(fn, kinds):
+        return describe_function(fn)
+    if any(
+        callable(getattr(fn, m, None)) for m in ("identity_parts", "cache_identity", "identity")
+    ):
+        return describe(fn)
+    return None
+
+
+def function_fingerprint(fn: Any) -> str:
+    """The 16-hex-digit fingerprint of :func:`describe_function` ``(fn)``: the same function,
+    defaults and closure values give the same fingerprint in every process."""
+    return settings_fingerprint({"fn": describe_function(fn)})
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -161,16 +357,45 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out or {prefix.rstrip("."): type(d)()}
 
 
+_ABSENT = "<absent>"
+
+
+def _differences(x: Any, y: Any, path: str, out: dict[str, tuple[Any, Any]]) -> None:
+    """Collect ``{path: (old, new)}`` where ``x`` and ``y`` differ: two non-empty dicts (or
+    lists) by key (position), a field only one side has by the dotted paths of its leaves, and
+    anything else (an empty container against a full one, another type) as one value pair."""
+    if x == y and type(x) is type(y):
+        return
+    both = (isinstance(x, Mapping) and isinstance(y, Mapping)) or (
+        isinstance(x, list) and isinstance(y, list)
+    )
+    if both and ((x and y) or not path):
+        if isinstance(x, Mapping):
+            keys = sorted(set(x) | set(y), key=str)
+            pairs = [(k, x.get(k, _ABSENT), y.get(k, _ABSENT)) for k in keys]
+        else:
+            pairs = [
+                (i, x[i] if i < len(x) else _ABSENT, y[i] if i < len(y) else _ABSENT)
+                for i in range(max(len(x), len(y)))
+            ]
+        for k, a, b in pairs:
+            _differences(a, b, f"{path}.{k}" if path else str(k), out)
+        return
+    if x is _ABSENT or y is _ABSENT:  # a field only one side has: its leaves, one by one
+        side = _flatten(y if x is _ABSENT else x, f"{path}.")
+        for leaf, v in side.items():
+            out[leaf] = (_ABSENT, v) if x is _ABSENT else (v, _ABSENT)
+        return
+    out[path] = (x, y)
+
+
 def settings_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     """``"field.path: old -> new"`` for every field where two settings differ (nested dicts and
-    lists by dotted path; a field only one side has reads ``<absent>`` on the other)."""
-    a, b = _flatten(json_safe(dict(old or {}))), _flatten(json_safe(dict(new)))
-    out = []
-    for k in sorted(set(a) | set(b)):
-        x, y = a.get(k, "<absent>"), b.get(k, "<absent>")
-        if x != y:
-            out.append(f"{k}: {_where_they_differ(repr(x), repr(y))}")
-    return out
+    lists by dotted path; a field only one side has reads ``<absent>`` on the other; an empty
+    list or dict against a full one reads as one line, ``accept_prefixes: [] -> ['Certainly']``)."""
+    found: dict[str, tuple[Any, Any]] = {}
+    _differences(json_safe(dict(old or {})), json_safe(dict(new)), "", found)
+    return [f"{k}: {_where_they_differ(repr(x), repr(y))}" for k, (x, y) in sorted(found.items())]
 
 
 def _where_they_differ(x: str, y: str, width: int = 60) -> str:
@@ -208,7 +433,14 @@ def settings_mismatch(
             "an older icml25, or without settings=): what made them is unknown, so they are not "
             f"reused. {remedy}"
         )
-    diff = settings_differences(store.settings_in_file.get(fingerprint), store.settings or {})
+    if fingerprint not in store.settings_in_file:
+        problem = getattr(store, "settings_file_problem", None) or "does not list them"
+        return SettingsMismatch(
+            f"{store.path} holds {n_rows} rows {whose}made with other settings (fingerprint "
+            f"{fingerprint}, now {store.fingerprint}), but the settings file "
+            f"{store.settings_path} {problem}, so the fields that differ cannot be named. {remedy}"
+        )
+    diff = settings_differences(store.settings_in_file[fingerprint], store.settings or {})
     return SettingsMismatch(
         f"{store.path} holds {n_rows} rows {whose}made with other settings (fingerprint "
         f"{fingerprint}, now {store.fingerprint}); they differ in: "
@@ -278,6 +510,11 @@ class JsonlStore:
         self._file = None
         self._unsynced = 0
         self._header_written = False
+        #: why the settings file cannot say what made the file's rows: ``None`` (it can),
+        #: ``"is missing"`` or ``"is unreadable (...)"``
+        self.settings_file_problem: str | None = None
+        if self.fingerprint is not None:
+            self._read_settings_file()
         self._load()
         if self.fingerprint is not None:
             self._check_settings()
@@ -287,14 +524,20 @@ class JsonlStore:
         """``<path>.settings.json``: the full settings of every fingerprint in the file."""
         return self.path.with_name(self.path.name + SETTINGS_SUFFIX)
 
+    def _read_settings_file(self) -> None:
+        if not self.settings_path.exists():
+            self.settings_file_problem = "is missing"
+            return
+        try:
+            known = json.loads(self.settings_path.read_text(encoding="utf-8"))
+            if not isinstance(known, dict):
+                raise ValueError(f"it holds a {type(known).__name__}, not a JSON object")
+        except (OSError, ValueError) as exc:
+            self.settings_file_problem = f"is unreadable ({type(exc).__name__}: {exc})"
+            return
+        self.settings_in_file.update(known)
+
     def _check_settings(self) -> None:
-        if self.settings_path.exists():
-            try:
-                known = json.loads(self.settings_path.read_text(encoding="utf-8"))
-                if isinstance(known, dict):
-                    self.settings_in_file.update(known)
-            except (OSError, ValueError):
-                pass  # only used to name the fields that differ
         others: dict[Any, int] = {}
         for k in self._last:
             if k[-1] != self.fingerprint:
@@ -309,21 +552,88 @@ class JsonlStore:
 
     # -- reading -------------------------------------------------------------------------------
     def _load(self) -> None:
+        """Read the file: a torn last line (a kill mid-write) is skipped; other lines that are
+        not JSON objects are skipped with a warning; rows of another pipeline (JSON objects
+        without this store's key fields, or stamped with settings the settings file does not
+        know) refuse the file with a ``ValueError``."""
         if not self.path.exists():
             return
-        with open(self.path, encoding="utf-8") as f:
-            for line in f:
+        bad: list[int] = []
+        lacking: list[int] = []
+        found: set[str] = set()
+        unknown: dict[str, int] = {}
+        check_fp = self.fingerprint is not None and self.settings_file_problem is None
+        with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
+            for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     rec = json.loads(line)
+                except ValueError:
+                    if line.endswith("\n"):
+                        bad.append(n)
+                    self.n_torn += 1  # a torn (last) line or a damaged one
+                    continue
+                if not isinstance(rec, dict):
+                    bad.append(n)
+                    self.n_torn += 1
+                    continue
+                if any(f not in rec for f in self.key_fields):
+                    lacking.append(n)
+                    found.update(str(x) for x in rec)
+                    continue
+                fp = rec.get(SETTINGS_FIELD)
+                if (
+                    check_fp
+                    and fp is not None
+                    and fp != self.fingerprint
+                    and fp not in self.settings_in_file
+                ):
+                    unknown[str(fp)] = unknown.get(str(fp), 0) + 1
+                    continue
+                try:
                     k = self.key_of(rec)
                     if self.fingerprint is not None and SETTINGS_FIELD not in rec:
                         k = (*k[:-1], None)  # a row written without settings: made by unknown ones
+                    hash(k)
                 except (ValueError, KeyError, TypeError):
-                    self.n_torn += 1  # a torn or foreign line: skipped, never fatal
+                    bad.append(n)
+                    self.n_torn += 1
                     continue
                 self._last[k] = rec
+        if lacking or unknown:
+            raise self._foreign(lacking, found, unknown)
+        if bad:
+            import warnings
+
+            shown = ", ".join(map(str, bad[:10])) + (
+                f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+            )
+            warnings.warn(
+                f"{self.path}: line{'s' if len(bad) > 1 else ''} {shown} "
+                f"{'are' if len(bad) > 1 else 'is'} not a JSON record (damaged); skipped",
+                stacklevel=3,
+            )
+
+    def _foreign(self, lacking: list[int], found: set[str], unknown: dict[str, int]) -> ValueError:
+        parts = []
+        if lacking:
+            fields = ", ".join(repr(f) for f in sorted(found)[:12]) + (
+                ", ..." if len(found) > 12 else ""
+            )
+            parts.append(
+                f"{len(lacking)} rows (from line {lacking[0]}) lack the key field(s) "
+                f"{self.key_fields} this store expects (fields found: {fields})"
+            )
+        if unknown:
+            parts.append(
+                f"{sum(unknown.values())} rows carry settings fingerprint(s) "
+                f"{', '.join(sorted(unknown))} that {self.settings_path} does not know"
+            )
+        return ValueError(
+            f"{self.path} holds rows that are not this store's: {'; '.join(parts)}. Another "
+            "pipeline's file? Write to another file (nothing was read from or written to it)."
+        )
 
     def key_of(self, record: Mapping[str, Any]) -> tuple:
         """The key tuple of ``record`` (``KeyError`` naming the missing field)."""
@@ -408,11 +718,7 @@ class JsonlStore:
     def _open(self):
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fence = False
-            if self.path.exists() and self.path.stat().st_size:
-                with open(self.path, "rb") as f:
-                    f.seek(-1, os.SEEK_END)
-                    fence = f.read(1) != b"\n"  # a torn last line: keep it on its own line
+            fence = self.path.exists() and _cut_torn_last_line(self.path)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
             if fence:
                 self._file.write("\n")
@@ -438,6 +744,10 @@ class JsonlStore:
         with self._lock:
             f = self._open()
             if self.fingerprint is not None and not self._header_written:
+                if self.settings_file_problem and self.settings_path.exists():
+                    # an unreadable settings file is kept aside, never overwritten
+                    aside = self.settings_path.with_name(self.settings_path.name + ".unreadable")
+                    os.replace(self.settings_path, aside)
                 self.settings_in_file[self.fingerprint] = self.settings
                 tmp = self.settings_path.with_name(self.settings_path.name + ".tmp")
                 tmp.write_text(json.dumps(self.settings_in_file, indent=1, default=repr))
@@ -485,6 +795,35 @@ class JsonlStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_torn_last_line(path: Path) -> bool:
+    """Make ``path`` end with a complete line before an append: a last line without its
+    newline that is not JSON (a kill mid-write) is cut off, back to the end of the last complete
+    line (complete lines are never touched); a complete JSON line that only lacks its newline is
+    kept. True when the append must start with a newline."""
+    with open(path, "r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return False
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return False
+        pos, tail = end, b""
+        while pos > 0 and b"\n" not in tail:  # back to the start of the last line
+            step = min(1 << 16, pos)
+            pos -= step
+            f.seek(pos)
+            tail = f.read(step) + tail
+        cut = pos + tail.rfind(b"\n") + 1  # 0 when the file is one line
+        f.seek(cut)
+        last = f.read()
+        try:
+            json.loads(last.decode("utf-8"))
+        except ValueError:
+            f.truncate(cut)
+            return False
+        return True
 
 
 def _hashable(v: Any) -> Any:

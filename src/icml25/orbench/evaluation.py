@@ -407,16 +407,9 @@ def evaluate(
 
 def _describe_judge(judge: Any) -> Any:
     """What a judge contributes to a row: :func:`~icml25.llm.describe` (a detector's class and
-    parameters, an LLM judge's backend and prompts) and, for a plain function, a digest of its
-    code, since two lambdas share a name but not a verdict."""
-    desc = describe(judge)
-    code = getattr(judge, "__code__", None)
-    if code is not None:
-        import hashlib
-
-        text = repr((code.co_code, code.co_consts, code.co_names)).encode("utf-8", "replace")
-        desc = {**desc, "code": hashlib.sha256(text).hexdigest()[:16]}
-    return desc
+    parameters, an LLM judge's backend and prompts, a plain function's code, defaults and
+    closure: two lambdas share a name but not a verdict)."""
+    return describe(judge)
 
 
 def _eval_settings(backend, name, judge_name, judge, temperature, max_tokens, system_prompt):
