@@ -67,7 +67,7 @@ def test_learnable_alpha_gets_a_gradient():
         mod(torch.randn(2, 6)).sum().backward() if not isinstance(mod, SoftRank) else (
             mod(torch.randn(2, 6)).pow(2).sum().backward()
         )
-    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+    with pytest.raises(ValueError, match="alpha must be (a )?finite"):
         SoftTopK(2, alpha=0.0)
 
 

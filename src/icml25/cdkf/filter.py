@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from icml25._validate import as_real
 from icml25.cdkf.ssm import LinearSDE, Sensor, van_loan
 
 __all__ = ["ContinuousDiscreteKF", "NumericalError", "joseph_update"]
@@ -43,52 +44,147 @@ def joseph_update(mu: Tensor, Sigma: Tensor, y: Tensor | None, C: Tensor, R: Ten
     return mu, 0.5 * (Sigma + Sigma.mT)
 
 
-def _rk4_moments(sde: LinearSDE, mu: Tensor, Sigma: Tensor, t0: float, t1: float, xi, max_step):
+# RK4's stability interval on the negative real axis ends near -2.785; the covariance equation
+# ``P' = A P + P A^T + Qc`` has rates up to ``2 rho(A)``, so ``h rho(A) <= 1`` keeps every mode of
+# it inside (z >= -2) with a margin
+_STABLE_H_RHO = 1.0
+# the most halvings of one ``max_step`` sub-step (2^30 RK4 steps): past it the model is refused
+_MAX_HALVINGS = 30
+
+
+def _moment_tolerance(rtol: float, dtype: torch.dtype) -> float:
+    """The relative local error each accepted RK4 step must meet: ``rtol``, but no less than a
+    few hundred units of round-off of ``dtype`` (step doubling cannot see below round-off)."""
+    return max(rtol, 256 * torch.finfo(dtype).eps)
+
+
+def _rk4_moments(
+    sde: LinearSDE,
+    mu: Tensor,
+    Sigma: Tensor,
+    t0: float,
+    t1: float,
+    xi,
+    max_step: float,
+    rtol: float = 1e-8,
+):
     """Mean ``m' = A m`` and covariance ``P' = A P + P A^T + Qc`` integrated by RK4 on a sub-grid
     of steps <= ``max_step`` with ``A(xi, t)`` and ``Qc(xi, t)`` evaluated at every stage: a
-    time-varying model (a frozen ``A`` is exact only when it does not vary)."""
+    time-varying model (a frozen ``A`` is exact only when it does not vary).
+
+    Every step is checked before it is taken (docs/cdkf.md, stiff time-varying models): it must
+    lie inside RK4's stability region (``h rho(A) <= 1`` at both ends) and its local error,
+    estimated by step doubling (one step of ``h`` against two of ``h/2``), must be below
+    ``rtol`` (at least 256 units of round-off of the dtype) relative to the moments' size. A step that fails is halved until it
+    passes, so a stiff model (``A = -150``: rates far beyond ``1 / max_step``) is integrated on
+    the finer grid it needs; an accepted step returns the single-step value, so a model that
+    never needs refining gives exactly the plain RK4 result on the ``max_step`` grid. A step
+    still failing after 30 halvings raises :class:`NumericalError` naming it."""
     import math
 
     k = max(1, math.ceil((t1 - t0) / max_step))
     h = (t1 - t0) / k
+    rtol = _moment_tolerance(rtol, Sigma.dtype)
+    mats: dict[float, tuple[Tensor, Tensor, float]] = {}
+
+    def matrices(t: float) -> tuple[Tensor, Tensor, float]:
+        if t not in mats:
+            if len(mats) > 64:
+                mats.clear()
+            A, Qc = sde.matrices(xi(t) if callable(xi) else xi, t)
+            A, Qc = A.to(Sigma.dtype), Qc.to(Sigma.dtype)
+            Ad = A.detach()
+            ok = bool(torch.isfinite(Ad).all()) and bool(torch.isfinite(Qc.detach()).all())
+            rho = float(torch.linalg.eigvals(Ad).abs().max()) if ok else math.inf
+            mats[t] = (A, Qc, rho)
+        return mats[t]
 
     def f(t: float, m: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
-        A, Qc = sde.matrices(xi(t) if callable(xi) else xi, t)
-        A, Qc = A.to(P.dtype), Qc.to(P.dtype)
+        A, Qc, _ = matrices(t)
         return m @ A.mT, A @ P + P @ A.mT + Qc
 
-    m, P = mu, Sigma
-    for i in range(k):
-        t = t0 + i * h
+    def step(t: float, h: float, m: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
         k1 = f(t, m, P)
         k2 = f(t + h / 2, m + h / 2 * k1[0], P + h / 2 * k1[1])
         k3 = f(t + h / 2, m + h / 2 * k2[0], P + h / 2 * k2[1])
         k4 = f(t + h, m + h * k3[0], P + h * k3[1])
         m = m + h / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
         P = P + h / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        return m, P
+
+    def size(x: Tensor) -> float:
+        return float(x.detach().abs().max()) if x.numel() else 0.0
+
+    def accept(t: float, h: float, m: Tensor, P: Tensor):
+        """The single RK4 step over ``[t, t + h]`` if it is stable and accurate, else None."""
+        rho = max(matrices(t)[2], matrices(t + h / 2)[2], matrices(t + h)[2])
+        if not h * rho <= _STABLE_H_RHO:
+            return None, rho
+        m1, P1 = step(t, h, m, P)
+        mh, Ph = step(t, h / 2, m, P)
+        m2, P2 = step(t + h / 2, h / 2, mh, Ph)
+        # step doubling: |one step - two half steps| is 15/16 of the single step's local error
+        scale_P = max(size(P), size(P2), h * size(matrices(t)[1]))
+        scale_m = max(size(m), size(m2))
+        err_P, err_m = size(P1 - P2), size(m1 - m2)
+        if err_P <= rtol * scale_P and err_m <= rtol * scale_m:  # False for NaN
+            return (m1, P1), rho
+        return None, rho
+
+    m, P = mu, Sigma
+    level = 0  # sub-steps of h / 2^level; carried to the next max_step step (stiffness persists)
+    for i in range(k):
+        t, end, j = t0 + i * h, t0 + (i + 1) * h, 0  # j: position in units of h / 2^level
+        level = max(level - 1, 0)
+        while True:
+            s = h / 2**level
+            ts = t + j * s
+            out, rho = accept(ts, s, m, P)
+            if out is None:
+                if level >= _MAX_HALVINGS or not math.isfinite(rho):
+                    raise NumericalError(
+                        f"the time-varying prediction cannot meet its error tolerance "
+                        f"{rtol:.1e} on the step [{ts:.6g}, {ts + s:.6g}] (h = {s:.3g}, "
+                        f"|eig(A)| = {rho:.3g}) after {level} halvings of max_step: A(xi, t) or "
+                        "Qc(xi, t) is not finite or too stiff there"
+                    )
+                level, j = level + 1, 2 * j
+                continue
+            m, P = out
+            j += 1
+            if j == 2**level:
+                break
+            if level > 0 and j % 2 == 0:  # aligned on the coarser grid: try a step twice as long
+                level, j = level - 1, j // 2
+        del end
     return m, 0.5 * (P + P.mT)
 
 
 class ContinuousDiscreteKF:
     """CD-KF for a :class:`LinearSDE` observed by :class:`Sensor` s at irregular times."""
 
-    def __init__(self, sde: LinearSDE, sensors: list[Sensor], *, max_step: float = 0.01) -> None:
+    def __init__(
+        self, sde: LinearSDE, sensors: list[Sensor], *, max_step: float = 0.01, rtol: float = 1e-8
+    ) -> None:
         if not sensors:
             raise ValueError("ContinuousDiscreteKF needs at least one sensor")
-        if not (isinstance(max_step, (int, float)) and max_step > 0):
-            raise ValueError(f"max_step must be a number > 0, got {max_step!r}")
-        self.sde, self.sensors, self.max_step = sde, list(sensors), float(max_step)
+        max_step = as_real("max_step", max_step, low=0, low_open=True)
+        # rtol: the relative local error of each RK4 step of a time-varying model (docs/cdkf.md)
+        rtol = as_real("rtol", rtol, low=0, high=1, low_open=True, high_open=True)
+        self.sde, self.sensors, self.max_step, self.rtol = sde, list(sensors), max_step, rtol
 
     def predict(self, mu: Tensor, Sigma: Tensor, t0: float, t1: float, xi: Tensor | None = None):
         """Propagate over ``[t0, t1]``. A time-invariant model: ``mu <- Phi mu``, ``Sigma <- Phi
         Sigma Phi^T + Qd`` (Van Loan, exact). A time-varying ``A(xi, t)`` / ``Qc(xi, t)``: RK4 on
-        the moment equations over sub-steps of at most ``max_step`` (docs/cdkf.md: RK4 sub-grid)."""
+        the moment equations over sub-steps of at most ``max_step``, each halved until it is stable
+        and its step-doubling error estimate is below ``rtol`` (docs/cdkf.md: RK4 sub-grid; a step
+        that cannot meet it raises :class:`NumericalError` naming it)."""
         if t1 < t0:
             raise ValueError(f"predict needs t1 >= t0, got t0={t0}, t1={t1}")
         if t1 == t0:
             return mu, Sigma
         if not self.sde.time_invariant:
-            return _rk4_moments(self.sde, mu, Sigma, t0, t1, xi, self.max_step)
+            return _rk4_moments(self.sde, mu, Sigma, t0, t1, xi, self.max_step, self.rtol)
         Phi, Qd = self._discretize(t1 - t0, Sigma.dtype)
         Sigma = Phi @ Sigma @ Phi.mT + Qd
         return mu @ Phi.mT, 0.5 * (Sigma + Sigma.mT)

@@ -108,6 +108,7 @@ def _param_tensor(value, name: str, x: torch.Tensor) -> torch.Tensor:
                     f"{name} is on {value.device} but x is on {x.device}; put them on one device"
                 )
         return value if value.is_floating_point() else value.to(torch.float64)
+    # a Python or numpy number (NaN refused here; infinities and the range by the caller)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number or a tensor, got {type(value).__name__}")
     return torch.tensor(float(value), dtype=torch.float64, device=x.device)
@@ -574,7 +575,10 @@ def knn_topk_loss(
 def spearman_corr(
     pred: torch.Tensor, target: torch.Tensor, alpha=1.0, dim: int = -1
 ) -> torch.Tensor:
-    """Differentiable Spearman correlation: Pearson correlation of the soft ranks along ``dim``."""
+    """Differentiable Spearman correlation: Pearson correlation of the soft ranks along ``dim``.
+
+    A row where ``pred`` or ``target`` is constant has no correlation (its ranks have zero
+    variance): it is NaN there, as ``scipy.stats.spearmanr`` gives (docs/lapsum.md), not 0."""
     if pred.shape != target.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)} must match")
     rp = soft_rank(pred, alpha, dim)
@@ -583,4 +587,9 @@ def spearman_corr(
     rt = rt - rt.mean(dim, keepdim=True)
     rp = rp / rp.norm(dim=dim, keepdim=True).clamp(min=1e-12)
     rt = rt / rt.norm(dim=dim, keepdim=True).clamp(min=1e-12)
-    return (rp * rt).sum(dim)
+    rho = (rp * rt).sum(dim)
+    # a constant row (or one value): undefined, NaN as scipy; the where keeps other rows' gradients
+    constant = (pred == pred.amax(dim, keepdim=True)).all(dim) | (
+        target == target.amax(dim, keepdim=True)
+    ).all(dim)
+    return torch.where(constant, torch.full_like(rho, math.nan), rho)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from icml25._validate import as_real
 from icml25.lapsum import functional as F
 
 __all__ = [
@@ -27,10 +28,7 @@ __all__ = [
 class _Alpha(nn.Module):
     def __init__(self, alpha: float, learn_alpha: bool) -> None:
         super().__init__()
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-            raise TypeError(f"alpha must be a number, got {type(alpha).__name__}")
-        if not math.isfinite(alpha) or alpha <= 0:
-            raise ValueError(f"alpha must be finite and > 0, got {alpha}")
+        alpha = as_real("alpha", alpha, low=0, low_open=True)
         self.learn_alpha = learn_alpha
         if learn_alpha:
             self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)))

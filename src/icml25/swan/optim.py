@@ -142,6 +142,12 @@ class SWAN(torch.optim.Optimizer):
             "foreach": foreach,
             "fused": fused,
         }
+        if not isinstance(compute_dtype, torch.dtype) or not compute_dtype.is_floating_point:
+            raise ValueError(
+                f"compute_dtype must be a floating torch.dtype (torch.float32, torch.float64, "
+                f"torch.bfloat16, torch.float16), got {compute_dtype!r}: the whitening's inverse "
+                "square root has no integer form"
+            )
         if compute_dtype in (torch.float16, torch.bfloat16):
             warnings.warn(
                 f"SWAN(compute_dtype={compute_dtype}) runs GradNorm and the whole whitening in half "

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25.topo_detect._inputs import plain_array
+
 __all__ = [
     "PersistenceDiagram",
     "distance_matrix",
@@ -41,7 +43,7 @@ class PersistenceDiagram:
 
 
 def _check_points(name: str, x: Tensor) -> Tensor:
-    x = torch.as_tensor(x)
+    x = torch.as_tensor(plain_array(x))
     if x.ndim != 2:
         raise ValueError(f"{name} must be (N, d), got shape {tuple(x.shape)}")
     if not x.is_floating_point():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from icml25.topo_detect._inputs import plain_array
 from icml25.topo_detect.mmd import (
     _sqdist,
     gaussian_gram,
@@ -55,13 +56,13 @@ def _size(S) -> int:
     if isinstance(S, dict):
         if not S:
             raise ValueError("a dict sample needs at least one feature")
-        sizes = {len(v) for v in S.values()}
+        sizes = {len(plain_array(v)) for v in S.values()}
         if len(sizes) != 1:
             raise ValueError(
                 f"every feature of a sample must have the same length, got {sorted(sizes)}"
             )
         return sizes.pop()
-    S = torch.as_tensor(S)
+    S = torch.as_tensor(plain_array(S))
     if S.ndim == 0:
         raise ValueError("a sample must be a tensor (n, ...) or a dict of them, got a scalar")
     return len(S)
@@ -81,7 +82,7 @@ def _sizes(S_P, S_Q, equal: bool) -> tuple[int, int]:
 
 def _tensor(x, what: str, detach: bool) -> Tensor:
     try:
-        t = torch.as_tensor(x)
+        t = torch.as_tensor(plain_array(x))
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(
             f"{what} must be numeric (a tensor or array (n, ...)), got {type(x).__name__}"
@@ -129,7 +130,7 @@ def _flat(x) -> Tensor:
             f"a feature map returned the dict sample itself (keys {sorted(x)}): with dict samples "
             "pass feature callables that pick a tensor, e.g. GaussianMMD([lambda s: s['emb']])"
         )
-    x = torch.as_tensor(x)
+    x = torch.as_tensor(plain_array(x))
     x = x.reshape(len(x), -1)
     if not x.is_floating_point():
         x = x.float()
