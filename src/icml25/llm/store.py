@@ -981,10 +981,18 @@ def run_resumable(
     pool.shutdown()
     store.sync()
     if unavailable:
-        undone = len(todo) - n_ok - sum(1 for i in written if store.is_failed(heads[i]))
+        # asked again by a rerun: the items never answered and those that failed on the
+        # transport (transient error rows); an item the server refused stays failed
+        refused = sum(
+            1
+            for i in written
+            if store.is_failed(heads[i]) and not store.is_transient_failure(heads[i])
+        )
         raise BackendUnavailableError(
             f"{unavailable[0]} [{n_ok} of {len(todo)} items done in this run were written; "
-            f"{undone} not done are asked again by a rerun]"
+            f"{len(todo) - n_ok - refused} not done are asked again by a rerun"
+            + (f", {refused} refused by the server need retry_errors" if refused else "")
+            + "]"
         ) from unavailable[0]
     wanted = {k[: len(store.key_fields)] for k in keys}
     failures = [e for e in store.errors() if e.key in wanted]
