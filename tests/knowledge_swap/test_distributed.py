@@ -27,9 +27,9 @@ def _flat(weights: dict) -> torch.Tensor:
 
 
 def _worker():
-    spec = importlib.util.spec_from_file_location("knowledge_swap_ddp_worker", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    found = importlib.util.spec_from_file_location("knowledge_swap_ddp_worker", WORKER)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
     return module
 
 

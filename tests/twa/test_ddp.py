@@ -16,9 +16,9 @@ WORKER = Path(__file__).with_name("_ddp_worker.py")
 
 
 def _worker():
-    spec = importlib.util.spec_from_file_location("twa_ddp_worker", WORKER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    found = importlib.util.spec_from_file_location("twa_ddp_worker", WORKER)
+    mod = importlib.util.module_from_spec(found)
+    found.loader.exec_module(mod)
     return mod
 
 

@@ -29,7 +29,7 @@ def test_log1mexp_against_float64_reference():
         log1mexp(torch.tensor([0.5]))
 
 
-def brute(logits, labels, positive, span_ids, weights, unlikelihood="span", eps=1e-6):
+def brute(logits, labels, positive, span_ids, weights, unlikelihood="span", eps=0.0):
     """Per-token loop in float64: sum of CE on positives and weighted UL per span."""
     lp = torch.log_softmax(logits.double(), -1)
     total, n_tok = 0.0, 0
@@ -122,19 +122,20 @@ def test_no_spans_is_cross_entropy_and_a_one_token_span_is_token_ul():
 
 def test_edge_cases_stay_finite():
     logits, labels, positive, span_ids, w = batch(3)
-    # a span with probability ~1: the smoothing keeps the loss finite with a gradient
+    # a span with probability ~1: finite (about the logit gap) with a gradient of size ~w
     sure = logits.clone()
     sure[0, 2:4, :] = -1e4
     sure[0, 2, labels[0, 2]] = 1e4
     sure[0, 3, labels[0, 3]] = 1e4
     sure.requires_grad_(True)
-    out = twa_loss(sure, labels, positive, span_ids, w)
-    assert (
-        math.isfinite(float(out.loss.detach()))
-        and float(out.ul_sum.detach()) <= 5 * -math.log(1e-6) + 20
-    )
+    out = twa_loss(sure, labels, positive, span_ids, w, reduction="sum")
+    assert math.isfinite(float(out.loss.detach())) and float(out.ul_sum.detach()) > 5 * 1.9e4
     out.loss.backward()
     assert torch.isfinite(sure.grad).all()
+    assert float(sure.grad[0, 2:4].abs().max()) > 1.0
+    # eps > 0: the smoothing bounds the term by -w log(eps)
+    out = twa_loss(sure, labels, positive, span_ids, w, eps=1e-6)
+    assert float(out.ul_sum.detach()) <= 5 * -math.log(1e-6) + 1.0  # + span 1 (p ~ 0.3)
     # a likely span (p ~ 0.997): the unlikelihood pushes it down hard, with a finite gradient
     likely = logits.clone()
     likely[0, 2:4, :] = 0.0

@@ -85,7 +85,7 @@ def test_train_twa_lowers_the_loss_in_a_few_steps(tok):
     assert [e["step"] for e in hist.evals] == [3, 6] and not model.training  # the last once
     with pytest.raises(ValueError, match="data is empty"):
         train_twa(model, tok, [], cfg)
-    with pytest.raises(ValueError, match="lr must be > 0"):
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
         TWAConfig(lr=0)
 
 
@@ -175,7 +175,7 @@ def test_review_findings_weights_model_type_and_config(tok):
     with pytest.raises(ValueError, match="severity_weights must be None, a dict or 'uniform'"):
         TWAConfig(severity_weights="unifrom")
     for bad in (dict(unlikelihood="seq"), dict(reduction="mean"), dict(unlocalized="skip"),
-                dict(eps=0.0)):  # fmt: skip
+                dict(eps=1.0), dict(eps=-1e-3)):  # fmt: skip
         with pytest.raises(ValueError):
             TWAConfig(**bad)
     # merged raters: one span per position, the larger weight

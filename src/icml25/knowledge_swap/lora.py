@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from icml25._validate import as_int
 from icml25.lora import (
     LoRAConv2d,
     LoRALinear,
@@ -85,8 +86,7 @@ def expand_head(linear: nn.Linear, n_new: int, init: str = "xavier", generator=N
     new rows ``xavier_uniform`` (or zeros with ``init="zeros"``), new biases 0."""
     if not isinstance(linear, nn.Linear):
         raise TypeError(f"expand_head takes an nn.Linear, got {type(linear).__name__}")
-    if n_new < 1:
-        raise ValueError(f"n_new must be >= 1, got {n_new}")
+    n_new = as_int("n_new", n_new, 1)
     if init not in ("xavier", "zeros"):
         raise ValueError(f"init must be 'xavier' or 'zeros', got {init!r}")
     w = linear.weight

@@ -16,19 +16,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from icml25._validate import as_real
+
 __all__ = ["bounded_forget_loss", "group_sparse_loss", "swap_losses"]
 
 
 def bounded_forget_loss(logits: Tensor, target: Tensor, bnd: float) -> Tensor:
-    """``relu(bnd - CE(logits, target))`` (mean cross-entropy over the batch)."""
-    if not bnd > 0:
-        raise ValueError(f"bnd must be > 0 (otherwise the forget loss is identically 0), got {bnd}")
+    """``relu(bnd - CE(logits, target))`` (mean cross-entropy over the batch). NaN logits give
+    a NaN loss (propagated, as ``F.cross_entropy`` does; :class:`KnowledgeSwapper` refuses
+    non-finite inputs and stops on a non-finite loss)."""
+    bnd = as_real("bnd", bnd, low=0, low_open=True)  # 0 would make the loss identically 0
     return torch.relu(bnd - F.cross_entropy(logits, target))
 
 
 def group_sparse_loss(groups: Sequence[Sequence[Tensor]], eps: float = 1e-12) -> Tensor:
     """``sum_g sqrt(sum_{P in g} ||P||_F^2 + eps)``; ``eps`` keeps the gradient finite at an
     all-zero group (the official code has none and relies on ``A != 0`` at init). Zero groups: 0."""
+    eps = as_real("eps", eps, low=0)
     terms = [torch.sqrt(sum((p * p).sum() for p in g) + eps) for g in groups if len(g)]
     if not terms:
         return torch.zeros(())
@@ -64,6 +68,16 @@ def swap_losses(
     }.get(stage)
     if weights is None:
         raise ValueError(f"stage must be 'learn', 'forget' or 'simultaneous', got {stage!r}")
+    bnd = as_real("bnd", bnd, low=0, low_open=True)
+    alpha = as_real("alpha", alpha, low=0)
+    beta_retain, beta_forget, w_learn = (
+        as_real(n, v, low=0)
+        for n, v in (
+            ("beta_retain", beta_retain),
+            ("beta_forget", beta_forget),
+            ("w_learn", w_learn),
+        )
+    )
     batches = {"learn": learn, "retain": retain, "forget": forget}
     out: dict[str, Tensor] = {"gs": l_gs}
     total = alpha * l_gs

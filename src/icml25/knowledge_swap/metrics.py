@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from icml25._validate import as_int, as_real
 from icml25.knowledge_swap.swap import _int_labels, _logits_of, _unpack
 
 __all__ = [
@@ -74,6 +75,10 @@ def accuracy_on(
 
 def h_mean(acc_f_before: float, acc_f: float, acc_r: float) -> float:
     """``2 (Acc_f^before - Acc_f) Acc_r / ((Acc_f^before - Acc_f) + Acc_r)`` (GS-LoRA's H)."""
+    acc_f_before, acc_f, acc_r = (
+        as_real(n, v)
+        for n, v in (("acc_f_before", acc_f_before), ("acc_f", acc_f), ("acc_r", acc_r))
+    )
     drop = acc_f_before - acc_f
     den = drop + acc_r
     return 2 * drop * acc_r / den if den else 0.0
@@ -269,12 +274,12 @@ def relearn_time(
     the same probe on a model that never saw them. The user's model is not modified."""
     import copy
 
-    if not 0 < target_acc <= 100:
-        raise ValueError(f"target_acc must be in (0, 100], got {target_acc}")
+    target_acc = as_real("target_acc", target_acc, low=0, high=100, low_open=True)
     if params not in ("trainable", "all"):
         raise ValueError(f"params must be 'trainable' or 'all', got {params!r}")
-    if max_steps < 1 or eval_every < 1:
-        raise ValueError(f"max_steps and eval_every must be >= 1, got {max_steps}, {eval_every}")
+    max_steps, eval_every = as_int("max_steps", max_steps, 1), as_int("eval_every", eval_every, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
+    batch_size, seed = as_int("batch_size", batch_size, 1), as_int("seed", seed)
     m = copy.deepcopy(model)
     ps = [p for p in m.parameters() if params == "all" or p.requires_grad]
     if params == "all":

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import Subset, TensorDataset
 
+from icml25._validate import as_int, shown
 from icml25.knowledge_swap.swap import _int_labels, _targets, _unpack
 
 __all__ = ["split_by_class"]
@@ -39,13 +40,12 @@ def _class_index(ds: Any, c: Any) -> int:
             names = sorted(mapping, key=lambda k: mapping[k])  # in index order
             raise ValueError(f"unknown class {c!r}; the dataset's classes are {names}")
         return int(mapping[c])
-    if (
-        isinstance(c, bool)
-        or not isinstance(c, (int, torch.Tensor))
-        and not hasattr(c, "__index__")
-    ):
-        raise TypeError(f"a class must be an int index or a name, got {c!r}")
-    return int(c)
+    try:
+        return as_int("a class", c, 0)
+    except ValueError as exc:  # NotANumberError is a TypeError too: "a class must be ..."
+        if isinstance(exc, TypeError):
+            raise TypeError(f"a class must be an int index or a name, got {shown(c)}") from None
+        raise
 
 
 def _all_labels(ds: Any) -> torch.Tensor:

@@ -37,6 +37,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.knowledge_swap.lora import lora_groups
 from icml25.knowledge_swap.losses import group_sparse_loss, swap_losses
 from icml25.knowledge_swap.parallel import (
@@ -125,12 +126,15 @@ def _targets(ds) -> Tensor | None:
     if isinstance(cols, (list, tuple)):
         key = next((k for k in _LABEL_KEYS if k in cols), None)
         return None if key is None else torch.as_tensor(list(ds[key]))
+    transform = getattr(ds, "target_transform", None)
     for attr in ("targets", "labels"):
         t = getattr(ds, attr, None)
         if t is not None and not callable(t):
             try:
+                if callable(transform):  # torchvision applies it to each label in __getitem__
+                    t = [transform(v) for v in (t.tolist() if hasattr(t, "tolist") else list(t))]
                 t = torch.as_tensor(t if not isinstance(t, list) else list(t))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RuntimeError):
                 continue
             if t.ndim == 1 and len(t) == len(ds):
                 return t
@@ -143,6 +147,35 @@ def _labels(ds: Dataset | None, name: str = "data") -> set[int] | None:
         return set()
     t = _targets(ds)
     return None if t is None else set(_int_labels(t, name).unique().tolist())
+
+
+class _TensorItems(Dataset):
+    """``dataset``'s items as ``(inputs, label)`` tensors (the label an int64 scalar), whatever
+    form they come in (tuples with a plain ``int`` label as torchvision gives, numpy arrays, dicts
+    with input and label keys): the retain + learn data of the forget stage concatenates two
+    datasets, and ``default_collate`` cannot stack a tensor label with an ``int`` one."""
+
+    def __init__(self, dataset: Dataset, name: str) -> None:
+        self.dataset, self.name = dataset, name
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        x, y = _unpack(self.dataset[i], self.name)
+        try:
+            x, y = torch.as_tensor(x), torch.as_tensor(y)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(
+                f"item {i} of the {self.name} data must hold a tensor-like input and an integer "
+                f"label, got {type(x).__name__} and {y!r:.60} ({exc})"
+            ) from None
+        if y.ndim != 0:
+            raise ValueError(
+                f"item {i} of the {self.name} data has a label of shape {tuple(y.shape)}; "
+                "one class index per item is needed"
+            )
+        return x, _int_labels(y, self.name)
 
 
 def _unpack(batch, name: str) -> tuple[Tensor, Tensor]:
@@ -328,20 +361,27 @@ class KnowledgeSwapper:
             raise ValueError(f"schedule_step must be 'epoch' or 'iteration', got {schedule_step!r}")
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-        if not bnd > 0:
-            raise ValueError(
-                f"bnd must be > 0 (otherwise the forget loss is identically 0), got {bnd}"
-            )
-        for name, v in (("beta_retain", beta_retain), ("beta_forget", beta_forget),
-                        ("alpha", alpha), ("w_learn", w_learn)):  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise ValueError(f"{name} must be a loss weight >= 0, got {v!r}")
-        if epochs_per_stage < 1:
-            raise ValueError(f"epochs_per_stage must be >= 1, got {epochs_per_stage}")
-        if steps_per_epoch is not None and steps_per_epoch < 1:
-            raise ValueError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
-        if not lr > 0 or min_lr < 0 or min_lr > lr:
-            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={lr}, min_lr={min_lr}")
+        # bnd > 0: otherwise the forget loss is identically 0
+        bnd = as_real("bnd", bnd, low=0, low_open=True)
+        beta_retain, beta_forget, alpha, w_learn = (
+            as_real(name, v, low=0)
+            for name, v in (("beta_retain", beta_retain), ("beta_forget", beta_forget),
+                            ("alpha", alpha), ("w_learn", w_learn))
+        )  # fmt: skip
+        epochs_per_stage = as_int("epochs_per_stage", epochs_per_stage, 1)
+        if steps_per_epoch is not None:
+            steps_per_epoch = as_int("steps_per_epoch", steps_per_epoch, 1)
+        batch_size = as_int("batch_size", batch_size, 1)
+        seed = as_int("seed", seed)
+        weight_decay = as_real("weight_decay", weight_decay, low=0)
+        lr = as_real("lr", lr, low=0, low_open=True)
+        min_lr = as_real("min_lr", min_lr, low=0, high=lr)
+        if grad_clip is not None:
+            grad_clip = as_real("grad_clip", grad_clip, low=0, low_open=True)
+        if n_old is not None:
+            n_old = as_int("n_old", n_old, 0)
+        merge_learn_into_retain = as_bool("merge_learn_into_retain", merge_learn_into_retain)
+        train_head, norm_eval = as_bool("train_head", train_head), as_bool("norm_eval", norm_eval)
         self.model = model
         self.groups = [list(g) for g in (groups if groups is not None else lora_groups(model))]
         params = [p for g in self.groups for p in g]
@@ -473,6 +513,43 @@ class KnowledgeSwapper:
                     )
         return sets
 
+    def _preflight(self, retain, learn, r, f, lrn) -> None:
+        """Convert and collate one item of every data set, and one of the merged retain + learn
+        data, as the stages will, before any parameter changes. Items are read by index (no
+        sampler or random state is touched); a DataLoader's own ``collate_fn`` is the user's and
+        is not called here, unless it is the default one."""
+        from torch.utils.data import default_collate
+
+        def probe(name: str, items, collate=default_collate) -> None:
+            try:
+                self._to(collate(items), name)
+            except (TypeError, ValueError, RuntimeError, KeyError, IndexError) as exc:
+                kind = TypeError if isinstance(exc, TypeError) else ValueError
+                raise kind(
+                    f"the {name} data cannot be batched for training ({exc}); nothing was trained"
+                ) from exc
+
+        for name, ds in (("retain", r), ("forget", f), ("learn", lrn)):
+            if ds is None:
+                continue
+            probe(name, [ds[0]])
+            raw = ds.dataset
+            if isinstance(raw, TensorDataset) and raw.tensors[0].is_floating_point():
+                # tensors at hand: every input is checked now, not when its batch is drawn
+                bad = ~torch.isfinite(raw.tensors[0].reshape(len(raw), -1)).all(-1)
+                if bool(bad.any()):
+                    raise ValueError(
+                        f"the {name} data holds NaN or inf inputs (item "
+                        f"{int(bad.nonzero()[0])} and {int(bad.sum()) - 1} more); clean the "
+                        "data (nothing was trained)"
+                    )
+        if self.strategy == "learn_then_forget" and self.merge and lrn is not None:
+            merged = "retain + learn (the forget stage's)"
+            if not isinstance(retain, DataLoader):
+                probe(merged, [r[0], lrn[0]])
+            elif retain.collate_fn is default_collate:
+                probe(merged, [r.dataset[0], lrn.dataset[0]])
+
     @staticmethod
     def _overlap(seen: dict[str, set[int]], step: int) -> None:
         names = list(seen)
@@ -514,6 +591,12 @@ class KnowledgeSwapper:
             )
             lrn = learn = None
         sets = self._check(r, f, lrn)
+        # every item in one form, checked here: nothing may fail after a stage changed the model
+        r, f, lrn = (
+            None if ds is None else _TensorItems(ds, name)
+            for ds, name in ((r, "retain"), (f, "forget"), (lrn, "learn"))
+        )
+        self._preflight(retain, learn, r, f, lrn)
         acc = self.accelerator
         if acc is not None and not self._prepared:
             # parameters the optimiser does not hold never change; frozen, DDP neither computes
@@ -556,7 +639,13 @@ class KnowledgeSwapper:
                 and self.merge
                 and lrn is not None
             ):
-                main_ds = ConcatDataset([r, lrn])  # official MergedDataset(retain, learn)
+                # official MergedDataset(retain, learn); a retain DataLoader's own collate
+                # function gets the items as the user's data holds them
+                main_ds = (
+                    ConcatDataset([r.dataset, lrn.dataset])
+                    if isinstance(retain, DataLoader)
+                    else ConcatDataset([r, lrn])
+                )
             if main_ds is r:
                 main_src = retain if isinstance(retain, DataLoader) else r
             elif isinstance(retain, DataLoader):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, ErrorSpan
 
 __all__ = ["UNLOCALIZED_POLICIES", "TokenRoles", "build_token_roles", "char_spans_to_token_spans"]
@@ -52,8 +53,8 @@ def char_spans_to_token_spans(
     _fast(tokenizer)
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
-    if max_length is not None and (isinstance(max_length, bool) or max_length < 0):
-        raise ValueError(f"max_length must be an integer >= 0 or None, got {max_length!r}")
+    if max_length is not None:
+        max_length = as_int("max_length", max_length, 0)
     enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     offsets = list(enc["offset_mapping"])
     if max_length is not None:
@@ -101,14 +102,17 @@ def _covered_by_truncation(s: ErrorSpan, text, enc, max_length) -> bool:
 
 @dataclass
 class TokenRoles:
-    """Per target token: ``positive`` (cross-entropy), ``span_ids`` (-1: not in an error span)
-    and ``span_weights (K,)``; ``drop`` is True when the example must be skipped
+    """Per target token: ``positive`` (cross-entropy), ``span_ids`` (-1: not in an error span;
+    a token in several spans: the earliest-starting one) and ``span_weights (K,)``;
+    ``span_mask (K, T)``: the tokens of each span, overlaps included (what :func:`twa_loss`
+    scores each span over); ``drop`` is True when the example must be skipped
     (``unlocalized="drop_example"``)."""
 
     positive: Tensor
     span_ids: Tensor
     span_weights: Tensor
     drop: bool = False
+    span_mask: Tensor | None = None
 
 
 def build_token_roles(
@@ -120,20 +124,21 @@ def build_token_roles(
     unlocalized: str = "no_positive",
 ) -> TokenRoles:
     """TWA's roles for ``T`` target tokens (EOS included, last). A token in several spans belongs
-    to the earliest-starting one for ``span_ids`` (each span still counts in the loss through its
-    own tokens; see docs/twa.md). ``has_unlocalized``: the translation has an error that could not
+    to the earliest-starting one for ``span_ids``; ``span_mask`` keeps every span's own tokens,
+    so that a span nested in another or overlapping it keeps its whole term (docs/twa.md,
+    "Decisions"). ``has_unlocalized``: the translation has an error that could not
     be placed: ``"no_positive"`` keeps its spans but trusts no token as positive (default),
     ``"ignore"`` acts as if that error did not exist, ``"drop_example"`` marks the example to
     drop."""
-    if isinstance(T, bool) or not isinstance(T, int) or T < 0:
-        raise ValueError(f"T must be an integer >= 0, got {T!r}")
+    T = as_int("T", T, 0)
     if unlocalized not in UNLOCALIZED_POLICIES:
         raise ValueError(f"unlocalized must be one of {UNLOCALIZED_POLICIES}, got {unlocalized!r}")
     spans = []
     for sp in token_spans:
         if len(sp) != 3:
             raise ValueError(f"a token span is (start, end, weight), got {sp!r}")
-        a, b, w = int(sp[0]), int(sp[1]), float(sp[2])
+        a, b = as_int("a token span's start", sp[0]), as_int("a token span's end", sp[1])
+        w = as_real("a token span's weight", sp[2], low=0)
         if not 0 <= a < b <= T:
             raise ValueError(f"token span [{a}, {b}) must satisfy 0 <= start < end <= T = {T}")
         if not w >= 0:
@@ -146,9 +151,12 @@ def build_token_roles(
         free = span_ids[a:b] < 0
         span_ids[a:b] = torch.where(free, torch.full_like(span_ids[a:b], k), span_ids[a:b])
     weights = torch.tensor([w for _, _, w in spans], dtype=torch.float32)
+    span_mask = torch.zeros(len(spans), T, dtype=torch.bool)
+    for k, (a, b, _) in enumerate(spans):
+        span_mask[k, a:b] = True
     in_span = span_ids >= 0
     if has_unlocalized and unlocalized == "drop_example":
-        return TokenRoles(torch.zeros(T, dtype=torch.bool), span_ids, weights, drop=True)
+        return TokenRoles(torch.zeros(T, dtype=torch.bool), span_ids, weights, True, span_mask)
     if has_unlocalized and unlocalized == "no_positive":
         positive = torch.zeros(T, dtype=torch.bool)
     elif ignore_off_trajectory:
@@ -156,4 +164,4 @@ def build_token_roles(
         positive = torch.arange(T) < t_star
     else:
         positive = ~in_span
-    return TokenRoles(positive & ~in_span, span_ids, weights)
+    return TokenRoles(positive & ~in_span, span_ids, weights, False, span_mask)

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "DEFAULT_SEVERITY_WEIGHTS",
     "AnnotatedTranslation",
@@ -64,10 +66,7 @@ def severity_weight(
         # the severities the default table knows, each error weighing 1
         w = severity_weight(severity, category, DEFAULT_SEVERITY_WEIGHTS)
         return 1.0 if w > 0 else 0.0
-    table = {k.lower(): float(v) for k, v in weights.items()}
-    for k, v in table.items():
-        if not v >= 0:
-            raise ValueError(f"severity weights must be >= 0, got {k!r}: {v}")
+    table = {k.lower(): as_real(f"severity weight {k!r}", v, low=0) for k, v in weights.items()}
     cat = (category or "").strip()
     if cat.lower() == NON_TRANSLATION.lower() and NON_TRANSLATION.lower() in table:
         return table[NON_TRANSLATION.lower()]
@@ -93,10 +92,10 @@ class ErrorSpan:
     weight: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("start", "end"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"ErrorSpan.{name} must be an int, got {v!r}")
+        for name in ("start", "end"):  # numpy and 0-d torch integers too, stored as int
+            object.__setattr__(self, name, as_int(f"ErrorSpan.{name}", getattr(self, name)))
+        if self.weight is not None:  # (frozen dataclass: object.__setattr__)
+            object.__setattr__(self, "weight", as_real("ErrorSpan.weight", self.weight, low=0))
         if self.start < 0 or self.end < self.start:
             raise ValueError(
                 f"an ErrorSpan needs 0 <= start <= end, got [{self.start}, {self.end})"

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.preference import IGNORE_INDEX, dpo_loss
 from icml25.twa.align import TokenRoles
 from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, AnnotatedTranslation
@@ -43,8 +44,7 @@ def filter_sft_examples(
     weights: Mapping[str, float] | str = DEFAULT_SEVERITY_WEIGHTS,
 ) -> list[AnnotatedTranslation]:
     """The translations whose MQM penalty is at most ``max_penalty`` (Filter + SFT's data)."""
-    if not max_penalty >= 0:
-        raise ValueError(f"max_penalty must be >= 0, got {max_penalty!r}")
+    max_penalty = as_real("max_penalty", max_penalty, low=0, finite=False)
     return [d for d in _check_data(data) if d.mqm_penalty(weights) <= max_penalty]
 
 
@@ -64,10 +64,8 @@ def build_dpo_pairs(
     ``{"prompt", "chosen", "rejected"}`` plus ``chosen_penalty``/``rejected_penalty``; the
     completions start with ``completion_prefix`` because TRL joins prompt and completion
     without a separator."""
-    if isinstance(max_pairs_per_source, bool) or max_pairs_per_source < 1:
-        raise ValueError(f"max_pairs_per_source must be >= 1, got {max_pairs_per_source!r}")
-    if not min_gap >= 0:
-        raise ValueError(f"min_gap must be >= 0, got {min_gap!r}")
+    max_pairs_per_source = as_int("max_pairs_per_source", max_pairs_per_source, 1)
+    min_gap = as_real("min_gap", min_gap, low=0)
     r = rng if isinstance(rng, random.Random) else random.Random(rng)
     by_src: dict[str, list[AnnotatedTranslation]] = {}
     for d in _check_data(data):
@@ -116,16 +114,19 @@ def twa_seq_roles(T: int, total_weight: float, cap: float = 25.0) -> TokenRoles:
     error-free translation (``total_weight = 0``) gets cross-entropy on all ``T`` tokens, EOS
     included; otherwise one unlikelihood term on the whole sequence with weight
     ``min(total_weight, cap)``."""
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be an integer >= 1, got {T!r}")
-    if not total_weight >= 0:
-        raise ValueError(f"total_weight must be >= 0, got {total_weight!r}")
+    T = as_int("T", T, 1)
+    total_weight = as_real("total_weight", total_weight, low=0)
+    cap = as_real("cap", cap, low=0)
     if total_weight == 0:
-        return TokenRoles(torch.ones(T, dtype=torch.bool), torch.full((T,), -1), torch.zeros(0))
+        return TokenRoles(
+            torch.ones(T, dtype=torch.bool), torch.full((T,), -1), torch.zeros(0),
+            span_mask=torch.zeros(0, T, dtype=torch.bool),
+        )  # fmt: skip
     return TokenRoles(
         torch.zeros(T, dtype=torch.bool),
         torch.zeros(T, dtype=torch.long),
-        torch.tensor([min(float(total_weight), cap)]),
+        torch.tensor([min(total_weight, cap)]),
+        span_mask=torch.ones(1, T, dtype=torch.bool),
     )
 
 

@@ -8,7 +8,8 @@ turn (as TRL's ``SFTTrainer`` tokenises a chat row). For a seq2seq model the sou
 input and the target (plus EOS) the labels; the model builds its decoder inputs from the labels.
 Batches are right-padded and the model is called by keyword.
 
-``positive``, ``span_ids`` are aligned with ``labels``; :func:`twa_loss_on_batch` shifts them with
+``positive``, ``span_ids`` (and ``span_mask (B, K, T)``, each span's own tokens, overlaps
+included) are aligned with ``labels``; :func:`twa_loss_on_batch` shifts them with
 the logits for causal LMs (``logits[:, t]`` predicts ``labels[:, t + 1]``).
 """
 
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int
 from icml25.preference import IGNORE_INDEX
 from icml25.twa.align import UNLOCALIZED_POLICIES, build_token_roles, char_spans_to_token_spans
 from icml25.twa.annotations import AnnotatedTranslation, ErrorSpan, severity_weight
@@ -46,13 +48,24 @@ def _turn_end_ids(tokenizer) -> list[int]:
     return [int(i) for i in ids] or [int(tokenizer.eos_token_id)]
 
 
+def _prompt_end_ids(tokenizer, render) -> list[int]:
+    """The ids ``render(source)`` puts after the source (the template's marker: ``" ="``, or a
+    chat template's end of the user turn and generation prompt), found with a sentinel source."""
+    text = render(_SENTINEL)
+    at = text.rfind(_SENTINEL)
+    tail = text[at + len(_SENTINEL) :] if at >= 0 else ""
+    return [int(i) for i in tokenizer(tail, add_special_tokens=False)["input_ids"]] if tail else []
+
+
 def chat_prompt_fn(tokenizer):
     """``source -> ids`` of the source as one user message rendered with the tokenizer's chat
     template and the generation prompt (how :func:`icml25.toy.train_causal_lm` and
     :class:`icml25.llm.hf.HFChat` show a prompt to the model). The function's ``completion_end``
     attribute holds the ids the template closes an assistant turn with; :class:`TWACollator` ends
     each target with them instead of the EOS (the template's end of turn is not always the EOS:
-    Llama-3 ``<|eot_id|>`` vs ``<|end_of_text|>``)."""
+    Llama-3 ``<|eot_id|>`` vs ``<|end_of_text|>``). Its ``prompt_end`` attribute holds the ids
+    after the source (the end of the user turn and the generation prompt): a prompt longer than
+    ``max_source_len`` is cut inside the source and keeps them."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template; use prompt_template instead")
 
@@ -62,7 +75,13 @@ def chat_prompt_fn(tokenizer):
         )
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def render(source: str) -> str:
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": source}], add_generation_prompt=True, tokenize=False
+        )
+
     fn.completion_end = _turn_end_ids(tokenizer)
+    fn.prompt_end = _prompt_end_ids(tokenizer, render)
     return fn
 
 
@@ -89,14 +108,15 @@ def _as_example(ex: Any, i: int) -> AnnotatedTranslation:
 
 class TWACollator:
     """``collator(examples) -> dict`` of ``input_ids, attention_mask, labels, positive,
-    span_ids, span_weights`` (right-padded), for ``model_type="causal"`` or ``"seq2seq"``.
+    span_ids, span_weights, span_mask`` (right-padded), for ``model_type="causal"`` or ``"seq2seq"``.
 
     Args:
         tokenizer: a FAST Hugging Face tokenizer (character offsets).
         prompt_template: the causal LM's prompt, ``"{source} ="`` by default (ours); ignored for
             seq2seq. ``add_bos``: start the causal sequence with BOS (when the tokenizer has one).
         max_source_len, max_target_len: truncation (the target's includes EOS; spans are clipped
-            to the kept tokens and the first error is found after clipping).
+            to the kept tokens and the first error is found after clipping). A causal prompt is
+            cut inside the source: its start and the template's marker after the source stay.
         ignore_off_trajectory, unlocalized: TWA's role rules (:func:`build_token_roles`).
         weights: None (default): each span's weight as loaded (``load_mqm_tsv`` resolves it),
             else the default table for spans without one; a dict or ``"uniform"``: every span is
@@ -128,8 +148,7 @@ class TWACollator:
                 f"unlocalized must be one of {UNLOCALIZED_POLICIES}, got {unlocalized!r}"
             )
         for name, v in (("max_source_len", max_source_len), ("max_target_len", max_target_len)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 2:
-                raise ValueError(f"{name} must be an integer >= 2, got {v!r}")
+            as_int(name, v, 2)
         if "{source}" not in prompt_template:
             raise ValueError(f"prompt_template must contain {{source}}, got {prompt_template!r}")
         if not getattr(tokenizer, "is_fast", False):
@@ -146,9 +165,15 @@ class TWACollator:
         self.target_end = [int(i) for i in end] if end else [int(tokenizer.eos_token_id)]
         self.tok, self.model_type = tokenizer, model_type
         self.prompt_template, self.add_bos = prompt_template, add_bos
-        self.max_source_len, self.max_target_len = max_source_len, max_target_len
+        self.max_source_len = as_int("max_source_len", max_source_len, 2)
+        self.max_target_len = as_int("max_target_len", max_target_len, 2)
         self.ignore_off_trajectory, self.unlocalized = ignore_off_trajectory, unlocalized
         self.weights = weights
+        if model_type == "causal" and prompt_fn is None:
+            self.prompt_end = _prompt_end_ids(tokenizer, lambda s: prompt_template.format(source=s))
+        else:
+            end = getattr(prompt_fn, "prompt_end", None)
+            self.prompt_end = None if end is None else [int(i) for i in end]
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else tokenizer.eos_token_id
 
@@ -190,7 +215,7 @@ class TWACollator:
                     else []
                 )
                 prompt = bos + self._encode(self.prompt_template.format(source=ex.source))
-            prompt = prompt[: self.max_source_len]
+            prompt = self._fit_prompt(prompt)
             n = len(prompt)
             return {
                 "input_ids": prompt + tgt,
@@ -198,6 +223,8 @@ class TWACollator:
                 "positive": [False] * n + roles.positive.tolist(),
                 "span_ids": [-1] * n + roles.span_ids.tolist(),
                 "span_weights": roles.span_weights.tolist(),
+                "span_mask": roles.span_mask,
+                "offset": n,
             }
         src = self._encode(ex.source)[: self.max_source_len - 1] + [self.tok.eos_token_id]
         return {
@@ -206,7 +233,34 @@ class TWACollator:
             "positive": roles.positive.tolist(),
             "span_ids": roles.span_ids.tolist(),
             "span_weights": roles.span_weights.tolist(),
+            "span_mask": roles.span_mask,
+            "offset": 0,
         }
+
+    def _fit_prompt(self, prompt: list[int]) -> list[int]:
+        """A causal prompt of at most ``max_source_len`` ids, cut inside the source: its start
+        (BOS, the template's head) and its end (the template's marker after the source, e.g.
+        ``" ="`` or the chat template's generation prompt) survive, so the target still follows
+        the marker the model answers after. A ``prompt_fn`` without a ``prompt_end`` attribute
+        cannot say where its marker starts: a prompt too long for it is refused."""
+        if len(prompt) <= self.max_source_len:
+            return prompt
+        end = self.prompt_end
+        if end is None or len(end) >= self.max_source_len or prompt[-len(end) :] != end:
+            why = (
+                "prompt_fn has no prompt_end attribute (the ids after the source), so the "
+                "prompt cannot be cut inside the source"
+                if end is None
+                else f"the template's {len(end)} marker ids after the source do not fit or "
+                "do not end the prompt"
+            )
+            raise ValueError(
+                f"a causal prompt of {len(prompt)} tokens is longer than max_source_len = "
+                f"{self.max_source_len} and {why}; raise max_source_len or shorten the source"
+            )
+        if not end:
+            return prompt[: self.max_source_len]
+        return prompt[: self.max_source_len - len(end)] + end
 
     def __call__(self, examples: Sequence[Any]) -> dict[str, Tensor]:
         if isinstance(examples, (str, bytes, Mapping)) or not isinstance(examples, Sequence):
@@ -231,6 +285,7 @@ class TWACollator:
             "positive": torch.zeros(B, Lt, dtype=torch.bool),
             "span_ids": torch.full((B, Lt), -1, dtype=torch.long),
             "span_weights": torch.zeros(B, K, dtype=torch.float32),
+            "span_mask": torch.zeros(B, K, Lt, dtype=torch.bool),
         }
         for b, f in enumerate(feats):
             n, m, k = len(f["input_ids"]), len(f["labels"]), len(f["span_weights"])
@@ -240,6 +295,8 @@ class TWACollator:
             out["positive"][b, :m] = torch.tensor(f["positive"], dtype=torch.bool)
             out["span_ids"][b, :m] = torch.tensor(f["span_ids"])
             out["span_weights"][b, :k] = torch.tensor(f["span_weights"])
+            o, sm = f["offset"], f["span_mask"]
+            out["span_mask"][b, :k, o : o + sm.shape[1]] = sm
         return out
 
 
@@ -275,9 +332,11 @@ def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "
         )
     logits = out.logits if hasattr(out, "logits") else out
     labels, pos, ids = b["labels"], b["positive"], b["span_ids"]
+    mask = b.get("span_mask")  # every span's own tokens (overlaps); older batches lack it
     if model_type == "causal":
         logits, labels, pos, ids = logits[:, :-1], labels[:, 1:], pos[:, 1:], ids[:, 1:]
-    return twa_loss(logits, labels, pos, ids, b["span_weights"], **loss_kw)
+        mask = None if mask is None else mask[:, :, 1:]
+    return twa_loss(logits, labels, pos, ids, b["span_weights"], span_mask=mask, **loss_kw)
 
 
 def twa_loss_denominator(batch: Mapping[str, Tensor], *, model_type: str = "causal",

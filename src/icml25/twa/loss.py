@@ -8,9 +8,19 @@ Per translation, with ``l_t = log p(y_t | y_<t, x)`` (float32) and span ``j = [a
     UL_j = -log(1 - exp(S_j))                    # span-level unlikelihood
     L    = sum_{t in P} -l_t + sum_j w_j UL_j
 
-``UL_j`` is computed as ``-log1mexp(S_j + log(1 - eps))``: finite (at most ``-log(eps)``) and
-differentiable everywhere, never clamped (a clamp would zero the gradient exactly where the span
-is most likely). ``unlikelihood="token"`` is Welleck et al.'s token-level form
+Overlapping spans (a Minor error inside a Major span, or two spans sharing tokens) each keep
+their own term over their own tokens: ``span_mask[b, j, t]`` says which tokens span ``j`` holds
+(docs/twa.md, "Decisions").
+
+``UL_j`` is computed from each token's complementary log-probability ``log(1 - p_t)`` (a
+log-sum-exp over the other logits), never from ``exp`` of a rounded ``l_t``: float32 rounds
+``l_t`` to 0 from ``p_t >= 1 - 6e-8`` on, which made ``1 - p(span)`` 0 and the gradient vanish
+exactly where the span is most likely. With ``u = -S_j = sum_t -log p_t`` kept as ``log u``
+(a log-sum-exp over the span), ``UL_j = -log(-expm1(-u))``, and ``-log u + u/2`` for tiny
+``u``: finite for finite logits, and its gradient on a target logit is ``p(span)``-weighted
+and at most 1 in size (``d(-log(1 - p))/dz = p`` for a one-token span). ``eps > 0`` smooths it
+to ``-log(1 - (1 - eps) p(span))`` (bounded by ``-log(eps)``, at the cost of a gradient that
+vanishes as ``p(span) -> 1``). ``unlikelihood="token"`` is Welleck et al.'s token-level form
 ``sum_{t in span} w_j (-log(1 - p_t))``, for the ablation.
 """
 
@@ -23,6 +33,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from icml25._validate import as_real
 from icml25.preference import IGNORE_INDEX, token_logprobs
 
 __all__ = ["TWALossOutput", "log1mexp", "span_unlikelihood", "token_unlikelihood", "twa_loss"]
@@ -42,17 +53,46 @@ def log1mexp(s: Tensor) -> Tensor:
     return torch.where(near, a, b)
 
 
-def span_unlikelihood(span_logprob: Tensor, eps: float = 1e-6) -> Tensor:
-    """``-log(1 - (1 - eps) exp(S))`` elementwise: the smoothed span unlikelihood (0 at
-    ``S = -inf``, at most ``-log(eps)`` at ``S = 0``)."""
-    if not 0 < eps < 1:
-        raise ValueError(f"eps must be in (0, 1), got {eps!r}")
-    return -log1mexp(span_logprob + math.log1p(-eps))
+def span_unlikelihood(span_logprob: Tensor, eps: float = 0.0) -> Tensor:
+    """``-log(1 - (1 - eps) exp(S))`` elementwise from a span's log-probability ``S`` (0 at
+    ``S = -inf``; ``inf`` at ``S = 0`` when ``eps = 0``, at most ``-log(eps)`` otherwise). From
+    log-probabilities alone a float32 ``S`` near 0 is already rounded: :func:`twa_loss` computes
+    the term from the logits instead (see the module docstring)."""
+    eps = as_real("eps", eps, low=0, high=1, high_open=True)
+    return -log1mexp(span_logprob + math.log1p(-eps)) if eps else -log1mexp(span_logprob)
 
 
-def token_unlikelihood(token_logprob: Tensor, eps: float = 1e-6) -> Tensor:
+def token_unlikelihood(token_logprob: Tensor, eps: float = 0.0) -> Tensor:
     """Welleck et al.'s ``-log(1 - p_t)`` per token, with the same smoothing."""
     return span_unlikelihood(token_logprob, eps)
+
+
+def _unlikelihood_from_log_u(log_u: Tensor, eps: float) -> Tensor:
+    """``-log(1 - (1 - eps) exp(-u))`` from ``log u`` (``u = -S >= 0``), exact for tiny ``u``:
+    ``-log(-expm1(-u))`` where ``u`` is not tiny, ``-log u + u/2`` (error ``O(u^2)``) below."""
+    if eps:
+        log_u = torch.logaddexp(log_u, torch.full_like(log_u, math.log(-math.log1p(-eps))))
+    u = torch.exp(log_u)
+    tiny = u < 1e-4
+    big = -torch.log(-torch.expm1(-torch.where(tiny, torch.ones_like(u), u)))
+    return torch.where(tiny, -log_u + u / 2, big)
+
+
+def _span_terms(logits: Tensor, labels: Tensor, lp: Tensor, at: Tensor) -> Tensor:
+    """``log(-log p_t)`` at the positions ``at`` (a bool (B, T) mask), float32 or wider, from the
+    logits: ``log(-l_t)`` where ``p_t <= 1/2``; where ``p_t > 1/2`` from ``log q_t = log(1 -
+    p_t)`` (a log-sum-exp over the other logits), as ``log q_t + log(-log1p(-q_t) / q_t)``."""
+    z = logits[at].to(lp.dtype)  # (N, V): only the span tokens
+    y = labels[at].clamp(min=0)
+    l_t = lp[at]
+    others = z.scatter(-1, y[:, None], torch.full_like(z[:, :1], -math.inf))
+    log_q = torch.logsumexp(others, -1) - torch.logsumexp(z, -1)
+    q = torch.exp(log_q)
+    small = q < 1e-6  # -log1p(-q)/q = 1 + q/2 + ...
+    qs = torch.where(small, torch.full_like(q, 0.5), q)
+    near = log_q + torch.where(small, q / 2, torch.log(-torch.log1p(-qs) / qs))
+    far = torch.log(-torch.where(l_t < -math.log(2.0), l_t, torch.full_like(l_t, -1.0)))
+    return torch.where(l_t < -math.log(2.0), far, near)
 
 
 @dataclass
@@ -69,7 +109,7 @@ class TWALossOutput:
     span_logprob: Tensor
 
 
-def _check(logits, labels, positive, span_ids, span_weights) -> None:
+def _check(logits, labels, positive, span_ids, span_weights, span_mask=None) -> None:
     for name, t in (("logits", logits), ("labels", labels), ("positive", positive),
                     ("span_ids", span_ids), ("span_weights", span_weights)):  # fmt: skip
         if not isinstance(t, Tensor):
@@ -100,6 +140,26 @@ def _check(logits, labels, positive, span_ids, span_weights) -> None:
         raise ValueError("positions with label -100 must have positive=False and span_ids=-1")
     if bool((positive & (span_ids.to(positive.device) >= 0)).any()):
         raise ValueError("a token cannot be both positive and inside an error span")
+    bad = torch.isnan(logits).any() | torch.isposinf(logits).any()
+    if bool(bad):
+        n_nan, n_inf = int(torch.isnan(logits).sum()), int(torch.isposinf(logits).sum())
+        raise ValueError(
+            f"logits hold {n_nan} NaN and {n_inf} +inf values: the model's output is broken "
+            "(-inf, a masked-out token, is allowed)"
+        )
+    if span_mask is not None:
+        if not isinstance(span_mask, Tensor) or span_mask.dtype != torch.bool:
+            raise TypeError(f"span_mask must be a bool tensor, got {type(span_mask).__name__}"
+                            f"{'' if not isinstance(span_mask, Tensor) else ' of ' + str(span_mask.dtype)}")  # fmt: skip
+        if tuple(span_mask.shape) != (B, K, T):
+            raise ValueError(
+                f"span_mask must be (B, K, T) = ({B}, {K}, {T}), got {tuple(span_mask.shape)}"
+            )
+        if not torch.equal(span_mask.any(1).to(span_ids.device), span_ids >= 0):
+            raise ValueError(
+                "span_mask and span_ids disagree: a token is in some span of span_mask exactly "
+                "when its span_ids entry is >= 0"
+            )
 
 
 def twa_loss(
@@ -109,55 +169,72 @@ def twa_loss(
     span_ids: Tensor,
     span_weights: Tensor,
     *,
+    span_mask: Tensor | None = None,
     unlikelihood: Literal["span", "token"] = "span",
     reduction: Literal["token_mean", "sum", "seq_mean"] = "token_mean",
-    eps: float = 1e-6,
+    eps: float = 0.0,
 ) -> TWALossOutput:
     """The TWA objective on a batch. ``logits[:, t]`` must score ``labels[:, t]`` (shift first for
     a causal LM); ``positive`` marks the cross-entropy tokens, ``span_ids`` the error span of each
     token (-1: none), ``span_weights[b, k]`` span ``k``'s weight (0 for padding spans).
 
+    ``span_mask (B, K, T)`` (bool, optional): the tokens of each span, for spans that overlap
+    (a token may be in several; :class:`~icml25.twa.collate.TWACollator` gives it). Without it
+    span ``k`` holds the tokens whose ``span_ids`` is ``k``. Each span's term is over its own
+    tokens; a token counts once in the reductions' token count.
+
     ``reduction``: ``"token_mean"`` (default; divide by the tokens that received any loss),
     ``"sum"``, or ``"seq_mean"`` (divide by the sequences that received any loss). A batch where
     no token receives a loss gives an exact, differentiable zero. Computed in float32 on the
-    logits' device; bf16/fp16 logits are scored in float32."""
+    logits' device (bf16/fp16 logits are scored in float32); logits with NaN or ``+inf`` are
+    refused (``-inf``, a masked-out token, is allowed). ``eps``: 0 (default) or the smoothing
+    ``-log(1 - (1 - eps) p)`` (``eps = 1e-6`` was the default before; docs/twa.md)."""
     if unlikelihood not in ("span", "token"):
         raise ValueError(f"unlikelihood must be 'span' or 'token', got {unlikelihood!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    _check(logits, labels, positive, span_ids, span_weights)
+    eps = as_real("eps", eps, low=0, high=1, high_open=True)
+    _check(logits, labels, positive, span_ids, span_weights, span_mask)
     dev = logits.device
     positive, span_ids = positive.to(dev), span_ids.to(dev)
-    lp = token_logprobs(logits, labels.to(dev))  # (B, T), float32 or wider, 0 at -100
+    labels = labels.to(dev)
+    lp = token_logprobs(logits, labels)  # (B, T), float32 or wider, 0 at -100
     weights = span_weights.to(device=dev, dtype=lp.dtype)
     B, K = weights.shape
+    T = lp.shape[1]
     in_span = span_ids >= 0
+    if span_mask is None:
+        span_mask = (span_ids[:, None, :] == torch.arange(K, device=dev)[None, :, None]) & in_span[
+            :, None, :
+        ]
+    span_mask = span_mask.to(dev)
     ce_tok = torch.where(positive, -lp, torch.zeros_like(lp))
     ce_sum = ce_tok.sum()
     n_pos = positive.sum(-1)
     n_span = in_span.sum(-1)
+    S = torch.where(span_mask, lp[:, None, :], torch.zeros_like(lp)[:, None, :]).sum(-1)
     if K == 0 or not bool(in_span.any()):
         ul_per_seq = torch.zeros(B, device=dev, dtype=lp.dtype)
-        S = torch.zeros(B, K, device=dev, dtype=lp.dtype)
     else:
-        masked = torch.where(in_span, lp, torch.zeros_like(lp))
-        S = torch.zeros(B, K, device=dev, dtype=lp.dtype).scatter_add(
-            1, span_ids.clamp(min=0), masked
-        )
+        # log(-log p_t) for every span token, exact where p_t is near 1
+        v = torch.full((B, T), -math.inf, device=dev, dtype=lp.dtype)
+        v = v.masked_scatter(in_span, _span_terms(logits, labels, lp, in_span))
         if unlikelihood == "span":
-            ul = span_unlikelihood(S, eps) * weights
-            # which spans occur (a count: a plain scatter of booleans would let the -1 positions,
-            # clamped to column 0, overwrite span 0's marks)
-            has = (
-                torch.zeros(B, K, device=dev).scatter_add(
-                    1, span_ids.clamp(min=0), in_span.to(torch.float32)
-                )
-                > 0
+            members = torch.where(span_mask, v[:, None, :], torch.full_like(v, -math.inf)[:, None])
+            has = span_mask.any(-1)
+            # log u = log(-S_k): a log-sum-exp over the span's own tokens
+            log_u = torch.logsumexp(
+                torch.where(has[..., None], members, torch.zeros_like(members)), -1
             )
+            ul = _unlikelihood_from_log_u(log_u, eps) * weights
             ul_per_seq = torch.where(has, ul, torch.zeros_like(ul)).sum(-1)
         else:
-            w_tok = weights.gather(1, span_ids.clamp(min=0))
-            ul_tok = torch.where(in_span, token_unlikelihood(lp, eps) * w_tok, torch.zeros_like(lp))
+            # a token in several spans carries each span's weight
+            w_tok = (span_mask.to(lp.dtype) * weights[..., None]).sum(1)
+            safe = torch.where(in_span, v, torch.zeros_like(v))
+            ul_tok = torch.where(
+                in_span, _unlikelihood_from_log_u(safe, eps) * w_tok, torch.zeros_like(lp)
+            )
             ul_per_seq = ul_tok.sum(-1)
     ul_sum = ul_per_seq.sum()
     total = ce_sum + ul_sum

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.llm.distributed import refuse_several_processes
 from icml25.twa.annotations import AnnotatedTranslation
 from icml25.twa.collate import TWACollator, twa_loss_denominator, twa_loss_on_batch
@@ -40,20 +41,21 @@ class TWAConfig:
     severity_weights: Mapping[str, float] | str | None = None  # None: the weights as loaded
     unlocalized: str = "no_positive"
     reduction: str = "token_mean"
-    eps: float = 1e-6
+    eps: float = 0.0  # ours: no smoothing (1e-6 before; it zeroed the gradient as p -> 1)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        for name in ("batch_size", "epochs"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps!r}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
+        self.lr = as_real("lr", self.lr, low=0, low_open=True)
+        self.batch_size = as_int("batch_size", self.batch_size, 1)
+        self.epochs = as_int("epochs", self.epochs, 1)
+        if self.max_steps is not None:
+            self.max_steps = as_int("max_steps", self.max_steps, 1)
+        self.warmup_steps = as_int("warmup_steps", self.warmup_steps, 0)
+        self.weight_decay = as_real("weight_decay", self.weight_decay, low=0)
+        if self.max_grad_norm is not None:
+            self.max_grad_norm = as_real("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        self.ignore_off_trajectory = as_bool("ignore_off_trajectory", self.ignore_off_trajectory)
+        self.seed = as_int("seed", self.seed)
         from icml25.twa.align import UNLOCALIZED_POLICIES
         from icml25.twa.loss import REDUCTIONS
 
@@ -65,16 +67,14 @@ class TWAConfig:
             raise ValueError(
                 f"unlocalized must be one of {UNLOCALIZED_POLICIES}, got {self.unlocalized!r}"
             )
-        if not 0 < self.eps < 1:
-            raise ValueError(f"eps must be in (0, 1), got {self.eps!r}")
+        self.eps = as_real("eps", self.eps, low=0, high=1, high_open=True)
         sw = self.severity_weights
         if sw is not None:
             if isinstance(sw, str) and sw != "uniform":
                 raise ValueError(f"severity_weights must be None, a dict or 'uniform', got {sw!r}")
             if isinstance(sw, Mapping):
-                bad = {k: v for k, v in sw.items() if not (isinstance(v, (int, float)) and v >= 0)}
-                if bad:
-                    raise ValueError(f"severity weights must be numbers >= 0, got {bad}")
+                for k, v in sw.items():
+                    as_real(f"severity weight {k!r}", v, low=0)
 
 
 @dataclass
