@@ -54,9 +54,9 @@ def test_horizon_eps_alpha_and_t_are_checked():
         exact_safety_q(K, mdp.safe, 0)
     Q, V = exact_safety_q(K, mdp.safe, 10)
     q = SafetyQ(Q, V, mdp.safe)
-    with pytest.raises(ValueError, match=r"eps must be in \(0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"eps must be a finite number in \(0, 1\), got 1.0"):
         SafetyCertificate(q, eps=1.0)
-    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
+    with pytest.raises(ValueError, match=r"alpha must be a finite number in \[0, 1\], got 2"):
         SafetyCertificate(q, alpha=2)
     cert = SafetyCertificate(q)
     with pytest.raises(IndexError, match=r"t must be in \[0, H\) = \[0, 10\), got 10"):

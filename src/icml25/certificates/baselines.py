@@ -8,6 +8,7 @@ import math
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_prob
 from icml25.certificates.certificate import TOL, _select
 from icml25.certificates.cmdp import OfflineDataset, _nominal, check_distribution
 
@@ -30,15 +31,14 @@ class NominalController:
     """``u_t = U^n``: no filter (``n_states`` for the closed-loop table)."""
 
     def __init__(self, horizon: int, n_states: int) -> None:
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
-        self.horizon, self.n_states = horizon, int(n_states)
+        self.horizon = as_int("horizon", horizon, 1)
+        self.n_states = as_int("n_states", n_states, 1)
 
     def __call__(self, x, t, u_nominal, generator=None):
-        return int(u_nominal), {}
+        return as_int("u_nominal", u_nominal, 0), {}
 
     def table(self, nominal) -> Tensor:
-        nominal = torch.as_tensor(nominal, dtype=D)
+        nominal = torch.as_tensor(nominal)
         nominal = _nominal(nominal, self.n_states, nominal.shape[-1])
         return nominal.expand(self.horizon, *nominal.shape).clone()
 
@@ -50,18 +50,37 @@ class DTCBFFilter:
 
     ``kernel_or_dataset``: a kernel ``(X, U, X')`` (``dtcbf_true`` with the interventional one)
     or an :class:`OfflineDataset`, whose observational statistics the paper's DTCBF uses.
-    Unseen ``(x, u)`` cells are never certified.
+    Unseen ``(x, u)`` cells are never certified. A dataset records no action space, so with one
+    the number of actions comes from ``n_actions`` or ``len(action_values)``; without either it
+    is refused (the largest action seen would miss actions the data never took).
     """
 
     def __init__(self, kernel_or_dataset, h, alpha_cbf: float = 0.5, horizon: int = 10,
-                 action_values=None) -> None:  # fmt: skip
+                 action_values=None, *, n_actions: int | None = None) -> None:  # fmt: skip
         h = torch.as_tensor(h, dtype=D).reshape(-1)
-        if not (isinstance(alpha_cbf, (int, float)) and 0.0 <= alpha_cbf <= 1.0):
-            raise ValueError(f"alpha_cbf must be in [0, 1], got {alpha_cbf!r}")
+        alpha_cbf = as_prob("alpha_cbf", alpha_cbf)
+        horizon = as_int("horizon", horizon, 1)
         if h.numel() < 1 or not bool(torch.isfinite(h).all()):
             raise ValueError(f"h must be a finite barrier value per state, got {h.tolist()[:8]}")
+        n_actions = None if n_actions is None else as_int("n_actions", n_actions, 1)
+        if action_values is not None:
+            n_vals = torch.as_tensor(action_values).numel()
+            if n_actions is not None and n_vals != n_actions:
+                raise ValueError(
+                    f"action_values has {n_vals} values but n_actions={n_actions}; give one "
+                    "value per action"
+                )
+            n_actions = n_vals
         if isinstance(kernel_or_dataset, OfflineDataset):
-            U = int(kernel_or_dataset.u.max()) + 1 if action_values is None else len(action_values)
+            if n_actions is None:
+                raise ValueError(
+                    "DTCBFFilter(dataset) needs the number of actions: pass n_actions= (or "
+                    "action_values=); a dataset does not record actions it never took"
+                )
+            U = n_actions
+            seen = int(kernel_or_dataset.u.max())
+            if seen >= U:
+                raise ValueError(f"the dataset has action {seen}, but n_actions={U}")
             kernel = offline_kernel(kernel_or_dataset, h.numel(), U)
         else:
             kernel = torch.as_tensor(kernel_or_dataset)
@@ -72,7 +91,12 @@ class DTCBFFilter:
                     f"h must have one value per state of the kernel ({kernel.shape[0]}), got {h.numel()}"
                 )
             kernel = check_distribution("kernel", kernel)
-        self.h, self.alpha, self.horizon = h, float(alpha_cbf), horizon
+            if n_actions is not None and kernel.shape[1] != n_actions:
+                raise ValueError(
+                    f"the kernel has {kernel.shape[1]} actions, but {n_actions} were given "
+                    "(n_actions/action_values)"
+                )
+        self.h, self.alpha, self.horizon = h, alpha_cbf, horizon
         self.expected_h = kernel @ h  # (X, U); NaN for unseen cells
         U = kernel.shape[1]
         vals = (
@@ -93,8 +117,6 @@ class DTCBFFilter:
         return torch.where(u < 0, best, u)
 
     def __call__(self, x, t, u_nominal, generator=None):
-        from icml25.certificates.cmdp import as_int
-
         X, U = self.expected_h.shape
         x, un = as_int("x", x), as_int("u_nominal", u_nominal)
         if not 0 <= x < X or not 0 <= un < U:

@@ -17,21 +17,13 @@ import warnings
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.certificates.qfunctions import SafetyQ, risk_policy
 
 __all__ = ["SafetyCertificate", "candidate_filter"]
 
 D = torch.float64
 TOL = 1e-12  # margins this close to 0 count as certified (rounding)
-
-
-def _number(name: str, value) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
 
 
 def _select(feasible: Tensor, Q: Tensor, dist: Tensor) -> Tensor:
@@ -65,11 +57,8 @@ class SafetyCertificate:
             raise ValueError(
                 f"q must be a SafetyQ (from FrontDoorFQE.fit or exact), got {type(q).__name__}"
             )
-        eps, alpha = _number("eps", eps), _number("alpha", alpha)
-        if not 0.0 < eps < 1.0:
-            raise ValueError(f"eps must be in (0, 1), got {eps!r}")
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+        eps = as_real("eps", eps, low=0.0, high=1.0, low_open=True, high_open=True)
+        alpha = as_real("alpha", alpha, low=0.0, high=1.0)
         self.q, self.eps, self.alpha = q, float(eps), float(alpha)
         self.H = q.horizon
         X, U = q.Q.shape[1:]
@@ -105,8 +94,6 @@ class SafetyCertificate:
         return Q - V[..., None] + self.alpha * (V[..., None] - (1.0 - self.eps))
 
     def _k(self, t) -> int:
-        from icml25.certificates.cmdp import as_int
-
         t = as_int("t", t)
         if t < 0 or t >= self.H:
             raise IndexError(f"t must be in [0, H) = [0, {self.H}), got {t}")
@@ -115,8 +102,6 @@ class SafetyCertificate:
     def margin(self, x, u, t) -> float:
         """``S(x, u, t)`` (``S_alpha`` with ``alpha > 0``)."""
         k = self._k(t)
-        from icml25.certificates.cmdp import as_int
-
         x, u = as_int("x", x), as_int("u", u)
         if not 0 <= u < self.q.Q.shape[2]:
             raise ValueError(f"action must be in [0, {self.q.Q.shape[2]}), got {u}")
@@ -135,8 +120,6 @@ class SafetyCertificate:
         identified action at all: the nominal, ``info["unidentified"]``."""
         if distance not in ("abs", "sq"):
             raise ValueError(f"distance must be 'abs' or 'sq', got {distance!r}")
-        from icml25.certificates.cmdp import as_int
-
         k = self._k(t)
         x = self.q._index(as_int("x", x), k)[0]
         un = as_int("u_nominal", u_nominal)
@@ -279,15 +262,35 @@ def candidate_filter(q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates
                      generator=None) -> tuple[Tensor, dict]:  # fmt: skip
     """Continuous actions (not in the paper): score ``u_nominal`` plus random and grid candidates
     in the box ``[low, high]`` and return the certified one (``margin_fn(u) >= 0``) closest to
-    ``u_nominal`` (Euclidean); if none is, the best-Q candidate with ``info["fallback"]``.
-    ``q_fn`` and ``margin_fn`` take a batch of actions ``(n, d)`` and return ``(n,)``."""
-    u_nominal = torch.as_tensor(u_nominal, dtype=D).reshape(-1)
-    low = torch.as_tensor(low, dtype=D).expand_as(u_nominal)
-    high = torch.as_tensor(high, dtype=D).expand_as(u_nominal)
+    ``u_nominal`` (Euclidean); if none is, the best-Q candidate with ``info["fallback"]`` (its
+    margin is negative: it is not certified). ``q_fn`` and ``margin_fn`` take a batch of actions
+    ``(n, d)`` and return ``(n,)``; a NaN margin is never certified.
+
+    ``u_nominal`` must be finite (NaN or inf: ValueError); one outside the box is scored at its
+    projection onto the box, and distances are measured to the nominal itself. Any float dtype
+    is accepted; the search runs in float64.
+    """
+    u_nominal = torch.as_tensor(u_nominal)
+    if u_nominal.is_complex() or u_nominal.dtype == torch.bool:
+        raise ValueError(f"u_nominal must be a real action vector, got dtype {u_nominal.dtype}")
+    u_nominal = u_nominal.to(D).reshape(-1)
+    if u_nominal.numel() == 0:
+        raise ValueError("u_nominal must hold at least one action dimension, got an empty tensor")
+    if not bool(torch.isfinite(u_nominal).all()):
+        raise ValueError(f"u_nominal must be finite, got {u_nominal.tolist()}")
+    try:
+        low = torch.as_tensor(low, dtype=D).expand_as(u_nominal)
+        high = torch.as_tensor(high, dtype=D).expand_as(u_nominal)
+    except RuntimeError:
+        raise ValueError(
+            f"low and high must be scalars or have one value per action dimension "
+            f"({u_nominal.numel()}), got {low!r} and {high!r}"
+        ) from None
+    if not bool((torch.isfinite(low) & torch.isfinite(high)).all()):
+        raise ValueError(f"the action box must be finite, got {low.tolist()} and {high.tolist()}")
     if not bool((low < high).all()):
         raise ValueError(f"the action box needs low < high, got {low.tolist()} and {high.tolist()}")
-    if isinstance(n_candidates, bool) or not isinstance(n_candidates, int) or n_candidates < 2:
-        raise ValueError(f"n_candidates must be an integer >= 2, got {n_candidates!r}")
+    n_candidates = as_int("n_candidates", n_candidates, 2)
     d = u_nominal.numel()
     per = max(2, round((n_candidates // 2) ** (1.0 / d)))
     axes = [torch.linspace(float(a), float(b), per, dtype=D) for a, b in zip(low, high)]
@@ -297,10 +300,17 @@ def candidate_filter(q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates
     cand = torch.cat([u_nominal.clamp(low, high)[None], grid, rand])
     m = torch.as_tensor(margin_fn(cand), dtype=D).reshape(-1)
     q = torch.as_tensor(q_fn(cand), dtype=D).reshape(-1)
+    for name, v in (("margin_fn", m), ("q_fn", q)):
+        if v.numel() != cand.shape[0]:
+            raise ValueError(
+                f"{name} must return one value per candidate ({cand.shape[0]}), got {v.numel()}"
+            )
     ok = m >= -TOL
     if bool(ok.any()):
         dist = ((cand - u_nominal) ** 2).sum(-1)
         i = int(_select(ok, q, dist))
+        if i < 0 or not bool(ok[i]):  # cannot happen with a finite nominal; never mislabel
+            raise RuntimeError("candidate_filter found certified candidates but selected none")
         return cand[i], {"fallback": False, "margin": float(m[i]), "n_feasible": int(ok.sum())}
     i = int(torch.nan_to_num(q, nan=-math.inf).argmax())
     return cand[i], {"fallback": True, "margin": float(m[i]), "n_feasible": 0}

@@ -13,38 +13,59 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int
+
 __all__ = ["OfflineDataset", "RolloutResult", "TabularConfoundedMDP", "check_distribution"]
 
 D = torch.float64
 
 
-def as_int(name: str, value, minimum: int | None = None) -> int:
-    """An integer (numpy and 0-d tensor integers included), or ValueError naming it."""
-    import operator
-
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        out = operator.index(
-            value.item() if isinstance(value, Tensor) and value.numel() == 1 else value
+def as_safe_mask(name: str, safe, n_states: int | None = None) -> Tensor:
+    """``safe`` as a 1-D ``BoolTensor``: a boolean mask, or integers that are all 0 or 1. A float
+    mask is refused (``0.3`` would otherwise read as True), and so is any other integer."""
+    t = torch.as_tensor(safe)
+    if t.dtype != torch.bool:
+        if t.is_floating_point() or t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
+            bad = t.reshape(-1)[~((t == 0) | (t == 1)).reshape(-1)] if t.numel() else t
+            example = bad[0].item() if bad.numel() else None
+            raise ValueError(
+                f"{name} must be a boolean mask (bool, or integers 0/1), got dtype {t.dtype}"
+                + (f" with value {example!r}" if example is not None else "")
+            )
+        t = t.bool()
+    if t.ndim != 1:
+        raise ValueError(
+            f"{name} must be a 1-D mask (one entry per state), got shape {tuple(t.shape)}"
         )
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if minimum is not None and out < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {out}")
-    return out
+    if n_states is not None and t.numel() != n_states:
+        raise ValueError(f"{name} must be a (X={n_states},) mask, got shape {tuple(t.shape)}")
+    return t
 
 
-def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float | None = None) -> Tensor:
+def distribution_tolerance(dtype: torch.dtype, n_terms: int = 1) -> float:
+    """How far from 1 a sum of ``n_terms`` probabilities stored in ``dtype`` may be: 1e-9 for
+    float64 and integers, else ``max(1e-5, n_terms * eps(dtype))`` (float32 ``ones(5) / 5`` sums
+    to 1 + 1.5e-8; bfloat16's to 1 + 1e-3)."""
+    if dtype == torch.float64 or not dtype.is_floating_point:
+        return 1e-9
+    return max(1e-5, max(int(n_terms), 1) * torch.finfo(dtype).eps)
+
+
+def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float | None = None,
+                       dtype: torch.dtype | None = None) -> Tensor:  # fmt: skip
     """``p`` as float64 with its last ``dims`` axes a probability distribution (sums within
-    ``tol`` of 1: 1e-9 for float64 input, 1e-5 for lower precision; renormalised), or
-    ValueError."""
+    ``tol`` of 1, by default :func:`distribution_tolerance` of the input's dtype; ``dtype``: the
+    dtype the values came in with when ``p`` was cast already; renormalised), or ValueError."""
     p = torch.as_tensor(p)
-    if tol is None:
-        tol = 1e-9 if p.dtype == torch.float64 or not p.is_floating_point() else 1e-5
-    p = p.to(D)
+    src = dtype if dtype is not None else p.dtype
     if p.ndim < dims:
         raise ValueError(f"{name} must have at least {dims} axis(es), got shape {tuple(p.shape)}")
+    if tol is None:
+        n_terms = 1
+        for s in p.shape[p.ndim - dims :]:
+            n_terms *= int(s)
+        tol = distribution_tolerance(src, n_terms)
+    p = p.to(D)
     if not bool(torch.isfinite(p).all()):
         raise ValueError(f"{name} must be finite")
     if bool((p < 0).any()):
@@ -118,7 +139,20 @@ class OfflineDataset:
                     f"the frame has no column {name!r} (columns: {list(frame)}); name it with "
                     f"x=/u=/m=/x_next=, or m=None for data without a mediator"
                 )
-            return torch.as_tensor(np.array(frame[name]))
+            arr = np.array(frame[name])
+            if arr.dtype.kind == "O":  # pandas' nullable or mixed columns: numbers or nothing
+                try:
+                    arr = arr.astype(np.float64)
+                except (TypeError, ValueError):
+                    arr = None
+            if arr is None or arr.dtype.kind not in "biuf":
+                shown_dtype = frame[name].dtype if hasattr(frame[name], "dtype") else "object"
+                raise ValueError(
+                    f"column {name!r} must hold integer indices, got dtype {shown_dtype}"
+                )
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise ValueError(f"column {name!r} must hold integer indices, got NaN or inf")
+            return torch.as_tensor(arr)
 
         has_t = t is not None and t in frame
         return cls(col(x), col(u), col(m) if m is not None else None, col(x_next),
@@ -160,10 +194,7 @@ class TabularConfoundedMDP:
             raise ValueError(
                 f"behavior must be (X, W, U) = {(X, W, U)}, got {tuple(self.behavior.shape)}"
             )
-        safe = torch.as_tensor(safe)
-        if safe.shape != (X,):
-            raise ValueError(f"safe must be a (X={X},) mask, got shape {tuple(safe.shape)}")
-        self.safe = safe.bool()
+        self.safe = as_safe_mask("safe", safe, X)
         self.n_states, self.n_latents, self.n_actions, self.n_mediators = X, W, U, M
 
     # -- kernels -------------------------------------------------------------------------------
@@ -278,11 +309,12 @@ class TabularConfoundedMDP:
 
 
 def _nominal(nominal, X: int, U: int) -> Tensor:
-    p = torch.as_tensor(nominal, dtype=D)
+    src = torch.as_tensor(nominal)
+    p = src.to(D)
     if p.ndim == 1 and p.shape[0] == U:
         p = p.expand(X, U)
     if p.shape != (X, U):
         raise ValueError(
             f"the nominal policy must be (U={U},) or (X={X}, U={U}), got {tuple(p.shape)}"
         )
-    return check_distribution("nominal policy", p)
+    return check_distribution("nominal policy", p, dtype=src.dtype)

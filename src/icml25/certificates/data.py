@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from icml25.certificates.cmdp import OfflineDataset
+from icml25._validate import as_int
+from icml25.certificates.cmdp import OfflineDataset, as_safe_mask
 
 __all__ = ["AuxDataset", "OfflineDataset", "build_auxiliary_dataset", "fit_aux_regression"]
 
@@ -31,9 +32,8 @@ def build_auxiliary_dataset(ds: OfflineDataset, safe_fn, horizon: int) -> AuxDat
     """Every transition at every ``k = 1..H`` (time-homogeneous dynamics, as the paper's
     reconstruction assumes), frozen at unsafe states. ``safe_fn``: a ``(X,)`` bool mask or a
     callable ``x (LongTensor) -> BoolTensor``."""
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
-    safe = safe_fn(ds.x) if callable(safe_fn) else torch.as_tensor(safe_fn).bool()[ds.x]
+    horizon = as_int("horizon", horizon, 1)
+    safe = safe_fn(ds.x) if callable(safe_fn) else as_safe_mask("safe_fn", safe_fn)[ds.x]
     x_hat = torch.where(safe.bool(), ds.x_next, ds.x)
     k = torch.arange(1, horizon + 1).repeat_interleave(len(ds))
     rep = lambda c: None if c is None else c.repeat(horizon)  # noqa: E731
@@ -49,7 +49,12 @@ def fit_aux_regression(aux: AuxDataset, safe, n_actions: int, n_mediators: int, 
     data). Returns ``Q (H+1, X, U)``, ``V (H+1, X)``."""
     from icml25.certificates.qfunctions import risk_policy
 
-    safe = torch.as_tensor(safe).bool()
+    safe = as_safe_mask("safe", safe)
+    n_actions, n_mediators = (
+        as_int("n_actions", n_actions, 1),
+        as_int("n_mediators", n_mediators, 1),
+    )
+    horizon = as_int("horizon", horizon, 1)
     X, U, M, D = safe.numel(), n_actions, n_mediators, torch.float64
     pi = risk_policy(pi_risk, X, U, horizon)
     c = safe.to(D)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int
 from icml25.certificates.cmdp import TabularConfoundedMDP, _nominal
 
 __all__ = ["exact_closed_loop_safety", "monte_carlo_safety", "progress"]
@@ -15,18 +16,17 @@ D = torch.float64
 def _table(mdp: TabularConfoundedMDP, table: Tensor) -> Tensor:
     from icml25.certificates.cmdp import check_distribution
 
-    table = torch.as_tensor(table, dtype=D)
+    src = torch.as_tensor(table)
+    table = src.to(D)
     if table.ndim != 3 or table.shape[1:] != (mdp.n_states, mdp.n_actions):
         raise ValueError(
             f"the controller table must be (H, X={mdp.n_states}, U={mdp.n_actions}), got "
             f"{tuple(table.shape)}"
         )
-    return check_distribution("the controller table (action probabilities)", table)
+    return check_distribution("the controller table (action probabilities)", table, dtype=src.dtype)
 
 
 def _x0(mdp: TabularConfoundedMDP, x0) -> int:
-    from icml25.certificates.cmdp import as_int
-
     x0 = as_int("x0", x0)
     if not 0 <= x0 < mdp.n_states:
         raise ValueError(f"x0 must be a state in [0, {mdp.n_states}), got {x0}")
@@ -85,8 +85,6 @@ def monte_carlo_safety(mdp: TabularConfoundedMDP, controller, n_sims: int = 100,
 
     if nominal is None:
         raise ValueError("monte_carlo_safety needs the nominal policy (X, U) or (U,)")
-    from icml25.certificates.cmdp import as_int
-
     nominal = _nominal(nominal, mdp.n_states, mdp.n_actions)
     n_sims, n_traj = as_int("n_sims", n_sims, 2), as_int("n_traj", n_traj, 1)
     if hasattr(controller, "table"):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from icml25.certificates.cmdp import OfflineDataset, check_distribution
+from icml25._validate import as_int, as_real
+from icml25.certificates.cmdp import OfflineDataset, as_safe_mask, check_distribution
 
 __all__ = [
     "FrontDoorFQE",
@@ -32,7 +33,8 @@ def risk_policy(pi_risk, n_states: int, n_actions: int, horizon: int) -> Tensor:
     uniform (the paper's choice), ``(U,)``, ``(X, U)`` or ``(H+1, X, U)``."""
     if pi_risk is None:
         return torch.full((horizon + 1, n_states, n_actions), 1.0 / n_actions, dtype=D)
-    p = torch.as_tensor(pi_risk, dtype=D)
+    src = torch.as_tensor(pi_risk)
+    p = src.to(D)
     ok = {1: (n_actions,), 2: (n_states, n_actions), 3: (horizon + 1, n_states, n_actions)}
     if p.ndim in ok and tuple(p.shape) == ok[p.ndim]:
         p = p.expand(horizon + 1, n_states, n_actions)
@@ -41,12 +43,10 @@ def risk_policy(pi_risk, n_states: int, n_actions: int, horizon: int) -> Tensor:
             f"pi_risk must be (U,), (X, U) or (H+1, X, U) = {(horizon + 1, n_states, n_actions)}, "
             f"got {tuple(p.shape)}"
         )
-    return check_distribution("pi_risk", p.clone())
+    return check_distribution("pi_risk", p.clone(), dtype=src.dtype)
 
 
 def _horizon(horizon) -> int:
-    from icml25.certificates.cmdp import as_int
-
     return as_int("horizon", horizon, 1)
 
 
@@ -77,9 +77,7 @@ def exact_safety_q(kernel, safe, horizon: int, pi_risk=None) -> tuple[Tensor, Te
     kernel = check_distribution("kernel", kernel)
     if kernel.ndim != 3 or kernel.shape[0] != kernel.shape[2]:
         raise ValueError(f"kernel must be (X, U, X), got {tuple(kernel.shape)}")
-    safe = torch.as_tensor(safe).bool()
-    if safe.shape != (kernel.shape[0],):
-        raise ValueError(f"safe must be (X={kernel.shape[0]},), got {tuple(safe.shape)}")
+    safe = as_safe_mask("safe", safe, kernel.shape[0])
     H = _horizon(horizon)
     return _backward(kernel, safe.to(kernel.device), H, risk_policy(pi_risk, *kernel.shape[:2], H))
 
@@ -122,11 +120,11 @@ class _TabularFQE:
     def __init__(self, horizon: int, safe, pi_risk=None, *, n_actions: int | None = None,
                  n_mediators: int | None = None, backoff: bool = True, smoothing: float = 0.0):  # fmt: skip
         self.horizon = _horizon(horizon)
-        self.safe = torch.as_tensor(safe).bool().reshape(-1)
+        self.safe = as_safe_mask("safe", safe)
+        n_actions = None if n_actions is None else as_int("n_actions", n_actions, 1)
+        n_mediators = None if n_mediators is None else as_int("n_mediators", n_mediators, 1)
         self.pi_risk, self.n_actions, self.n_mediators = pi_risk, n_actions, n_mediators
-        if not (smoothing >= 0):
-            raise ValueError(f"smoothing must be >= 0, got {smoothing}")
-        self.backoff, self.smoothing = bool(backoff), float(smoothing)
+        self.backoff, self.smoothing = bool(backoff), as_real("smoothing", smoothing, low=0.0)
 
     def _sizes(self, ds: OfflineDataset) -> tuple[int, int]:
         X = self.safe.numel()
@@ -263,16 +261,24 @@ class NeuralFrontDoorFQE(torch.nn.Module):
                  seed: int = 0) -> None:  # fmt: skip
         super().__init__()
         self.H = _horizon(horizon)
-        self.U, self.M = int(n_actions), int(n_mediators)
-        self.safe = torch.as_tensor(safe).bool().reshape(-1)
+        self.U, self.M = as_int("n_actions", n_actions, 1), as_int("n_mediators", n_mediators, 1)
+        self.safe = as_safe_mask("safe", safe)
         self._phi = features
         d = self.phi(torch.zeros(1, dtype=torch.long)).shape[-1]
-        for name, v in (("steps_per_k", steps_per_k), ("batch_size", batch_size)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        self.steps, self.lr, self.batch = steps_per_k, float(lr), batch_size
-        gen = torch.Generator().manual_seed(seed)
-        torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=gen)))
+        self.steps = as_int("steps_per_k", steps_per_k, 1)
+        self.batch = as_int("batch_size", batch_size, 1)
+        self.lr = as_real("lr", lr, low=0.0, low_open=True)
+        gen = torch.Generator().manual_seed(as_int("seed", seed))
+        init_seed = int(torch.randint(2**31 - 1, (1,), generator=gen))
+        # the networks' initialisation draws from torch's global RNG: fork it, so that the
+        # caller's RNG state is left as it was (same weights as seeding the global RNG would give)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            self._build(d, hidden)
+        self.pi_risk = pi_risk
+        self.fit_info: dict = {}
+
+    def _build(self, d: int, hidden) -> None:
 
         def mlp(n_in: int, n_out: int) -> torch.nn.Sequential:
             layers, width = [], n_in
@@ -285,8 +291,6 @@ class NeuralFrontDoorFQE(torch.nn.Module):
         self.behavior_net = mlp(d, self.U)
         self.mediator_net = mlp(d + self.U, self.M)
         self.q_nets = torch.nn.ModuleList(mlp(d + self.M + self.U, 1) for _ in range(self.H))
-        self.pi_risk = pi_risk
-        self.fit_info: dict = {}
 
     def phi(self, x: Tensor) -> Tensor:
         if callable(self._phi):

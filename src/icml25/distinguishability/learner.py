@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.distinguishability.queries import (
     AnswerBuffer,
     DistinguishabilityQuery,
@@ -52,15 +53,14 @@ class RewardLearner:
     ) -> None:
         if likelihood not in ("abs", "difference"):
             raise ValueError(f"likelihood must be 'abs' or 'difference', got {likelihood!r}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
-        if max_epochs < 0:
-            raise ValueError(f"max_epochs must be >= 0, got {max_epochs}")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if isinstance(noise_prob, bool) or not 0.0 <= float(noise_prob) < 1.0:
-            raise ValueError(f"noise_prob must be in [0, 1), got {noise_prob!r}")
-        self.noise_prob = float(noise_prob)
+        batch_size = None if batch_size is None else as_int("batch_size", batch_size, 1)
+        max_epochs = as_int("max_epochs", max_epochs, 0)
+        lr = as_real("lr", lr, low=0.0, low_open=True)
+        noise_prob = as_real("noise_prob", noise_prob, low=0.0, high=1.0, high_open=True)
+        self.noise_prob = noise_prob
+        stop_acc = None if stop_acc is None else as_real("stop_acc", stop_acc, low=0.0, high=1.0)
+        lambda_pref = as_real("lambda_pref", lambda_pref, low=0.0)
+        eps = as_real("eps", eps, low=0.0, low_open=True)
         self.ensemble, self.batch_size, self.max_epochs = ensemble, batch_size, max_epochs
         self.stop_acc, self.likelihood, self.lambda_pref, self.eps = (
             stop_acc,

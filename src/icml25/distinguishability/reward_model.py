@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "RewardEnsemble",
     "dq_answer_probs",
@@ -53,8 +55,7 @@ class RewardEnsemble(nn.Module):
             ("hidden", hidden, 1),
             ("n_layers", n_layers, 0),
         ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+            as_int(name, v, lo)
         if activation not in ("tanh", "sigmoid", "none"):
             raise ValueError(f"activation must be 'tanh', 'sigmoid' or 'none', got {activation!r}")
         self.obs_dim, self.act_dim, self.K, self.activation = (
@@ -171,8 +172,7 @@ def pcq_loss(ret0: Tensor, ret1: Tensor, y: Tensor, *, noise_prob: float = 0.0) 
         raise ValueError(
             f"ret0 and ret1 must both be (K, N), got {tuple(ret0.shape)}, {tuple(ret1.shape)}"
         )
-    if isinstance(noise_prob, bool) or not 0.0 <= float(noise_prob) < 1.0:
-        raise ValueError(f"noise_prob must be in [0, 1), got {noise_prob!r}")
+    noise_prob = as_real("noise_prob", noise_prob, low=0.0, high=1.0, high_open=True)
     t = _targets(y, "y", (0.0, 0.5, 1.0), ret0)
     z = ret0 - ret1
     if noise_prob == 0:
@@ -185,6 +185,7 @@ def _dq_logits(r1a, r1b, r2a, r2b, eps):
     shapes = {tuple(r.shape) for r in (r1a, r1b, r2a, r2b)}
     if len(shapes) != 1 or r1a.ndim != 2:
         raise ValueError(f"the four returns must share one (K, N) shape, got {sorted(shapes)}")
+    eps = as_real("eps", eps, low=0.0, low_open=True)
     d1, d2 = r1a - r1b, r2a - r2b
     return d1, d2, smooth_abs(d1, eps) - smooth_abs(d2, eps)
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25._validate import as_int
 from icml25.distinguishability.learner import RewardLearner
 from icml25.distinguishability.reward_model import RewardEnsemble
 from icml25.distinguishability.segments import SegmentBuffer
@@ -156,10 +157,8 @@ class PreferenceFeedbackCallback(BaseCallback):
             raise TypeError(f"learner must be a RewardLearner, got {type(learner).__name__}")
         for name, v in (("segment", segment), ("reward_batch", reward_batch),
                         ("large_batch", large_batch), ("num_interact", num_interact)):  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if isinstance(max_feedback, bool) or not isinstance(max_feedback, int) or max_feedback < 0:
-            raise ValueError(f"max_feedback must be an integer >= 0, got {max_feedback!r}")
+            as_int(name, v, 1)
+        max_feedback = as_int("max_feedback", max_feedback, 0)
         from icml25.distinguishability.selection import DQ_METHODS, PCQ_METHODS
 
         methods = DQ_METHODS if query_type == "dq" else PCQ_METHODS

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.distinguishability.reward_model import dq_loss, pcq_loss
 
 __all__ = ["fit_utilities", "lottery_choice_accuracy", "sample_lotteries"]
@@ -31,8 +32,10 @@ def fit_utilities(
     """Free utilities ``u_hat (n_items,)`` fitted full-batch with Adam to PCQ answers ``(i, j, y)``
     (Bradley-Terry) and DQ answers ``(i, j, k, l, d, y[, d_pref])`` (loss (E3)), plus
     ``weight_decay * ||u_hat||^2``. ``d_pref`` defaults to ``d`` (required when ``d = 0.5``)."""
-    if n_items < 2:
-        raise ValueError(f"n_items must be >= 2, got {n_items}")
+    n_items = as_int("n_items", n_items, 2)
+    steps = as_int("steps", steps, 0)
+    lr = as_real("lr", lr, low=0.0, low_open=True)
+    weight_decay = as_real("weight_decay", weight_decay, low=0.0)
     pcq, dq = list(pcq or []), list(dq or [])
     if not pcq and not dq:
         raise ValueError("give at least one PCQ or DQ answer")
@@ -75,8 +78,12 @@ def fit_utilities(
 def sample_lotteries(u_true: Tensor, n: int, rng=None) -> Tensor:
     """``n`` decisions "sure b vs lottery (p: a, 1-p: c)" with ``a < b < c`` in true rank and
     ``p ~ U(0.1, 0.9)``; rows ``(a, b, c, p)`` (float64)."""
+    n = as_int("n", n, 0)
+    u_true = torch.as_tensor(u_true)
+    if not bool(torch.isfinite(u_true).all()):
+        raise ValueError("u_true holds NaN or inf values")
     g = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    order = torch.argsort(u_true).numpy()
+    order = torch.argsort(u_true).cpu().numpy()
     m = len(order)
     if m < 3:
         raise ValueError("need at least 3 items for lotteries")

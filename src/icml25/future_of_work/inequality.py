@@ -11,16 +11,20 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_real
+
 __all__ = ["gini", "lorenz", "theil", "top_share"]
 
 
 def _incomes(
     x: Any, weights: Any, allow_negative: bool, hint: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
+    if hasattr(x, "detach") and hasattr(x, "dtype"):  # a torch tensor, bfloat16 included
+        x = x.detach().cpu().double().numpy()
     arr = np.asarray(x, dtype=object)
     if arr.ndim > 1:
         raise ValueError(f"incomes must be one-dimensional, got shape {arr.shape}")
-    a = np.asarray([float(v) for v in np.ravel(arr)], dtype=float)
+    a = np.asarray([as_real("an income", v, finite=False) for v in np.ravel(arr)], dtype=float)
     if a.size == 0:
         raise ValueError("incomes are empty")
     if not np.all(np.isfinite(a)):
@@ -77,8 +81,7 @@ def top_share(x: Any, q: float = 0.1, weights: Any = None) -> float:
     """Share of the total held by the richest fraction ``q`` of the population (interpolating
     inside the unit that straddles the cut).
     Interpretation tool; the paper does not specify this mechanism."""
-    if not 0 < float(q) <= 1:
-        raise ValueError(f"q must be in (0, 1], got {q!r}")
+    q = as_real("q", q, low=0, high=1, low_open=True)
     a, w = _incomes(x, weights, False)
     tot = float(np.dot(w, a))
     if tot == 0:

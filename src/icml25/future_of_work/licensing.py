@@ -21,7 +21,8 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
 
-from icml25.future_of_work._checks import DISCLAIMER, as_float
+from icml25._validate import as_int, as_real
+from icml25.future_of_work._checks import DISCLAIMER
 from icml25.future_of_work.inequality import gini, theil, top_share
 
 __all__ = [
@@ -74,7 +75,7 @@ class Work:
             v = getattr(self, k)
             if not isinstance(v, str) or not v:
                 raise ValueError(f"Work.{k} must be a non-empty string, got {v!r}")
-        object.__setattr__(self, "units", as_float(f"units of work {self.id!r}", self.units, low=0))
+        object.__setattr__(self, "units", as_real(f"units of work {self.id!r}", self.units, low=0))
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,9 @@ class Licensee:
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f"Licensee.id must be a non-empty string, got {self.id!r}")
         object.__setattr__(
-            self, "units_used", as_float(f"units_used of {self.id!r}", self.units_used, low=0)
+            self, "units_used", as_real(f"units_used of {self.id!r}", self.units_used, low=0)
         )
-        object.__setattr__(
-            self, "revenue", as_float(f"revenue of {self.id!r}", self.revenue, low=0)
-        )
+        object.__setattr__(self, "revenue", as_real(f"revenue of {self.id!r}", self.revenue, low=0))
 
 
 class FeeRule:
@@ -139,10 +138,10 @@ class RevenueShare(FeeRule):
     rate: float
 
     def __post_init__(self) -> None:
-        as_float("RevenueShare.rate", self.rate, low=0, high=1)
+        as_real("RevenueShare.rate", self.rate, low=0, high=1)
 
     def fee(self, licensee: Licensee) -> Decimal:
-        r = as_float("RevenueShare.rate", self.rate, low=0, high=1)
+        r = as_real("RevenueShare.rate", self.rate, low=0, high=1)
         return Decimal(str(r)) * Decimal(str(licensee.revenue))
 
 
@@ -172,8 +171,11 @@ def largest_remainder(total_cents: int, weights: Mapping[str, Any]) -> dict[str,
     to ``total_cents`` exactly (Hamilton's largest-remainder method, exact rational arithmetic;
     ties go to the earlier key). All-zero weights: a ``ValueError`` (no one to pay).
     Interpretation tool; the paper does not specify this mechanism."""
-    if isinstance(total_cents, bool) or not isinstance(total_cents, int) or total_cents < 0:
-        raise ValueError(f"total_cents must be an integer >= 0, got {total_cents!r}")
+    total_cents = as_int("total_cents", total_cents, 0)
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights must be a mapping {{holder: weight}}, got {type(weights).__name__}"
+        )
     ws = {}
     for k, w in weights.items():
         try:
@@ -234,7 +236,7 @@ class CollectiveLicensingPool:
         if dup:
             raise ValueError(f"duplicate work ids {dup}")
         self.works = works
-        self.admin_rate = as_float("admin_rate", self.admin_rate, low=0, high=1, high_open=True)
+        self.admin_rate = as_real("admin_rate", self.admin_rate, low=0, high=1, high_open=True)
         rules = self.fee_rule if isinstance(self.fee_rule, Mapping) else None
         if rules is not None and not all(isinstance(r, FeeRule) for r in rules.values()):
             raise TypeError("fee_rule must be a FeeRule or {territory: FeeRule}")
@@ -244,7 +246,7 @@ class CollectiveLicensingPool:
         if self.reciprocity is not None:
             rows: dict[str, float] = {}
             for (a, _b), frac in self.reciprocity.items():
-                f = as_float(f"reciprocity[{a!r}, {_b!r}]", frac, low=0, high=1)
+                f = as_real(f"reciprocity[{a!r}, {_b!r}]", frac, low=0, high=1)
                 rows[a] = rows.get(a, 0.0) + f
             bad = {a: s for a, s in rows.items() if abs(s - 1) > 1e-9}
             if bad:
@@ -309,10 +311,23 @@ class CollectiveLicensingPool:
         pool. Interpretation tool; the paper does not specify this mechanism."""
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-        alpha = as_float("alpha", alpha, low=0, high=1)
+        alpha = as_real("alpha", alpha, low=0, high=1)
         if floor_policy not in ("raise", "scale"):
             raise ValueError(f"floor_policy must be 'raise' or 'scale', got {floor_policy!r}")
-        floor_c = _cents(_money("min_payout", min_payout))
+        floor_d = _money("min_payout", min_payout)
+        floor_c = _cents(floor_d)
+        if floor_d > 0 and floor_c == 0:
+            raise ValueError(
+                f"min_payout={min_payout!r} rounds to 0.00: payouts are whole cents (half-even), "
+                "so this floor would be silently dropped; pass 0 for no floor, or at least 0.01"
+            )
+        if floor_d != Decimal(floor_c) * CENT:
+            warnings.warn(
+                f"min_payout={min_payout!r} is not a whole number of cents; the floor used is "
+                f"{Decimal(floor_c) * CENT}",
+                UserWarning,
+                stacklevel=2,
+            )
         if rule in ("attribution", "hybrid") and values is None:
             raise ValueError(f"rule {rule!r} needs values={{holder: value}} (e.g. Shapley values)")
         if values is not None:

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from icml25.future_of_work._checks import DISCLAIMER, as_float, as_int
+from icml25._validate import as_int, as_real
+from icml25.future_of_work._checks import DISCLAIMER
 from icml25.future_of_work.inequality import gini
 
 __all__ = ["TaskModel", "household_incomes", "simulate_path"]
@@ -52,8 +53,8 @@ class TaskModel:
     gamma_K: Callable[[float], float] | None = None
 
     def __post_init__(self) -> None:
-        N = as_float("N", self.N)
-        I = as_float("I", self.I)  # noqa: E741
+        N = as_real("N", self.N)
+        I = as_real("I", self.I)  # noqa: E741
         if not N - 1 < I < N:
             raise ValueError(f"I must lie in (N - 1, N) = ({N - 1:g}, {N:g}), got I = {I:g}")
         if abs(self.a) * max(abs(N), 1.0) > 600:
@@ -62,8 +63,8 @@ class TaskModel:
                 "index is only a label, so shift it (e.g. N = 1) or lower a"
             )
         for k in ("A_L", "A_K", "L", "K"):
-            as_float(k, getattr(self, k), low=0, low_open=True)
-        as_float("a", self.a)
+            as_real(k, getattr(self, k), low=0, low_open=True)
+        as_real("a", self.a)
         if self.gamma_L is not None or self.gamma_K is not None:
             xs = np.linspace(N - 1 + 1e-3, N - 1e-3, 400)
             f = np.array([self.profitability(x) for x in xs])
@@ -160,8 +161,8 @@ def household_incomes(
     household supplies ``L``. A royalty ``royalty_rate`` on capital income ``R K`` is paid to
     everyone equally (``"equal"``) or to a creator group of mass ``phi_cre`` (``"creators"``).
     Interpretation tool; the paper does not specify this mechanism."""
-    phi_own = as_float("phi_own", phi_own, low=0, high=1, low_open=True)
-    rho = as_float("royalty_rate", royalty_rate, low=0, high=1)
+    phi_own = as_real("phi_own", phi_own, low=0, high=1, low_open=True)
+    rho = as_real("royalty_rate", royalty_rate, low=0, high=1)
     if royalty_rule not in ("equal", "creators"):
         raise ValueError(f"royalty_rule must be 'equal' or 'creators', got {royalty_rule!r}")
     W, R = eq["W"], eq["R"]
@@ -171,7 +172,7 @@ def household_incomes(
         inc = [labour + cap / phi_own + pool, labour + pool]
         w = [phi_own, 1 - phi_own]
     else:
-        phi_cre = as_float("phi_cre", phi_cre, low=0, high=1 - phi_own, low_open=True)
+        phi_cre = as_real("phi_cre", phi_cre, low=0, high=1 - phi_own, low_open=True)
         inc = [labour + cap / phi_own, labour + pool / phi_cre, labour]
         w = [phi_own, phi_cre, 1 - phi_own - phi_cre]
     keep = [i for i, x in enumerate(w) if x > 0]

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from icml25.future_of_work._checks import DISCLAIMER, as_float, as_int
+from icml25._validate import as_int, as_real
+from icml25.future_of_work._checks import DISCLAIMER
 
 __all__ = [
     "MAX_EXACT",
@@ -183,8 +184,8 @@ def shapley_tmc(
     g = _groups(groups)
     max_perms = as_int("max_perms", max_perms, 1)
     min_perms = as_int("min_perms", min_perms, 1)
-    tol = as_float("tol", tol, low=0)
-    delta = as_float("delta", delta, low=0, high=1, low_open=True, high_open=True)
+    tol = as_real("tol", tol, low=0)
+    delta = as_real("delta", delta, low=0, high=1, low_open=True, high_open=True)
     u = utility if isinstance(utility, _Counted) else _Counted(utility)
     rng = np.random.default_rng(seed)
     n = len(g)
@@ -215,7 +216,7 @@ def shapley_tmc(
     M = a.shape[0]
     se = a.std(axis=0, ddof=1) / np.sqrt(M) if M > 1 else np.full(n, np.inf)
     if value_range is not None:
-        b = as_float("value_range", value_range, low=0, low_open=True)
+        b = as_real("value_range", value_range, low=0, low_open=True)
     else:
         b = float(max(u.cache.values()) - min(u.cache.values()))
     bound = b * math.sqrt(2 * math.log(2 * n / delta) / M)
@@ -262,8 +263,17 @@ def gradient_attribution(
     (or ``(n, p)``: one checkpoint), ``val_grads`` ``(C, m, p)``, ``groups`` ``(n,)`` the group of
     each training example. Cheap and not a Shapley value (no efficiency, no symmetry guarantee);
     for large models use TRAK or dattri. Interpretation tool; the paper does not specify this
-    mechanism."""
-    tg, vg = np.asarray(train_grads, dtype=float), np.asarray(val_grads, dtype=float)
+    mechanism.
+
+    Returns finite values or raises: NaN or inf gradients or rates are refused
+    (``ValueError`` naming the argument and the index), and so are products that overflow
+    float64. An empty validation set gives zeros; an empty training set, no groups.
+    """
+    tg, vg = _float64(train_grads), _float64(val_grads)
+    for name, a in (("train_grads", tg), ("val_grads", vg)):
+        if not np.isfinite(a).all():
+            at = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+            raise ValueError(f"{name} must be finite, got {a[at]!r} at index {at}")
     if tg.ndim == 2:
         tg, vg = tg[None], vg[None]
     if tg.ndim != 3 or vg.ndim != 3 or tg.shape[0] != vg.shape[0] or tg.shape[2] != vg.shape[2]:
@@ -274,8 +284,21 @@ def gradient_attribution(
         raise ValueError(
             f"groups must have one entry per training example ({tg.shape[1]}), got {grp.shape}"
         )
-    eta = np.broadcast_to(np.asarray(lr, dtype=float), (tg.shape[0],))
-    per_example = np.einsum("c,cnp,cp->n", eta, tg, vg.sum(axis=1))
+    lr_list = np.asarray(lr, dtype=object).reshape(-1).tolist() if np.ndim(lr) else [lr]
+    if len(lr_list) not in (1, tg.shape[0]):
+        raise ValueError(
+            f"lr must be one rate or one per checkpoint ({tg.shape[0]}), got {len(lr_list)}"
+        )
+    eta = np.broadcast_to(
+        np.array([as_real("lr", v) for v in lr_list], dtype=float), (tg.shape[0],)
+    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_example = np.einsum("c,cnp,cp->n", eta, tg, vg.sum(axis=1))
+    if not np.isfinite(per_example).all():
+        raise ValueError(
+            "the gradient products overflowed float64 (an attribution came out inf or NaN); "
+            "rescale train_grads/val_grads (e.g. divide by their largest norm) and retry"
+        )
     return Valuation({h: float(per_example[grp == h].sum()) for h in dict.fromkeys(grp.tolist())},
                      method="gradient")  # fmt: skip
 
@@ -289,7 +312,12 @@ class GroupUtility:
         X, y: training data; ``groups``: ``(n,)`` the group (rights-holder) of each row.
         X_val, y_val: validation data.
         metric: ``"accuracy"``, ``"neg_log_loss"`` or a callable ``(y_true, y_pred) -> float``.
-        base_idx: rows always in the training set (a public base corpus); default none.
+        base_idx: rows always in the training set (a public base corpus); default none;
+            integer row indices in ``[0, n)``.
+        labels: for ``"neg_log_loss"``, every class the validation labels may hold (as
+            scikit-learn's ``log_loss(labels=...)``); a class the model never saw gets the clip
+            probability 1e-15. Default: the training classes, and a validation class missing
+            from them is refused (``ValueError`` naming it).
         fit_fn: instead of an estimator, ``fit_fn(X, y) -> predict_fn`` (e.g. a torch loop).
 
     ``U(∅)`` (and any subset with one class, or whose fit fails) is the score of a constant
@@ -302,7 +330,8 @@ class GroupUtility:
     """
 
     def __init__(self, model_factory: Any, X: Any, y: Any, groups: Any, X_val: Any, y_val: Any, *,
-                 metric: str | Callable = "accuracy", base_idx: Any = None, fit_fn: Callable | None = None) -> None:  # fmt: skip
+                 metric: str | Callable = "accuracy", base_idx: Any = None, fit_fn: Callable | None = None,
+                 labels: Any = None) -> None:  # fmt: skip
         self.X, self.y = np.asarray(X), np.asarray(y)
         if self.X.ndim != 2:
             raise ValueError(f"X must be 2-D (rows, features), got shape {self.X.shape}")
@@ -320,10 +349,25 @@ class GroupUtility:
                 f"metric must be 'accuracy', 'neg_log_loss' or a callable, got {metric!r}"
             )
         self.model_factory, self.fit_fn, self.metric = model_factory, fit_fn, metric
-        self.base_idx = (
-            np.zeros(0, dtype=int) if base_idx is None else np.asarray(base_idx, dtype=int)
-        )
+        self.base_idx = _base_idx(base_idx, self.y.shape[0])
         self.classes = np.unique(self.y)
+        if labels is not None:
+            lab = np.unique(np.asarray(labels))
+            missing = np.setdiff1d(self.classes, lab)
+            if missing.size:
+                raise ValueError(
+                    f"labels must include every training class; missing {missing.tolist()}"
+                )
+            self.classes = lab
+        if metric == "neg_log_loss":
+            unseen = np.setdiff1d(np.unique(self.y_val), self.classes)
+            if unseen.size:
+                raise ValueError(
+                    f"y_val has class(es) {unseen.tolist()} that the training labels never hold "
+                    f"(classes {self.classes.tolist()}): the log-loss of such a row is undefined; "
+                    "pass labels= with every class (as sklearn's log_loss) to score it at the "
+                    "clip probability 1e-15"
+                )
         self.failures: list[tuple[frozenset, str]] = []
         self._cache: dict[frozenset, float] = {}
         self._fitted_once = False
@@ -402,6 +446,34 @@ class GroupUtility:
             warnings.warn(f"fit failed on groups {sorted(map(str, s))} ({exc}); scored as the "
                           "majority-class predictor", stacklevel=3)  # fmt: skip
             return self._constant(ys)
+
+
+def _float64(a: Any) -> np.ndarray:
+    """An array-like (torch tensors of any float dtype, bfloat16 included) as float64 numpy."""
+    if hasattr(a, "detach") and hasattr(a, "dtype"):
+        a = a.detach().cpu().double().numpy()
+    return np.asarray(a, dtype=float)
+
+
+def _base_idx(base_idx: Any, n: int) -> np.ndarray:
+    """``base_idx`` as integer row indices in ``[0, n)``, or ValueError naming the bad one."""
+    if base_idx is None:
+        return np.zeros(0, dtype=int)
+    a = np.asarray(base_idx)
+    if a.size == 0:
+        return np.zeros(0, dtype=int)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ValueError(
+            f"base_idx must be a 1-D sequence of integer row indices, got dtype {a.dtype} "
+            f"and shape {a.shape}"
+        )
+    bad = (a < 0) | (a >= n)
+    if bad.any():
+        raise ValueError(
+            f"base_idx must hold row indices in [0, {n}) (the training set has {n} rows), "
+            f"got {int(a[bad][0])}"
+        )
+    return a.astype(int)
 
 
 def _fresh(factory: Any) -> Any:
