@@ -167,6 +167,22 @@ def _cannot_start(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _serving(model_dir: Path, root: Path):
+    """Start the server on ``model_dir`` (three tries: ``free_port()`` releases the port before
+    the server binds it, so another process may win it), yield it, stop it."""
+    for attempt in range(3):
+        try:
+            server = start_server(model_dir, root)
+            break
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc).lower() or attempt == 2:
+                _cannot_start(str(exc))
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
 @pytest.fixture(scope="session")
 def transformers_server(tmp_path_factory: pytest.TempPathFactory):
     missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
@@ -175,18 +191,7 @@ def transformers_server(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("transformers")
     root = tmp_path_factory.mktemp("transformers-serve")
     model_dir = write_tiny_model(root / "tiny-llama")
-    for attempt in range(3):
-        try:
-            server = start_server(model_dir, root)
-            break
-        except RuntimeError as exc:
-            # free_port() releases the port before the server binds it: another process may win it
-            if "address already in use" not in str(exc).lower() or attempt == 2:
-                _cannot_start(str(exc))
-    try:
-        yield server
-    finally:
-        stop_server(server)
+    yield from _serving(model_dir, root)
 
 
 def write_tiny_vlm(folder: Path, words: str = WORDS) -> Path:
@@ -257,15 +262,4 @@ def vision_server(tmp_path_factory: pytest.TempPathFactory):
     except (ImportError, AttributeError, TypeError, ValueError) as exc:
         # an older or newer transformers without these classes or arguments
         _cannot_start(f"cannot build the tiny LLaVA: {type(exc).__name__}: {exc}")
-    for attempt in range(3):
-        try:
-            server = start_server(model_dir, root)
-            break
-        except RuntimeError as exc:
-            # free_port() releases the port before the server binds it: another process may win it
-            if "address already in use" not in str(exc).lower() or attempt == 2:
-                _cannot_start(str(exc))
-    try:
-        yield server
-    finally:
-        stop_server(server)
+    yield from _serving(model_dir, root)
