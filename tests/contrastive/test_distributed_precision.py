@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -50,12 +51,15 @@ def _worker(rank: int, init: str, out: str) -> None:
     try:
         u_all, v_all = _data()
         res = {}
-        for name, fn in LOSSES.items():
-            u = u_all[rank * M : (rank + 1) * M].clone().requires_grad_(True)
-            v = v_all[rank * M : (rank + 1) * M].clone().requires_grad_(True)
-            loss = fn(u, v, gather=gather_with_grad, index=global_index(M))
-            loss.backward()
-            res[name] = (loss.detach(), u.grad.clone(), v.grad.clone())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for name, fn in LOSSES.items():
+                u = u_all[rank * M : (rank + 1) * M].clone().requires_grad_(True)
+                v = v_all[rank * M : (rank + 1) * M].clone().requires_grad_(True)
+                loss = fn(u, v, gather=gather_with_grad, index=global_index(M))
+                loss.backward()
+                res[name] = (loss.detach(), u.grad.clone(), v.grad.clone())
+        res["_warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
         torch.save(res, f"{out}.{rank}")
         dist.barrier()  # both ranks done before teardown (a gloo teardown race aborted a rank)
     finally:
@@ -84,6 +88,12 @@ def test_two_gloo_ranks_equal_one_process_on_the_concatenated_batch(two_ranks, n
         rows = slice(r * M, (r + 1) * M)
         torch.testing.assert_close(two_ranks[r][name][1] / WORLD, u.grad[rows])
         torch.testing.assert_close(two_ranks[r][name][2] / WORLD, v.grad[rows])
+
+
+def test_gather_with_grad_emits_no_deprecation_warning(two_ranks):
+    # issue 49: torch.distributed.nn.functional.all_gather warned (FutureWarning) on every call
+    for r in range(WORLD):
+        assert not [w for w in two_ranks[r]["_warnings"] if "Warning: " in w and "gather" in w]
 
 
 def test_gathering_without_global_ids_is_refused():

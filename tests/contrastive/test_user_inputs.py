@@ -22,7 +22,7 @@ def test_a_learnable_temperature_is_checked_on_every_call():
     crit = ContrastiveLoss("simclr", temperature=t)
     crit(u, v)
     t.data.fill_(-0.3)
-    with pytest.raises(ValueError, match="temperature must be finite and > 0, got -0.3"):
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0, got -0.3"):
         crit(u, v)
     t.data.fill_(0.0)
     with pytest.raises(ValueError, match="got 0.0"):

@@ -132,7 +132,7 @@ def test_cache_fingerprint_and_compatibility_errors(toy, toy_sae):
         cache.check_compatible(pool="sum")
     with pytest.raises(RuntimeError, match="pair index 99 is not in the reference cache"):
         cache.batch([99])
-    with pytest.raises(TypeError, match="pair indices must be integers, got 0.5"):
+    with pytest.raises(ValueError, match="pair index must be an integer, got 0.5"):
         cache.batch([0.5])
     other = copy.deepcopy(model)
     with torch.no_grad():
@@ -253,16 +253,16 @@ def test_config_defaults_follow_table5_and_bad_values():
     assert (off.site, off.index_mode, off.pool, off.needs_ref_model) == (
         "hf_hidden_states",
         "policy",
-        "padded_mean",
+        "official",
         True,
     )
     with pytest.raises(ValueError, match="method must be one of"):
         PreferenceConfig(method="ppo")
     with pytest.raises(ValueError, match="beta must be a finite number > 0, got 0"):
         PreferenceConfig(beta=0)
-    with pytest.raises(ValueError, match="alpha must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="alpha must be a finite number >= 0, got -1"):
         PreferenceConfig(alpha=-1)
-    with pytest.raises(ValueError, match="k must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
         PreferenceConfig(k=0)
 
 

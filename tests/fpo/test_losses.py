@@ -176,14 +176,14 @@ def test_sequential_kl_brute_force_and_zero_for_copy():
 
 def test_bad_inputs_raise_clear_errors():
     (aw, al, rw, rl), (cw, cl, qw, ql) = _inputs()
-    with pytest.raises(ValueError, match="k must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
         fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, k=0)
     with pytest.warns(UserWarning, match="k=99 exceeds the number of SAE features m=40"):
         out = fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, k=99)
     assert torch.isfinite(out.loss)
-    with pytest.raises(ValueError, match="alpha must be >= 0, got -0.1"):
+    with pytest.raises(ValueError, match="alpha must be a finite number >= 0, got -0.1"):
         fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, alpha=-0.1)
-    with pytest.raises(ValueError, match="beta must be > 0, got 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0, got 0"):
         fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, beta=0)
     with pytest.raises(ValueError, match="index_mode must be one of"):
         fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, index_mode="both")
@@ -195,7 +195,7 @@ def test_bad_inputs_raise_clear_errors():
         pool_codes(torch.zeros(2, 2, 3), torch.tensor([[1, 0], [0, 0]]))
     with pytest.raises(FloatingPointError, match="pol_mean_w holds NaN"):
         fpo_loss(aw * float("nan"), al, rw, rl, cw, cl, qw, ql)
-    with pytest.raises(ValueError, match="version must be 1 or 2"):
+    with pytest.raises(ValueError, match=r"version must be an integer in \[1, 2\], got 3"):
         tdpo_loss(aw, al, rw, rl, aw, al, version=3)
     with pytest.raises(TypeError, match="pol_mean_w must be a tensor"):
         simpo_loss([1.0], al)

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25._validate import as_bool, as_int, as_real
+
 __all__ = [
     "ContrastiveLoss",
     "gather_with_grad",
@@ -35,15 +37,43 @@ __all__ = [
 Gather = Callable[[Tensor], Tensor]
 
 
+class _AllGatherWithGrad(torch.autograd.Function):
+    """All ranks' ``x`` (same shape on every rank) stacked in rank order; the gradient of this
+    rank's slice is the sum over ranks of their gradients for it (an all-reduce, then the slice),
+    as ``torch.distributed.nn.functional.all_gather`` computes it, without its deprecation."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        import torch.distributed as dist
+
+        x = x.contiguous()
+        world, rank = dist.get_world_size(), dist.get_rank()
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x)
+        ctx.rank, ctx.rows = rank, x.shape[0]
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        import torch.distributed as dist
+
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
+
+
 def gather_with_grad(x: Tensor) -> Tensor:
     """All ranks' rows of ``x`` concatenated in rank order, with gradients flowing back to every
-    rank (``torch.distributed.nn.functional.all_gather``): the ``gather=`` of a DDP run."""
+    rank (each rank's slice receives the sum of all ranks' gradients for it): the ``gather=`` of
+    a DDP run. Every rank must pass the same shape. Outside an initialised process group,
+    ``x`` itself."""
     import torch.distributed as dist
-    from torch.distributed.nn.functional import all_gather
 
+    if not isinstance(x, Tensor):
+        raise TypeError(f"gather_with_grad takes a torch.Tensor, got {type(x).__name__}")
     if not (dist.is_available() and dist.is_initialized()):
         return x
-    return torch.cat(all_gather(x), dim=0)
+    return _AllGatherWithGrad.apply(x)
 
 
 def global_index(m: int, device: torch.device | str | None = None) -> Tensor:
@@ -91,33 +121,32 @@ def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, valida
     return u, v, index.to(u.device)
 
 
-def _check_temperature(t: float | Tensor) -> None:
-    """A finite number > 0, or a 0-d tensor (a learnable temperature, as CLIP trains it)."""
+def _check_temperature(t: float | Tensor, name: str = "temperature") -> float | Tensor:
+    """A finite number > 0: Python's or numpy's (returned as a ``float``), or a 0-d float
+    tensor (returned as is: a learnable temperature, as CLIP trains it)."""
     if isinstance(t, Tensor):
         if t.ndim != 0 or not t.is_floating_point():
-            raise ValueError(f"a tensor temperature must be a 0-d float tensor, got {t!r:.60}")
-        value = float(t.detach())
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"temperature must be finite and > 0, got {value}")
-        return
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+            raise ValueError(f"a tensor {name} must be a 0-d float tensor, got {t!r:.60}")
+        as_real(name, float(t.detach()), low=0.0, low_open=True)
+        return t
+    return as_real(name, t, low=0.0, low_open=True)
 
 
-def _integer(name: str, value: object) -> int:
-    """An integer, numpy integers included (``operator.index``); bools are refused."""
-    import operator
-
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+def _views(u: object, v: object) -> None:
+    """The two views must be tensors: checked before anything reads ``u.device``."""
+    for name, x in (("u", u), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
 def _no_autocast(device: torch.device):
     return torch.autocast(device_type=device.type, enabled=False)
+
+
+def _no_autocast_for(u: object, v: object):
+    """The views' types checked first, then autocast off on their device."""
+    _views(u, v)
+    return _no_autocast(u.device)
 
 
 def _one_direction(
@@ -225,7 +254,8 @@ def info_nce_family(
     ``temperature`` may be a 0-d tensor (learnable). The body runs in float32 (float64 stays
     float64) under any autocast context.
     """
-    _check_temperature(temperature)
+    temperature = _check_temperature(temperature)
+    c1, c2 = as_int("c1", c1, 0, 1), as_int("c2", c2, 0, 1)
     if (c1, c2) not in ((1, 0), (0, 1), (1, 1)):
         raise ValueError(f"(c1, c2) must be (1, 0), (0, 1) or (1, 1), got {(c1, c2)}")
     if psi not in ("log1p", "log"):
@@ -235,7 +265,7 @@ def info_nce_family(
     if positives not in ("instance", "all"):
         raise ValueError(f"positives must be 'instance' or 'all', got {positives!r}")
     _require_global_ids(gather, index)
-    with _no_autocast(u.device):
+    with _no_autocast_for(u, v):
         u, v, index = _prepare(u, v, index, normalize, validate)
         losses, _ = _info_nce(u, v, index, c1, c2, psi, temperature, symmetric, gather,
                               positives == "all", validate)  # fmt: skip
@@ -314,7 +344,8 @@ def independent_additive_loss(
     validate: bool = True,
 ) -> Tensor:
     """Def. 3.2: ``-(1/m) sum phi(s_ii) + c1/(m(m-1)) sum psi(s_ij) + c2/(2m(m-1)) sum within``."""
-    with _no_autocast(u.device):
+    c1, c2 = as_int("c1", c1, 0, 1), as_int("c2", c2, 0, 1)
+    with _no_autocast_for(u, v):
         u, v, index = _prepare(u, v, None, normalize, validate)
         m = u.shape[0]
         off = ~torch.eye(m, dtype=torch.bool, device=u.device)
@@ -344,13 +375,15 @@ def sigmoid_loss(
     ``within_view=True`` adds the paper's within-view negatives (c2 = 1). The paper's ``b`` is
     ``-bias``.
     """
-    _check_temperature(t)
-    if isinstance(bias, Tensor):
-        if bias.ndim != 0 or not bool(torch.isfinite(bias)):
-            raise ValueError(f"bias must be a finite 0-d tensor or number, got {bias!r:.60}")
-    elif isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
-        raise ValueError(f"bias must be a finite number, got {bias!r}")
-    with _no_autocast(u.device):
+    t = _check_temperature(t)
+    if isinstance(bias, Tensor) and bias.ndim == 0 and bias.is_floating_point():
+        as_real("bias", float(bias.detach()))
+    elif isinstance(bias, Tensor):
+        raise ValueError(f"bias must be a finite 0-d float tensor or number, got {bias!r:.60}")
+    else:
+        bias = as_real("bias", bias)
+    within_view = as_bool("within_view", within_view)
+    with _no_autocast_for(u, v):
         u, v, _ = _prepare(u, v, None, normalize, validate)
         t = t.to(u.dtype) if isinstance(t, Tensor) else t
         bias = bias.to(u.dtype) if isinstance(bias, Tensor) else bias
@@ -396,17 +429,23 @@ def vrns_loss(
     if (n_train is None) == (delta is None):
         raise ValueError("give exactly one of n_train (delta = -1/(n_train-1)) and delta")
     if n_train is not None:
-        n_train = _integer("n_train", n_train)
-        if n_train < 2:
-            raise ValueError(f"n_train must be an integer >= 2, got {n_train!r}")
+        n_train = as_int("n_train", n_train, 2)
         delta = -1.0 / (n_train - 1)
-    if isinstance(p, bool) or not isinstance(p, int) or p < 2 or p % 2:
-        raise ValueError(f"p must be an even integer >= 2, got {p!r}")
+    else:
+        delta = as_real("delta", delta)
+    p = _even_p(p)
     _require_global_ids(gather, index)
-    with _no_autocast(u.device):
+    with _no_autocast_for(u, v):
         u, v, index = _prepare(u, v, index, normalize, validate)
         vb, ib = (v, index) if gather is None else (gather(v), gather(index))
         return _vrns_from_similarity(u @ vb.T, index, ib, delta, p, validate)
+
+
+def _even_p(p: object) -> int:
+    out = as_int("p", p, 2)
+    if out % 2:
+        raise ValueError(f"p must be an even integer >= 2, got {p!r}")
+    return out
 
 
 def _vrns_from_similarity(
@@ -470,28 +509,26 @@ class ContrastiveLoss(nn.Module):
                 f"positives='all' is for the InfoNCE family {tuple(_DEFAULT_T)}, not {kind!r}"
             )
         self.positives = positives
-        if isinstance(vrns_weight, bool) or not (
-            isinstance(vrns_weight, (int, float))
-            and math.isfinite(vrns_weight)
-            and vrns_weight >= 0
-        ):
-            raise ValueError(f"vrns_weight must be a finite number >= 0, got {vrns_weight!r}")
+        vrns_weight = as_real("vrns_weight", vrns_weight, low=0.0)
         if vrns_weight > 0 and (n_train is None) == (delta is None):
             raise ValueError("vrns_weight > 0 needs exactly one of n_train and delta")
         if n_train is not None:
-            n_train = _integer("n_train", n_train)
+            n_train = as_int("n_train", n_train, 2)
+        if delta is not None:
+            delta = as_real("delta", delta)
+        p = _even_p(p)
         if bias is not None and kind not in ("siglip", "siglip_within"):
             raise ValueError(f"bias is SigLIP's; kind {kind!r} has none")
         if temperature is not None and kind == "spectral":
             raise ValueError("a spectral loss has no temperature; leave temperature out")
-        self.log_every = _integer("log_every", log_every)
-        if self.log_every < 1:
-            raise ValueError(f"log_every must be a positive integer, got {log_every!r}")
+        self.log_every = as_int("log_every", log_every, 1)
         self.kind, self.vrns_weight = kind, float(vrns_weight)
         self.temperature = _DEFAULT_T.get(kind, 10.0) if temperature is None else temperature
         self.bias = -10.0 if bias is None else bias
         if kind != "spectral":
-            _check_temperature(self.temperature)
+            self.temperature = _check_temperature(self.temperature)
+        if kind in ("siglip", "siglip_within") and not isinstance(self.bias, Tensor):
+            self.bias = as_real("bias", self.bias)
         self.n_train, self.delta, self.p, self.gather = n_train, delta, p, gather
         self.last_components: dict[str, float] = {}
         self._validated = False
@@ -524,6 +561,7 @@ class ContrastiveLoss(nn.Module):
         return spectral_contrastive_loss(u, v, validate=validate)
 
     def forward(self, u: Tensor, v: Tensor, index: Tensor | None = None) -> Tensor:
+        _views(u, v)  # types first: the autocast guards below read u.device
         validate = not self._validated  # check inputs once, then trust the training loop
         if not validate and isinstance(self.temperature, Tensor) and self.kind != "spectral":
             _check_temperature(self.temperature)  # a learnable one can drift to <= 0
@@ -539,15 +577,6 @@ class ContrastiveLoss(nn.Module):
                 vr = None
                 if self.vrns_weight > 0:
                     delta = -1.0 / (self.n_train - 1) if self.n_train is not None else self.delta
-                    if self.n_train is not None and self.n_train < 2:
-                        raise ValueError(f"n_train must be an integer >= 2, got {self.n_train!r}")
-                    if (
-                        isinstance(self.p, bool)
-                        or not isinstance(self.p, int)
-                        or self.p < 2
-                        or self.p % 2
-                    ):
-                        raise ValueError(f"p must be an even integer >= 2, got {self.p!r}")
                     if S is None:  # positives="all" takes another path; VRNS needs u v^T
                         S = un @ vn.T
                     vr = _vrns_from_similarity(S, idx, idx, delta, self.p, validate)
@@ -598,9 +627,9 @@ class SigmoidLoss(nn.Module):
 
     def __init__(self, t: float = 10.0, bias: float = -10.0, within_view: bool = False) -> None:
         super().__init__()
-        self.log_t = nn.Parameter(torch.tensor(math.log(t)))
-        self.bias = nn.Parameter(torch.tensor(float(bias)))
-        self.within_view = within_view
+        self.log_t = nn.Parameter(torch.tensor(math.log(_check_temperature(t, "t"))))
+        self.bias = nn.Parameter(torch.tensor(as_real("bias", bias)))
+        self.within_view = as_bool("within_view", within_view)
 
     def forward(self, u: Tensor, v: Tensor) -> Tensor:
         return sigmoid_loss(u, v, self.log_t.exp(), self.bias, self.within_view)

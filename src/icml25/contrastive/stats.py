@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from icml25._validate import as_int
+
 __all__ = ["SimilarityStats", "embed_two_views", "similarity_stats"]
 
 
@@ -37,6 +39,10 @@ def similarity_stats(
 ) -> SimilarityStats:
     """Population mean/variance of positive (``u_i^T v_i``) and cross-view negative (``u_i^T v_j``,
     different ids) similarities, and the within-view negative mean, in row blocks (no n x n)."""
+    for name, x in (("u", u), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    block = as_int("block", block, 1)
     if u.ndim != 2 or u.shape != v.shape or u.shape[0] < 2:
         raise ValueError(
             f"u and v must be (n, d) with n >= 2 and equal shapes, got {tuple(u.shape)}, {tuple(v.shape)}"

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "alignment_gap",
     "etf_threshold",
@@ -23,21 +25,21 @@ __all__ = [
 ]
 
 
-def _check_n(n: int, least: int = 2) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < least:
-        raise ValueError(f"n must be an integer >= {least}, got {n!r}")
+def _check_n(n: int, least: int = 2) -> int:
+    return as_int("n", n, least)
 
 
 def etf_threshold(n: int) -> float:
     """``-1/(n-1)``: the negative similarity of the full-batch optimum (Thm 5.1), and the
     threshold below which perfect alignment is impossible (Thm 5.2). Independent of temperature."""
-    _check_n(n)
+    n = _check_n(n)
     return -1.0 / (n - 1)
 
 
 def simplex_etf(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
     """``n`` unit vectors in ``R^d`` with pairwise inner product ``-1/(n-1)`` (needs ``d >= n-1``)."""
-    _check_n(n)
+    n = _check_n(n)
+    d = as_int("d", d, 1)
     if d < n - 1:
         raise ValueError(f"a simplex ETF of n={n} points needs d >= n-1 = {n - 1}, got d={d}")
     C = torch.eye(n, dtype=torch.float64) - 1.0 / n  # centred basis vectors, rank n-1
@@ -52,10 +54,11 @@ def simplex_etf(n: int, d: int, dtype: torch.dtype = torch.float64) -> Tensor:
 def minibatch_variance_bounds(n: int, m: int) -> tuple[float, float]:
     """Thm 5.5: bounds on the variance of cross-view negative similarities over all ``n(n-1)``
     pairs when ``n`` instances are split into fixed batches of ``m``."""
-    _check_n(n)
-    if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= n or n % m:
+    n = _check_n(n)
+    m = as_int("m", m, 2, n)
+    if n % m:
         raise ValueError(
-            f"m must be an integer with 2 <= m <= n and m dividing n, got m={m!r}, n={n}"
+            f"m must be an integer with 2 <= m <= n and m dividing n, got m={m}, n={n}"
         )
     base = (n - m) / ((m - 1) * (n - 1) ** 2)
     return base, n * base
@@ -63,13 +66,16 @@ def minibatch_variance_bounds(n: int, m: int) -> tuple[float, float]:
 
 def excessive_separation_condition(dphi_at_1: float, dpsi_at_thr: float, n: int) -> bool:
     """Thm 5.3: ``phi'(1) < (n-2)/(2(n-1)) psi'(-1/(n-1))`` implies s_pos < 1, s_neg < -1/(n-1)."""
-    _check_n(n)
+    n = _check_n(n)
+    dphi_at_1 = as_real("dphi_at_1", dphi_at_1)
+    dpsi_at_thr = as_real("dpsi_at_thr", dpsi_at_thr)
     return dphi_at_1 < (n - 2) / (2 * (n - 1)) * dpsi_at_thr
 
 
 def siglip_excessive_separation(n: int, t: float, b_paper: float) -> bool:
     """Eq. 10 for SigLIP in the paper's convention (``b_paper = -bias`` of SigLIP's code)."""
-    _check_n(n)
+    n = _check_n(n)
+    t, b_paper = as_real("t", t, low=0.0, low_open=True), as_real("b_paper", b_paper)
     return (1 + math.exp(t / (n - 1) + b_paper)) / (1 + math.exp(t - b_paper)) < (n - 2) / 2
 
 
@@ -91,7 +97,7 @@ def predicted_ind_add_optimum(phi: Callable, psi: Callable, n: int) -> tuple[flo
     ``h(x) = -phi(x) + psi((n-2) x / (2(n-1)) - n / (2(n-1)))``."""
     from scipy.optimize import minimize_scalar
 
-    _check_n(n, 3)
+    n = _check_n(n, 3)
     a, b = (n - 2) / (2 * (n - 1)), n / (2 * (n - 1))
 
     def h(x: float) -> float:

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25._validate import as_int, as_real
 from icml25.contrastive.losses import ContrastiveLoss
 from icml25.progress import track
 
@@ -62,18 +63,15 @@ def train_simclr(
     one dict per step: ``{"loss": value}`` plus the loss's ``last_components`` on the steps it
     recorded them (every ``loss.log_every``-th). The model is left in ``eval()`` mode, ready
     for feature extraction."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise ValueError(f"batch_size must be an integer, got {batch_size!r}")
-    if batch_size < 2 or batch_size > len(data):
-        raise ValueError(f"batch_size must be in [2, {len(data)}], got {batch_size}")
+    batch_size = as_int("batch_size", batch_size, 2, len(data))
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps and epochs")
     if epochs is not None:
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+        epochs = as_int("epochs", epochs, 1)
         steps = epochs * (len(data) // batch_size)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    steps = as_int("steps", steps, 1)
+    lr = as_real("lr", lr, low=0.0, low_open=True)
+    weight_decay = as_real("weight_decay", weight_decay, low=0.0)
     if device is None:
         device = next((p.device for p in model.parameters()), data.device)
     device = torch.device(device)

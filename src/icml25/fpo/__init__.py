@@ -34,8 +34,10 @@ from icml25.fpo.losses import (
     feature_discrepancy,
     fpo_loss,
     pool_codes,
+    pool_positions,
     simpo_loss,
     tdpo_loss,
+    top_k_active,
 )
 from icml25.fpo.metrics import (
     head_to_head,
@@ -76,6 +78,7 @@ __all__ = [
     "load_gemma_scope_npz",
     "load_preferences",
     "pool_codes",
+    "pool_positions",
     "preference_pass",
     "response_logps",
     "reward_accuracy",
@@ -84,6 +87,7 @@ __all__ = [
     "sequential_kl_from_logits",
     "simpo_loss",
     "tdpo_loss",
+    "top_k_active",
     "token_entropy",
     "train_preference",
     "train_sae",

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from icml25._validate import as_int
 from icml25.fpo.data import PreferenceCollator
 from icml25.fpo.forward import preference_pass
 from icml25.fpo.sae import SparseAutoencoder
@@ -118,13 +119,7 @@ class ReferenceCache:
         idx = indices.tolist() if isinstance(indices, Tensor) else list(indices)
         rows = []
         for i in idx:
-            if isinstance(i, bool) or not isinstance(i, int):
-                try:
-                    import operator
-
-                    i = operator.index(i)  # numpy integers
-                except TypeError:
-                    raise TypeError(f"pair indices must be integers, got {i!r}") from None
+            i = as_int("pair index", i)  # numpy integers too
             if i not in self._row:
                 raise RuntimeError(f"pair index {i} is not in the reference cache ({len(self)} "
                                    "pairs): it was built on other data; rebuild it")  # fmt: skip
@@ -236,12 +231,9 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
 
     if not isinstance(collator, PreferenceCollator):
         raise TypeError(f"collator must be a PreferenceCollator, got {type(collator).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if cache_topk is not None and (isinstance(cache_topk, bool) or not isinstance(cache_topk, int)
-                                   or cache_topk < 1):  # fmt: skip
-        raise ValueError(f"cache_topk must be None (keep every non-zero) or a positive integer, "
-                         f"got {cache_topk!r}")  # fmt: skip
+    batch_size = as_int("batch_size", batch_size, 1)
+    if cache_topk is not None:  # None keeps every non-zero
+        cache_topk = as_int("cache_topk", cache_topk, 1)
     if sae is not None and layer is None:
         raise ValueError("an SAE needs the layer it reads (layer=...)")
     if layer is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int
 from icml25.preference import IGNORE_INDEX, PREFERENCE_COLUMNS, load_preferences
 from icml25.preference import check_preference_record as _check_record
 
@@ -64,9 +65,7 @@ class PreferenceCollator:
 
     def __post_init__(self) -> None:
         for n in ("max_length", "max_prompt_length"):
-            v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+            setattr(self, n, as_int(n, getattr(self, n), 1))
         if self.max_prompt_length >= self.max_length:
             raise ValueError(f"max_prompt_length={self.max_prompt_length} must be below "
                              f"max_length={self.max_length} (room for the response)")  # fmt: skip

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from icml25.fpo.hooks import SITES, residual_stream
 from icml25.fpo.logps import response_logps
-from icml25.fpo.losses import POOL_MODES
+from icml25.fpo.losses import POOL_MODES, pool_divisor, pool_positions
 from icml25.fpo.sae import SparseAutoencoder
 from icml25.llm.training import position_ids
 
@@ -42,26 +42,21 @@ class PassOutput:
 
 
 def pool_response_codes(codes: Tensor, mask: Tensor, mode: str = "mean") -> Tensor:
-    """:func:`~icml25.fpo.losses.pool_codes` for codes of the masked tokens only: ``codes``
-    ``(N, m)`` are the rows of ``mask`` ``(B, T)`` that are True, in row-major order. Same
-    result, without encoding prompt and padding positions."""
+    """:func:`~icml25.fpo.losses.pool_codes` for the codes of the pooled positions only:
+    ``codes`` ``(N, m)`` are the rows of ``mask`` ``(B, T)`` that are True, in row-major order,
+    where ``mask`` is :func:`~icml25.fpo.losses.pool_positions` of the response mask (the
+    response tokens themselves for every mode but ``"official"``). Same result, without
+    encoding the other positions."""
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
     rows = mask.nonzero()[:, 0]
     if codes.shape[0] != rows.shape[0]:
         raise ValueError(f"{codes.shape[0]} code rows for {rows.shape[0]} masked tokens")
-    n = mask.sum(-1)
-    if bool((n == 0).any()):
-        bad = int((n == 0).nonzero()[0, 0])
-        raise ValueError(f"example {bad} has no response token to pool (|y| = 0)")
+    div = pool_divisor(mask.bool(), mode)
     dt = torch.promote_types(codes.dtype, torch.float32)
     s = torch.zeros(mask.shape[0], codes.shape[1], dtype=dt, device=codes.device)
     s = s.index_add(0, rows, codes.to(dt))
-    if mode == "sum":
-        return s
-    if mode == "mean":
-        return s / n.unsqueeze(-1).to(dt)
-    return s / mask.shape[1]
+    return s / div.to(dt)
 
 
 def _autocast_off(device_type: str) -> Any:
@@ -124,8 +119,9 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
     s, m, n = response_logps(logits, labels)
     codes = None
     if h is not None:
-        # encode only the response tokens (labels[t] = token t there), then pool per row
-        mask = labels != -100
+        # encode only the pooled positions (the response tokens, labels[t] = token t there;
+        # for pool="official" the positions shifted as the official code shifts its labels)
+        mask = pool_positions(labels != -100, pool)
         dt = sae_dtype or sae.W_enc.dtype
         if sae.W_enc.device != h.device:
             raise ValueError(f"the SAE is on {sae.W_enc.device} but the model's activations are on "

@@ -14,6 +14,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from icml25._validate import as_int
+
 __all__ = ["SITES", "ResidualCapture", "get_decoder_layers", "residual_stream", "resolve_layer"]
 
 #: where the SAE reads the model: a hook on block ℓ's residual output (paper), HF's
@@ -77,8 +79,7 @@ def get_decoder_layers(model: nn.Module) -> nn.ModuleList:
 def resolve_layer(model: nn.Module, layer: int) -> int:
     """``layer`` as a non-negative block index (negative counts from the end), checked against
     the model's depth."""
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int block index, got {layer!r}")
+    layer = as_int("layer", layer)
     n = len(get_decoder_layers(model))
     if not -n <= layer < n:
         raise ValueError(f"layer {layer} is out of range for a model with {n} decoder blocks "

@@ -21,7 +21,6 @@ Defaults are the paper's Table 5 (β = 0.1, α = 0.5; SimPO β = 2, γ = 0.5) an
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, NamedTuple
 
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.preference import dpo_losses
 
 __all__ = [
@@ -39,16 +39,22 @@ __all__ = [
     "feature_discrepancy",
     "fpo_loss",
     "pool_codes",
+    "pool_divisor",
+    "pool_positions",
     "simpo_loss",
     "tdpo_loss",
+    "top_k_active",
 ]
 
 #: ``"union"``: top-k of policy ∪ top-k of reference (paper Eq. 10); ``"policy"``: the policy's
 #: top-k only (official code)
 INDEX_MODES = ("union", "policy")
 #: ``"mean"``: masked mean over response tokens (paper text, "average pooling"); ``"sum"``: the
-#: masked sum (Eq. 10 as typeset); ``"padded_mean"``: masked sum / padded length (official code)
-POOL_MODES = ("mean", "sum", "padded_mean")
+#: masked sum (Eq. 10 as typeset); ``"padded_mean"``: masked sum / padded length T;
+#: ``"official"``: the official code's FeatureAlignment pooling (``fpo_get_batch_logps``): the
+#: codes at the positions shifted as the labels are (position t counts when token t + 1 is a
+#: response token), summed and divided by T - 1 (docs/fpo.md, "Official code vs paper")
+POOL_MODES = ("mean", "sum", "padded_mean", "official")
 
 
 class FPOOutput(NamedTuple):
@@ -65,19 +71,11 @@ class FPOOutput(NamedTuple):
 
 
 def _beta(beta: Any, name: str = "beta") -> float:
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
-        raise ValueError(f"{name} must be a finite number > 0, got {beta!r}")
-    if not beta > 0:
-        raise ValueError(f"{name} must be > 0, got {beta!r}")
-    return float(beta)
+    return as_real(name, beta, low=0.0, low_open=True)
 
 
 def _alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
-    return float(alpha)
+    return as_real("alpha", alpha, low=0.0)
 
 
 def _vecs(names: tuple[str, ...], xs: tuple[Any, ...]) -> tuple[Tensor, ...]:
@@ -115,8 +113,7 @@ def simpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, beta: float = 2.0,
     """SimPO (Table 1; β = 2, γ = 0.5, Table 5) on length-normalised log-probs ``(B,)``:
     ``-log σ(β A_w - β A_l - γ)``, as TRL's CPO with ``loss_type="simpo"``, ``cpo_alpha=0``."""
     beta = _beta(beta)
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma):
-        raise ValueError(f"gamma must be a finite number, got {gamma!r}")
+    gamma = as_real("gamma", gamma)
     aw, al = _vecs(("pol_mean_w", "pol_mean_l"), (pol_mean_w, pol_mean_l))
     u = beta * aw - beta * al - float(gamma)
     losses = -F.logsigmoid(u)
@@ -132,8 +129,7 @@ def tdpo_loss(pol_sum_w: Tensor, pol_sum_l: Tensor, ref_sum_w: Tensor, ref_sum_l
     ``- α(β D_seq(y_l) - sg[β D_seq(y_w)])``. Returns ``(loss, losses, u)``."""
     beta = _beta(beta)
     alpha = _alpha(alpha)
-    if version not in (1, 2):
-        raise ValueError(f"version must be 1 or 2, got {version!r}")
+    version = as_int("version", version, 1, 2)
     pw, pl, rw, rl, kw, kl = _vecs(
         ("pol_sum_w", "pol_sum_l", "ref_sum_w", "ref_sum_l", "kl_w", "kl_l"),
         (pol_sum_w, pol_sum_l, ref_sum_w, ref_sum_l, kl_w, kl_l),
@@ -153,34 +149,62 @@ def _mask(mask: Any, shape: tuple[int, int], device: torch.device) -> Tensor:
     return mask.to(device=device).bool()
 
 
+def pool_positions(response_mask: Tensor, mode: str = "mean") -> Tensor:
+    """``(B, T)`` bool: the positions whose codes :func:`pool_codes` sums under ``mode``, given
+    ``response_mask`` ``(B, T)`` (True at response tokens, i.e. ``labels != -100`` with labels
+    unshifted). The response tokens themselves, except for ``mode="official"``: the positions
+    shifted as the official code shifts its labels (``labels[:, 1:]`` against
+    ``hidden[:, :-1]``), i.e. position t when token t + 1 is a response token."""
+    if mode not in POOL_MODES:
+        raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
+    m = response_mask.bool()
+    if mode != "official":
+        return m
+    out = torch.zeros_like(m)
+    out[:, :-1] = m[:, 1:]
+    return out
+
+
+def pool_divisor(positions: Tensor, mode: str) -> Tensor:
+    """``(B, 1)`` what the summed codes at ``positions`` (:func:`pool_positions`) are divided
+    by: the number of positions (``"mean"``), 1 (``"sum"``), T (``"padded_mean"``) or T - 1
+    (``"official"``). Raises ``ValueError`` for a row with no position to pool."""
+    n = positions.sum(-1)
+    if bool((n == 0).any()):
+        bad = int((n == 0).nonzero()[0, 0])
+        what = (
+            "no response token after its first position"
+            if mode == "official"
+            else ("no response token to pool (|y| = 0)")
+        )
+        raise ValueError(f"example {bad} has {what}")
+    T = positions.shape[1]
+    if mode == "mean":
+        return n.unsqueeze(-1)
+    if mode == "sum":
+        return torch.ones_like(n).unsqueeze(-1)
+    return torch.full_like(n, T if mode == "padded_mean" else T - 1).unsqueeze(-1)
+
+
 def pool_codes(codes: Tensor, mask: Tensor, mode: str = "mean") -> Tensor:
     """``(B, m)`` pooled SAE codes over the response tokens (``mask`` ``(B, T)`` True there) of
-    ``codes`` ``(B, T, m)``; see :data:`POOL_MODES`. Output in float32 or wider."""
+    ``codes`` ``(B, T, m)``; see :data:`POOL_MODES` (``"official"`` reads the codes at the
+    positions :func:`pool_positions` gives). Output in float32 or wider."""
     if mode not in POOL_MODES:
         raise ValueError(f"pool mode must be one of {POOL_MODES}, got {mode!r}")
     if not isinstance(codes, Tensor):
         raise TypeError(f"codes must be a torch tensor (B, T, m), got {type(codes).__name__}")
     if codes.ndim != 3:
         raise ValueError(f"codes must be (B, T, m), got shape {tuple(codes.shape)}")
-    m = _mask(mask, tuple(codes.shape[:2]), codes.device)
-    n = m.sum(-1)
-    if bool((n == 0).any()):
-        bad = int((n == 0).nonzero()[0, 0])
-        raise ValueError(f"example {bad} has no response token to pool (|y| = 0)")
+    pos = pool_positions(_mask(mask, tuple(codes.shape[:2]), codes.device), mode)
+    div = pool_divisor(pos, mode)
     dt = torch.promote_types(codes.dtype, torch.float32)
-    s = (codes.to(dt) * m.unsqueeze(-1).to(dt)).sum(1)
-    if mode == "sum":
-        return s
-    if mode == "mean":
-        return s / n.unsqueeze(-1).to(dt)
-    return s / codes.shape[1]
+    s = (codes.to(dt) * pos.unsqueeze(-1).to(dt)).sum(1)
+    return s / div.to(dt)
 
 
 def _k(k: Any, m: int, stacklevel: int = 3) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if k <= 0:
-        raise ValueError(f"k must be a positive integer, got {k}")
+    k = as_int("k", k, 1)
     if k > m:
         warnings.warn(f"k={k} exceeds the number of SAE features m={m}; using k={m}",
                       stacklevel=stacklevel)  # fmt: skip
@@ -188,13 +212,25 @@ def _k(k: Any, m: int, stacklevel: int = 3) -> int:
     return k
 
 
+def top_k_active(x: Tensor, k: int) -> Tensor:
+    """``(B, m)`` bool: the features of ``x`` ``(B, m)`` among its ``k`` largest values, counting
+    only non-zero (active) ones, with every feature tied with the k-th largest value included.
+    The set depends on the values alone, never on the order of the features (an SAE's feature
+    numbering): where a row has fewer than ``k`` active features, ``torch.topk`` would fill the
+    set with zeros chosen by index order (docs/fpo.md, "Index set")."""
+    kth = x.topk(k, dim=-1).values[..., -1:]
+    return (x >= kth) & (x != 0)
+
+
 def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str = "union",
                         feature_weights: Tensor | None = None) -> Tensor:  # fmt: skip
     """``D_FPO`` ``(B,)`` of paper Eq. 10: ``(1/k) Σ_{i ∈ I_k} w_i (pol_i - ref_i)²`` between
     pooled codes ``(B, m)``, ``I_k`` = top-k(pol) ∪ top-k(ref) (``index_mode="union"``) or
-    top-k(pol) (``"policy"``). Divides by ``k`` even when ``|I_k| > k``, as Eq. 10 is written.
-    The index set is a constant for autograd. ``feature_weights`` ``(m,)`` (default 1) weights
-    the squared differences (our form of the per-feature control of paper §5.3: docs/fpo.md).
+    top-k(pol) (``"policy"``), each top-k over the active (non-zero) features only, ties at the
+    k-th value all included (:func:`top_k_active`): the value does not depend on the feature
+    numbering. Divides by ``k`` even when ``|I_k| != k``, as Eq. 10 is written. The index set is
+    a constant for autograd. ``feature_weights`` ``(m,)`` (default 1) weights the squared
+    differences (our form of the per-feature control of paper §5.3: docs/fpo.md).
     """
     if index_mode not in INDEX_MODES:
         raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {index_mode!r}")
@@ -203,28 +239,32 @@ def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str =
             raise TypeError(f"{n} codes must be a torch tensor (B, m), got {type(x).__name__}")
         if x.ndim != 2:
             raise ValueError(f"{n} codes must be (B, m), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{n} codes must be a floating tensor, got {x.dtype}")
     if pol.shape != ref.shape:
         raise ValueError(f"policy codes {tuple(pol.shape)} and reference codes "
                          f"{tuple(ref.shape)} differ in shape (same SAE? same batch?)")  # fmt: skip
+    if pol.shape[1] == 0:
+        raise ValueError("codes have no feature (m = 0)")
     k = _k(k, pol.shape[1])
     dt = torch.promote_types(pol.dtype, torch.float32)
     p = pol.to(dt)
     r = ref.to(device=p.device, dtype=dt)
     if not (bool(torch.isfinite(p).all()) and bool(torch.isfinite(r).all())):
         raise FloatingPointError("NaN or inf in the pooled SAE codes")
-    sel = torch.zeros_like(p, dtype=torch.bool)
-    sel.scatter_(1, p.detach().topk(k, dim=1).indices, True)
+    sel = top_k_active(p.detach(), k)
     if index_mode == "union":
-        sel.scatter_(1, r.topk(k, dim=1).indices, True)
+        sel = sel | top_k_active(r.detach(), k)
     sq = (p - r) ** 2
     if feature_weights is not None:
         if not isinstance(feature_weights, Tensor) or feature_weights.shape != (p.shape[1],):
             raise ValueError(f"feature_weights must be a ({p.shape[1]},) tensor, got "
                              f"{tuple(getattr(feature_weights, 'shape', ()))}")  # fmt: skip
-        if bool((feature_weights < 0).any()):
-            raise ValueError("feature_weights must be non-negative")
-        sq = sq * feature_weights.to(device=p.device, dtype=dt)
-    return (sq * sel.to(dt)).sum(1) / k
+        w = feature_weights.to(device=p.device, dtype=dt)
+        if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+            raise ValueError("feature_weights must be finite and non-negative")
+        sq = sq * w
+    return torch.where(sel, sq, torch.zeros_like(sq)).sum(1) / k
 
 
 def fpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, ref_mean_w: Tensor, ref_mean_l: Tensor,
@@ -249,6 +289,7 @@ def fpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, ref_mean_w: Tensor, ref_mea
         :class:`FPOOutput`; ``u = β(A_θw - A_refw) - β(A_θl - A_refl) - αβ D_l + αβ sg[D_w]``.
     """
     beta, alpha = _beta(beta), _alpha(alpha)
+    stop_grad_chosen = as_bool("stop_grad_chosen", stop_grad_chosen)
     if index_mode not in INDEX_MODES:
         raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {index_mode!r}")
     aw, al, rw, rl = _vecs(("pol_mean_w", "pol_mean_l", "ref_mean_w", "ref_mean_l"),

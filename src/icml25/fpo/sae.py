@@ -26,6 +26,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from icml25._validate import as_bool, as_int, as_real
+
 __all__ = [
     "SAE_KINDS",
     "SparseAutoencoder",
@@ -41,9 +43,7 @@ _NPZ_KEYS = ("W_enc", "W_dec", "threshold", "b_enc", "b_dec")  # Gemma Scope par
 
 
 def _positive_int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return v
+    return as_int(name, v, 1)
 
 
 class SparseAutoencoder(nn.Module):
@@ -59,23 +59,24 @@ class SparseAutoencoder(nn.Module):
                  k_sae: int | None = None, input_scale: float = 1.0,
                  apply_b_dec_to_input: bool = False) -> None:  # fmt: skip
         super().__init__()
-        _positive_int("d_in", d_in)
-        _positive_int("d_sae", d_sae)
+        d_in = _positive_int("d_in", d_in)
+        d_sae = _positive_int("d_sae", d_sae)
         if kind not in SAE_KINDS:
             raise ValueError(f"kind must be one of {SAE_KINDS}, got {kind!r}")
         if kind == "topk":
             k_sae = 8 if k_sae is None else k_sae  # our default for small SAEs (docs/fpo.md)
             # (k_sae=None with kind="topk" means 8, the L0 our small SAEs are trained for)
-            _positive_int("k_sae", k_sae)
+            k_sae = _positive_int("k_sae", k_sae)
             if k_sae > d_sae:
                 raise ValueError(f"k_sae={k_sae} exceeds d_sae={d_sae}")
         elif k_sae is not None:
             raise ValueError(f"k_sae is only used by kind='topk', got k_sae={k_sae} for {kind!r}")
-        scale = float(input_scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"input_scale must be a positive finite number, got {input_scale!r}")
+        scale = as_real("input_scale", input_scale, low=0.0, low_open=True)
         self.d_in, self.d_sae, self.kind, self.k_sae = d_in, d_sae, kind, k_sae
-        self.input_scale, self.apply_b_dec_to_input = scale, bool(apply_b_dec_to_input)
+        self.input_scale, self.apply_b_dec_to_input = (
+            scale,
+            as_bool("apply_b_dec_to_input", apply_b_dec_to_input),
+        )
         self.W_enc = nn.Parameter(torch.zeros(d_in, d_sae))
         self.b_enc = nn.Parameter(torch.zeros(d_sae))
         self.W_dec = nn.Parameter(torch.zeros(d_sae, d_in))
@@ -327,6 +328,7 @@ def sae_metrics(sae: SparseAutoencoder, acts: Tensor) -> dict[str, float]:
 def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk",
               k_sae: int = 8, l1: float | None = None, steps: int = 3000, batch: int = 1024,
               lr: float = 1e-3, seed: int = 0, holdout: float = 0.1,
+              aux_k: int | None = None, aux_coef: float = 1 / 32, dead_after_steps: int = 50,
               progress: bool | None = None) -> tuple[SparseAutoencoder, dict[str, Any]]:  # fmt: skip
     """Fit an SAE to ``acts`` ``(N, d)`` (docs/fpo.md, "Training an SAE for your model").
 
@@ -336,6 +338,13 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     decoder rows after each step. Returns ``(sae, info)``; ``info`` holds the held-out
     :func:`sae_metrics` (``fve``, ``l0``, ``dead_frac``) and the loss curve. The SAE comes back
     frozen (``requires_grad_(False)``), on ``acts``' device, float32.
+
+    ``aux_k`` (TopK only; off by default) adds the AuxK loss of Gao et al. 2024 (§A.2, as in
+    SAELens and EleutherAI's sparsify) against dead latents: the latents that have not fired
+    for ``dead_after_steps`` steps reconstruct the (detached) residual ``h - ĥ`` with their
+    ``aux_k`` largest pre-activations, and ``aux_coef`` (1/32) times that error, normalised by
+    the residual's variance, is added to the loss. ``info["aux_dead_frac"]`` is the dead
+    fraction the training saw at its last step.
     """
     from icml25.progress import track
 
@@ -345,17 +354,29 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     if acts.ndim != 2 or len(acts) < 20:
         raise ValueError(f"acts must be an (N, d) tensor with N >= 20, got "
                          f"{tuple(getattr(acts, 'shape', ()))}")  # fmt: skip
+    if not acts.is_floating_point():
+        raise TypeError(f"acts must be a floating tensor, got {acts.dtype}")
     if not torch.isfinite(acts).all():
         raise ValueError("acts contain NaN or inf")
     if kind not in ("topk", "relu"):
         raise ValueError(f"train_sae supports kind 'topk' or 'relu', got {kind!r}")
-    _positive_int("d_sae", d_sae)
-    _positive_int("steps", steps)
-    _positive_int("batch", batch)
-    if kind == "relu" and (l1 is None or not float(l1) > 0):
-        raise ValueError(f"kind='relu' needs an L1 coefficient l1 > 0, got {l1!r}")
-    if not 0 < holdout < 1:
-        raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+    d_sae = _positive_int("d_sae", d_sae)
+    steps = _positive_int("steps", steps)
+    batch = _positive_int("batch", batch)
+    k_sae = _positive_int("k_sae", k_sae)
+    lr = as_real("lr", lr, low=0.0, low_open=True)
+    seed = as_int("seed", seed)
+    holdout = as_real("holdout", holdout, low=0.0, high=1.0, low_open=True, high_open=True)
+    if kind == "relu":
+        if l1 is None:
+            raise ValueError("kind='relu' needs an L1 coefficient l1 > 0, got None")
+        l1 = as_real("l1", l1, low=0.0, low_open=True)
+    if aux_k is not None:
+        if kind != "topk":
+            raise ValueError(f"aux_k (the AuxK loss) is for kind='topk' SAEs, got kind={kind!r}")
+        aux_k = as_int("aux_k", aux_k, 1, d_sae)
+        aux_coef = as_real("aux_coef", aux_coef, low=0.0)
+        dead_after_steps = _positive_int("dead_after_steps", dead_after_steps)
     acts = acts.float()
     n, d = acts.shape
     gen = torch.Generator().manual_seed(seed)
@@ -373,6 +394,8 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     opt = torch.optim.Adam(sae.parameters(), lr=lr)
     xs = train * scale
     losses = []
+    since_fired = torch.zeros(d_sae, dtype=torch.long, device=acts.device)
+    dead = torch.zeros(d_sae, dtype=torch.bool, device=acts.device)
     disable = None if progress is None else not progress
     for _ in track(range(steps), "training SAE", total=steps, disable=disable):
         idx = torch.randint(len(xs), (min(batch, len(xs)),), generator=gen).to(acts.device)
@@ -386,7 +409,15 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
         rec = c @ sae.W_dec + sae.b_dec
         loss = ((x - rec) ** 2).sum(-1).mean()
         if kind == "relu":
-            loss = loss + float(l1) * (c * sae.W_dec.norm(dim=1)).sum(-1).mean()
+            loss = loss + l1 * (c * sae.W_dec.norm(dim=1)).sum(-1).mean()
+        if aux_k is not None:
+            fired = (c > 0).any(0)
+            since_fired = torch.where(fired, torch.zeros_like(since_fired), since_fired + 1)
+            dead = since_fired >= dead_after_steps
+            n_dead = int(dead.sum())
+            if n_dead > 0 and aux_coef > 0:
+                loss = loss + aux_coef * _auxk_loss(pre, x - rec.detach(), sae.W_dec, dead,
+                                                    min(aux_k, n_dead))  # fmt: skip
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -395,4 +426,18 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     sae.requires_grad_(False)
     info: dict[str, Any] = sae_metrics(sae, hold)
     info.update(losses=losses, input_scale=scale, n_train=len(train), n_holdout=n_hold)
+    if aux_k is not None:
+        info["aux_dead_frac"] = float(dead.float().mean())
     return sae, info
+
+
+def _auxk_loss(pre: Tensor, residual: Tensor, W_dec: Tensor, dead: Tensor, k: int) -> Tensor:
+    """AuxK (Gao et al. 2024, §A.2): the ``k`` largest pre-activations among the ``dead``
+    latents reconstruct ``residual`` (detached); the squared error over the residual's total
+    variance (as EleutherAI's sparsify normalises it)."""
+    masked = torch.where(dead, pre, torch.full_like(pre, -torch.inf))
+    top = masked.topk(k, dim=-1)
+    z = torch.zeros_like(pre).scatter(-1, top.indices, torch.relu(top.values))
+    err = ((z @ W_dec - residual) ** 2).sum()
+    var = ((residual - residual.mean(0)) ** 2).sum().clamp(min=1e-12)
+    return err / var

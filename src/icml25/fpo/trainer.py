@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.fpo.cache import ReferenceCache, build_reference_cache
 from icml25.fpo.data import PreferenceCollator, as_records
 from icml25.fpo.forward import preference_pass
@@ -61,7 +62,8 @@ class PreferenceConfig:
 
     ``paper_mode=False`` switches FPO to the official code's choices: the reference model run
     online every step, ``hidden_states`` as the SAE input (``site="hf_hidden_states"``), the
-    policy's top-k only and padded-mean pooling (docs/fpo.md, "Official code vs paper").
+    policy's top-k only and its pooling (``pool="official"``: the codes at the positions shifted
+    as the labels are, summed and divided by T - 1; docs/fpo.md, "Official code vs paper").
     """
 
     method: str = "fpo"
@@ -107,33 +109,24 @@ class PreferenceConfig:
             if getattr(self, n) is None:
                 setattr(self, n, d[n])
         for n in ("beta", "lr"):
-            v = getattr(self, n)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not math.isfinite(v)
-                or v <= 0
-            ):
-                raise ValueError(f"{n} must be a finite number > 0, got {v!r}")
-        if (
-            isinstance(self.alpha, bool)
-            or not isinstance(self.alpha, (int, float))
-            or self.alpha < 0
-        ):
-            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+            setattr(self, n, as_real(n, getattr(self, n), low=0.0, low_open=True))
+        self.alpha = as_real("alpha", self.alpha, low=0.0)  # NaN refused here, not at step 1
+        self.gamma = as_real("gamma", self.gamma)
         for n in ("k", "batch_size", "epochs", "max_length", "max_prompt_length"):
-            v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{n} must be a positive integer, got {v!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or \
-                self.warmup_steps < 0:  # fmt: skip
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+            setattr(self, n, as_int(n, getattr(self, n), 1))
+        self.warmup_steps = as_int("warmup_steps", self.warmup_steps, 0)
+        self.max_grad_norm = as_real(
+            "max_grad_norm", self.max_grad_norm, low=0.0, low_open=True, finite=False
+        )
+        self.weight_decay = as_real("weight_decay", self.weight_decay, low=0.0)
+        for n in ("paper_mode", "stop_grad_chosen", "disable_dropout"):
+            setattr(self, n, as_bool(n, getattr(self, n)))
         if self.optimizer not in ("adam", "adamw", "rmsprop"):
             raise ValueError(
                 f"optimizer must be 'adam', 'adamw' or 'rmsprop', got {self.optimizer!r}"
             )
         if not self.paper_mode:
-            self.site, self.index_mode, self.pool = "hf_hidden_states", "policy", "padded_mean"
+            self.site, self.index_mode, self.pool = "hf_hidden_states", "policy", "official"
         if self.pool not in POOL_MODES:
             raise ValueError(f"pool must be one of {POOL_MODES}, got {self.pool!r}")
         if self.index_mode not in INDEX_MODES:

@@ -30,10 +30,11 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.fpo.cache import ReferenceCache, _CacheParts, _model_fingerprint
 from icml25.fpo.forward import pool_response_codes, preference_pass
 from icml25.fpo.hooks import ResidualCapture, resolve_layer
-from icml25.fpo.losses import INDEX_MODES, POOL_MODES, fpo_loss
+from icml25.fpo.losses import INDEX_MODES, POOL_MODES, fpo_loss, pool_positions
 from icml25.fpo.sae import SparseAutoencoder
 from icml25.llm.training import MixedPrecision
 
@@ -144,8 +145,9 @@ class FPOTrainer(DPOTrainer):
             raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {index_mode!r}")
         if pool not in POOL_MODES:
             raise ValueError(f"pool must be one of {POOL_MODES}, got {pool!r}")
-        if isinstance(fpo_alpha, bool) or not isinstance(fpo_alpha, (int, float)) or fpo_alpha < 0:
-            raise ValueError(f"fpo_alpha must be a number >= 0, got {fpo_alpha!r}")
+        fpo_alpha = as_real("fpo_alpha", fpo_alpha, low=0.0)
+        k = as_int("k", k, 1)
+        stop_grad_chosen = as_bool("stop_grad_chosen", stop_grad_chosen)
         if args is None:
             args = self.paper_args()
         if not isinstance(args, DPOConfig):
@@ -380,7 +382,7 @@ class FPOTrainer(DPOTrainer):
         ref_w = inputs["ref_chosen_logps"].float() / nw
         ref_l = inputs["ref_rejected_logps"].float() / nl
         sae = self.sae.to(h.device)
-        mask = comp.bool()
+        mask = pool_positions(comp.bool(), self.fpo_pool)
         dev_type = h.device.type
         off = (torch.autocast(dev_type, enabled=False) if torch.is_autocast_enabled(dev_type)
                else contextlib.nullcontext())  # fmt: skip
