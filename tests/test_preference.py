@@ -61,7 +61,7 @@ def test_dpo_loss_is_the_sigmoid_dpo_formula():
 
 def test_bad_input_names_the_value():
     x = torch.zeros(3)
-    with pytest.raises(ValueError, match="beta must be > 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         dpo_loss(x, x, x, x, beta=0)
     with pytest.raises(ValueError, match="one non-empty"):
         dpo_loss(x, x[:2], x, x)
@@ -71,3 +71,23 @@ def test_bad_input_names_the_value():
         token_logprobs(torch.zeros(1, 2, 7), torch.tensor([[1, 9]]))
     with pytest.raises(ValueError, match=r"labels must be \(B, T\)"):
         token_logprobs(torch.zeros(1, 2, 7), torch.tensor([1, 2]))
+
+
+def test_dpo_losses_refuse_a_bad_beta_and_reach_their_limit_at_minus_inf():
+    """Issue 49: beta as a string or infinity was accepted, and a rejected log-prob of -inf gave
+    a NaN loss (0 * -inf) where the loss is 0; numpy betas are the numbers they hold."""
+    import numpy as np
+
+    from icml25.preference import dpo_losses
+
+    w, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.5])
+    rejected = torch.tensor([float("-inf"), -3.0])
+    losses, u = dpo_losses(w, rejected, ref, ref, 0.1)
+    assert losses[0].item() == 0.0 and torch.isfinite(losses).all()
+    same, _ = dpo_losses(w, rejected, ref, ref, np.float32(0.1))
+    assert torch.allclose(same, losses)
+    for bad in ("0.1", float("inf"), None, True, 0.0):
+        with pytest.raises(ValueError, match="beta must be"):
+            dpo_losses(w, rejected, ref, ref, bad)
+    with pytest.raises(ValueError, match=r"label_smoothing must be a finite number in \[0, 0.5\)"):
+        dpo_losses(w, rejected, ref, ref, 0.1, label_smoothing=0.5)

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from icml25._validate import as_real
+
 __all__ = [
     "IGNORE_INDEX",
     "PREFERENCE_COLUMNS",
@@ -143,18 +145,17 @@ def dpo_losses(
     on the policy's device); :func:`dpo_loss` is their mean."""
     xs = (policy_chosen, policy_rejected, ref_chosen, ref_rejected)
     _check_logps(xs, ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected"))
-    if isinstance(beta, bool) or not float(beta) > 0:
-        raise ValueError(f"beta must be > 0, got {beta!r}")
-    if not 0.0 <= float(label_smoothing) < 0.5:
-        raise ValueError(f"label_smoothing must be in [0, 0.5), got {label_smoothing!r}")
+    beta = as_real("beta", beta, low=0, low_open=True)
+    eps = as_real("label_smoothing", label_smoothing, low=0, high=0.5, high_open=True)
     dev = policy_chosen.device
     dt = torch.promote_types(policy_chosen.dtype, torch.float32)
     pw, pl = policy_chosen.to(dt), policy_rejected.to(device=dev, dtype=dt)
     rw = ref_chosen.to(device=dev, dtype=dt).detach()
     rl = ref_rejected.to(device=dev, dtype=dt).detach()
-    u = float(beta) * ((pw - rw) - (pl - rl))
-    eps = float(label_smoothing)
-    losses = -(1 - eps) * F.logsigmoid(u) - eps * F.logsigmoid(-u)
+    u = beta * ((pw - rw) - (pl - rl))
+    # without smoothing, -log sigma(u) alone: at u = +inf (a rejected log-prob of -inf) the
+    # smoothed form's 0 * (-inf) would be NaN where the loss is 0
+    losses = -F.logsigmoid(u) if eps == 0 else -(1 - eps) * F.logsigmoid(u) - eps * F.logsigmoid(-u)
     return losses, u
 
 

@@ -94,13 +94,13 @@ def test_one_call_pipeline_structure():
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        ({"pretrain_steps": 0}, r"pretrain_steps must be a positive int, got 0"),
-        ({"ft_batch": 2.5}, r"ft_batch must be a positive int, got 2.5"),
-        ({"align_lr": -1e-3}, r"align_lr must be a positive number"),
-        ({"poison_ratio": 1.5}, r"poison_ratio must be in \[0, 1\], got 1.5"),
+        ({"pretrain_steps": 0}, r"pretrain_steps must be an integer >= 1, got 0"),
+        ({"ft_batch": 2.5}, r"ft_batch must be an integer >= 1, got 2.5"),
+        ({"align_lr": -1e-3}, r"align_lr must be a finite number > 0"),
+        ({"poison_ratio": 1.5}, r"poison_ratio must be a finite number in \[0, 1\], got 1.5"),
         ({"lora_targets": ()}, r"lora_targets must be a non-empty tuple"),
         ({"attacks": {}}, r"attacks must name at least one"),
-        ({"attacks": {"H1": (3e-3, 0)}}, r"attacks\['H1'\] must be \(lr > 0, epochs >= 1\)"),
+        ({"attacks": {"H1": (3e-3, 0)}}, r"attacks\['H1'\] epochs must be an integer >= 1, got 0"),
     ],
 )
 def test_toy_settings_reject_bad_sizes(kw, match):

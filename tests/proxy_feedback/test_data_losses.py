@@ -94,7 +94,7 @@ def test_with_a_reference_it_is_the_sigmoid_dpo_loss():
     wts = torch.rand(9, generator=g, dtype=torch.float64)
     want_w = (wts * -F.logsigmoid(pw - pl)).sum() / wts.sum()
     assert torch.allclose(preference_nll(pw, pl, weights=wts), want_w, atol=1e-12)
-    with pytest.raises(ValueError, match="beta must be > 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         preference_nll(pw, pl, beta=0.0)
     with pytest.raises(ValueError, match="both ref_logp_w and ref_logp_l"):
         preference_nll(pw, pl, rw)

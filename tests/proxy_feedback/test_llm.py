@@ -110,7 +110,7 @@ def test_bad_input(toy):
     m = SimplexBottleneckLM(copy.deepcopy(base), bottleneck_dim=4)
     with pytest.raises(ValueError, match="trainable must be one of"):
         dpo_stage(m, None, pairs, tokenizer=tok, trainable="body")
-    with pytest.raises(ValueError, match="beta must be > 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         dpo_stage(m, None, pairs, tokenizer=tok, beta=0)
     with pytest.raises(ValueError, match="lacks"):
         dpo_stage(m, None, [{"prompt": "a", "chosen": "b"}], tokenizer=tok)

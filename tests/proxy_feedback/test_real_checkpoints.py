@@ -297,7 +297,7 @@ def test_simplex_trainer_bad_input(gpt2_wrapped):
         SimplexDPOTrainer(m, None, train_dataset=TEXT_PAIRS)
     with pytest.raises(ValueError, match="trainable must be one of"):
         SimplexDPOTrainer(m, None, processing_class=tok, trainable="body")
-    with pytest.raises(ValueError, match="beta must be > 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         SimplexDPOConfig(beta=0)
     with pytest.raises(TypeError, match="args must be"):
         SimplexDPOTrainer(m, None, args={"lr": 1}, processing_class=tok)

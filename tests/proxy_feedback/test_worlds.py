@@ -92,8 +92,8 @@ def test_outputs_follow_the_input_dtype_and_device(dtype):
         ({"n_outputs": 1}, "n_outputs must be"),
         ({"scenario": "v3"}, "scenario must be one of"),
         ({"permutation": (0, 1)}, "permutation must be a permutation of 0..2"),
-        ({"temperature_gamma": 0}, "temperature_gamma must be > 0"),
-        ({"shrink": 1.0}, "shrink must be in"),
+        ({"temperature_gamma": 0}, "temperature_gamma must be a finite number > 0"),
+        ({"shrink": 1.0}, r"shrink must be a finite number in \[0, 1\)"),
         ({"scenario": "v1_levelsets", "masked_dims": 5}, "masked_dims must be in 1..4"),
     ],
 )

@@ -125,8 +125,10 @@ def test_select_targets_strategies():
         select_targets(d, 4, "self_confidence")
     with pytest.raises(ValueError, match="strategy"):
         select_targets(d, 4, "knee")
-    with pytest.raises(TypeError, match="budget"):
+    with pytest.raises(ValueError, match="budget"):
         select_targets(d, 2.5)
+    with pytest.raises(TypeError, match="budget"):
+        select_targets(d, "2")
 
 
 def test_uncertainty_equals_modal_margin_sampling():

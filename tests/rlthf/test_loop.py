@@ -276,12 +276,14 @@ def test_config_accepts_numpy_numbers_and_refuses_nan():
     cfg = RLTHFConfig(iterations=np.int64(2), amplification=np.int32(3), seed=np.int64(1),
                       budget_per_iter=np.float32(0.05), self_improvement=np.bool_(False))  # fmt: skip
     assert cfg.iterations == 2 and type(cfg.iterations) is int and cfg.amplification == 3.0
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="budget_per_iter must be a finite number, got nan"):
         RLTHFConfig(budget_per_iter=float("nan"))
     with pytest.raises(TypeError, match="self_improvement"):
         RLTHFConfig(self_improvement="yes")
-    with pytest.raises(TypeError, match="seed"):
+    with pytest.raises(ValueError, match="seed"):
         RLTHFConfig(seed=0.5)
+    with pytest.raises(TypeError, match="seed"):
+        RLTHFConfig(seed="0")
     with pytest.warns(UserWarning, match="no effect"):
         RLTHFConfig(backoff_ratio=0.3, sanitize=None)
 
@@ -306,10 +308,10 @@ def test_result_repr_ai_conf_and_curated_rows(world):
 
 
 def test_baseline_bad_input(world):
-    with pytest.raises(ValueError, match="budget must be a fraction"):
+    with pytest.raises(ValueError, match=r"budget \(a fraction of the pool"):
         run_self_confidence(world.train, world.ai_labels, HumanOracle(world.train.human_labels),
                             _rm(), budget=0)  # fmt: skip
     from icml25.rlthf import cross_fit_margins
 
-    with pytest.raises(ValueError, match="folds must be an int >= 2"):
+    with pytest.raises(ValueError, match="folds must be an integer >= 2"):
         cross_fit_margins(_rm(), world.train, np.arange(20), world.ai_labels[:20], folds=1)

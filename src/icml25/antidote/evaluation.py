@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from icml25._validate import as_int
 from icml25.antidote.templates import render_prompt
 from icml25.llm.moderation import CallableModerator, ChatModerator, Moderator, check_pairs
 
@@ -128,8 +129,7 @@ def generate_responses(
                 f"inputs must hold one string per prompt: {len(inputs)} for {len(prompts)}"
             )
     for what, v in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{what} must be a positive integer, got {v!r}")
+        as_int(what, v, 1)
     texts = [render_prompt(p, inputs[i] if inputs else "", template) for i, p in enumerate(prompts)]
     backend = _is_backend(model)
     if not backend:
@@ -305,6 +305,8 @@ def harmful_score(first: Any, second: Sequence[str], moderator: Moderator, **gen
 def gsm8k_answer(text: str) -> float:
     """The official GSM8K answer of a text: commas dropped, the first number after
     ``"The final answer is: "``, else the last number; ``inf`` when there is none."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
     text = text.replace(",", "")
     nums = re.findall(r"-?\d+\.?\d*", text)
     if not nums:
@@ -346,6 +348,9 @@ def exact_match_accuracy(
     ``(response, reference) -> bool``."""
     if len(responses) != len(references) or not responses:
         raise ValueError(f"need one reference per response: {len(responses)} vs {len(references)}")
+    bad = next((i for i, r in enumerate(responses) if not isinstance(r, str)), None)
+    if bad is not None:
+        raise TypeError(f"responses[{bad}] must be a string, got {type(responses[bad]).__name__}")
     ok = _matcher(match)
     return 100.0 * sum(bool(ok(r, ref)) for r, ref in zip(responses, references)) / len(responses)
 

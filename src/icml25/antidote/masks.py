@@ -9,13 +9,14 @@ are accepted wherever a mask is taken."""
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from icml25._validate import as_real
 
 __all__ = [
     "apply_mask",
@@ -40,26 +41,28 @@ def _shortest_decimal(v: float, same: Callable[[float], bool]) -> float:
     return v
 
 
-def _as_real(value: object) -> float:
-    """``value`` as a Python float: any real number (``int``, ``float``, numpy scalars, 0-d numpy
-    arrays and tensors), never a bool. Half- and single-precision values are read as the shortest
-    decimal that rounds to them (``np.float32(0.1)`` is 0.1, not 0.10000000149), so a ratio means
-    the same whatever type carried it. ``TypeError`` for anything else."""
+def _as_real(name: str, value: object, *, low: float = 0.0, high: float = 1.0) -> float:
+    """``value`` as a Python float in ``[low, high]`` (checked by :func:`icml25._validate.as_real`:
+    numpy scalars, 0-d arrays and 0-d tensors are accepted; bools, strings, NaN and infinities are
+    refused with a ``ValueError`` naming ``name``). Half- and single-precision values are read as
+    the shortest decimal that rounds to them (``np.float32(0.1)`` is 0.1, not 0.10000000149), so a
+    ratio means the same whatever type carried it."""
+    v = as_real(name, value, low=low, high=high)
     if isinstance(value, np.ndarray) and value.shape == ():
         value = value[()]
     if isinstance(value, Tensor):
-        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
-            raise TypeError(f"a 0-d real tensor, got {value!r}")
-        v, dt = value.item(), value.dtype
+        dt = value.dtype
         if dt.is_floating_point and dt != torch.float64:
             return _shortest_decimal(v, lambda x: torch.tensor(x, dtype=dt).item() == v)
-        return float(v)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"a real number, got {type(value).__name__}")
-    if isinstance(value, np.floating) and value.dtype.itemsize < 8:
+    elif isinstance(value, np.floating) and value.dtype.itemsize < 8:
         t = type(value)
-        return _shortest_decimal(float(value), lambda x: t(x) == value)
-    return float(value)
+        return _shortest_decimal(v, lambda x: float(t(x)) == v)
+    return v
+
+
+def _ratio(dense_ratio: object) -> float:
+    """``dense_ratio`` read as in :func:`check_ratio`, without its warnings."""
+    return _as_real("dense_ratio", dense_ratio)
 
 
 def check_ratio(dense_ratio: object) -> float:
@@ -67,17 +70,7 @@ def check_ratio(dense_ratio: object) -> float:
     ``--dense_ratio``). Accepts any real number type (numpy scalars, 0-d tensors); ``ValueError``
     for bools, strings, NaN and values outside ``[0, 1]``. Warns at 0 (nothing is pruned) and 1
     (everything is)."""
-    try:
-        rho = _as_real(dense_ratio)
-    except TypeError:
-        raise ValueError(
-            f"dense_ratio must be a real number in [0, 1], got {dense_ratio!r} "
-            f"({type(dense_ratio).__name__})"
-        ) from None
-    if math.isnan(rho) or not 0.0 <= rho <= 1.0:
-        raise ValueError(
-            f"dense_ratio must be in [0, 1] (the fraction of each row removed), got {dense_ratio!r}"
-        )
+    rho = _ratio(dense_ratio)
     if rho == 0:
         warnings.warn(
             "dense_ratio=0: the mask is empty, nothing is pruned", UserWarning, stacklevel=3
@@ -87,12 +80,26 @@ def check_ratio(dense_ratio: object) -> float:
     return rho
 
 
+def _check_scores(scores: object) -> None:
+    """A real score tensor without NaN (a NaN sorts above every score, so it would be removed
+    first without a word); infinities order as usual."""
+    if not isinstance(scores, Tensor) or scores.dtype == torch.bool or scores.is_complex():
+        raise TypeError(
+            f"scores must be a real-valued tensor, got {type(scores).__name__}"
+            + (f" of {scores.dtype}" if isinstance(scores, Tensor) else "")
+        )
+    if scores.is_floating_point() and bool(torch.isnan(scores).any()):
+        raise ValueError(f"scores hold NaN ({int(torch.isnan(scores).sum())} entries)")
+
+
 def row_mask(scores: Tensor, dense_ratio: float, *, remove: str = "highest") -> Tensor:
     """Boolean mask of one score matrix. ``remove="highest"`` (Antidote): per row the top
     ``d_in - floor(d_in (1 - rho))`` scores; ``remove="lowest"`` (plain Wanda): the bottom
     ``floor(d_in rho)`` scores. Stable sorts, so ties resolve by column index."""
+    _check_scores(scores)
     if scores.dim() != 2:
         raise ValueError(f"scores must be 2-D (d_out, d_in), got shape {tuple(scores.shape)}")
+    dense_ratio = _ratio(dense_ratio)
     d_in = scores.shape[1]
     order = torch.sort(scores, dim=1, stable=True).indices
     mask = torch.zeros_like(scores, dtype=torch.bool)
@@ -111,8 +118,9 @@ def tensor_mask(scores: Tensor, dense_ratio: float) -> Tensor:
     """Boolean mask of one score tensor of any shape: the ``floor(numel * rho)`` highest scores
     of the whole tensor (official ``prune_with_FI``). Stable ascending sort of the flattened
     scores, so among equal scores the lower flat index is kept (the official sort is unstable)."""
+    _check_scores(scores)
     flat = scores.reshape(-1)
-    k = int(flat.numel() * dense_ratio)
+    k = int(flat.numel() * _ratio(dense_ratio))
     mask = torch.zeros(flat.shape, dtype=torch.bool, device=scores.device)
     if k:
         order = torch.sort(flat, stable=True).indices

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from icml25._validate import as_int, as_prob, as_real
 from icml25.antidote.masks import _as_real, undo_mask
 from icml25.antidote.prune import AntidoteConfig, antidote_prune
 from icml25.antidote.targets import inactive_adapters, select_target_layers
@@ -64,8 +65,7 @@ def make_realign_batches(
     truncated with a warning."""
     if template not in ("alpaca", "none"):
         raise ValueError(f"template must be 'alpaca' or 'none', got {template!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = as_int("batch_size", batch_size, 1)
     texts, heads = [], []
     for p in pairs:
         if isinstance(p, dict):
@@ -133,12 +133,7 @@ def compare_pruning(
     ``adapters`` select the weights as in :func:`select_target_layers`. Each pruning is undone
     exactly before the next, so one model serves every point (no copies: a real 7B model works
     the same way)."""
-    rhos = []
-    for r in ratios:
-        try:
-            rhos.append(_as_real(r))
-        except TypeError:
-            raise ValueError(f"ratios must be real numbers in [0, 1], got {r!r}") from None
+    rhos = [_as_real(f"ratios[{i}]", r) for i, r in enumerate(ratios)]
     layers = select_target_layers(model, target, target_filter, adapters=adapters)
     results: dict[str, dict[float, dict[str, float]]] = {"none": {0.0: evaluate(model)}}
     kinds = {
@@ -199,16 +194,10 @@ class ToySettings:
         counts = ("pretrain_steps", "pretrain_batch", "align_steps", "align_batch", "lora_r",
                   "n_finetune", "ft_batch", "n_calibration", "calibration_batch", "n_eval")  # fmt: skip
         for name in counts:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"ToySettings.{name} must be a positive int, got {v!r}")
+            as_int(f"ToySettings.{name}", getattr(self, name), 1)
         for name in ("pretrain_lr", "align_lr", "lora_alpha"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"ToySettings.{name} must be a positive number, got {v!r}")
-        p = self.poison_ratio
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError(f"ToySettings.poison_ratio must be in [0, 1], got {p!r}")
+            as_real(f"ToySettings.{name}", getattr(self, name), low=0, low_open=True)
+        as_prob("ToySettings.poison_ratio", self.poison_ratio)
         if not self.lora_targets or not all(isinstance(t, str) for t in self.lora_targets):
             raise ValueError(
                 f"ToySettings.lora_targets must be a non-empty tuple of module names, "
@@ -217,13 +206,12 @@ class ToySettings:
         if not self.attacks:
             raise ValueError("ToySettings.attacks must name at least one (lr, epochs) setting")
         for key, val in self.attacks.items():
-            ok = isinstance(val, tuple | list) and len(val) == 2
-            lr, epochs = val if ok else (None, None)
-            if not (ok and isinstance(lr, int | float) and lr > 0
-                    and isinstance(epochs, int) and not isinstance(epochs, bool) and epochs >= 1):  # fmt: skip
+            if not (isinstance(val, tuple | list) and len(val) == 2):
                 raise ValueError(
                     f"ToySettings.attacks[{key!r}] must be (lr > 0, epochs >= 1), got {val!r}"
                 )
+            as_real(f"ToySettings.attacks[{key!r}] lr", val[0], low=0, low_open=True)
+            as_int(f"ToySettings.attacks[{key!r}] epochs", val[1], 1)
 
 
 def _train(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from icml25._validate import as_int
 from icml25.antidote.masks import apply_mask, check_ratio, random_mask, row_mask, tensor_mask
 from icml25.antidote.scores import (
     activation_sq_norms,
@@ -61,12 +62,7 @@ class AntidoteConfig:
             )
         if self.granularity not in ("row", "tensor"):
             raise ValueError(f"granularity must be 'row' or 'tensor', got {self.granularity!r}")
-        if (
-            isinstance(self.batch_size, bool)
-            or not isinstance(self.batch_size, int)
-            or self.batch_size < 1
-        ):
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        as_int("batch_size", self.batch_size, 1)
         a = self.adapters
         if a is not None and not (
             isinstance(a, str)

@@ -24,8 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation._decode import decode, end_of_turn_ids
-from icml25.elicitation.investigator import _check_strings, _int, _max_positions, check_length
+from icml25.elicitation.investigator import _check_strings, _max_positions, check_length
 from icml25.llm.training import position_ids
 
 __all__ = ["HFTargetModel", "OpenAICompatTarget", "TargetModel"]
@@ -92,7 +93,7 @@ class HFTargetModel:
                 )
         if use_chat_template and not getattr(tokenizer, "chat_template", None):
             raise ValueError("use_chat_template=True but the tokenizer has no chat template")
-        batch_size = _int("batch_size", batch_size)
+        batch_size = as_int("batch_size", batch_size, 1)
         self.max_positions = _max_positions(model)
         if add_eos and tokenizer.eos_token_id is None:
             raise ValueError("add_eos=True but the tokenizer has no eos_token_id")
@@ -180,11 +181,10 @@ class HFTargetModel:
         """The target's responses (greedy by default), stopping at the end of its turn (the chat
         template's end-of-turn token or the EOS)."""
         ps = _check_strings("prompts", prompts, allow_empty=True)
-        max_new_tokens = _int("max_new_tokens", max_new_tokens)
-        if not greedy and not (isinstance(temperature, (int, float)) and temperature > 0):
-            raise ValueError(
-                f"temperature must be > 0 for sampling (greedy=False), got {temperature!r}"
-            )
+        max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
+        if not greedy:
+            temperature = as_real("temperature (for sampling, greedy=False)", temperature,
+                                  low=0, low_open=True)  # fmt: skip
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         out: list[str] = []
         eos = self.end_ids
@@ -231,7 +231,7 @@ class OpenAICompatTarget:
             raise ValueError(
                 f"chat_template must be a string with a {{prompt}} slot, got {chat_template!r:.60}"
             )
-        concurrency = _int("concurrency", concurrency)
+        concurrency = as_int("concurrency", concurrency, 1)
         self.chat = OpenAIChat(
             base_url, model, api_key=api_key, concurrency=concurrency, timeout=timeout
         )
@@ -268,7 +268,7 @@ class OpenAICompatTarget:
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
                  temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
         ps = _check_strings("prompts", prompts, allow_empty=True)
-        max_new_tokens = _int("max_new_tokens", max_new_tokens)
+        max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
 
         def one(x: str) -> str:
             body = {"model": self.chat.model, "prompt": self.render(x), "max_tokens": max_new_tokens,

@@ -31,8 +31,9 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation._decode import train_mode
-from icml25.elicitation.investigator import Investigator, _check_strings, _int
+from icml25.elicitation.investigator import Investigator, _check_strings
 from icml25.llm.distributed import check_global_batches, refuse_several_processes
 from icml25.preference import dpo_losses as _shared_dpo_losses
 
@@ -53,8 +54,18 @@ def dpo_loss(pc: torch.Tensor, pr: torch.Tensor, rc: torch.Tensor, rr: torch.Ten
     inputs' precision is kept, float32 at least) and its statistics:
     ``reward_accuracy`` (share of pairs whose implicit reward ranks chosen first) and
     ``margin`` (mean ``β h``). ``pc, pr``: policy log-probs of chosen/rejected; ``rc, rr``:
-    reference's. ``β = 0.1`` (DPO's default and the third-party recipe's)."""
-    losses, u = _shared_dpo_losses(pc, pr, rc, rr, beta)  # u = β h, in float32 or wider
+    reference's. ``β = 0.1`` (DPO's default and the third-party recipe's). A NaN log-prob is a
+    ``ValueError``; ``-inf`` (a zero-probability sequence) gives the loss's limit."""
+    beta = as_real("beta", beta, low=0, low_open=True)
+    for name, x in (("pc", pc), ("pr", pr), ("rc", rc), ("rr", rr)):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and bool(torch.isnan(x).any()):
+            raise ValueError(
+                f"{name} holds NaN log-probs ({int(torch.isnan(x).sum())} of {x.numel()})"
+            )
+    _, u = _shared_dpo_losses(pc, pr, rc, rr, beta)  # u = β h, in float32 or wider
+    # -log σ(u) itself: the shared form adds 0 · log σ(-u), NaN at u = +inf (a -inf rejected
+    # log-prob), where the loss's limit is 0
+    losses = -torch.nn.functional.logsigmoid(u)
     u = u.detach()
     return losses.mean(), {
         "reward_accuracy": float((u > 0).float().mean()),
@@ -85,14 +96,8 @@ def sample_preference_pairs(behaviors: Sequence[str], candidates: Sequence[Seque
     if len(candidates) != len(bs) or len(scores) != len(bs):
         raise ValueError(f"{len(bs)} behaviors need as many candidate and score lists, got "
                          f"{len(candidates)} and {len(scores)}")  # fmt: skip
-    if (
-        isinstance(pairs_per_behavior, bool)
-        or not isinstance(pairs_per_behavior, int)
-        or pairs_per_behavior < 1
-    ):
-        raise ValueError(f"pairs_per_behavior must be an int >= 1, got {pairs_per_behavior!r}")
-    if not (isinstance(min_gap, (int, float)) and min_gap >= 0):
-        raise ValueError(f"min_gap must be >= 0, got {min_gap!r}")
+    pairs_per_behavior = as_int("pairs_per_behavior", pairs_per_behavior, 1)
+    min_gap = as_real("min_gap", min_gap, low=0)
     rng = random.Random(seed)
     pairs: list[PreferencePair] = []
     without = 0
@@ -139,8 +144,10 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
         "icml25.elicitation.dpo_trainer (TRL's DPOTrainer, data-parallel under torchrun / accelerate launch)",
     )
     bs = _check_strings("behaviors", behaviors)
-    n_candidates, steps = _int("n_candidates", n_candidates, 2), _int("steps", steps)
-    seed = _int("seed", seed, 0)
+    n_candidates, steps = as_int("n_candidates", n_candidates, 2), as_int("steps", steps, 1)
+    seed = as_int("seed", seed, 0)
+    beta = as_real("beta", beta, low=0, low_open=True)
+    lr = as_real("lr", lr, low=0, low_open=True)
     cands = policy.sample(bs, n_candidates, temperature=temperature, top_p=top_p, seed=seed)
     flat_b = [b for b, cs in zip(bs, cands) for _ in cs]
     flat_x = [x for cs in cands for x in cs]
@@ -218,8 +225,8 @@ def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., tor
         "train_dpo",
         "icml25.elicitation.dpo_trainer (TRL's DPOTrainer, data-parallel under torchrun / accelerate launch)",
     )
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    rounds = as_int("rounds", rounds, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
     from icml25.progress import track
 
     policy.mixed_precision()  # float32 master weights first: the optimizer must hold them

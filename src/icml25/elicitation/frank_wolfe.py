@@ -11,14 +11,14 @@ restarts (the equal-compute baseline without a diversity term).
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation.dpo import train_dpo
-from icml25.elicitation.investigator import Investigator, InvestigatorMixture, _check_strings, _int
+from icml25.elicitation.investigator import Investigator, InvestigatorMixture, _check_strings
 from icml25.elicitation.rewards import PenalizedReward, StringReward
 
 __all__ = ["fw_step_size", "frank_wolfe"]
@@ -28,8 +28,7 @@ def fw_step_size(t: int, step: str = "uniform") -> float:
     """``η_t`` for iteration ``t = 1, 2, ...``: ``"uniform"`` ``1/t`` (equal weights over the
     iterates) or ``"classic"`` ``2/(t+1)`` (FW's ``2/(k+2)`` with ``k = t - 1``: weights
     ``∝ t``). ``η_1 = 1`` in both."""
-    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
-        raise ValueError(f"t must be an int >= 1, got {t!r}")
+    t = as_int("t", t, 1)
     if step == "uniform":
         return 1.0 / t
     if step == "classic":
@@ -66,22 +65,19 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
         progress: a progress bar per iteration (default: unless ``ICML25_QUIET`` is set).
     """
     bs = _check_strings("behaviors", behaviors)
-    import numbers
-
-    if (
-        isinstance(lam, bool)
-        or not isinstance(lam, numbers.Real)
-        or not math.isfinite(lam)
-        or lam < 0
-    ):
-        raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-    lam = float(lam)
-    n_iters, rounds_per_iter = _int("n_iters", n_iters), _int("rounds_per_iter", rounds_per_iter)
-    n_candidates, steps_per_round = (
-        _int("n_candidates", n_candidates, 2),
-        _int("steps_per_round", steps_per_round),
+    lam = as_real("lam", lam, low=0)
+    n_iters, rounds_per_iter = (
+        as_int("n_iters", n_iters, 1),
+        as_int("rounds_per_iter", rounds_per_iter, 1),
     )
-    pairs_per_behavior, seed = _int("pairs_per_behavior", pairs_per_behavior), _int("seed", seed, 0)
+    n_candidates, steps_per_round = (
+        as_int("n_candidates", n_candidates, 2),
+        as_int("steps_per_round", steps_per_round, 1),
+    )
+    pairs_per_behavior, seed = (
+        as_int("pairs_per_behavior", pairs_per_behavior, 1),
+        as_int("seed", seed, 0),
+    )
     if penalty not in ("mixture", "last"):
         raise ValueError(f"penalty must be 'mixture' or 'last', got {penalty!r}")
     fw_step_size(1, step)

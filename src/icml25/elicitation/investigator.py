@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation._decode import decode, end_of_turn_ids, low_precision, restrict
 from icml25.llm.training import position_ids, special_token_ids
 
@@ -44,15 +45,6 @@ def _max_positions(model: Any) -> int | None:
     from icml25.llm.loading import context_length
 
     return context_length(model)
-
-
-def _int(name: str, v: Any, lo: int = 1) -> int:
-    """``int(v)`` for a Python or numpy integer >= ``lo``; ``ValueError`` naming it otherwise."""
-    import numbers
-
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
 
 
 def check_length(n: int, limit: int | None, what: str) -> None:
@@ -117,13 +109,13 @@ class Investigator:
             raise ValueError(
                 "template='chat' but the tokenizer has no chat template; use template='tags'"
             )
-        max_behavior_tokens = _int("max_behavior_tokens", max_behavior_tokens)
+        max_behavior_tokens = as_int("max_behavior_tokens", max_behavior_tokens, 1)
         limit = _max_positions(model)
         if max_prompt_tokens is None:  # 64 (the third-party recipe's), or what fits the model
             max_prompt_tokens = 64 if limit is None else max(1, min(64, limit // 2))
-        max_prompt_tokens = _int("max_prompt_tokens", max_prompt_tokens)
+        max_prompt_tokens = as_int("max_prompt_tokens", max_prompt_tokens, 1)
         if exact_length is not None:
-            exact_length = _int("exact_length", exact_length)
+            exact_length = as_int("exact_length", exact_length, 1)
         self.model, self.tokenizer, self.template = model, tokenizer, template
         self.behavior_tag, self.prompt_tag = behavior_tag, prompt_tag
         self.max_prompt_tokens, self.max_behavior_tokens = max_prompt_tokens, max_behavior_tokens
@@ -281,11 +273,9 @@ class Investigator:
         recipe's sampling; docs/elicitation.md, Decisions). ``seed`` fixes the draw. Runs with
         dropout off; a row of a batch gets what it gets alone."""
         bs = _check_strings("behaviors", behaviors)
-        n = _int("n", n)
-        if not (isinstance(temperature, (int, float)) and temperature > 0):
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        n = as_int("n", n, 1)
+        temperature = as_real("temperature", temperature, low=0, low_open=True)
+        top_p = as_real("top_p", top_p, low=0, high=1, low_open=True)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         contexts = [self._context_ids(b) for b in bs for _ in range(n)]
         check_length(max(len(c) for c in contexts) + (self.exact_length or self.max_prompt_tokens),
@@ -331,7 +321,7 @@ class Investigator:
         )
         if len(bs) != len(xs):
             raise ValueError(f"{len(bs)} behaviors but {len(xs)} prompts")
-        batch_size = _int("batch_size", batch_size)
+        batch_size = as_int("batch_size", batch_size, 1)
         totals, counts = [], []
         for s in range(0, len(bs), batch_size):
             t, c = self._score_batch(bs[s : s + batch_size], xs[s : s + batch_size])
@@ -433,7 +423,12 @@ class InvestigatorMixture:
         members = list(members)
         if not members or not all(isinstance(m, Investigator) for m in members):
             raise ValueError("members must be a non-empty list of Investigator")
-        weights = [1.0] * len(members) if weights is None else [float(w) for w in weights]
+        if weights is None:
+            weights = [1.0] * len(members)
+        elif isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+            raise TypeError(f"weights must be a list of numbers, got {type(weights).__name__}")
+        else:
+            weights = [as_real(f"weights[{i}]", w, low=0) for i, w in enumerate(weights)]
         self.members: list[Investigator] = members
         self.weights = self._normalised(weights, len(members))
 
@@ -452,8 +447,7 @@ class InvestigatorMixture:
         """The Frank-Wolfe update ``q̄ <- (1 - eta) q̄ + eta q`` (``eta`` in (0, 1])."""
         if not isinstance(q, Investigator):
             raise TypeError(f"q must be an Investigator, got {type(q).__name__}")
-        if not (isinstance(eta, (int, float)) and 0 < eta <= 1):
-            raise ValueError(f"eta must be in (0, 1], got {eta!r}")
+        eta = as_real("eta", eta, low=0, high=1, low_open=True)
         self.members.append(q)
         self.weights = self._normalised(
             [w * (1 - eta) for w in self.weights] + [float(eta)], len(self.members)

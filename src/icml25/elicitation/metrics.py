@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation.investigator import _check_strings
 
 __all__ = [
@@ -60,8 +61,7 @@ def trigger_coverage(credited: Sequence[Sequence[int | None]], threshold: float 
     behaviour's successful samples. ``credited[j]``: the strategy (e.g. trigger index) credited
     to each successful sample of behaviour ``j`` (``None`` entries are ignored); a behaviour
     without successes covers 0."""
-    if not (0 < threshold <= 1):
-        raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+    threshold = as_real("threshold", threshold, low=0, high=1, low_open=True)
     if not credited:
         raise ValueError("credited is empty")
     out = []
@@ -77,8 +77,7 @@ def trigger_coverage(credited: Sequence[Sequence[int | None]], threshold: float 
 
 def distinct_n(texts: Sequence[str], n: int = 2) -> float:
     """Distinct word n-grams over all n-grams of ``texts`` (0 when there are none)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    n = as_int("n", n, 1)
     if isinstance(texts, (str, bytes)):
         raise TypeError("texts must be a list of strings, not one string")
     grams = [tuple(w[i : i + n]) for t in texts for w in [t.split()] for i in range(len(w) - n + 1)]
@@ -87,7 +86,7 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
 
 def pairwise_jaccard(texts: Sequence[str]) -> float:
     """Mean Jaccard similarity of the word sets of every pair of texts (lower = more diverse)."""
-    sets = [set(t.split()) for t in texts]
+    sets = [set(t.split()) for t in _check_strings("texts", texts, allow_empty=True)]
     if len(sets) < 2:
         raise ValueError("pairwise_jaccard needs at least 2 texts")
     tot, n = 0.0, 0

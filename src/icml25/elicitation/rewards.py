@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation.investigator import InvestigatorMixture, _check_strings
 
 __all__ = ["LLMJudge", "PenalizedReward", "RubricReward", "StringReward"]
@@ -126,8 +127,8 @@ class RubricReward:
             )
         if not callable(judge):
             raise TypeError("judge must be callable: judge(rubrics, prompts, responses) -> scores")
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-            raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}")
+        n_samples = as_int("n_samples", n_samples, 1)
+        max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
         self.target, self.judge, self.n_samples, self.max_new_tokens = (
             target,
             judge,
@@ -171,17 +172,11 @@ class PenalizedReward:
             raise TypeError(
                 f"mixture must be an InvestigatorMixture or None, got {type(mixture).__name__}"
             )
-        if (
-            isinstance(lam, bool)
-            or not isinstance(lam, (int, float))
-            or not math.isfinite(lam)
-            or lam < 0
-        ):
-            raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
+        lam = as_real("lam", lam, low=0)
         if normalize not in ("sum", "mean"):
             raise ValueError(f"normalize must be 'sum' or 'mean', got {normalize!r}")
         self.base, self.mixture, self.lam, self.normalize = base, mixture, float(lam), normalize
-        self.warn_ratio = float(warn_ratio)
+        self.warn_ratio = as_real("warn_ratio", warn_ratio, low=0)
         self.last_spread: dict[str, float] = {}
 
     def __call__(self, prompts: Sequence[str], behaviors: Sequence[str]) -> torch.Tensor:

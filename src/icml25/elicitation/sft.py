@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int, as_real
 from icml25.elicitation._decode import train_mode
-from icml25.elicitation.investigator import Investigator, _check_strings, _int
+from icml25.elicitation.investigator import Investigator, _check_strings
 from icml25.llm.distributed import check_global_batches, refuse_several_processes
 
 __all__ = [
@@ -122,13 +123,12 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
     if not isinstance(inv, Investigator):
         raise TypeError(f"inv must be an Investigator, got {type(inv).__name__}")
     pairs = _check_pairs(pairs)
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    batch_size = _int("batch_size", batch_size)
-    if steps is None and not (isinstance(epochs, (int, float)) and epochs > 0):
-        raise ValueError(f"epochs must be > 0, got {epochs!r}")
+    lr = as_real("lr", lr, low=0, low_open=True)
+    batch_size = as_int("batch_size", batch_size, 1)
+    if steps is None:
+        epochs = as_real("epochs", epochs, low=0, low_open=True)
     n_steps = (
-        _int("steps", steps)
+        as_int("steps", steps, 1)
         if steps is not None
         else max(1, math.ceil(epochs * len(pairs) / batch_size))
     )

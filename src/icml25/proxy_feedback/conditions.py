@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from icml25._validate import as_int
+from icml25._validate import as_int, as_real
 
 __all__ = ["ConditionReport", "check_conditions"]
 
@@ -224,10 +224,15 @@ def check_conditions(
     n, k = p.shape
     if n < 3:
         raise ValueError(f"need at least 3 inputs, got {n}")
-    for name, v in (("delta", delta), ("far", far)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"{name} must be a positive number, got {v!r}")
+    delta = as_real("delta", delta, low=0, low_open=True)
+    far = as_real("far", far, low=0, low_open=True)
     n_pairs = as_int("n_pairs", n_pairs, 1)
+    seed = as_int("seed", seed, 0)
+    max_violation = as_real("max_violation", max_violation, low=0)
+    max_image_gap = as_real("max_image_gap", max_image_gap, low=0)
+    max_L = as_real("max_L", max_L, low=0, finite=False)
+    if max_dim is not None:
+        max_dim = as_real("max_dim", max_dim, low=0)
     if x is not None and not callable(true_policy) and not callable(proxy_policy):
         nx = len(x)
         if nx != n:

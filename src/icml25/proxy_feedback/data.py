@@ -6,11 +6,13 @@ arXiv:2412.16475): ``P(y_a ≻ y_b | x) = σ(log π(y_a|x) - log π(y_b|x))`` (u
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -156,8 +158,14 @@ class PreferenceBatch:
         return int(self.x.shape[0])
 
     def __getitem__(self, idx: Any) -> PreferenceBatch:
-        if isinstance(idx, int):  # one triple, kept as a batch of one
-            idx = slice(idx, idx + 1 if idx != -1 else None)
+        if isinstance(idx, Tensor) and idx.dim() == 0 and not idx.is_floating_point():
+            idx = idx.item()
+        if isinstance(idx, numbers.Integral) and not isinstance(idx, (bool, np.bool_)):
+            # one triple (Python, numpy or 0-d tensor integer), kept as a batch of one
+            n, i = len(self), int(idx)
+            if not -n <= i < n:
+                raise IndexError(f"index {idx!r} is out of range for {n} triples")
+            idx = slice(i % n, i % n + 1)
         return PreferenceBatch(self.x[idx], self.y_w[idx], self.y_l[idx])
 
     @property

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25._validate import as_int
+from icml25._validate import as_bool, as_int, as_real
 from icml25.llm.loading import check_context_length, context_length
 from icml25.llm.training import (
     MixedPrecision,
@@ -101,8 +101,7 @@ class SimplexBottleneckLM(nn.Module):
                 "lm_head): the bottleneck decodes through the model's own unembedding"
             )
         bottleneck_dim = as_int("bottleneck_dim (D + 1)", bottleneck_dim, 2)
-        if isinstance(temperature, bool) or not float(temperature) > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        temperature = as_real("temperature", temperature, low=0, low_open=True)
         V, d = out_emb.weight.shape
         if bottleneck_dim >= min(d, V):
             warnings.warn(
@@ -175,10 +174,6 @@ def _check_wrapper(model: Any, fn: str) -> SimplexBottleneckLM:
     if not isinstance(model, SimplexBottleneckLM):
         raise TypeError(f"{fn} needs a SimplexBottleneckLM, got {type(model).__name__}")
     return model
-
-
-def _steps(name: str, v: Any) -> int:
-    return as_int(name, v, 1)
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -287,8 +282,8 @@ def warmup_bottleneck(
     processes): the warm-up trains only ``W_τ`` and ``Θ`` and is short."""
     _single_process("warmup_bottleneck")
     model = _check_wrapper(model, "warmup_bottleneck")
-    _steps("steps", steps)
-    _steps("batch_size", batch_size)
+    steps = as_int("steps", steps, 1)
+    batch_size = as_int("batch_size", batch_size, 1)
     ids, mask = _encode_texts(tokenizer, texts, max_length)
     _check_context(model, mask.sum(-1), lambda j: f"texts[{j}]")
     n_hold = int(len(texts) * heldout) if len(texts) >= 10 else 0
@@ -479,12 +474,10 @@ def dpo_stage(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
                         f"{type(model).__name__}")  # fmt: skip
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
-        raise ValueError(f"beta must be > 0, got {beta!r}")
-    if not isinstance(disable_dropout, bool):
-        raise TypeError(f"disable_dropout must be a bool, got {disable_dropout!r}")
-    _steps("steps", steps)
-    _steps("batch_size", batch_size)
+    beta = as_real("beta", beta, low=0, low_open=True)
+    disable_dropout = as_bool("disable_dropout", disable_dropout)
+    steps = as_int("steps", steps, 1)
+    batch_size = as_int("batch_size", batch_size, 1)
     enc = encode_pairs(tokenizer, pairs, max_length)
     n = len(pairs)
     params = _trainable_parameters(model, trainable)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25._validate import as_int
+from icml25._validate import as_bool, as_int
 
 __all__ = [
     "ADAPTERS",
@@ -97,7 +97,7 @@ class MLPAdapter(_Adapter):
         hidden = as_int("hidden", hidden, 1)
         self.l1 = nn.Linear(n_vertices, hidden)
         self.l2 = nn.Linear(hidden, n_vertices)
-        self.spectral = bool(spectral_norm)
+        self.spectral = as_bool("spectral_norm", spectral_norm)
         if self.spectral:
             self.l1 = nn.utils.parametrizations.spectral_norm(self.l1)
             self.l2 = nn.utils.parametrizations.spectral_norm(self.l2)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from icml25._validate import as_int
+from icml25._validate import as_int, as_real
 from icml25.llm.distributed import refuse_several_processes
 from icml25.proxy_feedback.data import PreferenceBatch
 from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
@@ -67,22 +67,6 @@ def _check_batch(model: nn.Module, batch: Any, what: str) -> PreferenceBatch:
     return batch.to(device=ref.device, dtype=ref.dtype)
 
 
-def _check_positive(**kw: Any) -> None:
-    for k, v in kw.items():
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or not v > 0
-            or not math.isfinite(v)
-        ):
-            raise ValueError(f"{k} must be a positive number, got {v!r}")
-
-
-def _check_steps(**kw: Any) -> None:
-    for k, v in kw.items():
-        as_int(k, v, 1)
-
-
 def _nll(logp: Tensor, b: PreferenceBatch, weights: Tensor | None = None) -> Tensor:
     w, l_ = triple_logprobs(logp, b.y_w, b.y_l)
     return preference_nll(w, l_, weights=weights)
@@ -108,8 +92,8 @@ def fit_proxy_stage(
     if not _is_simplex(model):
         raise TypeError(f"fit_proxy_stage needs a SimplexPolicy, got {type(model).__name__}")
     batch = _check_batch(model, batch, "the proxy data (N)")
-    _check_steps(epochs=epochs, batch_size=batch_size)
-    _check_positive(lr=lr)
+    epochs, batch_size = as_int("epochs", epochs, 1), as_int("batch_size", batch_size, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
     params = model.proxy_parameters()
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
@@ -201,10 +185,9 @@ def fit_true_stage(
     if not _is_simplex(model):
         raise TypeError(f"fit_true_stage needs a SimplexPolicy, got {type(model).__name__}")
     batch = _check_batch(model, batch, "the expert data (n)")
-    _check_steps(steps=steps)
-    _check_positive(lr=lr)
-    if isinstance(reg, bool) or not isinstance(reg, (int, float)) or reg < 0:
-        raise ValueError(f"reg must be a number >= 0, got {reg!r}")
+    steps = as_int("steps", steps, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
+    reg = as_real("reg", reg, low=0)
     adapter = model.adapter
     a_params = model.adapter_parameters()
     if isinstance(adapter, IdentityAdapter) or not a_params:
@@ -344,8 +327,8 @@ def fit_true_only(
     Single-process (``RuntimeError`` under several ``torch.distributed`` processes)."""
     _single_process("fit_true_only")
     batch = _check_batch(model, batch, "the expert data (n)")
-    _check_steps(steps=steps)
-    _check_positive(lr=lr)
+    steps = as_int("steps", steps, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
     return _full_batch(model, list(model.parameters()), batch, steps=steps, lr=lr,
                        weight_decay=weight_decay)  # fmt: skip
 
@@ -363,8 +346,8 @@ def fit_finetune_all(
     if not _is_simplex(model):
         raise TypeError(f"fit_finetune_all needs a SimplexPolicy, got {type(model).__name__}")
     batch = _check_batch(model, batch, "the expert data (n)")
-    _check_steps(steps=steps)
-    _check_positive(lr=lr)
+    steps = as_int("steps", steps, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
     return _full_batch(model, list(model.parameters()), batch, steps=steps, lr=lr, weight_decay=0.0)
 
 
@@ -387,11 +370,11 @@ def fit_pooled(
     _single_process("fit_pooled")
     proxy_batch = _check_batch(model, proxy_batch, "the proxy data (N)")
     true_batch = _check_batch(model, true_batch, "the expert data (n)")
-    _check_steps(epochs=epochs, batch_size=batch_size)
-    _check_positive(lr=lr)
+    epochs, batch_size = as_int("epochs", epochs, 1), as_int("batch_size", batch_size, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
     N, n = len(proxy_batch), len(true_batch)
     w = N / n if weight is None else weight
-    _check_positive(weight=w)
+    w = as_real("weight", w, low=0, low_open=True)
     a = N / (N + w * n)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)

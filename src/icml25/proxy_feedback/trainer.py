@@ -36,6 +36,7 @@ import torch
 import transformers
 from torch import Tensor, nn
 
+from icml25._validate import as_real
 from icml25.llm.distributed import GlobalBatchNormalisation, all_reduce_sum
 from icml25.llm.training import MixedPrecision, dropout_disabled
 from icml25.preference import dpo_loss, dpo_losses
@@ -83,8 +84,7 @@ class SimplexDPOConfig(transformers.TrainingArguments):
     def __post_init__(self) -> None:
         if self.output_dir is None:
             self.output_dir = tempfile.mkdtemp(prefix="simplex_dpo_")
-        if isinstance(self.beta, bool) or not float(self.beta) > 0:
-            raise ValueError(f"beta must be > 0, got {self.beta!r}")
+        self.beta = as_real("beta", self.beta, low=0, low_open=True)
         super().__post_init__()
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from icml25._validate import as_int
+from icml25._validate import as_int, as_real
 
 __all__ = ["SCENARIOS", "SyntheticPreferenceWorld"]
 
@@ -72,20 +72,20 @@ class SyntheticPreferenceWorld:
         if scenario not in SCENARIOS:
             raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
         self.scenario = scenario
-        g = float(temperature_gamma)
-        if isinstance(temperature_gamma, bool) or not g > 0:
-            raise ValueError(f"temperature_gamma must be > 0, got {temperature_gamma!r}")
+        g = as_real("temperature_gamma", temperature_gamma, low=0, low_open=True)
         self.gamma = V4_GAMMA if scenario == "v4_lipschitz" else g
         v = self.D + 1
-        perm = tuple(range(1, v)) + (0,) if permutation is None else tuple(permutation)
-        if sorted(perm) != list(range(v)) or not all(isinstance(i, int) for i in perm):
+        if permutation is None:
+            perm = tuple(range(1, v)) + (0,)
+        else:
+            perm = tuple(as_int(f"permutation[{i}]", p, 0) for i, p in enumerate(permutation))
+        if sorted(perm) != list(range(v)):
             raise ValueError(
                 f"permutation must be a permutation of 0..{v - 1} (D + 1 = {v} vertices), "
                 f"got {permutation!r}"
             )
         self.permutation = perm
-        if not 0.0 <= float(shrink) < 1.0:
-            raise ValueError(f"shrink must be in [0, 1), got {shrink!r}")
+        shrink = as_real("shrink", shrink, low=0, high=1, high_open=True)
         self.shrink = float(shrink)
         self.masked_dims = as_int("masked_dims", masked_dims, 0)
         if scenario == "v1_levelsets" and not 0 < self.masked_dims < self.d_x:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_real
 from icml25.rlthf.data import PreferencePairs
 from icml25.rlthf.loop import RLTHFConfig, RLTHFResult, preference_accuracy, run_rlthf
 
@@ -85,10 +86,8 @@ def run_self_confidence(pairs, ai_labels, human, reward_model, budget: float = 0
     """Confident learning: cross-fitted (``config.cv_folds``) margins of every AI label, the
     ``budget`` fraction with the lowest sent to the human in one shot; no sanitization,
     weight 1."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
-        raise ValueError(
-            f"budget must be a fraction of the pool in (0, 1] (e.g. 0.06 for 6 %), got {budget!r}"
-        )
+    budget = as_real("budget (a fraction of the pool, e.g. 0.06 for 6 %)", budget, low=0, high=1,
+                     low_open=True)  # fmt: skip
     cfg = _cfg(config, selection="self_confidence", sanitize=None, amplification=1.0,
                iterations=1, schedule="constant", budget_per_iter=budget)  # fmt: skip
     return run_rlthf(pairs, ai_labels, None, human, reward_model, cfg, test_pairs, **kw)

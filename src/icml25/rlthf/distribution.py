@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_int, as_real
+
 __all__ = ["RewardDistribution", "find_bend", "window_accuracy"]
 
 
@@ -100,14 +102,8 @@ class RewardDistribution:
             raise ValueError(
                 f"indices holds pair {int(uniq[counts > 1][0])} more than once; one margin per pair"
             )
-        if smoothing_window is not None and (
-            isinstance(smoothing_window, bool)
-            or not isinstance(smoothing_window, (int, np.integer))
-            or smoothing_window < 1
-        ):
-            raise ValueError(
-                f"smoothing_window must be None or an int >= 1, got {smoothing_window!r}"
-            )
+        if smoothing_window is not None:
+            smoothing_window = as_int("smoothing_window", smoothing_window, 1)
         self.margins = m
         self.indices = idx
         # descending by margin, ties by pool index (lexsort: last key is primary)
@@ -150,12 +146,7 @@ def window_accuracy(
 
     ``ai_labels`` and ``human_labels`` are indexed by pool index (length ``>= max(indices) + 1``).
     """
-    if (
-        isinstance(window_frac, bool)
-        or not isinstance(window_frac, (int, float))
-        or not (0 < window_frac <= 1)
-    ):
-        raise ValueError(f"window_frac must be in (0, 1], got {window_frac!r}")
+    window_frac = as_real("window_frac", window_frac, low=0, high=1, low_open=True)
     from icml25.rlthf.data import check_binary_labels
 
     if np.ndim(ai_labels) != 1:

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from icml25._validate import as_int, as_real
 from icml25.rlthf.data import PreferencePairs, check_binary_labels, check_indices
 
 __all__ = [
@@ -74,11 +75,7 @@ class HumanOracle:
     def __init__(self, labels: Any, budget: int | None = None) -> None:
         arr = np.asarray(labels)
         self.labels = check_binary_labels(arr, len(arr), "labels", allow_invalid=True)
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0
-        ):
-            raise ValueError(f"budget must be None or an int >= 0, got {budget!r}")
-        self.budget = None if budget is None else int(budget)
+        self.budget = None if budget is None else as_int("budget", budget, 0)
         self.calls = 0
 
     def label(self, pairs: PreferencePairs, indices: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -200,9 +197,8 @@ class SyntheticLabeler:
                  rng: np.random.Generator | int | None = 0) -> None:  # fmt: skip
         if not callable(utility):
             raise TypeError("utility must be callable: utility(prompt, response) -> float")
-        if not (isinstance(beta, (int, float)) and beta > 0):
-            raise ValueError(f"beta must be > 0 (or inf), got {beta!r}")
-        self.utility, self.beta = utility, float(beta)
+        beta = as_real("beta (or inf)", beta, low=0, low_open=True, finite=False)
+        self.utility, self.beta = utility, beta
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
     def label(self, pairs: PreferencePairs, indices: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -268,10 +264,8 @@ class ChatLabeler:
             )
         if not isinstance(guidelines, str):
             raise TypeError(f"guidelines must be a string, got {type(guidelines).__name__}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        max_retries = as_int("max_retries", max_retries, 0)
+        concurrency = as_int("concurrency", concurrency, 1)
         has_lp = callable(getattr(backend, "logprobs", None))
         if use_logprobs and not has_lp:
             raise ValueError(f"use_logprobs=True but {type(backend).__name__} has no logprobs()")

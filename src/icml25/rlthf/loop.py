@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import numbers
 import os
 import time
 import warnings
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_bool, as_int, as_prob, as_real
 from icml25.rlthf.data import PreferencePairs, check_binary_labels, check_indices
 from icml25.rlthf.distribution import RewardDistribution
 from icml25.rlthf.selection import (
@@ -46,14 +46,6 @@ __all__ = [
 ]
 
 _SCHEDULES = ("constant", "front_loaded")
-
-
-def _int_field(name: str, value: Any, low: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {low}, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
 
 
 @dataclass
@@ -77,23 +69,15 @@ class RLTHFConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        self.iterations = _int_field("iterations", self.iterations, 1)
-        self.cv_folds = _int_field("cv_folds", self.cv_folds, 2)
-        self.seed = _int_field("seed", self.seed, 0)
+        self.iterations = as_int("iterations", self.iterations, 1)
+        self.cv_folds = as_int("cv_folds", self.cv_folds, 2)
+        self.seed = as_int("seed", self.seed, 0)
         if self.smoothing_window is not None:
-            self.smoothing_window = _int_field("smoothing_window", self.smoothing_window, 1)
-        if not isinstance(self.self_improvement, (bool, np.bool_)):
-            raise TypeError(
-                f"self_improvement must be True or False, got {self.self_improvement!r}"
-            )
-        self.self_improvement = bool(self.self_improvement)
-        for name in ("budget_per_iter", "backoff_ratio", "amplification"):
-            v = getattr(self, name)
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
-                raise TypeError(f"{name} must be a number, got {v!r}")
-            if math.isnan(float(v)):
-                raise ValueError(f"{name} is NaN; give a number")
-            setattr(self, name, float(v))
+            self.smoothing_window = as_int("smoothing_window", self.smoothing_window, 1)
+        self.self_improvement = as_bool("self_improvement", self.self_improvement)
+        self.budget_per_iter = as_real("budget_per_iter", self.budget_per_iter)
+        self.backoff_ratio = as_prob("backoff_ratio", self.backoff_ratio)
+        self.amplification = as_real("amplification", self.amplification, low=1)
         if isinstance(self.schedule, str):
             if self.schedule not in _SCHEDULES:
                 raise ValueError(
@@ -101,8 +85,11 @@ class RLTHFConfig:
                     f"{self.schedule!r}"
                 )
         else:
-            fr = tuple(float(f) for f in self.schedule)
-            if len(fr) != self.iterations or any(not 0 < f <= 1 for f in fr):
+            fr = tuple(
+                as_real(f"schedule[{i}]", f, low=0, high=1, low_open=True)
+                for i, f in enumerate(self.schedule)
+            )
+            if len(fr) != self.iterations:
                 raise ValueError(
                     f"schedule as fractions needs {self.iterations} values in (0, 1], got "
                     f"{self.schedule!r}"
@@ -119,8 +106,6 @@ class RLTHFConfig:
         if self.sanitize not in SANITIZE_RULES:
             raise ValueError(f"sanitize must be one of {SANITIZE_RULES}, got {self.sanitize!r}")
         r = self.backoff_ratio
-        if not 0 <= r <= 1:
-            raise ValueError(f"backoff_ratio must be in [0, 1], got {r!r}")
         if r != 0.5 and self.sanitize != "bend_backoff":
             warnings.warn(
                 f"backoff_ratio={r!r} has no effect with sanitize={self.sanitize!r}; it moves the "
@@ -128,8 +113,6 @@ class RLTHFConfig:
                 stacklevel=3,
             )
         a = self.amplification
-        if not a >= 1 or math.isinf(a):
-            raise ValueError(f"amplification must be a finite number >= 1, got {a!r}")
         if self.amplify_mode not in ("weight", "replicate"):
             raise ValueError(
                 f"amplify_mode must be 'weight' or 'replicate', got {self.amplify_mode!r}"
@@ -232,8 +215,7 @@ def cross_fit_margins(reward_model: Any, pairs: PreferencePairs, indices: Any, l
                       folds: int = 5, seed: int = 0) -> np.ndarray:  # fmt: skip
     """Out-of-fold margins: each fold scored by a model fitted on the other folds (the
     out-of-sample probabilities confident learning needs, ``sigma(m)``)."""
-    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
-        raise ValueError(f"folds must be an int >= 2 (cross-fitting), got {folds!r}")
+    folds = as_int("folds", folds, 2)  # cross-fitting needs two folds
     idx = check_indices(indices, len(pairs))
     z = check_binary_labels(labels, len(idx))
     if len(idx) < folds:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.rlthf.data import PreferencePairs, check_binary_labels, check_indices
 
 __all__ = [
@@ -58,6 +59,10 @@ def weighted_bt_loss(
     splits one optimiser step over micro-batches or processes divides the sum of these by the
     step's total weight (:class:`~icml25.rlthf.trl_trainer.WeightedRewardTrainer` does), so the
     step follows the weighted mean over the whole global batch, not a mean of per-batch ratios.
+
+    NaN rewards propagate to a NaN loss (as in TRL's ``RewardTrainer``; a diverged model is
+    caught where its margins are read, :class:`~icml25.rlthf.RewardDistribution`); NaN/inf
+    weights and margins are a ``ValueError``.
     """
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
@@ -234,13 +239,10 @@ class EmbeddingRewardModel:
         device: Any = None,
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
-        for name, v in (("hidden", hidden), ("epochs", epochs), ("batch_size", batch_size)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not (isinstance(lr, (int, float)) and lr > 0):
-            raise ValueError(f"lr must be > 0, got {lr!r}")
-        if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        hidden, epochs = as_int("hidden", hidden, 1), as_int("epochs", epochs, 1)
+        batch_size = as_int("batch_size", batch_size, 1)
+        lr = as_real("lr", lr, low=0, low_open=True)
+        weight_decay = as_real("weight_decay", weight_decay, low=0)
         if isinstance(encoder, str):
             if encoder not in ("minilm", "hashing"):
                 raise ValueError(
@@ -512,14 +514,13 @@ class TrainableHFRewardModel:
             raise ValueError(f"a reward model has one output logit (num_labels=1), got {n_labels}")
         if trainer not in ("loop", "trl"):
             raise ValueError(f"trainer must be 'loop' or 'trl', got {trainer!r}")
-        for name, v in (("max_length", max_length), ("epochs", epochs),
-                        ("batch_size", batch_size), ("grad_accum", grad_accum)):  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not (isinstance(lr, (int, float)) and lr > 0):
-            raise ValueError(f"lr must be > 0, got {lr!r}")
-        if not isinstance(disable_dropout, bool):
-            raise TypeError(f"disable_dropout must be a bool, got {disable_dropout!r}")
+        max_length, epochs = as_int("max_length", max_length, 1), as_int("epochs", epochs, 1)
+        batch_size, grad_accum = (
+            as_int("batch_size", batch_size, 1),
+            as_int("grad_accum", grad_accum, 1),
+        )
+        lr = as_real("lr", lr, low=0, low_open=True)
+        disable_dropout = as_bool("disable_dropout", disable_dropout)
         self.device = resolve_device(device)
         self._init_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         self._template = model

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_int, as_prob
 from icml25.rlthf.distribution import RewardDistribution
 
 __all__ = ["SANITIZE_RULES", "SELECTIONS", "backoff_drop_mask", "drop_position", "select_targets"]
@@ -29,11 +30,7 @@ SANITIZE_RULES = ("bend_backoff", "upper_bend", "zero", None)
 
 
 def _budget(budget: Any, m: int) -> int:
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-        raise TypeError(f"budget must be an int (pairs to annotate), got {budget!r}")
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    return min(int(budget), m)
+    return min(as_int("budget (pairs to annotate)", budget, 0), m)
 
 
 def select_targets(
@@ -83,10 +80,7 @@ def drop_position(dist: RewardDistribution, rule: str | None = "bend_backoff", r
     when nothing is dropped)."""
     if rule not in SANITIZE_RULES:
         raise ValueError(f"rule must be one of {SANITIZE_RULES}, got {rule!r}")
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating, np.integer)):
-        raise TypeError(f"ratio must be a number in [0, 1], got {ratio!r}")
-    if not 0.0 <= float(ratio) <= 1.0:
-        raise ValueError(f"ratio (backoff_ratio) must be in [0, 1], got {ratio!r}")
+    ratio = as_prob("ratio (backoff_ratio)", ratio)
     m = len(dist)
     if rule is None:
         return m

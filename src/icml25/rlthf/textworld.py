@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from icml25._validate import as_int, as_real
 from icml25.rlthf.data import PreferencePairs
 
 __all__ = ["HARD_TOPICS", "TOPICS", "TextWorld", "make_textworld"]
@@ -160,9 +161,9 @@ def make_textworld(n_train: int = 4000, n_test: int = 1000, seed: int = 0,
                    ai_beta: float = 3.0) -> TextWorld:  # fmt: skip
     """The world for ``seed``: ``n_train`` pool pairs with AI labels ``~ Bernoulli(sigma(ai_beta
     (u_AI(a) - u_AI(b))))`` and ``n_test`` human-labelled test pairs."""
-    for name, v in (("n_train", n_train), ("n_test", n_test)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    n_train, n_test = as_int("n_train", n_train, 0), as_int("n_test", n_test, 0)
+    seed = as_int("seed", seed, 0)
+    ai_beta = as_real("ai_beta", ai_beta, low=0)  # 0: random AI labels
     if n_train < 2:
         raise ValueError(f"n_train must be >= 2, got {n_train}")
     rng = np.random.default_rng([seed, 18])

@@ -31,6 +31,7 @@ import torch
 from trl import RewardConfig, RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
+from icml25._validate import as_real
 from icml25.llm.distributed import GlobalBatchNormalisation
 from icml25.llm.training import MixedPrecision
 from icml25.rlthf.reward_model import weighted_bt_loss
@@ -100,14 +101,12 @@ class WeightedPreferenceCollator(DataCollatorForPreference):
 def _check_weights(name: str, ds: Any) -> None:
     """Every ``weight`` of a dataset finite and >= 0, checked before training: a NaN weight
     otherwise surfaces mid-``train()`` without its row."""
-    import math
 
     cols = getattr(ds, "column_names", None) or []
     if "weight" not in cols:
         return
     for i, w in enumerate(ds["weight"]):
-        if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
-            raise ValueError(f"{name} row {i}: weight must be a finite number >= 0, got {w!r}")
+        as_real(f"{name} row {i}: weight", w, low=0)
 
 
 class WeightedRewardTrainer(GlobalBatchNormalisation, RewardTrainer):

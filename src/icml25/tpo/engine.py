@@ -12,6 +12,7 @@ import math
 import warnings
 from dataclasses import asdict, dataclass, field
 
+from icml25._validate import as_int, as_real
 from icml25.llm.store import json_safe
 from icml25.tpo.prompts import PromptSet, extract_tagged
 
@@ -51,10 +52,12 @@ class TPOConfig:
     nan_policy: str = "worst"  # "worst": NaN/inf rewards never chosen | "raise"
 
     def validate(self) -> None:
-        if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
-            raise ValueError(f"width must be an integer >= 1, got {self.width!r}")
-        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 0:
-            raise ValueError(f"depth must be an integer >= 0, got {self.depth!r}")
+        """``ValueError`` naming the field and the value; numbers given as numpy or 0-d torch
+        scalars are stored back as Python ``int``/``float`` (so a run's settings serialise)."""
+        self.width = as_int("width", self.width, 1)
+        self.depth = as_int("depth", self.depth, 0)
+        if self.seed is not None:
+            self.seed = as_int("TPOConfig.seed", self.seed)
         for name, value, valid in (
             ("mode", self.mode, ("tpo", "revision", "bon")),
             ("seed_policy", self.seed_policy, ("fixed", "increment")),
@@ -64,26 +67,16 @@ class TPOConfig:
             if value not in valid:
                 raise ValueError(f"{name} must be one of {valid}, got {value!r}")
         for name in ("max_tokens_response", "max_tokens_feedback"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"TPOConfig.{name} must be a positive integer, got {v!r}")
-        t = self.truncate_tokens
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
-            raise ValueError(
-                f"TPOConfig.truncate_tokens must be a positive integer or None (no cut), got {t!r}"
-            )
+            setattr(self, name, as_int(f"TPOConfig.{name}", getattr(self, name), 1))
+        if self.truncate_tokens is not None:
+            self.truncate_tokens = as_int("TPOConfig.truncate_tokens", self.truncate_tokens, 1)
         for name in ("temperature", "feedback_temperature"):
-            v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
-            ):
-                raise ValueError(f"TPOConfig.{name} must be a number >= 0 or None, got {v!r}")
+            if getattr(self, name) is not None:
+                setattr(self, name, as_real(f"TPOConfig.{name}", getattr(self, name), low=0))
         for name in ("top_p", "feedback_top_p"):
-            v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1
-            ):
-                raise ValueError(f"TPOConfig.{name} must be in (0, 1] or None, got {v!r}")
+            if getattr(self, name) is not None:
+                setattr(self, name, as_real(f"TPOConfig.{name}", getattr(self, name),
+                                            low=0, high=1, low_open=True))  # fmt: skip
         if self.truncate_fn is not None and not callable(self.truncate_fn):
             raise ValueError(
                 f"TPOConfig.truncate_fn must be callable or None, got {self.truncate_fn!r}"
@@ -143,8 +136,7 @@ class TPOResult:
         reward of a run with ``depth`` iterations and the same seeds: one deep run gives the
         whole depth curve."""
         done = len(self.iterations)
-        if not isinstance(depth, int) or not 0 <= depth <= done:
-            raise ValueError(f"depth must be an int in [0, {done}] for this result, got {depth!r}")
+        depth = as_int("depth (of this result)", depth, 0, done)
         return max(e.reward for e in self.cache if e.iteration < depth)
 
     @classmethod
@@ -384,8 +376,7 @@ def tpo_batch(
 
     if isinstance(queries, str) or not all(isinstance(q, str) for q in queries):
         raise ValueError("queries must be a list of strings")
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    num_threads = as_int("num_threads", num_threads, 1)
     if errors not in ("raise", "return"):
         raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
     config = config or TPOConfig()

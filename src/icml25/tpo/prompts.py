@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from icml25._validate import as_int
+
 __all__ = ["PromptSet", "extract_tagged", "short_value"]
 
 _PLACEHOLDER = re.compile(r"\{(query|rejected|start_tag|end_tag)\}")
@@ -30,7 +32,11 @@ def _fill(template: str, **values: str) -> str:
 
 def short_value(text: str, n_words: int = 10) -> str:
     """TextGrad's ``get_short_value``: split on single spaces; more than ``2 n_words`` pieces become
-    the first ``n_words`` + ``" (...) "`` + the last ``n_words``."""
+    the first ``n_words`` + ``" (...) "`` + the last ``n_words`` (``n_words >= 1``)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    # n_words = 0 would keep the whole text after the marker (pieces[-0:] is every piece)
+    n_words = as_int("n_words", n_words, 1)
     pieces = text.split(" ")
     if len(pieces) <= 2 * n_words:
         return text
