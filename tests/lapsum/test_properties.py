@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
-from icml25.lapsum import soft_rank, spearman_corr
+from icml25.lapsum import soft_rank, soft_sort, soft_topk, spearman_corr
 
 
 def test_spearman_of_a_constant_row_is_nan_as_scipy():
@@ -49,3 +49,114 @@ def test_numpy_and_python_scalars_are_accepted(alpha):
 def test_bad_alpha_is_refused_naming_it(alpha):
     with pytest.raises((TypeError, ValueError), match="alpha"):
         soft_rank(torch.tensor([3.0, 1.0, 2.0]), alpha)
+
+
+# -- brute-force definitions in float64 (paper Eq. 1-3) -------------------------------------
+def _F(z: float) -> float:
+    """The Laplace CDF."""
+    return 0.5 * math.exp(z) if z < 0 else 1 - 0.5 * math.exp(-z)
+
+
+def _solve(f, target: float, lo: float, hi: float) -> float:
+    """``t`` with ``f(t) = target`` for an increasing ``f``, by bisection to round-off."""
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _rank(x, a):
+    return [sum(_F((xi - xj) / a) for j, xj in enumerate(x) if j != i) for i, xi in enumerate(x)]
+
+
+def _topk(x, k, a):
+    span = (min(x) - 60 * a - 1, max(x) + 60 * a + 1)
+    t = _solve(lambda t: -sum(_F((xi - t) / a) for xi in x), -k, *span)
+    return [_F((xi - t) / a) for xi in x]
+
+
+def _sort(x, a):
+    span = (min(x) - 60 * a - 1, max(x) + 60 * a + 1)
+    return [
+        _solve(lambda t: sum(_F((t - xi) / a) for xi in x), l + 0.5, *span) for l in range(len(x))
+    ]
+
+
+rows = st.lists(st.floats(-5, 5, width=32), min_size=1, max_size=7)
+alphas = st.floats(0.05, 5.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(x=rows, a=alphas)
+def test_soft_rank_and_sort_equal_the_brute_force_definitions(x, a):
+    t = torch.tensor(x, dtype=torch.float64)
+    assert soft_rank(t, a).tolist() == pytest.approx(_rank(x, a), rel=1e-9, abs=1e-9)
+    assert float(soft_rank(t, a).sum()) == pytest.approx(len(x) * (len(x) - 1) / 2)
+    assert soft_sort(t, a).tolist() == pytest.approx(_sort(x, a), rel=1e-8, abs=1e-8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(x=rows.filter(lambda v: len(v) >= 2), a=alphas, frac=st.floats(0.05, 0.95))
+def test_soft_topk_equals_the_brute_force_definition(x, a, frac):
+    k = frac * len(x)
+    p = soft_topk(torch.tensor(x, dtype=torch.float64), k, a)
+    assert p.tolist() == pytest.approx(_topk(x, k, a), rel=1e-7, abs=1e-9)
+    assert float(p.sum()) == pytest.approx(k, rel=1e-9)
+
+
+SCALAR_FORMS = [
+    float,
+    np.float64,
+    np.float32,
+    np.float16,
+    lambda v: torch.tensor(v),
+    lambda v: torch.tensor(v, dtype=torch.float64),
+    lambda v: np.array(v),  # a 0-d array
+]
+
+
+@pytest.mark.parametrize("form", SCALAR_FORMS)
+def test_every_scalar_form_of_alpha_k_and_dim(form):
+    x = torch.tensor([[3.0, 1.0, 2.0, 0.5]], dtype=torch.float64)
+    a = float(form(0.5))  # the value the form holds (np.float16(0.5) is exact)
+    assert torch.allclose(soft_rank(x, form(0.5)), soft_rank(x, a))  # before: np.float32 refused
+    assert torch.allclose(soft_sort(x, form(0.5)), soft_sort(x, a))
+    assert torch.allclose(soft_topk(x, form(2.0), form(0.5)), soft_topk(x, 2.0, a))
+    assert torch.allclose(soft_topk(x, np.int64(2), a), soft_topk(x, 2, a))
+    assert torch.allclose(soft_rank(x, a, dim=np.int64(-1)), soft_rank(x, a, dim=-1))
+
+
+@pytest.mark.parametrize("bad", [np.float32(math.nan), np.float32(-1.0), np.float64(math.inf)])
+def test_bad_numpy_alpha_is_refused_naming_its_value(bad):
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
+        soft_rank(torch.tensor([3.0, 1.0, 2.0]), bad)
+
+
+@pytest.mark.parametrize("bad", [np.bool_(True), "0.5", np.array([0.5, 0.5])])
+def test_non_numbers_are_refused_as_such(bad):
+    with pytest.raises((TypeError, ValueError), match="alpha"):
+        soft_rank(torch.tensor([3.0, 1.0, 2.0]), bad)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        soft_rank(torch.tensor([3.0, 1.0, 2.0]), 0.5, dim=np.float32(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_low_precision_inputs_match_float64_within_their_precision(dtype):
+    x = torch.tensor([[0.3, -1.2, 2.5, 0.0, 1.1]])
+    ref = soft_rank(x.to(dtype).double(), 0.5)
+    got = soft_rank(x.to(dtype), 0.5)
+    assert got.dtype == dtype
+    assert torch.allclose(got.double(), ref, rtol=2 * torch.finfo(dtype).eps, atol=1e-6)
+    top = soft_topk(x.to(dtype), 2, 0.5)
+    assert (
+        top.dtype == dtype and abs(float(top.double().sum()) - 2) < 5 * 5 * torch.finfo(dtype).eps
+    )
+
+
+def test_one_element_and_empty_rows():
+    assert soft_rank(torch.tensor([4.0]), 0.5).tolist() == [0.0]
+    assert soft_sort(torch.tensor([4.0]), 0.5).tolist() == pytest.approx([4.0])
+    with pytest.raises(ValueError, match="n = 0"):
+        soft_rank(torch.zeros(2, 0), 0.5)
+    with pytest.raises(ValueError, match="k"):
+        soft_topk(torch.tensor([4.0]), 1, 0.5)  # k must be inside (0, n)

@@ -268,7 +268,7 @@ def test_nonfinite_gradients_raise_or_skip():
             lambda: [nn.Parameter(torch.randn(4, 4))],
             {"scale": 0.0},
             ValueError,
-            "scale must be > 0",
+            "scale must be a finite number > 0",
         ),
         (lambda: [nn.Parameter(torch.randn(4, 4))], {"ns_steps": 0}, ValueError, "ns_steps"),
         (lambda: [nn.Parameter(torch.randn(4, 4))], {"ns_beta": 1.5}, ValueError, "ns_beta"),
@@ -479,9 +479,11 @@ def test_constructor_values_reach_groups_and_adamw_keys_are_honoured():
     b.grad = torch.zeros(4)
     opt.step()
     assert torch.allclose(b.detach(), torch.full((4,), 1 - 0.01 * 0.5))  # decoupled decay only
-    with pytest.raises(ValueError, match="weight_decay must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="weight_decay must be a finite number >= 0, got -1"):
         SWAN([{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}], weight_decay=-1)
-    with pytest.raises(ValueError, match="betas / adamw_betas must be two numbers"):
+    with pytest.raises(
+        ValueError, match=r"betas / adamw_betas must be a finite number in \[0, 1\), got 1.5"
+    ):
         SWAN([{"params": [b], "use_swan": False}], adamw_betas=(1.5, 0.9))
     with pytest.warns(UserWarning, match="half precision"):
         SWAN([{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}],

@@ -97,7 +97,7 @@ def test_bad_input_is_refused_with_the_value():
     X = torch.randn(40, 3, generator=_gen(8))
     with pytest.raises(ValueError, match="kind must be one of"):
         knn_features(X, kind="mst")
-    with pytest.raises(ValueError, match="k must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
         knn_features(X, k=0)
     with pytest.raises(ValueError, match="chunk_size must be an integer >= 2"):
         knn_features(X, chunk_size=1)

@@ -178,7 +178,7 @@ def test_attribution_spreads_each_bar_over_its_vertices():
 
 def test_bad_input():
     x = _cloud(10, 3)
-    with pytest.raises(ValueError, match="max_dim must be 0, 1 or 2"):
+    with pytest.raises(ValueError, match=r"max_dim must be an integer in \[0, 2\]"):
         vr_diagrams(x, max_dim=3)
     with pytest.raises(ValueError, match="non-finite"):
         vr_diagrams(torch.tensor([[0.0, math.nan], [1.0, 1.0]]))
@@ -215,7 +215,7 @@ def test_tiny_two_tower_and_pgd():
         pgd_linf(m, xte * 2, yte, T, 0.1)
     with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
         fgsm(m, xte, yte, T, -0.1)
-    with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         pgd_linf(m, xte, yte, T, 0.1, steps=0)
     with pytest.raises(ValueError, match=r"raw prompt embeddings \(K, 384\)"):
         m.logits(xte, m.encode_text_embeddings(T))
@@ -314,7 +314,7 @@ def test_review_findings_on_losses_signatures_and_attacks():
         tp_loss(Y, Y, dims=1)
     with pytest.raises(ValueError, match="must not repeat"):
         tp_loss(Y, Y, dims=(0, 0))
-    with pytest.raises(ValueError, match="dims must be homology dimensions in 0..2"):
+    with pytest.raises(ValueError, match=r"dims must be an integer in \[0, 2\], got 5"):
         sample_signatures(Y, Y, dims=(5,))
     with pytest.raises(ValueError, match="at least 1 point"):
         tp_loss(Y[:0], Y)
@@ -324,5 +324,5 @@ def test_review_findings_on_losses_signatures_and_attacks():
         TopologicalContrastiveLoss("tp", alpha=-1)
     with pytest.raises(ValueError, match="NaN"):
         multiscale_kernel(torch.tensor([[0.0, math.nan]]), torch.tensor([[0.0, 1.0]]), 0.1)
-    with pytest.raises(ValueError, match="size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="size must be an integer >= 1, got 0"):
         chunks(10, 0, None)

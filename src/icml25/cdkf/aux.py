@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.cdkf.schedule import RateSchedule
 
 __all__ = [
@@ -95,8 +96,7 @@ def distance_noise(R0: float | Tensor, r: float, target, index=0):
     R0 = R0.reshape(1, 1) if R0.ndim == 0 else R0
     if R0.ndim != 2 or R0.shape[0] != R0.shape[1] or bool((torch.linalg.eigvalsh(R0) <= 0).any()):
         raise ValueError(f"R0 must be a positive scalar or an SPD matrix, got {R0.tolist()}")
-    if r < 0:
-        raise ValueError(f"r must be >= 0, got {r}")
+    r = as_real("r", r, low=0)
     target = torch.as_tensor(target, dtype=torch.float64)
 
     def R(xi, t):
@@ -115,7 +115,7 @@ def mean_aux_bound(
     constant on the rates' grid, or None for no control); differentiable in rates and controls."""
     if len(aux.g) != rates.S:
         raise ValueError(f"the model has {len(aux.g)} jump terms, the rates {rates.S} sensors")
-    if n_steps < rates.K or n_steps % rates.K:
+    if as_int("n_steps", n_steps, rates.K) % rates.K:
         raise ValueError(f"n_steps must be a positive multiple of K={rates.K}, got {n_steps}")
     h = rates.T / n_steps
     per = n_steps // rates.K

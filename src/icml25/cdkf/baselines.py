@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25._validate import as_real
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
 from icml25.cdkf.schedule import RateSchedule, sample_poisson_times
@@ -48,8 +49,7 @@ def greedy_schedule(
     reduction per unit cost ``[tr(W Sigma-) - tr(W Sigma+_s)] / c_s`` while the budget lasts (our
     reading of the paper's greedy rule, which we could not verify). A slot is skipped when
     no affordable sensor is left."""
-    if slot <= 0:
-        raise ValueError(f"slot must be > 0, got {slot}")
+    slot = as_real("slot", slot, low=0, low_open=True)
     kf = ContinuousDiscreteKF(sde, sensors)
     mu, Sigma = sde.mu0.clone(), sde.Sigma0.clone()
     t, spent = 0.0, 0.0

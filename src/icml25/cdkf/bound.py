@@ -8,6 +8,7 @@ import warnings
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int
 from icml25.cdkf.schedule import RateSchedule
 from icml25.cdkf.ssm import LinearSDE, Sensor
 
@@ -54,7 +55,7 @@ def model_rate(sde: LinearSDE, T: float) -> float:
 
 
 def _grid(rates: RateSchedule, T: float, n_steps: int, sde: LinearSDE | None = None):
-    if n_steps < rates.K or n_steps % rates.K:
+    if as_int("n_steps", n_steps, rates.K) % rates.K:
         raise ValueError(f"n_steps must be a positive multiple of K={rates.K}, got {n_steps}")
     lam_max = float(rates.values.detach().max()) if rates.values.numel() else 0.0
     rho = 0.0 if sde is None else model_rate(sde, T)

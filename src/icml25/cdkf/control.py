@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.cdkf.aux import AuxiliaryModel, mean_aux_bound, mean_aux_jacobian
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.ocp import SchedulingProblem, Solution
@@ -59,11 +60,8 @@ class ControlledSchedulingProblem(SchedulingProblem):
             if not callable(h):
                 raise ValueError(f"constraints must be callables h(xi, u, t) >= 0, got {h!r}")
         self.constraints = constraints
-        if (
-            isinstance(constraint_stride, bool)
-            or not isinstance(constraint_stride, int)
-            or (constraint_stride < 1 or self.n_steps % constraint_stride)
-        ):
+        constraint_stride = as_int("constraint_stride", constraint_stride, 1)
+        if self.n_steps % constraint_stride:
             raise ValueError(
                 f"constraint_stride must be a positive divisor of n_steps={self.n_steps}, "
                 f"got {constraint_stride!r}"
@@ -73,9 +71,8 @@ class ControlledSchedulingProblem(SchedulingProblem):
             raise ValueError(f"aux has {len(aux.g)} jump terms for {self.S} sensors")
         if not u_bounds[0] < u_bounds[1]:
             raise ValueError(f"u_bounds must be (low, high) with low < high, got {u_bounds}")
-        if not (w_u >= 0 and math.isfinite(w_u)):
-            raise ValueError(f"w_u must be a finite number >= 0, got {w_u}")
-        self.aux, self.m_c, self.u_bounds, self.w_u = aux, n_controls, u_bounds, float(w_u)
+        w_u = as_real("w_u", w_u, low=0)
+        self.aux, self.m_c, self.u_bounds, self.w_u = aux, n_controls, u_bounds, w_u
         m = aux.xi0.numel()
         if aux_lower is not None:
             aux_lower = torch.as_tensor(aux_lower).to(torch.float64)
@@ -92,8 +89,8 @@ class ControlledSchedulingProblem(SchedulingProblem):
         self.aux_lower = (
             torch.full((m,), -math.inf, dtype=torch.float64) if aux_lower is None else aux_lower
         )
-        if isinstance(n_controls, bool) or not isinstance(n_controls, int) or n_controls < 1:
-            raise ValueError(f"n_controls must be a positive integer, got {n_controls!r}")
+        n_controls = as_int("n_controls", n_controls, 1)
+        self.m_c = n_controls
         try:
             drift = aux.f(
                 aux.xi0.to(torch.float64), torch.zeros(n_controls, dtype=torch.float64), 0.0

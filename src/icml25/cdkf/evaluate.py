@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int
 from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
 from icml25.cdkf.schedule import RateSchedule, sample_poisson_times
 from icml25.cdkf.ssm import LinearSDE, Sensor
@@ -37,6 +38,8 @@ def monte_carlo_covariance(
     the grid, ``(M, n_fine + 1)``."""
     if not sde.time_invariant:
         raise ValueError("monte_carlo_covariance needs a time-invariant SDE")
+    M = as_int("M", M, 1)
+    n_fine = as_int("n_fine", n_fine, 1)
     T = rates.T
     h = T / n_fine
     Phi, Qd = sde.discretize(h)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from icml25._validate import as_real
+from icml25._validate import as_int, as_real
 from icml25.cdkf.ssm import LinearSDE, Sensor, van_loan
 
 __all__ = ["ContinuousDiscreteKF", "NumericalError", "joseph_update"]
@@ -179,6 +180,8 @@ class ContinuousDiscreteKF:
         the moment equations over sub-steps of at most ``max_step``, each halved until it is stable
         and its step-doubling error estimate is below ``rtol`` (docs/cdkf.md: RK4 sub-grid; a step
         that cannot meet it raises :class:`NumericalError` naming it)."""
+        t0 = as_real("t0", t0)
+        t1 = as_real("t1", t1)
         if t1 < t0:
             raise ValueError(f"predict needs t1 >= t0, got t0={t0}, t1={t1}")
         if t1 == t0:
@@ -214,8 +217,8 @@ class ContinuousDiscreteKF:
         t: float,
         xi: Tensor | None = None,
     ):
-        if not 0 <= sensor_idx < len(self.sensors):
-            raise ValueError(f"sensor_idx must be in [0, {len(self.sensors)}), got {sensor_idx}")
+        sensor_idx = as_int("sensor_idx", sensor_idx, 0, len(self.sensors) - 1)
+        t = as_real("t", t)
         C, R = self.sensors[sensor_idx].matrices(xi(t) if callable(xi) else xi, t)
         if y is not None:
             y = torch.as_tensor(y)
@@ -296,8 +299,20 @@ class ContinuousDiscreteKF:
         the event indices in time order (ties in sensor order), after checking them."""
         if not isinstance(times, Tensor):
             times = torch.as_tensor(times, dtype=torch.float64)
-        if not isinstance(sensor_ids, Tensor):
-            sensor_ids = torch.as_tensor(sensor_ids, dtype=torch.long)
+        ids = (
+            sensor_ids
+            if isinstance(sensor_ids, Tensor)
+            else torch.as_tensor(np.asarray(sensor_ids))
+        )
+        if (
+            ids.dtype == torch.bool
+            or ids.is_complex()
+            or (ids.is_floating_point() and not bool((ids == ids.round()).all()))
+        ):  # 0.7 would be truncated to sensor 0
+            raise ValueError(
+                f"sensor ids must be integers in [0, {len(self.sensors)}), got {ids.tolist()}"
+            )
+        sensor_ids = ids.long()
         if times.ndim != 1 or sensor_ids.shape != times.shape:
             raise ValueError(
                 "times and sensor_ids must be 1-D and of equal length, got shapes "

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25._validate import as_real
 from icml25.cdkf.ssm import LinearSDE, Sensor
 
 __all__ = ["from_filterpy", "to_filterpy"]
@@ -30,8 +31,7 @@ def to_filterpy(
         from filterpy.kalman import KalmanFilter
     except ImportError as exc:  # pragma: no cover - exercised only without filterpy
         raise ImportError("to_filterpy needs filterpy: pip install filterpy") from exc
-    if not dt > 0:
-        raise ValueError(f"dt must be > 0, got {dt}")
+    dt = as_real("dt", dt, low=0, low_open=True)
     if not sde.time_invariant or callable(sensor.C) or callable(sensor.R):
         raise ValueError("to_filterpy needs a time-invariant model and sensor (constant matrices)")
     F, Q = sde.discretize(dt)
@@ -50,8 +50,7 @@ def from_filterpy(kf, dt: float, cost: float = 0.0) -> tuple[LinearSDE, Sensor]:
     ``(kf.H, kf.R)``. float64 tensors."""
     from scipy.linalg import expm, logm
 
-    if not dt > 0:
-        raise ValueError(f"dt must be > 0, got {dt}")
+    dt = as_real("dt", dt, low=0, low_open=True)
     F = np.asarray(kf.F, dtype=np.float64)
     n = F.shape[0]
     eig = np.linalg.eigvals(F)

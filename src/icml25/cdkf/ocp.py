@@ -7,7 +7,6 @@ the RK4 grid (trapezoid) plus ``w_lam ||lambda||^2``; the expected-cost budget
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -15,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.cdkf.bound import (
     _grid,
     bound_from_stages,
@@ -110,36 +110,30 @@ class SchedulingProblem:
     ) -> None:
         if surrogate not in ("bound", "kalman_bucy"):
             raise ValueError(f"surrogate must be 'bound' or 'kalman_bucy', got {surrogate!r}")
-        if not (T > 0 and math.isfinite(T)):
-            raise ValueError(f"T must be a finite number > 0, got {T}")
-        if isinstance(K, bool) or not isinstance(K, int) or K < 1:
-            raise ValueError(f"K must be a positive integer, got {K!r}")
-        if not (lam_max > 0 and math.isfinite(lam_max)):
-            raise ValueError(f"lam_max must be a finite number > 0, got {lam_max}")
-        if budget is not None and not (budget >= 0 and math.isfinite(budget)):
-            raise ValueError(f"budget must be a finite number >= 0 (or None), got {budget}")
-        if cov_cap is not None and not cov_cap > 0:
-            raise ValueError(f"cov_cap must be > 0, got {cov_cap}")
-        if not (w_eps >= 0 and math.isfinite(w_eps)):
-            raise ValueError(f"w_eps must be a finite number >= 0, got {w_eps}")
+        T = as_real("T", T, low=0, low_open=True)
+        K = as_int("K", K, 1)
+        lam_max = as_real("lam_max", lam_max, low=0, low_open=True)
+        if budget is not None:
+            budget = as_real("budget", budget, low=0)
+        if cov_cap is not None:
+            cov_cap = as_real("cov_cap", cov_cap, low=0, low_open=True)
+        w_eps = as_real("w_eps", w_eps, low=0)
         if running_cost is not None and not callable(running_cost):
             raise ValueError(f"running_cost must be a callable or None, got {running_cost!r}")
         if terminal_cost is not None and not callable(terminal_cost):
             raise ValueError(f"terminal_cost must be a callable or None, got {terminal_cost!r}")
-        if not (w_T >= 0 and math.isfinite(w_T)):
-            raise ValueError(f"w_T must be a finite number >= 0, got {w_T}")
-        self.running_cost, self.terminal_cost, self.w_T = running_cost, terminal_cost, float(w_T)
-        self.cov_cap, self.w_eps = cov_cap, float(w_eps)
-        if not (w_lam >= 0 and math.isfinite(w_lam)):
-            raise ValueError(f"w_lam must be a finite number >= 0, got {w_lam}")
+        w_T = as_real("w_T", w_T, low=0)
+        self.running_cost, self.terminal_cost, self.w_T = running_cost, terminal_cost, w_T
+        self.cov_cap, self.w_eps = cov_cap, w_eps
+        w_lam = as_real("w_lam", w_lam, low=0)
         self.sde, self.sensors, self.T, self.K = sde, list(sensors), float(T), K
         n = sde.n
         self.W = torch.eye(n, dtype=torch.float64) if W is None else _weight(W, n)
         self.budget, self.lam_max, self.w_lam = budget, float(lam_max), float(w_lam)
-        if n_steps is not None and (
-            isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < K or n_steps % K
-        ):
-            raise ValueError(f"n_steps must be a positive multiple of K={K}, got {n_steps!r}")
+        if n_steps is not None:
+            n_steps = as_int("n_steps", n_steps, K)
+            if n_steps % K:
+                raise ValueError(f"n_steps must be a positive multiple of K={K}, got {n_steps!r}")
         # fixed over the optimisation: h * max(lam_max, |eig(A)|) <= 0.5
         self.n_steps = stable_steps(self.T, K, max(self.lam_max, model_rate(sde, self.T)), n_steps)
         if n_steps is not None and self.n_steps != n_steps:

@@ -8,6 +8,8 @@ import math
 import torch
 from torch import Tensor
 
+from icml25._validate import as_real
+
 __all__ = ["RateSchedule", "deterministic_schedule", "sample_poisson_times"]
 
 
@@ -17,8 +19,7 @@ class RateSchedule:
     def __init__(self, values: Tensor, T: float) -> None:
         if values.ndim != 2:
             raise ValueError(f"values must be (S, K), got shape {tuple(values.shape)}")
-        if not (T > 0 and math.isfinite(T)):
-            raise ValueError(f"T must be a positive finite horizon, got {T}")
+        T = as_real("T", T, low=0, low_open=True)
         v = values.detach()
         bad = (v < 0) | ~torch.isfinite(v)
         if bool(bad.any()):

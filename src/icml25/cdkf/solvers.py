@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.progress import is_quiet
 
 __all__ = ["adam_al", "pgd", "project_budget"]
@@ -28,10 +29,9 @@ def project_budget(
 
     KKT: the projection is ``clamp(lam - mu * w, 0, lam_max)`` with ``w = c_s dt`` and the smallest
     ``mu >= 0`` that meets the budget; the spent budget is monotone in ``mu``, so bisection finds it."""
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if not lam_max > 0:
-        raise ValueError(f"lam_max must be > 0, got {lam_max}")
+    budget = as_real("budget", budget, low=0)
+    lam_max = as_real("lam_max", lam_max, low=0, low_open=True)
+    dt = as_real("dt", dt, low=0, low_open=True)
     w = (costs.to(lam.dtype)[:, None] * dt).expand_as(lam)
     x = lam.clamp(0.0, lam_max)
     if float((w * x).sum()) <= budget:
@@ -74,10 +74,9 @@ def adam_al(
     oscillating around the constrained optimum); ``decay="none"`` keeps ``lr`` constant."""
     if decay not in ("cosine", "none"):
         raise ValueError(f"decay must be 'cosine' or 'none', got {decay!r}")
-    if outer < 1 or inner < 1:
-        raise ValueError(f"outer and inner must be >= 1, got {outer}, {inner}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
+    outer = as_int("outer", outer, 1)
+    inner = as_int("inner", inner, 1)
+    lr = as_real("lr", lr, low=0, low_open=True)
     show = (not is_quiet()) if progress is None else progress
     span = high - low
     frac = ((z0 - low) / span).clamp(1e-6, 1 - 1e-6)
@@ -146,8 +145,7 @@ def pgd(
     progress: bool | None = None,
 ) -> tuple[Tensor, dict]:
     """Projected gradient descent with Armijo backtracking along the projection arc."""
-    if maxiter < 1:
-        raise ValueError(f"maxiter must be >= 1, got {maxiter}")
+    maxiter = as_int("maxiter", maxiter, 1)
     show = (not is_quiet()) if progress is None else progress
     z = project(z0.detach())
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from icml25._validate import as_real, shown
+
 __all__ = ["LinearSDE", "Sensor", "matern_kernel", "matern_ssm", "sum_ssm", "van_loan"]
 
 MatrixFn = Tensor | Callable[[Tensor | None, float], Tensor]
@@ -113,7 +115,11 @@ class Sensor:
             R = self.R
             if R.ndim != 2 or R.shape[0] != R.shape[1]:
                 raise ValueError(f"R must be a square matrix, got shape {tuple(R.shape)}")
-            if not torch.allclose(R, R.mT) or bool((torch.linalg.eigvalsh(R) <= 0).any()):
+            if (
+                not bool(torch.isfinite(R).all())
+                or not torch.allclose(R, R.mT)
+                or bool((torch.linalg.eigvalsh(R) <= 0).any())
+            ):
                 raise ValueError(f"R must be symmetric positive definite, got {R.tolist()}")
         if not callable(self.C):
             if not isinstance(self.C, Tensor) or self.C.ndim != 2:
@@ -127,8 +133,7 @@ class Sensor:
                     f"R must be ({self.C.shape[0]}, {self.C.shape[0]}) to match C's "
                     f"{self.C.shape[0]} rows, got {tuple(self.R.shape)}"
                 )
-        if self.cost < 0:
-            raise ValueError(f"cost must be >= 0, got {self.cost}")
+        self.cost = as_real("cost", self.cost, low=0)
 
     def matrices(self, xi: Tensor | None = None, t: float = 0.0) -> tuple[Tensor, Tensor]:
         return _value(self.C, xi, t), _value(self.R, xi, t)
@@ -144,11 +149,15 @@ def matern_ssm(
     started at the stationary covariance ``P_inf`` (solves ``F P + P F^T + Qc = 0``); ``H = e_1^T``.
     ``lengthscale`` and ``variance`` may be tensors requiring grad (differentiable model).
     """
-    p = nu - 0.5
-    if p < 0 or abs(p - round(p)) > 1e-12:
+    p = as_real("nu", nu, low=0.5) - 0.5
+    if abs(p - round(p)) > 1e-12:
         raise ValueError(f"nu must be p + 1/2 for an integer p >= 0 (0.5, 1.5, 2.5, ...), got {nu}")
-    if lengthscale <= 0 or variance <= 0:
-        raise ValueError(f"lengthscale and variance must be > 0, got {lengthscale}, {variance}")
+    for name, v in (("lengthscale", lengthscale), ("variance", variance)):
+        if isinstance(v, Tensor) and v.numel() == 1:  # kept a tensor: it may require grad
+            if not bool(torch.isfinite(v).all() & (v > 0).all()):
+                raise ValueError(f"{name} must be a finite number > 0, got {shown(v)}")
+        else:
+            as_real(name, v, low=0, low_open=True)
     p = int(round(p))
     n = p + 1
     # tensors (possibly requiring grad: hyper-parameters fitted through log_likelihood) stay in

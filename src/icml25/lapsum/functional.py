@@ -18,6 +18,7 @@ import math
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from icml25.lapsum import _ref
@@ -73,6 +74,8 @@ def _rows(x: torch.Tensor, dim: int, check_finite: bool, name: str = "x"):
     x = _as_float(x, name)
     if x.ndim == 0:
         raise ValueError(f"{name} must have at least one dimension, got a 0-d tensor")
+    if isinstance(dim, np.integer):  # numpy integers as Python's (see _param_tensor)
+        dim = int(dim)
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"dim must be an int, got {dim!r} ({type(dim).__name__})")
     if not -x.ndim <= dim < x.ndim:
@@ -108,9 +111,21 @@ def _param_tensor(value, name: str, x: torch.Tensor) -> torch.Tensor:
                     f"{name} is on {value.device} but x is on {x.device}; put them on one device"
                 )
         return value if value.is_floating_point() else value.to(torch.float64)
-    # a Python or numpy number (NaN refused here; infinities and the range by the caller)
+    # a Python or numpy number (the range and finiteness are checked by the caller). numpy
+    # scalars and 0-d arrays become Python numbers here, before any compiled region: dynamo
+    # traces the isinstance checks below as constants (icml25._validate's numbers.Real checks
+    # would break the graph, docs/lapsum.md)
+    if (
+        isinstance(value, (np.generic, np.ndarray))
+        and value.shape == ()
+        and value.dtype.kind in "iuf"
+    ):
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number or a tensor, got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a number or a tensor (Python, numpy or torch), got {value!r} "
+            f"({type(value).__module__}.{type(value).__name__})"
+        )
     return torch.tensor(float(value), dtype=torch.float64, device=x.device)
 
 

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from icml25._validate import as_int
 from icml25.swan.functional import grad_norm, newton_schulz_inv_sqrt, swan_direction
 
 __all__ = ["shard_assignment", "sharded_swan_updates", "swan_direction_dtensor"]
@@ -27,8 +28,7 @@ __all__ = ["shard_assignment", "sharded_swan_updates", "swan_direction_dtensor"]
 
 def shard_assignment(params: list[Tensor], world_size: int) -> list[int]:
     """Owner rank of each parameter: largest first, each to the least-loaded rank (ties: lowest)."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    world_size = as_int("world_size", world_size, 1)
     load = [0] * world_size
     owner = [0] * len(params)
     order = sorted(range(len(params)), key=lambda i: (-params[i].numel(), i))

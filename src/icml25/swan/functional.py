@@ -14,6 +14,8 @@ import math
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "grad_norm",
     "muon_orthogonalize",
@@ -61,6 +63,13 @@ def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) 
     that magnitude. Returns ``G``'s shape and dtype.
     """
     _check_matrix(G)
+    if not torch.compiler.is_compiling():  # checked once, eagerly: no graph break in SWAN.step
+        dim = as_int("dim", dim)
+        eps = as_real("eps", eps, low=0)
+    if not -G.ndim <= dim < G.ndim:
+        raise ValueError(
+            f"dim must be in [{-G.ndim}, {G.ndim}) for G of shape {tuple(G.shape)}, got {dim}"
+        )
     if G.shape[dim] < 2:
         raise ValueError(
             f"grad_norm needs at least 2 entries along dim={dim}; G has shape {tuple(G.shape)} "
@@ -142,10 +151,12 @@ def whiten(
     _check_matrix(G)
     if method not in WHITENINGS:
         raise ValueError(f"method must be one of {WHITENINGS}, got {method!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if not (0 < beta <= 1):
-        raise ValueError(f"beta must be in (0, 1], got {beta!r}")
+    if not torch.compiler.is_compiling():  # checked once, eagerly: no graph break in SWAN.step
+        steps = as_int("steps", steps, 1)
+        beta = as_real("beta", beta, low=0, high=1, low_open=True)
+        rel_tol = as_real("rel_tol", rel_tol, low=0, high=1, high_open=True)
+    if G.numel() == 0:  # an empty matrix whitens to itself (amax has nothing to reduce)
+        return G.clone()
     if check and not bool(torch.isfinite(G).all()):
         raise FloatingPointError("whiten: G contains NaN or inf")
     if method == "ns" and G.dtype in _LOW and not allow_low_precision:
@@ -242,6 +253,9 @@ def sinkhorn_normalize(G: Tensor, iters: int = 5, eps: float = 1e-8) -> Tensor:
     """SinkGD's multi-normalisation: ``iters`` rounds of rows to L2 norm sqrt(n), then columns to
     L2 norm sqrt(m) (arXiv:2502.06742)."""
     _check_matrix(G)
+    if not torch.compiler.is_compiling():  # checked once, eagerly: no graph break in SWAN.step
+        iters = as_int("iters", iters, 1)
+        eps = as_real("eps", eps, low=0)
     m, n = G.shape[-2], G.shape[-1]
     X = G
     for _ in range(iters):
@@ -281,6 +295,8 @@ def swan_direction(
     X = G.to(compute_dtype)
     if norm:
         X = grad_norm(X, dim=norm_dim, eps=eps, center=center)
+    if X.numel() == 0:
+        return X.clone()
     reference = X
     if whitening is not None:
         X = whiten(

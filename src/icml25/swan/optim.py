@@ -9,7 +9,6 @@ paper's GaLore-benchmark setup. Nothing is stored in ``optimizer.state`` for SWA
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam as adam_functional
 
+from icml25._validate import as_bool, as_int, as_real, shown
 from icml25.swan.functional import RESCALES, WHITENINGS, sinkhorn_normalize, swan_direction
 
 __all__ = ["SWAN", "SinkGD", "VARIANTS"]
@@ -33,11 +33,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 _NONFINITE = ("raise", "skip")
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class SWAN(torch.optim.Optimizer):
@@ -113,8 +108,11 @@ class SWAN(torch.optim.Optimizer):
                 "SWAN(differentiable=True) is not supported (the step runs under no_grad)"
             )
         for flag, value in (("maximize", maximize), ("foreach", foreach), ("fused", fused)):
-            if value is not None and not isinstance(value, bool):
-                raise TypeError(f"{flag} must be a bool or None, got {value!r}")
+            if value is not None:
+                try:
+                    as_bool(flag, value)
+                except TypeError:
+                    raise TypeError(f"{flag} must be a bool or None, got {shown(value)}") from None
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         preset = VARIANTS[variant]
@@ -219,27 +217,29 @@ class SWAN(torch.optim.Optimizer):
             self._check_group(self.param_groups[-1])
 
     def _check_group(self, group: dict) -> None:
-        if group["lr"] < 0 or not math.isfinite(group["lr"]):
-            raise ValueError(f"lr must be a finite number >= 0, got {group['lr']!r}")
-        if not group["scale"] > 0:
-            raise ValueError(f"scale must be > 0, got {group['scale']!r}")
-        if group["eps"] < 0:
-            raise ValueError(f"eps must be >= 0, got {group['eps']!r}")
-        for key in ("weight_decay", "adamw_weight_decay"):
-            if not group[key] >= 0:
-                raise ValueError(f"{key} must be >= 0, got {group[key]!r}")
+        # a tensor lr (torch's schedulers allow one) is checked but kept as given
+        as_real("lr", group["lr"], low=0)
+        for key in ("scale", "eps", "weight_decay", "adamw_weight_decay", "ns_beta", "adamw_eps"):
+            if key in group:
+                group[key] = as_real(
+                    key,
+                    group[key],
+                    low=0,
+                    low_open=key in ("scale", "ns_beta"),
+                    high=1 if key == "ns_beta" else None,
+                )
         b = group["betas"]
-        if not (isinstance(b, (tuple, list)) and len(b) == 2 and all(0 <= x < 1 for x in b)):
+        if not (isinstance(b, (tuple, list)) and len(b) == 2):
             raise ValueError(f"betas / adamw_betas must be two numbers in [0, 1), got {b!r}")
+        for x in b:
+            as_real("betas / adamw_betas", x, low=0, high=1, high_open=True)
         if group["whitening"] is not None and group["whitening"] not in WHITENINGS:
             raise ValueError(
                 f"whitening must be one of {WHITENINGS} or None, got {group['whitening']!r}"
             )
         if group["rescale"] not in RESCALES:
             raise ValueError(f"rescale must be one of {RESCALES}, got {group['rescale']!r}")
-        _positive_int("ns_steps", group["ns_steps"])
-        if not 0 < group["ns_beta"] <= 1:
-            raise ValueError(f"ns_beta must be in (0, 1], got {group['ns_beta']!r}")
+        group["ns_steps"] = as_int("ns_steps", group["ns_steps"], 1)
         if group["ns_beta"] > 2 / 3 and group["ns_steps"] > 30 and group["whitening"] == "ns":
             warnings.warn(
                 f"ns_beta={group['ns_beta']} > 2/3 does not converge: more than 30 steps "
@@ -249,9 +249,9 @@ class SWAN(torch.optim.Optimizer):
             )
         if not group["use_swan"]:
             return
-        blocks = group.get("blocks", 1)
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-            raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
+        blocks = as_int("blocks", group.get("blocks", 1), 1)
+        if "blocks" in group:
+            group["blocks"] = blocks
         names = group.get("names") or [None] * len(group["params"])
         for p, name in zip(group["params"], names):
             label = (
@@ -460,7 +460,7 @@ class SinkGD(SWAN):
     """
 
     def __init__(self, params, lr: float = 1e-3, *, iters: int = 5, **kwargs: Any) -> None:
-        _positive_int("iters", iters)
+        iters = as_int("iters", iters, 1)
         self.iters = iters
         super().__init__(params, lr, **kwargs)
 

@@ -12,7 +12,8 @@ def plain_array(x: Any) -> Any:
     numpy values, rows as points; anything else unchanged. ``torch.as_tensor`` would index a
     DataFrame by column label (``KeyError: 5``)."""
     if hasattr(x, "to_numpy") and not hasattr(x, "numpy"):
-        x = np.array(x.to_numpy())  # a copy: pandas may hand out a read-only view
+        # a C-ordered copy: pandas may hand out a read-only, column-major view
+        x = np.array(x.to_numpy(), order="C")
         if x.dtype == object:
             raise TypeError(
                 "a pandas sample must have numeric columns only, got object (mixed or "

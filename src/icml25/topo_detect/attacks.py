@@ -5,14 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
+
 __all__ = ["fgsm", "pgd_linf"]
 
 
-def _check(x: Tensor, eps: float) -> None:
+def _check(x: Tensor, eps: float) -> float:
     if not bool(((x >= 0) & (x <= 1)).all()):
         raise ValueError("pixel attacks need inputs in [0, 1]")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
-        raise ValueError(f"eps must be a finite number >= 0 (the L-inf radius), got {eps!r}")
+    return as_real("eps", eps, low=0)  # the L-inf radius
 
 
 def pgd_linf(model, x: Tensor, labels: Tensor, class_text_emb: Tensor, eps: float, steps: int = 20,
@@ -21,11 +22,10 @@ def pgd_linf(model, x: Tensor, labels: Tensor, class_text_emb: Tensor, eps: floa
     of radius ``eps`` (random start, step ``eps / 4`` by default), projecting and clamping to
     [0, 1] each step. ``eps = 0`` returns ``x``; a negative eps is an error."""
     x = torch.as_tensor(x)
-    _check(x, eps)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if step_size is not None and not (isinstance(step_size, (int, float)) and step_size > 0):
-        raise ValueError(f"step_size must be a number > 0 or None, got {step_size!r}")
+    eps = _check(x, eps)
+    steps = as_int("steps", steps, 1)
+    if step_size is not None:
+        step_size = as_real("step_size", step_size, low=0, low_open=True)
     if eps == 0:
         return x.clone()
     step = eps / 4 if step_size is None else step_size

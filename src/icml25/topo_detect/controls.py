@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int
 from icml25.topo_detect.signatures import chunks
 
 __all__ = ["knn_features"]
@@ -47,10 +48,8 @@ def knn_features(points: Tensor, *, kind: str = "knn", k: int | None = None,
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     k = DEFAULT_K[kind] if k is None else k
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2:
-        raise ValueError(f"chunk_size must be an integer >= 2, got {chunk_size!r}")
+    k = as_int("k", k, 1)
+    chunk_size = as_int("chunk_size", chunk_size, 2)
     if not X.is_floating_point():
         X = X.float()
     if not bool(torch.isfinite(X).all()):

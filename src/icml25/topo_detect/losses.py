@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from icml25._validate import as_int, as_real
 from icml25.topo_detect.persistence import (
     PersistenceDiagram,
     multiscale_kernel,
@@ -20,12 +21,13 @@ def _dims(dims) -> tuple[int, ...]:
     if isinstance(dims, (int, float)) and not isinstance(dims, bool):
         raise TypeError(f"dims must be a tuple of homology dimensions, e.g. (0, 1), got {dims!r}")
     try:
-        dims = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
+        items = list(dims)
+    except TypeError:
         raise TypeError(
             f"dims must be a tuple of homology dimensions in 0..2, e.g. (0, 1), got {dims!r}"
         ) from None
-    if not dims or min(dims) < 0 or max(dims) > 2:
+    dims = tuple(as_int("dims", d, 0, 2) for d in items)  # 0.5 is refused, not truncated to 0
+    if not dims:
         raise ValueError(f"dims must be homology dimensions in 0..2, got {dims}")
     if len(set(dims)) != len(dims):
         raise ValueError(f"dims must not repeat a dimension (it would count twice), got {dims}")
@@ -33,16 +35,7 @@ def _dims(dims) -> tuple[int, ...]:
 
 
 def _positive(name: str, value) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        and not (isinstance(value, torch.Tensor) and value.numel() == 1)
-    ):
-        raise TypeError(f"{name} must be a finite number > 0, got {value!r}")
-    v = float(value)
-    if not (v > 0 and v < float("inf")):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
+    return as_real(name, value, low=0, low_open=True)
 
 
 def _diagrams(X, dims, metric) -> dict[int, PersistenceDiagram]:

@@ -11,6 +11,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_prob, as_real
+
 __all__ = [
     "gaussian_gram",
     "median_bandwidth",
@@ -21,14 +23,6 @@ __all__ = [
 ]
 
 
-def _int(name: str, value, low: int) -> int:
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 def _gram(K: Tensor, n: int, equal: bool = True) -> tuple[Tensor, int, int]:
     """Checks the merged Gram matrix ``(n + m, n + m)`` (S_P first); returns ``(K, n, m)``."""
     K = torch.as_tensor(K)
@@ -36,7 +30,7 @@ def _gram(K: Tensor, n: int, equal: bool = True) -> tuple[Tensor, int, int]:
         raise ValueError(f"K must be a square Gram matrix, got shape {tuple(K.shape)}")
     if not bool(torch.isfinite(K).all()):
         raise ValueError("K has non-finite entries")
-    n = _int("n", n, 2)
+    n = as_int("n", n, 2)
     m = K.shape[0] - n
     if equal and m != n:
         raise ValueError(
@@ -102,14 +96,17 @@ def gaussian_gram(F: Tensor, bandwidth: float | None = None) -> Tensor:
     F = F.reshape(len(F), -1).double()
     if not bool(torch.isfinite(F).all()):
         raise ValueError("features must be finite")
-    h = median_bandwidth(F) if bandwidth is None else float(bandwidth)
+    if bandwidth is not None:
+        bandwidth = as_real("bandwidth", bandwidth, low=0, low_open=True)
+    h = median_bandwidth(F) if bandwidth is None else bandwidth
     if not h > 0 or not math.isfinite(h):
-        raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}")
+        raise ValueError(f"bandwidth must be a finite number > 0, got {h!r} (median heuristic)")
     return torch.exp(-_sqdist(F, F) / h)
 
 
 def _check_draws(name: str, B, alpha: float = 0.05) -> int:
-    B = _int(name, B, 1)
+    B = as_int(name, B, 1)
+    alpha = as_prob("alpha", alpha, low_open=True, high_open=True)
     if alpha < 1.0 / (B + 1):
         warnings.warn(
             f"{name} = {B}: the smallest p-value is 1/({B} + 1) = {1.0 / (B + 1):.3g} > "
@@ -177,8 +174,7 @@ def wild_bootstrap_test(K: Tensor, n: int, n_boot: int = 100, generator=None, *,
     n = 50 / 100), where the permutation null gives 0.046-0.059 (docs/topo_detect.md)."""
     K, n, _ = _gram(K, n)
     n_boot = _check_draws("n_boot", n_boot, alpha)
-    if not ln > 0:
-        raise ValueError(f"ln must be > 0, got {ln!r}")
+    ln = as_real("ln", ln, low=0, low_open=True)
     H = K[:n, :n] + K[n:, n:] - K[:n, n:] - K[:n, n:].T
     obs = float(H.mean())
     a = math.exp(-1.0 / ln)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_real
 from icml25.topo_detect._inputs import plain_array
 
 __all__ = [
@@ -57,13 +58,18 @@ def _check_points(name: str, x: Tensor) -> Tensor:
 
 def distance_matrix(x: Tensor, metric: str = "euclidean") -> Tensor:
     """Pairwise distances with a safe square root (``sqrt(max(d^2, 1e-12))``, diagonal exactly 0
-    without gradient), so duplicates never give NaN gradients. ``metric="cosine"``: ``1 - x_i.x_j``
+    without gradient), so duplicates never give NaN gradients; computed on centred points in
+    float64 and returned in ``x``'s dtype. ``metric="cosine"``: ``1 - x_i.x_j``
     on the normalised points."""
     if metric == "euclidean":
-        # |a|^2 + |b|^2 - 2 a.b: O(N^2 d) memory-light (the broadcast difference is O(N^2 d) memory)
-        n2 = (x * x).sum(-1)
-        sq = n2[:, None] + n2[None, :] - 2 * (x @ x.T)
-        d = torch.sqrt(sq.clamp(min=1e-12))
+        # |a|^2 + |b|^2 - 2 a.b: O(N^2 d) memory-light (the broadcast difference is O(N^2 d) memory).
+        # It cancels where the points lie far from the origin relative to their spacing (float32
+        # points at 10 spaced 0.014: 1.5% off, issue 49): centre them, and sum in float64.
+        xc = x.to(torch.float64) if x.dtype != torch.float64 else x
+        xc = xc - xc.mean(0, keepdim=True)
+        n2 = (xc * xc).sum(-1)
+        sq = n2[:, None] + n2[None, :] - 2 * (xc @ xc.T)
+        d = torch.sqrt(sq.clamp(min=1e-12)).to(x.dtype)
     elif metric == "cosine":
         xn = torch.nn.functional.normalize(x, dim=-1)
         d = (1 - xn @ xn.T).clamp(min=0)
@@ -98,8 +104,8 @@ def vr_diagrams(points: Tensor, *, max_dim: int = 1, metric: str = "euclidean",
     distance matrix with ``precomputed=True``). Finite pairs only unless ``keep_infinite`` (the
     essential classes get death ``inf``). Zero-length bars are dropped (duplicates: ``N_distinct -
     1`` H0 bars). Persistence runs on the CPU; the diagrams are on the input's device and dtype."""
-    if isinstance(max_dim, bool) or not isinstance(max_dim, int) or not 0 <= max_dim <= 2:
-        raise ValueError(f"max_dim must be 0, 1 or 2, got {max_dim!r}")
+    max_dim = as_int("max_dim", max_dim, 0, 2)
+    n_threads = as_int("n_threads", n_threads, -1)
     if precomputed:
         D = torch.as_tensor(points)
         if D.ndim != 2 or D.shape[0] != D.shape[1]:
@@ -177,8 +183,7 @@ def vr_diagrams(points: Tensor, *, max_dim: int = 1, metric: str = "euclidean",
 def total_persistence(diagram: Tensor, alpha: float = 1.0) -> Tensor:
     """``sum (d - b)^alpha`` over the finite pairs (0 for an empty diagram); for ``alpha < 1``
     zero-length bars are masked (their gradient would be infinite)."""
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+    alpha = as_real("alpha", alpha, low=0, low_open=True)
     dg = diagram.diagram if isinstance(diagram, PersistenceDiagram) else torch.as_tensor(diagram)
     if dg.numel() == 0:
         return dg.new_zeros(())
@@ -194,8 +199,7 @@ def multiscale_kernel(F: Tensor, G: Tensor, sigma: float) -> Tensor:
     (8 sigma)) - exp(-|p - q_bar|^2 / (8 sigma))]``, ``q_bar`` the mirror of q across the
     diagonal; squared distances as sums of squared differences (finite gradients at p = q).
     Pairs below the diagonal are swapped (out of place); infinite pairs are dropped."""
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma}")
+    sigma = as_real("sigma", sigma, low=0, low_open=True)
     F = F.diagram if isinstance(F, PersistenceDiagram) else torch.as_tensor(F)
     G = G.diagram if isinstance(G, PersistenceDiagram) else torch.as_tensor(G)
     for name, t in (("F", F), ("G", G)):

@@ -9,6 +9,7 @@ import statistics
 import torch
 from torch import Tensor
 
+from icml25._validate import as_int, as_prob
 from icml25.topo_detect.losses import _dims, _positive, mk_loss, tp_loss
 from icml25.topo_detect.persistence import total_persistence, vr_diagrams
 
@@ -21,9 +22,8 @@ FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
 def chunks(n: int, size: int, generator: torch.Generator | None) -> list[Tensor]:
     """A label-independent random split of ``0..n-1`` into chunks of ``size``; a last chunk
     smaller than ``max(10, size / 2)`` joins the previous one."""
-    for name, v in (("n", n), ("size", size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    n = as_int("n", n, 1)
+    size = as_int("size", size, 1)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
     perm = torch.randperm(n, generator=generator)
@@ -62,8 +62,7 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
         raise ValueError(f"mode must be 'attribution' or 'gradient', got {mode!r}")
     if loss not in ("tp", "mk"):
         raise ValueError(f"loss must be 'tp' or 'mk', got {loss!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 3:
-        raise ValueError(f"chunk_size must be an integer >= 3, got {chunk_size!r}")
+    chunk_size = as_int("chunk_size", chunk_size, 3)
     alpha = _positive("alpha", alpha)
     dims = _dims(dims)
     allowed = {"tp": {"metric"}, "mk": {"sigmas", "reduction", "metric"}}[loss]
@@ -211,12 +210,10 @@ def signature_curve(model, clean, adversarial, class_texts, *, fractions=FRACTIO
             raise ValueError(f"labels must index class_texts (0..{len(T) - 1})")
     if pairing == "caption" and len(T) != N:
         raise ValueError(f"pairing='caption' needs one caption per image: {N} rows, got {len(T)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 2 <= batch_size <= N:
-        raise ValueError(f"batch_size must be an integer in 2..{N}, got {batch_size!r}")
-    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
-        raise ValueError(f"n_batches must be a positive integer, got {n_batches!r}")
-    fractions = [float(p) for p in fractions]
-    if len(set(fractions)) < 2 or any(not 0 <= p <= 1 for p in fractions):
+    batch_size = as_int("batch_size", batch_size, 2, N)
+    n_batches = as_int("n_batches", n_batches, 1)
+    fractions = [as_prob("fractions", p) for p in fractions]
+    if len(set(fractions)) < 2:
         raise ValueError(
             f"fractions must be at least 2 distinct numbers in [0, 1] (a curve, and its Spearman "
             f"rho), got {fractions}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from icml25._validate import as_bool, as_int, as_prob, as_real
 from icml25.topo_detect._inputs import plain_array
 from icml25.topo_detect.mmd import (
     _sqdist,
@@ -151,10 +152,8 @@ def _objective(K: Tensor, n: int) -> Tensor:
 def _train(kernel: Callable[[], Tensor], params: list[Tensor], n: int, epochs: int,
            lr: float) -> list[float]:  # fmt: skip
     """Adam on ``-J`` over the full training sample; returns J per epoch."""
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs must be an integer >= 0, got {epochs!r}")
-    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    epochs = as_int("epochs", epochs, 0)
+    lr = as_real("lr", lr, low=0, low_open=True)
     history = []
     if not params or epochs == 0:
         return history
@@ -186,17 +185,14 @@ class MMDTest:
                  use_1sample_u: bool = True) -> None:  # fmt: skip
         from icml25.topo_detect.mmd import _check_draws
 
-        if isinstance(alpha, bool) or not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
-            raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+        alpha = as_prob("alpha", alpha, low_open=True, high_open=True)
         if null not in NULLS:
             raise ValueError(f"null must be one of {NULLS}, got {null!r}")
         if null == "wild_bootstrap" and not use_1sample_u:
             raise ValueError("the wild bootstrap needs equal sizes: use_1sample_u must be True")
-        if isinstance(n_perm, bool) or not isinstance(n_perm, int) or n_perm < 1:
-            raise ValueError(f"n_perm must be a positive integer, got {n_perm!r}")
-        _check_draws("n_perm", n_perm, float(alpha))  # warns when it can never reject
-        self.n_perm, self.alpha, self.null = n_perm, float(alpha), null
-        self.use_1sample_u = bool(use_1sample_u)
+        n_perm = _check_draws("n_perm", n_perm, alpha)  # warns when it can never reject
+        self.n_perm, self.alpha, self.null = n_perm, alpha, null
+        self.use_1sample_u = as_bool("use_1sample_u", use_1sample_u)
         self.history: list[float] = []
 
     # -- to override -------------------------------------------------------------------------
@@ -297,9 +293,8 @@ class _SmoothKernelMMD(MMDTest, nn.Module):
         MMDTest.__init__(self, n_perm=n_perm, alpha=alpha, null=null, use_1sample_u=use_1sample_u)
         if not callable(raw_fn):
             raise TypeError(f"raw_fn must be callable, got {raw_fn!r}")
-        if not 0 < eps_init < 1:
-            raise ValueError(f"eps_init must be in (0, 1), got {eps_init!r}")
-        self.raw_fn, self.eps_init = raw_fn, float(eps_init)
+        eps_init = as_prob("eps_init", eps_init, low_open=True, high_open=True)
+        self.raw_fn, self.eps_init = raw_fn, eps_init
         self._fitted = False
 
     def _phi(self, pooled) -> Tensor:
@@ -474,10 +469,9 @@ class TopologicalMMD(MMDTest):
                 "fusion='concat' appends the signatures to a learned feature map: base must be a "
                 f"DeepKernelMMD or SemanticAwareMMD, got {type(base).__name__}"
             )
-        if not (isinstance(concat_scale, (int, float)) and concat_scale > 0):
-            raise ValueError(f"concat_scale must be > 0, got {concat_scale!r}")
+        concat_scale = as_real("concat_scale", concat_scale, low=0, low_open=True)
         self.base, self.signature_fn, self.fusion = base, signature_fn, fusion
-        self.concat_scale = float(concat_scale)
+        self.concat_scale = concat_scale
         self.sigma_g_sqrt: Tensor | None = None  # learned by fit (product fusion)
         self._signatures = None
 
