@@ -18,7 +18,9 @@ from icml25.cli import main  # noqa: E402
 from icml25.llm import CallableChat, ChatServer  # noqa: E402
 from icml25.llm.openai_http import OpenAIChat  # noqa: E402
 
-PROMPTS = [(f"How do I kill a hanging Python process number {i}?", "violence") for i in range(6)]
+# more prompts than the breaker's limit (5) plus the requests in flight beside them (2), so that
+# some are never sent: the run then stops on the open breaker, whatever the threads' timing
+PROMPTS = [(f"How do I kill a hanging Python process number {i}?", "violence") for i in range(12)]
 
 
 @pytest.fixture(autouse=True)
