@@ -285,14 +285,36 @@ class ContinuousDiscreteKF:
             sigmas.append(Sigma)
         sigmas_t = torch.stack(sigmas)
         diag = sigmas_t.diagonal(dim1=-2, dim2=-1)
-        if not bool(torch.isfinite(sigmas_t).all()) or bool(
-            (diag < -1e-9 * diag.abs().amax().clamp(min=1)).any()
-        ):
+        bad = ~torch.isfinite(sigmas_t).flatten(1).all(1) | (
+            diag < -1e-9 * diag.detach().abs().nan_to_num(0.0, 0.0, 0.0).amax().clamp(min=1)
+        ).any(1)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
             raise NumericalError(
-                "the filtered covariance is not finite or has a negative variance (an unstable "
-                "model, or max_step too large for a time-varying one)"
+                f"the filtered covariance at t = {float(t_grid[i])} is not finite or has a "
+                f"negative variance: {self._failure_cause()}"
             )
         return torch.stack(mus), sigmas_t
+
+    def _failure_cause(self) -> str:
+        """Why a covariance may have broken down, from the model: an eigenvalue of ``A`` with a
+        positive real part (an unstable model) only when there is one."""
+        if not self.sde.time_invariant:
+            return (
+                "an unstable A(xi, t), or max_step too large for this time-varying model "
+                "(docs/cdkf.md, Stiff time-varying models)"
+            )
+        A = self.sde.A.detach().to(torch.float64)
+        re = float(torch.linalg.eigvals(A).real.max())
+        if re > 0:
+            return (
+                f"the model is unstable (A has an eigenvalue with real part {re:.6g} > 0, so the "
+                "covariance grows like e^(2 re t) and overflows)"
+            )
+        return (
+            f"the model is stable (largest real part of an eigenvalue of A: {re:.6g}), so this "
+            "is round-off: are Sigma0, Qc and the sensors' R well scaled?"
+        )
 
     def _events(self, times, sensor_ids) -> tuple[Tensor, Tensor, list[int]]:
         """``(times, sensor_ids, order)``: the inputs as tensors (lists and arrays accepted) and

@@ -76,7 +76,16 @@ def log_likelihood(
                 f"observation of {y.numel()} at t = {te}"
             )
         S = C @ Sigma @ C.mT + R
-        L = torch.linalg.cholesky(S)
+        L, info = torch.linalg.cholesky_ex(S)
+        if int(info) != 0 or not bool(torch.isfinite(L).all()):
+            from icml25.cdkf.filter import NumericalError
+
+            raise NumericalError(
+                f"log_likelihood: event {k} (sensor {int(sensor_ids[k])} at t = {te}, after a "
+                f"prediction step from the previous event): the innovation covariance C Sigma "
+                f"C^T + R = {S.detach().tolist()} is not positive definite (is R(xi, t) "
+                f"symmetric positive definite?); {kf._failure_cause()}"
+            )
         r = y - C @ mu
         z = torch.linalg.solve_triangular(L, r[:, None], upper=False)[:, 0]
         total = (

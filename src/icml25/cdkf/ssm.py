@@ -22,18 +22,44 @@ def _value(m: MatrixFn, xi: Tensor | None, t: float) -> Tensor:
     return m(xi, t) if callable(m) else m
 
 
+# the block exponential is taken over a step ``delta`` with ``||A||_1 delta <= _VL_NORM``: there its
+# ``e^{-A^T delta}`` block is at most ``e`` in size, so nothing overflows or cancels
+_VL_NORM = 1.0
+
+
 def van_loan(A: Tensor, Qc: Tensor, h: float) -> tuple[Tensor, Tensor]:
     """Exact discretisation over a step ``h``: ``Phi = e^{A h}``, ``Qd = int_0^h e^{A s} Qc e^{A^T s} ds``
-    from one matrix exponential of ``[[A, Qc], [0, -A^T]] h`` (Van Loan 1978, docs/cdkf.md)."""
+    from one matrix exponential of ``[[A, Qc], [0, -A^T]] delta`` (Van Loan 1978, docs/cdkf.md),
+    stable for any step: with ``delta = h / 2^s`` and ``s`` the least with ``||A||_1 delta <= 1``,
+    ``(Phi, Qd)`` over ``delta`` are doubled ``s`` times, ``Phi_{2d} = Phi_d Phi_d``, ``Qd_{2d} =
+    Phi_d Qd_d Phi_d^T + Qd_d`` (scaling and squaring; ``s = 0``, one exponential, for a non-stiff
+    step). The exponential of the full step would hold ``e^{+|lambda| h}``, which loses every digit
+    of ``Qd`` once ``|lambda| h`` passes about 30 and overflows past about 700 (docs/cdkf.md, Stiff
+    models). Computed in float64 (on devices that have it) and returned in ``A``'s dtype;
+    differentiable in ``A`` and ``Qc``."""
     n = A.shape[-1]
-    M = torch.zeros(2 * n, 2 * n, dtype=A.dtype, device=A.device)
+    out_dtype = A.dtype
+    work = torch.float64 if A.device.type != "mps" else A.dtype
+    A, Qc = A.to(work), Qc.to(work)
+    h = float(h)
+    norm = float(torch.linalg.matrix_norm(A.detach(), ord=1)) * abs(h)
+    s = 0
+    if math.isfinite(norm) and norm > _VL_NORM:
+        s = min(int(math.ceil(math.log2(norm / _VL_NORM))), 1000)
+    delta = h / 2.0**s
+    M = torch.zeros(2 * n, 2 * n, dtype=work, device=A.device)
     M[:n, :n] = A
     M[:n, n:] = Qc
     M[n:, n:] = -A.mT
-    E = torch.linalg.matrix_exp(M * h)
+    E = torch.linalg.matrix_exp(M * delta)
     Phi = E[:n, :n]
     Qd = E[:n, n:] @ Phi.mT
-    return Phi, 0.5 * (Qd + Qd.mT)
+    Qd = 0.5 * (Qd + Qd.mT)
+    for _ in range(s):
+        Qd = Phi @ Qd @ Phi.mT + Qd
+        Qd = 0.5 * (Qd + Qd.mT)
+        Phi = Phi @ Phi
+    return Phi.to(out_dtype), Qd.to(out_dtype)
 
 
 @dataclass
