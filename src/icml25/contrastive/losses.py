@@ -85,6 +85,19 @@ def global_index(m: int, device: torch.device | str | None = None) -> Tensor:
     return rank * m + torch.arange(m, device=device)
 
 
+def _unit_rows(x: Tensor) -> Tensor:
+    """``F.normalize(x, dim=-1)`` for rows of any magnitude: each row is first divided by a power
+    of two at its largest |entry| (exact, so rows of ordinary scale give the same bits as before).
+    Without it the squares of a float32 row at 1e20 overflow and those at 1e-30 underflow, and the
+    loss became that of all-zero embeddings (log(2m - 1), issue 49). The divisor is detached: the
+    normalised row is homogeneous of degree 0, so the gradient is unchanged. An all-zero row stays
+    zero, as ``F.normalize`` leaves it."""
+    big = x.detach().abs().amax(-1, keepdim=True)
+    _, e = torch.frexp(big)
+    scale = torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
+    return F.normalize(x / scale, dim=-1, eps=1e-12)
+
+
 def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, validate: bool):
     for name, x in (("u", u), ("v", v)):
         if not isinstance(x, Tensor):
@@ -108,7 +121,7 @@ def _prepare(u: Tensor, v: Tensor, index: Tensor | None, normalize: bool, valida
     dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
     u, v = u.to(dtype), v.to(dtype)
     if normalize:
-        u, v = F.normalize(u, dim=-1, eps=1e-12), F.normalize(v, dim=-1, eps=1e-12)
+        u, v = _unit_rows(u), _unit_rows(v)
     m = u.shape[0]
     if index is None:
         index = torch.arange(m, device=u.device)
@@ -600,7 +613,7 @@ class ContrastiveLoss(nn.Module):
         count them."""
         with _no_autocast(u.device):
             if S is None:
-                un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
+                un, vn = _unit_rows(u.float()), _unit_rows(v.float())
                 S = un @ vn.T
             S = S.detach().float()
             m = S.shape[0]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from icml25._validate import as_int
+from icml25.contrastive.losses import _unit_rows
 
 __all__ = ["SimilarityStats", "embed_two_views", "similarity_stats"]
 
@@ -48,7 +48,7 @@ def similarity_stats(
             f"u and v must be (n, d) with n >= 2 and equal shapes, got {tuple(u.shape)}, {tuple(v.shape)}"
         )
     n = u.shape[0]
-    u, v = F.normalize(u.double(), dim=-1), F.normalize(v.double(), dim=-1)
+    u, v = _unit_rows(u.double()), _unit_rows(v.double())
     index = torch.arange(n) if index is None else index.to(u.device)
     pos = (u * v).sum(-1)
     s1 = s2 = cnt = w1 = wc = 0.0

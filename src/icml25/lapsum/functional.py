@@ -593,18 +593,30 @@ def spearman_corr(
     """Differentiable Spearman correlation: Pearson correlation of the soft ranks along ``dim``.
 
     A row where ``pred`` or ``target`` is constant has no correlation (its ranks have zero
-    variance): it is NaN there, as ``scipy.stats.spearmanr`` gives (docs/lapsum.md), not 0."""
+    variance): it is NaN there, as ``scipy.stats.spearmanr`` gives (docs/lapsum.md), not 0. So is a
+    row whose centred soft ranks have collapsed to round-off: norm at or below ``16 eps n^1.5``
+    (``eps`` of the soft ranks' dtype, ``n`` the row length; e.g. a float32 row spread 1e-8 with
+    ``alpha = 1``, whose ranks are all equal in float32). Such a row gave exactly 0 before (issue
+    49), a silent "uncorrelated"; above the floor the relative error is about ``0.01 floor /
+    norm`` at most (measured, docs/lapsum.md)."""
     if pred.shape != target.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)} must match")
     rp = soft_rank(pred, alpha, dim)
     rt = soft_rank(target, alpha, dim)
     rp = rp - rp.mean(dim, keepdim=True)
     rt = rt - rt.mean(dim, keepdim=True)
-    rp = rp / rp.norm(dim=dim, keepdim=True).clamp(min=1e-12)
-    rt = rt / rt.norm(dim=dim, keepdim=True).clamp(min=1e-12)
+    n = rp.shape[dim] if rp.ndim else 1
+    floor = 16 * torch.finfo(rp.dtype).eps * max(n, 1) ** 1.5
+    np_ = rp.norm(dim=dim, keepdim=True)
+    nt_ = rt.norm(dim=dim, keepdim=True)
+    rp = rp / np_.clamp(min=floor)
+    rt = rt / nt_.clamp(min=floor)
     rho = (rp * rt).sum(dim)
-    # a constant row (or one value): undefined, NaN as scipy; the where keeps other rows' gradients
+    # a constant row (or one value), or ranks lost to round-off: undefined, NaN as scipy; the
+    # where keeps other rows' gradients
     constant = (pred == pred.amax(dim, keepdim=True)).all(dim) | (
         target == target.amax(dim, keepdim=True)
     ).all(dim)
+    collapsed = (np_ <= floor).squeeze(dim) | (nt_ <= floor).squeeze(dim)
+    constant = constant | collapsed
     return torch.where(constant, torch.full_like(rho, math.nan), rho)

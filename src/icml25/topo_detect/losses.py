@@ -58,6 +58,15 @@ def _link(value, *clouds):
     for c in clouds:
         if isinstance(c, torch.Tensor) and c.requires_grad:
             value = value + 0.0 * c.sum()
+    # bf16/fp16 clouds are computed in float32 (persistence needs the digits) and the result is
+    # returned in the input's floating dtype, as everywhere in the package (issue 49)
+    dts = [c.dtype for c in clouds if isinstance(c, torch.Tensor) and c.is_floating_point()]
+    if dts and isinstance(value, torch.Tensor):
+        dt = dts[0]
+        for other in dts[1:]:
+            dt = torch.promote_types(dt, other)
+        if dt in (torch.float16, torch.bfloat16):
+            value = value.to(dt)
     return value
 
 

@@ -56,22 +56,55 @@ def _check_points(name: str, x: Tensor) -> Tensor:
     return x
 
 
+def _unit_scale(x: Tensor) -> Tensor:
+    """A detached power of two ``>= max |x|`` (1 for an all-zero ``x``): dividing by it is exact
+    and keeps every square below overflow and above underflow whatever the cloud's scale."""
+    big = x.detach().abs().max() if x.numel() else x.new_zeros(())
+    if not bool(big > 0) or not bool(torch.isfinite(big)):
+        return torch.ones((), dtype=x.dtype, device=x.device)
+    _, e = torch.frexp(big)  # big = f * 2^e with f in [0.5, 1)
+    return torch.ldexp(torch.ones_like(big), e)
+
+
+# squared distances below this fraction of the largest centred squared norm are re-summed as
+# sum_k (a_k - b_k)^2: there |a|^2 + |b|^2 - 2 a.b has lost more than half of its digits
+_RESUM = 1e-6
+
+
 def distance_matrix(x: Tensor, metric: str = "euclidean") -> Tensor:
-    """Pairwise distances with a safe square root (``sqrt(max(d^2, 1e-12))``, diagonal exactly 0
-    without gradient), so duplicates never give NaN gradients; computed on centred points in
-    float64 and returned in ``x``'s dtype. ``metric="cosine"``: ``1 - x_i.x_j``
-    on the normalised points."""
+    """Pairwise distances, homogeneous of degree 1 in ``x`` (``distance_matrix(s*x) =
+    s*distance_matrix(x)`` for every scale that the dtype holds). Euclidean: computed in float64 on
+    centred points divided by a power of two near their largest coordinate (exact, so scale 1 gives
+    the same digits as before), as ``|a|^2 + |b|^2 - 2 a.b``, with the pairs closer than 1e-3 of
+    the cloud's radius re-summed as ``sum (a_k - b_k)^2`` (no cancellation); exact duplicates give
+    exactly 0 (no absolute floor) and a zero gradient (a safe square root, never NaN); returned in
+    ``x``'s dtype. ``metric="cosine"``: ``1 - x_i.x_j`` on the normalised points (rows scaled by
+    their max-abs first, so tiny or huge rows normalise too)."""
     if metric == "euclidean":
         # |a|^2 + |b|^2 - 2 a.b: O(N^2 d) memory-light (the broadcast difference is O(N^2 d) memory).
         # It cancels where the points lie far from the origin relative to their spacing (float32
         # points at 10 spaced 0.014: 1.5% off, issue 49): centre them, and sum in float64.
         xc = x.to(torch.float64) if x.dtype != torch.float64 else x
         xc = xc - xc.mean(0, keepdim=True)
-        n2 = (xc * xc).sum(-1)
-        sq = n2[:, None] + n2[None, :] - 2 * (xc @ xc.T)
-        d = torch.sqrt(sq.clamp(min=1e-12)).to(x.dtype)
+        # an absolute floor (1e-6 before) merged every pair of a cloud at scale 1e-6 and float32
+        # overflowed at 1e39 (issue 49): work in units of a power of two, exact both ways; the
+        # scale is detached, which keeps the gradient exact (a distance is homogeneous of degree 1)
+        m = _unit_scale(xc)
+        xn = xc / m
+        n2 = (xn * xn).sum(-1)
+        sq = n2[:, None] + n2[None, :] - 2 * (xn @ xn.T)
+        if xn.shape[0]:
+            close = (sq <= _RESUM * n2.detach().max()).nonzero(as_tuple=True)
+            if close[0].numel():
+                diff = xn[close[0]] - xn[close[1]]
+                sq = sq.index_put(close, (diff * diff).sum(-1))
+        pos = sq > 0
+        tiny = torch.finfo(torch.float64).tiny
+        d = torch.where(pos, torch.sqrt(sq.clamp(min=tiny)), torch.zeros_like(sq))
+        d = (d * m).to(x.dtype)
     elif metric == "cosine":
-        xn = torch.nn.functional.normalize(x, dim=-1)
+        xs = x / x.detach().abs().amax(-1, keepdim=True).clamp(min=torch.finfo(x.dtype).tiny)
+        xn = torch.nn.functional.normalize(xs, dim=-1)
         d = (1 - xn @ xn.T).clamp(min=0)
     else:
         raise ValueError(f"metric must be 'euclidean' or 'cosine', got {metric!r}")
@@ -140,10 +173,12 @@ def vr_diagrams(points: Tensor, *, max_dim: int = 1, metric: str = "euclidean",
                 )
             )
         return out
-    # the backend sees exact zeros for duplicates (the safe square root floors them at 1e-6)
+    # duplicates are exact zeros (distance_matrix has no floor). giotto-ph filters in float32:
+    # hand it the matrix over its largest entry (a power of two, exact), so no scale overflows or
+    # underflows there; persistence is homogeneous of degree 1 in the distances and the diagram
+    # is re-read from D at the critical edges below, so it keeps D's scale and autograd graph
     D_np = D.detach().double().cpu()
-    if not precomputed:
-        D_np = torch.where(D_np <= 1e-6, torch.zeros_like(D_np), D_np)
+    D_np = D_np / _unit_scale(D_np)
     gens = _generators(D_np.numpy(), max_dim, backend, n_threads)
     fin0 = torch.as_tensor(np.asarray(gens[0], dtype=np.int64).reshape(-1, 3), device=dev)
     death0 = D[fin0[:, 1], fin0[:, 2]]
