@@ -82,7 +82,7 @@ def test_callable_and_rule_moderators():
     assert CallableModerator(lambda p, r: r == "y")(["a", "b"], ["y", "n"]) == [True, False]
     with pytest.raises(TypeError, match="expected a bool or a probability"):
         CallableModerator(lambda p, r: "harmful")(["a"], ["b"])
-    with pytest.raises(ValueError, match="threshold must be finite"):
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
         CallableModerator(lambda p, r: 1.0, threshold=float("nan"))
     assert harmful_score(["a", "b"], ["step1 r1", " sorry"], RuleModerator()) == 50.0
     with pytest.raises(ValueError, match="at least one"):

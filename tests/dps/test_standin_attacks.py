@@ -139,9 +139,9 @@ def test_standin_inputs_users_pass():
     p = vlm.probs(torch.from_numpy(img))
     assert p.shape == (10,) and p.dtype == np.float64 and np.isclose(p.sum(), 1)
     assert np.allclose(vlm.probs(img), p, atol=1e-6)  # array and tensor read alike
-    with pytest.raises(ValueError, match="seed must be an int"):
+    with pytest.raises(ValueError, match="seed must be an integer"):
         digits32(-1)
-    with pytest.raises(ValueError, match="seed must be an int"):
+    with pytest.raises(ValueError, match="seed must be an integer"):
         digits32(1.5)
 
 

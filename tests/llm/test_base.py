@@ -16,20 +16,20 @@ USER = [{"role": "user", "content": "hi"}]
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n": 0}, "n must be a positive integer, got 0"),
-        ({"n": True}, "n must be a positive integer"),
+        ({"n": 0}, "n must be an integer >= 1, got 0"),
+        ({"n": True}, "n must be an integer >= 1, got True"),
         (
             {"temperature": -0.1},
-            r"temperature must be a finite number >= 0 or None \(provider default\), got -0.1",
+            r"temperature must be a finite number >= 0, got -0.1 \(or None: the provider's default\)",
         ),
         ({"temperature": float("nan")}, "temperature"),
-        ({"top_p": 0.0}, r"top_p must be in \(0, 1\] or None \(provider default\), got 0.0"),
+        ({"top_p": 0.0}, r"top_p must be a finite number in \(0, 1\], got 0.0 \(or None"),
         ({"top_p": 1.5}, "top_p"),
         (
             {"max_tokens": 0},
-            r"max_tokens must be a positive integer or None \(provider default\), got 0",
+            r"max_tokens must be an integer >= 1, got 0 \(or None",
         ),
-        ({"seed": 1.5}, "seed must be an integer or None, got 1.5"),
+        ({"seed": 1.5}, "seed must be an integer, got 1.5 \\(or None"),
         ({"stop": [""]}, "stop must be a list of non-empty strings"),
     ],
 )

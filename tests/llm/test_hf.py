@@ -125,7 +125,7 @@ def test_images_are_refused_by_text_only_models(tiny_chat):
 def test_bad_constructor_arguments(tiny_chat):
     with pytest.raises(ValueError, match="needs the model's tokenizer"):
         HFChat(tiny_chat.model)
-    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         HFChat(tiny_chat.model, tiny_chat.tokenizer, batch_size=0)
 
 

@@ -52,7 +52,7 @@ def test_hf_reward_model_scores_each_pair_padding_excluded():
     tok.chat_template = "<|bos|>" + tok.chat_template
     assert rm.render("q", "a").startswith("<|user|>")  # BOS text stripped
     assert HFRewardModel(model, tok, strip_bos_text=False).render("q", "a").startswith("<|bos|>")
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         HFRewardModel(model, tok, batch_size=0)
 
 

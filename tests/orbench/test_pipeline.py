@@ -119,7 +119,7 @@ def test_seed_generation_stops_after_empty_calls_and_counts_failures(tmp_path, c
     store = JsonlStore(tmp_path / "s.jsonl", ("category", "call_idx"))
     out = generate_toxic_seeds(CallableChat(flaky), "hate", 2, per_call=2, store=store)
     assert [s.prompt for s in out] == ["a b c", "d e f"]
-    with pytest.raises(ValueError, match="n_seeds must be a positive integer"):
+    with pytest.raises(ValueError, match="n_seeds must be an integer >= 1"):
         generate_toxic_seeds(refusing, "hate", 0)
     with pytest.raises(ValueError, match="unknown category"):
         generate_toxic_seeds(refusing, "guns", 5)
@@ -249,7 +249,7 @@ def test_select_hard_counts_panel_refusals_and_remoderates():
     assert strict.removed_by_remoderation == [pool[1].id] and strict.metadata()["k_min"] == 2
     capped = select_hard(pool, panel, k_min=1, per_category=1, seed=3, remoderate=False)
     assert sorted(r.category for r in capped) == sorted(CATEGORIES[:2])
-    with pytest.raises(ValueError, match="k_min must be an integer in 1..3"):
+    with pytest.raises(ValueError, match=r"k_min must be an integer in \[1, 3\]"):
         select_hard(pool, panel, k_min=4)
     with pytest.raises(ValueError, match="8 prompts"):
         select_hard(pool, {"a": [True]}, k_min=1)

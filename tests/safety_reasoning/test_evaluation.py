@@ -262,9 +262,9 @@ def test_sampling_settings_and_ns_are_checked_before_any_request():
         asr(backend, ["a"], j, decoding="sample", temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
         best_of_n(backend, ["a"], j, ns=(1,), top_p=2)
-    with pytest.raises(ValueError, match="every N must be an int"):
+    with pytest.raises(ValueError, match="every N in ns must be an integer"):
         best_of_n(backend, ["a"], j, ns=(1, 2.5))
-    with pytest.raises(ValueError, match="every N must be an int"):
+    with pytest.raises(ValueError, match="every N in ns must be an integer"):
         best_of_n(backend, ["a"], j, ns=(True,))
     with pytest.raises(TypeError, match="ns must be a list"):
         best_of_n(backend, ["a"], j, ns=4)

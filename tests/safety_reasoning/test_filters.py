@@ -91,7 +91,9 @@ def test_guideline_judge_outputs_are_checked():
         GuidelineFilter(lambda q, r, g: [True], guidelines=gs)(HARM, ok)
     with pytest.raises(ValueError, match="unknown guideline names"):
         GuidelineFilter(lambda q, r, g: {"zzz": True}, guidelines=gs)(HARM, ok)
-    with pytest.raises(ValueError, match="count must be in"):
+    with pytest.raises(
+        ValueError, match=r"guideline judge.s count must be an integer in \[0, 2\], got 7"
+    ):
         GuidelineFilter(lambda q, r, g: 7, guidelines=gs)(HARM, ok)
 
 

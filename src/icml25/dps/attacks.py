@@ -12,12 +12,15 @@ paper's API setting requires.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from icml25._validate import as_int, as_real
 
 __all__ = ["CORNERS", "apply_patch", "pgd_linf", "universal_patch"]
 
@@ -53,8 +56,8 @@ def _check_target(target: Any, n: int, k: int, device: Any) -> torch.Tensor:
     """One class index for every image, or an integer tensor of ``n`` of them, in ``[0, k)``."""
     if isinstance(target, bool):
         raise TypeError(f"target must be a class index or an integer tensor, got {target!r}")
-    if isinstance(target, (int, np.integer)):
-        target = torch.full((n,), int(target), dtype=torch.long)
+    if isinstance(target, numbers.Integral):
+        target = torch.full((n,), as_int("target", target), dtype=torch.long)
     if not isinstance(target, torch.Tensor) or target.dtype not in (
         torch.long,
         torch.int32,
@@ -79,16 +82,14 @@ def pgd_linf(model: Any, x: torch.Tensor, target: torch.Tensor, *, eps: float = 
     integer tensor ``(N,)`` of them) averaged over a model or an ensemble (a list).
     Returns ``x + δ`` with ``‖δ‖∞ <= eps``, clamped to [0, 1], detached, on ``x``'s device."""
     _check_images(x)
-    if not (eps >= 0 and step > 0 and isinstance(steps, (int, np.integer)) and not isinstance(steps, bool)
-            and steps >= 0):  # fmt: skip
-        raise ValueError(
-            f"need eps >= 0, step > 0 and an int steps >= 0, got {eps}, {step}, {steps}"
-        )
+    # finite: an infinite step gives inf * sign(0) = NaN pixels, an infinite eps no bound at all
+    eps = as_real("eps", eps, low=0.0)
+    step = as_real("step", step, low=0.0, low_open=True)
+    steps = as_int("steps", steps, 0)
     if len(x) == 0:
         raise ValueError("images must hold at least one image, got an empty batch")
     ms = _models(model)
     target = _check_target(target, x.shape[0], _n_classes(ms, x), x.device)
-    steps = int(steps)
     delta = torch.zeros_like(x)
     if random_start:
         delta = (torch.rand(x.shape, generator=generator).to(x) * 2 - 1) * eps
@@ -131,15 +132,12 @@ def apply_patch(x: torch.Tensor, patch: torch.Tensor, corners: Sequence[int] | i
         raise ValueError(
             f"the patch must be square and fit the image, got {tuple(patch.shape)} for {h}x{w}"
         )
-    if isinstance(corners, (int, np.integer)) and not isinstance(corners, bool):
-        cs = [int(corners)] * n
-    elif isinstance(corners, (list, tuple, np.ndarray, torch.Tensor)):
-        cs = [c.item() if hasattr(c, "item") else c for c in corners]
+    if isinstance(corners, (list, tuple, np.ndarray, torch.Tensor)) and getattr(corners, "ndim", 1):
+        cs = [as_int(f"corners[{i}]", c, 0, 3) for i, c in enumerate(corners)]
+        if len(cs) != n:
+            raise ValueError(f"corners must be one int in 0..3 or {n} of them, got {len(cs)}")
     else:
-        raise ValueError(f"corners must be one int in 0..3 or {n} of them, got {corners!r:.60}")
-    if len(cs) != n or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c not in (0, 1, 2, 3)
-                           for c in cs):  # fmt: skip
-        raise ValueError(f"corners must be one int in 0..3 or {n} of them, got {corners!r:.60}")
+        cs = [as_int("corners", corners, 0, 3)] * n
     out = x.clone()
     for i, c in enumerate(cs):
         top = 0 if c in (0, 1) else h - p
@@ -156,23 +154,12 @@ def universal_patch(model: Any, x: torch.Tensor, target: int, *, size: int = 8, 
     if len(x) == 0:
         raise ValueError("x must hold at least one training image, got an empty batch")
     ms = _models(model)
-    if isinstance(target, bool) or not isinstance(target, (int, np.integer)):
-        raise TypeError(f"target must be one class index (int), got {target!r}")
     k = _n_classes(ms, x)
-    if not 0 <= int(target) < k:
-        raise ValueError(
-            f"target must be a class in [0, {k}) for a {k}-class model, got {target!r}"
-        )
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= min(x.shape[-2:]):
-        raise ValueError(
-            f"size must be an int in [1, {min(x.shape[-2:])}] for {tuple(x.shape[-2:])} images, got {size!r}"
-        )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
+    target = as_int("target", target, 0, k - 1)  # a class of the k-class model
+    steps = as_int("steps", steps, 0)
+    size = as_int("size", size, 1, min(x.shape[-2:]))  # the patch fits the images
+    batch_size = as_int("batch_size", batch_size, 1)
+    lr = as_real("lr", lr, low=0.0, low_open=True)  # finite: Adam at lr = inf gives NaN
     gen = generator or torch.Generator().manual_seed(0)  # deterministic by default
     logit = torch.zeros(
         x.shape[1], size, size, device=x.device, requires_grad=True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from icml25._validate import as_int
 from icml25.dps.images import decode_data_url
 from icml25.llm.base import BaseChat, Completion
 
@@ -66,12 +67,7 @@ class HFVisionChat(BaseChat):
             raise ValueError(
                 "the processor has no chat template; set processor.chat_template (we do not guess one)"
             )
-        if (
-            isinstance(max_new_tokens, bool)
-            or not isinstance(max_new_tokens, int)
-            or max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
         self.model = model
         self.model.eval()
         self.processor, self.max_new_tokens = processor, max_new_tokens

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_int, as_real
 from icml25.dps.crops import center_crop, random_crop
 from icml25.dps.defense import Conversation
 from icml25.dps.images import to_pil
@@ -93,10 +94,9 @@ def smooth_vlm(lvlm: Any, image: Any, question: str, *, n_copies: int = 10, frac
     """Majority vote over ``n_copies`` answers, each on a copy with ``frac`` of the pixels (drawn
     without replacement) set to black; ties go to the first copy's answer."""
     _check(question)
-    if isinstance(n_copies, bool) or not isinstance(n_copies, (int, np.integer)) or n_copies < 1:
-        raise ValueError(f"n_copies must be an int >= 1, got {n_copies!r}")
-    if not (0 <= frac < 1):
-        raise ValueError(f"frac must be in [0, 1), got {frac!r}")
+    n_copies = as_int("n_copies", n_copies, 1)
+    frac = as_real("frac", frac, low=0.0, high=1.0, high_open=True)
+    seed = None if seed is None else as_int("seed", seed, 0)
     from PIL import Image
 
     img = to_pil(image)
@@ -122,8 +122,8 @@ def crop_vote(lvlm: Any, image: Any, question: str, *, n_random: int = 2, seed: 
     """Majority vote over the answers on the full image, its centre crop and ``n_random`` random
     crops; ties go to the full image's answer."""
     _check(question)
-    if isinstance(n_random, bool) or not isinstance(n_random, (int, np.integer)) or n_random < 0:
-        raise ValueError(f"n_random must be an int >= 0, got {n_random!r}")
+    n_random = as_int("n_random", n_random, 0)
+    seed = None if seed is None else as_int("seed", seed, 0)
     img = to_pil(image)
     rng = np.random.default_rng(seed)
     views = [img, center_crop(img)] + [random_crop(img, rng) for _ in range(int(n_random))]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_int, as_real
 from icml25.dps.images import to_pil
 
 __all__ = ["auto_mask", "center_box", "center_crop", "parse_boxes", "random_box", "random_crop"]
@@ -19,13 +20,8 @@ def center_box(W: int, H: int, frac: float = 0.5) -> tuple[int, int, int, int]:
     ``(W // 2, H // 2)``: ``(cx - w2 // 2, cy - h2 // 2, cx + w2 // 2, cy + h2 // 2)``
     (``frac = 0.5`` is the official ``W // 2``). ``ValueError`` when the box is empty (e.g.
     ``W < 4`` at ``frac = 0.5``)."""
-    for name, v in (("W", W), ("H", H)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1 (pixels), got {v!r}")
-    if isinstance(frac, bool) or not (
-        isinstance(frac, (int, float, np.integer, np.floating)) and 0 < frac <= 1
-    ):
-        raise ValueError(f"frac must be in (0, 1], got {frac!r}")
+    W, H = as_int("W", W, 1), as_int("H", H, 1)  # pixels
+    frac = as_real("frac", frac, low=0.0, high=1.0, low_open=True)
     w2, h2 = int(W * frac), int(H * frac)
     cx, cy = W // 2, H // 2
     box = (cx - w2 // 2, cy - h2 // 2, cx + w2 // 2, cy + h2 // 2)
@@ -47,10 +43,10 @@ def random_box(
 ) -> tuple[int, int, int, int]:
     """The official random crop: one ratio ``r ~ U(lo, hi)`` for both sides, width ``int(W r)``
     (at least 1 px), top-left uniform over the valid positions (inclusive)."""
-    for name, v in (("W", W), ("H", H)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1 (pixels), got {v!r}")
-    if not (0 < lo <= hi <= 1):
+    W, H = as_int("W", W, 1), as_int("H", H, 1)  # pixels
+    lo = as_real("lo", lo, low=0.0, high=1.0, low_open=True)
+    hi = as_real("hi", hi, low=0.0, high=1.0, low_open=True)
+    if lo > hi:
         raise ValueError(f"need 0 < lo <= hi <= 1, got lo={lo!r}, hi={hi!r}")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
@@ -77,6 +73,7 @@ def parse_boxes(text: str, W: int, H: int) -> list[tuple[int, int, int, int]]:
     clamped to the image; boxes empty after clamping (including swapped corners) are dropped."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
+    W, H = as_int("W", W, 1), as_int("H", H, 1)  # pixels
     out = []
     for m in _BOX.finditer(text):
         vals = [float(v) for v in m.groups()]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_bool, as_int, as_real
 from icml25.dps.crops import auto_mask, center_crop, parse_boxes, random_crop
 from icml25.dps.helper import Helper, RuleHelper
 from icml25.dps.images import IMAGE_FORMATS, JPEG_QUALITY, image_part, to_pil
@@ -38,12 +39,9 @@ __all__ = ["REFUSAL", "BackendError", "Conversation", "DPSDefense", "DPSResult"]
 REFUSAL = "I'm sorry, but I can't help with that request."
 
 
-def _check_seed(seed: object) -> object:
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0
-    ):
-        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
-    return seed
+def _check_seed(seed: object) -> int | None:
+    """``None`` (fresh randomness) or an integer >= 0, as Python's ``int``."""
+    return None if seed is None else as_int("seed", seed, 0)
 
 
 class BackendError(RuntimeError):
@@ -163,12 +161,7 @@ class DPSDefense:
             raise TypeError(f"lvlm must be an icml25.llm chat backend, got {type(lvlm).__name__}")
         if crop not in self.CROPS:
             raise ValueError(f"crop must be one of {self.CROPS}, got {crop!r}")
-        if (
-            isinstance(n_agents, bool)
-            or not isinstance(n_agents, (int, np.integer))
-            or n_agents < 1
-        ):
-            raise ValueError(f"n_agents must be an int >= 1, got {n_agents!r}")
+        n_agents = as_int("n_agents", n_agents, 1)
         if crop == "auto" and n_agents != 3:
             if n_agents != 1:
                 warnings.warn(f"crop='auto' uses 3 agents (text mask, centre, random); n_agents={n_agents} ignored",
@@ -176,17 +169,11 @@ class DPSDefense:
             n_agents = 3
         for name, v in (("summary_limit", summary_limit), ("weak_word_limit_trigger", weak_word_limit_trigger),
                         ("max_tokens", max_tokens)):  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            as_int(name, v, 1)
         if on_error not in ("raise", "refusal"):
             raise ValueError(f"on_error must be 'raise' or 'refusal', got {on_error!r}")
-        if (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float, np.integer, np.floating))
-            or not 0 <= temperature <= 2
-        ):
-            raise ValueError(f"temperature must be a number in [0, 2], got {temperature!r}")
-        _check_seed(seed)
+        temperature = as_real("temperature", temperature, low=0.0, high=2.0)
+        seed = _check_seed(seed)
         if prompts is not None and not isinstance(prompts, DPSPrompts):
             raise TypeError(
                 f"prompts must be a DPSPrompts (DPSPrompts.from_json(path) for a file), got {type(prompts).__name__}"
@@ -198,22 +185,12 @@ class DPSDefense:
                 "helper must have summarize(text, limit, style) and is_informative(text): use "
                 f"RuleHelper() (offline) or LLMHelper(backend), got {helper!r:.60}"
             )
-        if max_pixels is not None and (
-            isinstance(max_pixels, bool)
-            or not isinstance(max_pixels, (int, np.integer))
-            or max_pixels < 1
-        ):
-            raise ValueError(f"max_pixels must be None or an int >= 1, got {max_pixels!r}")
-        if not isinstance(image_once, bool):
-            raise TypeError(f"image_once must be True or False, got {image_once!r}")
+        if max_pixels is not None:
+            max_pixels = as_int("max_pixels", max_pixels, 1)
+        image_once = as_bool("image_once", image_once)
         if not isinstance(crop_format, str) or crop_format.lower() not in IMAGE_FORMATS:
             raise ValueError(f"crop_format must be one of {IMAGE_FORMATS}, got {crop_format!r}")
-        if (
-            isinstance(jpeg_quality, bool)
-            or not isinstance(jpeg_quality, (int, np.integer))
-            or not 1 <= jpeg_quality <= 95
-        ):
-            raise ValueError(f"jpeg_quality must be an int in [1, 95], got {jpeg_quality!r}")
+        jpeg_quality = as_int("jpeg_quality", jpeg_quality, 1, 95)
         self.lvlm, self.helper = lvlm, helper or RuleHelper(limit=int(summary_limit))
         self.crop, self.n_agents, self.prompts = crop, int(n_agents), prompts or DPSPrompts()
         self.summary_limit, self.trigger = int(summary_limit), int(weak_word_limit_trigger)
@@ -341,8 +318,7 @@ class DPSDefense:
                 )
             if it[0] is None:
                 raise ValueError(f"items[{k}]: the image is None")
-        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        workers = as_int("workers", workers, 1)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
         base = 0 if self.seed is None else int(self.seed)

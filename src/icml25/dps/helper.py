@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from icml25._validate import as_int
 from icml25.dps.prompts import DPSPrompts
 
 __all__ = ["Helper", "LLMHelper", "RuleHelper"]
@@ -39,8 +40,7 @@ class RuleHelper:
     def __init__(
         self, limit: int = 20, uninformative_patterns: Sequence[str] = DEFAULT_PATTERNS
     ) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        limit = as_int("limit", limit, 1)
         if isinstance(uninformative_patterns, str) or not all(
             isinstance(p, str) for p in uninformative_patterns
         ):
@@ -55,10 +55,8 @@ class RuleHelper:
         _check_style(style)
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if limit is not None:
+            limit = as_int("limit", limit, 1)
         self.calls += 1
         return " ".join(text.split()[: limit or self.limit])
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from icml25._validate import as_int
+
 __all__ = [
     "IMAGE_FORMATS",
     "JPEG_QUALITY",
@@ -160,19 +162,10 @@ def encode_data_url(
 
     if not isinstance(format, str) or format.lower() not in IMAGE_FORMATS:
         raise ValueError(f"format must be one of {IMAGE_FORMATS}, got {format!r}")
-    if (
-        isinstance(quality, bool)
-        or not isinstance(quality, (int, np.integer))
-        or not 1 <= quality <= 95
-    ):
-        raise ValueError(f"quality must be an int in [1, 95] (JPEG quality), got {quality!r}")
-
-    if max_pixels is not None and (
-        isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1
-    ):
-        raise ValueError(f"max_pixels must be None or an int >= 1, got {max_pixels!r}")
-    if isinstance(downscale, bool) or not isinstance(downscale, int) or downscale < 1:
-        raise ValueError(f"downscale must be an int >= 1, got {downscale!r}")
+    quality = as_int("quality", quality, 1, 95)  # PIL's JPEG quality scale
+    if max_pixels is not None:
+        max_pixels = as_int("max_pixels", max_pixels, 1)
+    downscale = as_int("downscale", downscale, 1)
     img = to_pil(image)
     if max_pixels is not None and img.width * img.height > max_pixels:
         img = img.resize(

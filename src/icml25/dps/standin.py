@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml25._validate import as_int, as_prob, as_real
 from icml25.dps.images import last_image, to_pil
 from icml25.llm.base import BaseChat, Completion, message_text
 
@@ -49,8 +50,7 @@ _HINT = re.compile(r"(?:digit|number)\D{0,20}?(\d)", re.IGNORECASE)
 def digits32(seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """scikit-learn's digits upsampled to ``(N, 1, 32, 32)`` (bilinear, [0, 1]), split 56 / 14 / 30
     % (stratified, ``random_state=seed``) into ``train``, ``val`` and ``test``."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}")
+    seed = as_int("seed", seed, 0, 2**32 - 1)
     from sklearn.model_selection import train_test_split
 
     from icml25.toy import digits
@@ -112,11 +112,14 @@ def train_classifier(x: torch.Tensor, y: torch.Tensor, *, steps: int = 1500, wid
         raise ValueError(
             f"y must be a tensor of {x.shape[0]} labels, got {getattr(y, 'shape', type(y))}"
         )
-    for name, v in (("steps", steps), ("batch_size", batch_size), ("width", width)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if not 0 <= crop_prob <= 1:
-        raise ValueError(f"crop_prob must be in [0, 1], got {crop_prob!r}")
+    steps, batch_size, width = (
+        as_int("steps", steps, 1),
+        as_int("batch_size", batch_size, 1),
+        as_int("width", width, 1),
+    )
+    crop_prob = as_prob("crop_prob", crop_prob)
+    lr = as_real("lr", lr, low=0.0, low_open=True)
+    seed = as_int("seed", seed)
     torch.manual_seed(seed)
     model = DigitsCNN(width)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -163,8 +166,7 @@ def fuse(logp: np.ndarray, hints: list[int], *, fusion: str = "bayes", confusion
         )
     k = len(score)
     for h in hints:
-        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < k:
-            raise ValueError(f"hints must be class indices in [0, {k}), got {h!r}")
+        as_int("hints", h, 0, k - 1)  # class indices
     if fusion == "bayes":
         if confusion is None:
             raise ValueError("fusion='bayes' needs the confusion matrix")
@@ -199,22 +201,8 @@ class DigitsVLM(BaseChat):
                 "fusion='bayes' needs the classifier's (10, 10) crop confusion matrix: pass "
                 "confusion=confusion_matrix(model, crops, labels), or use fusion='bonus'"
             )
-        for name, v, ok in (
-            ("lam", lam, "a finite number >= 0"),
-            ("tau_unsure", tau_unsure, "a number in [0, 1]"),
-        ):
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float, np.integer, np.floating))
-                or not np.isfinite(v)
-            ):
-                raise ValueError(f"{name} must be {ok}, got {v!r}")
-        if lam < 0:
-            raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-        if not 0 <= tau_unsure <= 1:
-            raise ValueError(
-                f"tau_unsure must be a number in [0, 1] (a max-probability), got {tau_unsure!r}"
-            )
+        lam = as_real("lam", lam, low=0.0)
+        tau_unsure = as_prob("tau_unsure", tau_unsure)  # a max-probability
         if confusion is not None:
             c = np.asarray(confusion, dtype=np.float64)
             if (c <= 0).any() or not np.allclose(c.sum(1), 1):

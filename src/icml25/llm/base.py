@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from icml25._validate import as_bool, as_int, as_real
+
 __all__ = [
     "ROLES",
     "BackendUnavailableError",
@@ -103,25 +105,16 @@ class SamplingParams:
     top_logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n must be a positive integer, got {self.n!r}")
-        t = self.temperature
-        if t is not None and (not _finite(t) or t < 0):
-            raise ValueError(
-                f"temperature must be a finite number >= 0 or None (provider default), got {t!r}"
-            )
-        p = self.top_p
-        if p is not None and (not _finite(p) or not 0 < p <= 1):
-            raise ValueError(f"top_p must be in (0, 1] or None (provider default), got {p!r}")
-        m = self.max_tokens
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ValueError(
-                f"max_tokens must be a positive integer or None (provider default), got {m!r}"
-            )
-        if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        # Python, numpy and 0-d torch numbers are accepted and stored as Python's own, so that
+        # cache keys and JSON requests do not depend on where a number came from.
+        object.__setattr__(self, "n", as_int("n", self.n, 1))
+        for name, check, kw in (
+            ("temperature", as_real, {"low": 0.0}),
+            ("top_p", as_real, {"low": 0.0, "high": 1.0, "low_open": True}),
+            ("max_tokens", as_int, {"low": 1}),
+            ("seed", as_int, {}),
         ):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+            object.__setattr__(self, name, _optional(check, name, getattr(self, name), **kw))
         stop = self.stop
         if isinstance(stop, str):
             stop = (stop,)
@@ -131,11 +124,12 @@ class SamplingParams:
         object.__setattr__(self, "stop", stop)
         k = self.top_logprobs
         if k is not None:
-            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20:
-                raise ValueError(f"top_logprobs must be an integer in [0, 20] or None, got {k!r}")
+            object.__setattr__(self, "top_logprobs", _optional(as_int, "top_logprobs", k, 0, 20))
             object.__setattr__(self, "logprobs", True)
-        if not isinstance(self.logprobs, bool):
-            raise ValueError(f"logprobs must be True or False, got {self.logprobs!r}")
+        try:
+            object.__setattr__(self, "logprobs", as_bool("logprobs", self.logprobs))
+        except TypeError as e:
+            raise ValueError(str(e)) from None
 
     @property
     def sampled(self) -> bool:
@@ -231,8 +225,14 @@ def _from_json_number(x: float | None) -> float:
     return -math.inf if x is None else float(x)
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def _optional(check: Any, name: str, v: Any, *args: Any, **kw: Any) -> Any:
+    """``check(name, v, ...)`` for a sampling field where ``None`` is the provider's default."""
+    if v is None:
+        return None
+    try:
+        return check(name, v, *args, **kw)
+    except ValueError as e:
+        raise type(e)(f"{e} (or None: the provider's default)") from None
 
 
 def validate_messages(messages: Any) -> list[dict[str, Any]]:

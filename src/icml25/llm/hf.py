@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from icml25._validate import as_int
 from icml25.llm.base import (
     BaseChat,
     Completion,
@@ -97,14 +98,8 @@ class HFChat(BaseChat):
         require_template: bool = False,
         max_new_tokens: int = 1024,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if (
-            isinstance(max_new_tokens, bool)
-            or not isinstance(max_new_tokens, int)
-            or max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        batch_size = as_int("batch_size", batch_size, 1)
+        max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
         resolve_dtype(dtype)  # a bad dtype fails before anything loads
         if isinstance(model, (str, os.PathLike)):
             tokenizer = tokenizer or load_tokenizer(model)

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from icml25._validate import as_int, as_real
 from icml25.llm.rewards import check_pairs as _check_text_pairs
 
 __all__ = ["CallableModerator", "ChatModerator", "Moderator", "check_pairs"]
@@ -45,11 +46,7 @@ class CallableModerator:
     def __init__(self, fn: Callable[[str, str], Any], threshold: float = 0.5) -> None:
         if not callable(fn):
             raise TypeError(f"CallableModerator needs a callable, got {type(fn).__name__}")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-            raise ValueError(f"threshold must be a number, got {threshold!r}")
-        if not math.isfinite(threshold):
-            raise ValueError(f"threshold must be finite, got {threshold!r}")
-        self.fn, self.threshold = fn, float(threshold)
+        self.fn, self.threshold = fn, as_real("threshold", threshold)
 
     def __call__(self, prompts: Sequence[str], responses: Sequence[str]) -> list[bool]:
         prompts, responses = check_pairs(prompts, responses)
@@ -115,8 +112,7 @@ class ChatModerator:
             )
         if template is None and system is not None:
             raise ValueError("system is used with a template; the Llama-Guard form takes none")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        max_tokens = as_int("max_tokens", max_tokens, 1)
         if unparsed not in ("raise", "safe", "unsafe"):
             raise ValueError(f"unparsed must be 'raise', 'safe' or 'unsafe', got {unparsed!r}")
         self.backend, self.unsafe_word, self.safe_word = backend, uw, sw

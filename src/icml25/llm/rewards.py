@@ -6,6 +6,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from icml25._validate import as_int
+
 __all__ = ["CallableReward", "HFRewardModel", "RewardModel", "check_pairs"]
 
 
@@ -130,12 +132,9 @@ class HFRewardModel:
         model = load_or_place(model, "seq_cls", device=device, dtype=dtype)
         if tokenizer is None:
             raise ValueError("HFRewardModel needs the model's tokenizer (tokenizer=None was given)")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if max_length is not None and (
-            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
-        ):
-            raise ValueError(f"max_length must be a positive integer or None, got {max_length!r}")
+        batch_size = as_int("batch_size", batch_size, 1)
+        if max_length is not None:
+            max_length = as_int("max_length", max_length, 1)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -158,8 +157,7 @@ class HFRewardModel:
         """``text`` cut to its first ``n_tokens`` tokens of this model's tokenizer (special
         tokens counted, then dropped when decoding), as official TPO's ``truncate_text`` cuts the
         chosen and rejected responses before they enter a prompt; unchanged when it fits."""
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-            raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}")
+        n_tokens = as_int("n_tokens", n_tokens, 1)
         ids = self.tokenizer.encode(text)
         if len(ids) <= n_tokens:
             return text

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from icml25._validate import as_int, as_prob, as_real
+
 __all__ = ["FastLlamaDecoder", "HFDecoder", "fast_llama_supported", "make_decoder", "sample"]
 
 
@@ -226,14 +228,17 @@ def sample(
     """
     ids, mask = _left_pad(prompts, pad_id, device)
     b = ids.shape[0]
-    if isinstance(max_new_tokens, int):
-        limits = [max_new_tokens] * b
-    else:
-        limits = [int(n) for n in max_new_tokens]
+    temperature = as_real("temperature", temperature, low=0.0)
+    top_p = as_prob("top_p", top_p, low_open=True)
+    if logprobs is not None:
+        logprobs = as_int("logprobs", logprobs, 0)
+    per_row = isinstance(max_new_tokens, Sequence) and not isinstance(max_new_tokens, str)
+    if per_row or getattr(max_new_tokens, "ndim", 0) >= 1:  # a list, an array or a tensor
+        limits = [as_int(f"max_new_tokens[{i}]", n, 1) for i, n in enumerate(max_new_tokens)]
         if len(limits) != b:
             raise ValueError(f"max_new_tokens has {len(limits)} entries for {b} prompts")
-    if min(limits) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1 for every row, got {min(limits)}")
+    else:
+        limits = [as_int("max_new_tokens", max_new_tokens, 1)] * b
     longest = max(limits)
     if isinstance(decoder, FastLlamaDecoder):
         logits, state = decoder.prefill(ids, mask, longest)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icml25._validate import as_int
 from icml25.llm.base import ChatBackend, Completion
 from icml25.llm.store import (
     SETTINGS_FIELD,
@@ -314,13 +315,14 @@ def evaluate(
             f"backend must be a chat backend (icml25.llm.OpenAIChat, HFChat, ...), got "
             f"{type(backend).__name__}"
         )
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+    concurrency = as_int("concurrency", concurrency, 1)
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise TypeError(f"system_prompt must be a string or None, got {system_prompt!r:.60}")
     from icml25.llm.base import SamplingParams
 
-    SamplingParams(temperature=temperature, max_tokens=max_tokens)  # bad values fail here, once
+    # bad values fail here, once; numpy numbers become Python's (the store's settings are JSON)
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens)
+    temperature, max_tokens = sp.temperature, sp.max_tokens
     items = _items(records, subset)
     judge_name, judge = _judge_of(detector)
     if never_flags(judge):

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from icml25._validate import as_int, as_real
 from icml25.llm.base import ChatBackend
 from icml25.llm.store import ItemError, JsonlStore, describe, run_resumable
 from icml25.orbench.categories import normalize_category
@@ -55,12 +56,6 @@ class CandidateRecord:
     prompt: str
     toxic_seed: str
     rewriter: str
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _store(
@@ -160,11 +155,13 @@ def generate_toxic_seeds(
         an early stop). A call whose reply holds more than needed is truncated.
     """
     category = normalize_category(category)
-    _positive_int("n_seeds", n_seeds)
-    _positive_int("per_call", per_call)
-    _positive_int("max_empty_calls", max_empty_calls)
+    n_seeds = as_int("n_seeds", n_seeds, 1)
+    per_call = as_int("per_call", per_call, 1)
+    max_empty_calls = as_int("max_empty_calls", max_empty_calls, 1)
+    temperature = as_real("temperature", temperature, low=0.0)
+    seed = as_int("seed", seed)
     cap = 10 * math.ceil(n_seeds / per_call) + 10 if max_calls is None else max_calls
-    _positive_int("max_calls", cap)
+    cap = as_int("max_calls", cap, 1)
     templates = templates or PromptTemplates.default()
     st = _store(store, ("category", "call_idx"), seed_settings(
         generator, templates, per_call=per_call, temperature=temperature, seed=seed))  # fmt: skip
@@ -241,7 +238,7 @@ def generate_all_seeds(
     cats = [normalize_category(c) for c in categories]
     if not cats:
         raise ValueError("categories must not be empty")
-    workers = max(1, min(_positive_int("concurrency", concurrency), len(cats)))
+    workers = max(1, min(as_int("concurrency", concurrency, 1), len(cats)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         parts = list(
             pool.map(lambda c: generate_toxic_seeds(generator, c, n_seeds, **kwargs), cats)
@@ -282,8 +279,10 @@ def rewrite_seeds(
     Returns:
         The candidates in seed order.
     """
-    _positive_int("n_rewrites", n_rewrites)
-    _positive_int("concurrency", concurrency)
+    n_rewrites = as_int("n_rewrites", n_rewrites, 1)
+    concurrency = as_int("concurrency", concurrency, 1)
+    temperature = as_real("temperature", temperature, low=0.0)
+    seed = None if seed is None else as_int("seed", seed)
     templates = templates or PromptTemplates.default()
     rows = []
     for i, s in enumerate(seeds):

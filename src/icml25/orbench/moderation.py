@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icml25._validate import as_int
 from icml25.llm.base import ChatBackend
 from icml25.llm.store import BatchReport, JsonlStore, describe, run_resumable
 from icml25.orbench.parsing import ModerationVote, parse_moderation
@@ -81,13 +82,17 @@ class LLMModerator:
 def vote_threshold(rule: str | int, n_moderators: int) -> int:
     """Votes needed to flag a prompt: ``"majority"`` -> ceil((m + 1) / 2), ``"unanimous"`` -> 1
     (any toxic vote flags it: safe only when all say safe), an integer k in 1..m -> k."""
+    n_moderators = as_int("n_moderators", n_moderators, 1)
     if isinstance(rule, str):
         if rule == "majority":
             return math.ceil((n_moderators + 1) / 2)
         if rule == "unanimous":
             return 1
-    elif isinstance(rule, int) and not isinstance(rule, bool) and 1 <= rule <= n_moderators:
-        return rule
+    else:
+        try:
+            return as_int("rule", rule, 1, n_moderators)
+        except ValueError:
+            pass
     raise ValueError(
         f"rule must be 'majority', 'unanimous' or an integer in 1..{n_moderators} (votes needed "
         f"to flag a prompt as toxic), got {rule!r}"

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from icml25._validate import as_int
 from icml25.orbench.categories import CATEGORIES, normalize_category
 from icml25.orbench.moderation import EnsembleModerator, ModerationResult, vote_threshold
 from icml25.orbench.records import ORBenchRecord
@@ -105,18 +106,10 @@ def select_hard(
     records = _records(pool)
     if not isinstance(panel_results, Mapping) or not panel_results:
         raise ValueError("panel_results must be a non-empty dict {panel model: refusals}")
-    if (
-        isinstance(k_min, bool)
-        or not isinstance(k_min, int)
-        or not 1 <= k_min <= len(panel_results)
-    ):
-        raise ValueError(
-            f"k_min must be an integer in 1..{len(panel_results)} (the panel's size), got {k_min!r}"
-        )
-    if per_category is not None and (
-        isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1
-    ):
-        raise ValueError(f"per_category must be a positive integer or None, got {per_category!r}")
+    k_min = as_int("k_min", k_min, 1, len(panel_results))  # at most the panel's size
+    if per_category is not None:
+        per_category = as_int("per_category", per_category, 1)
+    seed = as_int("seed", seed)  # random.Random refuses numpy integers with a raw TypeError
     counts = {r.id: 0 for r in records}
     for name, res in panel_results.items():
         refused = _refusals(name, res, records)
@@ -201,8 +194,8 @@ def select_toxic(
     unpublished, docs/orbench.md). ``moderated`` are :class:`ModerationResult` objects of
     records with a category (typically the toxic seeds); ``rule`` re-decides their stored votes
     (default: the decision as stored)."""
-    if isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1:
-        raise ValueError(f"per_category must be a positive integer, got {per_category!r}")
+    per_category = as_int("per_category", per_category, 1)
+    seed = as_int("seed", seed)
     if isinstance(moderated, (str, bytes)) or not isinstance(moderated, Sequence) or not moderated:
         raise ValueError("moderated must be a non-empty list of ModerationResult")
     rng = random.Random(seed)

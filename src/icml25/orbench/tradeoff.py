@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "PAPER_FIGURE1",
     "TradeoffSummary",
@@ -197,14 +199,9 @@ def spearman_bootstrap(
     import numpy as np
     from scipy import stats
 
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 10:
-        raise ValueError(f"n_boot must be an integer >= 10, got {n_boot!r}")
-    if (
-        isinstance(confidence, bool)
-        or not isinstance(confidence, (int, float))
-        or not 0.5 <= confidence < 1
-    ):
-        raise ValueError(f"confidence must be in [0.5, 1) (e.g. 0.95), got {confidence!r}")
+    n_boot = as_int("n_boot", n_boot, 10)
+    confidence = as_real("confidence", confidence, low=0.5, high=1.0, high_open=True)
+    seed = as_int("seed", seed)
     names = [row["model"] for row in _points(results_hard, results_toxic)]
 
     def matrix(results: Mapping[str, Any]) -> Any:

@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "PERSUASION_TECHNIQUES",
     "AttackTransform",
@@ -107,8 +109,7 @@ class CipherAttack:
     ) -> None:
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
-        if isinstance(shift, bool) or not isinstance(shift, int) or not 1 <= shift <= 25:
-            raise ValueError(f"shift must be an int in [1, 25], got {shift!r}")
+        shift = as_int("shift", shift, 1, 25)
         self.kind, self.shift, self.include_system = kind, shift, bool(include_system)
         self.name = f"cipher-{kind}"
         self.system = CIPHER_SYSTEM[kind].replace("{shift}", str(shift))
@@ -171,8 +172,9 @@ class TemplateAttack:
         for i, t in enumerate(ts):
             if not isinstance(t, str) or "{query}" not in t:
                 raise ValueError(f"templates[{i}] has no {{query}} slot: {t!r:.80}")
-        if index is not None and not (isinstance(index, int) and 0 <= index < len(ts)):
-            raise ValueError(f"index must be None or in [0, {len(ts)}), got {index!r}")
+        if index is not None:
+            index = as_int("index", index, 0, len(ts) - 1)
+        seed = as_int("seed", seed)  # hashed as text: 3 and 3.0 would pick other templates
         self.templates, self.seed, self.index, self.name = ts, seed, index, name
 
     def template_for(self, prompt: str) -> str:
@@ -203,13 +205,11 @@ class _Rewriter:
             raise TypeError(
                 f"the rewriter must be an icml25.llm chat backend, got {type(backend).__name__}"
             )
-        if not (isinstance(temperature, (int, float)) and temperature >= 0):
-            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
         self.backend, self.temperature, self.seed, self.max_tokens = (
             backend,
-            float(temperature),
-            seed,
-            max_tokens,
+            as_real("temperature", temperature, low=0.0),
+            as_int("seed", seed),
+            as_int("max_tokens", max_tokens, 1),
         )
 
     def request(self, prompt: str) -> list[dict[str, str]]:
@@ -303,9 +303,10 @@ class PAIRAttack:
                 )
         if not callable(judge):
             raise TypeError("judge must be callable: judge(prompts, responses) -> verdicts")
-        for nm, v in (("n_streams", n_streams), ("n_iters", n_iters)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
+        n_streams, n_iters = as_int("n_streams", n_streams, 1), as_int("n_iters", n_iters, 1)
+        seed = as_int("seed", seed)
+        max_tokens = as_int("max_tokens", max_tokens, 1)
+        target_max_tokens = as_int("target_max_tokens", target_max_tokens, 1)
         self.attacker, self.target, self.judge = attacker, target, judge
         self.n_streams, self.n_iters, self.seed = n_streams, n_iters, seed
         self.max_tokens, self.target_max_tokens = max_tokens, target_max_tokens

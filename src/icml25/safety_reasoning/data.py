@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icml25.safety_reasoning._checks import check_int
+from icml25._validate import as_int
 from icml25.safety_reasoning.formats import ReasoningFormat
 
 __all__ = [
@@ -246,7 +246,7 @@ def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
             "the tokenizer has no chat template; set tokenizer.chat_template to the model's own "
             "template (a base model's SFT needs one chosen explicitly)"
         )
-    max_length = check_int("max_length", max_length, 2)
+    max_length = as_int("max_length", max_length, 2)
     if not pairs:
         raise ValueError("pairs is empty")
     out = []

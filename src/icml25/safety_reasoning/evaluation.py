@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from icml25.safety_reasoning._checks import check_int, check_number, is_int
+from icml25._validate import as_int, as_prob, as_real
 from icml25.safety_reasoning.formats import ReasoningFormat
 
 __all__ = [
@@ -72,8 +73,7 @@ class LlamaGuardJudge:
             raise TypeError(
                 f"backend must be an icml25.llm chat backend or a model path, got {type(backend).__name__}"
             )
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        max_tokens = as_int("max_tokens", max_tokens, 1)
         self.backend, self.max_tokens = backend, max_tokens
         self.last_replies: list[str] = []
         self.last_categories: list[list[str]] = []
@@ -424,12 +424,12 @@ def asr(
         raise ValueError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
     if judge_on not in ("prompt", "goal"):
         raise ValueError(f"judge_on must be 'prompt' or 'goal', got {judge_on!r}")
-    _check_int("max_tokens", max_tokens, 1)
+    max_tokens = as_int("max_tokens", max_tokens, 1)
     if not hasattr(backend, "chat_many"):
         raise TypeError(f"backend must be an icml25.llm chat backend, got {type(backend).__name__}")
     if decoding == "sample":
-        check_number("temperature", temperature, lo=0.0, lo_open=True)
-    check_number("top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
+        temperature = as_real("temperature", temperature, low=0.0, low_open=True)
+    top_p = as_prob("top_p", top_p, low_open=True)
     fmt = _check_fmt(fmt)
     prompts, goals, skipped = attack_prompts_of(attack_prompts)
     about_all = _judge_inputs(prompts, goals, judge_on)
@@ -498,14 +498,10 @@ def _judge_inputs(prompts: list[str], goals: list[str | None], judge_on: str) ->
     return [g for g in goals if g is not None]
 
 
-def _check_int(name: str, v: Any, lo: int) -> None:
-    check_int(name, v, lo)
-
-
 # -- Best-of-N --------------------------------------------------------------------------------------
 def _check_ns(ns: Any) -> list[int]:
     """The sorted distinct N of ``ns``: a non-empty list of ints >= 1."""
-    if is_int(ns):
+    if isinstance(ns, (numbers.Number, np.generic)) or getattr(ns, "ndim", None) == 0:
         raise TypeError(
             f"ns must be a list of N, e.g. ({int(ns)},) or (1, 4, 16), got the number {ns!r}"
         )
@@ -514,10 +510,7 @@ def _check_ns(ns: Any) -> list[int]:
     vals = list(np.asarray(ns).ravel()) if isinstance(ns, np.ndarray) else list(ns)
     if not vals:
         raise ValueError("ns is empty")
-    for n in vals:
-        if not is_int(n) or n < 1:
-            raise ValueError(f"every N must be an int >= 1, got {n!r} in ns")
-    return sorted({int(n) for n in vals})
+    return sorted({as_int("every N in ns", n, 1) for n in vals})
 
 
 def bon_safety_curve(unsafe: Any, ns: Sequence[int], estimator: str = "prefix") -> dict[int, float]:
@@ -615,9 +608,9 @@ def best_of_n(
     if estimator not in ("prefix", "unbiased"):
         raise ValueError(f"estimator must be 'prefix' or 'unbiased', got {estimator!r}")
     ns = _check_ns(ns)
-    check_number("temperature", temperature, lo=0.0, lo_open=True)
-    check_number("top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
-    _check_int("max_tokens", max_tokens, 1)
+    temperature = as_real("temperature", temperature, low=0.0, low_open=True)
+    top_p = as_prob("top_p", top_p, low_open=True)
+    max_tokens = as_int("max_tokens", max_tokens, 1)
     if not hasattr(backend, "chat"):
         raise TypeError(f"backend must be an icml25.llm chat backend, got {type(backend).__name__}")
     prompts, goals, _ = attack_prompts_of(attack_prompts)

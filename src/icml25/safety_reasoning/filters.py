@@ -14,16 +14,27 @@ the checks:
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from icml25.safety_reasoning._checks import check_bool, check_number, is_int
+from icml25._validate import as_int, as_real, shown
 from icml25.safety_reasoning.data import Query
 from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, Guideline
 
 __all__ = ["Decision", "Filter", "FormatFilter", "GuidelineFilter", "OutcomeFilter"]
+
+
+def _verdict(name: str, v: Any) -> bool:
+    """A verdict a user function returned: a bool, a numpy bool or 0/1 (not one of the numbers
+    :mod:`icml25._validate` checks: ``True``/``1`` are the same answer here)."""
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        return bool(v)
+    if isinstance(v, numbers.Integral) and v in (0, 1):
+        return bool(v)
+    raise TypeError(f"{name} must return a bool, got {shown(v)}")
 
 
 class Decision(NamedTuple):
@@ -93,12 +104,12 @@ class OutcomeFilter:
         if helpful_judge is not None and not callable(helpful_judge):
             raise TypeError("helpful_judge must be callable: score(query, answer) -> float")
         if tau is not None:
-            tau = check_number("tau", tau)
+            tau = as_real("tau", tau)
         self.refusal_detector, self.safety_judge = refusal_detector, safety_judge
         self.helpful_judge, self.tau = helpful_judge, tau
 
     def __call__(self, query: Query, parsed: Any) -> Decision:
-        refused = check_bool("the refusal detector", self.refusal_detector(parsed.answer))
+        refused = _verdict("the refusal detector", self.refusal_detector(parsed.answer))
         if query.kind == "harmful":
             if not refused:
                 return Decision(False, "harmful query answered")
@@ -118,7 +129,7 @@ class OutcomeFilter:
         if refused:
             return Decision(False, "helpful query refused")
         if self.helpful_judge is not None:
-            score = check_number(
+            score = as_real(
                 "the helpful judge's score", self.helpful_judge(query.text, parsed.answer)
             )
             if not score >= self.tau:
@@ -147,12 +158,7 @@ class GuidelineFilter:
 
     def __init__(self, judge: Any, min_guidelines: int = 1,
                  guidelines: Sequence[Guideline] = DEFAULT_GUIDELINES) -> None:  # fmt: skip
-        if (
-            isinstance(min_guidelines, bool)
-            or not isinstance(min_guidelines, int)
-            or min_guidelines < 1
-        ):
-            raise ValueError(f"min_guidelines must be an int >= 1, got {min_guidelines!r}")
+        min_guidelines = as_int("min_guidelines", min_guidelines, 1)
         if not guidelines:
             raise ValueError("guidelines is empty")
         if min_guidelines > len(guidelines):
@@ -178,10 +184,8 @@ class GuidelineFilter:
 
         if isinstance(out, (bool, np.bool_)):
             return self.min_guidelines if out else 0
-        if is_int(out):
-            if not 0 <= out <= n:
-                raise ValueError(f"the guideline judge returned {out}; a count must be in [0, {n}]")
-            return int(out)
+        if isinstance(out, numbers.Number) or getattr(out, "ndim", None) == 0:
+            return as_int("the guideline judge's count", out, 0, n)
         if isinstance(out, dict):
             unknown = set(out) - {g.name for g in self.guidelines}
             if unknown:
@@ -194,7 +198,7 @@ class GuidelineFilter:
                 f"the guideline judge must return a bool, a count, one bool per guideline ({n}) or "
                 f"a {{name: bool}} dict; got {out!r:.80}"
             )
-        return sum(check_bool("the guideline judge (per guideline)", x) for x in out)
+        return sum(_verdict("the guideline judge (per guideline)", x) for x in out)
 
     def __call__(self, query: Query, parsed: Any) -> Decision:
         n = self.applied(query, parsed.reasoning or "")

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25.safety_reasoning._checks import check_int, is_int
+from icml25._validate import as_int
 
 __all__ = [
     "DivergenceReport",
@@ -70,7 +70,7 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer:
     for i, p in enumerate(prompts):
         if not isinstance(p, str):
             raise TypeError(f"prompts[{i}] must be a string, got {type(p).__name__}")
-    batch_size = check_int("batch_size", batch_size, 1)
+    batch_size = as_int("batch_size", batch_size, 1)
     if chat_template and not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template: set tokenizer.chat_template, or pass "
                          "chat_template=False to use the raw prompt text")  # fmt: skip
@@ -147,8 +147,7 @@ def pca_projection(
     a, b = _np(id_harm, "id_harm"), _np(id_help, "id_help")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"id_harm has dimension {a.shape[1]} but id_help {b.shape[1]}")
-    if not is_int(n_components) or not 1 <= n_components <= a.shape[1]:
-        raise ValueError(f"n_components must be an int in [1, {a.shape[1]}], got {n_components!r}")
+    n_components = as_int("n_components", n_components, 1, a.shape[1])
     oods = {} if ood is None else dict(ood) if isinstance(ood, Mapping) else {"ood": ood}
     oods = {k: _np(v, f"ood[{k!r}]") for k, v in oods.items()}
     for k, v in oods.items():
@@ -184,7 +183,7 @@ def proxy_a_distance(a: Any, b: Any, seed: int = 0, *, folds: int = 2, C: float 
     x, y = _np(a, "a"), _np(b, "b")
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"a has dimension {x.shape[1]} but b {y.shape[1]}")
-    folds = check_int("folds", folds, 2)
+    folds = as_int("folds", folds, 2)
     if min(len(x), len(y)) < folds:
         raise ValueError(
             f"each sample needs at least folds={folds} points, got {len(x)} and {len(y)}"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from icml25.safety_reasoning._checks import check_int, check_number
+from icml25._validate import as_int, as_real
 from icml25.safety_reasoning.data import SRGExample, _queries
 from icml25.safety_reasoning.filters import Filter, as_filter
 from icml25.safety_reasoning.formats import ReasoningFormat
@@ -126,17 +126,18 @@ def synthesize(
 
     qs = _queries(queries)
     k, keep, max_rounds = (
-        check_int("k", k),
-        check_int("keep", keep),
-        check_int("max_rounds", max_rounds),
+        as_int("k", k, 1),
+        as_int("keep", keep, 1),
+        as_int("max_rounds", max_rounds, 1),
     )
     concurrency, max_tokens = (
-        check_int("concurrency", concurrency),
-        check_int("max_tokens", max_tokens),
+        as_int("concurrency", concurrency, 1),
+        as_int("max_tokens", max_tokens, 1),
     )
     if keep > k * max_rounds:
         raise ValueError(f"keep={keep} exceeds the k * max_rounds = {k * max_rounds} candidates")
-    temperature = check_number("temperature", temperature, lo=0.0)
+    temperature = as_real("temperature", temperature, low=0.0)
+    seed = as_int("seed", seed)  # stored in the settings (JSON) and hashed as text
     if not hasattr(teacher, "chat"):
         raise TypeError(f"teacher must be an icml25.llm chat backend, got {type(teacher).__name__}")
     if fmt is not None and not isinstance(fmt, ReasoningFormat):

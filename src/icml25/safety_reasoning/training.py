@@ -20,8 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from icml25._validate import as_int, as_real
 from icml25.llm.distributed import check_global_batches, refuse_several_processes
-from icml25.safety_reasoning._checks import check_int
 from icml25.safety_reasoning.data import to_chat_sft
 
 __all__ = ["masked_lm_loss", "sft", "sft_config", "sft_trainer", "to_trl_rows"]
@@ -129,16 +129,11 @@ def sft(
         "sft",
         "icml25.safety_reasoning.sft_trainer (TRL's SFTTrainer, data-parallel under torchrun / accelerate launch)",
     )
-    if (
-        not isinstance(lr, (int, float))
-        or isinstance(lr, bool)
-        or not (math.isfinite(lr) and lr > 0)
-    ):
-        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
-    batch_size = check_int("batch_size", batch_size, 1)
-    max_length = check_int("max_length", max_length, 2)
+    lr = as_real("lr", lr, low=0.0, low_open=True)
+    batch_size = as_int("batch_size", batch_size, 1)
+    max_length = as_int("max_length", max_length, 2)
     if steps is not None:
-        steps = check_int("steps", steps, 1)
+        steps = as_int("steps", steps, 1)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"model must be a loaded torch model (e.g. icml25.llm.load_model(path)), "
@@ -146,10 +141,9 @@ def sft(
         )
     if tokenizer is None:
         raise ValueError("tokenizer is None: pass the model's tokenizer (with its chat template)")
-    if steps is None and not (isinstance(epochs, (int, float)) and epochs > 0):
-        raise ValueError(f"epochs must be > 0, got {epochs!r}")
-    if not 0 <= warmup_ratio < 1:
-        raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio!r}")
+    if steps is None:
+        epochs = as_real("epochs", epochs, low=0.0, low_open=True)
+    warmup_ratio = as_real("warmup_ratio", warmup_ratio, low=0.0, high=1.0, high_open=True)
     ctx = context_length(model)
     rows = to_chat_sft(
         pairs, tokenizer, max_length=min(max_length, ctx or max_length), system=system
