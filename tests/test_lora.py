@@ -77,3 +77,25 @@ def test_inject_lora_by_name_and_peft_style_parameter_names():
         inject_lora(net, ["fc3"])
     with pytest.raises(ValueError, match="no LoRA parameters"):
         mark_only_lora_trainable(nn.Linear(2, 2))
+
+
+def test_inject_lora_checks_rank_and_alpha_through_the_shared_helper():
+    # issue 49: np.int64(2) was refused with a message contradicting itself, alpha=inf gave NaN
+    # outputs, alpha="1" a raw TypeError and r=0 a layer with nothing to train
+    import numpy as np
+
+    from icml25.lora import inject_lora
+
+    net = nn.Sequential(nn.Linear(4, 4))
+    out = inject_lora(net, ["0"], r=np.int64(2), alpha=np.float32(1.0))
+    assert out["0"].r == 2 and type(out["0"].r) is int and out["0"].alpha == 1.0
+    for kw, match in [
+        (dict(alpha=float("inf")), "alpha must be a finite number > 0, got inf"),
+        (dict(alpha="1"), "alpha must be a finite number > 0, got '1'"),
+        (dict(r=0), "rank r must be an integer >= 1, got 0"),
+        (dict(r=2.0), "rank r must be an integer >= 1, got 2.0"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            inject_lora(nn.Sequential(nn.Linear(4, 4)), ["0"], **kw)
+    with pytest.raises(ValueError, match="alpha"):
+        LoRALinear(nn.Linear(3, 2), r=2, alpha=float("nan"))

@@ -91,3 +91,19 @@ def test_dpo_losses_refuse_a_bad_beta_and_reach_their_limit_at_minus_inf():
             dpo_losses(w, rejected, ref, ref, bad)
     with pytest.raises(ValueError, match=r"label_smoothing must be a finite number in \[0, 0.5\)"):
         dpo_losses(w, rejected, ref, ref, 0.1, label_smoothing=0.5)
+
+
+def test_dpo_losses_refuses_an_undefined_margin_naming_the_pair():
+    # issue 49: -inf log-probs on both sides gave a NaN loss silently ((-inf) - (-inf))
+    from icml25.preference import dpo_losses
+
+    inf = float("inf")
+    z = torch.zeros(2)
+    with pytest.raises(ValueError, match="margin of pair 1 is undefined"):
+        dpo_losses(torch.tensor([0.0, -inf]), torch.tensor([0.0, -inf]), z, z)
+    with pytest.raises(ValueError, match="margin of pair 0 is undefined"):
+        dpo_losses(z, z, torch.tensor([-inf, 0.0]), torch.tensor([-inf, 0.0]))
+    # a NaN input is not refused here: it propagates to the loops' non-finite checks
+    assert torch.isnan(dpo_losses(torch.tensor([0.0, float("nan")]), z, z, z)[0][1])
+    losses, u = dpo_losses(z, torch.tensor([0.0, -inf]), z, z)  # one side: the limit
+    assert losses[1] == 0 and u[1] == inf and torch.isfinite(losses).all()

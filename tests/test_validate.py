@@ -99,3 +99,12 @@ def test_a_message_never_contradicts_its_value(x, low, span, low_open, cast):
         with pytest.raises(ValueError) as err:
             as_real("x", v, low=low, high=high, low_open=low_open)
         assert re.match(r"x must be a finite number in [\[(]", str(err.value))
+
+
+def test_as_real_refuses_an_integer_beyond_float_range_with_a_value_error():
+    # issue 49: 10**400 raised a raw OverflowError from float()
+    with pytest.raises(ValueError, match=r"x must be a finite number, got 1000.*too large"):
+        as_real("x", 10**400)
+    assert as_real("x", -(10**400), finite=False) == float("-inf")
+    with pytest.raises(ValueError, match="x must be a number"):
+        as_real("x", 10**400, high=5, finite=False)

@@ -109,7 +109,12 @@ def as_real(
     p = _plain(v)
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
         raise (ValueError if isinstance(p, bool) else NotANumberError)(want)
-    out = float(p)
+    try:
+        out = float(p)
+    except OverflowError:  # an integer beyond float's range (10**400): no finite float holds it
+        if finite:
+            raise ValueError(f"{want} (too large for a float)") from None
+        out = math.inf if p > 0 else -math.inf
     if math.isnan(out) or (finite and math.isinf(out)):
         raise ValueError(want)
     if low is not None and (out < low or (low_open and out == low)):

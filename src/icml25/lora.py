@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25._validate import as_int, as_real
+
 __all__ = [
     "LoRAConv2d",
     "LoRALinear",
@@ -38,11 +40,12 @@ __all__ = [
 ]
 
 
-def _check_rank(r: int, alpha: float) -> None:
-    if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-        raise ValueError(f"LoRA rank r must be an integer >= 0, got {r!r}")
-    if not alpha > 0:
-        raise ValueError(f"LoRA alpha must be > 0, got {alpha}")
+def _check_rank(r: int, alpha: float, low: int = 0) -> tuple[int, float]:
+    """``r`` as an ``int >= low`` and ``alpha`` as a finite ``float > 0`` (numpy and 0-d torch
+    numbers accepted): an infinite ``alpha`` would make every output NaN."""
+    r = as_int("LoRA rank r", r, low)
+    alpha = as_real("LoRA alpha", alpha, low=0.0, low_open=True)
+    return r, alpha
 
 
 class _LoRABase(nn.Module):
@@ -53,8 +56,9 @@ class _LoRABase(nn.Module):
     def _setup(
         self, base: nn.Module, fan_in: int, fan_out: int, r: int, alpha: float, init_a: float
     ):
-        _check_rank(r, alpha)
-        self.base, self.r, self.alpha, self.init_a = base, r, float(alpha), float(init_a)
+        r, alpha = _check_rank(r, alpha)
+        init_a = as_real("init_a", init_a, low=0.0)
+        self.base, self.r, self.alpha, self.init_a = base, r, alpha, init_a
         self.scaling = self.alpha / r if r else 0.0
         self.merged = False
         for p in base.parameters():
@@ -153,8 +157,12 @@ def inject_lora(
 
     ``target``: a predicate ``(name, module) -> bool`` or a list of names; a name matches a module
     whose qualified name equals it or ends with ``"." + name`` (PEFT's ``target_modules`` rule,
-    e.g. ``["mlp.fc1", "mlp.fc2"]``). Returns ``{qualified name: LoRA module}``."""
-    _check_rank(r, alpha)
+    e.g. ``["mlp.fc1", "mlp.fc2"]``). Returns ``{qualified name: LoRA module}``.
+
+    ``r`` must be ``>= 1`` here (an injected adapter with no parameters is a mistake: nothing
+    would train); ``LoRALinear(base, r=0)`` alone is the documented passthrough. ``alpha``: a
+    finite number ``> 0``."""
+    r, alpha = _check_rank(r, alpha, low=1)
     if isinstance(target, str):
         target = [target]  # one name, like PEFT's target_modules="fc1"
     if callable(target):

@@ -142,7 +142,12 @@ def dpo_losses(
     label_smoothing: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Per-pair sigmoid-DPO losses ``(N,)`` and logits ``u = β h`` ``(N,)`` (float32 or wider,
-    on the policy's device); :func:`dpo_loss` is their mean."""
+    on the policy's device); :func:`dpo_loss` is their mean.
+
+    A NaN log-prob propagates to its pair's loss (the training loops stop or skip on it); a
+    ``-inf`` one (a zero-probability sequence) gives the loss's limit, except where the margin
+    ``h = (π_c - ref_c) - (π_r - ref_r)`` is itself undefined (``-inf`` on both sides:
+    ``inf - inf``): that is a ``ValueError`` naming the pair."""
     xs = (policy_chosen, policy_rejected, ref_chosen, ref_rejected)
     _check_logps(xs, ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected"))
     beta = as_real("beta", beta, low=0, low_open=True)
@@ -153,6 +158,17 @@ def dpo_losses(
     rw = ref_chosen.to(device=dev, dtype=dt).detach()
     rl = ref_rejected.to(device=dev, dtype=dt).detach()
     u = beta * ((pw - rw) - (pl - rl))
+    # a NaN input propagates (the training loops' non-finite policies see it); a NaN made here
+    # from NaN-free inputs is an undefined margin
+    made = torch.isnan(u) & ~(pw.isnan() | pl.isnan() | rw.isnan() | rl.isnan())
+    if bool(made.any()):
+        i = int(made.nonzero()[0, 0])
+        raise ValueError(
+            f"the DPO margin of pair {i} is undefined: (policy_chosen - ref_chosen) - "
+            f"(policy_rejected - ref_rejected) = ({float(pw[i])} - {float(rw[i])}) - "
+            f"({float(pl[i])} - {float(rl[i])}) is inf - inf (log-probs of -inf on both sides); "
+            "drop the pair or clamp the log-probs"
+        )
     # without smoothing, -log sigma(u) alone: at u = +inf (a rejected log-prob of -inf) the
     # smoothed form's 0 * (-inf) would be NaN where the loss is 0
     losses = -F.logsigmoid(u) if eps == 0 else -(1 - eps) * F.logsigmoid(u) - eps * F.logsigmoid(-u)

@@ -32,7 +32,8 @@ def test_find_bend_matches_kneed(n):
 
 
 def test_find_bend_small_and_flat():
-    assert find_bend([]) == 0
+    with pytest.raises(ValueError, match="non-empty"):  # issue 49: no longer a silent 0
+        find_bend([])
     assert find_bend([3.0, 1.0]) == 0
     assert find_bend(np.ones(10)) == 0
     with pytest.raises(ValueError, match="not finite"):

@@ -105,6 +105,10 @@ def _brute_bend(y):
 def test_find_bend_is_the_farthest_point_from_the_chord(ys, box):
     y = sorted(ys, reverse=True)
     arg = box([float(v) for v in y]) if y else box([])
+    if not y:  # issue 49: an empty curve is refused, no longer a silent 0
+        with pytest.raises(ValueError, match="non-empty"):
+            find_bend(arg)
+        return
     assert find_bend(arg) == _brute_bend(y)
 
 

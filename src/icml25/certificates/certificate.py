@@ -267,8 +267,10 @@ def candidate_filter(q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates
     ``(n, d)`` and return ``(n,)``; a NaN margin is never certified.
 
     ``u_nominal`` must be finite (NaN or inf: ValueError); one outside the box is scored at its
-    projection onto the box, and distances are measured to the nominal itself. Any float dtype
-    is accepted; the search runs in float64.
+    projection onto the box, and distances are measured to the nominal itself, on a rescaled
+    form that keeps them apart for a nominal far outside the box (``1e300``: every squared
+    distance would round to the same float64). Any float dtype is accepted; the search runs in
+    float64.
     """
     u_nominal = torch.as_tensor(u_nominal)
     if u_nominal.is_complex() or u_nominal.dtype == torch.bool:
@@ -307,7 +309,13 @@ def candidate_filter(q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates
             )
     ok = m >= -TOL
     if bool(ok.any()):
-        dist = ((cand - u_nominal) ** 2).sum(-1)
+        # ||c - u||^2 = ||c - p||^2 + 2 (c - p).(p - u) + ||p - u||^2 with p = u's projection onto
+        # the box: the last term is the same for every candidate, so it is dropped and the rest
+        # divided by s = max(1, max |p - u|). Identical to ||c - u||^2 for a nominal inside the
+        # box; for a far one (1e300) the distances no longer all round to the same float.
+        p = u_nominal.clamp(low, high)
+        s = max(1.0, float((p - u_nominal).abs().max()))
+        dist = ((cand - p) ** 2).sum(-1) / s + 2 * ((cand - p) * ((p - u_nominal) / s)).sum(-1)
         i = int(_select(ok, q, dist))
         if i < 0 or not bool(ok[i]):  # cannot happen with a finite nominal; never mislabel
             raise RuntimeError("candidate_filter found certified candidates but selected none")

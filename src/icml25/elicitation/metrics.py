@@ -62,10 +62,21 @@ def trigger_coverage(credited: Sequence[Sequence[int | None]], threshold: float 
     to each successful sample of behaviour ``j`` (``None`` entries are ignored); a behaviour
     without successes covers 0."""
     threshold = as_real("threshold", threshold, low=0, high=1, low_open=True)
-    if not credited:
+    if isinstance(credited, (str, bytes)) or not hasattr(credited, "__len__"):
+        raise TypeError(
+            "credited must be a list with one list of credited strategies per behaviour "
+            f"(e.g. [[0, 1, 0], [2]]), got {type(credited).__name__}"
+        )
+    if len(credited) == 0:
         raise ValueError("credited is empty")
     out = []
-    for ks in credited:
+    for j, ks in enumerate(credited):
+        if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
+            raise TypeError(
+                "credited must be a list with one list of credited strategies per behaviour "
+                f"(e.g. [[0, 1, 0], [2]]), got credited[{j}] = {ks!r} ({type(ks).__name__}), "
+                "not a list"
+            )
         ks = [k for k in ks if k is not None]
         if not ks:
             out.append(0)

@@ -217,9 +217,14 @@ def top_k_active(x: Tensor, k: int) -> Tensor:
     only non-zero (active) ones, with every feature tied with the k-th largest value included.
     The set depends on the values alone, never on the order of the features (an SAE's feature
     numbering): where a row has fewer than ``k`` active features, ``torch.topk`` would fill the
-    set with zeros chosen by index order (docs/fpo.md, "Index set")."""
-    kth = x.topk(k, dim=-1).values[..., -1:]
-    return (x >= kth) & (x != 0)
+    set with zeros chosen by index order (docs/fpo.md, "Index set").
+
+    "Largest" is by magnitude ``|x|``: the codes of ReLU/JumpReLU/TopK SAEs are ``>= 0``, where
+    this is the same ranking; a negative code (another activation) is active too and is ranked
+    by its size, never skipped for the zeros."""
+    a = x.abs()
+    kth = a.topk(k, dim=-1).values[..., -1:]
+    return (a >= kth) & (x != 0)
 
 
 def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str = "union",

@@ -23,6 +23,15 @@ import numpy as np
 from icml25._validate import as_int, as_real
 from icml25.future_of_work._checks import DISCLAIMER
 
+
+def _rng(seed: Any) -> np.random.Generator:
+    """``seed`` (an integer >= 0 as Python, numpy or a 0-d torch tensor, ``None``, or a numpy
+    ``Generator``) as a numpy ``Generator``."""
+    if seed is None or isinstance(seed, np.random.Generator):
+        return np.random.default_rng(seed)
+    return np.random.default_rng(as_int("seed", seed, 0))
+
+
 __all__ = [
     "MAX_EXACT",
     "GroupUtility",
@@ -187,7 +196,7 @@ def shapley_tmc(
     tol = as_real("tol", tol, low=0)
     delta = as_real("delta", delta, low=0, high=1, low_open=True, high_open=True)
     u = utility if isinstance(utility, _Counted) else _Counted(utility)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     n = len(g)
     full = frozenset(g)
     u_all, u_empty = u(full), u(frozenset())
@@ -237,7 +246,7 @@ def banzhaf_msr(
     g = _groups(groups)
     n_samples = as_int("n_samples", n_samples, 2)
     u = utility if isinstance(utility, _Counted) else _Counted(utility)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     inc = rng.random((n_samples, len(g))) < 0.5
     vals = np.array([u(frozenset(h for h, b in zip(g, row) if b)) for row in inc])
     out, se = {}, {}

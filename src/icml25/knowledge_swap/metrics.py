@@ -50,7 +50,9 @@ def accuracy_on(
     model: nn.Module, data, batch_size: int = 512, *, name: str = "evaluation"
 ) -> float:
     """Top-1 accuracy in % of ``model`` on ``data`` over its full logits (NaN for empty data).
-    NaN or inf inputs are an error (argmax of NaN logits would count as class 0)."""
+    NaN or inf inputs are an error (argmax of NaN logits would count as class 0), and so is a
+    label outside ``[0, number of outputs)`` (it could never be predicted: the accuracy would be
+    silently 0)."""
     loader = _loader(data, batch_size)
     if loader is None:
         return float("nan")
@@ -67,6 +69,13 @@ def accuracy_on(
                 raise ValueError(f"the {name} data holds NaN or inf inputs")
             x = x.to(p.dtype)
         out = _logits_of(model(x))
+        bad = (y < 0) | (y >= out.shape[-1])
+        if bool(bad.any()):
+            model.train(was)
+            raise ValueError(
+                f"the {name} data holds label {int(y[bad][0])}, outside the model's "
+                f"{out.shape[-1]} outputs (labels must be in [0, {out.shape[-1]}))"
+            )
         correct += int((out.argmax(-1) == y).sum())
         total += int(y.numel())
     model.train(was)

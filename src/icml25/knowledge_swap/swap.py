@@ -783,8 +783,19 @@ class KnowledgeSwapper:
         learn_test: Data,
         acc_f_before: float | None = None,
     ) -> dict[str, float]:
-        """``acc_r``, ``acc_f``, ``acc_l`` (top-1 %, full logits) and GS-LoRA's ``h``."""
+        """``acc_r``, ``acc_f``, ``acc_l`` (top-1 %, full logits) and GS-LoRA's ``h``.
+
+        ``h`` needs the forget-set accuracy before the swap: the one :meth:`fit` measured, or
+        ``acc_f_before``. Before any ``fit`` and without ``acc_f_before`` (e.g. to measure the
+        pretrained model) ``h`` is NaN, with a ``UserWarning`` saying so (docs/knowledge_swap.md)."""
         from icml25.knowledge_swap.metrics import swap_metrics
 
         before = acc_f_before if acc_f_before is not None else self.acc_f_before
+        if before is None:
+            warnings.warn(
+                "KnowledgeSwapper.evaluate: h is NaN: it needs the forget-set accuracy before the "
+                "swap, which fit() measures; call fit() first or pass acc_f_before=",
+                UserWarning,
+                stacklevel=2,
+            )
         return swap_metrics(self.model, retain_test, forget_test, learn_test, acc_f_before=before)

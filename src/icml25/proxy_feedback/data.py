@@ -158,6 +158,13 @@ class PreferenceBatch:
         return int(self.x.shape[0])
 
     def __getitem__(self, idx: Any) -> PreferenceBatch:
+        if isinstance(idx, (bool, np.bool_)) or (
+            isinstance(idx, Tensor) and idx.dim() == 0 and idx.dtype == torch.bool
+        ):
+            raise TypeError(
+                f"a PreferenceBatch is indexed by an integer, a slice, an index array or a "
+                f"boolean mask of length {len(self)}, not by the bool {idx!r}"
+            )
         if isinstance(idx, Tensor) and idx.dim() == 0 and not idx.is_floating_point():
             idx = idx.item()
         if isinstance(idx, numbers.Integral) and not isinstance(idx, (bool, np.bool_)):

@@ -25,11 +25,14 @@ def find_bend(y: Any) -> int:
     """Index of the bend of a monotone non-increasing curve ``y`` (length ``n``): the argmax of
     the distance between the min-max normalised curve and its chord (first index on ties).
 
-    Returns 0 for ``n < 3``, for a flat curve and for a straight line (no point farther than
+    Returns 0 for ``1 <= n < 3``, for a flat curve and for a straight line (no point farther than
     ``1e-9`` from the chord: there is no bend, and floating-point noise must not pick one).
-    ``ValueError`` for NaN/inf or a 2-D input. The curve is not checked for monotonicity; on a
+    ``ValueError`` for NaN/inf, an empty or a 2-D input. Torch tensors of any float dtype
+    (bf16 included) are accepted. The curve is not checked for monotonicity; on a
     non-monotone one the rule still returns the point farthest from the chord.
     """
+    if hasattr(y, "detach") and hasattr(y, "dtype"):  # a torch tensor (bf16 has no numpy form)
+        y = y.detach().cpu().double().numpy()
     arr = np.asarray(y, dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"find_bend takes a 1-D curve, got shape {arr.shape}")
@@ -37,6 +40,8 @@ def find_bend(y: Any) -> int:
         i = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"find_bend: y[{i}] = {arr[i]} is not finite")
     n = len(arr)
+    if n == 0:
+        raise ValueError("find_bend takes a non-empty curve, got 0 points")
     if n < 3:
         return 0
     lo, hi = arr.min(), arr.max()

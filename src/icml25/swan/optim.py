@@ -141,10 +141,14 @@ class SWAN(torch.optim.Optimizer):
             "fused": fused,
         }
         if not isinstance(compute_dtype, torch.dtype) or not compute_dtype.is_floating_point:
+            why = (
+                ": the whitening's inverse square root has no integer form"
+                if isinstance(compute_dtype, torch.dtype)
+                else ""
+            )
             raise ValueError(
-                f"compute_dtype must be a floating torch.dtype (torch.float32, torch.float64, "
-                f"torch.bfloat16, torch.float16), got {compute_dtype!r}: the whitening's inverse "
-                "square root has no integer form"
+                "compute_dtype must be a torch floating dtype, e.g. torch.float32 (or "
+                f"torch.float64, torch.bfloat16, torch.float16), got {shown(compute_dtype)}{why}"
             )
         if compute_dtype in (torch.float16, torch.bfloat16):
             warnings.warn(
@@ -186,8 +190,10 @@ class SWAN(torch.optim.Optimizer):
                     f"SWAN: a parameter group without 'use_swan' was split per parameter: "
                     f"{len(parts[True][0])} matrices -> SWAN, {len(parts[False][0])} other tensors "
                     "(biases, norms, 1-wide) -> AdamW. Tensors alone cannot tell an embedding or "
-                    "LM head (keep them on AdamW) from a projection: build the groups with "
-                    "icml25.swan.swan_param_groups(model).",
+                    "LM head (keep them on AdamW) from a projection, nor that a packed "
+                    "nn.MultiheadAttention.in_proj_weight holds Q, K and V (whitened here as one "
+                    "matrix, mixing them): build the groups with "
+                    "icml25.swan.swan_param_groups(model) (docs/swan.md, 'Use it').",
                     UserWarning,
                     stacklevel=4 if self._initialising else 2,
                 )

@@ -51,9 +51,14 @@ class TPOConfig:
     pair_selection: str = "extreme"  # "extreme" (official) | "median"
     nan_policy: str = "worst"  # "worst": NaN/inf rewards never chosen | "raise"
 
+    def __post_init__(self) -> None:
+        # checked and converted at construction (issue 49): a config never holds numpy scalars
+        self.validate()
+
     def validate(self) -> None:
         """``ValueError`` naming the field and the value; numbers given as numpy or 0-d torch
-        scalars are stored back as Python ``int``/``float`` (so a run's settings serialise)."""
+        scalars are stored back as Python ``int``/``float`` (so a run's settings serialise).
+        Runs at construction; call it again after changing a field."""
         self.width = as_int("width", self.width, 1)
         self.depth = as_int("depth", self.depth, 0)
         if self.seed is not None:
