@@ -176,7 +176,16 @@ def compare_models(
         r = float(stats.pearsonr(x, y).statistic)
     import numpy as np
 
-    fit = tuple(float(v) for v in np.polyfit(x, y, 2)) if len(set(x)) >= 3 else (math.nan,) * 3
+    fit = (math.nan,) * 3
+    if len(set(x)) >= 3:
+        try:
+            fit = tuple(float(v) for v in np.polyfit(x, y, 2))
+        except np.linalg.LinAlgError:  # rates that differ only far below any printed digit
+            warnings.warn(
+                "the quadratic fit of toxic on hard refusal rates did not converge (the hard "
+                f"rates {x} barely differ); its coefficients are NaN",
+                stacklevel=2,
+            )
     ci = None
     if bootstrap:
         names = [row["model"] for row in rows]
