@@ -10,6 +10,18 @@ from typing import Any
 
 import pytest
 
+# Property tests (hypothesis): derandomized by default, so the suite (and CI) runs the same
+# examples every time and a failure reproduces; HYPOTHESIS_PROFILE=explore draws fresh ones
+# (run it locally to look for new counterexamples, then pin what it finds as a plain test).
+try:
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("default", derandomize=True, print_blob=True)
+    _hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+except ImportError:  # hypothesis is in the dev extra; its tests skip without it
+    pass
+
 os.environ.setdefault("ICML25_QUIET", "1")
 # No test downloads: a name that is not a local folder fails at once instead of after the hub
 # client's retries (46 s for one bad --rm name).
