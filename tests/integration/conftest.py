@@ -167,6 +167,14 @@ def _cannot_start(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _need_serve_deps() -> None:
+    """Skip (or fail, with ``ICML25_REQUIRE_SERVER=1``) where ``transformers serve`` cannot run."""
+    missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
+    if missing:
+        _cannot_start(f"transformers serve needs {', '.join(missing)}: pip install -e '.[serve]'")
+    pytest.importorskip("transformers")
+
+
 def _serving(model_dir: Path, root: Path):
     """Start the server on ``model_dir`` (three tries: ``free_port()`` releases the port before
     the server binds it, so another process may win it), yield it, stop it."""
@@ -185,10 +193,7 @@ def _serving(model_dir: Path, root: Path):
 
 @pytest.fixture(scope="session")
 def transformers_server(tmp_path_factory: pytest.TempPathFactory):
-    missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
-    if missing:
-        _cannot_start(f"transformers serve needs {', '.join(missing)}: pip install -e '.[serve]'")
-    pytest.importorskip("transformers")
+    _need_serve_deps()
     root = tmp_path_factory.mktemp("transformers-serve")
     model_dir = write_tiny_model(root / "tiny-llama")
     yield from _serving(model_dir, root)
@@ -252,10 +257,7 @@ def write_tiny_vlm(folder: Path, words: str = WORDS) -> Path:
 @pytest.fixture(scope="module")
 def vision_server(tmp_path_factory: pytest.TempPathFactory):
     """``transformers serve`` on :func:`write_tiny_vlm`'s LLaVA (for the DPS tests), per module."""
-    missing = [m for m in SERVE_DEPS if importlib.util.find_spec(m) is None]
-    if missing:
-        _cannot_start(f"transformers serve needs {', '.join(missing)}: pip install -e '.[serve]'")
-    pytest.importorskip("transformers")
+    _need_serve_deps()
     root = tmp_path_factory.mktemp("transformers-serve-vision")
     try:
         model_dir = write_tiny_vlm(root / "tiny-llava", WORDS)

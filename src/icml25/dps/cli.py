@@ -90,14 +90,14 @@ def add_parser(sub) -> None:
 
 
 def _backend(
-    spec: str,
+    choice: str,
     base_url: str | None,
     api_key: str | None,
     *,
     vision: bool = True,
     model_kw: dict[str, Any] | None = None,
 ) -> Any:
-    kind, name = _parse_spec(spec, base_url)
+    kind, name = _parse_choice(choice, base_url)
     if kind == "hf":
         if vision:
             from icml25.dps.backends import HFVisionChat
@@ -111,18 +111,18 @@ def _backend(
     return OpenAIChat(base_url, name, api_key=api_key)
 
 
-def _parse_spec(spec: str, base_url: str | None) -> tuple[str, str]:
+def _parse_choice(choice: str, base_url: str | None) -> tuple[str, str]:
     """``("hf", PATH)`` or ``("openai", NAME)``; ``ValueError`` for anything else (cheap: nothing
     loads)."""
-    kind, _, name = spec.partition(":")
+    kind, _, name = choice.partition(":")
     if kind == "hf" and name:
         return kind, name
     if kind != "openai" or not name:
-        raise ValueError(f"{spec!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
+        raise ValueError(f"{choice!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
                          " or hf:PATH (a local model folder)"
                          " (for --helper: 'rule' for the offline helper)")  # fmt: skip
     if not base_url:
-        raise ValueError(f"{spec}: needs --base-url")
+        raise ValueError(f"{choice}: needs --base-url")
     return kind, name
 
 
@@ -133,9 +133,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         model_kw = model_kwargs(args)
-        _parse_spec(args.model, args.base_url)
+        _parse_choice(args.model, args.base_url)
         if args.helper != "rule":
-            _parse_spec(args.helper, args.helper_url or args.base_url)
+            _parse_choice(args.helper, args.helper_url or args.base_url)
         folder = Path(args.images)
         if not folder.is_dir():
             raise ValueError(f"--images {folder} is not a folder")

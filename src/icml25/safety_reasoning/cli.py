@@ -149,7 +149,7 @@ def add_parser(sub) -> None:
 
 # -- helpers ----------------------------------------------------------------------------------------
 def backend_of(
-    spec: str,
+    choice: str,
     base_url: str | None = None,
     api_key: str | None = None,
     model_kw: dict[str, Any] | None = None,
@@ -157,37 +157,37 @@ def backend_of(
     """A chat backend from ``openai:NAME``, ``hf:PATH`` or a local path; a local model loads
     through ``icml25.llm.load_model`` with ``model_kw`` (``device``/``dtype``/``device_map``,
     from :func:`icml25.llm.model_kwargs`)."""
-    kind, _, name = spec.partition(":")
+    kind, _, name = choice.partition(":")
     if kind == "openai" and name:
         from icml25.llm import OpenAIChat
 
         if not base_url:
-            raise ValueError(f"{spec}: openai:NAME needs --base-url")
+            raise ValueError(f"{choice}: openai:NAME needs --base-url")
         return OpenAIChat(base_url, name, api_key=api_key)
-    path = name if kind == "hf" and name else spec
+    path = name if kind == "hf" and name else choice
     if not Path(path).exists():
         raise ValueError(
-            f"model {spec!r}: give openai:NAME (with --base-url), hf:PATH or an existing local path"
+            f"model {choice!r}: give openai:NAME (with --base-url), hf:PATH or an existing local path"
         )
     from icml25.llm import HFChat, load_model, load_tokenizer
 
     tok = load_tokenizer(path)
     if not getattr(tok, "chat_template", None):  # before loading the weights
         raise ValueError(
-            f"model {spec!r}: its tokenizer has no chat template; set one in the folder's "
+            f"model {choice!r}: its tokenizer has no chat template; set one in the folder's "
             "tokenizer_config.json (the model's own) before evaluating or sampling it"
         )
     return HFChat(load_model(path, **(model_kw or {})), tok, require_template=True)
 
 
-def judge_of(spec: str, base_url: str | None, model_kw: dict[str, Any] | None = None) -> Any:
+def judge_of(choice: str, base_url: str | None, model_kw: dict[str, Any] | None = None) -> Any:
     from icml25.safety_reasoning.evaluation import LlamaGuardJudge, RefusalKeywordJudge
 
-    if spec == "keyword":
+    if choice == "keyword":
         return RefusalKeywordJudge()
-    if spec.startswith("guard:"):
-        return LlamaGuardJudge(backend_of(spec.removeprefix("guard:"), base_url, None, model_kw))
-    raise ValueError(f"--judge {spec!r}: use keyword, guard:openai:NAME or guard:hf:PATH")
+    if choice.startswith("guard:"):
+        return LlamaGuardJudge(backend_of(choice.removeprefix("guard:"), base_url, None, model_kw))
+    raise ValueError(f"--judge {choice!r}: use keyword, guard:openai:NAME or guard:hf:PATH")
 
 
 def fmt_of(tags: str) -> Any:
