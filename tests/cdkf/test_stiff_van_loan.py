@@ -185,8 +185,16 @@ def test_scalar_van_loan_matches_closed_form(a, h, q):
     """Any stable rate and step: ``Phi = e^{a h}``, ``Qd = q (1 - e^{2 a h}) / (-2 a)`` (the old
     single exponential gave inf/NaN past ``|a| h`` ~ 350)."""
     P, Qd = van_loan(torch.tensor([[a]], dtype=D), torch.tensor([[q]], dtype=D), h)
-    # e^{a h} has condition number |a h|: relative error up to |a h| times a few thousand eps
-    # (the block matrix_exp itself is off by 1.4e-13 at a h = -0.75, found by this test)
-    tol = 1e-12 * max(1.0, abs(a * h))
+    # e^{a h} has condition number |a h|: relative error up to |a h| times some eps (measured:
+    # at most 2.7e-15 |a h| over 3000 random draws). Before the block was balanced, a large q
+    # cost Phi digits: 4.1e-12 at a = -0.03125, h = 113, q = 80 (found by CI's draw)
+    tol = 1e-13 * max(1.0, abs(a * h))
     assert math.isclose(float(P), math.exp(a * h), rel_tol=tol, abs_tol=1e-300)
-    assert math.isclose(float(Qd), q * -math.expm1(2 * a * h) / (-2 * a), rel_tol=1e-11)
+    assert math.isclose(float(Qd), q * -math.expm1(2 * a * h) / (-2 * a), rel_tol=1e-12)
+
+
+def test_large_noise_does_not_cost_the_transition_digits():
+    # before: relative error 4.1e-12 (the block exponential's norm was q's, not a's)
+    P, Qd = van_loan(torch.tensor([[-0.03125]], dtype=D), torch.tensor([[80.0]], dtype=D), 113.0)
+    assert math.isclose(float(P), math.exp(-0.03125 * 113.0), rel_tol=1e-14)
+    assert math.isclose(float(Qd), 80.0 * -math.expm1(-0.0625 * 113.0) / 0.0625, rel_tol=1e-14)
