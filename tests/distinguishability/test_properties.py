@@ -186,3 +186,18 @@ def test_fit_utilities_and_lotteries_refuse_bad_input():
     rows = sample_lotteries(torch.tensor([0.0, 2.0, 1.0, 3.0]), np.int64(5), rng=0)
     assert rows.shape == (5, 4)
     assert sample_lotteries(torch.tensor([0.0, 2.0, 1.0]), 0).shape[0] == 0
+
+
+def test_dq_scores_of_no_candidates_are_empty_and_quiet():
+    # before: two std() warnings over an empty dimension; a bad kind is refused even then
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        info, easy = dq_scores(torch.randn(3, 0, 4))
+    assert info.shape == easy.shape == (0,)
+    with pytest.raises(ValueError, match="informativeness must be 'disagreement' or 'entropy'"):
+        dq_scores(torch.randn(3, 0, 4), informativeness_kind="variance")
+    # before: NaN scores for an empty ensemble
+    with pytest.raises(ValueError, match="at least one ensemble member .* got K = 0"):
+        dq_scores(torch.randn(0, 3, 4))

@@ -196,9 +196,17 @@ def dq_scores(
     in ``ret``'s dtype. NaN/inf returns and ``eps <= 0`` are refused (``ValueError``)."""
     if ret.ndim != 3 or ret.shape[-1] != 4:
         raise ValueError(f"ret must be (K, C, 4), got {tuple(ret.shape)}")
+    if ret.shape[0] == 0:
+        raise ValueError("ret must hold at least one ensemble member (K >= 1), got K = 0")
     if not bool(torch.isfinite(ret).all()):
         raise ValueError("ret (the members' returns) holds NaN or inf values")
     eps = as_real("eps", eps, low=0.0, low_open=True)
+    if informativeness_kind not in ("disagreement", "entropy"):
+        raise ValueError(
+            f"informativeness must be 'disagreement' or 'entropy', got {informativeness_kind!r}"
+        )
+    if ret.shape[1] == 0:  # no candidates: no scores (and no std over nothing)
+        return ret.new_zeros(0), ret.new_zeros(0)
     d1, d2 = ret[..., 0] - ret[..., 1], ret[..., 2] - ret[..., 3]
     p_d = torch.sigmoid(smooth_abs(d1, eps) - smooth_abs(d2, eps))
     p_y1, p_y2 = torch.sigmoid(d1), torch.sigmoid(d2)
@@ -209,15 +217,11 @@ def dq_scores(
             + pi1 * p_y1.std(0, unbiased=False)
             + (1 - pi1) * p_y2.std(0, unbiased=False)
         )
-    elif informativeness_kind == "entropy":
+    else:
         probs = torch.stack(
             [p_d * p_y1, p_d * (1 - p_y1), (1 - p_d) * p_y2, (1 - p_d) * (1 - p_y2)], -1
         ).mean(0)
         info = -(probs.clamp_min(1e-12).log() * probs).sum(-1)
-    else:
-        raise ValueError(
-            f"informativeness must be 'disagreement' or 'entropy', got {informativeness_kind!r}"
-        )
     mean_ret = ret.mean(0)  # (C, 4)
     s_r = mean_ret.reshape(-1).std() + 1e-8
     ease = (
