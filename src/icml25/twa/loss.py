@@ -88,11 +88,14 @@ def _span_terms(logits: Tensor, labels: Tensor, lp: Tensor, at: Tensor) -> Tenso
     others = z.scatter(-1, y[:, None], torch.full_like(z[:, :1], -math.inf))
     log_q = torch.logsumexp(others, -1) - torch.logsumexp(z, -1)
     q = torch.exp(log_q)
+    is_far = l_t < -math.log(2.0)
     small = q < 1e-6  # -log1p(-q)/q = 1 + q/2 + ...
-    qs = torch.where(small, torch.full_like(q, 0.5), q)
+    # the branch torch.where does not take must still have finite derivatives, or its zero
+    # weight times an infinite one gives NaN: q is 1 in float32 for p < 6e-8 (log1p(-1) = -inf)
+    qs = torch.where(small | is_far, torch.full_like(q, 0.5), q)
     near = log_q + torch.where(small, q / 2, torch.log(-torch.log1p(-qs) / qs))
-    far = torch.log(-torch.where(l_t < -math.log(2.0), l_t, torch.full_like(l_t, -1.0)))
-    return torch.where(l_t < -math.log(2.0), far, near)
+    far = torch.log(-torch.where(is_far, l_t, torch.full_like(l_t, -1.0)))
+    return torch.where(is_far, far, near)
 
 
 @dataclass
