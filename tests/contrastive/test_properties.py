@@ -5,6 +5,7 @@ rows, one row), and random views against brute-force loops and closed forms."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -101,6 +102,46 @@ def test_sigmoid_loss_against_loops(m, d, seed, t, bias, kind):
     want += sum(sp(tt * _dot(U[i], V[j]) + bb) for i in range(m) for j in range(m) if i != j) / m
     got = sigmoid_loss(u, v, kind(t), kind(bias))
     assert float(got) == pytest.approx(want, rel=1e-6)
+
+
+@SETTINGS
+@given(m=st.integers(2, 6), d=st.integers(2, 5), seed=st.integers(0, 2**16),
+       terms=st.sampled_from([(1, 0), (0, 1), (1, 1)]), psi=st.sampled_from(["log1p", "log"]),
+       dtype=st.sampled_from([torch.float32, torch.float64]), repeat=st.booleans())  # fmt: skip
+def test_all_positives_gradient_is_finite_and_matches_float64(
+    m, d, seed, terms, psi, dtype, repeat
+):
+    """``positives="all"``: with instance ids it equals the instance reading, gradient included;
+    with repeated labels the float32 gradient is float64's (before: NaN in float32 whenever an
+    anchor was its id's only row and within-view terms were on, the untaken branch's log(0))."""
+    from icml25.contrastive.losses import info_nce_family
+
+    index = torch.arange(m) // 2 if repeat else torch.arange(m)
+    if repeat and terms == (1, 0) and m <= 2:
+        return  # every cross-view entry shares the anchor's id: no negatives (refused)
+
+    def loss_and_grad(dt, positives):
+        u, v = (x.to(dt).requires_grad_(True) for x in _views(m, d, seed))
+        loss = info_nce_family(u, v, c1=terms[0], c2=terms[1], psi=psi, temperature=0.3,
+                               index=index, positives=positives)  # fmt: skip
+        loss.backward()
+        return float(loss), torch.cat([u.grad, v.grad]).double()
+
+    try:
+        ref_loss, ref_grad = loss_and_grad(torch.float64, "all")
+    except ValueError as exc:  # an anchor with no negatives is refused in every dtype
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            loss_and_grad(dtype, "all")
+        return
+    loss, grad = loss_and_grad(dtype, "all")
+    assert bool(torch.isfinite(grad).all()), grad
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    assert loss == pytest.approx(ref_loss, rel=tol, abs=tol)
+    assert torch.allclose(grad, ref_grad, rtol=10 * tol, atol=10 * tol)
+    if not repeat:
+        inst_loss, inst_grad = loss_and_grad(dtype, "instance")
+        assert loss == pytest.approx(inst_loss, rel=tol, abs=tol)
+        assert torch.allclose(grad, inst_grad, rtol=10 * tol, atol=10 * tol)
 
 
 @pytest.mark.parametrize("m", [2, 3, 7])

@@ -218,13 +218,14 @@ def _all_positives(a, b, aw, ia, ib, iw, c1, c2, psi, t) -> Tensor:
         within = a @ aw.T / t
         same_w = ia[:, None] == iw[None, :]
         neg_parts.append(within.masked_fill(same_w, -math.inf))
-        # within-view positives without the anchor itself: log(sum e^s - e^{s_self})
+        # within-view positives without the anchor itself: log(sum e^s - e^{s_self}) = lse +
+        # log(1 - e^{-d}), d = lse - s_self > 0; none (-inf) when the anchor is its id's only row.
+        # The branch not taken gets d = 1: log(1 - e^0) there gave a NaN gradient (float32).
         lse = torch.logsumexp(within.masked_fill(~same_w, -math.inf), dim=-1)
-        self_logit = (a * a).sum(-1) / t
-        rest = lse + torch.log1p(-torch.exp((self_logit - lse).clamp(max=0)).clamp(max=1 - 1e-12))
-        pos_parts.append(
-            torch.where(lse - self_logit > 1e-9, rest, torch.full_like(lse, -math.inf))[:, None]
-        )
+        d = lse - (a * a).sum(-1) / t
+        has = d > 1e-9
+        rest = lse + torch.log(-torch.expm1(-torch.where(has, d, torch.ones_like(d))))
+        pos_parts.append(torch.where(has, rest, torch.full_like(lse, -math.inf))[:, None])
     pos = torch.logsumexp(torch.cat(pos_parts, dim=-1), dim=-1)
     neg = torch.cat(neg_parts, dim=-1)
     if bool(torch.isneginf(neg).all(-1).any()):
