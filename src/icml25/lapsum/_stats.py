@@ -16,9 +16,13 @@ LOG2 = math.log(2.0)
 
 # -- scale-1 Laplace helpers --------------------------------------------------------------
 def laplace_cdf(x: torch.Tensor) -> torch.Tensor:
-    """``Lap(x)``: ``e^x / 2`` for ``x <= 0``, ``1 - e^{-x} / 2`` otherwise. Elementwise."""
-    half = 0.5 * torch.exp(-x.abs())
-    return torch.where(x <= 0, half, 1.0 - half)
+    """``Lap(x)``: ``e^x / 2`` for ``x <= 0``, ``1 - e^{-x} / 2`` otherwise. Elementwise; its
+    autograd derivative is the density, ``1/2`` at ``x = 0`` (``|x|``'s would give 0 there)."""
+    return torch.where(
+        x <= 0,
+        0.5 * torch.exp(torch.clamp(x, max=0.0)),
+        1.0 - 0.5 * torch.exp(-torch.clamp(x, min=0.0)),
+    )
 
 
 def laplace_log_cdf(x: torch.Tensor) -> torch.Tensor:
@@ -62,9 +66,15 @@ def _scans(
     left = right = None
     if fast is not None:
         # one exp per element: el = e^{s - hi} in [e^-spread, 1] and inv = e^{hi - s} <= e^spread;
-        # e^{s_j - s_i} = el_j inv_i and e^{s_i - s_j} = el_i inv_j, so no other exponential
-        el = torch.exp(s - s[:, -1:])
-        inv = torch.reciprocal(el)
+        # e^{s_j - s_i} = el_j inv_i and e^{s_i - s_j} = el_i inv_j, so no other exponential.
+        # The rows left to logcumsumexp get s = 0 here: their e^{+-spread} would overflow, and the
+        # torch.where below would turn its zero weight times inf into a NaN gradient.
+        sf = s if bool(fast.all()) else torch.where(fast[:, None], s, torch.zeros_like(s))
+        d = sf - sf[:, -1:]
+        el = torch.exp(d)
+        # under autograd a second exp: the reciprocal's derivative -1/el^2 overflows once the
+        # spread passes ~354 (float64) or ~44 (float32), a NaN gradient of a finite value
+        inv = torch.exp(-d) if d.requires_grad else torch.reciprocal(el)
         wl, wr = (el, inv) if w is None else (el * w, inv * w)
         cl = torch.cumsum(wl, -1)
         cr = torch.cumsum(wr.flip(-1), -1).flip(-1)
