@@ -107,3 +107,17 @@ def test_dpo_losses_refuses_an_undefined_margin_naming_the_pair():
     assert torch.isnan(dpo_losses(torch.tensor([0.0, float("nan")]), z, z, z)[0][1])
     losses, u = dpo_losses(z, torch.tensor([0.0, -inf]), z, z)  # one side: the limit
     assert losses[1] == 0 and u[1] == inf and torch.isfinite(losses).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_an_all_minus_inf_row_at_an_unlabelled_position_sends_no_nan_back(dtype):
+    # before: the row's log-softmax was NaN, hidden from the value by the mask but not from the
+    # backward (NaN in every logit of that row, and through .sum() in every parameter)
+    z = torch.tensor([[[1.0, 2.0, 3.0], [-math.inf] * 3, [0.5, -math.inf, 0.0]]], dtype=dtype)
+    z.requires_grad_(True)
+    labels = torch.tensor([[2, -100, 0]])
+    lp = sequence_logprob(z, labels)
+    lp.sum().backward()
+    ref = torch.log_softmax(torch.tensor([[1.0, 2.0, 3.0], [0.5, -math.inf, 0.0]]).double(), -1)
+    assert float(lp) == pytest.approx(float(ref[0, 2] + ref[1, 0]), rel=1e-2)
+    assert bool(torch.isfinite(z.grad).all()) and bool((z.grad[0, 1] == 0).all())

@@ -83,6 +83,13 @@ def token_logprobs(logits: Tensor, labels: Tensor) -> Tensor:
     dt = torch.promote_types(logits.dtype, torch.float32)  # bf16/fp16 up to float32; f64 stays
     logp = torch.log_softmax(logits.to(dt), dim=-1)
     picked = logp.gather(-1, labels.clamp(min=0).long().unsqueeze(-1)).squeeze(-1)
+    if bool((torch.isnan(picked) & ~valid).any()):
+        # an all -inf (or NaN) row at an unlabelled position: its log-softmax is NaN, and the
+        # backward would send that NaN into the logits under the zero weight. Rare, so only
+        # then a second pass over logits with those rows zeroed
+        x = logits.to(dt).masked_fill(~valid.unsqueeze(-1), 0.0)
+        logp = torch.log_softmax(x, dim=-1)
+        picked = logp.gather(-1, labels.clamp(min=0).long().unsqueeze(-1)).squeeze(-1)
     return torch.where(valid, picked, torch.zeros_like(picked))
 
 

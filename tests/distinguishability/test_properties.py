@@ -201,3 +201,26 @@ def test_dq_scores_of_no_candidates_are_empty_and_quiet():
     # before: NaN scores for an empty ensemble
     with pytest.raises(ValueError, match="at least one ensemble member .* got K = 0"):
         dq_scores(torch.randn(0, 3, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("noise_prob", [1e-12, 1e-8, 0.1])
+def test_pcq_loss_with_label_noise_is_finite_and_exact(dtype, noise_prob):
+    # before: NaN value and gradient once p = (1 - eps) sigma(z) + eps/2 rounded to 1 (float32,
+    # eps < ~6e-8, |z| > ~17): (1 - t) log(1 - p) was 0 * -inf
+    r0 = torch.tensor([[20.0, -30.0, 0.5, 3.0]], dtype=dtype, requires_grad=True)
+    r1 = torch.zeros(1, 4, dtype=dtype)
+    y = torch.tensor([1.0, 1.0, 0.5, 0.0])
+    loss = pcq_loss(r0, r1, y, noise_prob=noise_prob)
+    loss.backward()
+    zd = r0.detach().double().requires_grad_(True)
+    p = (1 - noise_prob) * torch.sigmoid(zd) + noise_prob / 2
+    t = y.double()
+    ref = -(
+        t * p.log() + (1 - t) * torch.log1p(-(1 - noise_prob) * torch.sigmoid(zd) - noise_prob / 2)
+    ).mean()
+    ref.backward()
+    assert bool(torch.isfinite(r0.grad).all())
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    assert float(loss) == pytest.approx(float(ref), rel=tol)
+    assert torch.allclose(r0.grad.double(), zd.grad, rtol=tol, atol=tol)

@@ -205,3 +205,25 @@ def test_batch_of_one_and_float32_follow_inputs():
     (aw, al, rw, rl), (cw, cl, qw, ql) = _inputs(B=1, dtype=torch.float32)
     out = fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, k=3)
     assert out.losses.shape == (1,) and out.loss.dtype == torch.float32
+
+
+def test_sequential_kl_with_tokens_the_reference_masks_out():
+    # before: NaN (F.kl_div's 0 * -inf) where the true KL is finite
+    ninf = float("-inf")
+    pol = torch.tensor([[[0.0, 1.0, 2.0], [0.5, 0.0, -1.0], [0.0, 0.0, 0.0]]], requires_grad=True)
+    ref = torch.tensor([[[0.0, ninf, 2.0], [ninf, 0.0, ninf], [0.0, 0.0, 0.0]]])
+    labels = torch.tensor([[0, 1, 2]])
+    kl = sequential_kl_from_logits(pol, ref, labels)
+    kl.sum().backward()
+    lp, lr = (
+        torch.log_softmax(pol.detach()[:, :-1].double(), -1),
+        torch.log_softmax(ref[:, :-1].double(), -1),
+    )
+    want = sum(
+        float(lr[0, t, v].exp() * (lr[0, t, v] - lp[0, t, v]))
+        for t in range(2)
+        for v in range(3)
+        if lr[0, t, v] > ninf
+    )
+    assert float(kl) == pytest.approx(want, rel=1e-6)
+    assert bool(torch.isfinite(pol.grad).all())

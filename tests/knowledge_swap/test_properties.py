@@ -252,3 +252,18 @@ def test_split_and_expand_take_numpy_integers():
     assert head.out_features == 4
     with pytest.raises(ValueError, match="n_new must be"):
         expand_head(nn.Linear(3, 2), 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("eps", [1e-12, 0.0])
+def test_group_sparse_gradient_at_a_zero_group_is_finite_in_every_dtype(dtype, eps):
+    # before: NaN for fp16 (eps = 1e-12 underflowed to 0, sqrt'(0) = inf) and for eps = 0 in
+    # every dtype; a zero-initialised LoRA B alone in its group (lora_groups(by="matrix")) hit it
+    B = torch.zeros(3, 4, dtype=dtype, requires_grad=True)
+    A = torch.full((2, 2), 0.5, dtype=dtype, requires_grad=True)
+    loss = group_sparse_loss([[B], [A]], eps=eps)
+    loss.backward()
+    assert loss.dtype == torch.promote_types(dtype, torch.float32)
+    assert float(loss) == pytest.approx(math.sqrt(eps) + math.sqrt(1.0 + eps))
+    assert bool((B.grad == 0).all())
+    assert A.grad.double() == pytest.approx(torch.full((2, 2), 0.5, dtype=torch.float64), rel=1e-3)

@@ -119,20 +119,27 @@ def brute_tensor(logits, labels, roles, mode):
 
 
 @settings(max_examples=50, deadline=None)
-@given(batch=batches(), mode=st.sampled_from(["span", "token"]), big=st.floats(20.0, 200.0))
-def test_gradient_everywhere_is_finite_and_exact(batch, mode, big):
+@given(batch=batches(), mode=st.sampled_from(["span", "token"]), big=st.floats(20.0, 200.0),
+       masked=st.floats(0.0, 0.7))  # fmt: skip
+def test_gradient_everywhere_is_finite_and_exact(batch, mode, big, masked):
     """float32 logits spread over [-big, big], so span tokens of probability far below float32's
     6e-8 occur: the gradient equals float64 autograd of the brute force on the same logits
     (before: NaN, the span term's other branch had log1p(-1) = -inf; found by the full
-    reproduction)."""
+    reproduction). A share ``masked`` of the logits is -inf (masked-out tokens, allowed): a
+    span label masked out (p = 0) or the only one left (p = 1) gave NaN gradients before."""
     B, T, V, roles, seed, _ = batch
     g = torch.Generator().manual_seed(seed)
     z = (torch.rand(B, T, V, generator=g, dtype=torch.float64) * 2 - 1) * big
+    z = z.masked_fill(torch.rand(B, T, V, generator=g) < masked, -math.inf)
+    z[..., 0] = z[..., 0].nan_to_num(neginf=0.0)  # every row keeps a finite logit
     labels = torch.randint(0, V, (B, T), generator=g)
     pos, ids, w, mask = stack(roles, T)
     zf = z.float().requires_grad_(True)
-    twa_loss(zf, labels, pos, ids, w.float(), span_mask=mask, unlikelihood=mode,
-             reduction="sum").loss.backward()  # fmt: skip
+    out = twa_loss(zf, labels, pos, ids, w.float(), span_mask=mask, unlikelihood=mode,
+                   reduction="sum")  # fmt: skip
+    if not bool(torch.isfinite(out.loss)):
+        return  # a positive token masked out, or a span of p = 1 with eps = 0: an infinite loss
+    out.loss.backward()
     assert bool(torch.isfinite(zf.grad).all()), zf.grad
     zd = zf.detach().double().requires_grad_(True)
     ref = brute_tensor(zd, labels, roles, mode)
@@ -310,3 +317,26 @@ def test_config_takes_scalars_in_every_form(form):
     assert isinstance(c.lr, float) and isinstance(c.batch_size, int) and c.epochs == 2
     with pytest.raises(ValueError, match="batch_size must be an integer"):
         TWAConfig(batch_size=f(4.0))
+
+
+@pytest.mark.parametrize("mode", ["span", "token"])
+def test_masked_out_logits_give_exact_values_and_zero_gradients(mode):
+    # before: NaN gradients in every case (a -inf label logit made u infinite; a label that is
+    # the only finite logit made a log-sum-exp over nothing but -inf)
+    ninf = -math.inf
+
+    def run(row, eps):
+        z = torch.tensor([[row]], requires_grad=True)
+        out = twa_loss(z, torch.tensor([[0]]), torch.tensor([[False]]), torch.tensor([[0]]),
+                       torch.ones(1, 1), eps=eps, unlikelihood=mode)  # fmt: skip
+        out.loss.backward()
+        return float(out.loss), z.grad[0, 0].tolist()
+
+    for eps in (0.0, 1e-6):
+        assert run([ninf, 5.0, 1.0], eps) == (0.0, [0.0, 0.0, 0.0])  # p = 0: no unlikelihood
+    loss, grad = run([5.0, ninf, ninf], 1e-6)  # p = 1: -log(eps), nothing to move
+    assert loss == pytest.approx(-math.log(1e-6), rel=1e-6) and grad == [0.0, 0.0, 0.0]
+    assert run([5.0, ninf, ninf], 0.0)[0] == math.inf  # eps = 0: the loss is infinite, loudly
+    loss, grad = run([5.0, ninf, 1.0], 1e-6)  # one finite competitor: as without the mask
+    ref, ref_grad = run([5.0, -1e30, 1.0], 1e-6)
+    assert loss == pytest.approx(ref) and grad == pytest.approx(ref_grad) and grad[1] == 0.0

@@ -177,8 +177,12 @@ def pcq_loss(ret0: Tensor, ret1: Tensor, y: Tensor, *, noise_prob: float = 0.0) 
     z = ret0 - ret1
     if noise_prob == 0:
         return soft_ce(z, t).mean(-1).sum()
-    p = (1 - noise_prob) * torch.sigmoid(z) + 0.5 * noise_prob
-    return -(t * p.log() + (1 - t) * (1 - p).log()).mean(-1).sum()
+    # log p and log(1 - p) of p = (1 - eps) sigma(z) + eps / 2, each a log-add-exp: finite for
+    # any z (p formed first rounds to 1 once eps < ~6e-8 in float32, and 0 * log 0 is NaN)
+    keep, floor = math.log1p(-noise_prob), math.log(0.5 * noise_prob)
+    log_p = torch.logaddexp(keep + F.logsigmoid(z), torch.full_like(z, floor))
+    log_1mp = torch.logaddexp(keep + F.logsigmoid(-z), torch.full_like(z, floor))
+    return -(t * log_p + (1 - t) * log_1mp).mean(-1).sum()
 
 
 def _dq_logits(r1a, r1b, r2a, r2b, eps):

@@ -63,9 +63,10 @@ def sequential_kl_from_logits(policy_logits: Tensor, ref_logits: Tensor, labels:
     dt = torch.promote_types(policy_logits.dtype, torch.float32)
     lp = torch.log_softmax(policy_logits[:, :-1].to(dt), -1)
     lr = torch.log_softmax(ref_logits[:, :-1].to(device=lp.device, dtype=dt), -1).detach()
-    kl = F.kl_div(lp, lr, log_target=True, reduction="none").sum(
-        -1
-    )  # Σ_v p_ref (log p_ref - log p)
+    terms = F.kl_div(lp, lr, log_target=True, reduction="none")  # p_ref (log p_ref - log p)
+    if bool(torch.isneginf(lr).any()):  # a token the reference masks out adds 0 (not 0 * -inf)
+        terms = terms.masked_fill(torch.isneginf(lr), 0.0)
+    kl = terms.sum(-1)
     mask = (labels[:, 1:] != IGNORE_INDEX).to(lp.device)
     _lengths(labels[:, 1:])
     return (kl * mask).sum(-1)

@@ -30,10 +30,21 @@ def bounded_forget_loss(logits: Tensor, target: Tensor, bnd: float) -> Tensor:
 
 
 def group_sparse_loss(groups: Sequence[Sequence[Tensor]], eps: float = 1e-12) -> Tensor:
-    """``sum_g sqrt(sum_{P in g} ||P||_F^2 + eps)``; ``eps`` keeps the gradient finite at an
-    all-zero group (the official code has none and relies on ``A != 0`` at init). Zero groups: 0."""
+    """``sum_g sqrt(sum_{P in g} ||P||_F^2 + eps)``, summed in float32 or wider (fp16 / bf16
+    parameters included: 1e-12 underflows in fp16). ``eps`` smooths the norm at an all-zero group
+    (the official code has none and relies on ``A != 0`` at init); ``eps = 0`` is the exact group
+    norm, whose gradient at an all-zero group is the subgradient 0. No groups: 0."""
     eps = as_real("eps", eps, low=0)
-    terms = [torch.sqrt(sum((p * p).sum() for p in g) + eps) for g in groups if len(g)]
+    terms = []
+    for g in groups:
+        if not len(g):
+            continue
+        v = sum(
+            (q * q).sum() for q in (p.to(torch.promote_types(p.dtype, torch.float32)) for p in g)
+        )
+        v = v + eps
+        pos = v > 0  # sqrt's derivative at 0 is infinite: 0 * inf would be a NaN gradient
+        terms.append(torch.where(pos, torch.sqrt(torch.where(pos, v, torch.ones_like(v))), v * 0))
     if not terms:
         return torch.zeros(())
     return torch.stack(terms).sum()

@@ -84,9 +84,19 @@ def _span_terms(logits: Tensor, labels: Tensor, lp: Tensor, at: Tensor) -> Tenso
     p_t)`` (a log-sum-exp over the other logits), as ``log q_t + log(-log1p(-q_t) / q_t)``."""
     z = logits[at].to(lp.dtype)  # (N, V): only the span tokens
     y = labels[at].clamp(min=0)
-    l_t = lp[at]
+    # below -1e4 the term's u exceeds 1e4 and its loss is exactly 0 either way; the floor keeps
+    # a -inf label logit (p = 0) from an infinite u, whose 0 * inf would be a NaN gradient
+    l_t = lp[at].clamp(min=-1e4)
     others = z.scatter(-1, y[:, None], torch.full_like(z[:, :1], -math.inf))
-    log_q = torch.logsumexp(others, -1) - torch.logsumexp(z, -1)
+    # the label the only finite logit (the others masked to -inf): q = 0, and a log-sum-exp over
+    # nothing but -inf would send NaN back, so those rows get log q = -inf through a safe row
+    other = torch.isfinite(others).any(-1)
+    safe = torch.where(other[:, None], others, torch.zeros_like(others))
+    log_q = torch.where(
+        other,
+        torch.logsumexp(safe, -1) - torch.logsumexp(z, -1),
+        torch.full_like(l_t, -math.inf),
+    )
     q = torch.exp(log_q)
     is_far = l_t < -math.log(2.0)
     small = q < 1e-6  # -log1p(-q)/q = 1 + q/2 + ...
@@ -225,9 +235,15 @@ def twa_loss(
         if unlikelihood == "span":
             members = torch.where(span_mask, v[:, None, :], torch.full_like(v, -math.inf)[:, None])
             has = span_mask.any(-1)
-            # log u = log(-S_k): a log-sum-exp over the span's own tokens
-            log_u = torch.logsumexp(
-                torch.where(has[..., None], members, torch.zeros_like(members)), -1
+            # log u = log(-S_k): a log-sum-exp over the span's own tokens; a span whose tokens
+            # all have p = 1 exactly (v = -inf) has u = 0, through a safe row as above
+            live = (members > -math.inf).any(-1)
+            log_u = torch.where(
+                live,
+                torch.logsumexp(
+                    torch.where(live[..., None], members, torch.zeros_like(members)), -1
+                ),
+                torch.full_like(live, -math.inf, dtype=members.dtype),
             )
             ul = _unlikelihood_from_log_u(log_u, eps) * weights
             ul_per_seq = torch.where(has, ul, torch.zeros_like(ul)).sum(-1)
