@@ -3,9 +3,11 @@ updates at measurement times."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
+import scipy.linalg
 import torch
 from torch import Tensor
 
@@ -266,6 +268,11 @@ class ContinuousDiscreteKF:
             _check_ys(ys, len(events))
         t_grid = _check_grid(t_grid)
         dtype = self._dtype()
+        if self._plain(ys, xi_path):
+            with np.errstate(all="ignore"):  # a breakdown is named below, as on the torch path
+                mus, sigmas = _plain_filter(self, times, sensor_ids, events, ys, t_grid, dtype)
+            self._check_covariances(sigmas, t_grid)
+            return mus, sigmas
         mu, Sigma = self.sde.mu0.clone().to(dtype), self.sde.Sigma0.clone().to(dtype)
         t = 0.0
         mus, sigmas = [], []
@@ -284,8 +291,12 @@ class ContinuousDiscreteKF:
             mus.append(mu)
             sigmas.append(Sigma)
         sigmas_t = torch.stack(sigmas)
-        diag = sigmas_t.diagonal(dim1=-2, dim2=-1)
-        bad = ~torch.isfinite(sigmas_t).flatten(1).all(1) | (
+        self._check_covariances(sigmas_t, t_grid)
+        return torch.stack(mus), sigmas_t
+
+    def _check_covariances(self, sigmas: Tensor, t_grid: Tensor) -> None:
+        diag = sigmas.diagonal(dim1=-2, dim2=-1)
+        bad = ~torch.isfinite(sigmas).flatten(1).all(1) | (
             diag < -1e-9 * diag.detach().abs().nan_to_num(0.0, 0.0, 0.0).amax().clamp(min=1)
         ).any(1)
         if bool(bad.any()):
@@ -294,7 +305,23 @@ class ContinuousDiscreteKF:
                 f"the filtered covariance at t = {float(t_grid[i])} is not finite or has a "
                 f"negative variance: {self._failure_cause()}"
             )
-        return torch.stack(mus), sigmas_t
+
+    def _plain(self, ys, xi_path) -> bool:
+        """Whether :func:`_plain_filter` may run: a time-invariant model with constant sensors on
+        the CPU, no auxiliary path, and nothing that needs a gradient (``ICML25_CDKF_PLAIN=0``
+        turns it off)."""
+        if os.environ.get("ICML25_CDKF_PLAIN", "1") == "0":
+            return False
+        if xi_path is not None or not self.sde.time_invariant:
+            return False
+        mats = [self.sde.A, self.sde.Qc, self.sde.mu0, self.sde.Sigma0]
+        for sensor in self.sensors:
+            if callable(sensor.C) or callable(sensor.R):
+                return False
+            mats += [sensor.C, sensor.R]
+        if ys is not None:
+            mats += [y for y in ys if isinstance(y, Tensor)]
+        return all(m.device.type == "cpu" and not m.requires_grad for m in mats)
 
     def _failure_cause(self) -> str:
         """Why a covariance may have broken down, from the model: an eigenvalue of ``A`` with a
@@ -354,7 +381,8 @@ class ContinuousDiscreteKF:
             raise ValueError(
                 f"sensor ids must be in [0, {len(self.sensors)}), got {sensor_ids.tolist()}"
             )
-        order = sorted(range(len(times)), key=lambda e: (float(times[e]), int(sensor_ids[e])))
+        tl, il = times.tolist(), sensor_ids.tolist()
+        order = sorted(range(len(tl)), key=lambda e: (tl[e], il[e]))
         return times, sensor_ids, order
 
     def log_likelihood(
@@ -432,3 +460,124 @@ class ContinuousDiscreteKF:
         )
         order = torch.argsort(times, stable=True)
         return self.filter(times[order], ids[order], None, t_grid, xi_path)[1]
+
+
+_TORCH = {np.float64: torch.float64, np.float32: torch.float32}
+
+
+def _observations(ys, events, kf: ContinuousDiscreteKF, sensor_ids, times, npdt) -> list:
+    """Each event's observation as a 1-D numpy array (None when ``ys`` is None), checked as
+    :meth:`ContinuousDiscreteKF.update` checks it, in event order."""
+    if ys is None:
+        return [None] * len(events)
+    dims = {sensor.C.shape[0] for sensor in kf.sensors}
+    if (
+        len(dims) == 1
+        and ys
+        and all(isinstance(y, Tensor) for y in ys)
+        and len({tuple(y.shape) for y in ys}) == 1
+    ):  # the common case at once: one stack, one check
+        Y = torch.stack([y.detach() for y in ys]).to(_TORCH[npdt]).numpy()
+        Y = Y.reshape(len(ys), 1) if Y.ndim == 1 else Y
+        if Y.ndim == 2 and Y.shape[-1] in dims and bool(np.isfinite(Y).all()):
+            return list(Y)
+    out = [None] * len(ys)
+    for k in events:
+        y = ys[k]
+        y = y.detach().to(_TORCH[npdt]).numpy() if isinstance(y, Tensor) else np.asarray(y, npdt)
+        y = y.reshape(1) if y.ndim == 0 else y
+        sid = int(sensor_ids[k])
+        d = kf.sensors[sid].C.shape[0]
+        if y.shape[-1] != d:
+            raise ValueError(
+                f"sensor {sid} gives {d} value(s) per measurement, got an observation of shape "
+                f"{tuple(y.shape)} at t = {float(times[k])}"
+            )
+        if not np.isfinite(y).all():
+            raise ValueError(
+                f"the observation of sensor {sid} at t = {float(times[k])} is not finite "
+                f"({y.tolist()}); drop the event (a missing measurement) instead"
+            )
+        out[k] = y
+    return out
+
+
+def _plain_filter(kf: ContinuousDiscreteKF, times, sensor_ids, events, ys, t_grid, dtype):
+    """:meth:`ContinuousDiscreteKF.filter`'s recursion in numpy, for the case that needs no
+    autograd (a time-invariant model, constant sensors, CPU tensors that need no gradient): the
+    same Van Loan steps (memoised per step length), the same Joseph-form update through a
+    Cholesky factor (a division for a scalar sensor), the same checks and messages. A torch step
+    of 3 x 3 matrices spends most of its time in dispatch; this one runs at filterpy's speed
+    (docs/cdkf.md, Benchmark). Equal to the torch recursion to round-off (tests)."""
+    npdt = np.float64 if dtype == torch.float64 else np.float32
+    mu = kf.sde.mu0.detach().to(dtype).numpy().astype(npdt, copy=True)
+    P = kf.sde.Sigma0.detach().to(dtype).numpy().astype(npdt, copy=True)
+    n = mu.shape[-1]
+    eye = np.eye(n, dtype=npdt)
+    sens = []
+    for sensor in kf.sensors:
+        C = sensor.C.detach().to(dtype).numpy().astype(npdt)
+        if C.shape[-1] != n:
+            raise ValueError(f"C must have {n} columns to match the state, got shape {C.shape}")
+        R = sensor.R.detach().to(dtype).numpy().astype(npdt)
+        sens.append((C, C.T.copy(), R, R.tolist()))
+    obs = _observations(ys, events, kf, sensor_ids, times, npdt)
+    steps: dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    tl, ids = times.tolist(), sensor_ids.tolist()
+    grid = t_grid.tolist()
+    out_mu = np.empty((len(grid), n), dtype=npdt)
+    out_P = np.empty((len(grid), n, n), dtype=npdt)
+    t, e, n_ev = 0.0, 0, len(events)
+    for gi, g in enumerate(grid):
+        while True:
+            if e < n_ev and tl[events[e]] <= g:
+                k = events[e]
+                target = tl[k]
+            else:
+                k, target = -1, g
+            if target > t:  # predict over [t, target]: the memoised Van Loan step
+                h = target - t
+                step = steps.get(h)
+                if step is None:
+                    if len(steps) > 512:
+                        steps.clear()
+                    Phi, Qd = kf._discretize(h, dtype)
+                    Phi = Phi.numpy().astype(npdt)
+                    step = steps[h] = (Phi, Phi.T.copy(), Qd.numpy().astype(npdt))
+                Phi, PhiT, Qd = step
+                mu = Phi @ mu
+                P = Phi @ P @ PhiT + Qd
+                P = 0.5 * (P + P.T)
+                t = target
+            if k < 0:
+                break
+            sid = ids[k]  # the Joseph-form update, as joseph_update
+            C, CT, R, R_list = sens[sid]
+            PCt = P @ CT
+            S = C @ PCt + R
+            if S.shape[0] == 1:
+                s00 = S[0, 0]
+                if not s00 > 0:  # also NaN
+                    raise _not_pd(sid, target, R_list)
+                K = PCt / s00
+            else:
+                try:
+                    K = scipy.linalg.cho_solve((np.linalg.cholesky(S), True), PCt.T).T
+                except np.linalg.LinAlgError as exc:
+                    raise _not_pd(sid, target, R_list) from exc
+            y = obs[k]
+            if y is not None:
+                mu = mu + K @ (y - C @ mu)
+            I_KC = eye - K @ C
+            P = I_KC @ P @ I_KC.T + K @ R @ K.T
+            P = 0.5 * (P + P.T)
+            e += 1
+        out_mu[gi], out_P[gi] = mu, P
+    return torch.from_numpy(out_mu), torch.from_numpy(out_P)
+
+
+def _not_pd(sid: int, t: float, R: list) -> NumericalError:
+    return NumericalError(
+        f"sensor {sid} at t = {t}: C Sigma C^T + R is not positive definite (is R(xi, t) "
+        f"symmetric positive definite? R = {R})"
+    )
