@@ -30,6 +30,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "swan_exact": {"whitening": "eigh", "ns_steps": 10, "ns_beta": 0.8},
     # NSDS fast variant, beta = 0.4, k = 2 (unverified, docs/swan.md)
     "swan_nsds": {"whitening": "nsds", "ns_steps": 2, "ns_beta": 0.4},
+    # not the paper's: GradNorm + Muon's quintic iteration, 5 steps in bf16 (docs/swan.md,
+    # Muon-class whitening); ns_beta is unused by this whitening
+    "swan_muon": {
+        "whitening": "muon",
+        "ns_steps": 5,
+        "ns_beta": 0.8,
+        "matmul_dtype": torch.bfloat16,
+    },  # fmt: skip
 }
 
 _NONFINITE = ("raise", "skip")
@@ -44,8 +52,10 @@ class SWAN(torch.optim.Optimizer):
             from a projection, use :func:`~icml25.swan.swan_param_groups`).
         lr: learning rate; with ``rescale="rms"`` it is the per-entry RMS of the SWAN step
             (library default 1e-3; the paper's recipe is in :func:`~icml25.swan.paper_param_groups`).
-        variant: ``"swan"`` (NS, beta 0.8, 10 steps), ``"swan_exact"`` (eigh) or ``"swan_nsds"``
-            (NSDS, beta 0.4, 2 steps); explicit ``whitening``/``ns_steps``/``ns_beta`` override it.
+        variant: ``"swan"`` (NS, beta 0.8, 10 steps), ``"swan_exact"`` (eigh), ``"swan_nsds"``
+            (NSDS, beta 0.4, 2 steps) or ``"swan_muon"`` (not the paper's: Muon's quintic
+            iteration, 5 steps, bf16 matmuls); explicit ``whitening``/``ns_steps``/``ns_beta``/
+            ``matmul_dtype`` override it.
         scale: multiplies ``lr`` on SWAN groups (the paper's per-group scale, default 1).
         weight_decay: decoupled weight decay on SWAN groups (the paper's benchmark uses 0).
         norm, norm_dim, center: GradNorm switch, the axis rows are standardised along (-1: the
@@ -56,7 +66,8 @@ class SWAN(torch.optim.Optimizer):
         compute_dtype: dtype of the SWAN math (float32: the paper whitens in FP32).
         matmul_dtype: ``torch.bfloat16`` runs the Newton-Schulz matmuls in bf16 (about 2x faster
             on CPUs with AVX512-BF16 and on GPUs; relative error of the direction about 2e-2,
-            docs/swan.md); None keeps them in ``compute_dtype``.
+            docs/swan.md); None keeps them in ``compute_dtype``; unset, the variant's (bf16 for
+            ``"swan_muon"``, None otherwise).
         maximize, foreach, fused: as in ``torch.optim.AdamW`` (``fused=None``: torch's fused
             AdamW where it applies); ``capturable`` and ``differentiable`` are refused.
         adamw_betas, adamw_eps, adamw_weight_decay: the AdamW rule of the other groups.
@@ -84,7 +95,7 @@ class SWAN(torch.optim.Optimizer):
         rescale: str = "rms",
         eps: float = 1e-8,
         compute_dtype: torch.dtype = torch.float32,
-        matmul_dtype: torch.dtype | None = None,
+        matmul_dtype: torch.dtype | None | type = ...,
         adamw_betas: tuple[float, float] = (0.9, 0.999),
         adamw_eps: float = 1e-8,
         adamw_weight_decay: float = 0.0,
@@ -129,7 +140,7 @@ class SWAN(torch.optim.Optimizer):
             "rescale": rescale,
             "eps": eps,
             "compute_dtype": compute_dtype,
-            "matmul_dtype": matmul_dtype,
+            "matmul_dtype": preset.get("matmul_dtype") if matmul_dtype is ... else matmul_dtype,
             "adamw_betas": adamw_betas,
             # the key torch's schedulers cycle (OneCycleLR, CyclicLR): the AdamW rule reads it
             "betas": adamw_betas,
