@@ -113,3 +113,76 @@ def test_plain_names_a_broken_update_as_the_torch_path(monkeypatch):
     with pytest.raises(NumericalError) as torch_path:
         kf.filter(*args)
     assert str(plain.value) == str(torch_path.value)
+
+
+def _both_paths(kf, *args, monkeypatch):
+    """The result (or the ValueError's message) on the default path and the torch path."""
+    out = []
+    for plain in ("1", "0"):
+        monkeypatch.setenv("ICML25_CDKF_PLAIN", plain)
+        try:
+            out.append(kf.filter(*args))
+        except ValueError as exc:
+            out.append(str(exc))
+    monkeypatch.delenv("ICML25_CDKF_PLAIN")
+    return out
+
+
+def _scalar_kf(dtype=D, requires_grad=False):
+    A = torch.tensor([[-0.5, 1.0], [0.0, -1.0]], dtype=dtype, requires_grad=requires_grad)
+    sde = LinearSDE(A, torch.diag(torch.tensor([0.0, 0.5], dtype=dtype)), torch.zeros(2, dtype=dtype),
+                    torch.eye(2, dtype=dtype))  # fmt: skip
+    return ContinuousDiscreteKF(sde, [Sensor(torch.tensor([[1.0, 0.0]], dtype=dtype),
+                                             torch.tensor([[0.1]], dtype=dtype))])  # fmt: skip
+
+
+def test_observations_follow_the_models_dtype_on_both_paths(monkeypatch):
+    # before: a float32 model needing gradients crashed on float64 observations (torch path),
+    # and Python floats were rounded to float32 in a float64 model (differing by 2e-8)
+    import numpy as np
+
+    t, i = torch.tensor([0.2, 0.9], dtype=D), torch.tensor([0, 0])
+    kf32 = _scalar_kf(torch.float32, requires_grad=True)
+    mu, _ = kf32.filter(t.float(), i, [np.array([0.3]), np.float64(0.1)], t.float())
+    assert mu.dtype == torch.float32
+    kf = _scalar_kf()
+    ref = kf.filter(t, i, [torch.tensor([0.1], dtype=D), torch.tensor([0.7], dtype=D)], t)
+    for ys in ([0.1, 0.7], [[0.1], [0.7]], torch.tensor([[0.1], [0.7]], dtype=D),
+               torch.tensor([0.1, 0.7], dtype=D)):  # fmt: skip
+        for mu, S in _both_paths(kf, t, i, ys, t, monkeypatch=monkeypatch):
+            torch.testing.assert_close(mu, ref[0], rtol=1e-15, atol=1e-15)
+            torch.testing.assert_close(S, ref[1], rtol=1e-15, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("ys", "match"),
+    [
+        ([None, 1.0], r"sensor 0 at t = 0.2 is None; drop the event"),
+        (
+            [[[0.3]], 1.0],
+            r"sensor 0 gives 1 value\(s\) per measurement, got an observation of shape \(1, 1\)",
+        ),
+        (["a", 1.0], r"sensor 0 at t = 0.2 must be a number or a 1-D array of 1 number"),
+        ([torch.tensor([True]), 1.0], r"must be real numbers, got a torch.bool tensor"),
+    ],
+)
+def test_bad_observations_are_named_alike_on_both_paths(ys, match, monkeypatch):
+    # before: None was NaN on one path and a covariance-only update on the other; a (1, 1)
+    # observation and a string gave raw numpy / torch errors, different on each path
+    t, i = torch.tensor([0.2, 0.9], dtype=D), torch.tensor([0, 0])
+    plain, torch_path = _both_paths(_scalar_kf(), t, i, ys, t, monkeypatch=monkeypatch)
+    assert plain == torch_path and isinstance(plain, str)
+    assert __import__("re").search(match, plain), plain
+
+
+def test_an_in_place_change_of_the_model_is_seen(monkeypatch):
+    # before: the memoised Van Loan steps kept the old A (change 0.0, fresh model 0.033)
+    kf = _scalar_kf()
+    t, i, ys = torch.tensor([0.5, 1.0], dtype=D), torch.tensor([0, 0]), [0.3, 0.1]
+    before = kf.filter(t, i, ys, t)[0]
+    with torch.no_grad():
+        kf.sde.A[0, 0] -= 0.3
+    after = kf.filter(t, i, ys, t)[0]
+    fresh = ContinuousDiscreteKF(kf.sde, kf.sensors).filter(t, i, ys, t)[0]
+    torch.testing.assert_close(after, fresh)
+    assert float((after - before).abs().max()) > 1e-3

@@ -66,3 +66,19 @@ def test_swan_muon_variant_defaults_to_bf16_and_keeps_the_rms():
         opt.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("bad", [torch.int32, "bf16", torch.bool])
+def test_a_non_floating_matmul_dtype_is_refused(bad):
+    # before: torch.int32 rounded the iterates to zeros (a silently frozen model); "bf16" gave
+    # a raw "Invalid device string"
+    with pytest.raises(ValueError, match="matmul_dtype must be None or a torch floating dtype"):
+        whiten(_g(8, 16), "muon", matmul_dtype=bad)
+    model = torch.nn.Linear(8, 8)
+    with pytest.raises(ValueError, match="matmul_dtype must be None or a torch floating dtype"):
+        SWAN(swan_param_groups(model), variant="swan_muon", matmul_dtype=bad)
+
+
+def test_an_unused_ns_beta_is_named():
+    with pytest.warns(UserWarning, match="ns_beta=0.5 is unused by whitening='muon'"):
+        SWAN(swan_param_groups(torch.nn.Linear(8, 8)), variant="swan_muon", ns_beta=0.5)

@@ -202,7 +202,8 @@ class ContinuousDiscreteKF:
             Phi, Qd = van_loan(A, Qc, h)
             return Phi.to(dtype), Qd.to(dtype)
         cache = self.__dict__.setdefault("_vl_cache", {})
-        key = (float(h), dtype)
+        # keyed by the matrices too: an in-place change of A or Qc (their _version) is a new model
+        key = (float(h), dtype, id(A), A._version, id(Qc), Qc._version)
         if key not in cache:
             if len(cache) > 512:
                 cache.clear()
@@ -223,18 +224,7 @@ class ContinuousDiscreteKF:
         t = as_real("t", t)
         C, R = self.sensors[sensor_idx].matrices(xi(t) if callable(xi) else xi, t)
         if y is not None:
-            y = torch.as_tensor(y)
-            y = y.reshape(1) if y.ndim == 0 else y
-            if y.shape[-1] != C.shape[-2]:
-                raise ValueError(
-                    f"sensor {sensor_idx} gives {C.shape[-2]} value(s) per measurement, got an "
-                    f"observation of shape {tuple(y.shape)} at t = {t}"
-                )
-            if not bool(torch.isfinite(y).all()):
-                raise ValueError(
-                    f"the observation of sensor {sensor_idx} at t = {t} is not finite "
-                    f"({y.tolist()}); drop the event (a missing measurement) instead"
-                )
+            y = _observation(y, sensor_idx, C.shape[-2], t, Sigma.dtype)
         try:
             return joseph_update(mu, Sigma, y, C.to(Sigma.dtype), R.to(Sigma.dtype))
         except torch.linalg.LinAlgError as exc:
@@ -283,7 +273,7 @@ class ContinuousDiscreteKF:
                 te = float(times[k])
                 mu, Sigma = self.predict(mu, Sigma, t, te, xi_path)
                 t = te
-                y = None if ys is None else ys[k]
+                y = None if ys is None else _given(ys[k], int(sensor_ids[k]), te)
                 mu, Sigma = self.update(mu, Sigma, y, int(sensor_ids[k]), te, xi_path)
                 e += 1
             mu, Sigma = self.predict(mu, Sigma, t, g, xi_path)
@@ -473,33 +463,62 @@ def _observations(ys, events, kf: ContinuousDiscreteKF, sensor_ids, times, npdt)
     dims = {sensor.C.shape[0] for sensor in kf.sensors}
     if (
         len(dims) == 1
-        and ys
-        and all(isinstance(y, Tensor) for y in ys)
+        and len(ys) > 0
+        and all(isinstance(y, Tensor) and y.ndim <= 1 for y in ys)
         and len({tuple(y.shape) for y in ys}) == 1
     ):  # the common case at once: one stack, one check
         Y = torch.stack([y.detach() for y in ys]).to(_TORCH[npdt]).numpy()
         Y = Y.reshape(len(ys), 1) if Y.ndim == 1 else Y
-        if Y.ndim == 2 and Y.shape[-1] in dims and bool(np.isfinite(Y).all()):
+        if Y.shape[-1] in dims and bool(np.isfinite(Y).all()):
             return list(Y)
     out = [None] * len(ys)
+    tl, il = times.tolist(), sensor_ids.tolist()
     for k in events:
-        y = ys[k]
-        y = y.detach().to(_TORCH[npdt]).numpy() if isinstance(y, Tensor) else np.asarray(y, npdt)
-        y = y.reshape(1) if y.ndim == 0 else y
-        sid = int(sensor_ids[k])
-        d = kf.sensors[sid].C.shape[0]
-        if y.shape[-1] != d:
-            raise ValueError(
-                f"sensor {sid} gives {d} value(s) per measurement, got an observation of shape "
-                f"{tuple(y.shape)} at t = {float(times[k])}"
-            )
-        if not np.isfinite(y).all():
-            raise ValueError(
-                f"the observation of sensor {sid} at t = {float(times[k])} is not finite "
-                f"({y.tolist()}); drop the event (a missing measurement) instead"
-            )
-        out[k] = y
+        sid, t = int(il[k]), float(tl[k])
+        y = _observation(_given(ys[k], sid, t), sid, kf.sensors[sid].C.shape[0], t, _TORCH[npdt])
+        out[k] = y.detach().numpy()
     return out
+
+
+def _given(y, sid: int, t: float):
+    """An event's observation, refusing None (an event without a value is not an update)."""
+    if y is None:
+        raise ValueError(
+            f"the observation of sensor {sid} at t = {t} is None; drop the event (a missing "
+            "measurement) instead, or pass ys=None for covariances only"
+        )
+    return y
+
+
+def _observation(y, sid: int, d: int, t: float, dtype: torch.dtype) -> Tensor:
+    """One observation as a ``(d,)`` tensor of ``dtype`` (a number for a one-output sensor),
+    checked: numeric, the sensor's size, finite. Tensors keep their graph."""
+    if not isinstance(y, Tensor):
+        try:
+            y = torch.as_tensor(np.asarray(y, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"the observation of sensor {sid} at t = {t} must be a number or a 1-D array of "
+                f"{d} number(s), got {y!r}"
+            ) from None
+    elif not (y.is_floating_point() or y.dtype in (torch.int32, torch.int64, torch.int16)):
+        raise ValueError(
+            f"the observation of sensor {sid} at t = {t} must be real numbers, got a {y.dtype} "
+            "tensor"
+        )
+    y = y.to(dtype)
+    y = y.reshape(1) if y.ndim == 0 else y
+    if y.ndim != 1 or y.shape[0] != d:
+        raise ValueError(
+            f"sensor {sid} gives {d} value(s) per measurement, got an observation of shape "
+            f"{tuple(y.shape)} at t = {t}"
+        )
+    if not bool(torch.isfinite(y.detach()).all()):
+        raise ValueError(
+            f"the observation of sensor {sid} at t = {t} is not finite ({y.tolist()}); drop the "
+            "event (a missing measurement) instead"
+        )
+    return y
 
 
 def _plain_filter(kf: ContinuousDiscreteKF, times, sensor_ids, events, ys, t_grid, dtype):

@@ -44,6 +44,18 @@ def _check_matrix(G: Tensor, name: str = "G") -> None:
         raise ValueError(f"{name} must have shape (..., m, n), got {tuple(G.shape)}")
 
 
+def check_matmul_dtype(matmul_dtype) -> None:
+    """``matmul_dtype`` must be None or a floating torch dtype (an integer one would round the
+    unit-norm iterates to zeros: a silently frozen update)."""
+    if matmul_dtype is not None and not (
+        isinstance(matmul_dtype, torch.dtype) and matmul_dtype.is_floating_point
+    ):
+        raise ValueError(
+            "matmul_dtype must be None or a torch floating dtype (e.g. torch.bfloat16), got "
+            f"{matmul_dtype!r}"
+        )
+
+
 def _unit_frobenius(X: Tensor) -> tuple[Tensor, Tensor]:
     """``X / ||X||_F`` per matrix, exactly scale-invariant (max-abs first, so nothing underflows).
 
@@ -160,6 +172,7 @@ def whiten(
         steps = as_int("steps", steps, 1)
         beta = as_real("beta", beta, low=0, high=1, low_open=True)
         rel_tol = as_real("rel_tol", rel_tol, low=0, high=1, high_open=True)
+        check_matmul_dtype(matmul_dtype)
     if G.numel() == 0:  # an empty matrix whitens to itself (amax has nothing to reduce)
         return G.clone()
     if check and not bool(torch.isfinite(G).all()):

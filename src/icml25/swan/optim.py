@@ -18,7 +18,13 @@ from torch import Tensor
 from torch.optim.adam import adam as adam_functional
 
 from icml25._validate import as_bool, as_int, as_real, shown
-from icml25.swan.functional import RESCALES, WHITENINGS, sinkhorn_normalize, swan_direction
+from icml25.swan.functional import (
+    RESCALES,
+    WHITENINGS,
+    check_matmul_dtype,
+    sinkhorn_normalize,
+    swan_direction,
+)
 
 __all__ = ["SWAN", "SinkGD", "VARIANTS"]
 
@@ -127,6 +133,15 @@ class SWAN(torch.optim.Optimizer):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         preset = VARIANTS[variant]
+        if ns_beta is not None and (preset["whitening"] if whitening is ... else whitening) in (
+            "muon", "eigh", "svd", None,
+        ):  # fmt: skip
+            warnings.warn(
+                f"SWAN: ns_beta={ns_beta} is unused by whitening="
+                f"{preset['whitening'] if whitening is ... else whitening!r}",
+                UserWarning,
+                stacklevel=2,
+            )
         defaults = {
             "lr": lr,
             "scale": scale,
@@ -257,6 +272,7 @@ class SWAN(torch.optim.Optimizer):
         if group["rescale"] not in RESCALES:
             raise ValueError(f"rescale must be one of {RESCALES}, got {group['rescale']!r}")
         group["ns_steps"] = as_int("ns_steps", group["ns_steps"], 1)
+        check_matmul_dtype(group.get("matmul_dtype"))
         if group["ns_beta"] > 2 / 3 and group["ns_steps"] > 30 and group["whitening"] == "ns":
             warnings.warn(
                 f"ns_beta={group['ns_beta']} > 2/3 does not converge: more than 30 steps "
