@@ -169,10 +169,10 @@ def test_sampling_is_seeded_per_row_and_independent_of_the_batch(arch):
 
 
 def test_generation_stops_at_the_templates_end_of_turn(arch):
-    spec = ARCHITECTURES[arch]
+    arch_info = ARCHITECTURES[arch]
     chat = chat_for(arch)
     tok = chat.tokenizer
-    eot = tok.convert_tokens_to_ids(spec.end_of_turn)
+    eot = tok.convert_tokens_to_ids(arch_info.end_of_turn)
     assert eot in chat.eos_ids and tok.eos_token_id in chat.eos_ids
     bias = torch.zeros(len(tok))
     bias[eot] = 1e4  # the model ends its turn at once

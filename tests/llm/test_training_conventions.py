@@ -201,8 +201,8 @@ def test_a_second_round_still_computes_in_the_checkpoints_dtype():
 def test_end_of_turn_is_the_templates_not_the_eos(arch):
     from icml25.llm.training import end_of_turn_id
 
-    tok, spec = archs.tiny_tokenizer(arch), archs.ARCHITECTURES[arch]
-    assert end_of_turn_id(tok) == tok.convert_tokens_to_ids(spec.end_of_turn)
+    tok, arch_info = archs.tiny_tokenizer(arch), archs.ARCHITECTURES[arch]
+    assert end_of_turn_id(tok) == tok.convert_tokens_to_ids(arch_info.end_of_turn)
     tok.chat_template = None
     assert end_of_turn_id(tok) is None
 

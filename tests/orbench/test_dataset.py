@@ -5,8 +5,8 @@ control characters and lone surrogates, XSTest's CSV, and the lm-evaluation-harn
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
+import runpy
 import sys
 import types
 from pathlib import Path
@@ -411,12 +411,8 @@ def read_task_yaml(path: Path) -> dict:
 
 
 def import_utils(folder: Path):
-    spec = importlib.util.spec_from_file_location(
-        f"orbench_lmeval_utils_{abs(hash(folder))}", folder / "utils.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The exported task's utils.py as a module (its functions, as lm-eval would import them)."""
+    return types.SimpleNamespace(**runpy.run_path(str(folder / "utils.py")))
 
 
 RESPONSES = {
