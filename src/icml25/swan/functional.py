@@ -240,15 +240,22 @@ def newton_schulz_polar(
     ``matmul_dtype=torch.bfloat16`` runs the matmuls in bf16 (float32 accumulation on CPUs with
     AVX512-BF16 and on GPUs): relative error about 2e-2 against float64 (docs/swan.md).
     """
-    out_dtype = X.dtype
-    shape = X.shape
-    Y = X.reshape(-1, shape[-2], shape[-1])
+
+    def cubic(Y: Tensor) -> Tensor:
+        return torch.baddbmm(Y, torch.bmm(Y, Y.mT), Y, beta=3 * beta, alpha=-beta)
+
+    return _iterate_batched(X, cubic, steps, matmul_dtype)
+
+
+def _iterate_batched(X: Tensor, step, steps: int, matmul_dtype: torch.dtype | None) -> Tensor:
+    """``step`` applied ``steps`` times to ``X`` as one ``(batch, p, q)`` stack, in
+    ``matmul_dtype`` when given; returned in ``X``'s shape and dtype."""
+    Y = X.reshape(-1, X.shape[-2], X.shape[-1])
     if matmul_dtype is not None:
         Y = Y.to(matmul_dtype)
     for _ in range(steps):
-        A = torch.bmm(Y, Y.mT)
-        Y = torch.baddbmm(Y, A, Y, beta=3 * beta, alpha=-beta)
-    return Y.reshape(shape).to(out_dtype)
+        Y = step(Y)
+    return Y.reshape(X.shape).to(X.dtype)
 
 
 def quintic_polar(X: Tensor, steps: int = 5, matmul_dtype: torch.dtype | None = None) -> Tensor:
@@ -261,16 +268,12 @@ def quintic_polar(X: Tensor, steps: int = 5, matmul_dtype: torch.dtype | None = 
     Muon-class whitening, for the measured error). ``matmul_dtype=torch.bfloat16`` runs the
     iteration in bf16 as Muon does."""
     a, b, c = MUON_COEFFS
-    out_dtype = X.dtype
-    shape = X.shape
-    Y = X.reshape(-1, shape[-2], shape[-1])
-    if matmul_dtype is not None:
-        Y = Y.to(matmul_dtype)
-    for _ in range(steps):
+
+    def quintic(Y: Tensor) -> Tensor:
         A = torch.bmm(Y, Y.mT)
-        B = torch.baddbmm(A, A, A, beta=b, alpha=c)
-        Y = torch.baddbmm(Y, B, Y, beta=a)
-    return Y.reshape(shape).to(out_dtype)
+        return torch.baddbmm(Y, torch.baddbmm(A, A, A, beta=b, alpha=c), Y, beta=a)
+
+    return _iterate_batched(X, quintic, steps, matmul_dtype)
 
 
 def muon_orthogonalize(
