@@ -17,6 +17,9 @@ from icml25.lapsum import (
     soft_topk,
 )
 
+# every test here runs on the torch path and on the compiled kernels (conftest.py)
+pytestmark = pytest.mark.usefixtures("lapsum_path")
+
 D = torch.float64
 
 

@@ -11,6 +11,9 @@ from scipy.stats import spearmanr
 
 from icml25.lapsum import soft_rank, soft_sort, soft_topk, spearman_corr
 
+# every test here runs on the torch path and on the compiled kernels (conftest.py)
+pytestmark = pytest.mark.usefixtures("lapsum_path")
+
 
 def test_spearman_of_a_constant_row_is_nan_as_scipy():
     pred = torch.tensor([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]], requires_grad=True)

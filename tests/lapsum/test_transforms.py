@@ -9,6 +9,9 @@ import torch
 
 from icml25.lapsum import soft_rank, soft_sort, soft_topk
 
+# every test here runs on the torch path and on the compiled kernels (conftest.py)
+pytestmark = pytest.mark.usefixtures("lapsum_path")
+
 OPS = {
     "soft_rank": lambda x: soft_rank(x, 0.5),
     "soft_topk": lambda x: soft_topk(x, 10.0, alpha=0.5),

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from icml25.lapsum import _ref
+from icml25.lapsum import _cpu, _ref
 from icml25.lapsum._stats import laplace_cdf, laplace_log_cdf, laplace_pdf, lapsum_at, lapsum_stats
 
 __all__ = [
@@ -42,6 +42,11 @@ __all__ = [
 ]
 
 Number = int | float
+
+NONFINITE = (
+    "{name} contains NaN/inf; LapSum is undefined for non-finite inputs "
+    "(pass check_finite=False to let NaN propagate instead)"
+)
 
 
 # -- validation and reshaping -------------------------------------------------------------
@@ -84,19 +89,24 @@ def _rows(x: torch.Tensor, dim: int, check_finite: bool, name: str = "x"):
     n = x.shape[d]
     if n == 0:
         raise ValueError(f"{name} has n = 0 elements along dim={dim}; LapSum needs n >= 1")
-    moved = x.movedim(d, -1)
+    moved = x if d == x.ndim - 1 else x.movedim(d, -1)
     batch = tuple(moved.shape[:-1])
     rows = moved.reshape(-1, n)
     if check_finite and rows.numel():
 
         def fail():
-            raise ValueError(
-                f"{name} contains NaN/inf; LapSum is undefined for non-finite inputs "
-                "(pass check_finite=False to let NaN propagate instead)"
-            )
+            raise ValueError(NONFINITE.format(name=name))
 
         _value_check(torch.isfinite(rows), fail, f"{name}: it contains NaN/inf")
     return rows, batch, d, n
+
+
+def _routed_rows(x: torch.Tensor, dim: int, check_finite: bool, backend: str):
+    """The path of a call (:func:`_backend`) and :func:`_rows`; on the compiled CPU path the
+    finiteness check is left to the kernels, which read every value anyway (one pass less)."""
+    x = _as_float(x, "x")
+    path = _backend(backend, x)
+    return (path, *_rows(x, dim, check_finite and path != "cpu"))
 
 
 def _param_tensor(value, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -130,6 +140,10 @@ def _param_tensor(value, name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def _alpha_rows(alpha, batch: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
+    if type(alpha) in (int, float):  # the common case, checked without a tensor round trip
+        if not (math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be finite and > 0 (the Laplace scale), got [{alpha!r}]")
+        return torch.full((math.prod(batch), 1), float(alpha), dtype=torch.float64, device=x.device)
     a = _param_tensor(alpha, "alpha", x)
     bad = ~torch.isfinite(a.detach()) | (a.detach() <= 0)
 
@@ -184,31 +198,63 @@ def _targets(value, name: str, batch, x, lo: float, hi: float, dim: int | None):
     return v.reshape(-1, v.shape[-1] if multi else 1), multi
 
 
+_BACKENDS = ("auto", "torch", "cpu", "triton")
+
+
 def _backend(backend: str, x: torch.Tensor) -> str:
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    """The path a call takes: ``"cpu"`` (the compiled kernels, :mod:`._cpu`), ``"torch"``
+    (:mod:`._ref`) or ``"triton"``. ``"auto"`` picks the compiled kernels for CPU tensors when
+    they built, else the torch path, unless ``ICML25_LAPSUM_BACKEND`` names a path: a process-wide
+    choice, so it applies where it can (``cpu`` to CPU tensors, ``triton`` where Triton runs) and
+    leaves other calls on the torch path. The Triton kernels are opt-in until their gpu tests
+    have passed on a real device. docs/lapsum.md, "Backends and precision"."""
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    from_env = False
+    if backend == "auto":
+        env = os.environ.get("ICML25_LAPSUM_BACKEND", "").lower()
+        if env and env not in _BACKENDS:
+            raise ValueError(
+                f"ICML25_LAPSUM_BACKEND must be one of {_BACKENDS} (or unset), got {env!r}"
+            )
+        if env and env != "auto":
+            backend, from_env = env, True
+    on_cpu = x.device.type == "cpu"
     if backend == "torch":
         return "torch"
-    # The Triton kernels are opt-in (backend="triton" or ICML25_LAPSUM_BACKEND=triton) until
-    # their gpu tests have passed on a real device; "auto" is the torch path everywhere.
-    wanted = backend == "triton" or (
-        backend == "auto" and os.environ.get("ICML25_LAPSUM_BACKEND", "").lower() == "triton"
-    )
-    if not wanted:
-        return "torch"
+    if backend == "auto":
+        return "cpu" if on_cpu and _cpu.usable() else "torch"
+    if backend == "cpu":
+        if not on_cpu:
+            if from_env:
+                return "torch"
+            raise ValueError(f"backend='cpu' needs CPU tensors, x is on {x.device}")
+        if not _cpu.usable():
+            raise RuntimeError(f"backend='cpu' is not available here: {_cpu.available()[1]}")
+        return "cpu"
     from icml25.lapsum import _triton
 
     ok, why = _triton.available(x)
     if ok:
         return "triton"
-    if backend == "triton":
-        raise RuntimeError(f"backend='triton' is not available here: {why}")
-    return "torch"
+    if from_env:
+        return "torch"
+    raise RuntimeError(f"backend='triton' is not available here: {why}")
+
+
+def _apply(path: str, fn: str, *args):
+    """``fn`` of the compiled CPU path (whose kernels take the finiteness flag last) or of the
+    torch path; Triton has no inverse kernel, so ``lapsum_inverse`` and ``soft_sort`` run on the
+    torch path there."""
+    if path == "cpu":
+        return getattr(_cpu, fn).apply(*args)
+    return getattr(_ref, fn).apply(*args[:-1])
 
 
 def _unrows(out: torch.Tensor, batch, d: int, n: int, m: int | None) -> torch.Tensor:
     if m is None:
-        return out.reshape(*batch, n).movedim(-1, d)
+        out = out.reshape(*batch, n)
+        return out if d == out.ndim - 1 else out.movedim(-1, d)
     return out.reshape(*batch, m, n).movedim((-2, -1), (d, d + 1))
 
 
@@ -260,11 +306,10 @@ def lapsum_inverse(
     Returns:
         ``t`` of shape ``batch + (m,)``, x's dtype. Gradients to x, w and alpha (the VJP in docs/lapsum.md).
     """
-    rows, batch, _d, n = _rows(x, dim, check_finite)
+    path, rows, batch, _d, n = _routed_rows(x, dim, check_finite, backend)
     a = _alpha_rows(alpha, batch, rows)
     wr, _ = _targets(w, "w", batch, rows, 0.0, float(n), None)
-    _backend(backend, rows)  # the inverse itself always runs in torch (docs/lapsum.md: acceptable)
-    t = _ref.LapSumInverseFn.apply(rows, wr, a)
+    t = _apply(path, "LapSumInverseFn", rows, wr, a, check_finite)
     return t.reshape(*batch, wr.shape[-1])
 
 
@@ -294,16 +339,16 @@ def soft_topk(
         Probabilities in (0, 1) (or their logs), x's shape (plus the m axis for multi-k), x's
         dtype and device. Differentiable w.r.t. x, k and alpha (exact VJPs, docs/lapsum.md).
     """
-    rows, batch, d, n = _rows(x, dim, check_finite)
+    path, rows, batch, d, n = _routed_rows(x, dim, check_finite, backend)
     a = _alpha_rows(alpha, batch, rows)
     kr, multi = _targets(k, "k", batch, rows, 0.0, float(n), d)
     r = rows if largest else -rows
-    if _backend(backend, rows) == "triton":
+    if path == "triton":
         from icml25.lapsum import _triton
 
         out = _triton.soft_topk(r, kr, a, log)
     else:
-        out = _ref.SoftTopKFn.apply(r, kr, a, log)
+        out = _apply(path, "SoftTopKFn", r, kr, a, log, check_finite)
     return _unrows(out, batch, d, n, kr.shape[-1] if multi else None)
 
 
@@ -331,15 +376,15 @@ def soft_rank(
     gives ``argsort(argsort(x))``. ``one_based=True`` adds 1 (torchsort / scipy convention).
     O(n log n) forward and backward (docs/lapsum.md). Returns x's shape and dtype.
     """
-    rows, batch, d, n = _rows(x, dim, check_finite)
+    path, rows, batch, d, n = _routed_rows(x, dim, check_finite, backend)
     a = _alpha_rows(alpha, batch, rows)
     r = -rows if descending else rows
-    if _backend(backend, rows) == "triton":
+    if path == "triton":
         from icml25.lapsum import _triton
 
         out = _triton.soft_rank(r, a)
     else:
-        out = _ref.SoftRankFn.apply(r, a)
+        out = _apply(path, "SoftRankFn", r, a, check_finite)
     if one_based:
         out = out + 1
     return _unrows(out, batch, d, n, None)
@@ -359,12 +404,11 @@ def soft_sort(
     ``alpha -> 0`` gives ``torch.sort``; the row mean is not preserved exactly. Gradients to x and
     alpha through the exact inverse VJP (docs/lapsum.md).
     """
-    rows, batch, d, n = _rows(x, dim, check_finite)
+    path, rows, batch, d, n = _routed_rows(x, dim, check_finite, backend)
     a = _alpha_rows(alpha, batch, rows)
-    _backend(backend, rows)
     r = -rows if descending else rows
     w = (torch.arange(n, dtype=torch.float64, device=rows.device) + 0.5).expand(rows.shape[0], n)
-    out = _ref.LapSumInverseFn.apply(r, w, a)
+    out = _apply(path, "LapSumInverseFn", r, w, a, check_finite)
     if descending:
         out = -out
     return _unrows(out, batch, d, n, None)
