@@ -82,8 +82,10 @@ def test_equals_the_torch_path_in_float64(op, rows, n, spread, ties, seed):
         if i == 2:
             # d/d alpha is a difference of sums of terms g_i (x_i - mean) / alpha, which cancel
             # to far below their size when the row is wide: compare at the terms' scale
+            # (or to zero when the row is constant: then at the gradients' own scale)
             terms = (x - x.mean(-1, keepdim=True)).abs().amax(-1) * ref[1].abs().sum(-1) / alpha
-            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12 * float(terms.max()))
+            scale = max(float(terms.max()), float(ref[1].abs().sum()))
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12 * scale)
         else:
             _close(a, b)
 
@@ -146,6 +148,22 @@ def test_exp_nonpos_is_within_2_ulp_down_to_the_subnormals():
     # subnormal results: within 2 units of the smallest subnormal (5e-324)
     assert float((got - ref).abs()[~normal].max()) <= 2 * 4.95e-324
     assert math.isnan(float(_cpu.exp_nonpos(torch.tensor([math.nan], dtype=D))[0]))
+
+
+def test_log_pos_is_within_1_ulp_and_keeps_the_special_values():
+    g = torch.Generator().manual_seed(8)
+    x = torch.cat([
+        torch.exp(torch.rand(200_000, generator=g, dtype=D) * 1400 - 700),
+        1 + (torch.rand(10_000, generator=g, dtype=D) - 0.5) * 1e-6,
+        torch.tensor([1.0, 2.0, 0.5, 1e-310, 5e-324, torch.finfo(D).max], dtype=D),
+    ])  # fmt: skip
+    got, ref = _cpu.log_pos(x), torch.log(x)
+    # absolute near 1 (where log is near 0), relative elsewhere
+    err = (got - ref).abs() / ref.abs().clamp(min=1.0)
+    assert float(err.max()) <= torch.finfo(D).eps
+    special = torch.tensor([0.0, math.inf, -1.0, math.nan], dtype=D)
+    assert _cpu.log_pos(special).tolist()[:2] == [-math.inf, math.inf]
+    assert all(math.isnan(v) for v in _cpu.log_pos(special).tolist()[2:])
 
 
 def test_threaded_rows_equal_one_thread():

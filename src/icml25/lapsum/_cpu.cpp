@@ -80,6 +80,39 @@ inline double exp_nonpos(double x) {
   return p * bits_to_double(e << 52) * (tiny ? 0x1p-600 : 1.0);
 }
 
+// log(x), within 1 ulp of std::log: x = m 2^k with m in [sqrt(1/2), sqrt(2)) read from the bits
+// (subnormal x scaled by 2^54 first), log m = 2 atanh(s) with s = (m - 1)/(m + 1), |s| <= 0.172,
+// by its series to s^21 (truncation below 1e-17). log 0 = -inf, log inf = inf, NaN and negative
+// x give NaN. Branch-free, so the compiler vectorises it.
+inline double log_pos(double x) {
+  constexpr double kTiny = 0x1p-1022;
+  const bool sub = x < kTiny;
+  const double xs = sub ? x * 0x1p54 : x;
+  const uint64_t bits = double_to_bits(xs);
+  // subtracting the bits of sqrt(1/2) moves the exponent's boundary there; the added bias keeps
+  // the value positive for the logical shift
+  const uint64_t ku = (bits - double_to_bits(0.70710678118654752440) + (1023ull << 52)) >> 52;
+  const double m = bits_to_double(bits - (ku << 52) + (1023ull << 52));
+  const double k = (bits_to_double(0x4330000000000000ull | ku) - 0x1p52) - (sub ? 1077.0 : 1023.0);
+  const double s = (m - 1.0) / (m + 1.0);
+  const double s2 = s * s;
+  double p = 1.0 / 21;
+  p = p * s2 + 1.0 / 19;
+  p = p * s2 + 1.0 / 17;
+  p = p * s2 + 1.0 / 15;
+  p = p * s2 + 1.0 / 13;
+  p = p * s2 + 1.0 / 11;
+  p = p * s2 + 1.0 / 9;
+  p = p * s2 + 1.0 / 7;
+  p = p * s2 + 1.0 / 5;
+  p = p * s2 + 1.0 / 3;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  const double r = k * kLn2Hi + (2.0 * s + (2.0 * s * s2 * p + k * kLn2Lo));
+  const double special = x > 0 ? x : (x == 0 ? -kInf : std::numeric_limits<double>::quiet_NaN());
+  return x > 0 && x < kInf ? r : special;  // +inf stays inf; 0, negatives and NaN as std::log
+}
+
 double logaddexp(double x, double y) {
   if (x == -kInf) return y;
   if (y == -kInf) return x;
@@ -123,13 +156,30 @@ LAPSUM_CLONES int64_t factors(const T* sv, int64_t n, double alpha, double* d) {
   return nonfinite;
 }
 
-// An uninitialised buffer of n doubles (std::vector would zero it first).
+// Scratch of n values: a slot of a per-thread pool, grown when needed and kept between calls
+// (a fresh buffer of a large row costs a page fault every 4 KiB, about as much as the scan it
+// serves), or, past kPooledMax values, a buffer of its own.
+constexpr int64_t kPooledMax = int64_t{1} << 21;
+
+template <class V>
 struct Buffer {
-  std::unique_ptr<double[]> data;
-  explicit Buffer(int64_t n) : data(new double[std::max<int64_t>(n, 1)]) {}
-  double& operator[](int64_t i) { return data[i]; }
-  const double& operator[](int64_t i) const { return data[i]; }
-  double* get() { return data.get(); }
+  V* ptr;
+  std::unique_ptr<V[]> owned;
+  Buffer(int64_t n, int slot) {
+    thread_local std::vector<V> pool[8];  // slots: see each caller
+    n = std::max<int64_t>(n, 1);
+    if (n <= kPooledMax) {
+      auto& v = pool[slot];
+      if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+      ptr = v.data();
+    } else {
+      owned.reset(new V[n]);
+      ptr = owned.get();
+    }
+  }
+  V& operator[](int64_t i) { return ptr[i]; }
+  const V& operator[](int64_t i) const { return ptr[i]; }
+  V* get() { return ptr; }
 };
 
 // The sorted statistics of one ascending row sv (paper Sec. 3): factors d, the exclusive sums
@@ -137,10 +187,10 @@ struct Buffer {
 // scaled values s_i = (sv_i - median) / alpha and G_i = LapSum(s_i) = i + 1/2 + (a_ex_i - b_ex_i)/2.
 template <class T>
 struct RowStats {
-  Buffer d, a_ex, b_ex;
+  Buffer<double> d, a_ex, b_ex;
   const T* sv = nullptr;
   double c = 0.0, alpha = 1.0;
-  explicit RowStats(int64_t n) : d(n), a_ex(n), b_ex(n) {}
+  explicit RowStats(int64_t n) : d(n, 0), a_ex(n, 1), b_ex(n, 2) {}
   int64_t compute(const T* row, int64_t n, double a) {
     sv = row;
     alpha = a;
@@ -180,24 +230,56 @@ double solve_in_bracket(const RowStats<T>& st, int64_t n, int64_t j, double w) {
   return e > 0 ? s_hi + log_z - log_a : s_lo - log_z + log_b;
 }
 
-// t = c + alpha tau for the m targets w of one row (searchsorted side="left" on G; ascending
-// targets walk G once, others bisect it).
+// The root for every target from its bracket's values (A = 0 above the last point, B = 0 below
+// the first), branch-free so the compiler vectorises it. A target whose L would fall below
+// 1e-290 (its bracket points more than ~660 alpha apart) is left NaN here and solved in the log
+// domain by solve_row.
+LAPSUM_CLONES void solve_brackets(const double* a_hat, const double* b_hat, const double* s_lo,
+                                  const double* s_hi, const double* e, int64_t m, double c,
+                                  double alpha, double* t) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t q = 0; q < m; ++q) {
+    const double ab = a_hat[q] * b_hat[q];  // 0 unless the target lies between two points
+    const double big = ab * exp_nonpos(s_lo[q] - s_hi[q]);
+    const double z = std::fabs(e[q]) + std::sqrt(e[q] * e[q] + big);
+    const double tau = e[q] > 0 ? s_hi[q] + log_pos(z / a_hat[q]) : s_lo[q] - log_pos(z / b_hat[q]);
+    const double value = c + alpha * tau;
+    t[q] = big < 1e-290 ? (ab > 0 ? kNaN : value) : value;
+  }
+}
+
+// t = c + alpha tau for the m targets w of one row: the brackets (searchsorted side="left" on G;
+// ascending targets walk G once, others bisect it) and their values, then solve_brackets.
 template <class T>
 void solve_row(const RowStats<T>& st, int64_t n, const double* w, int64_t m, double* t) {
+  Buffer<double> a_hat(m, 3), b_hat(m, 4), s_lo(m, 5), s_hi(m, 6), e(m, 7);
+  Buffer<int64_t> jj(m, 0);
   int64_t j = 0;
   for (int64_t q = 0; q < m; ++q) {
     if (q == 0 || w[q] < w[q - 1]) {
       int64_t lo = 0, hi = n;  // first j with G_j >= w
       while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        if (st.g(mid) < w[q]) lo = mid + 1; else hi = mid;
+        if (st.g(mid) < w[q])
+          lo = mid + 1;
+        else
+          hi = mid;
       }
       j = lo;
     } else {
       while (j < n && st.g(j) < w[q]) ++j;
     }
-    t[q] = st.c + st.alpha * solve_in_bracket(st, n, j, w[q]);
+    const int64_t lo = std::max<int64_t>(j - 1, 0), hi = std::min<int64_t>(j, n - 1);
+    jj[q] = j;
+    a_hat[q] = j < n ? 1.0 + st.a_ex[hi] : 0.0;
+    b_hat[q] = j > 0 ? 1.0 + st.b_ex[lo] : 0.0;
+    s_lo[q] = st.s(lo);
+    s_hi[q] = st.s(hi);
+    e[q] = w[q] - static_cast<double>(j);
   }
+  solve_brackets(a_hat.get(), b_hat.get(), s_lo.get(), s_hi.get(), e.get(), m, st.c, st.alpha, t);
+  for (int64_t q = 0; q < m; ++q)
+    if (std::isnan(t[q])) t[q] = st.c + st.alpha * solve_in_bracket(st, n, jj[q], w[q]);
 }
 
 // sum_p c_p e^{-|dst_l - src_p|} for ascending src (np) and ascending dst (nq); a source tied
@@ -263,7 +345,7 @@ int64_t rank_fwd(const T* sv, const int64_t* perm, const double* alpha, int64_t 
                  int threads, T* rank, double* k1) {
   std::vector<int64_t> bad(R, 0);
   for_rows(R, n, threads, [&](int64_t r0, int64_t r1) {
-    Buffer d(n), a_ex(n), b_ex(n);
+    Buffer<double> d(n, 0), a_ex(n, 1), b_ex(n, 2);
     for (int64_t row = r0; row < r1; ++row) {
       bad[row] = factors(sv + row * n, n, alpha[row], d.get());
       // the two recurrences are independent: one loop runs both, so their latencies overlap
@@ -292,7 +374,7 @@ template <class T>
 void rank_bwd(const T* v, const T* sv, const int64_t* perm, const double* k1, const double* alpha,
               int64_t R, int64_t n, int threads, T* g_r, double* g_alpha) {
   for_rows(R, n, threads, [&](int64_t r0, int64_t r1) {
-    Buffer d(n), u(n), left(n), right(n);
+    Buffer<double> d(n, 0), u(n, 1), left(n, 2), right(n, 3);
     for (int64_t row = r0; row < r1; ++row) {
       const T* srow = sv + row * n;
       const T* vv = v + row * n;
@@ -473,9 +555,13 @@ void topk_bwd(const T* v, const T* r, const double* t64, const double* alpha, in
   });
 }
 
-// exp_nonpos itself, for the accuracy test (tests/lapsum/test_cpu_kernels.py).
+// exp_nonpos and log_pos themselves, for their accuracy test (tests/lapsum/test_cpu_kernels.py).
 LAPSUM_CLONES void exp_nonpos_array(const double* x, int64_t n, double* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = exp_nonpos(x[i]);
+}
+
+LAPSUM_CLONES void log_pos_array(const double* x, int64_t n, double* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = log_pos(x[i]);
 }
 
 }  // namespace
@@ -483,6 +569,8 @@ LAPSUM_CLONES void exp_nonpos_array(const double* x, int64_t n, double* out) {
 extern "C" void lapsum_exp_nonpos(const double* x, int64_t n, double* out) {
   exp_nonpos_array(x, n, out);
 }
+
+extern "C" void lapsum_log_pos(const double* x, int64_t n, double* out) { log_pos_array(x, n, out); }
 
 // C ABI: one entry per kernel and input type (f32 / f64). Forward kernels return the number of
 // non-finite inputs they met (the caller raises on it when asked to check).

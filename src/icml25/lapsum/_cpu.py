@@ -35,10 +35,18 @@ from torch.autograd.function import once_differentiable
 from icml25.lapsum._ref import _First
 
 _SOURCE = Path(__file__).with_name("_cpu.cpp")
-# -fno-trapping-math lets the compiler vectorise the branch-free exp (no floating-point traps are
-# used); no -march: the library may sit in a home directory shared by different machines (the
+# -fno-trapping-math and -fno-math-errno let the compiler vectorise the branch-free exp / log and
+# sqrt (no floating-point traps or errno are used); no -march: the library may sit in a home directory shared by different machines (the
 # source picks an AVX2 clone at load time itself)
-_FLAGS = ("-O3", "-fno-trapping-math", "-pthread", "-shared", "-fPIC", "-std=c++17")
+_FLAGS = (
+    "-O3",
+    "-fno-trapping-math",
+    "-fno-math-errno",
+    "-pthread",
+    "-shared",
+    "-fPIC",
+    "-std=c++17",
+)
 _KERNEL_DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 
 _lock = threading.Lock()
@@ -85,7 +93,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         for suffix in _KERNEL_DTYPES.values():
             fn = getattr(lib, f"lapsum_{name}_{suffix}")
             fn.argtypes, fn.restype = args, ret
-    lib.lapsum_exp_nonpos.argtypes, lib.lapsum_exp_nonpos.restype = [p, i64, p], None
+    for name in ("lapsum_exp_nonpos", "lapsum_log_pos"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [p, i64, p], None
 
 
 def _load() -> tuple[ctypes.CDLL | None, str]:
@@ -221,13 +230,24 @@ def _topk_bwd(v, r, t64, alpha, log, k_max):
     return g_r, g_k, g_alpha
 
 
-def exp_nonpos(x: torch.Tensor) -> torch.Tensor:
-    """The kernels' vectorised ``exp`` on float64 values ``<= 0`` (for its accuracy test)."""
+def _elementwise(name: str, x: torch.Tensor) -> torch.Tensor:
     x = x.to(torch.float64).contiguous()
     out = torch.empty_like(x)
-    _load()
-    _state["lib"].lapsum_exp_nonpos(_p(x), x.numel(), _p(out))  # type: ignore[union-attr]
+    lib, why = _load()
+    if lib is None:
+        raise RuntimeError(f"LapSum's compiled CPU kernels are not available: {why}")
+    getattr(lib, name)(_p(x), x.numel(), _p(out))
     return out
+
+
+def exp_nonpos(x: torch.Tensor) -> torch.Tensor:
+    """The kernels' vectorised ``exp`` on float64 values ``<= 0`` (for its accuracy test)."""
+    return _elementwise("lapsum_exp_nonpos", x)
+
+
+def log_pos(x: torch.Tensor) -> torch.Tensor:
+    """The kernels' vectorised ``log`` on float64 values (for its accuracy test)."""
+    return _elementwise("lapsum_log_pos", x)
 
 
 # -- the same kernels as custom operators, for torch.compile and torch.func ---------------------
