@@ -166,7 +166,7 @@ struct Buffer {
   V* ptr;
   std::unique_ptr<V[]> owned;
   Buffer(int64_t n, int slot) {
-    thread_local std::vector<V> pool[8];  // slots: see each caller
+    thread_local std::vector<V> pool[4];  // slots: see each caller
     n = std::max<int64_t>(n, 1);
     if (n <= kPooledMax) {
       auto& v = pool[slot];
@@ -189,11 +189,12 @@ template <class T>
 struct RowStats {
   Buffer<double> d, a_ex, b_ex;
   const T* sv = nullptr;
-  double c = 0.0, alpha = 1.0;
+  double c = 0.0, alpha = 1.0, inv_alpha = 1.0;
   explicit RowStats(int64_t n) : d(n, 0), a_ex(n, 1), b_ex(n, 2) {}
   int64_t compute(const T* row, int64_t n, double a) {
     sv = row;
     alpha = a;
+    inv_alpha = 1.0 / a;
     c = static_cast<double>(row[(n - 1) / 2]);
     const int64_t bad = factors(row, n, a, d.get());
     b_ex[0] = 0.0;
@@ -202,7 +203,7 @@ struct RowStats {
     for (int64_t i = n - 2; i >= 0; --i) a_ex[i] = d[i + 1] * (a_ex[i + 1] + 1.0);
     return bad;
   }
-  double s(int64_t i) const { return (static_cast<double>(sv[i]) - c) / alpha; }
+  double s(int64_t i) const { return (static_cast<double>(sv[i]) - c) * inv_alpha; }
   double g(int64_t i) const { return i + 0.5 + 0.5 * (a_ex[i] - b_ex[i]); }
 };
 
@@ -249,37 +250,44 @@ LAPSUM_CLONES void solve_brackets(const double* a_hat, const double* b_hat, cons
 }
 
 // t = c + alpha tau for the m targets w of one row: the brackets (searchsorted side="left" on G;
-// ascending targets walk G once, others bisect it) and their values, then solve_brackets.
+// ascending targets walk G once, others bisect it) and their values, then solve_brackets, in
+// blocks of kBlock targets so the intermediate values stay in the L1 cache.
 template <class T>
 void solve_row(const RowStats<T>& st, int64_t n, const double* w, int64_t m, double* t) {
-  Buffer<double> a_hat(m, 3), b_hat(m, 4), s_lo(m, 5), s_hi(m, 6), e(m, 7);
-  Buffer<int64_t> jj(m, 0);
+  constexpr int64_t kBlock = 256;
+  double a_hat[kBlock], b_hat[kBlock], s_lo[kBlock], s_hi[kBlock], e[kBlock];
+  int64_t jj[kBlock];
   int64_t j = 0;
-  for (int64_t q = 0; q < m; ++q) {
-    if (q == 0 || w[q] < w[q - 1]) {
-      int64_t lo = 0, hi = n;  // first j with G_j >= w
-      while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (st.g(mid) < w[q])
-          lo = mid + 1;
-        else
-          hi = mid;
+  for (int64_t q0 = 0; q0 < m; q0 += kBlock) {
+    const int64_t len = std::min(kBlock, m - q0);
+    for (int64_t b = 0; b < len; ++b) {
+      const int64_t q = q0 + b;
+      if (q == 0 || w[q] < w[q - 1]) {
+        int64_t lo = 0, hi = n;  // first j with G_j >= w
+        while (lo < hi) {
+          const int64_t mid = lo + (hi - lo) / 2;
+          if (st.g(mid) < w[q])
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        j = lo;
+      } else {
+        while (j < n && st.g(j) < w[q]) ++j;
       }
-      j = lo;
-    } else {
-      while (j < n && st.g(j) < w[q]) ++j;
+      const int64_t lo = std::max<int64_t>(j - 1, 0), hi = std::min<int64_t>(j, n - 1);
+      jj[b] = j;
+      a_hat[b] = j < n ? 1.0 + st.a_ex[hi] : 0.0;
+      b_hat[b] = j > 0 ? 1.0 + st.b_ex[lo] : 0.0;
+      s_lo[b] = st.s(lo);
+      s_hi[b] = st.s(hi);
+      e[b] = w[q] - static_cast<double>(j);
     }
-    const int64_t lo = std::max<int64_t>(j - 1, 0), hi = std::min<int64_t>(j, n - 1);
-    jj[q] = j;
-    a_hat[q] = j < n ? 1.0 + st.a_ex[hi] : 0.0;
-    b_hat[q] = j > 0 ? 1.0 + st.b_ex[lo] : 0.0;
-    s_lo[q] = st.s(lo);
-    s_hi[q] = st.s(hi);
-    e[q] = w[q] - static_cast<double>(j);
+    solve_brackets(a_hat, b_hat, s_lo, s_hi, e, len, st.c, st.alpha, t + q0);
+    for (int64_t b = 0; b < len; ++b)
+      if (std::isnan(t[q0 + b]))
+        t[q0 + b] = st.c + st.alpha * solve_in_bracket(st, n, jj[b], w[q0 + b]);
   }
-  solve_brackets(a_hat.get(), b_hat.get(), s_lo.get(), s_hi.get(), e.get(), m, st.c, st.alpha, t);
-  for (int64_t q = 0; q < m; ++q)
-    if (std::isnan(t[q])) t[q] = st.c + st.alpha * solve_in_bracket(st, n, jj[q], w[q]);
 }
 
 // sum_p c_p e^{-|dst_l - src_p|} for ascending src (np) and ascending dst (nq); a source tied

@@ -9,6 +9,8 @@ paper's GaLore-benchmark setup. Nothing is stored in ``optimizer.state`` for SWA
 
 from __future__ import annotations
 
+import math
+
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -47,6 +49,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 _NONFINITE = ("raise", "skip")
+
+
+#: matrices with at least this many entries are whitened one by one rather than stacked with
+#: their same-shape peers (stacking copies the gradients, batching gains nothing at that size)
+_UNBATCHED_NUMEL = 1 << 20
 
 
 class SWAN(torch.optim.Optimizer):
@@ -343,8 +350,11 @@ class SWAN(torch.optim.Optimizer):
         by_device: dict[Any, list[Tensor]] = {}
         for g in grads:
             by_device.setdefault(g.device, []).append(g)
+        # the largest magnitude of each gradient, one fused pass (NaN and inf propagate into it),
+        # instead of isfinite's four
         flags = [
-            torch.stack([torch.isfinite(g).all() for g in gs]).all() for gs in by_device.values()
+            torch.isfinite(torch.stack(torch._foreach_norm(gs, math.inf))).all()
+            for gs in by_device.values()
         ]
         ok = flags[0] if len(flags) == 1 else torch.stack([f.cpu() for f in flags]).all()
         if torch.compiler.is_compiling() and self.nonfinite == "raise":
@@ -422,8 +432,10 @@ class SWAN(torch.optim.Optimizer):
         for idx in buckets.values():
             grads = [self._matrix_grad(*jobs[i]) for i in idx]
             group = jobs[idx[0]][1]
-            if len(idx) == 1:
-                D = self._direction(grads[0], group).unsqueeze(0)
+            if len(idx) == 1 or grads[0].numel() >= _UNBATCHED_NUMEL:
+                # one matrix, or matrices large enough to keep the matmul units busy alone:
+                # whitened one by one, without the copy that stacking them costs
+                D = [self._direction(G, group) for G in grads]
             else:
                 D = self._direction(torch.stack(grads), group)
             for j, i in enumerate(idx):
