@@ -106,7 +106,7 @@ def muon_section(dev, reps: int, sync, g, quick: bool) -> list[tuple[str, float]
     ratios = []
     for shape in shapes:
 
-        def fresh():
+        def fresh(shape=shape):
             ps = [torch.nn.Parameter(torch.randn(*shape, generator=g).to(dev) * 0.02)
                   for _ in range(4)]  # fmt: skip
             for p in ps:

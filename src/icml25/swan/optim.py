@@ -10,7 +10,6 @@ paper's GaLore-benchmark setup. Nothing is stored in ``optimizer.state`` for SWA
 from __future__ import annotations
 
 import math
-
 import warnings
 from collections.abc import Iterable
 from typing import Any
