@@ -3,10 +3,11 @@
 Every operator takes any number of leading dimensions and a ``dim`` (default ``-1``), a scale
 ``alpha > 0`` (a number or a positive tensor broadcastable to the batch shape, which may require
 grad), and returns the input's dtype on the input's device. Inputs are validated here; the math
-lives in :mod:`icml25.lapsum._ref` (torch, every device: float64 math on CPU, the input's precision
-and at least float32 on CUDA) and :mod:`icml25.lapsum._triton` (CUDA kernels, opt-in with
-``backend="triton"``; ``backend="auto"`` is the torch path). docs/lapsum.md, "Backends and
-precision".
+lives in :mod:`icml25.lapsum._cpu` (compiled C++ kernels after the sort, float64; the default for
+CPU tensors), :mod:`icml25.lapsum._ref` (torch, every device: float64 math on CPU, the input's
+precision and at least float32 on CUDA; the default elsewhere and the fallback) and
+:mod:`icml25.lapsum._triton` (CUDA kernels, opt-in with ``backend="triton"``). docs/lapsum.md,
+"Backends and precision".
 
 References: the paper (arXiv:2503.06242) and docs/lapsum.md; the LapSum definition is the
 paper's Eq. (1)-(3) (sum of Laplace CDFs and its closed-form inverse).
