@@ -21,6 +21,7 @@ OPTIMIZERS = (
     "adamw",
     "sgd",
     "swan",
+    "swan_muon",
     "swan_nsds",
     "swan_no_whiten",
     "swan_no_norm",
@@ -115,6 +116,8 @@ def make_optimizer(name: str, model: torch.nn.Module, lr: float, adamw_lr: float
     groups = swan_param_groups(model, lr, adamw_lr=adamw_lr)
     if name == "swan":
         return SWAN(groups, variant="swan")
+    if name == "swan_muon":
+        return SWAN(groups, variant="swan_muon")
     if name == "swan_nsds":
         return SWAN(groups, variant="swan_nsds")
     if name == "swan_no_whiten":
