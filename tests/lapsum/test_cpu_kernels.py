@@ -238,7 +238,8 @@ def test_without_a_compiler_auto_falls_back_and_cpu_says_why(monkeypatch, tmp_pa
     monkeypatch.setenv("CXX", "/bin/false")
     monkeypatch.setenv("ICML25_LAPSUM_BUILD_DIR", str(tmp_path))
     monkeypatch.delenv("ICML25_LAPSUM_BACKEND", raising=False)
-    ok, why = _cpu.available()
+    with pytest.warns(RuntimeWarning, match="compiled CPU kernels are not available"):
+        ok, why = _cpu.available()
     assert not ok and "/bin/false" in why
     x = torch.randn(2, 10)
     torch.testing.assert_close(soft_rank(x, 0.5), soft_rank(x, 0.5, backend="torch"))
@@ -265,6 +266,32 @@ def test_a_fresh_build(monkeypatch, tmp_path):
     assert len(built) == 1 and not list(tmp_path.glob("*.tmp"))
     x = torch.randn(2, 10, dtype=D)
     _close(soft_rank(x, 0.5, backend="cpu"), soft_rank(x, 0.5, backend="torch"))
+
+
+def test_top_k_of_1d_and_3d_inputs_takes_per_row_and_multi_k():
+    """k follows x's dims, whatever their number (a 2-D k was read as multi-k for every input)."""
+    x3 = torch.randn(2, 6, 5, dtype=D)
+    per_row = soft_topk(x3, torch.full((2, 6), 2.0, dtype=D), 0.5)
+    _close(per_row, soft_topk(x3, 2.0, 0.5))
+    assert soft_topk(x3, torch.full((2, 5), 2.0, dtype=D), 0.5, dim=1).shape == (2, 6, 5)
+    multi = soft_topk(x3, torch.tensor([1.0, 2.0, 3.0], dtype=D).reshape(1, 3, 1), 0.5, dim=1)
+    assert multi.shape == (2, 3, 6, 5)
+    _close(multi[:, 1], soft_topk(x3, 2.0, 0.5, dim=1))
+    x1 = torch.randn(10, dtype=D)
+    m1 = soft_topk(x1, torch.tensor([1.0, 2.0, 3.0], dtype=D), 0.5)
+    assert m1.shape == (3, 10)
+    _close(m1.sum(-1), torch.tensor([1.0, 2.0, 3.0], dtype=D))
+
+
+def test_a_row_with_inf_is_nan_when_not_checked():
+    x = torch.randn(3, 5, dtype=D)
+    x[0, 0] = math.inf
+    for out in (
+        soft_rank(x, 0.5, backend="cpu", check_finite=False),
+        soft_sort(x, 0.5, backend="cpu", check_finite=False),
+        soft_topk(x, 2, 0.5, backend="cpu", check_finite=False),
+    ):
+        assert bool(out[0].isnan().all()) and bool(torch.isfinite(out[1:]).all())
 
 
 def test_cpu_backend_refuses_other_devices():

@@ -70,8 +70,17 @@ def test_jacrev_and_batched_jacobian(name):
 def test_compiled_bad_constant_names_the_check():
     torch._dynamo.reset()
     bad = torch.compile(lambda z: soft_topk(z, 5.0, 0.3), fullgraph=True, backend="eager")
-    with pytest.raises(Exception, match=r"k: it must lie strictly inside \(0, 3\)"):
+    with pytest.raises(Exception, match=r"k: it must lie strictly inside \(0, n\)"):
         bad(torch.randn(3))
+
+
+def test_compiled_top_k_and_inverse_take_a_new_row_length():
+    """A second call with another n recompiles with a symbolic n (it failed formatting n)."""
+    torch._dynamo.reset()
+    topk = torch.compile(lambda z: soft_topk(z, 2.0, 0.5), fullgraph=True, backend="eager")
+    for n in (5, 9, 12):
+        x = torch.randn(3, n, dtype=torch.float64)
+        assert torch.allclose(topk(x), soft_topk(x, 2.0, 0.5), atol=1e-10)
 
 
 def test_topk_loss_refuses_mass_only_at_k_at_least_c():

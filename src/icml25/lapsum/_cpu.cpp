@@ -371,6 +371,10 @@ int64_t rank_fwd(const T* sv, const int64_t* perm, const double* alpha, int64_t 
       double* k = k1 + row * n;
       for (int64_t i = 0; i < n; ++i) k[i] = 0.5 * (a_ex[i] + b_ex[i]);
       for (int64_t i = 0; i < n; ++i) out[pm[i]] = static_cast<T>(i + 0.5 * (a_ex[i] - b_ex[i]));
+      if (bad[row]) {  // a NaN or inf in the row (check_finite=False): the whole row is NaN
+        std::fill(out, out + n, std::numeric_limits<T>::quiet_NaN());
+        std::fill(k, k + n, std::numeric_limits<double>::quiet_NaN());
+      }
     }
   });
   return std::accumulate(bad.begin(), bad.end(), int64_t{0});
@@ -428,6 +432,7 @@ int64_t inverse_fwd(const T* sv, const double* alpha, const double* w, int64_t R
       bad[row] = st.compute(sv + row * n, n, alpha[row]);
       double* t = t64 + row * m;
       solve_row(st, n, w + row * m, m, t);
+      if (bad[row]) std::fill(t, t + m, std::numeric_limits<double>::quiet_NaN());  // as rank_fwd
       for (int64_t q = 0; q < m; ++q) t_out[row * m + q] = static_cast<T>(t[q]);
     }
   });
@@ -493,6 +498,7 @@ int64_t topk_fwd(const T* r, const T* sv, const double* alpha, const double* k, 
       bad[row] = st.compute(sv + row * n, n, a);
       double* t = t64 + row * m;
       solve_row(st, n, w.data(), m, t);
+      if (bad[row]) std::fill(t, t + m, std::numeric_limits<double>::quiet_NaN());  // as rank_fwd
       for (int64_t q = 0; q < m; ++q) {
         T* o = out + (row * m + q) * n;
         if (log)

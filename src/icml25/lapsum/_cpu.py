@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -118,6 +119,13 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
                 _declare(lib)
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
                 lib, why = None, f"the C++ kernels did not build or load: {exc}"
+        if lib is None:  # once per process: the fallback works, but the user should know
+            warnings.warn(
+                f"LapSum's compiled CPU kernels are not available ({why}); the torch path runs "
+                "instead (slower, docs/lapsum.md 'Backends and precision')",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         _state["lib"], _state["why"] = lib, why
         return lib, why
 

@@ -59,8 +59,8 @@ def _value_check(ok: torch.Tensor, fail, what: str = "input values") -> None:
     if torch.compiler.is_compiling():
         torch._assert_async(ok.all(), f"LapSum: invalid {what} (call it eagerly for the values)")
         return
-    if torch._C._functorch.is_functorch_wrapped_tensor(ok):
-        return
+    if torch._C._functorch.is_functorch_wrapped_tensor(ok) or ok.device.type == "meta":
+        return  # no values to check (a meta tensor has shapes only)
     if not bool(ok.all()):
         fail()
 
@@ -195,7 +195,9 @@ def _targets(value, name: str, batch, x, lo: float, hi: float, dim: int | None):
             f"{name} must lie strictly inside ({lo:g}, {hi:g}) for n = {int(hi)}, got {shown}"
         )
 
-    _value_check(~bad, fail, f"{name}: it must lie strictly inside ({lo:g}, {hi:g})")
+    # the message of the compiled check names the bound, not its value: under torch.compile with
+    # a dynamic row length n is symbolic, and formatting it breaks the trace
+    _value_check(~bad, fail, f"{name}: it must lie strictly inside (0, n)")
     return v.reshape(-1, v.shape[-1] if multi else 1), multi
 
 
@@ -342,7 +344,7 @@ def soft_topk(
     """
     path, rows, batch, d, n = _routed_rows(x, dim, check_finite, backend)
     a = _alpha_rows(alpha, batch, rows)
-    kr, multi = _targets(k, "k", batch, rows, 0.0, float(n), d)
+    kr, multi = _targets(k, "k", batch, x, 0.0, float(n), d)  # x: k's layout follows x's dims
     r = rows if largest else -rows
     if path == "triton":
         from icml25.lapsum import _triton
