@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.autograd.function import once_differentiable
 
-from icml25.lapsum._ref import _First
+from icml25.lapsum._ref import _First, save_topk_context
 
 _SOURCE = Path(__file__).with_name("_cpu.cpp")
 # -fno-trapping-math and -fno-math-errno let the compiler vectorise the branch-free exp / log and
@@ -516,12 +516,7 @@ class _SoftTopKFn(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        r, k, alpha, log, _check = inputs
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(r, output[1], alpha)
-        ctx.log = log
-        ctx.k_dtype = k.dtype
+        save_topk_context(ctx, *inputs[:4], output[1])
 
     @staticmethod
     @once_differentiable

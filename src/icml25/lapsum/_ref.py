@@ -122,6 +122,16 @@ def _inverse_vjp(r: torch.Tensor, t: torch.Tensor, a64: torch.Tensor, u: torch.T
     return g_r, weights, c
 
 
+def save_topk_context(ctx, r, k, alpha, log: bool, t: torch.Tensor) -> None:
+    """What soft top-k's backward needs, on either CPU path: the input, ``t`` (a
+    non-differentiable output) and alpha; whether the output was the log; k's dtype."""
+    ctx.mark_non_differentiable(t)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(r, t, alpha)
+    ctx.log = log
+    ctx.k_dtype = k.dtype
+
+
 class _SoftTopKFn(torch.autograd.Function):
     """Soft top-k ("largest"): r ``(R, n)``, k ``(R, m)`` in (0, n), alpha ``(R, 1)`` -> ``(R, m, n)``.
 
@@ -144,12 +154,7 @@ class _SoftTopKFn(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        r, k, alpha, log = inputs
-        ctx.mark_non_differentiable(output[1])
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(r, output[1], alpha)
-        ctx.log = log
-        ctx.k_dtype = k.dtype
+        save_topk_context(ctx, *inputs[:4], output[1])
 
     @staticmethod
     @once_differentiable
