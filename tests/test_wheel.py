@@ -70,8 +70,9 @@ def test_the_wheel_is_what_gets_imported_and_every_paper_imports(wheel_env):
         "mods = [importlib.import_module(p.module).__name__ for p in r.PAPERS]; "
         "import icml25.topo_detect as t, pathlib; "
         "data = pathlib.Path(t.__file__).parent / 'data' / 'digit_prompts.json'; "
+        "import icml25.lapsum._cpu as k; "
         "print(json.dumps({'file': icml25.__file__, 'version': icml25.__version__, 'mods': mods, "
-        "'data': data.is_file()}))"
+        "'data': data.is_file(), 'cpp': k._SOURCE.is_file(), 'kernels': k.available()}))"
     )
     out = _run(py, "-c", code, cwd=tmp)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -79,6 +80,8 @@ def test_the_wheel_is_what_gets_imported_and_every_paper_imports(wheel_env):
     # the wheel installed in the venv, not the checkout's editable install
     assert Path(info["file"]).parent == purelib / "icml25", (info["file"], purelib)
     assert info["version"] == __version__ and info["data"]
+    # LapSum's C++ source ships in the wheel, and its kernels build from there
+    assert info["cpp"] and info["kernels"][0], info["kernels"]
     assert info["mods"] == [p.module for p in registry.PAPERS]
 
 
