@@ -258,11 +258,30 @@ void solve_row(const RowStats<T>& st, int64_t n, const double* w, int64_t m, dou
   double a_hat[kBlock], b_hat[kBlock], s_lo[kBlock], s_hi[kBlock], e[kBlock];
   int64_t jj[kBlock];
   int64_t j = 0;
+  // soft sort's targets w_q = q + 1/2 (checked): G_i < q + 1/2 exactly when
+  // q >= first_i = floor(G_i - 1/2) + 1, so the bracket of target q, #{i : G_i < w_q}, is the
+  // running count of first_i <= q: a histogram and a prefix sum, without the data-dependent
+  // branch of the general walk (where many points share a bracket it mispredicts often)
+  bool grid = m > 1;
+  for (int64_t q = 0; q < m && grid; ++q) grid = w[q] == static_cast<double>(q) + 0.5;
+  std::vector<int64_t> below;  // grid: below[q] = #{i : G_i < w_q}
+  if (grid) {
+    below.assign(m + 1, 0);
+    const double top = static_cast<double>(m);
+    for (int64_t i = 0; i < n; ++i) {
+      const double f = std::floor(st.g(i) - 0.5) + 1.0;
+      // f in [0, m] counts; beyond m never (and NaN, a non-finite row, also lands there)
+      below[f >= 0.0 ? (f < top ? static_cast<int64_t>(f) : m) : (f < 0.0 ? 0 : m)] += 1;
+    }
+    for (int64_t q = 1; q < m; ++q) below[q] += below[q - 1];
+  }
   for (int64_t q0 = 0; q0 < m; q0 += kBlock) {
     const int64_t len = std::min(kBlock, m - q0);
     for (int64_t b = 0; b < len; ++b) {
       const int64_t q = q0 + b;
-      if (q == 0 || w[q] < w[q - 1]) {
+      if (grid) {
+        j = below[q];
+      } else if (q == 0 || w[q] < w[q - 1]) {
         int64_t lo = 0, hi = n;  // first j with G_j >= w
         while (lo < hi) {
           const int64_t mid = lo + (hi - lo) / 2;

@@ -248,6 +248,34 @@ def newton_schulz_polar(
     return _iterate_batched(X, cubic, steps, matmul_dtype)
 
 
+def _muon_direction(
+    X: Tensor, steps: int, matmul_dtype: torch.dtype, rescale: str, reference: Tensor
+) -> Tensor:
+    """SWAN's step with Muon-class whitening after GradNorm, in as few passes over the matrix as
+    Muon's own step (the optimizer's path: ``SWAN(variant="swan_muon")``). GradNorm leaves every
+    row with mean square 1, so the Frobenius norm needs no max-abs guard, and the division is
+    fused with the cast to ``matmul_dtype``; the iterate stays in ``matmul_dtype`` until the
+    rescale, which casts it back in the same pass. An all-zero matrix stays zero. The same values
+    as :func:`whiten` followed by the rescale, to ``matmul_dtype``'s rounding."""
+    if rescale == "none":  # whiten's contract: the whitened matrix in X's dtype
+        rescale_to = None
+    elif rescale == "rms":
+        rescale_to = math.sqrt(X.shape[-2] * X.shape[-1])
+    else:
+        rescale_to = torch.linalg.matrix_norm(reference, keepdim=True)
+    tall = X.shape[-2] > X.shape[-1]
+    W = X.mT if tall else X
+    norm = torch.linalg.matrix_norm(W, keepdim=True)
+    Y = torch.empty(W.shape, dtype=matmul_dtype, device=W.device)
+    torch.mul(W, 1 / torch.where(norm > 0, norm, torch.ones_like(norm)), out=Y)
+    Y = quintic_polar(Y, steps)  # in matmul_dtype already
+    Y = Y.mT if tall else Y
+    if rescale_to is None:
+        return Y.to(X.dtype)
+    out_norm = torch.linalg.vector_norm(Y, dim=(-2, -1), keepdim=True, dtype=X.dtype)
+    return torch.mul(Y, rescale_to / torch.where(out_norm > 0, out_norm, torch.ones_like(out_norm)))
+
+
 def _iterate_batched(X: Tensor, step, steps: int, matmul_dtype: torch.dtype | None) -> Tensor:
     """``step`` applied ``steps`` times to ``X`` as one ``(batch, p, q)`` stack, in
     ``matmul_dtype`` when given; returned in ``X``'s shape and dtype."""
@@ -344,6 +372,8 @@ def swan_direction(
     if X.numel() == 0:
         return X.clone()
     reference = X
+    if whitening == "muon" and norm and matmul_dtype is not None and not check:
+        return _muon_direction(X, ns_steps, matmul_dtype, rescale, reference)
     if whitening is not None:
         X = whiten(
             X,
