@@ -82,3 +82,38 @@ def test_a_non_floating_matmul_dtype_is_refused(bad):
 def test_an_unused_ns_beta_is_named():
     with pytest.warns(UserWarning, match="ns_beta=0.5 is unused by whitening='muon'"):
         SWAN(swan_param_groups(torch.nn.Linear(8, 8)), variant="swan_muon", ns_beta=0.5)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(variant="swan_muon", compute_dtype=torch.float16),
+        dict(variant="swan_muon", matmul_dtype=torch.float64),
+        dict(variant="swan_muon", matmul_dtype=torch.float16),
+        dict(compute_dtype=torch.float16),
+    ],
+)
+def test_every_accepted_dtype_steps_to_finite_weights(kw):
+    """A new user's review of issue 50: swan_muon's fast path crashed with these dtypes, and a
+    float16 step wrote NaN into a ReLU MLP's weights (its dead units' gradient rows are zero)."""
+    import warnings
+
+    from icml25.swan import SWAN, swan_param_groups
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the half-precision advice
+        opt = SWAN(swan_param_groups(m), **kw)
+    before = [p.detach().clone() for p in m.parameters()]
+    m(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    assert all(bool(torch.isfinite(p).all()) for p in m.parameters())
+    assert any(not torch.equal(a, p) for a, p in zip(before, m.parameters()))
+
+
+def test_quintic_polar_is_exported():
+    from icml25.swan import quintic_polar
+    from icml25.swan.functional import quintic_polar as direct
+
+    assert quintic_polar is direct

@@ -372,7 +372,13 @@ def swan_direction(
     if X.numel() == 0:
         return X.clone()
     reference = X
-    if whitening == "muon" and norm and matmul_dtype is not None and not check:
+    if (
+        whitening == "muon"
+        and norm
+        and not check
+        and matmul_dtype in _LOW
+        and X.dtype in (torch.float32, torch.float64)
+    ):  # the optimizer's path: low-precision matmuls on a float32/64 GradNorm'd gradient
         return _muon_direction(X, ns_steps, matmul_dtype, rescale, reference)
     if whitening is not None:
         X = whiten(

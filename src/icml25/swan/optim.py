@@ -331,7 +331,10 @@ class SWAN(torch.optim.Optimizer):
             eps=group["eps"],
             compute_dtype=group["compute_dtype"],
             matmul_dtype=group.get("matmul_dtype"),
-            check=False,  # the gradients were checked once for the whole step
+            # the gradients were checked once for the whole step; in half precision the result
+            # is checked too (and recomputed in float32 where it is not finite), so no NaN
+            # reaches the weights
+            check=group["compute_dtype"] in (torch.float16, torch.bfloat16),
         )
 
     def _grads_finite(self) -> bool:
