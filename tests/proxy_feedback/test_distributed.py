@@ -20,9 +20,9 @@ def _in_this_process(out: Path, *args: int) -> dict:
     import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("_proxy_feedback_ddp_worker", WORKER)
-    worker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(worker)
+    module_spec = importlib.util.spec_from_file_location("_proxy_feedback_ddp_worker", WORKER)
+    worker = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(worker)
     threads = torch.get_num_threads()
     try:
         worker.main(str(out), *args)

@@ -159,7 +159,7 @@ def test_encode_pairs_tokenises_as_trls_dpo_trainer(arch, fmt, tmp_path):
     template's end of turn (not the eos: Llama-3 <|eot_id|>, Qwen2 <|im_end|>)."""
     trl = pytest.importorskip("trl")
     datasets = pytest.importorskip("datasets")
-    tok, spec = tiny_tokenizer(arch), ARCHITECTURES[arch]
+    tok, arch_info = tiny_tokenizer(arch), ARCHITECTURES[arch]
     rows = CHAT_PAIRS if fmt == "chat" else TEXT_PAIRS
     args = trl.DPOConfig(str(tmp_path / "out"), report_to=[], use_cpu=True, bf16=False,
                          save_strategy="no", disable_tqdm=True)  # fmt: skip
@@ -167,8 +167,8 @@ def test_encode_pairs_tokenises_as_trls_dpo_trainer(arch, fmt, tmp_path):
                              processing_class=tok, train_dataset=datasets.Dataset.from_list(rows))  # fmt: skip
     enc = encode_pairs(tok, rows)
     n = len(rows)
-    eos = tok.convert_tokens_to_ids(spec.eos_token)
-    eot = tok.convert_tokens_to_ids(spec.end_of_turn)
+    eos = tok.convert_tokens_to_ids(arch_info.eos_token)
+    eot = tok.convert_tokens_to_ids(arch_info.end_of_turn)
     assert eos != eot
     for i, theirs in enumerate(trainer.train_dataset):
         for j, key in ((i, "chosen_ids"), (i + n, "rejected_ids")):

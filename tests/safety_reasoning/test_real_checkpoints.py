@@ -70,12 +70,12 @@ def test_sft_rows_equal_what_trl_sft_trainer_trains(arch, tmp_path):
     ours = to_chat_sft(PAIRS[:3], tok)
     assert [r["input_ids"] for r in ours] == [r["input_ids"] for r in theirs]
     assert [r["labels"] for r in ours] == [r["labels"] for r in theirs]
-    spec = ARCHITECTURES[arch]
-    eot = tok.convert_tokens_to_ids(spec.end_of_turn)
+    arch_info = ARCHITECTURES[arch]
+    eot = tok.convert_tokens_to_ids(arch_info.end_of_turn)
     for row in ours:
         target = [t for t in row["labels"] if t != -100]
         assert eot in target[-2:]  # the turn closes the target (ChatML adds a newline after it)
-        if spec.end_of_turn != spec.eos_token:  # the case the toy template never met
+        if arch_info.end_of_turn != arch_info.eos_token:  # the case the toy template never met
             assert tok.eos_token_id not in target
         assert row["labels"][0] == -100
 

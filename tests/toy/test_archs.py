@@ -112,12 +112,12 @@ def test_import_stays_cheap():
 @pytest.mark.parametrize("arch", _matrix(full_matrix()))
 def test_save_reload_same_logits_and_tokenizer(arch, tmp_path):
     _needs_vision(arch)
-    spec = ARCHITECTURES[arch]
+    arch_info = ARCHITECTURES[arch]
     path = save_tiny(arch, tmp_path / arch)
     model, tokenizer = tiny_model(arch), tiny_tokenizer(arch)
-    loader = transformers.AutoProcessor if spec.kind in ("vision_lm", "clip") else None
+    loader = transformers.AutoProcessor if arch_info.kind in ("vision_lm", "clip") else None
     reloaded_tok = (loader or transformers.AutoTokenizer).from_pretrained(path)
-    reloaded = getattr(transformers, spec.auto_model).from_pretrained(path)
+    reloaded = getattr(transformers, arch_info.auto_model).from_pretrained(path)
     assert type(reloaded) is type(model) and not reloaded.training
 
     inputs, reloaded_inputs = _inputs(arch, tokenizer), _inputs(arch, reloaded_tok)
@@ -132,20 +132,20 @@ def test_save_reload_same_logits_and_tokenizer(arch, tmp_path):
 
     text_tok = getattr(tokenizer, "tokenizer", tokenizer)
     text_reloaded = getattr(reloaded_tok, "tokenizer", reloaded_tok)
-    assert text_reloaded.eos_token == text_tok.eos_token == spec.eos_token
+    assert text_reloaded.eos_token == text_tok.eos_token == arch_info.eos_token
     assert (text_reloaded.bos_token, text_reloaded.pad_token) == (
         text_tok.bos_token,
         text_tok.pad_token,
     )
     assert text_reloaded.chat_template == text_tok.chat_template
-    if spec.kind in ("vision_lm", "clip"):
+    if arch_info.kind in ("vision_lm", "clip"):
         assert type(reloaded_tok) is type(tokenizer)
 
 
 @pytest.mark.parametrize("arch", _matrix(full_matrix()))
 def test_config_matches_tokenizer(arch):
     _needs_vision(arch)
-    spec = ARCHITECTURES[arch]
+    arch_info = ARCHITECTURES[arch]
     tok = tiny_tokenizer(arch)
     tok = getattr(tok, "tokenizer", tok)
     model = tiny_model(arch)
@@ -153,16 +153,16 @@ def test_config_matches_tokenizer(arch):
     embeddings = (model.text_model if arch == "clip" else model).get_input_embeddings()
     assert text.vocab_size == len(tok) == embeddings.num_embeddings
     assert 400 <= len(tok) <= 600
-    assert text.eos_token_id == tok.eos_token_id == tok.convert_tokens_to_ids(spec.eos_token)
+    assert text.eos_token_id == tok.eos_token_id == tok.convert_tokens_to_ids(arch_info.eos_token)
     assert text.pad_token_id == tok.pad_token_id
     assert tok.model_max_length == (77 if arch == "clip" else 128)
     positions = getattr(text, "max_position_embeddings", getattr(text, "n_positions", None))
     assert positions in (None, tok.model_max_length)  # T5 has relative positions only
-    if spec.end_of_turn is not None:
-        eot = tok.convert_tokens_to_ids(spec.end_of_turn)
+    if arch_info.end_of_turn is not None:
+        eot = tok.convert_tokens_to_ids(arch_info.end_of_turn)
         assert eot != tok.unk_token_id
-        assert tok.encode(spec.end_of_turn, add_special_tokens=False) == [eot]
-    if spec.end_of_turn is not None and spec.kind != "seq_cls":
+        assert tok.encode(arch_info.end_of_turn, add_special_tokens=False) == [eot]
+    if arch_info.end_of_turn is not None and arch_info.kind != "seq_cls":
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         # instruct-style generation configs stop at the end of turn as well as at the EOS
@@ -173,14 +173,14 @@ def test_config_matches_tokenizer(arch):
 @pytest.mark.parametrize("arch", _matrix(a for a in full_matrix() if ARCHITECTURES[a].template))
 def test_chat_template_turn_end_and_eos(arch):
     _needs_vision(arch)
-    spec = ARCHITECTURES[arch]
+    arch_info = ARCHITECTURES[arch]
     tok = tiny_tokenizer(arch)
     tok = getattr(tok, "tokenizer", tok)
     text = tok.apply_chat_template([USER, ASSISTANT], tokenize=False)
-    assert text.endswith(ASSISTANT["content"] + TURN_SUFFIX[spec.template])
-    assert spec.end_of_turn in text and tok.eos_token == spec.eos_token
+    assert text.endswith(ASSISTANT["content"] + TURN_SUFFIX[arch_info.template])
+    assert arch_info.end_of_turn in text and tok.eos_token == arch_info.eos_token
     # Mistral (and Qwen2-VL-Instruct) end a turn with the EOS itself; the others do not
-    assert (spec.end_of_turn == spec.eos_token) == (arch in ("mistral", "qwen2_vl"))
+    assert (arch_info.end_of_turn == arch_info.eos_token) == (arch in ("mistral", "qwen2_vl"))
     if tok.bos_token is not None and tok.bos_token in text:
         ids = tok.apply_chat_template([USER, ASSISTANT], return_dict=True)["input_ids"]
         assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id

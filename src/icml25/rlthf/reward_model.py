@@ -279,8 +279,8 @@ class EmbeddingRewardModel:
     # -- embeddings -------------------------------------------------------------------------------
     def _encoder(self) -> Callable[[list[str]], Any]:
         if self._encode is None:
-            spec = self._encoder_spec
-            self._encode = minilm_encoder() if spec == "minilm" else hashing_encoder()
+            name = self._encoder_spec
+            self._encode = minilm_encoder() if name == "minilm" else hashing_encoder()
         return self._encode
 
     _PROBE = ["icml25 rlthf embedding-cache probe: How do I bake bread at home?"]

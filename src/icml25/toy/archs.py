@@ -143,7 +143,7 @@ def _check(arch: str) -> ArchSpec:
 
 def default_matrix() -> list[str]:
     """Names of the fast architectures (``slow=False``): the default test run covers these."""
-    return [name for name, spec in ARCHITECTURES.items() if not spec.slow]
+    return [name for name, info in ARCHITECTURES.items() if not info.slow]
 
 
 def full_matrix() -> list[str]:
