@@ -30,11 +30,15 @@ test-all: bench-deps
 	$(PIP) install $(PIP_FLAGS) "$(TEXTGRAD_SPEC)"
 	$(PYTHON) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
+# Papers run REPRO_JOBS at a time, each in its own process with its own fixed thread count (one by
+# default), so the numbers are those of a sequential run: two keep both cores of a 2-core machine busy.
+REPRO_JOBS ?= 2
+
 repro: install
-	$(PYTHON) -m icml25 repro $(REPRO_ARGS)
+	$(PYTHON) -m icml25 repro --jobs $(REPRO_JOBS) $(REPRO_ARGS)
 
 repro-full: install
-	$(PYTHON) -m icml25 repro --full $(REPRO_ARGS)
+	$(PYTHON) -m icml25 repro --full --jobs $(REPRO_JOBS) $(REPRO_ARGS)
 
 # The site: docs/*.md, the README's table as the front page and an API reference per package
 # (tools/mkdocs_hooks.py), built in strict mode (any warning, broken link or bad reference fails).

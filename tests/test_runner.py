@@ -179,3 +179,77 @@ def test_harness_refuses_checks_from_undeclared_criteria(tmp_path, monkeypatch):
         )(out=tmp_path)
     with pytest.raises(ValueError, match="number of seeds must be a positive integer"):
         body(out=tmp_path, seeds=0)
+
+
+_PARALLEL_MODULE = """
+import os, time
+from icml25.report import Criterion, ReproResult, reproduction
+
+GAIN = Criterion("gain", "paired", above=0.0)
+
+
+@reproduction("par_a", seeds=(3, 5))
+def seeded(r):
+    import torch
+
+    runs = r.over_seeds(lambda s: {"ours": 1.0 + 0.1 * s, "base": 0.5, "pid": os.getpid(),
+                                   "threads": torch.get_num_threads()})
+    (r.out / "pid.txt").write_text(str(runs[0]["pid"]))
+    time.sleep(0.5)  # long enough for the other paper to start beside it
+    check = GAIN.check([x["ours"] for x in runs], [x["base"] for x in runs])
+    return r.result(claim="A holds.", checks=[check], criteria=[GAIN],
+                    notes=f"threads {runs[0]['threads']}")
+
+
+def raises(quick, seed, out):
+    raise RuntimeError("broke in the child")
+
+
+def dies(quick, seed, out):
+    os._exit(3)
+"""
+
+
+@pytest.fixture
+def parallel_papers(tmp_path, monkeypatch):
+    """Stand-ins importable by a spawned process (it gets this process's sys.path)."""
+    src = tmp_path / "mods"
+    src.mkdir()
+    (src / "icml25_parallel_repros.py").write_text(_PARALLEL_MODULE)
+    monkeypatch.syspath_prepend(str(src))
+    return [
+        Paper(1, "par_a", "Paper A", "arXiv:0000.00001", repro="icml25_parallel_repros:seeded"),
+        Paper(2, "par_b", "Paper B", "arXiv:0000.00002", repro="icml25_parallel_repros:raises"),
+        Paper(3, "par_c", "Paper C", "arXiv:0000.00003", repro="icml25_parallel_repros:dies"),
+        Paper(4, "par_d", "Paper D", "arXiv:0000.00004"),
+    ]
+
+
+def test_jobs_run_papers_in_their_own_processes_with_the_same_results(parallel_papers, tmp_path):
+    """``--jobs 2`` (make repro): each paper in a fresh process with its fixed thread count; a
+    child that raises or dies without a result is that paper's error, the others still report."""
+    import os
+
+    lines: list[str] = []
+    par = run_reproductions(parallel_papers, out=tmp_path / "par", jobs=2, echo=lines.append)
+    seq = run_reproductions(parallel_papers[:2], out=tmp_path / "seq")
+    assert [r.status for r in par] == ["held", "error", "error", "planned"]
+    assert par[0].to_dict()["checks"] == seq[0].to_dict()["checks"]
+    assert par[0].notes == seq[0].notes == "threads 1"  # the harness's thread count in both
+    assert int((tmp_path / "par" / "par_a" / "pid.txt").read_text()) != os.getpid()
+    assert "RuntimeError: broke in the child" in par[1].error
+    assert "exited with code 3 without a result" in par[2].error
+    assert sum("running quick reproduction" in line for line in lines) == 3
+    assert any(line.startswith("[3/3]") for line in lines)
+    meta, saved = load_results(tmp_path / "par")
+    assert [r.slug for r in saved] == ["par_a", "par_b", "par_c", "par_d"]
+    assert "2 reproductions at a time" in meta["environment"]
+
+
+def test_cli_refuses_jobs_below_one(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["repro", "lapsum", "--jobs", "0", "--out", str(tmp_path)])
+    assert (
+        exc.value.code == 2
+        and "--jobs must be a positive integer, got 0" in capsys.readouterr().err
+    )

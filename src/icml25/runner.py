@@ -6,12 +6,18 @@ paper the report folder is rewritten, so a crash or Ctrl-C loses at most the pap
 folder that already holds a report is merged into: the papers run now replace their own entries,
 the others are kept; ``resume=True`` also skips the papers already finished there with the same
 mode, seed and seed count.
+
+``jobs=N`` runs up to N papers at a time, each in its own process (started fresh, so one paper's
+crash, memory or thread settings never reach another); every paper keeps the thread count its
+reproduction fixes (one by default), so its numbers are the same as in a sequential run. Timing
+checks share the cores with the other papers then, as under any other load.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import multiprocessing
 import platform
 import sys
 import time
@@ -22,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from icml25 import __version__, registry
+from icml25._validate import as_int
 from icml25.registry import Paper, load_repro
 from icml25.report import ReproResult, load_results, write_report
 from icml25.report.checks import jsonable
@@ -79,12 +86,15 @@ def run_one(
     return result
 
 
-def _environment() -> str:
+def _environment(jobs: int = 1) -> str:
     parts = [f"Python {platform.python_version()}", platform.machine() or "?"]
     torch = sys.modules.get("torch")
     if torch is not None:
         parts.append(f"torch {torch.__version__}")
-        parts.append(f"{torch.get_num_threads()} torch threads")
+        if jobs == 1:
+            parts.append(f"{torch.get_num_threads()} torch threads")
+    if jobs > 1:
+        parts.append(f"{jobs} reproductions at a time, each in its own process")
     return ", ".join(parts)
 
 
@@ -97,6 +107,7 @@ def run_reproductions(
     resume: bool = False,
     seeds: int | None = None,
     echo: Printer | None = None,
+    jobs: int = 1,
 ) -> list[ReproResult]:
     """Run ``papers`` in order and write ``out/report.md`` + ``out/results.json`` after each.
 
@@ -111,10 +122,13 @@ def run_reproductions(
             kept.
         seeds: number of seeds for every paper, instead of each mode's pre-registered count.
         echo: called with one line of progress per event; ``None`` prints nothing.
+        jobs: papers run at a time, each in a fresh process (1: one after the other, in this
+            process). The report is rewritten as each one finishes, in paper order.
 
     Returns:
         One :class:`ReproResult` per paper, in the order given.
     """
+    jobs = as_int("jobs", jobs, 1)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     say = echo or (lambda _line: None)
@@ -147,36 +161,107 @@ def run_reproductions(
     kept = {slug: r for slug, r in earlier.items() if slug not in asked}
     if kept:
         meta["kept"] = sorted(kept)
-    results: list[ReproResult] = []
     runnable = [p for p in papers if p.repro is not None]
-    k = 0
-    for paper in papers:
-        if paper.repro is None:
-            result = ReproResult.for_planned(paper.slug, paper.title)
-        elif paper.slug in previous:
-            k += 1
-            result = previous[paper.slug]
-            say(f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status} (resumed)")
-        else:
-            k += 1
-            mode = "quick" if quick else "full"
-            say(
-                f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: running {mode} reproduction…"
-            )
-            result = run_one(paper, quick=quick, seed=seed, out=out, seeds=seeds)
-            line = f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
+    mode = "quick" if quick else "full"
+    done: dict[str, ReproResult] = {}
+    started = finished = 0
+
+    def start(paper: Paper) -> None:
+        nonlocal started
+        started += 1
+        say(
+            f"[{started}/{len(runnable)}] {paper.number:02d} {paper.slug}: running {mode} reproduction…"
+        )
+
+    def finish(paper: Paper, result: ReproResult, resumed: bool = False) -> None:
+        nonlocal finished
+        result.title = result.title or paper.title
+        done[paper.slug] = result
+        finished += paper.repro is not None
+        if paper.repro is not None and not resumed:
+            line = f"[{finished}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
             if result.key_number():
                 line += f" · {result.key_number()}"
             say(f"{line} ({result.seconds:.1f} s)")
             if result.error:
                 say(result.error.rstrip().splitlines()[-1])
-        result.title = result.title or paper.title
-        results.append(result)
-        meta["environment"] = _environment()
-        write_report(_in_paper_order([*kept.values(), *results], papers), out, meta=meta)
+        meta["environment"] = _environment(jobs)
+        ordered = [done[p.slug] for p in papers if p.slug in done]
+        write_report(_in_paper_order([*kept.values(), *ordered], papers), out, meta=meta)
+
+    todo = []
+    for paper in papers:
+        if paper.repro is None:
+            finish(paper, ReproResult.for_planned(paper.slug, paper.title))
+        elif paper.slug in previous:
+            started += 1
+            say(f"[{started}/{len(runnable)}] {paper.number:02d} {paper.slug}: "
+                f"{previous[paper.slug].status} (resumed)")  # fmt: skip
+            finish(paper, previous[paper.slug], resumed=True)
+        else:
+            todo.append(paper)
+    if jobs == 1:
+        for paper in todo:
+            start(paper)
+            finish(paper, run_one(paper, quick=quick, seed=seed, out=out, seeds=seeds))
+    else:
+        _run_in_processes(todo, jobs, start, finish, quick=quick, seed=seed, out=out, seeds=seeds)
+    results = [done[p.slug] for p in papers]
     if not papers:
         write_report(_in_paper_order(list(kept.values()), papers), out, meta=meta)
     return results
+
+
+def _run_in_processes(todo, jobs, start, finish, **kw) -> None:
+    """Run ``todo`` with up to ``jobs`` fresh processes at a time (spawned: no state inherited
+    from this one), in order; ``start(paper)`` as each begins, ``finish(paper, result)`` as each
+    ends. A process that dies without a result (killed, out of memory) is that paper's error."""
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("spawn")
+    queue, running = list(todo), {}
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                paper = queue.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(paper, kw, send), daemon=True)
+                start(paper)
+                t0 = time.perf_counter()
+                proc.start()
+                send.close()  # the child holds the only write end: its exit is an EOF here
+                running[recv] = (paper, proc, t0)
+            for conn in wait(list(running)):
+                paper, proc, t0 = running.pop(conn)
+                try:
+                    result = conn.recv()
+                except EOFError:
+                    proc.join()
+                    result = ReproResult.for_error(
+                        paper.slug,
+                        f"the process running this reproduction exited with code {proc.exitcode} "
+                        "without a result (killed, or out of memory?)\n",
+                        seconds=time.perf_counter() - t0,
+                        quick=kw["quick"],
+                        seed=kw["seed"],
+                    )
+                conn.close()
+                proc.join()
+                finish(paper, result)
+    finally:
+        for _conn, (_paper, proc, _t0) in running.items():
+            proc.terminate()
+            proc.join()
+
+
+def _child(paper: Paper, kw: dict[str, Any], send: Any) -> None:
+    """One paper in a fresh process: its result goes back through ``send``."""
+    try:
+        send.send(run_one(paper, **kw))
+    except KeyboardInterrupt:  # Ctrl-C reaches every process; the parent reports it
+        pass
+    finally:
+        send.close()
 
 
 def _same_run(paper: Paper, r: ReproResult, quick: bool, seed: int, seeds: int | None) -> bool:

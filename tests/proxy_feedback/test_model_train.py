@@ -216,3 +216,33 @@ def test_batches_copy_user_arrays_and_refuse_integer_casts():
     df = pd.DataFrame(np.zeros((3, 5)))
     b2 = PreferenceBatch.from_arrays(df, pd.Series([0, 1, 2]), np.array([1, 2, 0]))
     assert b2.x.shape == (3, 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_training_loss_is_preference_nll_bitwise(dtype):
+    """The fits' per-step loss skips ``preference_nll``'s checks (issue 50: they were a sixth of
+    a fit's time) and must give the same number by the same operations."""
+    from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
+    from icml25.proxy_feedback.train import _nll
+
+    g = torch.Generator().manual_seed(3)
+    logp = torch.log_softmax(torch.randn(257, 4, generator=g) * 3, -1).to(dtype)
+    b = PreferenceBatch(
+        torch.zeros(257, 2),
+        torch.randint(4, (257,), generator=g),
+        torch.randint(4, (257,), generator=g),
+    )
+    want = preference_nll(*triple_logprobs(logp, b.y_w, b.y_l))
+    got = _nll(logp, b)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_fits_stop_on_nan_outputs_naming_them():
+    w = SyntheticPreferenceWorld(seed=0)
+    batch = sample_preferences(w.true_policy, 40, generator=torch.Generator().manual_seed(1))
+    for fit in (fit_true_only, fit_finetune_all):
+        model = SimplexPolicy(5, 3, 2)
+        with torch.no_grad():
+            model.encoder[0].weight[0, 0] = float("nan")
+        with pytest.raises(ValueError, match="log-probabilities hold NaN"):
+            fit(model, batch, steps=3)

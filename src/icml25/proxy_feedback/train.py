@@ -27,7 +27,6 @@ from torch import Tensor, nn
 from icml25._validate import as_int, as_real
 from icml25.llm.distributed import refuse_several_processes
 from icml25.proxy_feedback.data import PreferenceBatch
-from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
 from icml25.proxy_feedback.model import IdentityAdapter, LogLinearAdapter
 
 __all__ = [
@@ -67,9 +66,25 @@ def _check_batch(model: nn.Module, batch: Any, what: str) -> PreferenceBatch:
     return batch.to(device=ref.device, dtype=ref.dtype)
 
 
-def _nll(logp: Tensor, b: PreferenceBatch, weights: Tensor | None = None) -> Tensor:
-    w, l_ = triple_logprobs(logp, b.y_w, b.y_l)
-    return preference_nll(w, l_, weights=weights)
+def _nll(logp: Tensor, b: PreferenceBatch) -> Tensor:
+    """The training loops' Bradley-Terry NLL with the uniform reference, the number
+    :func:`~icml25.proxy_feedback.losses.preference_nll` gives by the same operations (``β = 1``,
+    ``u = log π(y_w|x) - log π(y_l|x)``) without its per-call checks: the batch was checked once
+    by :func:`_check_batch`, and a NaN loss (non-finite outputs) is refused here, once a step."""
+    logp = logp.to(torch.promote_types(logp.dtype, torch.float32))
+    w = logp.gather(1, b.y_w[:, None]).squeeze(1)
+    l_ = logp.gather(1, b.y_l[:, None]).squeeze(1)
+    return _checked(-torch.nn.functional.logsigmoid(w - l_).mean())
+
+
+def _checked(loss: Tensor) -> Tensor:
+    """``loss`` (any shape), or a ``ValueError`` if it holds NaN."""
+    if bool(torch.isnan(loss).any()):
+        raise ValueError(
+            "the model's log-probabilities hold NaN (a non-finite parameter or input?); the fit "
+            "stopped at this step"
+        )
+    return loss
 
 
 def _is_simplex(model: Any) -> bool:
@@ -95,7 +110,7 @@ def fit_proxy_stage(
     epochs, batch_size = as_int("epochs", epochs, 1), as_int("batch_size", batch_size, 1)
     lr = as_real("lr", lr, low=0, low_open=True)
     params = model.proxy_parameters()
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = torch.optim.Adam(params, lr=lr, foreach=True)
     gen = torch.Generator().manual_seed(seed)
     n = len(batch)
     hist: list[float] = []
@@ -249,7 +264,7 @@ def _loglinear_restarts(model, adapter, logtau, batch, inits, *, steps, lr, reg)
         M0[r, torch.arange(v), torch.tensor(init)] = 1.0
     M = M0.clone().requires_grad_(True)
     b = torch.zeros(R, v, dtype=M0.dtype, device=M0.device, requires_grad=True)
-    opt = torch.optim.Adam([M, b], lr=lr)
+    opt = torch.optim.Adam([M, b], lr=lr, foreach=True)
     theta = model.theta.weight
     yw, yl = batch.y_w, batch.y_l
 
@@ -258,7 +273,7 @@ def _loglinear_restarts(model, adapter, logtau, batch, inits, *, steps, lr, reg)
         lp = torch.log_softmax(la.exp() @ theta.T, -1)  # (R, n, K)
         w = lp.gather(2, yw.expand(R, -1)[..., None]).squeeze(-1)
         l_ = lp.gather(2, yl.expand(R, -1)[..., None]).squeeze(-1)
-        return torch.stack([preference_nll(w[r], l_[r]) for r in range(R)])
+        return _checked(-torch.nn.functional.logsigmoid(w - l_).mean(1))
 
     curves = []
     for _ in range(steps):
@@ -285,7 +300,7 @@ def _loglinear_restarts(model, adapter, logtau, batch, inits, *, steps, lr, reg)
 def _single_start(model, adapter, a_params, logtau, batch, *, steps, lr, reg):
     adapter.reset_identity()
     theta0 = [p.detach().clone() for p in a_params]
-    opt = torch.optim.Adam(a_params, lr=lr)
+    opt = torch.optim.Adam(a_params, lr=lr, foreach=True)
     curve = []
     for _ in range(steps):
         nll = _nll(model.from_simplex(logtau), batch)
@@ -302,7 +317,7 @@ def _single_start(model, adapter, a_params, logtau, batch, *, steps, lr, reg):
 
 
 def _full_batch(model, params, batch, *, steps, lr, weight_decay, use_adapter=True) -> dict:
-    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=True)
     curve = []
     model.train()
     for _ in range(steps):
@@ -376,7 +391,7 @@ def fit_pooled(
     w = N / n if weight is None else weight
     w = as_real("weight", w, low=0, low_open=True)
     a = N / (N + w * n)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     gen = torch.Generator().manual_seed(seed)
     hist = []
     use_adapter = not _is_simplex(model)  # a SimplexPolicy is trained as in stage 1 (A = id)

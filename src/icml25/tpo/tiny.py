@@ -101,13 +101,25 @@ class _Block(nn.Module):
         self.heads = heads
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.extend(x)[0]
+
+    def extend(
+        self, x: Tensor, past: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """The block on ``x`` (causal within it) after the cached keys and values ``past`` of
+        the earlier positions, if any (then ``x`` is one new position, which sees them all).
+        Returns the output and this block's keys and values up to ``x``'s last position."""
         B, T, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
         shape = (B, T, self.heads, D // self.heads)
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if past is not None:
+            if T != 1:
+                raise ValueError(f"after cached positions, extend one position at a time, got {T}")
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=past is None)
         x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
-        return x + self.mlp(self.ln2(x))
+        return x + self.mlp(self.ln2(x)), (k, v)
 
 
 class RoleModel(nn.Module):
@@ -120,11 +132,20 @@ class RoleModel(nn.Module):
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, len(VOCAB), bias=False)
 
     def forward(self, ids: Tensor) -> Tensor:
-        T = ids.shape[1]
-        x = self.tok(ids) + self.pos(torch.arange(T, device=ids.device))
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.ln(x))
+        return self.extend(ids)[0]
+
+    def extend(
+        self, ids: Tensor, past: list[tuple[Tensor, Tensor]] | None = None
+    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """Logits of ``ids`` and every block's keys and values up to its last position; with
+        ``past`` (from an earlier call), ``ids`` is the one next position (incremental decoding)."""
+        start = 0 if past is None else past[0][0].shape[2]
+        x = self.tok(ids) + self.pos(torch.arange(start, start + ids.shape[1], device=ids.device))
+        cache = []
+        for b, p in zip(self.blocks, past or [None] * len(self.blocks)):
+            x, kv = b.extend(x, p)
+            cache.append(kv)
+        return self.head(self.ln(x)), cache
 
 
 # ---------------------------------------------------------------------- encodings
@@ -261,13 +282,14 @@ def sample(
     max_new: int = 8,
     generator: torch.Generator | None = None,
 ) -> list[list[str]]:
-    """``n`` continuations of one prompt, decoded as a batch (the prompts are at most ~30 tokens,
-    so each step re-runs the short sequence; no cache is needed at this size)."""
-    ids = torch.tensor([_enc(prompt)] * n)
+    """``n`` continuations of one prompt, decoded as a batch: the prompt runs once and its keys
+    and values are shared by the ``n`` rows, then one position a step from the cache."""
+    logits, past = model.extend(torch.tensor([_enc(prompt)]))
+    past = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in past]
+    logits = logits[:, -1].float().expand(n, -1)
     done = torch.zeros(n, dtype=torch.bool)
     outs: list[list[str]] = [[] for _ in range(n)]
-    for _ in range(max_new):
-        logits = model(ids)[:, -1].float()
+    for step in range(max_new):
         if temperature <= 0:
             nxt = logits.argmax(-1)
         else:
@@ -284,9 +306,10 @@ def sample(
                     done[k] = True
                 else:
                     outs[k].append(VOCAB[int(nxt[k])])
-        if bool(done.all()):
+        if bool(done.all()) or step == max_new - 1:
             break
-        ids = torch.cat([ids, nxt[:, None]], 1)
+        logits, past = model.extend(nxt[:, None], past)
+        logits = logits[:, -1].float()
     return outs
 
 
