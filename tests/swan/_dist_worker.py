@@ -72,6 +72,14 @@ def dtensor_check(rank: int) -> None:
                 got = swan_direction_dtensor(dt, compute_dtype=D, **kw).full_tensor()
                 err = float((got - ref).abs().max())
                 assert err <= 1e-10, f"shape {shape}, Shard({dim}), {kw}: error {err}"
+            # float64 past float32's range, computed in float32: GradNorm runs in float64
+            # first (issue 50; the cast made it inf), so the direction is the unscaled one's
+            big = distribute_tensor(G * 1e300, mesh, [Shard(dim)])
+            got = swan_direction_dtensor(big, whitening="ns").full_tensor()
+            ref = swan_direction_dtensor(distribute_tensor(G, mesh, [Shard(dim)]), whitening="ns")
+            assert got.dtype == torch.float32 and bool(torch.isfinite(got).all()), (shape, dim)
+            err = float((got - ref.full_tensor()).abs().max())
+            assert err <= 1e-5, (shape, dim, err)
 
 
 def worker(rank: int, port: int) -> None:

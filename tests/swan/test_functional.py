@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from icml25.swan import (
+    SWAN,
     grad_norm,
     newton_schulz_inv_sqrt,
     nsds_inv_sqrt,
@@ -197,3 +198,30 @@ def test_bf16_matmul_mode_error_is_bounded_and_documented():
     assert fast.dtype == torch.float32 and 1e-4 < rel < 6e-2  # bf16 rounding, not a bug
     exact32 = swan_direction(G.float())
     assert float((exact32.double() - ref).norm() / ref.norm()) < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("dtype", "compute", "scale"),
+    [(torch.float64, torch.float32, 1e300), (torch.float32, torch.float16, 1e30)],
+)
+def test_gradnorm_runs_before_a_cast_that_would_overflow(dtype, compute, scale):
+    """Issue 50: a float64 gradient past float32's range (or a float32 one past float16's) was
+    cast first and became inf ("whiten: G contains NaN or inf"); GradNorm now standardises it in
+    its own dtype, so SWAN's scale invariance holds across the whole range."""
+    g = torch.Generator().manual_seed(0)
+    G = torch.randn(8, 6, dtype=dtype, generator=g)
+    kw = (
+        {"compute_dtype": compute}
+        if compute != torch.float16
+        else {"compute_dtype": compute, "matmul_dtype": torch.float32}
+    )
+    small, big = swan_direction(G, **kw), swan_direction(G * scale, **kw)
+    assert big.dtype == compute and bool(torch.isfinite(big).all())
+    torch.testing.assert_close(
+        big.float(), small.float(), rtol=0, atol=1e-6 if compute == torch.float32 else 2e-2
+    )
+    p = torch.nn.Parameter(torch.ones(8, 6, dtype=dtype))
+    opt = SWAN([{"params": [p], "use_swan": True}], lr=0.1, compute_dtype=torch.float32)
+    p.grad = G * (scale if dtype == torch.float64 else 1.0)
+    opt.step()
+    assert bool(torch.isfinite(p).all())

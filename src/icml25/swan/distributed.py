@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from icml25._validate import as_int
-from icml25.swan.functional import grad_norm, newton_schulz_inv_sqrt, swan_direction
+from icml25.swan.functional import _narrows, grad_norm, newton_schulz_inv_sqrt, swan_direction
 
 __all__ = ["shard_assignment", "sharded_swan_updates", "swan_direction_dtensor"]
 
@@ -105,7 +105,10 @@ def swan_direction_dtensor(G: Any, **swan_kwargs: Any) -> Any:
         full = swan_direction(G.full_tensor(), **kw)
         return distribute_tensor(full, G.device_mesh, G.placements)
     group = G.device_mesh.get_group()
-    local = G.to_local().to(kw["compute_dtype"])
+    local = G.to_local()
+    # as on one process: GradNorm in G's own dtype where the cast would lose range
+    if not (kw["norm"] and _narrows(local.dtype, kw["compute_dtype"])):
+        local = local.to(kw["compute_dtype"])
     m, n = G.shape
     rows_split = placement.dim == 0
 
@@ -124,6 +127,7 @@ def swan_direction_dtensor(G: Any, **swan_kwargs: Any) -> Any:
             C = C / torch.where(peak > 0, peak, torch.ones_like(peak))
             s = (all_reduce(C.pow(2).sum(1, keepdim=True)) / n).sqrt()
             X = C / (s + kw["eps"])
+        X = X.to(kw["compute_dtype"])
     # unit Frobenius norm over the whole matrix (max-abs first: exactly scale invariant)
     peak = all_reduce(X.abs().amax().reshape(1), dist.ReduceOp.MAX)
     if float(peak) == 0:

@@ -35,6 +35,11 @@ RESCALES = ("rms", "match_norm", "none")
 _LOW = (torch.float16, torch.bfloat16)
 
 
+def _narrows(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Whether casting ``src`` to ``dst`` loses range (float64 -> float32, float32 -> float16)."""
+    return src.is_floating_point and torch.finfo(src).max > torch.finfo(dst).max
+
+
 def _check_matrix(G: Tensor, name: str = "G") -> None:
     if not isinstance(G, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(G).__name__}")
@@ -366,9 +371,15 @@ def swan_direction(
         raise ValueError(f"rescale must be one of {RESCALES}, got {rescale!r}")
     if whitening is not None and whitening not in WHITENINGS:
         raise ValueError(f"whitening must be one of {WHITENINGS} or None, got {whitening!r}")
-    X = G.to(compute_dtype)
-    if norm:
-        X = grad_norm(X, dim=norm_dim, eps=eps, center=center)
+    if norm and _narrows(G.dtype, compute_dtype):
+        # GradNorm in G's own dtype first: a float64 gradient past float32's range (or a float32
+        # one past float16's) would be inf after the cast; standardised rows are bounded by
+        # sqrt(n), which every dtype holds
+        X = grad_norm(G, dim=norm_dim, eps=eps, center=center).to(compute_dtype)
+    else:
+        X = G.to(compute_dtype)
+        if norm:
+            X = grad_norm(X, dim=norm_dim, eps=eps, center=center)
     if X.numel() == 0:
         return X.clone()
     reference = X

@@ -118,14 +118,21 @@ def peak_step_memory(
             "peak_step_memory measures CPU processes; use torch.cuda.max_memory_allocated on GPU"
         )
 
-    def rss(name: str) -> int:
-        out = subprocess.run(
+    # the processes run side by side: each one's peak is its own, whatever runs beside it
+    names = ["none", *optimizers]
+    procs = [
+        subprocess.Popen(
             [sys.executable, "-c", _PEAK_SCRIPT, name, str(vocab), str(steps)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            check=True,
         )
-        return int(out.stdout.strip().splitlines()[-1]) * 1024  # KiB on Linux
-
-    base = rss("none")
-    return {name: rss(name) - base for name in optimizers}
+        for name in names
+    ]
+    peaks = {}
+    for name, proc in zip(names, procs):
+        out, err = proc.communicate()
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
+        peaks[name] = int(out.strip().splitlines()[-1]) * 1024  # KiB on Linux
+    return {name: peaks[name] - peaks["none"] for name in optimizers}
