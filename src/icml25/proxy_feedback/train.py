@@ -87,6 +87,18 @@ def _checked(loss: Tensor) -> Tensor:
     return loss
 
 
+def _adam(params: Any, **kw: Any) -> torch.optim.Adam:
+    """Adam with torch's fused kernel where it has one (CPU and CUDA): these models are small, so
+    a step is mostly per-tensor dispatch, which the fused kernel does once per tensor instead of
+    once per operation (a quarter of a fit's time; the same update up to float rounding)."""
+    params = list(params)
+    fused = all(
+        isinstance(p, Tensor) and p.device.type in ("cpu", "cuda") and p.is_floating_point()
+        for p in params
+    )
+    return torch.optim.Adam(params, fused=fused, foreach=None if fused else True, **kw)
+
+
 def _is_simplex(model: Any) -> bool:
     return all(hasattr(model, a) for a in ("embed", "from_simplex", "adapter_parameters"))
 
@@ -110,7 +122,7 @@ def fit_proxy_stage(
     epochs, batch_size = as_int("epochs", epochs, 1), as_int("batch_size", batch_size, 1)
     lr = as_real("lr", lr, low=0, low_open=True)
     params = model.proxy_parameters()
-    opt = torch.optim.Adam(params, lr=lr, foreach=True)
+    opt = _adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
     n = len(batch)
     hist: list[float] = []
@@ -264,7 +276,7 @@ def _loglinear_restarts(model, adapter, logtau, batch, inits, *, steps, lr, reg)
         M0[r, torch.arange(v), torch.tensor(init)] = 1.0
     M = M0.clone().requires_grad_(True)
     b = torch.zeros(R, v, dtype=M0.dtype, device=M0.device, requires_grad=True)
-    opt = torch.optim.Adam([M, b], lr=lr, foreach=True)
+    opt = _adam([M, b], lr=lr)
     theta = model.theta.weight
     yw, yl = batch.y_w, batch.y_l
 
@@ -300,7 +312,7 @@ def _loglinear_restarts(model, adapter, logtau, batch, inits, *, steps, lr, reg)
 def _single_start(model, adapter, a_params, logtau, batch, *, steps, lr, reg):
     adapter.reset_identity()
     theta0 = [p.detach().clone() for p in a_params]
-    opt = torch.optim.Adam(a_params, lr=lr, foreach=True)
+    opt = _adam(a_params, lr=lr)
     curve = []
     for _ in range(steps):
         nll = _nll(model.from_simplex(logtau), batch)
@@ -317,7 +329,7 @@ def _single_start(model, adapter, a_params, logtau, batch, *, steps, lr, reg):
 
 
 def _full_batch(model, params, batch, *, steps, lr, weight_decay, use_adapter=True) -> dict:
-    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=True)
+    opt = _adam(params, lr=lr, weight_decay=weight_decay)
     curve = []
     model.train()
     for _ in range(steps):
@@ -391,7 +403,7 @@ def fit_pooled(
     w = N / n if weight is None else weight
     w = as_real("weight", w, low=0, low_open=True)
     a = N / (N + w * n)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
+    opt = _adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     hist = []
     use_adapter = not _is_simplex(model)  # a SimplexPolicy is trained as in stage 1 (A = id)
