@@ -207,6 +207,11 @@ def raises(quick, seed, out):
 
 def dies(quick, seed, out):
     os._exit(3)
+
+
+def sleeps(quick, seed, out):
+    (out / "pid.txt").write_text(str(os.getpid()))
+    time.sleep(120)
 """
 
 
@@ -253,3 +258,46 @@ def test_cli_refuses_jobs_below_one(tmp_path, capsys):
         exc.value.code == 2
         and "--jobs must be a positive integer, got 0" in capsys.readouterr().err
     )
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_stopping_the_runner_stops_its_papers(parallel_papers, tmp_path):
+    """A new user's review (issue 50): a SIGTERM to the runner alone left its papers running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "mods"
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(src)!r})\n"
+        "from icml25.registry import Paper\n"
+        "from icml25.runner import run_reproductions\n"
+        "papers = [Paper(k, f'slow_{k}', 'S', 'arXiv:0000.00001', "
+        "repro='icml25_parallel_repros:sleeps') for k in (1, 2)]\n"
+        f"run_reproductions(papers, out={str(tmp_path / 'out')!r}, jobs=2)\n"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", script])
+    pids = [tmp_path / "out" / f"slow_{k}" / "pid.txt" for k in (1, 2)]
+    deadline = time.monotonic() + 240  # two fresh interpreters importing icml25, on 2 busy cores
+    while not all(p.exists() and p.read_text() for p in pids) and time.monotonic() < deadline:
+        assert runner.poll() is None, "the runner ended before its papers started"
+        time.sleep(0.2)
+    children = [int(p.read_text()) for p in pids]
+    assert all(_alive(pid) for pid in children)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in children)

@@ -18,8 +18,11 @@ from __future__ import annotations
 import inspect
 import json
 import multiprocessing
+import os
 import platform
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -89,6 +92,11 @@ def run_one(
 def _environment(jobs: int = 1) -> str:
     parts = [f"Python {platform.python_version()}", platform.machine() or "?"]
     torch = sys.modules.get("torch")
+    if torch is None and jobs > 1:  # the papers ran in other processes: name the version they had
+        try:
+            import torch
+        except ImportError:
+            torch = None
     if torch is not None:
         parts.append(f"torch {torch.__version__}")
         if jobs == 1:
@@ -121,9 +129,13 @@ def run_reproductions(
             the papers given run again; either way the other papers already in the report are
             kept.
         seeds: number of seeds for every paper, instead of each mode's pre-registered count.
-        echo: called with one line of progress per event; ``None`` prints nothing.
+        echo: called with one line per paper started and finished; ``None`` prints none of
+            them (the reproductions' own progress lines are silenced by ``ICML25_QUIET=1``,
+            :func:`icml25.progress.set_quiet`).
         jobs: papers run at a time, each in a fresh process (1: one after the other, in this
-            process). The report is rewritten as each one finishes, in paper order.
+            process). The report is rewritten as each one finishes, in paper order. A
+            reproduction whose ``@reproduction(threads=None)`` leaves the thread count alone gets
+            torch's default in its fresh process, not this process's setting.
 
     Returns:
         One :class:`ReproResult` per paper, in the order given.
@@ -164,22 +176,21 @@ def run_reproductions(
     runnable = [p for p in papers if p.repro is not None]
     mode = "quick" if quick else "full"
     done: dict[str, ReproResult] = {}
-    started = finished = 0
+    position: dict[str, int] = {}  # the [k/N] a paper started as, on its result line too
 
     def start(paper: Paper) -> None:
-        nonlocal started
-        started += 1
+        position[paper.slug] = len(position) + 1
         say(
-            f"[{started}/{len(runnable)}] {paper.number:02d} {paper.slug}: running {mode} reproduction…"
+            f"[{position[paper.slug]}/{len(runnable)}] {paper.number:02d} {paper.slug}: running "
+            f"{mode} reproduction…"
         )
 
     def finish(paper: Paper, result: ReproResult, resumed: bool = False) -> None:
-        nonlocal finished
         result.title = result.title or paper.title
         done[paper.slug] = result
-        finished += paper.repro is not None
         if paper.repro is not None and not resumed:
-            line = f"[{finished}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
+            k = position[paper.slug]
+            line = f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
             if result.key_number():
                 line += f" · {result.key_number()}"
             say(f"{line} ({result.seconds:.1f} s)")
@@ -194,8 +205,8 @@ def run_reproductions(
         if paper.repro is None:
             finish(paper, ReproResult.for_planned(paper.slug, paper.title))
         elif paper.slug in previous:
-            started += 1
-            say(f"[{started}/{len(runnable)}] {paper.number:02d} {paper.slug}: "
+            position[paper.slug] = len(position) + 1
+            say(f"[{position[paper.slug]}/{len(runnable)}] {paper.number:02d} {paper.slug}: "
                 f"{previous[paper.slug].status} (resumed)")  # fmt: skip
             finish(paper, previous[paper.slug], resumed=True)
         else:
@@ -220,6 +231,10 @@ def _run_in_processes(todo, jobs, start, finish, **kw) -> None:
 
     ctx = multiprocessing.get_context("spawn")
     queue, running = list(todo), {}
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # a SIGTERM to this process alone (a batch system stopping the job) stops the papers too
+        previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -252,10 +267,25 @@ def _run_in_processes(todo, jobs, start, finish, **kw) -> None:
         for _conn, (_paper, proc, _t0) in running.items():
             proc.terminate()
             proc.join()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _child(paper: Paper, kw: dict[str, Any], send: Any) -> None:
-    """One paper in a fresh process: its result goes back through ``send``."""
+    """One paper in a fresh process: its result goes back through ``send``. The process ends
+    itself if the runner dies without stopping it (SIGKILL leaves no time to)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
     try:
         send.send(run_one(paper, **kw))
     except KeyboardInterrupt:  # Ctrl-C reaches every process; the parent reports it

@@ -186,3 +186,20 @@ def test_an_in_place_change_of_the_model_is_seen(monkeypatch):
     fresh = ContinuousDiscreteKF(kf.sde, kf.sensors).filter(t, i, ys, t)[0]
     torch.testing.assert_close(after, fresh)
     assert float((after - before).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("off", ["0", "false", "Off", "no"])
+def test_the_environment_turns_the_numpy_recursion_off(off, monkeypatch):
+    """A new user's review (issue 50): only ``0`` turned it off."""
+    m, sensors = _two_sensor_model()
+    kf = ContinuousDiscreteKF(m, sensors[:1])
+    calls = []
+    real = kf_module._plain_filter
+    monkeypatch.setattr(kf_module, "_plain_filter", lambda *a: calls.append(1) or real(*a))
+    args = (torch.tensor([0.5, 1.0], dtype=D), torch.zeros(2, dtype=torch.long), [0.1, 0.2],
+            torch.tensor([2.0], dtype=D))  # fmt: skip
+    kf.filter(*args)
+    assert calls == [1]
+    monkeypatch.setenv("ICML25_CDKF_PLAIN", off)
+    kf.filter(*args)
+    assert calls == [1]

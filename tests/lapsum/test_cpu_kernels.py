@@ -247,13 +247,40 @@ def test_without_a_compiler_auto_falls_back_and_cpu_says_why(monkeypatch, tmp_pa
         soft_rank(x, 0.5, backend="cpu")
 
 
-def test_turned_off_by_the_environment(monkeypatch):
+@pytest.mark.parametrize("off", ["0", "false", "OFF", " no "])
+def test_turned_off_by_the_environment(monkeypatch, off):
+    """``false``/``off``/``no`` as well as ``0`` (a new user's review, issue 50: only ``0`` did)."""
     from icml25.lapsum.functional import _backend
 
-    monkeypatch.setenv("ICML25_LAPSUM_CPU", "0")
+    monkeypatch.setenv("ICML25_LAPSUM_CPU", off)
     monkeypatch.delenv("ICML25_LAPSUM_BACKEND", raising=False)
-    assert _cpu.available() == (False, "turned off by ICML25_LAPSUM_CPU=0")
+    assert _cpu.available() == (False, f"turned off by ICML25_LAPSUM_CPU={off}")
     assert _backend("auto", torch.zeros(3)) == "torch"
+
+
+def test_cxx_may_name_a_launcher_and_a_c_compiler_is_named_as_the_cause(monkeypatch, tmp_path):
+    """A new user's review (issue 50): ``CXX="ccache g++"`` was run as one file name, and
+    ``CXX=cc`` built a library that failed to load with an undefined C++ symbol, kept on disk."""
+    import shutil
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    monkeypatch.setattr(_cpu, "_state", {})
+    monkeypatch.setenv("ICML25_LAPSUM_BUILD_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("CXX", f"env {gxx}")  # a launcher before the compiler
+    assert _cpu.available() == (True, "")
+    cc = shutil.which("gcc")
+    if cc is None:
+        return
+    monkeypatch.setattr(_cpu, "_state", {})
+    monkeypatch.setenv("ICML25_LAPSUM_BUILD_DIR", str(tmp_path / "b"))
+    monkeypatch.setenv("CXX", cc)
+    with pytest.warns(RuntimeWarning):
+        ok, why = _cpu.available()
+    if not ok:  # gcc links C++ code without libstdc++: the symbol is missing at load
+        assert "must be a C++ compiler" in why
+        assert not list((tmp_path / "b").glob("*.so"))
 
 
 def test_a_fresh_build(monkeypatch, tmp_path):

@@ -225,3 +225,35 @@ def test_gradnorm_runs_before_a_cast_that_would_overflow(dtype, compute, scale):
     p.grad = G * (scale if dtype == torch.float64 else 1.0)
     opt.step()
     assert bool(torch.isfinite(p).all())
+
+
+@pytest.mark.parametrize("variant", ["swan", "swan_muon", "swan_nsds", "swan_exact"])
+def test_without_gradnorm_a_narrowing_cast_never_reaches_the_weights(variant):
+    """A new user's review (issue 50): with ``norm=False`` a float64 gradient past float32's range
+    was cast to inf after the finiteness check and written into the weights as NaN (even with
+    ``nonfinite="skip"``). Now it is scaled in its own dtype before the cast (the rms direction is
+    the unscaled one's), and an update that still overflows (``rescale="match_norm"`` keeps G's
+    norm) raises or is skipped before any parameter changes."""
+    g = torch.Generator().manual_seed(1)
+    G = torch.randn(8, 16, dtype=torch.float64, generator=g)
+    w0 = torch.randn(8, 16, dtype=torch.float64, generator=g)
+    steps = {}
+    for scale in (1.0, 1e300):
+        w = torch.nn.Parameter(w0.clone())
+        opt = SWAN([{"params": [w], "use_swan": True}], lr=0.1, norm=False, variant=variant)
+        w.grad = G * scale
+        opt.step()
+        steps[scale] = w.detach() - w0
+    assert bool(torch.isfinite(steps[1e300]).all())
+    torch.testing.assert_close(steps[1e300], steps[1.0], rtol=1e-5, atol=1e-6)
+    b = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    w = torch.nn.Parameter(w0.clone())
+    groups = [{"params": [w], "use_swan": True}, {"params": [b], "use_swan": False}]
+    opt = SWAN(groups, lr=0.1, norm=False, rescale="match_norm", variant=variant)
+    w.grad, b.grad = G * 1e300, torch.ones(3, dtype=torch.float64)
+    with pytest.raises(FloatingPointError, match="overflowed compute_dtype"):
+        opt.step()
+    assert torch.equal(w.detach(), w0) and bool((b == 0).all())  # the AdamW part waited too
+    opt.nonfinite = "skip"
+    opt.step()
+    assert opt.skipped_steps == 1 and torch.equal(w.detach(), w0)

@@ -68,15 +68,43 @@ def test_swan_muon_variant_defaults_to_bf16_and_keeps_the_rms():
     assert losses[-1] < losses[0]
 
 
-@pytest.mark.parametrize("bad", [torch.int32, "bf16", torch.bool])
+@pytest.mark.parametrize("bad", [torch.int32, "bf16", torch.bool, torch.float8_e4m3fn])
 def test_a_non_floating_matmul_dtype_is_refused(bad):
     # before: torch.int32 rounded the iterates to zeros (a silently frozen model); "bf16" gave
-    # a raw "Invalid device string"
-    with pytest.raises(ValueError, match="matmul_dtype must be None or a torch floating dtype"):
+    # a raw "Invalid device string"; float8 failed inside the step
+    with pytest.raises(ValueError, match="matmul_dtype must be None or one of torch.float16"):
         whiten(_g(8, 16), "muon", matmul_dtype=bad)
     model = torch.nn.Linear(8, 8)
-    with pytest.raises(ValueError, match="matmul_dtype must be None or a torch floating dtype"):
+    with pytest.raises(ValueError, match="matmul_dtype must be None or one of torch.float16"):
         SWAN(swan_param_groups(model), variant="swan_muon", matmul_dtype=bad)
+
+
+def test_whiten_muon_defaults_to_muons_five_steps():
+    """A new user's review (issue 50): ``whiten(G, "muon")`` took the shared default of 10 steps."""
+    G = _g(64, 32)
+    assert torch.equal(whiten(G, "muon"), whiten(G, "muon", steps=5))
+    assert not torch.equal(whiten(G, "muon"), whiten(G, "muon", steps=10))
+    assert torch.equal(whiten(G, "ns"), whiten(G, "ns", steps=10))
+
+
+def test_quintic_polar_checks_its_input_and_takes_tall_matrices():
+    """A new user's review (issue 50): an unnormalised input gave NaN silently, a tall one inf, a
+    vector an IndexError, ``steps=-1`` the input back and an empty matrix a reshape error."""
+    G = _g(32, 64)
+    X = G / torch.linalg.matrix_norm(G)
+    with pytest.raises(ValueError, match="Frobenius norm at most 1.*largest here is 100"):
+        quintic_polar(X * 100)
+    tall = quintic_polar(X.mT)
+    assert bool(torch.isfinite(tall).all())
+    torch.testing.assert_close(tall, quintic_polar(X).mT)
+    with pytest.raises(ValueError, match=r"shape \(\.\.\., m, n\)"):
+        quintic_polar(torch.randn(5))
+    with pytest.raises(ValueError, match="steps"):
+        quintic_polar(X, steps=-1)
+    with pytest.raises(ValueError, match="matmul_dtype"):
+        quintic_polar(X, matmul_dtype=torch.int32)
+    assert quintic_polar(torch.empty(0, 4)).shape == (0, 4)
+    assert torch.equal(quintic_polar(X, steps=0), X)
 
 
 def test_an_unused_ns_beta_is_named():

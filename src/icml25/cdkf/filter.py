@@ -300,7 +300,7 @@ class ContinuousDiscreteKF:
         """Whether :func:`_plain_filter` may run: a time-invariant model with constant sensors on
         the CPU, no auxiliary path, and nothing that needs a gradient (``ICML25_CDKF_PLAIN=0``
         turns it off)."""
-        if os.environ.get("ICML25_CDKF_PLAIN", "1") == "0":
+        if os.environ.get("ICML25_CDKF_PLAIN", "1").strip().lower() in ("0", "false", "off", "no"):
             return False
         if xi_path is not None or not self.sde.time_invariant:
             return False

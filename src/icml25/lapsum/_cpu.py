@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -54,6 +55,10 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
+#: values of an on/off environment variable that mean off
+_OFF = ("0", "false", "off", "no")
+
+
 def _build_dir() -> Path:
     env = os.environ.get("ICML25_LAPSUM_BUILD_DIR")
     if env:
@@ -67,8 +72,12 @@ def _compile(cxx: str, out: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so.tmp", dir=out.parent)
     os.close(fd)
     try:
+        # CXX may carry a launcher or flags ("ccache g++"), as make and CMake read it
         proc = subprocess.run(
-            [cxx, *_FLAGS, str(_SOURCE), "-o", tmp], capture_output=True, text=True, timeout=300
+            [*shlex.split(cxx), *_FLAGS, str(_SOURCE), "-o", tmp],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if proc.returncode != 0:
             raise RuntimeError(
@@ -112,13 +121,19 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         else:
             key = hashlib.sha256(_SOURCE.read_bytes() + repr((cxx, _FLAGS)).encode()).hexdigest()
             so = _build_dir() / f"lapsum_cpu_{key[:16]}.so"
+            built = False
             try:
                 if not so.exists():
                     _compile(cxx, so)
+                    built = True
                 lib = ctypes.CDLL(str(so))
                 _declare(lib)
             except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
                 lib, why = None, f"the C++ kernels did not build or load: {exc}"
+                if "undefined symbol" in str(exc):
+                    why += f" (CXX={cxx!r} must be a C++ compiler, e.g. g++ or clang++)"
+                if built and so.exists():  # a library that does not load is not kept
+                    so.unlink()
         if lib is None:  # once per process: the fallback works, but the user should know
             warnings.warn(
                 f"LapSum's compiled CPU kernels are not available ({why}); the torch path runs "
@@ -140,8 +155,8 @@ def usable() -> bool:
 def available() -> tuple[bool, str]:
     """Whether the compiled CPU kernels can be used, and why not (``ICML25_LAPSUM_CPU=0`` turns
     them off; the torch path is then used)."""
-    if os.environ.get("ICML25_LAPSUM_CPU", "") == "0":
-        return False, "turned off by ICML25_LAPSUM_CPU=0"
+    if os.environ.get("ICML25_LAPSUM_CPU", "").strip().lower() in _OFF:
+        return False, f"turned off by ICML25_LAPSUM_CPU={os.environ['ICML25_LAPSUM_CPU']}"
     lib, why = _load()
     return lib is not None, why
 

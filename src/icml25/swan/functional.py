@@ -33,6 +33,8 @@ WHITENINGS = ("ns", "nsds", "eigh", "svd", "muon")
 MUON_COEFFS = (3.4445, -4.7750, 2.0315)
 RESCALES = ("rms", "match_norm", "none")
 _LOW = (torch.float16, torch.bfloat16)
+#: the dtypes the whitening and GradNorm run in (float8 has no matmul or norm kernels on CPU)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _narrows(src: torch.dtype, dst: torch.dtype) -> bool:
@@ -52,12 +54,10 @@ def _check_matrix(G: Tensor, name: str = "G") -> None:
 def check_matmul_dtype(matmul_dtype) -> None:
     """``matmul_dtype`` must be None or a floating torch dtype (an integer one would round the
     unit-norm iterates to zeros: a silently frozen update)."""
-    if matmul_dtype is not None and not (
-        isinstance(matmul_dtype, torch.dtype) and matmul_dtype.is_floating_point
-    ):
+    if matmul_dtype is not None and matmul_dtype not in FLOAT_DTYPES:
         raise ValueError(
-            "matmul_dtype must be None or a torch floating dtype (e.g. torch.bfloat16), got "
-            f"{matmul_dtype!r}"
+            "matmul_dtype must be None or one of torch.float16, torch.bfloat16, torch.float32, "
+            f"torch.float64, got {matmul_dtype!r}"
         )
 
 
@@ -141,7 +141,7 @@ def whiten(
     G: Tensor,
     method: str = "ns",
     *,
-    steps: int = 10,
+    steps: int | None = None,
     beta: float = 0.8,
     eps: float = 1e-8,
     rel_tol: float = 1e-7,
@@ -157,7 +157,8 @@ def whiten(
             (diagonal substitution; pass beta=0.4, steps=2), ``"eigh"`` or ``"svd"`` (exact polar
             factor ``U V^T``; singular values below ``rel_tol * max`` count as zero), or
             ``"muon"`` (not the paper's: Muon's quintic iteration, :func:`quintic_polar`; pass
-            steps=5 and matmul_dtype=torch.bfloat16 for Muon's own setting; ``beta`` unused).
+            matmul_dtype=torch.bfloat16 for Muon's own setting; ``beta`` unused).
+        steps: iterations; None is 5 for ``"muon"`` (Muon's) and 10 for the others.
         allow_low_precision: half-precision inputs are refused for ``"ns"`` unless allowed (the
             coupled form overflows in bf16/fp16); then a non-finite result is recomputed in
             float32.
@@ -174,6 +175,8 @@ def whiten(
     _check_matrix(G)
     if method not in WHITENINGS:
         raise ValueError(f"method must be one of {WHITENINGS}, got {method!r}")
+    if steps is None:
+        steps = 5 if method == "muon" else 10
     if not torch.compiler.is_compiling():  # checked once, eagerly: no graph break in SWAN.step
         steps = as_int("steps", steps, 1)
         beta = as_real("beta", beta, low=0, high=1, low_open=True)
@@ -217,7 +220,7 @@ def _whiten_wide(
         keep = (rel_tol * S.amax(dim=-1, keepdim=True) < S).to(X.dtype)
         return (U * keep[..., None, :]) @ Vh
     if method == "muon":
-        return quintic_polar(X, steps, matmul_dtype)
+        return _quintic(X, steps, matmul_dtype)
     if method == "ns" and (matmul_dtype is not None or X.shape[-1] < 1.5 * X.shape[-2]):
         return newton_schulz_polar(X, steps, beta, matmul_dtype)
     A = X @ X.mT
@@ -273,7 +276,7 @@ def _muon_direction(
     norm = torch.linalg.matrix_norm(W, keepdim=True)
     Y = torch.empty(W.shape, dtype=matmul_dtype, device=W.device)
     torch.mul(W, 1 / torch.where(norm > 0, norm, torch.ones_like(norm)), out=Y)
-    Y = quintic_polar(Y, steps)  # in matmul_dtype already
+    Y = _quintic(Y, steps)  # in matmul_dtype already
     Y = Y.mT if tall else Y
     if rescale_to is None:
         return Y.to(X.dtype)
@@ -300,7 +303,29 @@ def quintic_polar(X: Tensor, steps: int = 5, matmul_dtype: torch.dtype | None = 
     Not the exact polar factor: the coefficients maximise the slope at 0, so after 5 steps the
     singular values lie in a band around 1 (about 0.7 to 1.2) instead of at 1 (docs/swan.md,
     Muon-class whitening, for the measured error). ``matmul_dtype=torch.bfloat16`` runs the
-    iteration in bf16 as Muon does."""
+    iteration in bf16 as Muon does. A tall ``X`` is iterated on its transpose.
+
+    Raises ValueError for a matrix whose Frobenius norm exceeds 1 (the iteration diverges; divide
+    by the norm first, or call ``whiten(X, "muon")``, which does)."""
+    _check_matrix(X, "X")
+    steps = as_int("steps", steps, 0)
+    check_matmul_dtype(matmul_dtype)
+    if X.numel() == 0:
+        return X.clone()
+    norms = torch.linalg.matrix_norm(X.double())
+    if not bool(torch.isfinite(norms).all()) or float(norms.max()) > 1 + 1e-3:
+        raise ValueError(
+            "quintic_polar needs matrices of Frobenius norm at most 1 (the iteration diverges "
+            f"beyond); the largest here is {float(norms.max()):.4g}: divide X by "
+            "torch.linalg.matrix_norm(X, keepdim=True) first, or call whiten(X, 'muon')"
+        )
+    tall = X.shape[-2] > X.shape[-1]
+    Y = _quintic(X.mT if tall else X, steps, matmul_dtype)
+    return Y.mT if tall else Y
+
+
+def _quintic(X: Tensor, steps: int, matmul_dtype: torch.dtype | None = None) -> Tensor:
+    """:func:`quintic_polar` without its checks, for a wide unit-norm ``X`` (the hot path)."""
     a, b, c = MUON_COEFFS
 
     def quintic(Y: Tensor) -> Tensor:
@@ -371,17 +396,36 @@ def swan_direction(
         raise ValueError(f"rescale must be one of {RESCALES}, got {rescale!r}")
     if whitening is not None and whitening not in WHITENINGS:
         raise ValueError(f"whitening must be one of {WHITENINGS} or None, got {whitening!r}")
+    scale = None
     if norm and _narrows(G.dtype, compute_dtype):
         # GradNorm in G's own dtype first: a float64 gradient past float32's range (or a float32
         # one past float16's) would be inf after the cast; standardised rows are bounded by
         # sqrt(n), which every dtype holds
         X = grad_norm(G, dim=norm_dim, eps=eps, center=center).to(compute_dtype)
+    elif _narrows(G.dtype, compute_dtype) and G.numel():
+        # no GradNorm to bound the entries: divide by the largest magnitude in G's dtype before
+        # the cast; the whitening and the rms rescale do not see it, and it is multiplied back
+        # where the output keeps G's scale (there it may overflow: the optimizer checks)
+        peak = G.abs().amax(dim=(-2, -1), keepdim=True)
+        scale = torch.where(peak > 0, peak, torch.ones_like(peak))
+        X = (G / scale).to(compute_dtype)
     else:
         X = G.to(compute_dtype)
         if norm:
             X = grad_norm(X, dim=norm_dim, eps=eps, center=center)
     if X.numel() == 0:
         return X.clone()
+    out = _whiten_and_rescale(X, norm, whitening, ns_steps, ns_beta, rescale, eps, compute_dtype,
+                              matmul_dtype, check)  # fmt: skip
+    if scale is not None and (rescale == "match_norm" or (whitening is None and rescale == "none")):
+        out = out * scale.to(out.dtype)
+    return out
+
+
+def _whiten_and_rescale(
+    X, norm, whitening, ns_steps, ns_beta, rescale, eps, compute_dtype, matmul_dtype, check
+) -> Tensor:
+    """The rest of :func:`swan_direction` after GradNorm, on ``X`` in ``compute_dtype``."""
     reference = X
     if (
         whitening == "muon"

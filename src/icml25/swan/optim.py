@@ -20,8 +20,10 @@ from torch.optim.adam import adam as adam_functional
 
 from icml25._validate import as_bool, as_int, as_real, shown
 from icml25.swan.functional import (
+    FLOAT_DTYPES,
     RESCALES,
     WHITENINGS,
+    _narrows,
     check_matmul_dtype,
     sinkhorn_normalize,
     swan_direction,
@@ -172,12 +174,14 @@ class SWAN(torch.optim.Optimizer):
             "foreach": foreach,
             "fused": fused,
         }
-        if not isinstance(compute_dtype, torch.dtype) or not compute_dtype.is_floating_point:
-            why = (
-                ": the whitening's inverse square root has no integer form"
-                if isinstance(compute_dtype, torch.dtype)
-                else ""
-            )
+        if compute_dtype not in FLOAT_DTYPES:
+            why = ""
+            if isinstance(compute_dtype, torch.dtype):
+                why = (
+                    ": GradNorm and the whitening have no float8 kernels"
+                    if compute_dtype.is_floating_point
+                    else ": the whitening's inverse square root needs a real floating dtype"
+                )
             raise ValueError(
                 "compute_dtype must be a torch floating dtype, e.g. torch.float32 (or "
                 f"torch.float64, torch.bfloat16, torch.float16), got {shown(compute_dtype)}{why}"
@@ -381,21 +385,47 @@ class SWAN(torch.optim.Optimizer):
                 )
             self.skipped_steps += 1
             return loss
-        swan_jobs = []
-        for group in self.param_groups:
-            if group["use_swan"]:
-                swan_jobs += [(p, group) for p in group["params"] if p.grad is not None]
-            else:
-                self._adamw_group(group)
+        swan_jobs = [
+            (p, group)
+            for group in self.param_groups
+            if group["use_swan"]
+            for p in group["params"]
+            if p.grad is not None
+        ]
         if self.shard_work:
             from icml25.swan.distributed import sharded_swan_updates
 
             updates = sharded_swan_updates(self, swan_jobs)
         else:
             updates = self._batched_updates(swan_jobs)
+        if not self._updates_finite(swan_jobs, updates):
+            if self.nonfinite == "raise":
+                raise FloatingPointError(
+                    "SWAN: an update overflowed compute_dtype (a gradient past its range, without "
+                    "GradNorm to bound it); no parameter was changed (use norm=True, a wider "
+                    "compute_dtype, or nonfinite='skip')"
+                )
+            self.skipped_steps += 1
+            return loss
+        for group in self.param_groups:
+            if not group["use_swan"]:
+                self._adamw_group(group)
         for (p, group), delta in zip(swan_jobs, updates):
             self._apply(p, group, delta)
         return loss
+
+    @staticmethod
+    def _updates_finite(jobs: list, updates: list[Tensor]) -> bool:
+        """The updates can be non-finite from finite gradients only where no GradNorm bounds a
+        gradient cast to a narrower ``compute_dtype``: checked there (one host sync), not else."""
+        risky = [
+            d
+            for (p, group), d in zip(jobs, updates)
+            if not group["norm"] and _narrows(p.grad.dtype, group["compute_dtype"])
+        ]
+        if not risky:
+            return True
+        return bool(torch.isfinite(torch.stack(torch._foreach_norm(risky, math.inf))).all())
 
     def _matrix_grad(self, p: Tensor, group: dict) -> Tensor:
         """The gradient as the matrices SWAN whitens: ``(m, n)``, or ``(blocks, m / blocks, n)``
