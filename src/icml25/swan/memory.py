@@ -129,9 +129,9 @@ def peak_step_memory(
         )
         for name in names
     ]
+    outputs = [proc.communicate() for proc in procs]  # all of them end before any is read
     peaks = {}
-    for name, proc in zip(names, procs):
-        out, err = proc.communicate()
+    for name, proc, (out, err) in zip(names, procs, outputs):
         if proc.returncode:
             raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
         peaks[name] = int(out.strip().splitlines()[-1]) * 1024  # KiB on Linux
