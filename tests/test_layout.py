@@ -7,6 +7,7 @@ import ast
 import io
 import re
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 from icml25 import registry
@@ -170,7 +171,7 @@ def _prose(path: Path) -> list[tuple[int, str]]:
 def notes_citations(root: Path = SRC.parents[1]) -> list[str]:
     """``"file:line: text"`` for every citation of the notes outside the repository in the
     sources, tests, benchmarks and docs under ``root`` and in its README and CHANGELOG."""
-    paths = [root / "README.md", root / "CHANGELOG.md"]
+    paths = [root / "README.md", root / "CHANGELOG.md", root / "CONTRIBUTING.md"]
     for folder in ("src", "tests", "benchmarks", "docs"):
         paths += sorted(p for p in (root / folder).rglob("*") if p.suffix in (".py", ".md"))
     bad = []
@@ -224,3 +225,73 @@ def test_the_citation_scan_finds_every_spelling_and_skips_code(tmp_path):
         "src/pkg/m.py:6",
         "src/pkg/m.py:8",
     ], bad
+
+
+def _runtime_imports(tree: ast.AST) -> Iterator[ast.ImportFrom]:
+    """The ``from ... import`` statements that run (top level and inside functions), without the
+    ones under ``if TYPE_CHECKING:``, which only a type checker follows."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            yield from (n for s in node.orelse for n in _runtime_imports(s))
+            continue
+        if isinstance(node, ast.ImportFrom):
+            yield node
+        yield from _runtime_imports(node)
+
+
+def import_circles(src: Path = SRC) -> list[str]:
+    """``"icml25.<pkg>: a -> b -> a"`` for every circle of runtime imports between the modules of
+    one package (a lazy import inside a function counts: it is the same circle, deferred)."""
+    found = []
+    for pkg in sorted(p for p in src.iterdir() if (p / "__init__.py").is_file()):
+        mods = {f.stem: f for f in pkg.glob("*.py") if f.stem != "__init__"}
+        edges: dict[str, set[str]] = {m: set() for m in mods}
+        for name, path in mods.items():
+            for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+                if node.level == 1:
+                    target = (node.module or "").split(".")[0]
+                elif (node.module or "").startswith(f"icml25.{pkg.name}."):
+                    target = node.module.split(".")[2]
+                else:
+                    continue
+                if target in mods and target != name:
+                    edges[name].add(target)
+
+        def path_to(a: str, b: str, seen: set[str], edges=edges) -> list[str] | None:
+            if a == b:
+                return [b]
+            seen.add(a)
+            for c in sorted(edges[a] - seen):
+                rest = path_to(c, b, seen, edges)
+                if rest:
+                    return [a, *rest]
+            return None
+
+        reported: set[frozenset[str]] = set()
+        for a in sorted(mods):
+            for b in sorted(edges[a]):
+                back = path_to(b, a, set())
+                if back and frozenset([a, *back]) not in reported:
+                    reported.add(frozenset([a, *back]))
+                    found.append(f"icml25.{pkg.name}: " + " -> ".join([a, *back]))
+    return found
+
+
+def test_no_import_circles_inside_a_package():
+    """What two modules of a package share lives in the lower one (CONTRIBUTING.md), so the
+    modules form layers; a lazy import inside a function does not hide a circle."""
+    circles = import_circles()
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_the_circle_scan_finds_lazy_circles_and_skips_type_only_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from icml25.pkg.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from icml25.pkg.d import X\n"
+    )
+    (pkg / "d.py").write_text("from icml25.pkg.c import Y\n")
+    assert import_circles(tmp_path) == ["icml25.pkg: a -> b -> a"]

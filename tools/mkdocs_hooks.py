@@ -33,6 +33,7 @@ def _papers():
 def _front_page() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     text = text.replace("](docs/", "](").replace("](CHANGELOG.md)", "](changelog.md)")
+    text = text.replace("](CONTRIBUTING.md)", "](contributing.md)")
 
     def row(m: re.Match) -> str:
         num, title, module, rest = m.group(1), m.group(2), m.group(3), m.group(4)
@@ -93,6 +94,7 @@ def on_files(files, config):
 
     add("index.md", _front_page())
     add("changelog.md", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"))
+    add("contributing.md", (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8"))
     for p in _papers():
         add(f"api/{p.slug}.md", _api_page(p.module, f"Paper {p.number:02d}: {p.title}"))
     for name, what in SHARED.items():

@@ -26,12 +26,20 @@ from icml25.cdkf.baselines import (
 from icml25.cdkf.bound import covariance_bound, information_lower_bound
 from icml25.cdkf.control import ControlledSchedulingProblem
 from icml25.cdkf.evaluate import monte_carlo_covariance, schedule_trace, simulate_and_filter
-from icml25.cdkf.filter import ContinuousDiscreteKF, NumericalError, joseph_update
+from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
 from icml25.cdkf.interop import from_filterpy, to_filterpy
 from icml25.cdkf.ocp import SchedulingProblem, Solution
 from icml25.cdkf.schedule import RateSchedule, deterministic_schedule, sample_poisson_times
 from icml25.cdkf.solvers import project_budget
-from icml25.cdkf.ssm import LinearSDE, Sensor, matern_kernel, matern_ssm, sum_ssm, van_loan
+from icml25.cdkf.ssm import (
+    LinearSDE,
+    NumericalError,
+    Sensor,
+    matern_kernel,
+    matern_ssm,
+    sum_ssm,
+    van_loan,
+)
 
 __all__ = [
     "NumericalError",

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from icml25._validate import as_int
 from icml25.cdkf.schedule import RateSchedule
-from icml25.cdkf.ssm import LinearSDE, Sensor
+from icml25.cdkf.ssm import LinearSDE, NumericalError, Sensor
 
 __all__ = ["covariance_bound", "information_lower_bound", "stable_steps"]
 
@@ -109,8 +109,6 @@ def covariance_bound(
 def check_psd(path: Tensor, h: float) -> Tensor:
     """Raise :class:`~icml25.cdkf.NumericalError` when a bound path leaves the PSD cone (min
     eigenvalue below ``-1e-9 tr``); no clamp inside the differentiable path (docs/cdkf.md)."""
-    from icml25.cdkf.filter import NumericalError
-
     P = path.detach()
     ev = torch.linalg.eigvalsh(P).min(-1).values
     tr = torch.diagonal(P, dim1=-2, dim2=-1).sum(-1).abs().clamp(min=1e-300)

@@ -12,14 +12,10 @@ import torch
 from torch import Tensor
 
 from icml25._validate import as_int, as_real
-from icml25.cdkf.ssm import LinearSDE, Sensor, van_loan
+from icml25.cdkf.smoother import _check_grid, _check_ys, log_likelihood, rts_smooth
+from icml25.cdkf.ssm import LinearSDE, NumericalError, Sensor, van_loan
 
-__all__ = ["ContinuousDiscreteKF", "NumericalError", "joseph_update"]
-
-
-class NumericalError(ArithmeticError):
-    """A covariance lost positive (semi-)definiteness: an unstable model, a non-SPD noise
-    matrix, or too coarse an integration step."""
+__all__ = ["ContinuousDiscreteKF", "joseph_update"]
 
 
 def joseph_update(mu: Tensor, Sigma: Tensor, y: Tensor | None, C: Tensor, R: Tensor):
@@ -251,8 +247,6 @@ class ContinuousDiscreteKF:
         and ``Sigma (G, n, n)``; ``NumericalError`` when a covariance stops being positive
         semi-definite.
         """
-        from icml25.cdkf.smoother import _check_grid, _check_ys
-
         times, sensor_ids, events = self._events(times, sensor_ids)
         if ys is not None:
             _check_ys(ys, len(events))
@@ -385,8 +379,6 @@ class ContinuousDiscreteKF:
         """``log p(y_1, ..., y_K)`` by the prediction-error decomposition: the sum over events of
         ``log N(y_k; C mu_k^-, C Sigma_k^- C^T + R)``. Differentiable (fit a GP's kernel
         hyper-parameters by maximising it)."""
-        from icml25.cdkf.smoother import log_likelihood
-
         return log_likelihood(self, times, sensor_ids, ys, xi_path)
 
     def smooth(
@@ -400,8 +392,6 @@ class ContinuousDiscreteKF:
         """Rauch-Tung-Striebel smoothing: ``E[x(t) | all y]`` and its covariance at every
         ``t_grid`` time (time-invariant models; ``xi_path`` for sensors that depend on an
         auxiliary state). Returns ``mu (G, n)``, ``Sigma (G, n, n)``."""
-        from icml25.cdkf.smoother import rts_smooth
-
         return rts_smooth(self, times, sensor_ids, ys, t_grid, xi_path)
 
     def _dtype(self) -> torch.dtype:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from icml25.cdkf.ssm import NumericalError
+
 if TYPE_CHECKING:
     from icml25.cdkf.filter import ContinuousDiscreteKF
 
@@ -78,8 +80,6 @@ def log_likelihood(
         S = C @ Sigma @ C.mT + R
         L, info = torch.linalg.cholesky_ex(S)
         if int(info) != 0 or not bool(torch.isfinite(L).all()):
-            from icml25.cdkf.filter import NumericalError
-
             raise NumericalError(
                 f"log_likelihood: event {k} (sensor {int(sensor_ids[k])} at t = {te}, after a "
                 f"prediction step from the previous event): the innovation covariance C Sigma "

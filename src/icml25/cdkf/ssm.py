@@ -13,7 +13,21 @@ from torch import Tensor
 
 from icml25._validate import as_real, shown
 
-__all__ = ["LinearSDE", "Sensor", "matern_kernel", "matern_ssm", "sum_ssm", "van_loan"]
+__all__ = [
+    "LinearSDE",
+    "NumericalError",
+    "Sensor",
+    "matern_kernel",
+    "matern_ssm",
+    "sum_ssm",
+    "van_loan",
+]
+
+
+class NumericalError(ArithmeticError):
+    """A covariance lost positive (semi-)definiteness: an unstable model, a non-SPD noise
+    matrix, or too coarse an integration step."""
+
 
 MatrixFn = Tensor | Callable[[Tensor | None, float], Tensor]
 

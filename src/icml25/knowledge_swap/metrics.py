@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from icml25._validate import as_int, as_real
-from icml25.knowledge_swap.swap import _int_labels, _logits_of, _unpack
+from icml25.knowledge_swap._inputs import _int_labels, _logits_of, _unpack
 
 __all__ = [
     "accuracy_on",

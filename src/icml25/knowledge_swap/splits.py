@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Subset, TensorDataset
 
 from icml25._validate import as_int, shown
-from icml25.knowledge_swap.swap import _int_labels, _targets, _unpack
+from icml25.knowledge_swap._inputs import _int_labels, _targets, _unpack
 
 __all__ = ["split_by_class"]
 

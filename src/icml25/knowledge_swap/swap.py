@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +33,14 @@ from torch.utils.data import (
     Dataset,
     RandomSampler,
     SequentialSampler,
-    Subset,
     TensorDataset,
 )
 
 from icml25._validate import as_bool, as_int, as_real
+from icml25.knowledge_swap._inputs import _int_labels, _logits_of, _targets, _unpack
 from icml25.knowledge_swap.lora import lora_groups
 from icml25.knowledge_swap.losses import group_sparse_loss, swap_losses
+from icml25.knowledge_swap.metrics import accuracy_on, swap_metrics
 from icml25.knowledge_swap.parallel import (
     check_equal_lengths,
     gather_labels,
@@ -84,63 +85,6 @@ def _as_dataset(data, name: str = "data") -> Dataset | None:
     return data
 
 
-def _int_labels(y, name: str) -> Tensor:
-    """Class indices as int64; float labels must hold whole numbers (never truncated)."""
-    y = torch.as_tensor(y)
-    if y.ndim > 1:
-        raise ValueError(
-            f"the {name} labels must be class indices (N,), got shape {tuple(y.shape)} "
-            "(one-hot or soft labels: pass y.argmax(-1))"
-        )
-    if y.is_floating_point():
-        bad = y[~torch.isfinite(y) | (y != y.round())]
-        if bad.numel():
-            raise ValueError(
-                f"the {name} labels must be integer class indices, got the value "
-                f"{float(bad[0])!r} (float labels are never truncated)"
-            )
-    elif y.dtype == torch.bool or y.is_complex():
-        raise ValueError(f"the {name} labels must be integer class indices, got dtype {y.dtype}")
-    return y.long()
-
-
-_LABEL_KEYS = ("labels", "label", "targets", "target", "y")
-_INPUT_KEYS = ("pixel_values", "inputs", "input", "images", "image", "img", "x")
-
-
-def _targets(ds) -> Tensor | None:
-    """Every label of ``ds`` when it can be read without loading the inputs: tensor datasets,
-    ``targets``/``labels`` attributes (torchvision, ImageFolder), ``Subset`` and
-    ``ConcatDataset`` of those, and Hugging Face datasets with a label column; else None."""
-    if isinstance(ds, TensorDataset):
-        return ds.tensors[1] if len(ds.tensors) > 1 else None
-    if isinstance(ds, ConcatDataset):
-        parts = [_targets(d) for d in ds.datasets]
-        return None if any(p is None for p in parts) else torch.cat([p.long() for p in parts])
-    if isinstance(ds, Subset):
-        parent = _targets(ds.dataset)
-        return (
-            None if parent is None else parent[torch.as_tensor(list(ds.indices), dtype=torch.long)]
-        )
-    cols = getattr(ds, "column_names", None)  # a Hugging Face datasets.Dataset
-    if isinstance(cols, (list, tuple)):
-        key = next((k for k in _LABEL_KEYS if k in cols), None)
-        return None if key is None else torch.as_tensor(list(ds[key]))
-    transform = getattr(ds, "target_transform", None)
-    for attr in ("targets", "labels"):
-        t = getattr(ds, attr, None)
-        if t is not None and not callable(t):
-            try:
-                if callable(transform):  # torchvision applies it to each label in __getitem__
-                    t = [transform(v) for v in (t.tolist() if hasattr(t, "tolist") else list(t))]
-                t = torch.as_tensor(t if not isinstance(t, list) else list(t))
-            except (TypeError, ValueError, RuntimeError):
-                continue
-            if t.ndim == 1 and len(t) == len(ds):
-                return t
-    return None
-
-
 def _labels(ds: Dataset | None, name: str = "data") -> set[int] | None:
     """The label set when it can be read cheaply (see :func:`_targets`), else None."""
     if ds is None:
@@ -178,25 +122,6 @@ class _TensorItems(Dataset):
         return x, _int_labels(y, self.name)
 
 
-def _unpack(batch, name: str) -> tuple[Tensor, Tensor]:
-    """``(inputs, labels)`` from a tuple/list batch or a dict batch (Hugging Face)."""
-    if isinstance(batch, Mapping):
-        xk = next((k for k in _INPUT_KEYS if k in batch), None)
-        yk = next((k for k in _LABEL_KEYS if k in batch), None)
-        if xk is None or yk is None:
-            raise KeyError(
-                f"a dict batch of the {name} data needs an input key (one of {_INPUT_KEYS}) and a "
-                f"label key (one of {_LABEL_KEYS}); got keys {sorted(batch)}"
-            )
-        return batch[xk], batch[yk]
-    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-        return batch[0], batch[1]
-    raise TypeError(
-        f"a batch of the {name} data must be (inputs, labels) or a dict with inputs and labels, "
-        f"got {type(batch).__name__}"
-    )
-
-
 def _like(loader: DataLoader, dataset: Dataset, generator: torch.Generator) -> DataLoader:
     """A shuffled DataLoader over ``dataset`` (the retain + learned data of the forget stage) with
     the user's ``loader``'s batch size, collate function and worker settings. Always shuffled:
@@ -224,18 +149,6 @@ def _like(loader: DataLoader, dataset: Dataset, generator: torch.Generator) -> D
         persistent_workers=loader.persistent_workers if loader.num_workers > 0 else False,
         generator=generator,
     )
-
-
-def _logits_of(out) -> Tensor:
-    """Logits from a model output: a tensor, a tuple/list (first element) or an object with
-    ``.logits`` (Hugging Face)."""
-    if hasattr(out, "logits"):
-        return out.logits
-    if isinstance(out, Mapping):
-        if "logits" not in out:
-            raise TypeError(f"the model returned a dict without 'logits' (keys {sorted(out)})")
-        return out["logits"]
-    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 _NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
@@ -625,8 +538,6 @@ class KnowledgeSwapper:
                         )
                     )
         if f is not None:
-            from icml25.knowledge_swap.metrics import accuracy_on
-
             ref = forget_test if forget_test is not None else forget
             self.acc_f_before = accuracy_on(self.model, ref, name="forget")
         seen = {k: set(v) if v is not None else set() for k, v in sets.items()}
@@ -788,8 +699,6 @@ class KnowledgeSwapper:
         ``h`` needs the forget-set accuracy before the swap: the one :meth:`fit` measured, or
         ``acc_f_before``. Before any ``fit`` and without ``acc_f_before`` (e.g. to measure the
         pretrained model) ``h`` is NaN, with a ``UserWarning`` saying so (docs/knowledge_swap.md)."""
-        from icml25.knowledge_swap.metrics import swap_metrics
-
         before = acc_f_before if acc_f_before is not None else self.acc_f_before
         if before is None:
             warnings.warn(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from icml25._validate import as_bool, as_int, as_real
+from icml25.llm.fingerprint import settings_fingerprint, wrapped_function_identity
 
 __all__ = [
     "ROLES",
@@ -498,8 +499,6 @@ class BaseChat:
         fn = self._function_identity()
         if fn is None:
             return self.name
-        from icml25.llm.store import settings_fingerprint
-
         return f"{self.name} fn={settings_fingerprint({'fn': fn})}"
 
     def identity_parts(self) -> dict[str, Any]:
@@ -519,8 +518,6 @@ class BaseChat:
         fn = getattr(self, "__dict__", {}).get("fn")
         if not callable(fn):
             return None
-        from icml25.llm.store import wrapped_function_identity
-
         return wrapped_function_identity(fn)
 
     def __repr__(self) -> str:

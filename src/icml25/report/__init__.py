@@ -7,6 +7,8 @@
 * :mod:`~icml25.report.result`: :class:`ReproResult` and :class:`Metric`.
 * :mod:`~icml25.report.harness`: the :func:`reproduction` decorator and :class:`Run` every
   ``repro.py`` is written with.
+* :mod:`~icml25.report.text`: what every report repeats: Markdown tables, mean ± sd cells, the
+  power summary and the notes on the checks that did not hold, written from the checks.
 * :mod:`~icml25.report.render`: ``report.md`` / ``results.json``, and comparisons of two runs.
 
 Importing this package loads only the standard library; numpy, scipy and matplotlib load on use.
@@ -35,6 +37,7 @@ from icml25.report.render import (
     write_report,
 )
 from icml25.report.result import STATUSES, Metric, ReproResult
+from icml25.report.text import mean_sd, not_held_notes, power_summary, table
 
 __all__ = [
     "DESIGNS",
@@ -49,13 +52,17 @@ __all__ = [
     "checks_markdown",
     "combine",
     "load_results",
+    "mean_sd",
     "metrics_over",
+    "not_held_notes",
+    "power_summary",
     "pyplot",
     "render_comparison",
     "render_markdown",
     "reproduction",
     "save_figure",
     "seed_list",
+    "table",
     "torch_threads",
     "verify_results",
     "write_markdown",

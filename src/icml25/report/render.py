@@ -227,6 +227,12 @@ def _section(r: ReproResult, out_dir: Path) -> list[str]:
         lines += ["**Deviations from the paper.**", ""]
         lines += [f"- {d}" for d in r.deviations]
         lines.append("")
+    if not r.planned:
+        lines += [
+            f"Every deviation from the paper, the decisions where it is not explicit and the "
+            f"discussion of this reproduction: `docs/{r.slug}.md`.",
+            "",
+        ]
     return lines
 
 

@@ -8,9 +8,9 @@ up-weight the human ones. docs/rlthf.md has the method, an example and the repro
 * :class:`RewardDistribution`, :func:`find_bend`, :func:`window_accuracy`: the sorted margins and
   their bends (``distribution.py``); :func:`select_targets`, :func:`backoff_drop_mask`
   (``selection.py``).
-* Reward models: :class:`EmbeddingRewardModel`, :class:`TrainableHFRewardModel`,
-  :func:`weighted_bt_loss` (``reward_model.py``); TRL: :class:`WeightedRewardTrainer` and its
-  defaults, :func:`reward_config`.
+* Reward models: :class:`EmbeddingRewardModel`, :class:`TrainableHFRewardModel`
+  (``reward_model.py``), trained with :func:`weighted_bt_loss` (``losses.py``); TRL:
+  :class:`WeightedRewardTrainer` and its defaults, :func:`reward_config`.
 * Labellers: :class:`ChatLabeler`, :class:`HumanOracle`, :class:`CallbackHumanLabeler`,
   :class:`CSVHumanLabeler`, :class:`SyntheticLabeler` (``labelers.py``).
 * Data: :class:`PreferencePairs` with ``to_trl``/``from_trl`` (``data.py``); baselines in
@@ -50,13 +50,13 @@ from icml25.rlthf.loop import (
     preference_accuracy,
     run_rlthf,
 )
+from icml25.rlthf.losses import weighted_bt_loss
 from icml25.rlthf.reward_model import (
     EmbeddingRewardModel,
     RewardModel,
     TrainableHFRewardModel,
     hashing_encoder,
     minilm_encoder,
-    weighted_bt_loss,
 )
 from icml25.rlthf.selection import backoff_drop_mask, drop_position, select_targets
 from icml25.rlthf.textworld import TextWorld, make_textworld

@@ -2,7 +2,7 @@
 ``accelerate launch`` (DDP, FSDP, DeepSpeed) trains the paper's LLM reward model unchanged.
 
 A ``weight`` column (human annotation amplification, arXiv:2502.13417 §3.4) rides through TRL's
-tokenisation and collation into :func:`~icml25.rlthf.reward_model.weighted_bt_loss`; with unit
+tokenisation and collation into :func:`~icml25.rlthf.losses.weighted_bt_loss`; with unit
 weights (or no ``weight`` column) the loss is TRL's own. A training step's loss is the weighted
 mean over its whole global batch: the weighted terms of every accumulated micro-batch on every
 process, divided by the weights summed over all of them
@@ -34,7 +34,7 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 from icml25._validate import as_real
 from icml25.llm.distributed import GlobalBatchNormalisation
 from icml25.llm.training import MixedPrecision
-from icml25.rlthf.reward_model import weighted_bt_loss
+from icml25.rlthf.losses import weighted_bt_loss
 
 __all__ = [
     "REWARD_DEFAULTS",
