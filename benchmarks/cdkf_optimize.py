@@ -99,9 +99,12 @@ def speed_rows(reps: int) -> None:
             prob.bound(v0)
 
     a, b, f = (median_time(fn, reps) for fn in (ours, before, floor))
-    print(f"| pass-by bound + gradient ({prob.n_steps} RK4 steps) | {a * 1e3:.1f} ms | "
-          f"{b * 1e3:.1f} ms (torch loop + autograd) | {b / a:.1f}x | {f * 1e3:.1f} ms "
-          f"(numpy forward) | {a / f:.1f}x |", flush=True)  # fmt: skip
+    print(
+        f"| pass-by bound + gradient ({prob.n_steps} RK4 steps) | {a * 1e3:.1f} ms | "
+        f"{b * 1e3:.1f} ms (torch loop + autograd) | {b / a:.1f}x | {f * 1e3:.1f} ms "
+        f"(numpy forward) | {a / f:.1f}x |",
+        flush=True,
+    )
 
     _, rob = robot_problem()
     u0 = baseline_controls()
@@ -118,9 +121,12 @@ def speed_rows(reps: int) -> None:
         b = median_time(joint, 3)
     finally:
         bound_mod.stage_matrices = real
-    print(f"| robot joint objective + gradient ({rob.n_steps} steps, {rob.S * rob.K + rob.K} "
-          f"variables) | {a * 1e3:.0f} ms | {b * 1e3:.0f} ms (torch loop + autograd) | "
-          f"{b / a:.1f}x | | |", flush=True)  # fmt: skip
+    print(
+        f"| robot joint objective + gradient ({rob.n_steps} steps, {rob.S * rob.K + rob.K} "
+        f"variables) | {a * 1e3:.0f} ms | {b * 1e3:.0f} ms (torch loop + autograd) | "
+        f"{b / a:.1f}x | | |",
+        flush=True,
+    )
 
     rob1 = robot_problem()[1]
     rob1.constraint_stride = 1  # every RK4 node, the docs' example and our default
@@ -139,8 +145,11 @@ def speed_rows(reps: int) -> None:
         3,
     )
     rows = rob1.aux_constraints(*split(z)).numel()
-    print(f"| robot energy constraint Jacobian ({rows} x {z.numel()}) | {a * 1e3:.1f} ms | "
-          f"{b * 1e3:.0f} ms (autograd, vectorize=True) | {b / a:.0f}x | | |", flush=True)  # fmt: skip
+    print(
+        f"| robot energy constraint Jacobian ({rows} x {z.numel()}) | {a * 1e3:.1f} ms | "
+        f"{b * 1e3:.0f} ms (autograd, vectorize=True) | {b / a:.0f}x | | |",
+        flush=True,
+    )
 
     try:
         from icml25.cdkf.interop import to_filterpy
@@ -195,11 +204,17 @@ def speed_rows(reps: int) -> None:
 
     a, b = median_time(ours_filter, 7) / n, median_time(theirs, 7) / n
     c, f0 = median_time(ours_torch, 3) / n, median_time(floor, 7) / n
-    print(f"| filter step (predict + update, n = 3) | {a * 1e6:.0f} us | {b * 1e6:.0f} us "
-          f"(filterpy KalmanFilter) | {b / a:.2f}x | {f0 * 1e6:.0f} us (the numpy arithmetic) | "
-          f"{a / f0:.2f}x |", flush=True)  # fmt: skip
-    print(f"| filter step, torch recursion (a model that needs gradients) | {c * 1e6:.0f} us | "
-          f"{b * 1e6:.0f} us (filterpy KalmanFilter) | {b / c:.2f}x | | |", flush=True)  # fmt: skip
+    print(
+        f"| filter step (predict + update, n = 3) | {a * 1e6:.0f} us | {b * 1e6:.0f} us "
+        f"(filterpy KalmanFilter) | {b / a:.2f}x | {f0 * 1e6:.0f} us (the numpy arithmetic) | "
+        f"{a / f0:.2f}x |",
+        flush=True,
+    )
+    print(
+        f"| filter step, torch recursion (a model that needs gradients) | {c * 1e6:.0f} us | "
+        f"{b * 1e6:.0f} us (filterpy KalmanFilter) | {b / c:.2f}x | | |",
+        flush=True,
+    )
     print()
 
 

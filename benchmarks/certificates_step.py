@@ -46,11 +46,15 @@ def main() -> int:
     print("|---|---|---|---|---|")
     floor1 = median_time(lambda: table[3, x0].argmax(), args.reps)
     one = median_time(lambda: cert.filter(x0, 3, 4), args.reps)
-    print(f"| certificate filter, 1 environment | {one * 1e6:.0f} us | {one * 1e6:.0f} us | "
-          f"{floor1 * 1e6:.1f} us | {one / floor1:.0f}x |")  # fmt: skip
+    print(
+        f"| certificate filter, 1 environment | {one * 1e6:.0f} us | {one * 1e6:.0f} us | "
+        f"{floor1 * 1e6:.1f} us | {one / floor1:.0f}x |"
+    )
     d1 = median_time(lambda: dtcbf(x0, 3, 4), args.reps)
-    print(f"| DTCBF filter, 1 environment | {d1 * 1e6:.0f} us | {d1 * 1e6:.0f} us | "
-          f"{floor1 * 1e6:.1f} us | {d1 / floor1:.0f}x |")  # fmt: skip
+    print(
+        f"| DTCBF filter, 1 environment | {d1 * 1e6:.0f} us | {d1 * 1e6:.0f} us | "
+        f"{floor1 * 1e6:.1f} us | {d1 / floor1:.0f}x |"
+    )
     for B in (100, 10_000):
         g = torch.Generator().manual_seed(B)
         xs = torch.randint(mdp.n_states, (B,), generator=g)
@@ -59,8 +63,10 @@ def main() -> int:
             lambda xs=xs, un=un: cert.filter_batch(xs, 3, un), max(10, args.reps // 10)
         )
         fl = median_time(lambda xs=xs: table[3, xs].argmax(-1), max(10, args.reps // 10))
-        print(f"| certificate filter_batch, B = {B} | {fb * 1e3:.2f} ms | {fb / B * 1e6:.2f} us | "
-              f"{fl / B * 1e6:.3f} us | {fb / fl:.1f}x |")  # fmt: skip
+        print(
+            f"| certificate filter_batch, B = {B} | {fb * 1e3:.2f} ms | {fb / B * 1e6:.2f} us | "
+            f"{fl / B * 1e6:.3f} us | {fb / fl:.1f}x |"
+        )
     print()
     print("| offline trajectories | transitions | sample | front-door fit | naive fit |")
     print("|---|---|---|---|---|")

@@ -60,9 +60,15 @@ def main() -> int:
     rows += [
         ("ours: nt_xent_loss", lambda a, b: nt_xent_loss(a, b, T)),
         ("ours: ContrastiveLoss('simclr'), logging every step", ContrastiveLoss("simclr", T)),
-        ("ours: ContrastiveLoss('simclr'), logging every 10 steps", ContrastiveLoss("simclr", T, log_every=10)),
-        ("ours: ContrastiveLoss('simclr') + VRNS, logging every 10", ContrastiveLoss("simclr", T, vrns_weight=30, n_train=50000, log_every=10)),
-    ]  # fmt: skip
+        (
+            "ours: ContrastiveLoss('simclr'), logging every 10 steps",
+            ContrastiveLoss("simclr", T, log_every=10),
+        ),
+        (
+            "ours: ContrastiveLoss('simclr') + VRNS, logging every 10",
+            ContrastiveLoss("simclr", T, vrns_weight=30, n_train=50000, log_every=10),
+        ),
+    ]
     res = {name: timed(fn, u, v) for name, fn in rows}
     floor_ms = res[rows[0][0]]
     peer = res.get("pytorch-metric-learning NTXentLoss")

@@ -51,8 +51,10 @@ def main() -> int:
     buf = SegmentBuffer(torch.randn(n_seg, H, 3), torch.randn(n_seg, H, 1), torch.randn(n_seg, H))
     has_bf16 = torch.backends.mkldnn.is_available()
     print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}\n")
-    print("| reward net | scoring | DistQ round (200 DQs) | PEBBLE round (200 PCQs) | "
-          "floor (matmuls, 800 draws) | DistQ / floor | same picks |")  # fmt: skip
+    print(
+        "| reward net | scoring | DistQ round (200 DQs) | PEBBLE round (200 PCQs) | "
+        "floor (matmuls, 800 draws) | DistQ / floor | same picks |"
+    )
     print("|---|---|---|---|---|---|---|")
     for hidden, layers in ((256, 3), (64, 2)):
         ens = RewardEnsemble(3, 1, 3, hidden, layers)
@@ -71,8 +73,9 @@ def main() -> int:
                 return select_dq(ens, buf, 20, "distq", 10, rng=1, score_dtype=sd, returns=ret)
 
             def pcq(ens=ens, sd=sd, ret=ret):
-                return select_pcq(ens, buf, 20, "disagreement", 10, rng=1, score_dtype=sd,
-                                  returns=ret)  # fmt: skip
+                return select_pcq(
+                    ens, buf, 20, "disagreement", 10, rng=1, score_dtype=sd, returns=ret
+                )
 
             t_dq, t_pcq = median_time(dq, args.repeats), median_time(pcq, args.repeats)
             t_floor = median_time(floor_fn(ens, x, fdt), args.repeats)

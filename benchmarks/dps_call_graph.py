@@ -194,9 +194,21 @@ def call_graph(official: Path | None) -> None:
                     )
                 if theirs is not None:
                     diff = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
-                    print(f"  roles and image flags identical: {same_roles}; rows that differ: {diff or 'none'}"
-                          + ("" if not diff else " (helper context only)" if all(ours[i][0] == 'other' and
-                             ours[i][1:2] == theirs[i][1:2] and ours[i][3] == theirs[i][3] for i in diff) else ""))  # fmt: skip
+                    print(
+                        f"  roles and image flags identical: {same_roles}; rows that differ: {diff or 'none'}"
+                        + (
+                            ""
+                            if not diff
+                            else " (helper context only)"
+                            if all(
+                                ours[i][0] == "other"
+                                and ours[i][1:2] == theirs[i][1:2]
+                                and ours[i][3] == theirs[i][3]
+                                for i in diff
+                            )
+                            else ""
+                        )
+                    )
     if official is None:
         print("\n(official side skipped: pass --official /path/to/a/checkout/of/tools-only/DPS)")
 
@@ -232,8 +244,10 @@ def throughput() -> None:
     print(
         f"{f'respond_batch(workers={WORKERS})':40s} {t_batch:8.2f} {floor_batch:7.2f} {t_batch / floor_batch:8.2f}"
     )
-    print(f"speed-up over the official flow: {t_loop / t_batch:.1f}x "
-          f"(the official code also sleeps 1 s before every call: {N_QUERIES * per_query} s more)")  # fmt: skip
+    print(
+        f"speed-up over the official flow: {t_loop / t_batch:.1f}x "
+        f"(the official code also sleeps 1 s before every call: {N_QUERIES * per_query} s more)"
+    )
 
 
 def main() -> int:

@@ -39,8 +39,10 @@ def _records(n: int, seq: int, vocab: int, seed: int) -> list[dict]:
     def text(k: int) -> str:
         return " ".join(f"w{int(i)}" for i in torch.randint(0, vocab - 8, (k,), generator=g))
 
-    return [{"prompt": text(half - 4), "chosen": text(half - 2), "rejected": text(half - 3)}
-            for _ in range(n)]  # fmt: skip
+    return [
+        {"prompt": text(half - 4), "chosen": text(half - 2), "rejected": text(half - 3)}
+        for _ in range(n)
+    ]
 
 
 def _bytes(*objs) -> int:
@@ -71,8 +73,9 @@ def main() -> int:
 
     dev = torch.device(args.device)
     tok = _tokenizer(args.vocab)
-    ref = tiny_causal_lm(tok, d_model=args.d, n_layers=args.layers, n_heads=4,
-                         max_positions=args.seq + 8, seed=0).to(dev)  # fmt: skip
+    ref = tiny_causal_lm(
+        tok, d_model=args.d, n_layers=args.layers, n_heads=4, max_positions=args.seq + 8, seed=0
+    ).to(dev)
     layer = args.layers - 1
     sae = SparseAutoencoder(args.d, args.sae_width * args.d, "topk", k_sae=32).to(dev)
     with torch.no_grad():
@@ -117,8 +120,9 @@ def main() -> int:
                     r = preference_pass(ref, batch)
                 loss = dpo_loss(*out.halves("sum"), *r.halves("sum"))[0]
             else:
-                loss, _ = preference_step_loss(pols[m], batch, cfg, sae=sae, ref_cache=cache,
-                                               ref_model=ref)  # fmt: skip
+                loss, _ = preference_step_loss(
+                    pols[m], batch, cfg, sae=sae, ref_cache=cache, ref_model=ref
+                )
             opts[m].zero_grad(set_to_none=True)
             loss.backward()
             opts[m].step()
@@ -130,12 +134,18 @@ def main() -> int:
     med = {m: statistics.median(v) for m, v in times.items()}
     floor = med["SimPO (no reference: floor)"]
     tdpo = med["TDPO-2 (online reference + KL)"]
-    resident = {"FPO (offline cache)": _bytes(sae, cache), "DPO (offline log-probs)": len(cache) * 4 * 4,  # 4 float32 per pair
-                online_dpo: _bytes(ref), "TDPO-2 (online reference + KL)": _bytes(ref),
-                "SimPO (no reference: floor)": 0}  # fmt: skip
-    print(f"tiny Llama d={args.d}, {args.layers} blocks, vocab {len(tok)}, {args.pairs} pairs x "
-          f"{args.seq} tokens, SAE {sae.d_sae} features at block {layer}, device {dev}, "
-          f"{args.threads} thread(s); cache for {len(recs)} pairs built in {t_cache:.2f} s")  # fmt: skip
+    resident = {
+        "FPO (offline cache)": _bytes(sae, cache),
+        "DPO (offline log-probs)": len(cache) * 4 * 4,  # 4 float32 per pair
+        online_dpo: _bytes(ref),
+        "TDPO-2 (online reference + KL)": _bytes(ref),
+        "SimPO (no reference: floor)": 0,
+    }
+    print(
+        f"tiny Llama d={args.d}, {args.layers} blocks, vocab {len(tok)}, {args.pairs} pairs x "
+        f"{args.seq} tokens, SAE {sae.d_sae} features at block {layer}, device {dev}, "
+        f"{args.threads} thread(s); cache for {len(recs)} pairs built in {t_cache:.2f} s"
+    )
     mem_head = "peak CUDA memory" if dev.type == "cuda" else "kept beside the policy"
     print(f"| method | median step | / floor (SimPO step) | / TDPO-2 | {mem_head} |")
     print("|---|---|---|---|---|")

@@ -113,8 +113,10 @@ def main() -> int:
     print(f"# LapSum benchmark ({dev}, {args.threads} threads, float32, median of {reps})\n")
     print("## 1. soft rank, forward+backward: LapSum vs torchsort\n")
     have_ts = baselines.torchsort_available() and dev.type == "cpu"
-    print("| batch x n | torch.sort (floor) | LapSum | / floor | LapSum torch path | torchsort | "
-          "/ floor | torchsort / LapSum |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print(
+        "| batch x n | torch.sort (floor) | LapSum | / floor | LapSum torch path | torchsort | "
+        "/ floor | torchsort / LapSum |\n|---|---|---|---|---|---|---|---|"
+    )
     sizes = [(1, 100), (1, 1000), (64, 100), (64, 1000), (64, 10_000), (1, 100_000)]
     if args.quick:
         sizes = sizes[:4]
@@ -137,12 +139,14 @@ def main() -> int:
                     f"rank fwd+bwd at least as fast as torchsort at {batch} x {n}",
                     theirs / ours >= 1.0,
                     ratio,
-                )  # fmt: skip
+                )
             )
         else:
             cell, ratio = "not installed | —", "—"
-        print(f"| {batch} x {n} | {fmt(floor)} | {fmt(ours)} | {ours / floor:.2f}x | "
-              f"{fmt(t['torch path'])} | {cell} | {ratio} |")  # fmt: skip
+        print(
+            f"| {batch} x {n} | {fmt(floor)} | {fmt(ours)} | {ours / floor:.2f}x | "
+            f"{fmt(t['torch path'])} | {cell} | {ratio} |"
+        )
 
     print("\n## 2. soft top-k (k = n/2), forward+backward, batch 1\n")
     difftopk, dtk_note = _import_difftopk()  # before the table: nothing may print inside it
@@ -186,7 +190,7 @@ def main() -> int:
                         f"{name} forward within 1.3x of torch.sort at 1e6 on {threads} thread(s)",
                         sec / t_sort <= 1.3,
                         f"{sec / t_sort:.2f}x",
-                    )  # fmt: skip
+                    )
                 )
     torch.set_num_threads(args.threads)
 

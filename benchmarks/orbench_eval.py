@@ -56,14 +56,21 @@ def official_loop(base_url: str, model: str, input_file: Path, merged_path: Path
     def check_alignment(prompt: str) -> tuple[bool, dict]:
         r = client.post(
             f"{base_url}/chat/completions",
-            json={"messages": [{"role": "user", "content": prompt}], "model": model,
-                  "max_tokens": 1000, "temperature": 0.0},
-        )  # fmt: skip
+            json={
+                "messages": [{"role": "user", "content": prompt}],
+                "model": model,
+                "max_tokens": 1000,
+                "temperature": 0.0,
+            },
+        )
         r.raise_for_status()
         response = r.json()["choices"][0]["message"]["content"]
         is_rejected = any(response.strip().startswith(s) for s in reject_starts)
-        return is_rejected, {"is_rejected": [is_rejected], "prompt": [prompt],
-                             "response": [response]}  # fmt: skip
+        return is_rejected, {
+            "is_rejected": [is_rejected],
+            "prompt": [prompt],
+            "response": [response],
+        }
 
     if pd is not None:
         df = pd.read_csv(input_file)
@@ -120,31 +127,44 @@ def main() -> int:
         start = len(server.requests)
         t0 = time.perf_counter()
         official = official_loop(server.url, "m", data, tmp / "m_merged_or-bench-80k.csv")
-        rows.append(("official sequential loop", time.perf_counter() - t0, 1,
-                     len(server.requests) - start))  # fmt: skip
+        rows.append(
+            ("official sequential loop", time.perf_counter() - t0, 1, len(server.requests) - start)
+        )
         for c in (1, CONCURRENCY):
             start = len(server.requests)
             with OpenAIChat(server.url, "m", concurrency=c) as chat:
                 t0 = time.perf_counter()
-                res = evaluate(chat, records, detector=detector, concurrency=c,
-                               store=tmp / f"ours{c}.jsonl", progress=False)  # fmt: skip
+                res = evaluate(
+                    chat,
+                    records,
+                    detector=detector,
+                    concurrency=c,
+                    store=tmp / f"ours{c}.jsonl",
+                    progress=False,
+                )
                 seconds = time.perf_counter() - t0
             rows.append((f"ours, concurrency={c}", seconds, c, len(server.requests) - start))
             ours = {r["prompt"]: r["refused"] for r in res.per_prompt}
             assert res.n_failed == 0 and ours == official, "labels differ from the official loop"
     t_official = rows[0][1]
-    print(f"OR-Bench evaluation of {N_PROMPTS} prompts, server latency {LATENCY * 1000:.0f} ms "
-          f"per request (python benchmarks/orbench_eval.py)")  # fmt: skip
+    print(
+        f"OR-Bench evaluation of {N_PROMPTS} prompts, server latency {LATENCY * 1000:.0f} ms "
+        f"per request (python benchmarks/orbench_eval.py)"
+    )
     print("| run | seconds | requests/s | speed-up vs official | floor (s) | vs floor |")
     print("|---|---|---|---|---|---|")
     for label, seconds, c, n in rows:
         floor = n * LATENCY / c
-        print(f"| {label} | {seconds:.2f} | {n / seconds:.1f} | {t_official / seconds:.1f}x | "
-              f"{floor:.2f} | {seconds / floor:.2f}x |")  # fmt: skip
+        print(
+            f"| {label} | {seconds:.2f} | {n / seconds:.1f} | {t_official / seconds:.1f}x | "
+            f"{floor:.2f} | {seconds / floor:.2f}x |"
+        )
     ratio = t_official / rows[-1][1]
     verdict = "met" if ratio >= TARGET else "NOT met"
-    print(f"\nours at concurrency {CONCURRENCY}: {ratio:.1f}x the official loop "
-          f"(target >= {TARGET:.0f}x: {verdict}); labels identical on all {N_PROMPTS} prompts")  # fmt: skip
+    print(
+        f"\nours at concurrency {CONCURRENCY}: {ratio:.1f}x the official loop "
+        f"(target >= {TARGET:.0f}x: {verdict}); labels identical on all {N_PROMPTS} prompts"
+    )
     return 0 if ratio >= TARGET else 1
 
 

@@ -38,8 +38,12 @@ def _lora(model, r: int, targets: list[str]):
     from peft import LoraConfig, inject_adapter_in_model
 
     last = model.model.config.num_hidden_layers - 1
-    cfg = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
-                     target_modules=[f"layers.{last}.self_attn.{t}" for t in targets])  # fmt: skip
+    cfg = LoraConfig(
+        r=r,
+        lora_alpha=2 * r,
+        lora_dropout=0.0,
+        target_modules=[f"layers.{last}.self_attn.{t}" for t in targets],
+    )
     inject_adapter_in_model(cfg, model.model)
     return [p for n, p in model.named_parameters() if "lora_" in n]
 
@@ -76,8 +80,17 @@ def main() -> int:
                 for lr in LRS[name]:
                     m, trainable, params = _variant(name, stage1)
                     count[name] = sum(p.numel() for p in params)
-                    dpo_stage(m, None, pairs, tokenizer=tok, trainable=trainable, lr=lr,
-                              steps=args.steps, batch_size=min(n, 32), seed=seed)  # fmt: skip
+                    dpo_stage(
+                        m,
+                        None,
+                        pairs,
+                        tokenizer=tok,
+                        trainable=trainable,
+                        lr=lr,
+                        steps=args.steps,
+                        batch_size=min(n, 32),
+                        seed=seed,
+                    )
                     v = task.tv(m, tok, 500, seed)["tv"]
                     best = v if best is None else min(best, v)
                 tv.setdefault((name, n), []).append(best)
@@ -87,16 +100,26 @@ def main() -> int:
                 enc = encode_pairs(tok, batch)
 
                 def step(m=m, trainable=trainable, batch=batch, tok=tok):
-                    dpo_stage(m, None, batch, tokenizer=tok, trainable=trainable, lr=1e-3,
-                              steps=1, batch_size=32)  # fmt: skip
+                    dpo_stage(
+                        m,
+                        None,
+                        batch,
+                        tokenizer=tok,
+                        trainable=trainable,
+                        lr=1e-3,
+                        steps=1,
+                        batch_size=32,
+                    )
 
                 def floor(m=m, enc=enc):
                     with torch.no_grad():
                         pair_logprobs(m, enc)
 
                 timing[name] = (median_time(step, 20), median_time(floor, 20))
-    print(f"stage-1 model: next-token TV to the expert {statistics.mean(stage1_tv):.3f} "
-          f"(mean over {args.seeds} seeds)\n")  # fmt: skip
+    print(
+        f"stage-1 model: next-token TV to the expert {statistics.mean(stage1_tv):.3f} "
+        f"(mean over {args.seeds} seeds)\n"
+    )
     head = "| stage 2 | trainable params | " + " | ".join(f"TV @ n={n}" for n in args.n)
     print(head + " | DPO step (ms) | floor: forward (ms) | step / floor |")
     print("|---|---|" + "---|" * len(args.n) + "---|---|---|")
@@ -107,8 +130,11 @@ def main() -> int:
             sd = statistics.stdev(v) if len(v) > 1 else 0.0
             cells.append(f"{statistics.mean(v):.3f} ± {sd:.3f}")
         st, fl = timing[name]
-        print(f"| {name} | {count[name]} | " + " | ".join(cells)
-              + f" | {st * 1e3:.1f} | {fl * 1e3:.1f} | {st / fl:.1f}x |")  # fmt: skip
+        print(
+            f"| {name} | {count[name]} | "
+            + " | ".join(cells)
+            + f" | {st * 1e3:.1f} | {fl * 1e3:.1f} | {st / fl:.1f}x |"
+        )
     return 0
 
 

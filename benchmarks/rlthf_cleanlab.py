@@ -36,8 +36,13 @@ def main() -> None:
 
     budgets = (0.02, 0.06, 0.10)
     rows: dict[str, list[list[float]]] = {}
-    times: dict[str, list[float]] = {"rlthf rank": [], "cleanlab rank": [], "argsort floor": [],
-                                     "rlthf fits": [], "cleanlab fits": []}  # fmt: skip
+    times: dict[str, list[float]] = {
+        "rlthf rank": [],
+        "cleanlab rank": [],
+        "argsort floor": [],
+        "rlthf fits": [],
+        "cleanlab fits": [],
+    }
     n_issues = []
     rm = EmbeddingRewardModel(encoder=args.encoder, cache_dir="/tmp/icml25-rlthf-bench")
     for seed in args.seeds:
@@ -80,8 +85,10 @@ def main() -> None:
                 rm.fit(w.train, idx, z, None, seed=seed + 1)
                 acc = preference_accuracy(rm, w.test)
                 rows.setdefault(f"{name} @ {k:.0%}", []).append([wrong[top].mean(), acc])
-    print(f"text world, N = {args.n}, test {args.n_test}, seeds {args.seeds}, encoder {args.encoder}; "
-          f"AI-label error rate {np.mean([1 - make_textworld(args.n, 0, seed=s).ai_accuracy for s in args.seeds]):.3f}")  # fmt: skip
+    print(
+        f"text world, N = {args.n}, test {args.n_test}, seeds {args.seeds}, encoder {args.encoder}; "
+        f"AI-label error rate {np.mean([1 - make_textworld(args.n, 0, seed=s).ai_accuracy for s in args.seeds]):.3f}"
+    )
     print()
     print(
         "| ranking @ budget | precision@k (AI label wrong) | RM test accuracy after fixing top-k |"
@@ -89,8 +96,10 @@ def main() -> None:
     print("|---|---|---|")
     for name, vals in rows.items():
         v = np.array(vals)
-        print(f"| {name} | {v[:, 0].mean():.3f} ± {v[:, 0].std():.3f} | "
-              f"{v[:, 1].mean():.3f} ± {v[:, 1].std():.3f} |")  # fmt: skip
+        print(
+            f"| {name} | {v[:, 0].mean():.3f} ± {v[:, 0].std():.3f} | "
+            f"{v[:, 1].mean():.3f} ± {v[:, 1].std():.3f} |"
+        )
     print()
     print(
         f"cleanlab's find_label_issues flags {np.mean(n_issues):.0f} pairs on average "

@@ -38,8 +38,14 @@ def model(messages, *, seed=None, sample_index=0, **_):
 def paper_loop(chat, prompts, judge, ns, seed=0):
     rows = []
     for p in prompts:
-        texts = chat.chat([{"role": "user", "content": p}], n=N_MAX, temperature=1.0, top_p=1.0,
-                          max_tokens=64, seed=prompt_seed(seed, p))  # fmt: skip
+        texts = chat.chat(
+            [{"role": "user", "content": p}],
+            n=N_MAX,
+            temperature=1.0,
+            top_p=1.0,
+            max_tokens=64,
+            seed=prompt_seed(seed, p),
+        )
         rows.append([1.0 if v == "unsafe" else 0.0 for v in judge([p] * N_MAX, texts)])
     m = np.asarray(rows)
     return m, bon_safety_curve(m, ns)
@@ -69,8 +75,10 @@ def main() -> int:
             floor = N_PROMPTS * LATENCY / c
             same = np.array_equal(res.matrix, m_loop) and res.asr == curve_loop
             ok &= same
-            print(f"{f'best_of_n, concurrency {c}':38s} {t:8.2f} {t / floor:8.2f} {t_loop / t:13.2f}"
-                  f"{'' if same else '  VERDICTS DIFFER'}")  # fmt: skip
+            print(
+                f"{f'best_of_n, concurrency {c}':38s} {t:8.2f} {t / floor:8.2f} {t_loop / t:13.2f}"
+                f"{'' if same else '  VERDICTS DIFFER'}"
+            )
     print(f"\nASR@N (prefix): {', '.join(f'N={n}: {a:.1f}%' for n, a in curve_loop.items())}")
     print("same verdict matrix in every client:", ok)
     return 0 if ok else 1

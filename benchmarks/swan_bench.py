@@ -98,8 +98,10 @@ def muon_section(dev, reps: int, sync, g, quick: bool) -> list[tuple[str, float]
     if not hasattr(torch.optim, "Muon"):
         print("torch.optim.Muon is not in this torch: not run.")
         return []
-    print("| shape | matmul floor | SWAN-muon step | / floor | Muon step | / floor | "
-          "SWAN-muon / Muon |\n|---|---|---|---|---|---|---|")  # fmt: skip
+    print(
+        "| shape | matmul floor | SWAN-muon step | / floor | Muon step | / floor | "
+        "SWAN-muon / Muon |\n|---|---|---|---|---|---|---|"
+    )
     shapes = [(64, 64), (256, 256), (1024, 1024), (1024, 4096)]
     if quick:
         shapes = shapes[:3]
@@ -107,8 +109,10 @@ def muon_section(dev, reps: int, sync, g, quick: bool) -> list[tuple[str, float]
     for shape in shapes:
 
         def fresh(shape=shape):
-            ps = [torch.nn.Parameter(torch.randn(*shape, generator=g).to(dev) * 0.02)
-                  for _ in range(4)]  # fmt: skip
+            ps = [
+                torch.nn.Parameter(torch.randn(*shape, generator=g).to(dev) * 0.02)
+                for _ in range(4)
+            ]
             for p in ps:
                 p.grad = torch.randn(p.shape, generator=g).to(dev)
             return ps
@@ -123,8 +127,10 @@ def muon_section(dev, reps: int, sync, g, quick: bool) -> list[tuple[str, float]
             t_m.append(timed(muon.step, 1, sync))
         ts, tm = statistics.median(t_s), statistics.median(t_m)
         ratios.append((f"SWAN-muon step <= 1.05x Muon's at {shape[0]}x{shape[1]}", ts / tm))
-        print(f"| {shape[0]}x{shape[1]} | {floor * 1e3:.2f} ms | {ts * 1e3:.2f} ms | "
-              f"{ts / floor:.2f}x | {tm * 1e3:.2f} ms | {tm / floor:.2f}x | {ts / tm:.2f}x |")  # fmt: skip
+        print(
+            f"| {shape[0]}x{shape[1]} | {floor * 1e3:.2f} ms | {ts * 1e3:.2f} ms | "
+            f"{ts / floor:.2f}x | {tm * 1e3:.2f} ms | {tm / floor:.2f}x | {ts / tm:.2f}x |"
+        )
     return ratios
 
 
@@ -167,8 +173,10 @@ def main() -> int:
         ),
     }
     n_params = sum(a * b for a, b in shapes)
-    print(f"# SWAN benchmark ({dev}, {args.threads} threads, {len(shapes)} matrices, "
-          f"{n_params / 1e6:.1f} M parameters, median of {reps})\n")  # fmt: skip
+    print(
+        f"# SWAN benchmark ({dev}, {args.threads} threads, {len(shapes)} matrices, "
+        f"{n_params / 1e6:.1f} M parameters, median of {reps})\n"
+    )
     print("## 1. optimizer.step() time\n")
     print("| optimizer | step | / AdamW | matmul floor | / floor | state bytes |")
     print("|---|---|---|---|---|---|")
@@ -182,8 +190,10 @@ def main() -> int:
         base = base or t
         fl = floors.get(name)
         fl_txt = f"{fl * 1e3:.1f} ms | {t / fl:.2f}x" if fl else "– | –"
-        print(f"| {name} | {t * 1e3:.1f} ms | {t / base:.1f}x | {fl_txt} | "
-              f"{optimizer_state_bytes(opt):,} |")  # fmt: skip
+        print(
+            f"| {name} | {t * 1e3:.1f} ms | {t / base:.1f}x | {fl_txt} | "
+            f"{optimizer_state_bytes(opt):,} |"
+        )
     print("\n## 2. whitening accuracy against float64 (same iteration)\n")
     print("| shape | fp32 rel. error | bf16-matmul rel. error |\n|---|---|---|")
     errs = {}
@@ -202,8 +212,12 @@ def main() -> int:
     ]
     muon = [k for k in times if k.startswith("torch.optim.Muon")]
     if muon:
-        checks.append(("SWAN step (bf16 matmuls) <= Muon's step",
-                       times["SWAN (NS b0.8 k10, bf16 matmuls)"] / times[muon[0]]))  # fmt: skip
+        checks.append(
+            (
+                "SWAN step (bf16 matmuls) <= Muon's step",
+                times["SWAN (NS b0.8 k10, bf16 matmuls)"] / times[muon[0]],
+            )
+        )
     checks += muon_ratios
     for what, ratio in checks:
         limit = 1.5 if "floor" in what else 1.05 if "1.05x" in what else 1.0

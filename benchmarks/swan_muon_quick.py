@@ -39,10 +39,14 @@ def main() -> int:
     eval_ids = torch.tensor(tok.encode(corpus.eval[:300_000]).ids)
     cfg = ModelConfig(vocab=tok.get_vocab_size())
     ev = eval_windows(eval_ids, cfg.seq, 64)
-    print(f"# SWAN vs SWAN-muon, quick reproduction task ({args.seeds} seeds, {args.steps} steps, "
-          f"{args.threads} threads)\n")  # fmt: skip
-    print("| seed | SWAN final eval CE | SWAN-muon final eval CE | muon - SWAN | SWAN step | "
-          "SWAN-muon step |\n|---|---|---|---|---|---|")  # fmt: skip
+    print(
+        f"# SWAN vs SWAN-muon, quick reproduction task ({args.seeds} seeds, {args.steps} steps, "
+        f"{args.threads} threads)\n"
+    )
+    print(
+        "| seed | SWAN final eval CE | SWAN-muon final eval CE | muon - SWAN | SWAN step | "
+        "SWAN-muon step |\n|---|---|---|---|---|---|"
+    )
     diffs, t_swan, t_muon = [], [], []
     for seed in range(args.seeds):
         a = train_run("swan", 1e-3, seed, args.steps, train_ids, ev, cfg)
@@ -51,8 +55,10 @@ def main() -> int:
         diffs.append(d)
         t_swan.append(a.opt_step_seconds)
         t_muon.append(b.opt_step_seconds)
-        print(f"| {seed} | {a.eval_ce[-1]:.4f} | {b.eval_ce[-1]:.4f} | {d:+.4f} | "
-              f"{a.opt_step_seconds * 1e3:.2f} ms | {b.opt_step_seconds * 1e3:.2f} ms |")  # fmt: skip
+        print(
+            f"| {seed} | {a.eval_ce[-1]:.4f} | {b.eval_ce[-1]:.4f} | {d:+.4f} | "
+            f"{a.opt_step_seconds * 1e3:.2f} ms | {b.opt_step_seconds * 1e3:.2f} ms |"
+        )
     mean = statistics.fmean(diffs)
     if len(diffs) > 1:
         sd = statistics.stdev(diffs)
@@ -60,10 +66,14 @@ def main() -> int:
         interval = f"[{mean - half:+.4f}, {mean + half:+.4f}]"
     else:
         interval = "(one seed: no interval)"
-    print(f"\nmean difference (muon - SWAN) in final eval CE: {mean:+.4f} nats, 95 % t-interval "
-          f"over seeds {interval}")  # fmt: skip
-    print(f"mean optimizer step: SWAN {statistics.fmean(t_swan) * 1e3:.2f} ms, SWAN-muon "
-          f"{statistics.fmean(t_muon) * 1e3:.2f} ms")  # fmt: skip
+    print(
+        f"\nmean difference (muon - SWAN) in final eval CE: {mean:+.4f} nats, 95 % t-interval "
+        f"over seeds {interval}"
+    )
+    print(
+        f"mean optimizer step: SWAN {statistics.fmean(t_swan) * 1e3:.2f} ms, SWAN-muon "
+        f"{statistics.fmean(t_muon) * 1e3:.2f} ms"
+    )
     return 0
 
 

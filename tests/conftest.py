@@ -176,12 +176,29 @@ def run_ranks(
     import sys
 
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ICML25_QUIET": "1",
-           "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "ICML25_QUIET": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     if launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               str(worker), str(out), *args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(_free_port()),
+            str(worker),
+            str(out),
+            *args,
+        ]
     elif launcher == "accelerate":
         config = out / "accelerate.yaml"
         config.write_text(
@@ -190,8 +207,16 @@ def run_ranks(
             f"main_process_ip: 127.0.0.1\nmain_process_port: {_free_port()}\n"
             "mixed_precision: 'no'\ndynamo_config: {}\nuse_cpu: false\n"
         )
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-               str(worker), str(out), *args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(config),
+            str(worker),
+            str(out),
+            *args,
+        ]
     else:
         raise ValueError(f"launcher must be 'torchrun' or 'accelerate', got {launcher!r}")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -205,8 +230,9 @@ def ranks(tmp_path):
     ``tmp_path`` (``tmp_path / f"world{nproc}-{n}"``); returns the ranks' JSON records."""
     calls = []
 
-    def run(worker: Path, *args: str, nproc: int = 2, timeout: float = 420,
-            launcher: str = "torchrun") -> list[dict]:  # fmt: skip
+    def run(
+        worker: Path, *args: str, nproc: int = 2, timeout: float = 420, launcher: str = "torchrun"
+    ) -> list[dict]:
         calls.append(nproc)
         out = tmp_path / f"world{nproc}-{len(calls)}"
         return run_ranks(worker, out, *args, nproc=nproc, timeout=timeout, launcher=launcher)

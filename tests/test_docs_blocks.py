@@ -48,8 +48,21 @@ def _undefined(blocks: list[str], tmp: Path) -> list[list[str]]:
         spans.append((start, code.count("\n")))
     f = tmp / "page.py"
     f.write_text(code, encoding="utf-8")
-    out = subprocess.run(["ruff", "check", "--select", "F821", "--output-format", "concise",
-                          "--no-cache", "--isolated", str(f)], capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [
+            "ruff",
+            "check",
+            "--select",
+            "F821",
+            "--output-format",
+            "concise",
+            "--no-cache",
+            "--isolated",
+            str(f),
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     res: list[list[str]] = [[] for _ in blocks]
     for line in out.splitlines():
         m = re.match(r".*?:(\d+):\d+: F821 Undefined name `([^`]+)`", line)

@@ -46,8 +46,14 @@ def test_the_site_builds_strict_with_the_papers_on_its_front_page(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     for p in registry.PAPERS:

@@ -14,8 +14,14 @@ from hypothesis import strategies as st
 
 from icml25._validate import as_bool, as_int, as_prob, as_real, shown
 
-FLOATS = [0.25, np.float32(0.25), np.float64(0.25), torch.tensor(0.25), torch.tensor(0.25).double(),
-          torch.tensor(0.25, dtype=torch.bfloat16)]  # fmt: skip
+FLOATS = [
+    0.25,
+    np.float32(0.25),
+    np.float64(0.25),
+    torch.tensor(0.25),
+    torch.tensor(0.25).double(),
+    torch.tensor(0.25, dtype=torch.bfloat16),
+]
 INTS = [3, np.int64(3), np.int32(3), np.uint8(3), torch.tensor(3)]
 
 

@@ -26,8 +26,22 @@ def wheel_env(tmp_path_factory):
     pytest.importorskip("build")
     tmp = tmp_path_factory.mktemp("wheel")
     dist = tmp / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
-                   check=True, capture_output=True, text=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(dist),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wheels = list(dist.glob("icml25-*.whl"))
     assert len(wheels) == 1 and __version__ in wheels[0].name
     env_dir = tmp / "venv"
@@ -40,8 +54,12 @@ def wheel_env(tmp_path_factory):
     # itself is installed from the wheel into the venv's site-packages, first on sys.path.
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     stdlib = {Path(sysconfig.get_path(k)).resolve() for k in ("stdlib", "platstdlib")}
     deps = []
     for entry in dict.fromkeys(p for p in sys.path if p and Path(p).is_dir()):
@@ -51,8 +69,13 @@ def wheel_env(tmp_path_factory):
             continue
         deps.append(f"{folder}\n")
     (Path(purelib) / "_icml25_test_deps.pth").write_text("".join(deps))
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheels[0])],
-                   check=True, capture_output=True, text=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheels[0])],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return py, wheels[0], tmp, Path(purelib)
 
 

@@ -83,8 +83,10 @@ def _api_page(module: str, title: str) -> str:
         "      members_order: source\n" + (f"      members:\n{members}" if members else "")
     )
     for path in hidden:  # imported to be found: they exist once an optional dependency loads
-        text += (f"\n::: {path}\n    options:\n      show_root_heading: true\n"
-                 "      force_inspection: true\n")  # fmt: skip
+        text += (
+            f"\n::: {path}\n    options:\n      show_root_heading: true\n"
+            "      force_inspection: true\n"
+        )
     return text
 
 

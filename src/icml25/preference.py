@@ -193,8 +193,14 @@ def dpo_loss(
 ) -> DPOOutput:
     """Sigmoid DPO on summed sequence log-probs ``(N,)`` of the chosen and rejected answers under
     the policy and the frozen reference. Returns :class:`DPOOutput` (mean loss, rewards)."""
-    losses, _ = dpo_losses(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta,
-                           label_smoothing=label_smoothing)  # fmt: skip
+    losses, _ = dpo_losses(
+        policy_chosen,
+        policy_rejected,
+        ref_chosen,
+        ref_rejected,
+        beta,
+        label_smoothing=label_smoothing,
+    )
     dev = policy_chosen.device
     dt = losses.dtype
     cw = beta * (policy_chosen.to(dt) - ref_chosen.to(device=dev, dtype=dt))
@@ -215,19 +221,24 @@ def check_preference_record(i: int, r: Any) -> dict[str, Any]:
         if hasattr(r, "keys") and hasattr(r, "__getitem__"):  # a Mapping (e.g. a datasets row)
             r = dict(r)
         else:
-            raise TypeError(f"preference record {i} must be a dict with keys {COLUMNS}, got "
-                            f"{type(r).__name__} {r!r:.60}")  # fmt: skip
+            raise TypeError(
+                f"preference record {i} must be a dict with keys {COLUMNS}, got "
+                f"{type(r).__name__} {r!r:.60}"
+            )
     missing = [c for c in COLUMNS if c not in r]
     if missing:
-        raise ValueError(f"preference record {i} lacks {missing} (has {sorted(r)}); TRL's "
-                         f"columns are {COLUMNS}")  # fmt: skip
+        raise ValueError(
+            f"preference record {i} lacks {missing} (has {sorted(r)}); TRL's columns are {COLUMNS}"
+        )
     for c in COLUMNS:
         v = r[c]
         if not (
             isinstance(v, str) or (isinstance(v, list) and all(isinstance(m, dict) for m in v))
         ):
-            raise TypeError(f"record {i}: {c!r} must be a string or a list of chat messages, got "
-                            f"{type(v).__name__}")  # fmt: skip
+            raise TypeError(
+                f"record {i}: {c!r} must be a string or a list of chat messages, got "
+                f"{type(v).__name__}"
+            )
     return r
 
 
@@ -266,25 +277,33 @@ def load_preferences(source: Any, *, split: str = "train") -> list[dict[str, Any
 
             source = pq.read_table(path).to_pylist()
         else:
-            raise ValueError(f"unsupported preference file {path!r}: use .jsonl, .json, .csv, "
-                             ".parquet or a datasets folder")  # fmt: skip
+            raise ValueError(
+                f"unsupported preference file {path!r}: use .jsonl, .json, .csv, "
+                ".parquet or a datasets folder"
+            )
     if hasattr(source, "iloc") and hasattr(source, "to_dict"):  # pandas DataFrame
         source = source.to_dict("records")
     elif type(source).__name__ in ("DatasetDict", "IterableDatasetDict"):
         if split not in source:
-            raise ValueError(f"split {split!r} is not in the DatasetDict (has {list(source.keys())}); "
-                             "pass split=...")  # fmt: skip
+            raise ValueError(
+                f"split {split!r} is not in the DatasetDict (has {list(source.keys())}); "
+                "pass split=..."
+            )
         source = source[split]
     if isinstance(source, dict):
         if all(c in source for c in COLUMNS) and all(isinstance(source[c], list) for c in COLUMNS):
-            raise TypeError("got a dict of columns; pass a list of records (dicts with prompt/"
-                            "chosen/rejected) or datasets.Dataset.from_dict(columns)")  # fmt: skip
+            raise TypeError(
+                "got a dict of columns; pass a list of records (dicts with prompt/"
+                "chosen/rejected) or datasets.Dataset.from_dict(columns)"
+            )
         raise TypeError("got a single dict; pass a list of preference records")
     if hasattr(source, "column_names") and hasattr(source, "__getitem__"):  # datasets.Dataset
         source = [source[i] for i in range(len(source))]
     if not isinstance(source, Sequence) or isinstance(source, (str, bytes)):
-        raise TypeError(f"cannot read preference data from {type(source).__name__}: use a path, "
-                        "a list of dicts, a datasets.Dataset or a pandas DataFrame")  # fmt: skip
+        raise TypeError(
+            f"cannot read preference data from {type(source).__name__}: use a path, "
+            "a list of dicts, a datasets.Dataset or a pandas DataFrame"
+        )
     recs = [check_preference_record(i, r) for i, r in enumerate(source)]
     if not recs:
         raise ValueError("the preference data is empty")

@@ -206,8 +206,10 @@ def run_reproductions(
             finish(paper, ReproResult.for_planned(paper.slug, paper.title))
         elif paper.slug in previous:
             position[paper.slug] = len(position) + 1
-            say(f"[{position[paper.slug]}/{len(runnable)}] {paper.number:02d} {paper.slug}: "
-                f"{previous[paper.slug].status} (resumed)")  # fmt: skip
+            say(
+                f"[{position[paper.slug]}/{len(runnable)}] {paper.number:02d} {paper.slug}: "
+                f"{previous[paper.slug].status} (resumed)"
+            )
             finish(paper, previous[paper.slug], resumed=True)
         else:
             todo.append(paper)

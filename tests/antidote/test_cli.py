@@ -45,8 +45,19 @@ def saved(tmp_path_factory):
 
 
 def _argv(root, out, *extra):
-    return ["antidote", "prune", "--model", str(root / "base"), "--realign",
-            str(root / "harmful.jsonl"), "--batch-size", "2", "--out", str(out), *extra]  # fmt: skip
+    return [
+        "antidote",
+        "prune",
+        "--model",
+        str(root / "base"),
+        "--realign",
+        str(root / "harmful.jsonl"),
+        "--batch-size",
+        "2",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def test_cli_prunes_a_saved_adapter(saved, tmp_path):
@@ -91,8 +102,17 @@ def test_cli_official_two_adapter_flow_saves_the_merged_pruned_model(saved, tmp_
     from icml25.cli import main
 
     out = tmp_path / "merged"
-    argv = _argv(saved, out, "--align-adapter", str(saved / "align"), "--adapter",
-                 str(saved / "user"), "--merge", "--dense-ratio", "0.25")  # fmt: skip
+    argv = _argv(
+        saved,
+        out,
+        "--align-adapter",
+        str(saved / "align"),
+        "--adapter",
+        str(saved / "user"),
+        "--merge",
+        "--dense-ratio",
+        "0.25",
+    )
     assert main(argv) == 0
     mask = torch.load(out / "antidote_mask.pt")
     assert all(".lora_A.default." in k or ".lora_B.default." in k for k in mask)
@@ -116,8 +136,20 @@ def test_cli_bad_input(saved, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x"}\n')
     with pytest.raises(SystemExit):
-        main(["antidote", "prune", "--model", "m", "--adapter", "a", "--realign", str(bad),
-              "--out", str(out)])  # fmt: skip
+        main(
+            [
+                "antidote",
+                "prune",
+                "--model",
+                "m",
+                "--adapter",
+                "a",
+                "--realign",
+                str(bad),
+                "--out",
+                str(out),
+            ]
+        )
     for argv in (
         ["--adapter", "a", "--dense-ratio", "1.5"],
         ["--adapter", "a", "--granularity", "column"],
@@ -142,16 +174,36 @@ def test_cli_refuses_what_it_cannot_save_and_names_missing_folders(saved, tmp_pa
         with pytest.raises(SystemExit) as err:
             main([*_argv(saved, out, "--batch-size", "2"), *extra])
         assert err.value.code == 2 and message in capsys.readouterr().err
-    missing = ["antidote", "prune", "--model", str(tmp_path / "none"), "--adapter", user,
-               "--realign", str(saved / "harmful.jsonl"), "--out", str(out)]  # fmt: skip
+    missing = [
+        "antidote",
+        "prune",
+        "--model",
+        str(tmp_path / "none"),
+        "--adapter",
+        user,
+        "--realign",
+        str(saved / "harmful.jsonl"),
+        "--out",
+        str(out),
+    ]
     with pytest.raises(SystemExit):
         main(missing)
     assert "no such folder" in capsys.readouterr().err
     # instruction/output rows, as make_realign_batches takes them, are calibration rows too
     alpaca = tmp_path / "alpaca.jsonl"
     alpaca.write_text(json.dumps({"instruction": "how", "input": "x", "output": "steps"}) + "\n")
-    argv = ["antidote", "prune", "--model", str(saved / "base"), "--adapter", user, "--realign",
-            str(alpaca), "--out", str(out)]  # fmt: skip
+    argv = [
+        "antidote",
+        "prune",
+        "--model",
+        str(saved / "base"),
+        "--adapter",
+        user,
+        "--realign",
+        str(alpaca),
+        "--out",
+        str(out),
+    ]
     # with its Input block the row is longer than the model's 128 positions: refused, then cut
     with pytest.raises(SystemExit):
         main(argv)

@@ -17,9 +17,13 @@ def test_pipeline_aligned_safe_attacked_harmful_antidote_lowers_harm(tmp_path):
 
 def _pipeline_end_to_end(tmp_path):
     st = ToySettings(
-        pretrain_steps=300, align_steps=120, n_finetune=320, n_eval=80, n_calibration=64,
+        pretrain_steps=300,
+        align_steps=120,
+        n_finetune=320,
+        n_eval=80,
+        n_calibration=64,
         attacks={"H1": (3e-3, 6)},
-    )  # fmt: skip
+    )
     exp = HarmfulFinetuneExperiment(0, st, cache_dir=tmp_path)
     aligned = exp.evaluate(exp.aligned())
     assert [p.name for p in tmp_path.glob("*.pt")] == [exp.checkpoint_name()]
@@ -81,8 +85,14 @@ def test_checkpoints_of_other_sizes_are_never_shared(tmp_path):
 
 
 def test_one_call_pipeline_structure():
-    st = ToySettings(pretrain_steps=10, align_steps=5, n_finetune=64, n_eval=16, n_calibration=16,
-                     attacks={"H1": (3e-3, 1)})  # fmt: skip
+    st = ToySettings(
+        pretrain_steps=10,
+        align_steps=5,
+        n_finetune=64,
+        n_eval=16,
+        n_calibration=16,
+        attacks={"H1": (3e-3, 1)},
+    )
     out = HarmfulFinetuneExperiment(1, st).run(ratios=(0.1,), scorers=("antidote", "random"))
     assert set(out) == {"aligned", "H1"}
     assert set(out["H1"]) == {"none", "antidote", "random"}

@@ -29,8 +29,13 @@ from icml25.antidote import (
 )
 from icml25.antidote.pipeline import ToySettings
 
-SCALARS = [float, np.float64, np.float32, lambda v: torch.tensor(v, dtype=torch.float64),
-           lambda v: torch.tensor(v)]  # fmt: skip
+SCALARS = [
+    float,
+    np.float64,
+    np.float32,
+    lambda v: torch.tensor(v, dtype=torch.float64),
+    lambda v: torch.tensor(v),
+]
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
 
@@ -94,8 +99,20 @@ def test_tensor_mask_removes_the_floor_numel_rho_largest(shape, rho, kind, seed)
     assert m.shape == s.shape and torch.equal(m.reshape(-1), ref)
 
 
-BAD_RATIOS = [-0.1, 1.5, float("nan"), float("inf"), np.float32("nan"), np.float64(2.0),
-              torch.tensor(-1.0), "0.1", None, True, np.bool_(False), torch.tensor([0.1])]  # fmt: skip
+BAD_RATIOS = [
+    -0.1,
+    1.5,
+    float("nan"),
+    float("inf"),
+    np.float32("nan"),
+    np.float64(2.0),
+    torch.tensor(-1.0),
+    "0.1",
+    None,
+    True,
+    np.bool_(False),
+    torch.tensor([0.1]),
+]
 
 
 @pytest.mark.parametrize("bad", BAD_RATIOS, ids=repr)

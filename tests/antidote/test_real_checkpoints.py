@@ -48,8 +48,19 @@ def _parse(argv):
 
 
 def _argv(root, out, *extra):
-    return ["antidote", "prune", "--model", str(root / "base"), "--adapter", str(root / "user"),
-            "--realign", str(root / "harmful.jsonl"), "--out", str(out), *extra]  # fmt: skip
+    return [
+        "antidote",
+        "prune",
+        "--model",
+        str(root / "base"),
+        "--adapter",
+        str(root / "user"),
+        "--realign",
+        str(root / "harmful.jsonl"),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def test_prune_command_takes_device_and_dtype_and_loads_adapters_on_top(llama, tmp_path):
@@ -70,8 +81,9 @@ def test_prune_command_runs_in_bf16(llama, tmp_path):
     from icml25.cli import main
 
     out = tmp_path / "merged"
-    argv = _argv(llama, out, "--dtype", "bf16", "--device", "cpu", "--merge",
-                 "--dense-ratio", "0.25")  # fmt: skip
+    argv = _argv(
+        llama, out, "--dtype", "bf16", "--device", "cpu", "--merge", "--dense-ratio", "0.25"
+    )
     assert main(argv) == 0
     from transformers import AutoModelForCausalLM
 
@@ -88,8 +100,18 @@ def test_prune_command_refuses_calibration_rows_longer_than_the_context(llama, t
 
     long = tmp_path / "long.jsonl"
     long.write_text(json.dumps({"prompt": "word " * 200, "response": "steps"}) + "\n")
-    argv = ["antidote", "prune", "--model", str(llama / "base"), "--adapter", str(llama / "user"),
-            "--realign", str(long), "--out", str(tmp_path / "o")]  # fmt: skip
+    argv = [
+        "antidote",
+        "prune",
+        "--model",
+        str(llama / "base"),
+        "--adapter",
+        str(llama / "user"),
+        "--realign",
+        str(long),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     with pytest.raises(SystemExit):
         main(argv)
     assert "context of 128" in capsys.readouterr().err

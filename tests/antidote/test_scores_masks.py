@@ -223,8 +223,13 @@ def test_ratios_of_any_real_type_mean_the_same():
     s = torch.rand(4, 10, generator=torch.Generator().manual_seed(0))
     ref = harmful_mask({"w": s}, 0.1)["w"]
     assert (ref.sum(1) == 1).all()
-    for rho in (np.float32(0.1), np.float64(0.1), np.array(0.1, dtype=np.float32),
-                torch.tensor(0.1), torch.tensor(0.1, dtype=torch.float64)):  # fmt: skip
+    for rho in (
+        np.float32(0.1),
+        np.float64(0.1),
+        np.array(0.1, dtype=np.float32),
+        torch.tensor(0.1),
+        torch.tensor(0.1, dtype=torch.float64),
+    ):
         assert torch.equal(harmful_mask({"w": s}, rho)["w"], ref), repr(rho)
     model = Stack(d=10, h=4)
     layers = {"fc1": model.fc1}

@@ -55,8 +55,9 @@ def test_rate_gradient_equals_autograd_time_varying_sensor():
     rates = RateSchedule(values, prob.T)
     h = prob.T / prob.n_steps
     W = prob.W
-    fast = _grads(lambda: covariance_bound(prob.sde, prob.sensors, rates, n_steps=prob.n_steps),
-                  [values], W)  # fmt: skip
+    fast = _grads(
+        lambda: covariance_bound(prob.sde, prob.sensors, rates, n_steps=prob.n_steps), [values], W
+    )
     slow = _grads(
         lambda: bound_mod._covariance_bound_torch(
             prob.sde, prob.sensors, rates, h, prob.n_steps, None
@@ -95,7 +96,7 @@ def test_gradients_in_every_matrix_two_dimensional_sensors():
         Sensor(
             torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 0.0]], dtype=D),
             torch.tensor([[0.2, 0.05], [0.05, 0.3]], dtype=D),
-        ),  # fmt: skip
+        ),
     ]
     values = torch.tensor([[1.0, 3.0, 0.5, 2.0], [0.2, 1.5, 4.0, 1.0]], dtype=D)
     values.requires_grad_(True)
@@ -108,8 +109,10 @@ def test_gradients_in_every_matrix_two_dimensional_sensors():
 
 def test_constant_model_and_float32():
     m = matern_ssm(2.5, 0.8, 1.0)
-    sensors = [Sensor(m.H, torch.tensor([[0.05]], dtype=D)),
-               Sensor(torch.tensor([[0.0, 1.0, 0.0]], dtype=D), torch.tensor([[0.3]], dtype=D))]  # fmt: skip
+    sensors = [
+        Sensor(m.H, torch.tensor([[0.05]], dtype=D)),
+        Sensor(torch.tensor([[0.0, 1.0, 0.0]], dtype=D), torch.tensor([[0.3]], dtype=D)),
+    ]
     v = torch.tensor([[2.0, 0.0, 5.0], [1.0, 1.0, 0.0]], dtype=D, requires_grad=True)
     _compare(m, sensors, v, [v])
     v32 = v.detach().float().requires_grad_(True)
@@ -123,8 +126,10 @@ def test_constant_model_and_float32():
 
 def test_sensors_of_different_sizes_use_the_torch_loop():
     m = matern_ssm(1.5, 1.0, 1.0)
-    sensors = [Sensor(m.H, torch.tensor([[0.05]], dtype=D)),
-               Sensor(torch.eye(2, dtype=D), 0.2 * torch.eye(2, dtype=D))]  # fmt: skip
+    sensors = [
+        Sensor(m.H, torch.tensor([[0.05]], dtype=D)),
+        Sensor(torch.eye(2, dtype=D), 0.2 * torch.eye(2, dtype=D)),
+    ]
     assert bound_mod.stage_matrices(m, sensors, 0.1, 10) is None
     v = torch.ones(2, 2, dtype=D, requires_grad=True)
     path = covariance_bound(m, sensors, RateSchedule(v, 1.0), n_steps=10)
@@ -142,8 +147,9 @@ def test_joint_problem_gradient_in_controls_equals_autograd(monkeypatch):
         Sensor(lambda xi, t: m.H, distance_noise(0.09, 1.0, 0.0), cost=0.2),
     ]
     aux = robot_energy_model([1.0, 0.2], move_cost=0.5, eta0=10.0, p0=2.0)
-    prob = ControlledSchedulingProblem(m, sensors, 5.0, 10, aux=aux, budget=6.0,
-                                       aux_lower=torch.tensor([-math.inf, 0.0], dtype=D))  # fmt: skip
+    prob = ControlledSchedulingProblem(
+        m, sensors, 5.0, 10, aux=aux, budget=6.0, aux_lower=torch.tensor([-math.inf, 0.0], dtype=D)
+    )
     g = torch.Generator().manual_seed(1)
     v = (0.5 + torch.rand(2, 10, generator=g, dtype=D)).requires_grad_(True)
     u = (torch.rand(1, 10, generator=g, dtype=D) * 2 - 1).requires_grad_(True)

@@ -75,8 +75,9 @@ def test_input_only_path_and_closed_form_jacobian_equal_rk4_and_autograd(d):
 def test_input_only_declaration_is_checked():
     from icml25.cdkf.aux import AuxiliaryModel
 
-    aux = AuxiliaryModel(lambda xi, u, t: -xi, [lambda xi, u, t: -xi], torch.ones(1, dtype=D),
-                         input_only=True)  # fmt: skip
+    aux = AuxiliaryModel(
+        lambda xi, u, t: -xi, [lambda xi, u, t: -xi], torch.ones(1, dtype=D), input_only=True
+    )
     with pytest.raises(ValueError, match=r"input_only=True\) but"):
         mean_aux_bound(aux, RateSchedule(torch.ones(1, 2, dtype=D), 1.0), None, 4)
 
@@ -89,11 +90,14 @@ def test_joint_constraint_jacobian_is_closed_form():
     from icml25.cdkf.control import ControlledSchedulingProblem
 
     m = matern_ssm(1.5, 1.0, 1.0)
-    sensors = [Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=1.0),
-               Sensor(m.H, torch.tensor([[0.1]], dtype=D), cost=0.2)]  # fmt: skip
+    sensors = [
+        Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=1.0),
+        Sensor(m.H, torch.tensor([[0.1]], dtype=D), cost=0.2),
+    ]
     aux = robot_energy_model([1.0, 0.2], move_cost=0.5, eta0=6.0, p0=2.0)
-    prob = ControlledSchedulingProblem(m, sensors, 4.0, 4, aux=aux,
-                                       aux_lower=torch.tensor([-math.inf, 0.0], dtype=D))  # fmt: skip
+    prob = ControlledSchedulingProblem(
+        m, sensors, 4.0, 4, aux=aux, aux_lower=torch.tensor([-math.inf, 0.0], dtype=D)
+    )
     v, u = torch.ones(2, 4, dtype=D), torch.full((1, 4), 0.5, dtype=D)
     z = torch.cat([v.reshape(-1), u.reshape(-1)])
     J = prob.aux_constraints_jacobian(v, u)

@@ -65,8 +65,10 @@ def _small_problem(**kw):
     from icml25.cdkf import SchedulingProblem, Sensor, matern_ssm
 
     m = matern_ssm(1.5, 1.0, 1.0)
-    sensors = [Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=1.0),
-               Sensor(torch.tensor([[0.0, 1.0]], dtype=D), torch.tensor([[0.1]], dtype=D), cost=0.3)]  # fmt: skip
+    sensors = [
+        Sensor(m.H, torch.tensor([[0.01]], dtype=D), cost=1.0),
+        Sensor(torch.tensor([[0.0, 1.0]], dtype=D), torch.tensor([[0.1]], dtype=D), cost=0.3),
+    ]
     return SchedulingProblem(m, sensors, 4.0, 8, W=m.H.T @ m.H, budget=4.0, **kw)
 
 
@@ -119,9 +121,16 @@ def test_general_path_constraint_keeps_the_robot_out():
 
     def make(**kw):
         return ControlledSchedulingProblem(
-            m, sensors, 4.0, 8, aux=aux, W=m.H.T @ m.H, budget=2.0,
-            aux_lower=torch.tensor([-math.inf, 0.0], dtype=D), **kw,
-        )  # fmt: skip
+            m,
+            sensors,
+            4.0,
+            8,
+            aux=aux,
+            W=m.H.T @ m.H,
+            budget=2.0,
+            aux_lower=torch.tensor([-math.inf, 0.0], dtype=D),
+            **kw,
+        )
 
     free = make().solve_joint(maxiter=80)
     assert float(free.info["aux_path"][:, 0].min()) < 0.8  # goes close to the target
@@ -155,19 +164,27 @@ def test_cuda_inputs_give_cuda_outputs():
     assert obj.device.type == "cuda" and v.grad.device.type == "cuda"
     assert deterministic_schedule(RateSchedule(v.detach(), 4.0))[0].device.type == "cuda"
     m = matern_ssm(1.5, 1.0, 1.0)
-    path = covariance_bound(m, [Sensor(m.H, torch.tensor([[0.1]], dtype=D))],
-                            RateSchedule(torch.ones(1, 4, dtype=D, device=dev), 2.0))  # fmt: skip
+    path = covariance_bound(
+        m,
+        [Sensor(m.H, torch.tensor([[0.1]], dtype=D))],
+        RateSchedule(torch.ones(1, 4, dtype=D, device=dev), 2.0),
+    )
     assert path.device.type == "cuda"
     sensors = [Sensor(lambda xi, t: m.H.to(xi), distance_noise(0.09, 1.0, 0.0), cost=0.2)]
     aux = robot_energy_model([0.2], move_cost=0.1, eta0=20.0, p0=2.0)
-    cp = ControlledSchedulingProblem(m, sensors, 4.0, 8, aux=aux, budget=2.0,
-                                     aux_lower=torch.tensor([-math.inf, 0.0], dtype=D))  # fmt: skip
+    cp = ControlledSchedulingProblem(
+        m, sensors, 4.0, 8, aux=aux, budget=2.0, aux_lower=torch.tensor([-math.inf, 0.0], dtype=D)
+    )
     u = torch.zeros(1, 8, dtype=D, device=dev)
     assert cp.objective_with(v.detach(), u).device.type == "cuda"
     assert cp.aux_constraints(v.detach(), u).device.type == "cuda"
     md = matern_ssm(1.5, 1.0, 1.0)
     kf = ContinuousDiscreteKF(md, [Sensor(md.H, torch.tensor([[0.1]], dtype=D))])
     times = torch.tensor([0.5, 1.0], dtype=D, device=dev)
-    mu, _ = kf.filter(times, torch.zeros(2, dtype=torch.long, device=dev),
-                      [torch.ones(1, dtype=D, device=dev)] * 2, times)  # fmt: skip
+    mu, _ = kf.filter(
+        times,
+        torch.zeros(2, dtype=torch.long, device=dev),
+        [torch.ones(1, dtype=D, device=dev)] * 2,
+        times,
+    )
     assert torch.isfinite(mu).all()

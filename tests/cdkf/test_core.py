@@ -126,8 +126,12 @@ def test_filter_equals_exact_gp_regression():
     torch.testing.assert_close(mu_r, mu)
     torch.testing.assert_close(Sigma_r, Sigma)
     with pytest.raises(ValueError, match="finite"):
-        kf.filter(torch.tensor([0.5, float("nan")], dtype=D), torch.zeros(2, dtype=torch.long),
-                  None, times[-1:])  # fmt: skip
+        kf.filter(
+            torch.tensor([0.5, float("nan")], dtype=D),
+            torch.zeros(2, dtype=torch.long),
+            None,
+            times[-1:],
+        )
     with pytest.raises(ValueError, match="sensor ids must be in"):
         kf.filter(times, torch.ones(12, dtype=torch.long), ys, times[-1:])
 
@@ -250,8 +254,12 @@ def test_bad_input():
 
 def test_time_varying_drift_is_integrated_not_frozen():
     # dx = -(1 + 2t) x dt + dbeta, Var(0) = 1: dP/dt = -2(1 + 2t) P + 1, integrated finely
-    sde = LinearSDE(lambda xi, t: torch.tensor([[-(1.0 + 2.0 * t)]], dtype=D),
-                    torch.eye(1, dtype=D), torch.zeros(1, dtype=D), torch.eye(1, dtype=D))  # fmt: skip
+    sde = LinearSDE(
+        lambda xi, t: torch.tensor([[-(1.0 + 2.0 * t)]], dtype=D),
+        torch.eye(1, dtype=D),
+        torch.zeros(1, dtype=D),
+        torch.eye(1, dtype=D),
+    )
     kf = ContinuousDiscreteKF(sde, [Sensor(torch.eye(1, dtype=D), torch.eye(1, dtype=D))])
     _, Sigma = kf.predict(torch.zeros(1, dtype=D), torch.eye(1, dtype=D), 0.0, 2.0)
     P, n = 1.0, 200_000
@@ -260,8 +268,14 @@ def test_time_varying_drift_is_integrated_not_frozen():
         P += h * (-2 * (1 + 2 * i * h) * P + 1)
     assert float(Sigma) == pytest.approx(P, rel=1e-4)
     frozen = ContinuousDiscreteKF(
-        LinearSDE(-torch.eye(1, dtype=D), torch.eye(1, dtype=D), torch.zeros(1, dtype=D),
-                  torch.eye(1, dtype=D)), kf.sensors)  # fmt: skip
+        LinearSDE(
+            -torch.eye(1, dtype=D),
+            torch.eye(1, dtype=D),
+            torch.zeros(1, dtype=D),
+            torch.eye(1, dtype=D),
+        ),
+        kf.sensors,
+    )
     assert (
         abs(float(frozen.predict(torch.zeros(1, dtype=D), torch.eye(1, dtype=D), 0.0, 2.0)[1]) - P)
         > 0.1
@@ -306,8 +320,12 @@ def test_aux_state_path_float32_promotion_and_bad_models():
     )
     assert out.dtype == torch.float64
     with pytest.raises(ValueError, match="Sigma0 must be symmetric"):
-        LinearSDE(-torch.eye(2, dtype=D), torch.eye(2, dtype=D), torch.zeros(2, dtype=D),
-                  torch.tensor([[1.0, 0.5], [0.0, 1.0]], dtype=D))  # fmt: skip
+        LinearSDE(
+            -torch.eye(2, dtype=D),
+            torch.eye(2, dtype=D),
+            torch.zeros(2, dtype=D),
+            torch.tensor([[1.0, 0.5], [0.0, 1.0]], dtype=D),
+        )
     with pytest.raises(ValueError, match="positive semi-definite"):
         LinearSDE(sde.A, sde.Qc, torch.zeros(1, dtype=D), -torch.eye(1, dtype=D))
     bad = Sensor(sde.H, lambda xi, t: -torch.eye(1, dtype=D))
@@ -339,8 +357,12 @@ def test_log_likelihood_and_rts_smoother_equal_exact_gp_regression():
     # the log-likelihood is differentiable in the kernel's hyper-parameters
     ell_t = torch.tensor(0.6, dtype=D, requires_grad=True)
     lam = (2 * nu) ** 0.5 / ell_t
-    A = torch.stack([torch.stack([torch.zeros((), dtype=D), torch.ones((), dtype=D)]),
-                     torch.stack([-(lam**2), -2 * lam])])  # fmt: skip
+    A = torch.stack(
+        [
+            torch.stack([torch.zeros((), dtype=D), torch.ones((), dtype=D)]),
+            torch.stack([-(lam**2), -2 * lam]),
+        ]
+    )
     q = var * 4 * lam**3
     Qc = torch.zeros(2, 2, dtype=D) + torch.stack(
         [torch.zeros(2, dtype=D), torch.stack([torch.zeros((), dtype=D), q])]
@@ -367,10 +389,14 @@ def test_bound_against_monte_carlo_within_a_one_percent_band():
     grid = torch.linspace(0, T, 31, dtype=D)
     g = torch.Generator().manual_seed(11)
     n = 8400  # 3,600 left 4 se at up to 1.5% of the trace
-    traces = torch.stack([
-        torch.diagonal(kf.covariance_path(sample_poisson_times(rates, g), grid), dim1=-2, dim2=-1).sum(-1)
-        for _ in range(n)
-    ])  # fmt: skip
+    traces = torch.stack(
+        [
+            torch.diagonal(
+                kf.covariance_path(sample_poisson_times(rates, g), grid), dim1=-2, dim2=-1
+            ).sum(-1)
+            for _ in range(n)
+        ]
+    )
     mean, se = traces.mean(0), traces.std(0) / n**0.5
     assert bool((4 * se[1:] <= 0.01 * mean[1:]).all()), (4 * se / mean).max()
     assert bool((b >= mean - 4 * se - 1e-9).all())

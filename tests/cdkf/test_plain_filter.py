@@ -60,8 +60,11 @@ def test_plain_takes_observations_in_every_form(monkeypatch):
     times, ids = torch.tensor([0.5, 1.0, 1.5], dtype=D), torch.zeros(3, dtype=torch.long)
     grid = torch.tensor([2.0], dtype=D)
     ref = kf.filter(times, ids, [torch.tensor([v], dtype=D) for v in (0.1, -0.2, 0.3)], grid)
-    for ys in ([torch.tensor(v) for v in (0.1, -0.2, 0.3)], [0.1, -0.2, 0.3],
-               [torch.tensor([0.1], dtype=torch.bfloat16).double(), [-0.2], (0.3,)]):  # fmt: skip
+    for ys in (
+        [torch.tensor(v) for v in (0.1, -0.2, 0.3)],
+        [0.1, -0.2, 0.3],
+        [torch.tensor([0.1], dtype=torch.bfloat16).double(), [-0.2], (0.3,)],
+    ):
         got = kf.filter(times, ids, ys, grid)
         torch.testing.assert_close(got[0], ref[0], rtol=1e-2, atol=1e-3)
 
@@ -102,11 +105,19 @@ def test_a_model_that_needs_a_gradient_keeps_the_torch_path(monkeypatch):
 
 def test_plain_names_a_broken_update_as_the_torch_path(monkeypatch):
     # a model whose covariance breaks down (unstable A): the same NumericalError either way
-    sde = LinearSDE(torch.tensor([[400.0]], dtype=D), torch.tensor([[1.0]], dtype=D),
-                    torch.zeros(1, dtype=D), torch.eye(1, dtype=D))  # fmt: skip
+    sde = LinearSDE(
+        torch.tensor([[400.0]], dtype=D),
+        torch.tensor([[1.0]], dtype=D),
+        torch.zeros(1, dtype=D),
+        torch.eye(1, dtype=D),
+    )
     kf = ContinuousDiscreteKF(sde, [Sensor(torch.eye(1, dtype=D), torch.tensor([[1.0]], dtype=D))])
-    args = (torch.tensor([3.0], dtype=D), torch.tensor([0]), [torch.tensor([0.0], dtype=D)],
-            torch.tensor([4.0], dtype=D))  # fmt: skip
+    args = (
+        torch.tensor([3.0], dtype=D),
+        torch.tensor([0]),
+        [torch.tensor([0.0], dtype=D)],
+        torch.tensor([4.0], dtype=D),
+    )
     with pytest.raises(NumericalError) as plain:
         kf.filter(*args)
     monkeypatch.setenv("ICML25_CDKF_PLAIN", "0")
@@ -130,10 +141,15 @@ def _both_paths(kf, *args, monkeypatch):
 
 def _scalar_kf(dtype=D, requires_grad=False):
     A = torch.tensor([[-0.5, 1.0], [0.0, -1.0]], dtype=dtype, requires_grad=requires_grad)
-    sde = LinearSDE(A, torch.diag(torch.tensor([0.0, 0.5], dtype=dtype)), torch.zeros(2, dtype=dtype),
-                    torch.eye(2, dtype=dtype))  # fmt: skip
-    return ContinuousDiscreteKF(sde, [Sensor(torch.tensor([[1.0, 0.0]], dtype=dtype),
-                                             torch.tensor([[0.1]], dtype=dtype))])  # fmt: skip
+    sde = LinearSDE(
+        A,
+        torch.diag(torch.tensor([0.0, 0.5], dtype=dtype)),
+        torch.zeros(2, dtype=dtype),
+        torch.eye(2, dtype=dtype),
+    )
+    return ContinuousDiscreteKF(
+        sde, [Sensor(torch.tensor([[1.0, 0.0]], dtype=dtype), torch.tensor([[0.1]], dtype=dtype))]
+    )
 
 
 def test_observations_follow_the_models_dtype_on_both_paths(monkeypatch):
@@ -147,8 +163,12 @@ def test_observations_follow_the_models_dtype_on_both_paths(monkeypatch):
     assert mu.dtype == torch.float32
     kf = _scalar_kf()
     ref = kf.filter(t, i, [torch.tensor([0.1], dtype=D), torch.tensor([0.7], dtype=D)], t)
-    for ys in ([0.1, 0.7], [[0.1], [0.7]], torch.tensor([[0.1], [0.7]], dtype=D),
-               torch.tensor([0.1, 0.7], dtype=D)):  # fmt: skip
+    for ys in (
+        [0.1, 0.7],
+        [[0.1], [0.7]],
+        torch.tensor([[0.1], [0.7]], dtype=D),
+        torch.tensor([0.1, 0.7], dtype=D),
+    ):
         for mu, S in _both_paths(kf, t, i, ys, t, monkeypatch=monkeypatch):
             torch.testing.assert_close(mu, ref[0], rtol=1e-15, atol=1e-15)
             torch.testing.assert_close(S, ref[1], rtol=1e-15, atol=1e-15)
@@ -196,8 +216,12 @@ def test_the_environment_turns_the_numpy_recursion_off(off, monkeypatch):
     calls = []
     real = kf_module._plain_filter
     monkeypatch.setattr(kf_module, "_plain_filter", lambda *a: calls.append(1) or real(*a))
-    args = (torch.tensor([0.5, 1.0], dtype=D), torch.zeros(2, dtype=torch.long), [0.1, 0.2],
-            torch.tensor([2.0], dtype=D))  # fmt: skip
+    args = (
+        torch.tensor([0.5, 1.0], dtype=D),
+        torch.zeros(2, dtype=torch.long),
+        [0.1, 0.2],
+        torch.tensor([2.0], dtype=D),
+    )
     kf.filter(*args)
     assert calls == [1]
     monkeypatch.setenv("ICML25_CDKF_PLAIN", off)

@@ -103,9 +103,11 @@ def test_float32_model_follows_its_dtype_and_matches_float64(a, q, r):
             [Sensor(torch.ones(1, 1, dtype=dt), torch.tensor([[r]], dtype=dt))],
         )
         out[dt] = kf.filter(
-            torch.tensor(times, dtype=dt), torch.zeros(2, dtype=torch.long),
-            [torch.tensor([y], dtype=dt) for y in ys], torch.tensor(grid, dtype=dt),
-        )  # fmt: skip
+            torch.tensor(times, dtype=dt),
+            torch.zeros(2, dtype=torch.long),
+            [torch.tensor([y], dtype=dt) for y in ys],
+            torch.tensor(grid, dtype=dt),
+        )
     assert out[torch.float32][0].dtype == torch.float32
     assert torch.allclose(out[torch.float32][1].double(), out[D][1], rtol=1e-4, atol=1e-6)
     assert torch.allclose(out[torch.float32][0].double(), out[D][0], rtol=1e-4, atol=1e-5)

@@ -35,9 +35,14 @@ def test_stiff_time_varying_drift_matches_quadrature():
     # A = -400 (1 + t): P(1) = e^{-Phi(1)} + int_0^1 e^{-(Phi(1) - Phi(s))} ds, Phi = 800 (t + t^2/2)
     Phi = lambda t: 800.0 * (t + t * t / 2)  # noqa: E731
     integral, _ = quad(
-        lambda s: math.exp(-(Phi(1.0) - Phi(s))), 0, 1, points=[0.99, 0.999], limit=500,
-        epsabs=1e-16, epsrel=1e-13,
-    )  # fmt: skip
+        lambda s: math.exp(-(Phi(1.0) - Phi(s))),
+        0,
+        1,
+        points=[0.99, 0.999],
+        limit=500,
+        epsabs=1e-16,
+        epsrel=1e-13,
+    )
     exact = integral + math.exp(-Phi(1.0))
     kf = _kf(lambda xi, t: torch.tensor([[-400.0 * (1 + t)]], dtype=D), rtol=1e-6)
     assert _variance(kf) == pytest.approx(exact, rel=1e-6)  # before: 4.6e276

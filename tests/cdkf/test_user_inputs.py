@@ -57,8 +57,12 @@ def test_sensor_and_model_inputs():
     with pytest.raises(ValueError, match=r"R must be \(1, 1\) to match C's 1 rows"):
         Sensor(gp.H, 0.1 * torch.eye(2, dtype=D))
     with pytest.raises(ValueError, match="Qc = sigma sigma"):
-        LinearSDE(-torch.eye(2, dtype=D), torch.diag(torch.tensor([1.0, -1.0], dtype=D)),
-                  torch.zeros(2, dtype=D), torch.eye(2, dtype=D))  # fmt: skip
+        LinearSDE(
+            -torch.eye(2, dtype=D),
+            torch.diag(torch.tensor([1.0, -1.0], dtype=D)),
+            torch.zeros(2, dtype=D),
+            torch.eye(2, dtype=D),
+        )
     with pytest.raises(ValueError, match=r"got -1.0 at \(sensor, interval\) \(0, 1\)"):
         RateSchedule(torch.tensor([[1.0, -1.0]], dtype=D), 1.0)
 
@@ -162,8 +166,9 @@ def test_second_review_inputs():
     """The second review: a stiff model is refined instead of exploding, and the remaining
     inputs give answers or clear errors."""
     gp = matern_ssm(0.5, 0.03, 1.0)  # |eig(A)| = 33: RK4 at the rates' step (h = 0.1) explodes
-    pr = SchedulingProblem(gp, [Sensor(gp.H, 0.01, cost=1.0)], T=10.0, K=20, budget=5.0,
-                           lam_max=1.0)  # fmt: skip
+    pr = SchedulingProblem(
+        gp, [Sensor(gp.H, 0.01, cost=1.0)], T=10.0, K=20, budget=5.0, lam_max=1.0
+    )
     assert pr.n_steps == 680  # h |eig(A)| <= 0.5
     assert 0.9 < float(pr.objective(pr.initial_rates())) < 1.0  # stationary variance 1, measured
     with pytest.warns(UserWarning, match="fastest mode"):
@@ -191,8 +196,12 @@ def test_second_review_inputs():
     with pytest.raises(ValueError, match="w_eps must be a finite number"):
         _problem(w_eps=math.nan)
     with pytest.raises(ValueError, match="A must be finite"):
-        LinearSDE(torch.tensor([[math.nan]], dtype=D), torch.eye(1, dtype=D),
-                  torch.zeros(1, dtype=D), torch.eye(1, dtype=D))  # fmt: skip
+        LinearSDE(
+            torch.tensor([[math.nan]], dtype=D),
+            torch.eye(1, dtype=D),
+            torch.zeros(1, dtype=D),
+            torch.eye(1, dtype=D),
+        )
     with pytest.raises(ValueError, match="running_cost returned a non-finite value"):
         _problem(running_cost=lambda t, P, lam, xi, u: t * math.nan).objective(
             torch.ones(1, 4, dtype=D)
@@ -200,7 +209,8 @@ def test_second_review_inputs():
     sensors = [Sensor(lambda xi, t: g2.H, distance_noise(0.09, 1.0, 0.0), cost=0.2)]
     aux = robot_energy_model([0.2], move_cost=0.1, eta0=10.0, p0=2.0)
     with pytest.raises(ValueError, match="aux_lower must not contain NaN"):
-        ControlledSchedulingProblem(g2, sensors, 4.0, 4, aux=aux,
-                                    aux_lower=torch.tensor([math.nan, 0.0], dtype=D))  # fmt: skip
+        ControlledSchedulingProblem(
+            g2, sensors, 4.0, 4, aux=aux, aux_lower=torch.tensor([math.nan, 0.0], dtype=D)
+        )
     with pytest.raises(ValueError, match="w_u must be a finite number >= 0"):
         ControlledSchedulingProblem(g2, sensors, 4.0, 4, aux=aux, w_u=-5.0)

@@ -129,8 +129,11 @@ def test_theorem_3_4_the_certified_set_is_never_empty(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_front_door_identifies_the_interventional_kernel(seed):
     mdp = random_cmdp(seed)
-    fd, on, off = (mdp.frontdoor_kernel_population(), mdp.interventional_kernel(),
-                   mdp.observational_kernel())  # fmt: skip
+    fd, on, off = (
+        mdp.frontdoor_kernel_population(),
+        mdp.interventional_kernel(),
+        mdp.observational_kernel(),
+    )
     assert (fd - on).abs().max() < 1e-12
     assert (off - on).abs().max() > 1e-3  # confounded: the offline statistics are biased
 

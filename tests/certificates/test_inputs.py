@@ -97,8 +97,9 @@ def test_datasets_empty_without_mediator_and_user_layouts():
         FrontDoorFQE(10, mdp.safe).fit(no_m)
     NaiveFQE(10, mdp.safe, n_actions=5).fit(no_m)  # the naive estimator needs no mediator
     pd = pytest.importorskip("pandas")
-    frame = pd.DataFrame({"x": ds.x.numpy(), "u": ds.u.numpy(), "m": ds.m.numpy(),
-                          "x_next": ds.x_next.numpy()})  # fmt: skip
+    frame = pd.DataFrame(
+        {"x": ds.x.numpy(), "u": ds.u.numpy(), "m": ds.m.numpy(), "x_next": ds.x_next.numpy()}
+    )
     a = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(OfflineDataset.from_frame(frame))
     b = FrontDoorFQE(10, mdp.safe, n_actions=5, n_mediators=5).fit(ds)
     assert torch.equal(torch.nan_to_num(a.Q), torch.nan_to_num(b.Q))
@@ -138,8 +139,14 @@ def test_candidate_filter_for_continuous_actions():
     """A 1-D action on [-1, 1] with Q(u) = 1 - u^2 and V = 0.5: certified iff |u| <= 0.707;
     a nominal of 0.9 is pulled back to the boundary."""
     q_fn = lambda u: 1 - u[:, 0] ** 2  # noqa: E731
-    u, info = candidate_filter(q_fn, lambda u: q_fn(u) - 0.5, torch.tensor([0.9]), -1.0, 1.0,
-                               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    u, info = candidate_filter(
+        q_fn,
+        lambda u: q_fn(u) - 0.5,
+        torch.tensor([0.9]),
+        -1.0,
+        1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert not info["fallback"] and abs(float(u)) <= 0.5**0.5 + 1e-9 and float(u) > 0.6
     u, info = candidate_filter(q_fn, lambda u: q_fn(u) - 2.0, torch.tensor([0.9]), -1.0, 1.0)
     assert info["fallback"] and abs(float(u)) < 0.05  # best Q

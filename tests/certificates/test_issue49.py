@@ -96,8 +96,12 @@ def test_dtcbf_on_a_dataset_needs_the_action_count():
 
 
 def test_from_frame_names_a_string_column_and_its_dtype():
-    frame = {"x": np.array([0, 1]), "u": np.array(["a", "b"]), "m": np.array([0, 0]),
-             "x_next": np.array([1, 0])}  # fmt: skip
+    frame = {
+        "x": np.array([0, 1]),
+        "u": np.array(["a", "b"]),
+        "m": np.array([0, 0]),
+        "x_next": np.array([1, 0]),
+    }
     with pytest.raises(ValueError, match=r"column 'u' must hold integer indices, got dtype <U1"):
         OfflineDataset.from_frame(frame)
     pd = pytest.importorskip("pandas")

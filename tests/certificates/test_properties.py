@@ -39,12 +39,16 @@ def _brute_force_v(K, safe, H, pi):
     V = [[float(safe[x]) for x in range(X)]]
     for _ in range(H):
         prev = V[-1]
-        V.append([
-            float(safe[x]) * sum(
-                float(pi[u]) * sum(float(K[x, u, y]) * prev[y] for y in range(X)) for u in range(U)
-            )
-            for x in range(X)
-        ])  # fmt: skip
+        V.append(
+            [
+                float(safe[x])
+                * sum(
+                    float(pi[u]) * sum(float(K[x, u, y]) * prev[y] for y in range(X))
+                    for u in range(U)
+                )
+                for x in range(X)
+            ]
+        )
     return torch.tensor(V, dtype=D)
 
 
@@ -69,8 +73,13 @@ def test_exact_safety_q_equals_brute_force(seed, X, U, H, dtype, mask):
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10_000), un=st.integers(0, 2), t=st.integers(0, 2),
-       conv=st.sampled_from(INTS), alpha=st.sampled_from([0.0, 0.3]))  # fmt: skip
+@given(
+    seed=st.integers(0, 10_000),
+    un=st.integers(0, 2),
+    t=st.integers(0, 2),
+    conv=st.sampled_from(INTS),
+    alpha=st.sampled_from([0.0, 0.3]),
+)
 def test_filter_equals_brute_force_selection(seed, un, t, conv, alpha):
     X, U, H = 3, 3, 3
     K = _kernel(seed, X, U)
@@ -94,8 +103,9 @@ def test_filter_equals_brute_force_selection(seed, un, t, conv, alpha):
 def test_certificate_scalars_numpy_and_python(conv):
     K = _kernel(0, 3, 2)
     Q, V = exact_safety_q(K, [True, True, False], 2)
-    cert = SafetyCertificate(SafetyQ(Q, V, torch.tensor([True, True, False])), eps=conv(0.2),
-                             alpha=conv(0.5))  # fmt: skip
+    cert = SafetyCertificate(
+        SafetyQ(Q, V, torch.tensor([True, True, False])), eps=conv(0.2), alpha=conv(0.5)
+    )
     assert cert.eps == pytest.approx(0.2) and cert.alpha == 0.5
     for bad in (float("nan"), float("inf"), 0.0, 1.0):
         with pytest.raises(ValueError, match="eps must be a finite number in \\(0, 1\\)"):
@@ -119,8 +129,15 @@ def test_candidate_filter_never_mislabels(nominal, radius, dtype, seed):
         return -(c**2).sum(-1)
 
     u0 = torch.tensor(nominal, dtype=dtype)
-    u, info = candidate_filter(q_fn, margin_fn, u0, -1.0, 1.0, n_candidates=np.int64(32),
-                               generator=torch.Generator().manual_seed(seed))  # fmt: skip
+    u, info = candidate_filter(
+        q_fn,
+        margin_fn,
+        u0,
+        -1.0,
+        1.0,
+        n_candidates=np.int64(32),
+        generator=torch.Generator().manual_seed(seed),
+    )
     assert bool(((u >= -1) & (u <= 1)).all())
     assert info["margin"] == pytest.approx(float(margin_fn(u[None])[0]))
     if not info["fallback"]:
@@ -186,8 +203,12 @@ def test_offline_dataset_bad_columns_are_named(col, bad):
 def test_offline_dataset_empty_and_numpy_columns():
     with pytest.raises(ValueError, match="the dataset is empty"):
         OfflineDataset([], [], [], [])
-    ds = OfflineDataset(np.array([0, 1], dtype=np.int32), np.array([1.0, 0.0]), None,
-                        torch.tensor([1, 1], dtype=torch.int16))  # fmt: skip
+    ds = OfflineDataset(
+        np.array([0, 1], dtype=np.int32),
+        np.array([1.0, 0.0]),
+        None,
+        torch.tensor([1, 1], dtype=torch.int16),
+    )
     assert ds.u.dtype == torch.long and ds.u.tolist() == [1, 0]
 
 

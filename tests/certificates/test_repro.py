@@ -11,8 +11,13 @@ METRICS = ("true V(x0, H)", "P_safe front_door", "P_safe dtcbf_offline", "max |Q
 
 def test_quick_smoke(tmp_path, check_smoke):
     result = repro.run(quick=True, seed=0, out=tmp_path, smoke=True)
-    check_smoke(result, "certificates", metrics=METRICS, prefixes=("progress ",),
-                ranges={"P_safe ": (0.0, 1.0), "true V(x0, H)": (0.82, 0.822)})  # fmt: skip
+    check_smoke(
+        result,
+        "certificates",
+        metrics=METRICS,
+        prefixes=("progress ",),
+        ranges={"P_safe ": (0.0, 1.0), "true V(x0, H)": (0.82, 0.822)},
+    )
     names = [c.name for c in result.checks]
     assert names[0] == repro.PREMISE_TRUE.name and repro.FEASIBLE.name in names
     assert {f.name for f in result.figures} == {"cert_safety_curve.png", "cert_tradeoff.png"}
@@ -88,10 +93,19 @@ def test_checks_fail_on_planted_unsafe_numbers():
     st = repro.Setting(1.0)
     runs = []
     for s in range(3):
-        m = {"seed": s, "v_fd": st.v_true + 0.1 + 0.003 * s, "v_naive": 0.84, "backoff": 0, "empty": 0,
-             "err_fd": (0.6 + 0.01 * s, 0.1), "err_naive": (0.5, 0.05 + 0.002 * s)}  # fmt: skip
-        m["eval"] = {n: {"p_safe": 0.5 + 0.01 * s, "progress": 10.0} for n in
-                     ("nominal", "dtcbf_offline", "front_door")}  # fmt: skip
+        m = {
+            "seed": s,
+            "v_fd": st.v_true + 0.1 + 0.003 * s,
+            "v_naive": 0.84,
+            "backoff": 0,
+            "empty": 0,
+            "err_fd": (0.6 + 0.01 * s, 0.1),
+            "err_naive": (0.5, 0.05 + 0.002 * s),
+        }
+        m["eval"] = {
+            n: {"p_safe": 0.5 + 0.01 * s, "progress": 10.0}
+            for n in ("nominal", "dtcbf_offline", "front_door")
+        }
         m["eval"]["nominal"]["p_safe"] = 0.9
         m["mc"] = {"safe": 5_000 + 30 * s, "n": repro.MC_SIMS * repro.MC_TRAJ}
         runs.append(m)

@@ -32,9 +32,10 @@ LOSSES = {
     "dcl": lambda u, v, **kw: dcl_loss(u, v, 0.1, **kw),
     "dhel": lambda u, v, **kw: dhel_loss(u, v, 0.1, **kw),
     "vrns": lambda u, v, **kw: vrns_loss(u, v, n_train=50, **kw),
-    "module": lambda u, v, **kw: ContrastiveLoss("simclr", 0.2, vrns_weight=30, n_train=50,
-                                                 gather=kw.pop("gather", None))(u, v, kw.get("index")),
-}  # fmt: skip
+    "module": lambda u, v, **kw: ContrastiveLoss(
+        "simclr", 0.2, vrns_weight=30, n_train=50, gather=kw.pop("gather", None)
+    )(u, v, kw.get("index")),
+}
 WORLD, M, D = 2, 6, 5
 
 
@@ -185,8 +186,9 @@ def test_positives_all_equals_solo_learn_with_class_labels_and_instance_with_ids
     ours = nt_xent_loss(u, v, 0.3, index=labels, positives="all")
     torch.testing.assert_close(ours, _solo_learn_simclr(u, v, labels, 0.3))
     ids = torch.arange(12)  # instance ids: both readings agree with solo-learn
-    torch.testing.assert_close(nt_xent_loss(u, v, 0.3, index=ids, positives="all"),
-                               _solo_learn_simclr(u, v, ids, 0.3))  # fmt: skip
+    torch.testing.assert_close(
+        nt_xent_loss(u, v, 0.3, index=ids, positives="all"), _solo_learn_simclr(u, v, ids, 0.3)
+    )
     torch.testing.assert_close(nt_xent_loss(u, v, 0.3), _solo_learn_simclr(u, v, ids, 0.3))
     # with class labels the paper's instance reading differs: same-class rows are not positives
     assert not torch.allclose(nt_xent_loss(u, v, 0.3, index=labels), ours)
@@ -206,13 +208,27 @@ def test_augment_follows_the_input_and_trainer_takes_epochs_and_device():
     with pytest.raises(TypeError, match="torch.Generator"):
         digits_augment(x, 0)
     model = DigitsSimCLR()
-    hist = train_simclr(model, torch.rand(20, 1, 8, 8), digits_augment,
-                        loss=ContrastiveLoss("simclr", 0.5), batch_size=8, epochs=2,
-                        device="cpu", progress=False)  # fmt: skip
+    hist = train_simclr(
+        model,
+        torch.rand(20, 1, 8, 8),
+        digits_augment,
+        loss=ContrastiveLoss("simclr", 0.5),
+        batch_size=8,
+        epochs=2,
+        device="cpu",
+        progress=False,
+    )
     assert len(hist) == 2 * (20 // 8)
     with pytest.raises(ValueError, match="exactly one of steps and epochs"):
-        train_simclr(model, torch.rand(20, 1, 8, 8), digits_augment,
-                     loss=ContrastiveLoss(), batch_size=8, steps=2, epochs=1)  # fmt: skip
+        train_simclr(
+            model,
+            torch.rand(20, 1, 8, 8),
+            digits_augment,
+            loss=ContrastiveLoss(),
+            batch_size=8,
+            steps=2,
+            epochs=1,
+        )
 
 
 @pytest.mark.gpu

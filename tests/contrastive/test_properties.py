@@ -61,22 +61,36 @@ def _brute_family(u, v, t, c1, c2, psi):
 
 
 @SETTINGS
-@given(st.integers(2, 5), st.integers(1, 4), st.integers(0, 2**16), st.floats(0.05, 2.0),
-       st.sampled_from(SCALARS), st.sampled_from([torch.float32, torch.float64]))  # fmt: skip
+@given(
+    st.integers(2, 5),
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+    st.floats(0.05, 2.0),
+    st.sampled_from(SCALARS),
+    st.sampled_from([torch.float32, torch.float64]),
+)
 def test_infonce_family_against_loops(m, d, seed, t, kind, dtype):
     u, v = _views(m, d, seed, dtype)
     tol = dict(rel=1e-4, abs=1e-5) if dtype == torch.float32 else dict(rel=1e-9)
     temp = kind(t)
-    for fn, c1, c2, psi in ((infonce_loss, 1, 0, "log1p"), (nt_xent_loss, 1, 1, "log1p"),
-                            (dcl_loss, 1, 1, "log")):  # fmt: skip
+    for fn, c1, c2, psi in (
+        (infonce_loss, 1, 0, "log1p"),
+        (nt_xent_loss, 1, 1, "log1p"),
+        (dcl_loss, 1, 1, "log"),
+    ):
         got = fn(u, v, temp)
         assert got.dtype == dtype
         assert float(got) == pytest.approx(_brute_family(u, v, float(temp), c1, c2, psi), **tol)
 
 
 @SETTINGS
-@given(st.integers(2, 6), st.integers(1, 4), st.integers(0, 2**16),
-       st.sampled_from([2, 4]), st.integers(2, 100))  # fmt: skip
+@given(
+    st.integers(2, 6),
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+    st.sampled_from([2, 4]),
+    st.integers(2, 100),
+)
 def test_vrns_against_loops(m, d, seed, p, n_train):
     u, v = _views(m, d, seed)
     U, V = _unit(u), _unit(v)
@@ -88,8 +102,14 @@ def test_vrns_against_loops(m, d, seed, p, n_train):
 
 
 @SETTINGS
-@given(st.integers(2, 5), st.integers(1, 4), st.integers(0, 2**16), st.floats(0.5, 20),
-       st.floats(-15, 5), st.sampled_from(SCALARS))  # fmt: skip
+@given(
+    st.integers(2, 5),
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+    st.floats(0.5, 20),
+    st.floats(-15, 5),
+    st.sampled_from(SCALARS),
+)
 def test_sigmoid_loss_against_loops(m, d, seed, t, bias, kind):
     u, v = _views(m, d, seed)
     U, V = _unit(u), _unit(v)
@@ -105,9 +125,15 @@ def test_sigmoid_loss_against_loops(m, d, seed, t, bias, kind):
 
 
 @SETTINGS
-@given(m=st.integers(2, 6), d=st.integers(2, 5), seed=st.integers(0, 2**16),
-       terms=st.sampled_from([(1, 0), (0, 1), (1, 1)]), psi=st.sampled_from(["log1p", "log"]),
-       dtype=st.sampled_from([torch.float32, torch.float64]), repeat=st.booleans())  # fmt: skip
+@given(
+    m=st.integers(2, 6),
+    d=st.integers(2, 5),
+    seed=st.integers(0, 2**16),
+    terms=st.sampled_from([(1, 0), (0, 1), (1, 1)]),
+    psi=st.sampled_from(["log1p", "log"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    repeat=st.booleans(),
+)
 def test_all_positives_gradient_is_finite_and_matches_float64(
     m, d, seed, terms, psi, dtype, repeat
 ):
@@ -122,8 +148,16 @@ def test_all_positives_gradient_is_finite_and_matches_float64(
 
     def loss_and_grad(dt, positives):
         u, v = (x.to(dt).requires_grad_(True) for x in _views(m, d, seed))
-        loss = info_nce_family(u, v, c1=terms[0], c2=terms[1], psi=psi, temperature=0.3,
-                               index=index, positives=positives)  # fmt: skip
+        loss = info_nce_family(
+            u,
+            v,
+            c1=terms[0],
+            c2=terms[1],
+            psi=psi,
+            temperature=0.3,
+            index=index,
+            positives=positives,
+        )
         loss.backward()
         return float(loss), torch.cat([u.grad, v.grad]).double()
 
@@ -161,8 +195,9 @@ def test_bf16_views_compute_in_float32_and_stay_close():
     got = nt_xent_loss(u.to(torch.bfloat16), v.to(torch.bfloat16), np.float32(0.2))
     assert got.dtype == torch.float32
     assert float(got) == pytest.approx(float(ref), abs=0.02)
-    crit = ContrastiveLoss("simclr", np.float64(0.2), vrns_weight=np.float32(1.0),
-                           n_train=np.int64(100))  # fmt: skip
+    crit = ContrastiveLoss(
+        "simclr", np.float64(0.2), vrns_weight=np.float32(1.0), n_train=np.int64(100)
+    )
     assert crit(u.to(torch.bfloat16), v.to(torch.bfloat16)).dtype == torch.float32
 
 

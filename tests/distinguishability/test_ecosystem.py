@@ -33,13 +33,24 @@ def test_sac_learns_with_dq_feedback_rounds_and_a_relabelled_replay_buffer():
     base = gym.make("Pendulum-v1")
     ens = reward_model_for(base, hidden=16, n_layers=2)
     env = PreferenceRewardWrapper(base, ens)
-    model = sb3.SAC("MlpPolicy", env, learning_starts=100, batch_size=32, seed=0,
-                    policy_kwargs=dict(net_arch=[16, 16]))  # fmt: skip
+    model = sb3.SAC(
+        "MlpPolicy",
+        env,
+        learning_starts=100,
+        batch_size=32,
+        seed=0,
+        policy_kwargs=dict(net_arch=[16, 16]),
+    )
     before = [p.detach().clone() for p in ens.parameters()]
     cb = PreferenceFeedbackCallback(
-        RewardLearner(ens, max_epochs=5), ScriptedTeacher(rng=0), segment=25, reward_batch=5,
-        first_feedback=200, num_interact=200, max_feedback=12,
-    )  # fmt: skip
+        RewardLearner(ens, max_epochs=5),
+        ScriptedTeacher(rng=0),
+        segment=25,
+        reward_batch=5,
+        first_feedback=200,
+        num_interact=200,
+        max_feedback=12,
+    )
     model.learn(700, callback=cb)
     assert [h["step"] for h in cb.history] == [200, 400, 600]
     assert cb.total_feedback == 12 and [h["asked"] for h in cb.history] == [5, 5, 2]
@@ -68,9 +79,15 @@ def test_ppo_on_a_discrete_env_with_pcq_feedback():
     check_env(env, warn=False)
     model = sb3.PPO("MlpPolicy", env, n_steps=128, batch_size=32, seed=0)
     cb = PreferenceFeedbackCallback(
-        RewardLearner(ens, max_epochs=3), ScriptedTeacher(rng=0), query_type="pcq", segment=10,
-        reward_batch=4, first_feedback=100, num_interact=100, max_feedback=12,
-    )  # fmt: skip
+        RewardLearner(ens, max_epochs=3),
+        ScriptedTeacher(rng=0),
+        query_type="pcq",
+        segment=10,
+        reward_batch=4,
+        first_feedback=100,
+        num_interact=100,
+        max_feedback=12,
+    )
     model.learn(400, callback=cb)
     assert cb.labeled_feedback == 12 and len(cb.learner.answers.pcq_y) == 12
     with pytest.raises(RuntimeError, match="not wrapped in PreferenceRewardWrapper"):
@@ -98,19 +115,26 @@ def test_imitation_trajectories_become_segments():
     except ImportError:
         T = TrajectoryWithRew
     rng = np.random.default_rng(0)
-    traj = T(obs=rng.normal(size=(21, 3)), acts=rng.integers(0, 2, size=20), infos=None,
-             terminal=True, rews=rng.normal(size=20))  # fmt: skip
+    traj = T(
+        obs=rng.normal(size=(21, 3)),
+        acts=rng.integers(0, 2, size=20),
+        infos=None,
+        terminal=True,
+        rews=rng.normal(size=20),
+    )
     from icml25.distinguishability.sb3 import encode_actions
 
     buf = SegmentBuffer()
-    n = buf.add_trajectory(traj, segment_len=5,
-                           action_encoder=lambda a: encode_actions(gym.spaces.Discrete(2), a))  # fmt: skip
+    n = buf.add_trajectory(
+        traj, segment_len=5, action_encoder=lambda a: encode_actions(gym.spaces.Discrete(2), a)
+    )
     assert n == 4 and buf.obs.shape == (4, 5, 3) and buf.act.shape == (4, 5, 2)
     assert np.allclose(buf.obs[1].numpy(), traj.obs[5:10])  # obs each action was taken in
     assert np.allclose(buf.true_rew.reshape(-1).numpy(), traj.rews)
     with pytest.raises(ValueError, match="T or T \\+ 1"):
-        buf.add_trajectory(T(obs=traj.obs[:10], acts=traj.acts, infos=None, terminal=True,
-                             rews=traj.rews), 5)  # fmt: skip
+        buf.add_trajectory(
+            T(obs=traj.obs[:10], acts=traj.acts, infos=None, terminal=True, rews=traj.rews), 5
+        )
 
 
 def test_learner_saves_and_resumes_exactly(tmp_path):
@@ -152,8 +176,9 @@ def test_callback_refuses_a_learner_whose_ensemble_is_not_the_wrappers():
     base = gym.make("Pendulum-v1")
     env = PreferenceRewardWrapper(base, reward_model_for(base, hidden=8, n_layers=1))
     other = RewardLearner(reward_model_for(base, hidden=8, n_layers=1))
-    model = sb3.SAC("MlpPolicy", env, learning_starts=10, batch_size=16,
-                    policy_kwargs=dict(net_arch=[8]))  # fmt: skip
+    model = sb3.SAC(
+        "MlpPolicy", env, learning_starts=10, batch_size=16, policy_kwargs=dict(net_arch=[8])
+    )
     with pytest.raises(ValueError, match="ensemble is not the learner's"):
         model.learn(20, callback=PreferenceFeedbackCallback(other, ScriptedTeacher()))
     with pytest.raises(ValueError, match="selection for query_type='dq' must be one of"):
@@ -170,11 +195,23 @@ def test_a_round_at_the_last_step_leaves_no_stale_replay_reward():
     torch.manual_seed(0)
     base = gym.make("Pendulum-v1")
     ens = reward_model_for(base, hidden=8, n_layers=1)
-    model = sb3.SAC("MlpPolicy", PreferenceRewardWrapper(base, ens), learning_starts=50,
-                    batch_size=16, seed=0, policy_kwargs=dict(net_arch=[8]))  # fmt: skip
-    cb = PreferenceFeedbackCallback(RewardLearner(ens, max_epochs=3), ScriptedTeacher(rng=0),
-                                    segment=20, reward_batch=4, first_feedback=100,
-                                    num_interact=100, max_feedback=8)  # fmt: skip
+    model = sb3.SAC(
+        "MlpPolicy",
+        PreferenceRewardWrapper(base, ens),
+        learning_starts=50,
+        batch_size=16,
+        seed=0,
+        policy_kwargs=dict(net_arch=[8]),
+    )
+    cb = PreferenceFeedbackCallback(
+        RewardLearner(ens, max_epochs=3),
+        ScriptedTeacher(rng=0),
+        segment=20,
+        reward_batch=4,
+        first_feedback=100,
+        num_interact=100,
+        max_feedback=8,
+    )
     model.learn(200, callback=cb)
     assert [h["step"] for h in cb.history] == [100, 200]  # the last round at the last step
     rb = model.replay_buffer
@@ -189,8 +226,12 @@ def test_save_load_resumes_mini_batch_training_with_its_generator(tmp_path):
     obs, act = torch.randn(30, 5, 2, generator=g), torch.randn(30, 5, 1, generator=g)
     buf = SegmentBuffer(obs, act, obs[..., 0])
     torch.manual_seed(0)
-    L = RewardLearner(RewardEnsemble(2, 1, hidden=8, n_layers=1), max_epochs=2, batch_size=4,
-                      generator=torch.Generator().manual_seed(5))  # fmt: skip
+    L = RewardLearner(
+        RewardEnsemble(2, 1, hidden=8, n_layers=1),
+        max_epochs=2,
+        batch_size=4,
+        generator=torch.Generator().manual_seed(5),
+    )
     q = select_pcq(L.ensemble, buf, 12, "uniform", rng=1)
     L.add(q, ScriptedTeacher(rng=0).answer_pcq(buf, q), buf)
     L.train()
@@ -221,7 +262,8 @@ def test_review_bad_inputs_of_the_buffer_and_selection():
     t = CallbackTeacher(dq_fn=lambda p1, p2: (torch.tensor(1), torch.tensor(0.0)))
     ans = t.answer_dq(buf, [DistinguishabilityQuery(PairwiseQuery(0, 1), PairwiseQuery(2, 3))])
     assert (ans[0].d, ans[0].y) == (1.0, 0.0)  # 0-d tensors are numbers
-    traj = TrajectoryWithRew(obs={"a": np.zeros((6, 2))}, acts=np.zeros(5), infos=None,
-                             terminal=True, rews=np.zeros(5))  # fmt: skip
+    traj = TrajectoryWithRew(
+        obs={"a": np.zeros((6, 2))}, acts=np.zeros(5), infos=None, terminal=True, rews=np.zeros(5)
+    )
     with pytest.raises(TypeError, match="dict observations"):
         SegmentBuffer().add_trajectory(traj, 5)

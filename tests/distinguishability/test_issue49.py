@@ -26,8 +26,11 @@ def test_docs_report_the_measured_bf16_agreement():
 @pytest.fixture(scope="module")
 def setup():
     g = torch.Generator().manual_seed(0)
-    buf = SegmentBuffer(torch.randn(300, 10, 3, generator=g), torch.randn(300, 10, 1, generator=g),
-                        torch.randn(300, 10, generator=g))  # fmt: skip
+    buf = SegmentBuffer(
+        torch.randn(300, 10, 3, generator=g),
+        torch.randn(300, 10, 1, generator=g),
+        torch.randn(300, 10, generator=g),
+    )
     torch.manual_seed(0)
     return RewardEnsemble(3, 1, 3, 64, 2), buf
 

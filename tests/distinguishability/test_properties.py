@@ -59,8 +59,12 @@ def test_labeler_model_is_a_distribution_and_matches_the_closed_form(K, N, dtype
 
 
 @settings(max_examples=30, deadline=None)
-@given(K=st.integers(1, 4), C=st.integers(0, 6), dtype=st.sampled_from(DTYPES),
-       kind=st.sampled_from(["disagreement", "entropy"]))  # fmt: skip
+@given(
+    K=st.integers(1, 4),
+    C=st.integers(0, 6),
+    dtype=st.sampled_from(DTYPES),
+    kind=st.sampled_from(["disagreement", "entropy"]),
+)
 def test_dq_scores_finite_in_every_dtype(K, C, dtype, kind):
     ret = torch.randn(K, C, 4, generator=torch.Generator().manual_seed(C)).to(dtype)
     info, easy = dq_scores(ret, informativeness_kind=kind, eps=np.float32(1e-3))
@@ -104,15 +108,22 @@ def test_noise_prob_scalars(conv):
 @pytest.fixture(scope="module")
 def small():
     g = torch.Generator().manual_seed(0)
-    buf = SegmentBuffer(torch.randn(30, 5, 3, generator=g), torch.randn(30, 5, 1, generator=g),
-                        torch.randn(30, 5, generator=g))  # fmt: skip
+    buf = SegmentBuffer(
+        torch.randn(30, 5, 3, generator=g),
+        torch.randn(30, 5, 1, generator=g),
+        torch.randn(30, 5, generator=g),
+    )
     torch.manual_seed(0)
     return RewardEnsemble(3, 1, 2, 8, 1), buf
 
 
 @settings(max_examples=30, deadline=None)
-@given(conv=st.sampled_from(INTS), n=st.integers(0, 5), lb=st.integers(2, 4),
-       method=st.sampled_from(["distq", "uniform", "informative", "easy"]))  # fmt: skip
+@given(
+    conv=st.sampled_from(INTS),
+    n=st.integers(0, 5),
+    lb=st.integers(2, 4),
+    method=st.sampled_from(["distq", "uniform", "informative", "easy"]),
+)
 def test_select_accepts_numpy_and_torch_integers(small, conv, n, lb, method):
     ens, buf = small
     a = select_dq(ens, buf, conv(n), method, conv(lb), keep_frac=np.float32(0.5), rng=1)
@@ -155,11 +166,23 @@ def test_degenerate_buffers_and_ensembles(small):
 @pytest.mark.parametrize("conv", REALS)
 def test_learner_scalars(small, conv):
     ens, _ = small
-    lr = RewardLearner(ens, lr=conv(1e-3), noise_prob=conv(0.1), stop_acc=conv(0.9),
-                       max_epochs=np.int64(3), batch_size=np.int32(8))  # fmt: skip
+    lr = RewardLearner(
+        ens,
+        lr=conv(1e-3),
+        noise_prob=conv(0.1),
+        stop_acc=conv(0.9),
+        max_epochs=np.int64(3),
+        batch_size=np.int32(8),
+    )
     assert lr.noise_prob == pytest.approx(0.1) and lr.max_epochs == 3
-    for kw in ({"lr": 0.0}, {"lr": float("nan")}, {"eps": 0.0}, {"stop_acc": 1.5},
-               {"max_epochs": -1}, {"batch_size": 0}):  # fmt: skip
+    for kw in (
+        {"lr": 0.0},
+        {"lr": float("nan")},
+        {"eps": 0.0},
+        {"stop_acc": 1.5},
+        {"max_epochs": -1},
+        {"batch_size": 0},
+    ):
         with pytest.raises(ValueError, match=next(iter(kw))):
             RewardLearner(ens, **kw)
 
@@ -169,8 +192,12 @@ def test_learner_scalars(small, conv):
 def test_fit_utilities_orders_a_consistent_ranking(n_items, conv, seed):
     rng = np.random.default_rng(seed)
     u_true = rng.permutation(n_items).astype(float)
-    pcq = [(i, j, 1.0 if u_true[i] > u_true[j] else 0.0)
-           for i in range(n_items) for j in range(n_items) if i != j]  # fmt: skip
+    pcq = [
+        (i, j, 1.0 if u_true[i] > u_true[j] else 0.0)
+        for i in range(n_items)
+        for j in range(n_items)
+        if i != j
+    ]
     u = fit_utilities(conv(n_items), pcq, steps=np.int64(300))
     assert u.shape == (n_items,) and bool(torch.isfinite(u).all())
     assert torch.argsort(u).tolist() == np.argsort(u_true).tolist()

@@ -142,8 +142,10 @@ def test_the_first_round_is_deferred_until_four_segments_exist():
     with pytest.warns(UserWarning, match="deferred until 4"):
         rl.run(160, progress=False)
     assert rl.total_feedback == 0 and resets == []  # no critic reset on an untrained reward
-    rl2 = small_rl(gym.make("Pendulum-v1", max_episode_steps=1000),
-                   dict(num_seed_steps=20, num_unsup_steps=0, segment=50))  # fmt: skip
+    rl2 = small_rl(
+        gym.make("Pendulum-v1", max_episode_steps=1000),
+        dict(num_seed_steps=20, num_unsup_steps=0, segment=50),
+    )
     resets2 = []
     reset2 = rl2.agent.reset_critic
     rl2.agent.reset_critic = lambda: (resets2.append(len(rl2.segments)), reset2())
@@ -189,8 +191,9 @@ def test_a_half_answer_is_never_rounded_up_to_a_win():
         ens.weights[0].zero_()
         ens.biases[0].zero_()
     L = RewardLearner(ens, batch_size=None, max_epochs=1, stop_acc=0.97)
-    L.add([DistinguishabilityQuery(PairwiseQuery(0, 1), PairwiseQuery(2, 3))],
-          [DQAnswer(1.0, 1, 0.5)])  # fmt: skip
+    L.add(
+        [DistinguishabilityQuery(PairwiseQuery(0, 1), PairwiseQuery(2, 3))], [DQAnswer(1.0, 1, 0.5)]
+    )
     out = L.train(buf)
     assert out["acc"] == 0.0  # all strengths equal: "pair 1 easier" is not predicted
 
@@ -255,8 +258,10 @@ def test_the_loop_reuses_the_relabelled_member_rewards_for_selection():
     """The next round's selection sums the per-member rewards kept at the relabel (and by online
     labelling) instead of a forward pass over the candidates: the same returns, the same picks."""
     gym = pytest.importorskip("gymnasium")
-    rl = small_rl(gym.make("Pendulum-v1"), dict(num_seed_steps=100, num_unsup_steps=0,
-                                                segment=25, num_interact=150))  # fmt: skip
+    rl = small_rl(
+        gym.make("Pendulum-v1"),
+        dict(num_seed_steps=100, num_unsup_steps=0, segment=25, num_interact=150),
+    )
     rl.run(420, progress=False)
     assert rl.total_feedback == 8  # rounds at 100 and 250; 400 is over budget
     cached = rl.segment_returns()

@@ -17,8 +17,13 @@ def test_run_resumes_and_records_failures(tmp_path, capsys):
     for k in range(3):
         Image.fromarray(np.full((16, 16), 40 * k, dtype=np.uint8)).save(imgs / f"{k}.png")
     q = tmp_path / "q.jsonl"
-    q.write_text("\n".join(json.dumps({"id": f"q{k}", "image": f"{k}.png", "question": f"What is {k}?"})
-                           for k in range(3)) + "\n")  # fmt: skip
+    q.write_text(
+        "\n".join(
+            json.dumps({"id": f"q{k}", "image": f"{k}.png", "question": f"What is {k}?"})
+            for k in range(3)
+        )
+        + "\n"
+    )
     calls = []
 
     def model(messages, **kw):
@@ -62,11 +67,43 @@ def test_run_resumes_and_records_failures(tmp_path, capsys):
 def test_clear_errors(tmp_path, capsys):
     q = tmp_path / "q.jsonl"
     q.write_text(json.dumps({"image": "missing.png", "question": "x"}) + "\n")
-    assert main(["dps", "run", "--model", "openai:m", "--base-url", "http://127.0.0.1:9", "--images", str(tmp_path),
-                 "--questions", str(q), "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "dps",
+                "run",
+                "--model",
+                "openai:m",
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--images",
+                str(tmp_path),
+                "--questions",
+                str(q),
+                "--out",
+                str(tmp_path / "o.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert "no image" in capsys.readouterr().err
-    assert main(["dps", "run", "--model", "gpt", "--images", str(tmp_path), "--questions", str(q),
-                 "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "dps",
+                "run",
+                "--model",
+                "gpt",
+                "--images",
+                str(tmp_path),
+                "--questions",
+                str(q),
+                "--out",
+                str(tmp_path / "o.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert "openai:NAME" in capsys.readouterr().err
 
 
@@ -78,8 +115,21 @@ def test_other_settings_do_not_reuse_answers(tmp_path, capsys):
     q.write_text(json.dumps({"id": "x", "image": "a.png", "question": "What?"}) + "\n")
     out = tmp_path / "o.jsonl"
     with ChatServer(CallableChat(lambda m, **kw: "ok")) as server:
-        base = ["dps", "run", "--model", "openai:m", "--base-url", server.url, "--images", str(imgs),
-                "--questions", str(q), "--out", str(out), "-q"]  # fmt: skip
+        base = [
+            "dps",
+            "run",
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.url,
+            "--images",
+            str(imgs),
+            "--questions",
+            str(q),
+            "--out",
+            str(out),
+            "-q",
+        ]
         assert main(base) == 0 and main(base) == 0
         assert "1 done before" in capsys.readouterr().out
         assert main([*base, "--crop", "random"]) == 2  # refused, naming what differs

@@ -18,16 +18,36 @@ def setup(tmp_path, n=2):
     for k in range(n):
         Image.fromarray(np.full((16, 16), 40 * k, dtype=np.uint8)).save(imgs / f"{k}.png")
     q = tmp_path / "q.jsonl"
-    q.write_text("\n".join(json.dumps({"id": f"q{k}", "image": f"{k}.png", "question": f"What is {k}?"})
-                           for k in range(n)) + "\n")  # fmt: skip
+    q.write_text(
+        "\n".join(
+            json.dumps({"id": f"q{k}", "image": f"{k}.png", "question": f"What is {k}?"})
+            for k in range(n)
+        )
+        + "\n"
+    )
     return imgs, q
 
 
 def test_the_first_failure_is_shown_with_its_cause_in_full(tmp_path, capsys):
     imgs, q = setup(tmp_path)
     with ChatServer(CallableChat(lambda m, **k: "ok"), faults=lambda i, b: "400") as server:
-        rc = main(["dps", "run", "--model", "openai:http400", "--base-url", server.url, "--images",
-                   str(imgs), "--questions", str(q), "--out", str(tmp_path / "o.jsonl"), "-q"])  # fmt: skip
+        rc = main(
+            [
+                "dps",
+                "run",
+                "--model",
+                "openai:http400",
+                "--base-url",
+                server.url,
+                "--images",
+                str(imgs),
+                "--questions",
+                str(q),
+                "--out",
+                str(tmp_path / "o.jsonl"),
+                "-q",
+            ]
+        )
     out, err = capsys.readouterr()
     assert rc == 1
     assert "2 items: 0 done now, 0 done before, 2 failed" in out
@@ -39,8 +59,21 @@ def test_the_first_failure_is_shown_with_its_cause_in_full(tmp_path, capsys):
 
 def test_jpeg_quality_without_jpeg_crops_is_an_argument_error(tmp_path, capsys):
     imgs, q = setup(tmp_path, n=1)
-    base = ["dps", "run", "--model", "openai:m", "--base-url", "http://127.0.0.1:9", "--images",
-            str(imgs), "--questions", str(q), "--out", str(tmp_path / "o.jsonl"), "-q"]  # fmt: skip
+    base = [
+        "dps",
+        "run",
+        "--model",
+        "openai:m",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--images",
+        str(imgs),
+        "--questions",
+        str(q),
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        "-q",
+    ]
     assert main([*base, "--jpeg-quality", "50"]) == 2
     err = capsys.readouterr().err
     assert "--jpeg-quality 50" in err and "--crop-format" in err
@@ -51,9 +84,23 @@ def test_jpeg_quality_with_jpeg_crops_keys_the_rows(tmp_path, capsys):
     imgs, q = setup(tmp_path, n=1)
     out = tmp_path / "o.jsonl"
     with ChatServer(CallableChat(lambda m, **k: "ok")) as server:
-        base = ["dps", "run", "--model", "openai:m", "--base-url", server.url, "--images",
-                str(imgs), "--questions", str(q), "--out", str(out), "-q", "--crop-format",
-                "jpeg"]  # fmt: skip
+        base = [
+            "dps",
+            "run",
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.url,
+            "--images",
+            str(imgs),
+            "--questions",
+            str(q),
+            "--out",
+            str(out),
+            "-q",
+            "--crop-format",
+            "jpeg",
+        ]
         assert main(base) == 0 and main([*base, "--jpeg-quality", "75"]) == 0  # 75: the default
         assert "1 done before" in capsys.readouterr().out
         assert main([*base, "--jpeg-quality", "50"]) == 2
@@ -64,8 +111,21 @@ def test_a_renamed_image_with_the_same_bytes_reuses_its_row(tmp_path, capsys):
     imgs, q = setup(tmp_path, n=1)
     out = tmp_path / "o.jsonl"
     with ChatServer(CallableChat(lambda m, **k: "ok")) as server:
-        base = ["dps", "run", "--model", "openai:m", "--base-url", server.url, "--images",
-                str(imgs), "--questions", str(q), "--out", str(out), "-q"]  # fmt: skip
+        base = [
+            "dps",
+            "run",
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.url,
+            "--images",
+            str(imgs),
+            "--questions",
+            str(q),
+            "--out",
+            str(out),
+            "-q",
+        ]
         assert main(base) == 0
         (imgs / "0.png").rename(imgs / "renamed.png")
         q.write_text(json.dumps({"id": "q0", "image": "renamed.png", "question": "What is 0?"}))

@@ -56,8 +56,10 @@ def test_random_crops_stay_in_range_and_repeat_with_the_seed():
 
 
 def test_parse_boxes_on_messy_replies_and_auto_mask():
-    text = ("Here: {'obj1': [ 2, 3 ,10, 12], 'obj2': [-5, 0, 50.6, 4.4], 'bad': [9, 9, 3, 3], "
-            "'also': [1,2,3], 'edge': [30, 30, 40, 40]}")  # fmt: skip
+    text = (
+        "Here: {'obj1': [ 2, 3 ,10, 12], 'obj2': [-5, 0, 50.6, 4.4], 'bad': [9, 9, 3, 3], "
+        "'also': [1,2,3], 'edge': [30, 30, 40, 40]}"
+    )
     assert parse_boxes(text, 32, 16) == [(2, 3, 10, 12), (0, 0, 32, 4)]
     img = Image.fromarray(np.full((16, 32), 200, dtype=np.uint8))
     masked = np.array(auto_mask(img, [(2, 3, 10, 12)]))

@@ -73,8 +73,15 @@ def test_call_graph_single_agent():
     # the strong agent keeps one conversation (history grows), the weak agent is fresh
     assert [n for r, _, n, _ in rec.calls if r == "strong"] == [2, 4, 6]
     assert [n for r, _, n, _ in rec.calls if r == "weak"] == [2, 4]
-    assert [t["template"] for t in res.trace] == ["question", "question", "describe", "check_informative",
-                                                   "supervise_single", "summarize_plain", "final"]  # fmt: skip
+    assert [t["template"] for t in res.trace] == [
+        "question",
+        "question",
+        "describe",
+        "check_informative",
+        "supervise_single",
+        "summarize_plain",
+        "final",
+    ]
     assert (
         res.n_calls == {"lvlm": 5, "helper": 2}
         and res.observations == ["A cat."]

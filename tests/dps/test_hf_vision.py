@@ -23,26 +23,53 @@ def tiny_llava():
         ["what is this a cat dog digit the image shows"], vocab_size=64, kind="word"
     )
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    vc = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                          image_size=32, patch_size=8, projection_dim=16)  # fmt: skip
-    tc = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                     num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
-    cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("<image>"),
-                      vision_feature_layer=-1, vision_feature_select_strategy="default")  # fmt: skip
+    vc = CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        projection_dim=16,
+    )
+    tc = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    cfg = LlavaConfig(
+        vision_config=vc,
+        text_config=tc,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
     import torch
 
     torch.manual_seed(0)
     model = transformers.LlavaForConditionalGeneration(cfg).eval()
-    template = ("{% for m in messages %}<|{{ m['role'] }}|>{% for p in m['content'] %}{% if p['type'] == 'image' %}"
-                "<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}<|end|>{% endfor %}"
-                "{% if add_generation_prompt %}<|assistant|>{% endif %}")  # fmt: skip
+    template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{% for p in m['content'] %}{% if p['type'] == 'image' %}"
+        "<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}<|end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ip = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
-                          chat_template=template, num_additional_image_tokens=1)  # fmt: skip
+    proc = LlavaProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        chat_template=template,
+        num_additional_image_tokens=1,
+    )
     return model, proc
 
 

@@ -63,8 +63,23 @@ def test_dps_run_takes_device_and_dtype_and_passes_them_to_the_loader(tmp_path, 
 
     monkeypatch.setattr(backends, "HFVisionChat", fake)
     imgs, q = write_inputs(tmp_path)
-    argv = ["dps", "run", "--model", "hf:/models/vlm", "--images", str(imgs), "--questions",
-            str(q), "--out", str(tmp_path / "o.jsonl"), "-q", "--device", "cpu", "--dtype", "bf16"]  # fmt: skip
+    argv = [
+        "dps",
+        "run",
+        "--model",
+        "hf:/models/vlm",
+        "--images",
+        str(imgs),
+        "--questions",
+        str(q),
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        "-q",
+        "--device",
+        "cpu",
+        "--dtype",
+        "bf16",
+    ]
     assert main(argv) == 0
     assert seen == [("/models/vlm", {"device": "cpu", "dtype": "bf16", "device_map": None})]
     rc = main([*argv[:-1], "int8"])
@@ -109,8 +124,25 @@ def test_dps_run_with_a_local_llava_in_bf16(tmp_path, capsys):
     path = saved("llava", tmp_path, positions=2048)
     imgs, q = write_inputs(tmp_path)
     out = tmp_path / "dps.jsonl"
-    argv = ["dps", "run", "--model", f"hf:{path}", "--images", str(imgs), "--questions", str(q),
-            "--out", str(out), "-q", "--max-tokens", "6", "--device", "cpu", "--dtype", "bf16"]  # fmt: skip
+    argv = [
+        "dps",
+        "run",
+        "--model",
+        f"hf:{path}",
+        "--images",
+        str(imgs),
+        "--questions",
+        str(q),
+        "--out",
+        str(out),
+        "-q",
+        "--max-tokens",
+        "6",
+        "--device",
+        "cpu",
+        "--dtype",
+        "bf16",
+    ]
     assert main(argv) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 1 and "error" not in rows[0] and isinstance(rows[0]["final"], str)

@@ -128,8 +128,9 @@ def test_center_box_refuses_bad_fractions(frac):
     H=st.integers(1, 100),
 )
 def test_parse_boxes_equals_a_direct_clamp(boxes, W, H):
-    text = "objects: " + ", ".join(f"'o{i}': [{a}, {b}, {c}, {d}]" for i, (a, b, c, d) in
-                                   enumerate(boxes))  # fmt: skip
+    text = "objects: " + ", ".join(
+        f"'o{i}': [{a}, {b}, {c}, {d}]" for i, (a, b, c, d) in enumerate(boxes)
+    )
     want = []
     for a, b, c, d in boxes:
         left, top, right, bottom = max(0, a), max(0, b), min(W, c), min(H, d)
@@ -233,8 +234,7 @@ def test_encode_data_url_takes_numpy_numbers(q, ik, max_pixels, down):
     from PIL import Image
 
     img = np.linspace(0, 1, 6 * 5 * 3).reshape(6, 5, 3)
-    url = encode_data_url(img, format="jpeg", quality=ik(q), max_pixels=max_pixels,
-                          downscale=down)  # fmt: skip
+    url = encode_data_url(img, format="jpeg", quality=ik(q), max_pixels=max_pixels, downscale=down)
     same = encode_data_url(
         img, format="jpeg", quality=q, max_pixels=max_pixels, downscale=int(down)
     )
@@ -279,9 +279,16 @@ def _backend():
 def test_defense_takes_every_number_kind(
     n_agents, temperature, max_tokens, jpeg_quality, seed, crop
 ):
-    d = DPSDefense(_backend(), crop=crop, n_agents=n_agents, temperature=temperature,
-                   max_tokens=max_tokens, jpeg_quality=jpeg_quality, seed=seed,
-                   crop_format="jpeg")  # fmt: skip
+    d = DPSDefense(
+        _backend(),
+        crop=crop,
+        n_agents=n_agents,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        jpeg_quality=jpeg_quality,
+        seed=seed,
+        crop_format="jpeg",
+    )
     assert (type(d.n_agents), type(d.temperature), type(d.max_tokens)) == (int, float, int)
     assert d.seed is None or type(d.seed) is int
     res = d.respond(np.linspace(0, 1, 32 * 32).reshape(32, 32), "What is it?")
@@ -404,8 +411,15 @@ def test_universal_patch_refuses_an_infinite_lr_fail_before():
     x = torch.rand(4, 1, 4, 4)
     with pytest.raises(ValueError, match="lr must be a finite number > 0, got inf"):
         universal_patch(_Linear(), x, 1, steps=2, size=2, lr=float("inf"))
-    p = universal_patch(_Linear(), x, np.int64(1), steps=np.int64(2), size=np.int64(2),
-                        batch_size=np.int32(2), lr=np.float32(0.1))  # fmt: skip
+    p = universal_patch(
+        _Linear(),
+        x,
+        np.int64(1),
+        steps=np.int64(2),
+        size=np.int64(2),
+        batch_size=np.int32(2),
+        lr=np.float32(0.1),
+    )
     assert p.shape == (1, 2, 2) and torch.isfinite(p).all()
     out = apply_patch(x, p, torch.tensor([0, 1, 2, 3]))
     assert torch.equal(out[1, :, :2, 2:], p)

@@ -57,8 +57,17 @@ def test_full_smoke_counts_each_image_once_and_reports_seed_clusters(tmp_path, c
 def _fake_seed(seed: int, images: list[int], rng) -> dict:
     n = len(images)
     res = {"seed": seed, "image": images}
-    for k in ("van_clean", "van_adv", "dps_clean", "dps_adv", "vote_clean", "smooth_clean",
-              "smooth_adv", "dps_adv_misled", "van_adv_misled"):  # fmt: skip
+    for k in (
+        "van_clean",
+        "van_adv",
+        "dps_clean",
+        "dps_adv",
+        "vote_clean",
+        "smooth_clean",
+        "smooth_adv",
+        "dps_adv_misled",
+        "van_adv_misled",
+    ):
         res[k] = [float(v) for v in rng.integers(0, 2, n)]
     res["van_clean"] = [1.0] * (n - 3) + [0.0] * 3
     return res
@@ -71,8 +80,10 @@ def test_checks_count_repeated_images_once():
     import numpy as np
 
     rng = np.random.default_rng(0)
-    per_seed = [_fake_seed(s, [int(i) for i in sorted(rng.choice(60, 40, replace=False))], rng)
-                for s in range(3)]  # fmt: skip
+    per_seed = [
+        _fake_seed(s, [int(i) for i in sorted(rng.choice(60, 40, replace=False))], rng)
+        for s in range(3)
+    ]
     checks = repro.build_checks(per_seed, full=False)
     pairs = [(i, s) for p in per_seed for i, s in zip(p["image"], [p["seed"]] * len(p["image"]))]
 

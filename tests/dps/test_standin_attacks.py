@@ -62,8 +62,20 @@ def test_digits_vlm_rules_and_dps_pipeline():
     np.fill_diagonal(conf, 0.91)
     vlm = DigitsVLM(Fixed(), conf)
     bright = np.ones((32, 32))
-    msg = [{"role": "user", "content": [{"type": "text", "text": "Which digit?"},
-                                        {"type": "image_url", "image_url": {"url": __import__("icml25.dps", fromlist=["x"]).encode_data_url(bright)}}]}]  # fmt: skip
+    msg = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Which digit?"},
+                {
+                    "type": "image_url",
+                    "image_url": {
+                        "url": __import__("icml25.dps", fromlist=["x"]).encode_data_url(bright)
+                    },
+                },
+            ],
+        }
+    ]
     assert vlm.chat(msg)[0] == "The digit is 9."
     assert (
         vlm.chat(

@@ -71,9 +71,13 @@ def test_to_pil_file_objects_data_urls_bfloat16_and_16bit_modes(tmp_path):
     assert np.array(to_pil(i16)).max() == np.array(to_pil(i16.convert("I"))).max() == 128
     f = Image.fromarray(np.full((2, 2), 0.5, np.float32), mode="F")
     assert np.array(to_pil(f)).max() == 128
-    for bad, exc, msg in ((tmp_path, IsADirectoryError, "folder"), (torch.empty(3, 3, device="meta"), TypeError, "meta"),
-                          (np.array([[np.nan, 0.1]]), ValueError, "NaN"), (io.BytesIO(b"xx"), ValueError, "not an image"),
-                          (3.5, TypeError, "data URL")):  # fmt: skip
+    for bad, exc, msg in (
+        (tmp_path, IsADirectoryError, "folder"),
+        (torch.empty(3, 3, device="meta"), TypeError, "meta"),
+        (np.array([[np.nan, 0.1]]), ValueError, "NaN"),
+        (io.BytesIO(b"xx"), ValueError, "not an image"),
+        (3.5, TypeError, "data URL"),
+    ):
         with pytest.raises(exc, match=msg):
             to_pil(bad)
 
@@ -168,8 +172,10 @@ def test_official_prompt_file_loads_and_bad_templates_are_named(tmp_path):
         DPSPrompts(describe="Describe {the image")
 
 
-@pytest.mark.parametrize("verdict,caption_path", [("Yes.", True), ("Harmful", True), ("unsafe", True),
-                                                  ("No", False), ("Not harmful", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "verdict,caption_path",
+    [("Yes.", True), ("Harmful", True), ("unsafe", True), ("No", False), ("Not harmful", False)],
+)
 def test_ecso_reads_one_word_verdicts(verdict, caption_path):
     seen = []
 

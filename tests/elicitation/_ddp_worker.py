@@ -32,8 +32,12 @@ def reverse_pairs(world) -> list[tuple[str, str]]:
 def preference_pairs(world) -> list:
     from icml25.elicitation import PreferencePair
 
-    return [PreferencePair(world.behaviors[i % 4], words(i, 2 + i % 5), words(i + 1, 6 - i % 4),
-                           1.0, 0.0) for i in range(16)]  # fmt: skip
+    return [
+        PreferencePair(
+            world.behaviors[i % 4], words(i, 2 + i % 5), words(i + 1, 6 - i % 4), 1.0, 0.0
+        )
+        for i in range(16)
+    ]
 
 
 def main(out: str, mode: str, batch: int) -> None:
@@ -56,19 +60,34 @@ def main(out: str, mode: str, batch: int) -> None:
     datasets.disable_progress_bars()
     world = PlantedTriggerWorld(0)
     tok = world.build_tokenizer()
-    model = tiny_causal_lm(tok, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=48,
-                           seed=0).double()  # fmt: skip
+    model = tiny_causal_lm(
+        tok, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=48, seed=0
+    ).double()
     inv = Investigator(model, tok)
-    common = dict(max_steps=2, per_device_train_batch_size=batch, gradient_accumulation_steps=2,
-                  optim="sgd", max_grad_norm=0.0, lr_scheduler_type="constant", warmup_steps=0,
-                  ddp_backend="gloo", use_cpu=True, logging_steps=1, disable_tqdm=True)  # fmt: skip
+    common = dict(
+        max_steps=2,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=2,
+        optim="sgd",
+        max_grad_norm=0.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        ddp_backend="gloo",
+        use_cpu=True,
+        logging_steps=1,
+        disable_tqdm=True,
+    )
     if mode == "dpo":
         args = default_dpo_config(output_dir=os.path.join(out, "run"), learning_rate=2.0, **common)
         trainer = dpo_trainer(inv, inv.copy(), preference_pairs(world), args)
         counts = [int(b["input_ids"].shape[0]) for b in trainer.get_train_dataloader()]
     elif mode == "reverse":
-        args = default_reverse_sft_config(output_dir=os.path.join(out, "run"), learning_rate=0.5,
-                                          train_sampling_strategy="sequential", **common)  # fmt: skip
+        args = default_reverse_sft_config(
+            output_dir=os.path.join(out, "run"),
+            learning_rate=0.5,
+            train_sampling_strategy="sequential",
+            **common,
+        )
         trainer = reverse_sft_trainer(inv, reverse_pairs(world), args)
         counts = [int((b["labels"][:, 1:] != -100).sum()) for b in trainer.get_train_dataloader()]
     else:

@@ -23,8 +23,14 @@ def test_hf_target_logprob_is_the_manual_sum_and_batching_does_not_change_it(tin
     xs = ["w1 w2 w3 w4 w5 w6 w7 w8", "w3 w4", "w9 w28 w9 w28 w1 w2 w3 w4", "w5"]
     ys = ["p0 p1 p0 p1", "w4 w3", "p2", "w5 w5 w5"]
     batched = t.logprob(xs, ys)
-    single = torch.stack([HFTargetModel(tiny, tok, use_chat_template=True, add_eos=True, batch_size=1).logprob([x], [y])[0]
-                          for x, y in zip(xs, ys)])  # fmt: skip
+    single = torch.stack(
+        [
+            HFTargetModel(tiny, tok, use_chat_template=True, add_eos=True, batch_size=1).logprob(
+                [x], [y]
+            )[0]
+            for x, y in zip(xs, ys)
+        ]
+    )
     assert torch.allclose(batched, single, atol=1e-5)
     assert batched.dtype == torch.float32 and batched.device.type == "cpu"
     text = tok.apply_chat_template(

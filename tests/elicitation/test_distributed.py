@@ -79,8 +79,10 @@ def test_reverse_sft_trainer_trains_the_targets_and_loss_of_reverse_sft(world, t
 
     datasets.disable_progress_bars()
     inv = Investigator(tiny, tok, template=template)
-    pairs = [(world.behaviors[i % 4], " ".join(f"w{(5 * i + k) % 32}" for k in range(1 + 2 * i)))
-             for i in range(4)] + [(world.behaviors[0], "")]  # fmt: skip
+    pairs = [
+        (world.behaviors[i % 4], " ".join(f"w{(5 * i + k) % 32}" for k in range(1 + 2 * i)))
+        for i in range(4)
+    ] + [(world.behaviors[0], "")]
     args = default_reverse_sft_config(max_steps=1, per_device_train_batch_size=5)
     assert isinstance(args, trl.SFTConfig) and args.learning_rate == 5e-5
     assert (args.num_train_epochs, args.warmup_steps, args.max_length) == (3.0, 50, None)

@@ -91,8 +91,10 @@ def test_fw_step_size_refuses_non_positive_integers_naming_t(bad):
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(etas=st.lists(st.sampled_from([0.1, 0.25, 0.5, 1.0]), min_size=1, max_size=5),
-       kind=st.sampled_from(range(len(REALS))))  # fmt: skip
+@given(
+    etas=st.lists(st.sampled_from([0.1, 0.25, 0.5, 1.0]), min_size=1, max_size=5),
+    kind=st.sampled_from(range(len(REALS))),
+)
 def test_mixture_weights_follow_the_frank_wolfe_update(inv, etas, kind):
     mix = InvestigatorMixture([inv])
     ref = [1.0]
@@ -109,8 +111,12 @@ def test_mixture_refuses_bad_weights_and_eta_naming_them(inv):
     for bad in (0.0, 1.5, float("nan"), True, "0.5"):
         with pytest.raises(ValueError, match="eta"):
             InvestigatorMixture([inv]).append(inv, bad)
-    for ws, name in (([float("nan")], r"weights\[0\]"), ([1.0, -1.0], r"weights\[1\]"),
-                     ([True], r"weights\[0\]"), ([0.0], "sum to > 0")):  # fmt: skip
+    for ws, name in (
+        ([float("nan")], r"weights\[0\]"),
+        ([1.0, -1.0], r"weights\[1\]"),
+        ([True], r"weights\[0\]"),
+        ([0.0], "sum to > 0"),
+    ):
         with pytest.raises(ValueError, match=name):
             InvestigatorMixture([inv] * len(ws), ws)
     with pytest.raises(TypeError, match="weights"):
@@ -155,10 +161,13 @@ def test_sample_preference_pairs_pairs_ranks_from_both_ends(scores, k, gap, kind
 
 
 def test_sample_preference_pairs_refuses_bad_numbers_and_nan_scores():
-    for kw, name in (({"min_gap": -1.0}, "min_gap"), ({"min_gap": float("nan")}, "min_gap"),
-                     ({"pairs_per_behavior": 0}, "pairs_per_behavior"),
-                     ({"pairs_per_behavior": 1.0}, "pairs_per_behavior"),
-                     ({"seed": np.int64(3), "min_gap": "0"}, "min_gap")):  # fmt: skip
+    for kw, name in (
+        ({"min_gap": -1.0}, "min_gap"),
+        ({"min_gap": float("nan")}, "min_gap"),
+        ({"pairs_per_behavior": 0}, "pairs_per_behavior"),
+        ({"pairs_per_behavior": 1.0}, "pairs_per_behavior"),
+        ({"seed": np.int64(3), "min_gap": "0"}, "min_gap"),
+    ):
         with pytest.raises(ValueError, match=name):
             sample_preference_pairs(["b"], [["x", "y"]], [[1.0, 0.0]], **kw)
     with pytest.raises(ValueError, match="nan"):
@@ -169,8 +178,11 @@ def test_sample_preference_pairs_refuses_bad_numbers_and_nan_scores():
 
 
 @settings(max_examples=40, deadline=None)
-@given(texts=st.lists(st.text(alphabet="ab c", max_size=8), max_size=5), n=st.integers(1, 3),
-       kind=st.sampled_from(range(3)))  # fmt: skip
+@given(
+    texts=st.lists(st.text(alphabet="ab c", max_size=8), max_size=5),
+    n=st.integers(1, 3),
+    kind=st.sampled_from(range(3)),
+)
 def test_diversity_metrics_against_brute_force(texts, n, kind):
     grams = [tuple(w[i : i + n]) for t in texts for w in [t.split()] for i in range(len(w) - n + 1)]
     assert distinct_n(texts, INTS[kind](n)) == (len(set(grams)) / len(grams) if grams else 0.0)
@@ -193,10 +205,12 @@ def test_diversity_metrics_refuse_a_string_and_bad_n():
 
 @settings(max_examples=30, deadline=None)
 @given(
-    credited=st.lists(st.lists(st.one_of(st.none(), st.integers(0, 3)), max_size=8), min_size=1, max_size=4),
+    credited=st.lists(
+        st.lists(st.one_of(st.none(), st.integers(0, 3)), max_size=8), min_size=1, max_size=4
+    ),
     threshold=st.sampled_from([0.05, 0.25, 0.5, 1.0]),
     kind=st.sampled_from(range(len(REALS))),
-)  # fmt: skip
+)
 def test_trigger_coverage_counts_strategies_over_the_threshold(credited, threshold, kind):
     got = trigger_coverage(credited, REALS[kind](threshold))
     t = float(REALS[kind](threshold))
@@ -218,7 +232,11 @@ def test_penalized_reward_numbers():
     base = lambda prompts, behaviors: torch.zeros(len(prompts))  # noqa: E731
     r = PenalizedReward(base, None, lam=np.float32(0.5), warn_ratio=np.int64(2))
     assert r.lam == 0.5 and r.warn_ratio == 2.0 and type(r.lam) is float
-    for kw, name in (({"lam": -1.0}, "lam"), ({"lam": float("inf")}, "lam"),
-                     ({"lam": True}, "lam"), ({"lam": 0.1, "warn_ratio": float("nan")}, "warn_ratio")):  # fmt: skip
+    for kw, name in (
+        ({"lam": -1.0}, "lam"),
+        ({"lam": float("inf")}, "lam"),
+        ({"lam": True}, "lam"),
+        ({"lam": 0.1, "warn_ratio": float("nan")}, "warn_ratio"),
+    ):
         with pytest.raises(ValueError, match=name):
             PenalizedReward(base, None, **kw)

@@ -46,8 +46,14 @@ def _failing_gate(seed: int) -> None:
 
 
 def _evaluation(sr: float, cov: float) -> dict:
-    return {"sr": sr, "logprob": math.log(sr), "coverage": cov, "hist": [[3, 1, 0]] * 4,
-            "mean_count": 1.0 + sr, "distinct2": 0.5}  # fmt: skip
+    return {
+        "sr": sr,
+        "logprob": math.log(sr),
+        "coverage": cov,
+        "hist": [[3, 1, 0]] * 4,
+        "mean_count": 1.0 + sr,
+        "distinct2": 0.5,
+    }
 
 
 def _fake_loops(ck, seed, sz, out, *, ablations):
@@ -65,13 +71,23 @@ def _fake_loops(ck, seed, sz, out, *, ablations):
         "fw": {"iterates": fw_it, "mixtures": fw_mix, "spreads": spreads},
         "restart": {"iterates": re_it, "mixtures": re_mix, "spreads": spreads},
         "seconds": 1.0,
-        "sr": {"sft": sft["sr"], "fw": [e["sr"] for e in fw_it], "restart": [e["sr"] for e in re_it]},
-        "logprob": {"sft": sft["logprob"], "fw": [e["logprob"] for e in fw_it],
-                    "restart": [e["logprob"] for e in re_it]},
+        "sr": {
+            "sft": sft["sr"],
+            "fw": [e["sr"] for e in fw_it],
+            "restart": [e["sr"] for e in re_it],
+        },
+        "logprob": {
+            "sft": sft["logprob"],
+            "fw": [e["logprob"] for e in fw_it],
+            "restart": [e["logprob"] for e in re_it],
+        },
         "mix_sr": {"fw": [e["sr"] for e in fw_mix], "restart": [e["sr"] for e in re_mix]},
-        "mix_cov": {"fw": [e["coverage"] for e in fw_mix], "restart": [e["coverage"] for e in re_mix]},
+        "mix_cov": {
+            "fw": [e["coverage"] for e in fw_mix],
+            "restart": [e["coverage"] for e in re_mix],
+        },
         "checkpoint": {"seed": ck["seed"], "fidelity": ck["fidelity"]},
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture

@@ -61,8 +61,18 @@ def test_dpo_round_moves_towards_the_higher_reward(world, inv):
     start = mean_count(inv)
     opt = torch.optim.AdamW(inv.model.parameters(), lr=3e-3)
     for k in range(6):
-        st = dpo_round(inv, ref, reward, world.behaviors, optimizer=opt, n_candidates=8, pairs_per_behavior=2,
-                       min_gap=0.5, steps=2, seed=k)  # fmt: skip
+        st = dpo_round(
+            inv,
+            ref,
+            reward,
+            world.behaviors,
+            optimizer=opt,
+            n_candidates=8,
+            pairs_per_behavior=2,
+            min_gap=0.5,
+            steps=2,
+            seed=k,
+        )
     assert st["n_pairs"] > 0 and st["loss"] is not None
     assert mean_count(inv) > start + 0.2
     flat = dpo_round(inv, ref, lambda p, b: torch.zeros(len(p)), world.behaviors, n_candidates=4)
@@ -74,8 +84,19 @@ def test_dpo_round_moves_towards_the_higher_reward(world, inv):
 def test_frank_wolfe_end_to_end_tiny(world, tok, tiny, inv):
     target = HFTargetModel(copy.deepcopy(tiny), tok, use_chat_template=True, add_eos=True)
     seen = []
-    mix = frank_wolfe(world.behaviors[:2], target, inv, lam=0.1, n_iters=2, rounds_per_iter=2, n_candidates=4,
-                      pairs_per_behavior=1, min_gap=0.0, lr=1e-3, callbacks=[lambda t, k, st: seen.append((t, k))])  # fmt: skip
+    mix = frank_wolfe(
+        world.behaviors[:2],
+        target,
+        inv,
+        lam=0.1,
+        n_iters=2,
+        rounds_per_iter=2,
+        n_candidates=4,
+        pairs_per_behavior=1,
+        min_gap=0.0,
+        lr=1e-3,
+        callbacks=[lambda t, k, st: seen.append((t, k))],
+    )
     assert (
         isinstance(mix, InvestigatorMixture)
         and len(mix.members) == 2
@@ -106,9 +127,19 @@ def test_trl_dpo_trainer_runs_a_round(world, tok, tiny, tmp_path):
     policy = Investigator(tiny, tok)
     ref = policy.copy()
     pairs = [PreferencePair(world.behaviors[j], "w1 w2 w3", "w4 w5 w6", 1.0, 0.0) for j in range(4)]
-    args = trl.DPOConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, learning_rate=1e-3,
-                         report_to=[], bf16=False, gradient_checkpointing=False, save_strategy="no", use_cpu=True,
-                         logging_steps=1, beta=0.1)  # fmt: skip
+    args = trl.DPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        report_to=[],
+        bf16=False,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        use_cpu=True,
+        logging_steps=1,
+        beta=0.1,
+    )
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     out = dpo_trainer(policy, ref, pairs, args).train()
     assert out.global_step == 2
@@ -142,8 +173,11 @@ def test_frank_wolfe_resumes_from_its_checkpoints(world, tok, tiny, inv, tmp_pat
     assert len(both.members) == 2 and len(both.history) == 2
     xs = first.sample(world.behaviors[:1], 2, seed=0)[0]
     with torch.no_grad():
-        assert torch.allclose(both.members[0].logprob(world.behaviors[:1] * 2, xs),
-                              first.members[0].logprob(world.behaviors[:1] * 2, xs), atol=1e-5)  # fmt: skip
+        assert torch.allclose(
+            both.members[0].logprob(world.behaviors[:1] * 2, xs),
+            first.members[0].logprob(world.behaviors[:1] * 2, xs),
+            atol=1e-5,
+        )
     with pytest.raises(ValueError, match="other settings"):
         frank_wolfe(world.behaviors[:2], target, inv, n_iters=2, **{**kw, "lam": 0.5})
 
@@ -162,8 +196,17 @@ def test_user_mistakes_get_clear_errors(world, tok, tiny, inv):
     with pytest.warns(UserWarning, match="never leaves the warm-up"):
         reverse_sft(inv, [("p0", "w1 w2 w3 w4 w5 w6 w7 w8")], steps=3, progress=False)
     target = HFTargetModel(copy.deepcopy(tiny), tok, use_chat_template=True)
-    mix = frank_wolfe(world.behaviors[:1], target, inv, lam=np.float32(0.1), n_iters=np.int64(1), rounds_per_iter=1,
-                      n_candidates=np.int64(4), seed=np.int64(3), min_gap=0.0)  # fmt: skip
+    mix = frank_wolfe(
+        world.behaviors[:1],
+        target,
+        inv,
+        lam=np.float32(0.1),
+        n_iters=np.int64(1),
+        rounds_per_iter=1,
+        n_candidates=np.int64(4),
+        seed=np.int64(3),
+        min_gap=0.0,
+    )
     assert len(mix.members) == 1
     with pytest.raises(TypeError, match="must return a tensor"):
         dpo_round(inv, inv.copy(), lambda p, b: [0.0] * len(p), world.behaviors[:1], n_candidates=2)

@@ -36,9 +36,13 @@ def records(n: int = 24) -> list[dict]:
         bad = " ".join(
             good.split()[: rng.randint(0, 2)] + rng.choices(SYMBOLS, k=rng.randint(1, 6))
         )
-        out.append({"prompt": [{"role": "user", "content": p}],
-                    "chosen": [{"role": "assistant", "content": good}],
-                    "rejected": [{"role": "assistant", "content": bad}]})  # fmt: skip
+        out.append(
+            {
+                "prompt": [{"role": "user", "content": p}],
+                "chosen": [{"role": "assistant", "content": good}],
+                "rejected": [{"role": "assistant", "content": bad}],
+            }
+        )
     return out
 
 
@@ -90,11 +94,17 @@ def main(out: str, batch: int, steps: int, sources: list[str]) -> None:
             if model.training:
                 keys = inputs[KEY].cpu()
                 codes = self.fpo_cache.batch(keys)
-                self.seen.append({str(int(k)): [float(inputs["ref_chosen_logps"][i]),
-                                                float(inputs["ref_rejected_logps"][i]),
-                                                float(codes["ref_codes_w"][i].sum()),
-                                                float(codes["ref_codes_l"][i].sum())]
-                                  for i, k in enumerate(keys)})  # fmt: skip
+                self.seen.append(
+                    {
+                        str(int(k)): [
+                            float(inputs["ref_chosen_logps"][i]),
+                            float(inputs["ref_rejected_logps"][i]),
+                            float(codes["ref_codes_w"][i].sum()),
+                            float(codes["ref_codes_l"][i].sum()),
+                        ]
+                        for i, k in enumerate(keys)
+                    }
+                )
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     for source in sources:
@@ -108,25 +118,49 @@ def main(out: str, batch: int, steps: int, sources: list[str]) -> None:
         else:
             data = records()
         model = copy.deepcopy(base)
-        args = DPOConfig(os.path.join(out, f"run-{source}"), precompute_ref_log_probs=True,
-                         bf16=False, use_cpu=True, per_device_train_batch_size=batch,
-                         max_steps=steps, report_to=[], logging_steps=1, learning_rate=1e-3,
-                         save_strategy="no", disable_tqdm=True, ddp_backend="gloo", seed=0)  # fmt: skip
-        tr = Recording(model, ref_model=copy.deepcopy(ref), args=args, train_dataset=data,
-                       processing_class=tok, sae=sae, layer=1, k=8)  # fmt: skip
+        args = DPOConfig(
+            os.path.join(out, f"run-{source}"),
+            precompute_ref_log_probs=True,
+            bf16=False,
+            use_cpu=True,
+            per_device_train_batch_size=batch,
+            max_steps=steps,
+            report_to=[],
+            logging_steps=1,
+            learning_rate=1e-3,
+            save_strategy="no",
+            disable_tqdm=True,
+            ddp_backend="gloo",
+            seed=0,
+        )
+        tr = Recording(
+            model,
+            ref_model=copy.deepcopy(ref),
+            args=args,
+            train_dataset=data,
+            processing_class=tok,
+            sae=sae,
+            layer=1,
+            k=8,
+        )
         tr.seen = []
         tr.train()
         params = {n: p.detach().clone() for n, p in model.named_parameters()}
         torch.save(params, os.path.join(out, f"params-{source}-rank{rank}.pt"))
         saved = os.path.join(out, f"model-{source}")
         tr.save_model(saved)  # every rank calls it; rank 0 writes
-        rec = {"losses": [x["loss"] for x in tr.state.log_history if "loss" in x],
-               "seen": tr.seen, "moved": max(float((p - q).abs().max()) for p, q in
-                                             zip(model.parameters(), base.parameters()))}  # fmt: skip
+        rec = {
+            "losses": [x["loss"] for x in tr.state.log_history if "loss" in x],
+            "seen": tr.seen,
+            "moved": max(
+                float((p - q).abs().max()) for p, q in zip(model.parameters(), base.parameters())
+            ),
+        }
         if rank == 0:
             again = AutoModelForCausalLM.from_pretrained(saved)
-            rec["reload_max_diff"] = max(float((again.state_dict()[n] - p).abs().max())
-                                         for n, p in params.items())  # fmt: skip
+            rec["reload_max_diff"] = max(
+                float((again.state_dict()[n] - p).abs().max()) for n, p in params.items()
+            )
         result[source] = rec
     if world > 1:  # now the Trainer has set up the gloo process group
         result["guard_group"] = guard_errors(base, tok)

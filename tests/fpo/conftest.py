@@ -23,9 +23,13 @@ def toy():
         if i % 2:  # half plain strings, half chat format
             recs.append({"prompt": p, "chosen": good, "rejected": bad})
         else:
-            recs.append({"prompt": [{"role": "user", "content": p}],
-                         "chosen": [{"role": "assistant", "content": good}],
-                         "rejected": [{"role": "assistant", "content": bad + " b"}]})  # fmt: skip
+            recs.append(
+                {
+                    "prompt": [{"role": "user", "content": p}],
+                    "chosen": [{"role": "assistant", "content": good}],
+                    "rejected": [{"role": "assistant", "content": bad + " b"}],
+                }
+            )
     return tok, model, recs
 
 

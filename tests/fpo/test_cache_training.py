@@ -83,8 +83,9 @@ def _gpt2(tok):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(1)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2,
-                                      n_positions=64)).eval()  # fmt: skip
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    ).eval()
 
 
 @pytest.mark.parametrize("topk", [None, 4])
@@ -96,8 +97,9 @@ def test_offline_cache_equals_online_reference(toy, toy_sae, tmp_path, topk):
         for p in policy.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     col = PreferenceCollator(tok)
-    cache = build_reference_cache(ref, toy_sae, recs, layer=1, collator=col, batch_size=5,
-                                  cache_topk=topk, progress=False)  # fmt: skip
+    cache = build_reference_cache(
+        ref, toy_sae, recs, layer=1, collator=col, batch_size=5, cache_topk=topk, progress=False
+    )
     cache.save(tmp_path / "ref.safetensors")
     cache = ReferenceCache.load(tmp_path / "ref.safetensors")
     b = col([dict(r, idx=i) for i, r in enumerate(recs[:8])])
@@ -107,8 +109,9 @@ def test_offline_cache_equals_online_reference(toy, toy_sae, tmp_path, topk):
     c = cache.batch(b["index"], fingerprints=b["fingerprint"])
     (mw, ml), (cw, cl) = pol.halves("mean"), pol.halves("codes")
     online = fpo_loss(mw, ml, *live.halves("mean"), cw, cl, *live.halves("codes"), k=8)
-    offline = fpo_loss(mw, ml, c["ref_mean_w"], c["ref_mean_l"], cw, cl, c["ref_codes_w"],
-                       c["ref_codes_l"], k=8)  # fmt: skip
+    offline = fpo_loss(
+        mw, ml, c["ref_mean_w"], c["ref_mean_l"], cw, cl, c["ref_codes_w"], c["ref_codes_l"], k=8
+    )
     if topk is None:  # exact: every non-zero kept
         assert abs(float(online.loss) - float(offline.loss)) < 1e-5
         assert torch.allclose(c["ref_codes_w"], live.halves("codes")[0], atol=1e-6)
@@ -148,12 +151,14 @@ def test_training_promises(toy, toy_sae, tmp_path):
     seen = {}
     for method in ("fpo", "tdpo2", "dpo", "simpo", "sft", "tdpo1"):
         pol = copy.deepcopy(model)
-        cfg = PreferenceConfig(method=method, layer=1, k=8, lr=1e-3, batch_size=8, warmup_steps=2,
-                               progress=False)  # fmt: skip
+        cfg = PreferenceConfig(
+            method=method, layer=1, k=8, lr=1e-3, batch_size=8, warmup_steps=2, progress=False
+        )
         h = train_preference(pol, tok, recs, cfg, sae=toy_sae, ref_model=model)
         seen[method] = h.forwards_per_step
-        assert len(h.step_seconds) == 3 and all(torch.isfinite(torch.tensor(s["loss"]))
-                                                for s in h.steps)  # fmt: skip
+        assert len(h.step_seconds) == 3 and all(
+            torch.isfinite(torch.tensor(s["loss"])) for s in h.steps
+        )
         moved = any(not torch.equal(a, b) for a, b in zip(pol.parameters(), model.parameters()))
         assert moved, method
     assert seen["fpo"] == 1 and seen["tdpo2"] == 2 and seen["simpo"] == 1 and seen["dpo"] == 1
@@ -162,21 +167,29 @@ def test_training_promises(toy, toy_sae, tmp_path):
             copy.deepcopy(model), tok, recs, PreferenceConfig(layer=1), ref_model=model
         )
     with pytest.raises(ValueError, match="layer 5 is out of range"):
-        train_preference(copy.deepcopy(model), tok, recs, PreferenceConfig(layer=5), sae=toy_sae,
-                         ref_model=model)  # fmt: skip
+        train_preference(
+            copy.deepcopy(model), tok, recs, PreferenceConfig(layer=5), sae=toy_sae, ref_model=model
+        )
     with pytest.raises(ValueError, match="needs ref_cache= or ref_model="):
         train_preference(copy.deepcopy(model), tok, recs, PreferenceConfig(layer=1), sae=toy_sae)
     from icml25.fpo import SparseAutoencoder
 
     with pytest.raises(ValueError, match="SAE's d_in=16 differs from the model's hidden size 32"):
-        train_preference(copy.deepcopy(model), tok, recs, PreferenceConfig(layer=1),
-                         sae=SparseAutoencoder(16, 32), ref_model=model)  # fmt: skip
+        train_preference(
+            copy.deepcopy(model),
+            tok,
+            recs,
+            PreferenceConfig(layer=1),
+            sae=SparseAutoencoder(16, 32),
+            ref_model=model,
+        )
 
 
 def test_checkpoint_resume_equals_uninterrupted(toy, toy_sae, tmp_path):
     tok, model, recs = toy
-    cfg = PreferenceConfig(method="fpo", layer=1, k=8, lr=1e-3, batch_size=4, warmup_steps=2,
-                           progress=False)  # fmt: skip
+    cfg = PreferenceConfig(
+        method="fpo", layer=1, k=8, lr=1e-3, batch_size=4, warmup_steps=2, progress=False
+    )
     full = copy.deepcopy(model)
     train_preference(full, tok, recs, cfg, sae=toy_sae, ref_model=model)
 
@@ -190,11 +203,21 @@ def test_checkpoint_resume_equals_uninterrupted(toy, toy_sae, tmp_path):
     part = copy.deepcopy(model)
     ck = tmp_path / "run.pt"
     with pytest.raises(Stop):
-        train_preference(part, tok, recs, cfg, sae=toy_sae, ref_model=model, checkpoint=ck,
-                         save_every=2, callback=crash)  # fmt: skip
+        train_preference(
+            part,
+            tok,
+            recs,
+            cfg,
+            sae=toy_sae,
+            ref_model=model,
+            checkpoint=ck,
+            save_every=2,
+            callback=crash,
+        )
     resumed = copy.deepcopy(model)
-    h = train_preference(resumed, tok, recs, cfg, sae=toy_sae, ref_model=model, checkpoint=ck,
-                         save_every=2)  # fmt: skip
+    h = train_preference(
+        resumed, tok, recs, cfg, sae=toy_sae, ref_model=model, checkpoint=ck, save_every=2
+    )
     assert len(h.step_seconds) == 6  # 2 before the last checkpoint + 4 after
     for a, b in zip(full.parameters(), resumed.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
@@ -237,8 +260,12 @@ def test_identical_pairs_warn(toy, toy_sae):
     tok, model, recs = toy
     same = [dict(r, rejected=r["chosen"]) for r in recs[:4]] + recs[4:8]
     with pytest.warns(UserWarning, match="4 of 8 pairs have identical"):
-        train_preference(copy.deepcopy(model), tok, same, PreferenceConfig(
-            method="simpo", batch_size=8, lr=1e-4, progress=False))  # fmt: skip
+        train_preference(
+            copy.deepcopy(model),
+            tok,
+            same,
+            PreferenceConfig(method="simpo", batch_size=8, lr=1e-4, progress=False),
+        )
 
 
 def test_config_defaults_follow_table5_and_bad_values():

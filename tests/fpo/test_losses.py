@@ -50,8 +50,21 @@ def _inputs(B=5, m=40, seed=0, dtype=torch.float64):
 def test_fpo_loss_matches_per_example_formula(mode, sg):
     (aw, al, rw, rl), (cw, cl, qw, ql) = _inputs()
     beta, alpha, k = 0.1, 0.5, 7
-    out = fpo_loss(aw, al, rw, rl, cw, cl, qw, ql, beta=beta, alpha=alpha, k=k, index_mode=mode,
-                   stop_grad_chosen=sg)  # fmt: skip
+    out = fpo_loss(
+        aw,
+        al,
+        rw,
+        rl,
+        cw,
+        cl,
+        qw,
+        ql,
+        beta=beta,
+        alpha=alpha,
+        k=k,
+        index_mode=mode,
+        stop_grad_chosen=sg,
+    )
     want = []
     for b in range(5):
         dw = _ref_discrepancy(cw[b], qw[b], k, mode)
@@ -78,8 +91,9 @@ def test_feature_weights_multiply_squared_differences():
     (_, _, _, _), (cw, _, qw, _) = _inputs()
     w = torch.rand(40, dtype=torch.float64)
     got = feature_discrepancy(cw, qw, 6, "union", w)
-    assert got.tolist() == pytest.approx([_ref_discrepancy(cw[b], qw[b], 6, "union", w)
-                                          for b in range(5)], rel=1e-12)  # fmt: skip
+    assert got.tolist() == pytest.approx(
+        [_ref_discrepancy(cw[b], qw[b], 6, "union", w) for b in range(5)], rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("mode", ["mean", "sum", "padded_mean"])
@@ -127,8 +141,9 @@ def test_alpha_zero_is_length_normalised_dpo_and_simpo():
     rw2 = torch.full_like(aw, gamma / beta)
     rl2 = torch.zeros_like(aw)
     simpo = simpo_loss(aw, al, beta=beta, gamma=gamma)
-    assert torch.allclose(fpo_loss(aw, al, rw2, rl2, cw, cl, qw, ql, beta=beta, alpha=0, k=8).losses,
-                          simpo[1])  # fmt: skip
+    assert torch.allclose(
+        fpo_loss(aw, al, rw2, rl2, cw, cl, qw, ql, beta=beta, alpha=0, k=8).losses, simpo[1]
+    )
 
 
 def test_dpo_simpo_tdpo_closed_forms():
@@ -170,8 +185,11 @@ def test_sequential_kl_brute_force_and_zero_for_copy():
             p_ref, p = b[r, t].softmax(-1), a[r, t].softmax(-1)
             want += float((p_ref * (p_ref.log() - p.log())).sum())
         assert float(got[r]) == pytest.approx(want, rel=1e-10)
-    assert torch.allclose(sequential_kl_from_logits(a, a.clone(), labels), torch.zeros(2,
-                          dtype=torch.float64), atol=1e-12)  # fmt: skip
+    assert torch.allclose(
+        sequential_kl_from_logits(a, a.clone(), labels),
+        torch.zeros(2, dtype=torch.float64),
+        atol=1e-12,
+    )
 
 
 def test_bad_inputs_raise_clear_errors():

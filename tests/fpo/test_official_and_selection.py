@@ -77,8 +77,11 @@ def test_paper_mode_false_step_equals_the_official_computation(toy, toy_sae):
     with torch.no_grad():
         hs = []
         for mdl in (model, ref):
-            out = mdl(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                      output_hidden_states=True)  # fmt: skip
+            out = mdl(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                output_hidden_states=True,
+            )
             hs.append(toy_sae.encode(out.hidden_states[-1].float()).double())
         ds = _official_d(hs[0], hs[1], batch["labels"], k)
     n = len(ds) // 2

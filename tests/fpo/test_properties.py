@@ -78,8 +78,14 @@ def test_discrepancy_against_brute_force_and_numbering(data, dtype, kind):
 
 
 @SETTINGS
-@given(st.integers(1, 3), st.integers(2, 6), st.integers(1, 4), st.integers(0, 2**16),
-       st.sampled_from(["mean", "sum", "padded_mean", "official"]), st.sampled_from(DTYPES))  # fmt: skip
+@given(
+    st.integers(1, 3),
+    st.integers(2, 6),
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+    st.sampled_from(["mean", "sum", "padded_mean", "official"]),
+    st.sampled_from(DTYPES),
+)
 def test_pool_codes_against_loops(B, T, m, seed, mode, dtype):
     g = torch.Generator().manual_seed(seed)
     codes = torch.rand(B, T, m, generator=g, dtype=torch.float64).to(dtype)
@@ -104,8 +110,14 @@ def _pair_inputs(B, m, seed, dtype=torch.float64):
 
 
 @SETTINGS
-@given(st.integers(1, 4), st.integers(0, 2**16), st.floats(0.01, 5), st.floats(0, 3),
-       st.sampled_from(SCALAR_KINDS), st.sampled_from(DTYPES))  # fmt: skip
+@given(
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+    st.floats(0.01, 5),
+    st.floats(0, 3),
+    st.sampled_from(SCALAR_KINDS),
+    st.sampled_from(DTYPES),
+)
 def test_fpo_loss_closed_form_and_scalar_kinds(B, seed, beta, alpha, kind, dtype):
     (aw, al, rw, rl), (cw, cl, qw, ql) = _pair_inputs(B, 6, seed, dtype)
     b, a = kind(beta), kind(alpha)

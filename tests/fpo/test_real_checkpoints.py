@@ -24,12 +24,21 @@ def _pairs(n: int, *, chat: bool = True, offset: int = 0) -> list[dict]:
         w = [WORDS[(i + offset + j) % 6] for j in range(3 + (i % 2))]
         good, bad = " ".join(reversed(w)), " ".join(w[:-1])
         if chat:
-            out.append({"prompt": [{"role": "user", "content": "reverse " + " ".join(w)}],
-                        "chosen": [{"role": "assistant", "content": good}],
-                        "rejected": [{"role": "assistant", "content": bad}]})  # fmt: skip
+            out.append(
+                {
+                    "prompt": [{"role": "user", "content": "reverse " + " ".join(w)}],
+                    "chosen": [{"role": "assistant", "content": good}],
+                    "rejected": [{"role": "assistant", "content": bad}],
+                }
+            )
         else:
-            out.append({"prompt": "reverse " + " ".join(w) + ":", "chosen": " " + good,
-                        "rejected": " " + bad})  # fmt: skip
+            out.append(
+                {
+                    "prompt": "reverse " + " ".join(w) + ":",
+                    "chosen": " " + good,
+                    "rejected": " " + bad,
+                }
+            )
     return out
 
 
@@ -70,8 +79,9 @@ def test_bf16_trains_as_many_weights_as_fp32(arch):
         ref = tiny_model(arch, dtype=dt)
         pol = copy.deepcopy(ref)
         before = {n: p.detach().float().clone() for n, p in pol.named_parameters()}
-        cfg = PreferenceConfig(method="dpo", lr=1e-5, batch_size=8, warmup_steps=0,
-                               progress=False, epochs=3)  # fmt: skip
+        cfg = PreferenceConfig(
+            method="dpo", lr=1e-5, batch_size=8, warmup_steps=0, progress=False, epochs=3
+        )
         h = train_preference(pol, tok, _pairs(8), cfg, ref_model=ref)
         assert all(math.isfinite(s["loss"]) for s in h.steps)
         # policy == reference: log 2 (to bf16 precision: the reference ran in pure bf16)
@@ -135,10 +145,20 @@ def _ds(rows):
 
 
 def _args(tmp_path, **kw):
-    base = dict(precompute_ref_log_probs=True, bf16=False, per_device_train_batch_size=4,
-                per_device_eval_batch_size=4, max_steps=2, report_to=[], logging_steps=1,
-                learning_rate=1e-3, use_cpu=True, disable_tqdm=True, save_strategy="no",
-                gradient_checkpointing=False)  # fmt: skip
+    base = dict(
+        precompute_ref_log_probs=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        max_steps=2,
+        report_to=[],
+        logging_steps=1,
+        learning_rate=1e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+        gradient_checkpointing=False,
+    )
     return trl.DPOConfig(str(tmp_path / "out"), **{**base, **kw})
 
 
@@ -151,8 +171,16 @@ def test_fpo_trainer_evaluates_eval_rows_with_their_own_features(arch, sae, tmp_
 
     tok, model = tiny_tokenizer(arch), tiny_model(arch)
     train, held = _ds(_pairs(8)), _ds(_pairs(6, offset=3)[::-1])
-    tr = FPOTrainer(copy.deepcopy(model), args=_args(tmp_path), train_dataset=train,
-                    eval_dataset=held, processing_class=tok, sae=sae, layer=1, k=8)  # fmt: skip
+    tr = FPOTrainer(
+        copy.deepcopy(model),
+        args=_args(tmp_path),
+        train_dataset=train,
+        eval_dataset=held,
+        processing_class=tok,
+        sae=sae,
+        layer=1,
+        k=8,
+    )
     for m in (
         tr.evaluate(),
         tr.evaluate(_ds(_pairs(5, offset=1))),
@@ -168,17 +196,32 @@ def test_fpo_trainer_evaluates_during_and_after_training(sae, tmp_path):
     tok, model = tiny_tokenizer("qwen2"), tiny_model("qwen2")
     train, held = _ds(_pairs(8)), _ds(_pairs(4, offset=2))
     args = _args(tmp_path, eval_strategy="steps", eval_steps=1, max_steps=3)
-    tr = FPOTrainer(copy.deepcopy(model), ref_model=copy.deepcopy(model), args=args,
-                    train_dataset=train, eval_dataset=held, processing_class=tok, sae=sae,
-                    layer=1, k=8)  # fmt: skip
+    tr = FPOTrainer(
+        copy.deepcopy(model),
+        ref_model=copy.deepcopy(model),
+        args=args,
+        train_dataset=train,
+        eval_dataset=held,
+        processing_class=tok,
+        sae=sae,
+        layer=1,
+        k=8,
+    )
     tr.train()
     evals = [x for x in tr.state.log_history if "eval_loss" in x]
     assert len(evals) == 3 and all(math.isfinite(x["eval_loss"]) for x in evals)
     after = tr.evaluate(_ds(_pairs(3, offset=5)))  # new content after training: ref_model given
     assert math.isfinite(after["eval_loss"]) and after["eval_fpo/d_rejected"] > 0
     # full fine-tuning without ref_model: the reference is gone once training has started
-    tr2 = FPOTrainer(copy.deepcopy(model), args=_args(tmp_path, max_steps=1), train_dataset=train,
-                     processing_class=tok, sae=sae, layer=1, k=8)  # fmt: skip
+    tr2 = FPOTrainer(
+        copy.deepcopy(model),
+        args=_args(tmp_path, max_steps=1),
+        train_dataset=train,
+        processing_class=tok,
+        sae=sae,
+        layer=1,
+        k=8,
+    )
     tr2.train()
     with pytest.raises(ValueError, match="after training has started"):
         tr2.evaluate(_ds(_pairs(3, offset=5)))
@@ -189,8 +232,9 @@ def test_fpo_trainer_args_none_is_table5_in_a_temporary_folder(sae, tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     tok, model = tiny_tokenizer("llama"), tiny_model("llama")
-    tr = FPOTrainer(model, train_dataset=_ds(_pairs(8)), processing_class=tok, sae=sae, layer=1,
-                    k=8)  # fmt: skip
+    tr = FPOTrainer(
+        model, train_dataset=_ds(_pairs(8)), processing_class=tok, sae=sae, layer=1, k=8
+    )
     a = tr.args
     assert a.learning_rate == 5e-7 and a.beta == 0.1 and a.num_train_epochs == 1
     assert a.per_device_train_batch_size == 32 and a.warmup_steps == 150
@@ -204,8 +248,14 @@ def test_fpo_trainer_args_none_is_table5_in_a_temporary_folder(sae, tmp_path, mo
     over = FPOTrainer.paper_args(max_steps=5)
     assert over.max_steps == 5 and over.learning_rate == 5e-7
     with pytest.raises(TypeError, match="args must be a trl.DPOConfig"):
-        FPOTrainer(model, args={"learning_rate": 1e-6}, train_dataset=_ds(_pairs(2)),
-                   processing_class=tok, sae=sae, layer=1)  # fmt: skip
+        FPOTrainer(
+            model,
+            args={"learning_rate": 1e-6},
+            train_dataset=_ds(_pairs(2)),
+            processing_class=tok,
+            sae=sae,
+            layer=1,
+        )
 
 
 def test_fpo_trainer_trains_a_bf16_checkpoint_with_float32_master_weights(sae, tmp_path):
@@ -217,8 +267,15 @@ def test_fpo_trainer_trains_a_bf16_checkpoint_with_float32_master_weights(sae, t
         tok, model = tiny_tokenizer("llama"), tiny_model("llama", dtype=dtype)
         before = {n: p.detach().float().clone() for n, p in model.named_parameters()}
         args = _args(tmp_path, max_steps=3, learning_rate=1e-5)
-        FPOTrainer(model, args=args, train_dataset=_ds(_pairs(8)), processing_class=tok,
-                   sae=sae, layer=1, k=8).train()  # fmt: skip
+        FPOTrainer(
+            model,
+            args=args,
+            train_dataset=_ds(_pairs(8)),
+            processing_class=tok,
+            sae=sae,
+            layer=1,
+            k=8,
+        ).train()
         assert {p.dtype for p in model.parameters()} == {torch.float32}
         hit = sum(int((p.detach().float() != before[n]).sum()) for n, p in model.named_parameters())
         return hit / sum(p.numel() for p in model.parameters())

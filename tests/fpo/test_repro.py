@@ -19,16 +19,23 @@ def test_criteria_are_preregistered():
     from icml25.registry import get
 
     assert [(c.design, c.above, c.below) for c in repro.CRITERIA] == [
-        ("bootstrap", 0.55, None), ("bootstrap", None, 0.0), ("bootstrap", 0.0, None),
-        ("mean", 0.7, None)]  # fmt: skip
+        ("bootstrap", 0.55, None),
+        ("bootstrap", None, 0.0),
+        ("bootstrap", 0.0, None),
+        ("mean", 0.7, None),
+    ]
     assert repro.run.preregistered_seeds == {"quick": 3, "full": 9}
     assert get("fpo").repro == "icml25.fpo.repro:run"
 
 
 def test_smoke_result_structure(smoke, check_smoke):
     # check_smoke also asserts that every check names its independent units (unit_problems)
-    check_smoke(smoke, "fpo", metrics=("win rate fpo vs SFT", "median step fpo", "SAE FVE"),
-                ranges={"win rate": (0, 1), "SAE FVE": (-1, 1)})  # fmt: skip
+    check_smoke(
+        smoke,
+        "fpo",
+        metrics=("win rate fpo vs SFT", "median step fpo", "SAE FVE"),
+        ranges={"win rate": (0, 1), "SAE FVE": (-1, 1)},
+    )
     assert len(smoke.checks) == 4
     names = [c.name for c in smoke.checks]
     assert names[0].startswith("(a)") and names[1].startswith("(b)") and names[2].startswith("(c)")
@@ -51,11 +58,12 @@ def test_smoke_result_structure(smoke, check_smoke):
 
 def _planted_seed(model_seed: int, win: float, dkl: float, dt: float, n: int = 10) -> dict:
     half = n // 2
-    return {"model_seed": model_seed,
-            "win_vs_sft": {"fpo": [1.0] * round(win * n) + [0.0] * (n - round(win * n))},
-            "kl_l": {"fpo": [1.0 + dkl + 0.01 * (i - half) for i in range(n)],
-                     "fpo_alpha0": [1.0] * n},
-            "step_ms": {"tdpo2": [20.0 + dt + 0.1 * i for i in range(5)], "fpo": [20.0] * 5}}  # fmt: skip
+    return {
+        "model_seed": model_seed,
+        "win_vs_sft": {"fpo": [1.0] * round(win * n) + [0.0] * (n - round(win * n))},
+        "kl_l": {"fpo": [1.0 + dkl + 0.01 * (i - half) for i in range(n)], "fpo_alpha0": [1.0] * n},
+        "step_ms": {"tdpo2": [20.0 + dt + 0.1 * i for i in range(5)], "fpo": [20.0] * 5},
+    }
 
 
 def test_full_mode_checks_cluster_by_sft_model():

@@ -18,8 +18,9 @@ def _acts(n=400, d=8, seed=0):
 def test_auxk_off_by_default_and_a_zero_coefficient_is_the_default_path():
     acts = _acts()
     a, ia = train_sae(acts, d_sae=32, k_sae=2, steps=30, batch=64, progress=False)
-    b, ib = train_sae(acts, d_sae=32, k_sae=2, steps=30, batch=64, aux_k=4, aux_coef=0.0,
-                      progress=False)  # fmt: skip
+    b, ib = train_sae(
+        acts, d_sae=32, k_sae=2, steps=30, batch=64, aux_k=4, aux_coef=0.0, progress=False
+    )
     assert torch.equal(a.W_dec, b.W_dec) and torch.equal(a.W_enc, b.W_enc)
     assert "aux_dead_frac" not in ia and 0.0 <= ib["aux_dead_frac"] <= 1.0
 
@@ -27,8 +28,16 @@ def test_auxk_off_by_default_and_a_zero_coefficient_is_the_default_path():
 def test_auxk_trains_the_dead_latents():
     acts = _acts()
     a, _ = train_sae(acts, d_sae=32, k_sae=2, steps=30, batch=64, progress=False)
-    b, info = train_sae(acts, d_sae=32, k_sae=2, steps=30, batch=64, aux_k=4,
-                        dead_after_steps=np.int64(2), progress=False)  # fmt: skip
+    b, info = train_sae(
+        acts,
+        d_sae=32,
+        k_sae=2,
+        steps=30,
+        batch=64,
+        aux_k=4,
+        dead_after_steps=np.int64(2),
+        progress=False,
+    )
     assert not torch.equal(a.W_enc, b.W_enc)
     assert info["aux_dead_frac"] > 0  # 32 latents, 2 active per vector: some go unused
 

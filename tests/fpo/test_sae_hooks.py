@@ -25,8 +25,19 @@ def test_shapes_and_kinds():
         torch.nn.init.normal_(sae.W_enc)
         rec, c = sae(h)
         assert rec.shape == (2, 5, 8) and c.shape == (2, 5, 20) and bool((c >= 0).all())
-    assert int(((SparseAutoencoder(8, 20, "topk", k_sae=3).requires_grad_(False)
-                 .__class__(8, 20, "topk", k_sae=3)).encode(h) > 0).sum()) == 0  # fmt: skip
+    assert (
+        int(
+            (
+                (
+                    SparseAutoencoder(8, 20, "topk", k_sae=3)
+                    .requires_grad_(False)
+                    .__class__(8, 20, "topk", k_sae=3)
+                ).encode(h)
+                > 0
+            ).sum()
+        )
+        == 0
+    )
     sae = SparseAutoencoder(8, 20, "topk", k_sae=3)
     torch.nn.init.normal_(sae.W_enc)
     assert int((sae.encode(h) > 0).sum(-1).max()) <= 3
@@ -43,9 +54,13 @@ def test_jumprelu_zeroes_preactivations_at_or_below_threshold():
 
 def _npz(tmp_path, d=6, m=10, seed=0):
     rng = np.random.default_rng(seed)
-    arr = {"W_enc": rng.normal(size=(d, m)), "W_dec": rng.normal(size=(m, d)),
-           "threshold": np.abs(rng.normal(size=m)) * 0.5, "b_enc": rng.normal(size=m) * 0.1,
-           "b_dec": rng.normal(size=d)}  # fmt: skip
+    arr = {
+        "W_enc": rng.normal(size=(d, m)),
+        "W_dec": rng.normal(size=(m, d)),
+        "threshold": np.abs(rng.normal(size=m)) * 0.5,
+        "b_enc": rng.normal(size=m) * 0.1,
+        "b_dec": rng.normal(size=d),
+    }
     p = tmp_path / "params.npz"
     np.savez(p, **{k: v.astype(np.float32) for k, v in arr.items()})
     return p, arr
@@ -155,7 +170,7 @@ def _models():
     return {
         "gpt2": GPT2LMHeadModel(
             GPT2Config(vocab_size=30, n_embd=16, n_layer=3, n_head=2, n_positions=16)
-        ),  # fmt: skip
+        ),
         "llama": LlamaForCausalLM(
             LlamaConfig(
                 vocab_size=30,
@@ -165,7 +180,7 @@ def _models():
                 num_attention_heads=2,
                 num_key_value_heads=2,
             )
-        ),  # fmt: skip
+        ),
         "neox": GPTNeoXForCausalLM(
             GPTNeoXConfig(
                 vocab_size=30,
@@ -174,7 +189,7 @@ def _models():
                 num_hidden_layers=3,
                 num_attention_heads=2,
             )
-        ),  # fmt: skip
+        ),
     }
 
 

@@ -14,15 +14,29 @@ datasets = pytest.importorskip("datasets")
 @pytest.fixture
 def setup(toy, toy_sae, tmp_path):
     tok, model, recs = toy
-    ds = datasets.Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")}
-                                     for r in recs if isinstance(r["prompt"], list)])  # fmt: skip
+    ds = datasets.Dataset.from_list(
+        [
+            {k: r[k] for k in ("prompt", "chosen", "rejected")}
+            for r in recs
+            if isinstance(r["prompt"], list)
+        ]
+    )
     return tok, model, ds, toy_sae, tmp_path
 
 
 def _args(tmp_path, **kw):
-    base = dict(precompute_ref_log_probs=True, bf16=False, per_device_train_batch_size=4,
-                max_steps=3, report_to=[], logging_steps=1, learning_rate=1e-3, use_cpu=True,
-                disable_tqdm=True, save_strategy="no")  # fmt: skip
+    base = dict(
+        precompute_ref_log_probs=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        max_steps=3,
+        report_to=[],
+        logging_steps=1,
+        learning_rate=1e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
     return trl.DPOConfig(str(tmp_path / "out"), **{**base, **kw})
 
 
@@ -36,18 +50,35 @@ def test_fpo_trainer_trains_with_checkpointing_and_reuses_its_cache(setup):
     tok, model, ds, sae, tmp = setup
     pol = copy.deepcopy(model)
     path = tmp / "codes.safetensors"
-    tr = FPOTrainer(pol, args=_args(tmp, gradient_checkpointing=True), train_dataset=ds,
-                    processing_class=tok, sae=sae, layer=1, k=8, ref_cache_path=path)  # fmt: skip
+    tr = FPOTrainer(
+        pol,
+        args=_args(tmp, gradient_checkpointing=True),
+        train_dataset=ds,
+        processing_class=tok,
+        sae=sae,
+        layer=1,
+        k=8,
+        ref_cache_path=path,
+    )
     tr.train()
     logs = [x for x in tr.state.log_history if "loss" in x]
     assert len(logs) == 3 and all("fpo/d_rejected" in x for x in logs)
     assert logs[0]["fpo/d_rejected"] < 1e-8  # step 1: the policy is the reference
     assert any(not torch.equal(a, b) for a, b in zip(pol.parameters(), model.parameters()))
     assert path.is_file() and len(ReferenceCache.load(path)) == len(ds)
-    tr2 = FPOTrainer(copy.deepcopy(model), args=_args(tmp), train_dataset=ds, processing_class=tok,
-                     sae=sae, layer=1, k=8, ref_cache_path=path)  # fmt: skip
-    assert torch.equal(tr2.fpo_cache.tensors["codes_w_values"],
-                       ReferenceCache.load(path).tensors["codes_w_values"])  # fmt: skip
+    tr2 = FPOTrainer(
+        copy.deepcopy(model),
+        args=_args(tmp),
+        train_dataset=ds,
+        processing_class=tok,
+        sae=sae,
+        layer=1,
+        k=8,
+        ref_cache_path=path,
+    )
+    assert torch.equal(
+        tr2.fpo_cache.tensors["codes_w_values"], ReferenceCache.load(path).tensors["codes_w_values"]
+    )
 
 
 def test_fpo_alpha0_equals_trl_sigmoid_norm_and_dpo_equals_trl_sigmoid(setup):
@@ -60,19 +91,37 @@ def test_fpo_alpha0_equals_trl_sigmoid_norm_and_dpo_equals_trl_sigmoid(setup):
         for p in pol.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     ref = copy.deepcopy(model)
-    fpo = FPOTrainer(pol, ref_model=ref, args=_args(tmp), train_dataset=ds, processing_class=tok,
-                     sae=sae, layer=1, k=8, fpo_alpha=0.0)  # fmt: skip
-    norm = trl.DPOTrainer(pol, ref_model=ref, args=_args(tmp, loss_type=["sigmoid_norm"]),
-                          train_dataset=ds, processing_class=tok)  # fmt: skip
-    sig = trl.DPOTrainer(pol, ref_model=ref, args=_args(tmp), train_dataset=ds,
-                         processing_class=tok)  # fmt: skip
+    fpo = FPOTrainer(
+        pol,
+        ref_model=ref,
+        args=_args(tmp),
+        train_dataset=ds,
+        processing_class=tok,
+        sae=sae,
+        layer=1,
+        k=8,
+        fpo_alpha=0.0,
+    )
+    norm = trl.DPOTrainer(
+        pol,
+        ref_model=ref,
+        args=_args(tmp, loss_type=["sigmoid_norm"]),
+        train_dataset=ds,
+        processing_class=tok,
+    )
+    sig = trl.DPOTrainer(
+        pol, ref_model=ref, args=_args(tmp), train_dataset=ds, processing_class=tok
+    )
     b_fpo, b_norm, b_sig = _first_batch(fpo), _first_batch(norm), _first_batch(sig)
     with torch.no_grad():
         l_fpo = fpo.compute_loss(pol, dict(b_fpo))
         l_norm = norm.compute_loss(pol, dict(b_norm))
         l_sig = sig.compute_loss(pol, dict(b_sig))
-        batch = {"input_ids": b_sig["input_ids"], "attention_mask": b_sig["attention_mask"],
-                 "labels": b_sig["input_ids"].masked_fill(b_sig["completion_mask"] == 0, -100)}  # fmt: skip
+        batch = {
+            "input_ids": b_sig["input_ids"],
+            "attention_mask": b_sig["attention_mask"],
+            "labels": b_sig["input_ids"].masked_fill(b_sig["completion_mask"] == 0, -100),
+        }
         s = preference_pass(pol, batch).halves("sum")
         ours = dpo_loss(*s, b_sig["ref_chosen_logps"], b_sig["ref_rejected_logps"], 0.1)[0]
     assert abs(float(l_fpo) - float(l_norm)) < 1e-6
@@ -86,9 +135,18 @@ def test_simpo_equals_trl_cpo_simpo(setup):
 
     tok, model, ds, _, tmp = setup
     pol = copy.deepcopy(model)
-    args = cpo.CPOConfig(str(tmp / "cpo"), loss_type="simpo", cpo_alpha=0.0, simpo_gamma=0.5,
-                         beta=2.0, bf16=False, report_to=[], use_cpu=True,
-                         per_device_train_batch_size=4, max_length=64)  # fmt: skip
+    args = cpo.CPOConfig(
+        str(tmp / "cpo"),
+        loss_type="simpo",
+        cpo_alpha=0.0,
+        simpo_gamma=0.5,
+        beta=2.0,
+        bf16=False,
+        report_to=[],
+        use_cpu=True,
+        per_device_train_batch_size=4,
+        max_length=64,
+    )
     tr = cpo.CPOTrainer(pol, args=args, train_dataset=ds, processing_class=tok)
     b = _first_batch(tr)
     with torch.no_grad():
@@ -105,13 +163,25 @@ def test_fpo_trainer_bad_input(setup):
 
     tok, model, ds, sae, tmp = setup
     with pytest.raises(ValueError, match="precompute_ref_log_probs=True"):
-        FPOTrainer(model, args=_args(tmp, precompute_ref_log_probs=False), train_dataset=ds,
-                   processing_class=tok, sae=sae, layer=1)  # fmt: skip
+        FPOTrainer(
+            model,
+            args=_args(tmp, precompute_ref_log_probs=False),
+            train_dataset=ds,
+            processing_class=tok,
+            sae=sae,
+            layer=1,
+        )
     with pytest.raises(ValueError, match="layer 7 is out of range"):
         FPOTrainer(model, args=_args(tmp), train_dataset=ds, processing_class=tok, sae=sae, layer=7)
     with pytest.raises(ValueError, match="d_in=8 differs from the model's hidden size 32"):
-        FPOTrainer(model, args=_args(tmp), train_dataset=ds, processing_class=tok,
-                   sae=SparseAutoencoder(8, 16), layer=1)  # fmt: skip
+        FPOTrainer(
+            model,
+            args=_args(tmp),
+            train_dataset=ds,
+            processing_class=tok,
+            sae=SparseAutoencoder(8, 16),
+            layer=1,
+        )
     with pytest.raises(TypeError, match="sae must be an icml25.fpo.SparseAutoencoder"):
         FPOTrainer(
             model, args=_args(tmp), train_dataset=ds, processing_class=tok, sae=None, layer=1

@@ -30,16 +30,22 @@ def _gpt2_with_dropout(tok):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(3)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2,
-                                      n_positions=64)).eval()  # dropouts 0.1 by default  # fmt: skip
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    ).eval()  # dropouts 0.1 by default
 
 
 def test_dropout_is_off_so_step_one_is_log2(toy):
     tok, _, recs = toy
     ref = _gpt2_with_dropout(tok)
     pol = copy.deepcopy(ref)
-    h = train_preference(pol, tok, recs[:8], PreferenceConfig(method="dpo", lr=1e-9, batch_size=8,
-                                                               progress=False), ref_model=ref)  # fmt: skip
+    h = train_preference(
+        pol,
+        tok,
+        recs[:8],
+        PreferenceConfig(method="dpo", lr=1e-9, batch_size=8, progress=False),
+        ref_model=ref,
+    )
     assert h.steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
     # dropout is off for the forwards only (eval mode inside the step); the model is not mutated
     assert all(m.p == 0.1 for m in pol.modules() if isinstance(m, torch.nn.Dropout))
@@ -48,8 +54,10 @@ def test_dropout_is_off_so_step_one_is_log2(toy):
 def test_harvest_is_padding_invariant_on_absolute_positions(toy):
     tok, _, recs = toy
     model = _gpt2_with_dropout(tok)
-    a = [harvest_activations(model, [PreferenceCollator(tok, padding_side=s)(recs[:6])], layer=0)
-         for s in ("right", "left")]  # fmt: skip
+    a = [
+        harvest_activations(model, [PreferenceCollator(tok, padding_side=s)(recs[:6])], layer=0)
+        for s in ("right", "left")
+    ]
     assert torch.allclose(a[0], a[1], atol=1e-5)
 
 
@@ -84,8 +92,15 @@ def test_reference_must_not_be_the_policy_and_cache_must_match_it(toy, toy_sae):
     col = PreferenceCollator(tok, max_length=1024, max_prompt_length=512)
     cache = build_reference_cache(model, toy_sae, recs, layer=1, collator=col, progress=False)
     with pytest.raises(RuntimeError, match="model_fingerprint"):
-        train_preference(pol, tok, recs, PreferenceConfig(layer=1, k=8), sae=toy_sae,
-                         ref_cache=cache, ref_model=_gpt2_with_dropout(tok))  # fmt: skip
+        train_preference(
+            pol,
+            tok,
+            recs,
+            PreferenceConfig(layer=1, k=8),
+            sae=toy_sae,
+            ref_cache=cache,
+            ref_model=_gpt2_with_dropout(tok),
+        )
 
 
 def test_negative_layer_and_k_clamped_once(toy, toy_sae):
@@ -107,11 +122,17 @@ def test_nan_error_names_the_step_and_the_model(toy, toy_sae):
     with torch.no_grad():
         bad.lm_head.weight.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match=r"step 1 .*policy's logits"):
-        train_preference(bad, tok, recs[:8], PreferenceConfig(method="simpo", batch_size=8,
-                                                              progress=False))  # fmt: skip
+        train_preference(
+            bad, tok, recs[:8], PreferenceConfig(method="simpo", batch_size=8, progress=False)
+        )
     with pytest.raises(FloatingPointError, match="reference model's logits"):
-        train_preference(copy.deepcopy(model), tok, recs[:8], PreferenceConfig(
-            method="tdpo2", batch_size=8, progress=False), ref_model=bad)  # fmt: skip
+        train_preference(
+            copy.deepcopy(model),
+            tok,
+            recs[:8],
+            PreferenceConfig(method="tdpo2", batch_size=8, progress=False),
+            ref_model=bad,
+        )
 
 
 def test_win_rate_refuses_nan():
@@ -160,20 +181,44 @@ def test_fpo_trainer_rebuilds_a_cache_of_another_reference(toy, toy_sae, tmp_pat
     from icml25.fpo import FPOTrainer, ReferenceCache
 
     tok, model, recs = toy
-    rows = [{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in recs
-            if isinstance(r["prompt"], list)]  # fmt: skip
-    args = trl.DPOConfig(str(tmp_path / "o"), precompute_ref_log_probs=True, bf16=False,
-                         use_cpu=True, report_to=[], max_steps=1, per_device_train_batch_size=4)  # fmt: skip
+    rows = [
+        {k: r[k] for k in ("prompt", "chosen", "rejected")}
+        for r in recs
+        if isinstance(r["prompt"], list)
+    ]
+    args = trl.DPOConfig(
+        str(tmp_path / "o"),
+        precompute_ref_log_probs=True,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        max_steps=1,
+        per_device_train_batch_size=4,
+    )
     path = tmp_path / "c.safetensors"
-    FPOTrainer(copy.deepcopy(model), args=args, train_dataset=rows, processing_class=tok,
-               sae=toy_sae, layer=1, ref_cache_path=path)  # a list works too  # fmt: skip
+    FPOTrainer(
+        copy.deepcopy(model),
+        args=args,
+        train_dataset=rows,
+        processing_class=tok,
+        sae=toy_sae,
+        layer=1,
+        ref_cache_path=path,
+    )  # a list works too
     first = ReferenceCache.load(path).tensors["codes_w_values"].clone()
     other = copy.deepcopy(model)
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     with pytest.warns(UserWarning, match="does not match this run"):
-        FPOTrainer(other, args=args, train_dataset=rows, processing_class=tok, sae=toy_sae,
-                   layer=1, ref_cache_path=path)  # fmt: skip
+        FPOTrainer(
+            other,
+            args=args,
+            train_dataset=rows,
+            processing_class=tok,
+            sae=toy_sae,
+            layer=1,
+            ref_cache_path=path,
+        )
     again = ReferenceCache.load(path).tensors["codes_w_values"]
     assert again.shape != first.shape or not torch.equal(again, first)

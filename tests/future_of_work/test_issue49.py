@@ -62,8 +62,7 @@ def test_base_idx_out_of_range_names_the_index(bad):
     with pytest.raises(
         ValueError, match=rf"base_idx must hold row indices in \[0, 40\).*got {bad[-1]}"
     ):
-        GroupUtility(None, X, y, g, Xv, yv, fit_fn=lambda a, b: (lambda z: z[:, 0] > 0),
-                     base_idx=bad)  # fmt: skip
+        GroupUtility(None, X, y, g, Xv, yv, fit_fn=lambda a, b: lambda z: z[:, 0] > 0, base_idx=bad)
 
 
 def test_base_idx_must_be_integers():

@@ -108,8 +108,11 @@ def test_fee_rules_and_admin():
 
 def test_territories_and_reciprocity():
     works = [Work("a", "us_author", 1, territory="US"), Work("b", "fr_author", 1, territory="FR")]
-    p = CollectiveLicensingPool(works, {"US": Flat(100), "FR": Flat(50)},
-                                reciprocity={("US", "US"): 0.8, ("US", "FR"): 0.2, ("FR", "FR"): 1.0})  # fmt: skip
+    p = CollectiveLicensingPool(
+        works,
+        {"US": Flat(100), "FR": Flat(50)},
+        reciprocity={("US", "US"): 0.8, ("US", "FR"): 0.2, ("FR", "FR"): 1.0},
+    )
     p.collect([Licensee("d1", territory="US"), Licensee("d2", territory="FR")])
     pay = p.distribute("volume")
     assert pay == {"fr_author": Decimal("70.00"), "us_author": Decimal("80.00")}

@@ -35,8 +35,11 @@ SCALARS = [lambda v: v, np.float64, np.float32, lambda v: torch.tensor(v)]
 
 def _game(n: int, seed: int):
     rng = np.random.default_rng(seed)
-    table = {frozenset(s): float(rng.normal()) for r in range(n + 1)
-             for s in itertools.combinations(range(n), r)}  # fmt: skip
+    table = {
+        frozenset(s): float(rng.normal())
+        for r in range(n + 1)
+        for s in itertools.combinations(range(n), r)
+    }
     return lambda S: table[frozenset(S)]
 
 
@@ -164,8 +167,13 @@ def test_gradient_attribution_equals_the_loop(C, n, m, p, dtype, seed):
     lr = [np.float32(0.5)] * C
     out = gradient_attribution(tg_in, vg_in, groups, lr=lr)
     for h in set(groups.tolist()):
-        ref = sum(0.5 * float(tg[c, i] @ vg[c, j]) for c in range(C) for i in range(n)
-                  for j in range(m) if groups[i] == h)  # fmt: skip
+        ref = sum(
+            0.5 * float(tg[c, i] @ vg[c, j])
+            for c in range(C)
+            for i in range(n)
+            for j in range(m)
+            if groups[i] == h
+        )
         assert out[h] == pytest.approx(ref, rel=1e-5, abs=1e-5)
         assert math.isfinite(out[h])
 

@@ -25,8 +25,12 @@ def test_criteria_and_claim():
 
 
 def test_smoke_run(smoke, check_smoke):
-    check_smoke(smoke, "future_of_work", prefixes=("phi_exact h", "phi_loo h", "payout gini"),
-                ranges={"payout gini": (0, 1)})  # fmt: skip
+    check_smoke(
+        smoke,
+        "future_of_work",
+        prefixes=("phi_exact h", "phi_loo h", "payout gini"),
+        ranges={"payout gini": (0, 1)},
+    )
     assert {"payouts_by_rule.png", "payout_lorenz.png", "labour_share_gini_paths.png"} <= {
         f.name for f in smoke.figures
     }
@@ -41,8 +45,10 @@ def test_noisy_quantities_are_not_exact_checks(smoke):
     is a Monte-Carlo frequency (a proportion counted per seed) and h6's Shapley value depends on
     the split and the fitted models (one value per seed, a t-interval)."""
     by = {c.name: c for c in smoke.checks}
-    cover = by["R1 (estimator check): share of groups with the exact value within permutation "
-               "estimate ± 3 SE"]  # fmt: skip
+    cover = by[
+        "R1 (estimator check): share of groups with the exact value within permutation "
+        "estimate ± 3 SE"
+    ]
     assert cover.criterion.design == "proportion"
     assert cover.data["n"] == [6, 6] and all(0 <= k <= 6 for k in cover.data["successes"])
     noise = by["R1: Shapley value of the pure-noise holder h6 < 0.002"]
@@ -90,8 +96,25 @@ def test_cli_royalties(tmp_path, capsys):
     assert {r["holder"] for r in rows} == {"alice", "bob", "carol"}
     vals = tmp_path / "values.csv"
     vals.write_text("holder,value\nalice,0.2\nbob,0.0\ncarol,0.1\n")
-    assert _main(["fow", "royalties", "--usage", str(usage), "--pool", "999.99", "--rule", "attribution",
-                  "--values", str(vals), "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        _main(
+            [
+                "fow",
+                "royalties",
+                "--usage",
+                str(usage),
+                "--pool",
+                "999.99",
+                "--rule",
+                "attribution",
+                "--values",
+                str(vals),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {r["holder"]: Decimal(r["payout"]) for r in csv.DictReader(out.open())}
     assert rows["bob"] == 0 and sum(rows.values()) == Decimal("999.99")
 

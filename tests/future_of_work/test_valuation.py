@@ -24,8 +24,11 @@ from icml25.future_of_work import (
 
 def _random_game(n, seed):
     rng = np.random.default_rng(seed)
-    table = {frozenset(s): float(rng.normal()) if s else 0.0
-             for k in range(n + 1) for s in itertools.combinations(range(n), k)}  # fmt: skip
+    table = {
+        frozenset(s): float(rng.normal()) if s else 0.0
+        for k in range(n + 1)
+        for s in itertools.combinations(range(n), k)
+    }
     return lambda S: table[frozenset(S)]
 
 
@@ -65,8 +68,11 @@ def test_exact_shapley_matches_the_permutation_definition():
 
 
 @settings(max_examples=60, deadline=None)
-@given(v=st.lists(st.floats(-5, 5), min_size=2, max_size=7), w=st.lists(st.floats(-5, 5), min_size=7, max_size=7),
-       seed=st.integers(0, 1000))  # fmt: skip
+@given(
+    v=st.lists(st.floats(-5, 5), min_size=2, max_size=7),
+    w=st.lists(st.floats(-5, 5), min_size=7, max_size=7),
+    seed=st.integers(0, 1000),
+)
 def test_axioms(v, w, seed):
     n = len(v)
     g = list(range(n))
@@ -136,8 +142,16 @@ def test_banzhaf_exact_and_msr():
     g = list(range(5))
     u = _random_game(5, 7)
     ex = banzhaf_exact(u, g)
-    brute = [np.mean([u(frozenset(s) | {h}) - u(frozenset(s)) for k in range(5)
-                      for s in itertools.combinations([x for x in g if x != h], k)]) for h in g]  # fmt: skip
+    brute = [
+        np.mean(
+            [
+                u(frozenset(s) | {h}) - u(frozenset(s))
+                for k in range(5)
+                for s in itertools.combinations([x for x in g if x != h], k)
+            ]
+        )
+        for h in g
+    ]
     assert np.allclose([ex[h] for h in g], brute)
     msr = banzhaf_msr(u, g, n_samples=4000, seed=0)
     assert all(abs(msr[h] - ex[h]) < 4 * msr.stderr[h] + 1e-9 for h in g)
@@ -162,8 +176,15 @@ def test_group_utility_with_a_scikit_learn_estimator():
     assert single(frozenset({"good"})) == pytest.approx(np.mean(yv == 0))  # one class: constant
     ll = GroupUtility(LogisticRegression(), X, y_train, groups, Xv, yv, metric="neg_log_loss")
     assert ll(frozenset({"good"})) > ll(frozenset({"noise"}))
-    fitfn = GroupUtility(None, X, y_train, groups, Xv, yv,
-                         fit_fn=lambda Xs, ys: (lambda Xq: (Xq[:, 0] > 0).astype(int)))  # fmt: skip
+    fitfn = GroupUtility(
+        None,
+        X,
+        y_train,
+        groups,
+        Xv,
+        yv,
+        fit_fn=lambda Xs, ys: lambda Xq: (Xq[:, 0] > 0).astype(int),
+    )
     assert fitfn(frozenset({"noise"})) == 1.0
 
     class Broken:

@@ -223,17 +223,36 @@ def write_tiny_vlm(folder: Path, words: str = WORDS) -> Path:
     w = words.split()
     tok = build_tokenizer([" ".join(w[i:] + w[:i]) for i in range(len(w))] * 3, 300)
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                              num_attention_heads=2, image_size=32, patch_size=16,
-                              projection_dim=16)  # fmt: skip
-    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                       num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                       max_position_embeddings=4096, tie_word_embeddings=False,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                       pad_token_id=tok.pad_token_id)  # fmt: skip
-    config = LlavaConfig(vision_config=vision, text_config=text,
-                         image_token_index=tok.convert_tokens_to_ids("<image>"), image_seq_length=4,
-                         vision_feature_layer=-1, vision_feature_select_strategy="default")  # fmt: skip
+    vision = CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=16,
+        projection_dim=16,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=4,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
     torch.manual_seed(0)
     model = LlavaForConditionalGeneration(config).eval()
     template = (
@@ -246,9 +265,14 @@ def write_tiny_vlm(folder: Path, words: str = WORDS) -> Path:
     images = CLIPImageProcessorPil(
         size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
     )
-    processor = LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=16,
-                               vision_feature_select_strategy="default", chat_template=template,
-                               num_additional_image_tokens=1)  # fmt: skip
+    processor = LlavaProcessor(
+        image_processor=images,
+        tokenizer=tok,
+        patch_size=16,
+        vision_feature_select_strategy="default",
+        chat_template=template,
+        num_additional_image_tokens=1,
+    )
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder

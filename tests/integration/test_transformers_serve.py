@@ -236,8 +236,15 @@ def test_a_dead_server_stops_a_batch_fast_and_the_rerun_resumes(transformers_ser
     with socket.socket() as sock:  # a port nothing listens on: the crashed server
         sock.bind(("127.0.0.1", 0))
         dead_port = sock.getsockname()[1]
-    dead = OpenAIChat(f"http://127.0.0.1:{dead_port}/v1", s.model, api_key="x", backoff=0.05,
-                      max_backoff=0.1, circuit_breaker=3, concurrency=2)  # fmt: skip
+    dead = OpenAIChat(
+        f"http://127.0.0.1:{dead_port}/v1",
+        s.model,
+        api_key="x",
+        backoff=0.05,
+        max_backoff=0.1,
+        circuit_breaker=3,
+        concurrency=2,
+    )
     t0 = time.perf_counter()
     with (
         JsonlStore(path, "q") as st,
@@ -245,8 +252,9 @@ def test_a_dead_server_stops_a_batch_fast_and_the_rerun_resumes(transformers_ser
             BackendUnavailableError, match=r"circuit breaker.*9 not done are asked again"
         ),
     ):
-        run_resumable(items, work_with(dead), st, key=lambda i, q: {"q": q}, concurrency=2,
-                      progress=False)  # fmt: skip
+        run_resumable(
+            items, work_with(dead), st, key=lambda i, q: {"q": q}, concurrency=2, progress=False
+        )
     assert time.perf_counter() - t0 < 30
     with JsonlStore(path, "q") as st:
         assert len(st.records()) == 3

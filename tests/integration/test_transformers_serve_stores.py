@@ -51,8 +51,7 @@ def test_tpo_batch_with_another_policy_or_config_is_refused_or_kept_apart(
     ):
         tpo_batch(queries, chat(s, url=localhost(s)), reward, config, out_path=out, progress=False)
     assert s.chat_requests() == before  # refused before any request
-    kept = tpo_batch(queries, chat(s), reward, deeper, out_path=out, progress=False,
-                     keep_both=True)  # fmt: skip
+    kept = tpo_batch(queries, chat(s), reward, deeper, out_path=out, progress=False, keep_both=True)
     assert s.chat_requests() > before  # the new settings were asked, not read from the file
     assert all(r.n_policy_calls > f.n_policy_calls for r, f in zip(kept, first))  # depth 2, width 3
     rows = [json.loads(x) for x in out.read_text().splitlines()]
@@ -100,11 +99,25 @@ def test_orbench_eval_with_other_sampling_is_refused_and_a_dead_server_prints_st
     assert both.n == 3 and s.chat_requests() - before == 3
     # a model name the server refuses: every request is an HTTP 400; stdout stays strict JSON
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": r.prompt, "category": r.category}) + "\n"
-                               for r in recs))  # fmt: skip
+    prompts.write_text(
+        "".join(json.dumps({"prompt": r.prompt, "category": r.category}) + "\n" for r in recs)
+    )
     capsys.readouterr()
-    code = main(["orbench", "eval", "--model", "no-such-model", "--base-url", s.url, "--data",
-                 str(prompts), "--out", str(tmp_path / "dead"), "-q"])  # fmt: skip
+    code = main(
+        [
+            "orbench",
+            "eval",
+            "--model",
+            "no-such-model",
+            "--base-url",
+            s.url,
+            "--data",
+            str(prompts),
+            "--out",
+            str(tmp_path / "dead"),
+            "-q",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 1
     result = json.loads(out.out, parse_constant=lambda c: pytest.fail(f"non-JSON {c} on stdout"))
@@ -123,14 +136,40 @@ def test_orbench_build_whose_generator_calls_all_fail_reports_the_http_cause(
     s = transformers_server
     refused = chat(s, model="no-such-model")
     with pytest.raises(ValueError, match=r"every call to the generator .* failed.*400"):
-        build_orbench(refused, chat(s), [chat(s)], out_dir=tmp_path / "a", categories="hate",
-                      n_seeds=3, progress=False, concurrency=1)  # fmt: skip
+        build_orbench(
+            refused,
+            chat(s),
+            [chat(s)],
+            out_dir=tmp_path / "a",
+            categories="hate",
+            n_seeds=3,
+            progress=False,
+            concurrency=1,
+        )
     fails = [json.loads(x) for x in (tmp_path / "a" / "failed.jsonl").read_text().splitlines()]
     assert fails and all(f["stage"] == "seed_generation" and "400" in f["message"] for f in fails)
     capsys.readouterr()
-    code = main(["orbench", "build", "--generator", "no-such-model", "--rewriter", s.model,
-                 "--moderator", s.model, "--base-url", s.url,
-                 "--categories", "hate", "--n-seeds", "3", "--out", str(tmp_path / "b"), "-q"])  # fmt: skip
+    code = main(
+        [
+            "orbench",
+            "build",
+            "--generator",
+            "no-such-model",
+            "--rewriter",
+            s.model,
+            "--moderator",
+            s.model,
+            "--base-url",
+            s.url,
+            "--categories",
+            "hate",
+            "--n-seeds",
+            "3",
+            "--out",
+            str(tmp_path / "b"),
+            "-q",
+        ]
+    )
     assert code == 1 and "400" in capsys.readouterr().err
 
 
@@ -146,8 +185,15 @@ def test_orbench_build_with_a_moderator_at_other_sampling_is_refused_before_any_
     s = transformers_server
     world = OverRefusalWorld(CATEGORIES, 0)
     gen, rw = scripted_generator(world), scripted_rewriter(world)
-    kw = dict(out_dir=tmp_path, categories="hate", n_seeds=3, n_rewrites=2,
-              toxic_per_category=1, progress=False, concurrency=2)  # fmt: skip
+    kw = dict(
+        out_dir=tmp_path,
+        categories="hate",
+        n_seeds=3,
+        n_rewrites=2,
+        toxic_per_category=1,
+        progress=False,
+        concurrency=2,
+    )
     rep = build_orbench(gen, rw, [LLMModerator(chat(s), max_tokens=4)], **kw)
     assert rep.n_candidates > 0 and rep.failed["moderation"] == 0
     before = s.chat_requests()
@@ -159,8 +205,9 @@ def test_orbench_build_with_a_moderator_at_other_sampling_is_refused_before_any_
         SettingsMismatch,
         match=r"moderators\.0\.backend\.cache_identity: .* -> .*extra_body=\{\"top_p\": 0\.5\}",
     ):
-        build_orbench(gen, rw, [LLMModerator(chat(s, extra_body={"top_p": 0.5}), max_tokens=4)],
-                      **kw)  # fmt: skip
+        build_orbench(
+            gen, rw, [LLMModerator(chat(s, extra_body={"top_p": 0.5}), max_tokens=4)], **kw
+        )
     assert s.chat_requests() == before
 
 
@@ -190,9 +237,18 @@ def test_a_port_that_refuses_connections_is_not_an_http_cause(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    dead = OpenAIChat(f"http://127.0.0.1:{port}/v1", "m", api_key="x", max_retries=0,
-                      circuit_breaker=2)  # fmt: skip
+    dead = OpenAIChat(
+        f"http://127.0.0.1:{port}/v1", "m", api_key="x", max_retries=0, circuit_breaker=2
+    )
     with pytest.raises(ValueError, match="every call to the generator") as info:
-        build_orbench(dead, dead, [dead], out_dir=tmp_path, categories="hate", n_seeds=3,
-                      progress=False, concurrency=1)  # fmt: skip
+        build_orbench(
+            dead,
+            dead,
+            [dead],
+            out_dir=tmp_path,
+            categories="hate",
+            n_seeds=3,
+            progress=False,
+            concurrency=1,
+        )
     assert "format" not in str(info.value)

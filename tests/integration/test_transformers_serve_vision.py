@@ -45,8 +45,13 @@ class Recorder(BaseChat):
 
 
 def _image_parts(messages) -> list[dict]:
-    return [p for m in messages if isinstance(m["content"], list)
-            for p in m["content"] if p.get("type") == "image_url"]  # fmt: skip
+    return [
+        p
+        for m in messages
+        if isinstance(m["content"], list)
+        for p in m["content"]
+        if p.get("type") == "image_url"
+    ]
 
 
 def _texts(messages) -> list[str]:
@@ -138,10 +143,30 @@ def test_dps_jpeg_crops_are_sent_and_accepted(vision_server):
 def _dps_run(srv, folder: Path, *extra: str) -> int:
     from icml25.cli import main
 
-    return main(["dps", "run", "--model", f"openai:{srv.model}", "--base-url", srv.url,
-                 "--api-key", "x", "--images", str(folder / "images"),
-                 "--questions", str(folder / "q.jsonl"), "--out", str(folder / "out.jsonl"),
-                 "--max-tokens", "6", "--workers", "2", "-q", *extra])  # fmt: skip
+    return main(
+        [
+            "dps",
+            "run",
+            "--model",
+            f"openai:{srv.model}",
+            "--base-url",
+            srv.url,
+            "--api-key",
+            "x",
+            "--images",
+            str(folder / "images"),
+            "--questions",
+            str(folder / "q.jsonl"),
+            "--out",
+            str(folder / "out.jsonl"),
+            "--max-tokens",
+            "6",
+            "--workers",
+            "2",
+            "-q",
+            *extra,
+        ]
+    )
 
 
 def _rows(folder: Path) -> list[dict]:
@@ -158,8 +183,11 @@ def test_dps_run_resumes_by_image_content_and_refuses_other_settings(
     images.mkdir()
     Image.fromarray(_image(10)).save(images / "a.png")
     Image.fromarray(_image(11)).save(images / "b.png")
-    items = [("a1", "a.png", QUESTION), ("a2", "a.png", "what colour is it"),
-             ("b1", "b.png", QUESTION)]  # fmt: skip
+    items = [
+        ("a1", "a.png", QUESTION),
+        ("a2", "a.png", "what colour is it"),
+        ("b1", "b.png", QUESTION),
+    ]
     (tmp_path / "q.jsonl").write_text(
         "".join(json.dumps({"id": i, "image": f, "question": q}) + "\n" for i, f, q in items)
     )
@@ -190,9 +218,11 @@ def test_dps_run_resumes_by_image_content_and_refuses_other_settings(
     assert srv.chat_requests() == before
 
     capsys.readouterr()
-    for extra, field in [(("--crop-format", "jpeg"), "crop_format"),
-                         (("--max-tokens", "5"), "max_tokens"),
-                         (("--image-once",), "image_once")]:  # fmt: skip
+    for extra, field in [
+        (("--crop-format", "jpeg"), "crop_format"),
+        (("--max-tokens", "5"), "max_tokens"),
+        (("--image-once",), "image_once"),
+    ]:
         assert _dps_run(srv, tmp_path, *extra) == 2  # a later --max-tokens wins over the 6
         err = capsys.readouterr().err
         assert field in err and "--keep-both" in err, err

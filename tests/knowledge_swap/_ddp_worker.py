@@ -83,14 +83,24 @@ def swap(accelerator, batch: int, aux: int, sizes: tuple[int, int, int], sink: l
         return torch.stack([a for a, _ in rows]), torch.stack([b for _, b in rows])
 
     def loader(classes, n, seed, size, **kw):
-        return DataLoader(TensorDataset(*items(classes, n, seed)), batch_size=size, shuffle=True,
-                          generator=torch.Generator().manual_seed(10 + seed), **kw)  # fmt: skip
+        return DataLoader(
+            TensorDataset(*items(classes, n, seed)),
+            batch_size=size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(10 + seed),
+            **kw,
+        )
 
     retain = loader([0, 1, 2], sizes[0], 1, batch, collate_fn=collate)
     forget, learn = loader([3], sizes[1], 2, aux), loader([4, 5], sizes[2], 3, aux)
     events: list[dict] = []
-    sw = KnowledgeSwapper(lora_model(), epochs_per_stage=2, lr=1e-2, callbacks=[events.append],
-                          accelerator=accelerator)  # fmt: skip
+    sw = KnowledgeSwapper(
+        lora_model(),
+        epochs_per_stage=2,
+        lr=1e-2,
+        callbacks=[events.append],
+        accelerator=accelerator,
+    )
     sw.init_weights = {k: v.clone() for k, v in lora_state_dict(sw.model).items()}
     sw.fit(retain, forget, learn)
     return sw, [e for e in events if e["kind"] == "step"]
@@ -146,8 +156,9 @@ def main() -> None:
         rec["reload_max_diff"] = float((fresh(x) - sw.model(x)).abs().max())
 
     try:
-        KnowledgeSwapper(lora_model(), accelerator=Accelerator(cpu=True,
-                                                                gradient_accumulation_steps=2))  # fmt: skip
+        KnowledgeSwapper(
+            lora_model(), accelerator=Accelerator(cpu=True, gradient_accumulation_steps=2)
+        )
     except ValueError as e:
         rec["accumulation_error"] = str(e)
     with open(os.path.join(a.out, f"rank{rank}.json"), "w") as f:

@@ -105,13 +105,26 @@ def test_h_mean_refuses_non_numbers_naming_the_argument(bad):
 def test_swap_losses_validate_their_weights():
     z = torch.zeros(2, 3)
     y = torch.zeros(2, dtype=torch.long)
-    out = swap_losses("forget", retain=(z, y), forget=(z, y), learn=None,
-                      l_gs=torch.tensor(1.0), bnd=np.float32(2.0), alpha=np.float64(0.5))  # fmt: skip
+    out = swap_losses(
+        "forget",
+        retain=(z, y),
+        forget=(z, y),
+        learn=None,
+        l_gs=torch.tensor(1.0),
+        bnd=np.float32(2.0),
+        alpha=np.float64(0.5),
+    )
     ce = math.log(3)
     assert float(out["total"]) == pytest.approx(0.5 + ce + 0.2 * (2.0 - ce), rel=1e-6)
     with pytest.raises(ValueError, match="beta_forget must be"):
-        swap_losses("forget", retain=(z, y), forget=(z, y), learn=None,
-                    l_gs=torch.tensor(1.0), beta_forget=math.nan)  # fmt: skip
+        swap_losses(
+            "forget",
+            retain=(z, y),
+            forget=(z, y),
+            learn=None,
+            l_gs=torch.tensor(1.0),
+            beta_forget=math.nan,
+        )
 
 
 class MLP(nn.Module):
@@ -135,10 +148,17 @@ def _model():
 def test_swapper_takes_numpy_and_torch_scalars(form):
     f = SCALARS[form]
     sw = KnowledgeSwapper(
-        _model(), lr=f(1e-2), min_lr=f(1e-5), bnd=f(10.0), alpha=f(0.01),
-        beta_retain=f(0.2), weight_decay=f(0.0),
-        epochs_per_stage=np.int64(1), batch_size=np.int32(4), steps_per_epoch=torch.tensor(1),
-    )  # fmt: skip
+        _model(),
+        lr=f(1e-2),
+        min_lr=f(1e-5),
+        bnd=f(10.0),
+        alpha=f(0.01),
+        beta_retain=f(0.2),
+        weight_decay=f(0.0),
+        epochs_per_stage=np.int64(1),
+        batch_size=np.int32(4),
+        steps_per_epoch=torch.tensor(1),
+    )
     assert isinstance(sw.batch_size, int) and sw.batch_size == 4
     assert isinstance(sw.lr, float) and sw.lr == pytest.approx(1e-2, rel=1e-6)
 
@@ -236,9 +256,10 @@ def test_empty_and_one_class_sets():
         sw.fit(retain=(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long)), forget=_pair([0]))
     with pytest.warns(UserWarning, match="learn data is empty"):
         hist = sw.fit(
-            retain=_pair([2]), forget=_pair([0]),
+            retain=_pair([2]),
+            forget=_pair([0]),
             learn=(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long)),
-        )  # fmt: skip
+        )
     assert {s["stage"] for s in hist.steps} == {"forget"}
 
 

@@ -380,8 +380,9 @@ def test_batchnorm_stays_frozen_when_only_inject_lora_was_called():
     inject_lora(net, ["conv1", "conv2", "fc"], r=2, alpha=2.0)
     assert net.bn1.weight.requires_grad  # not frozen by requires_grad
     before = buffers(net)
-    KnowledgeSwapper(net, lr=1e-8, min_lr=0.0, epochs_per_stage=1, steps_per_epoch=3,
-                     batch_size=16).fit(pick(x, y, [0, 1, 2]), pick(x, y, [3]))  # fmt: skip
+    KnowledgeSwapper(
+        net, lr=1e-8, min_lr=0.0, epochs_per_stage=1, steps_per_epoch=3, batch_size=16
+    ).fit(pick(x, y, [0, 1, 2]), pick(x, y, [3]))
     assert all(torch.equal(b, before[n]) for n, b in net.named_buffers())
 
 
@@ -392,13 +393,21 @@ def test_the_merged_forget_stage_data_is_shuffled_even_from_an_ordered_loader():
     sw = swapper(callbacks=[events.append])
     sw.steps_per_epoch = 6
     sw.fit(retain, pick(x, y, [3]), pick(x, y, [4, 5]))
-    merged = torch.cat([e["labels"]["retain"] for e in events
-                        if e.get("stage") == "forget" and e["kind"] == "step"])  # fmt: skip
+    merged = torch.cat(
+        [
+            e["labels"]["retain"]
+            for e in events
+            if e.get("stage") == "forget" and e["kind"] == "step"
+        ]
+    )
     assert bool(torch.isin(merged, torch.tensor([4, 5])).any())  # learned classes are protected
     from torch.utils.data import SubsetRandomSampler
 
-    custom = DataLoader(TensorDataset(*pick(x, y, [0, 1, 2])), batch_size=8,
-                        sampler=SubsetRandomSampler(list(range(10))))  # fmt: skip
+    custom = DataLoader(
+        TensorDataset(*pick(x, y, [0, 1, 2])),
+        batch_size=8,
+        sampler=SubsetRandomSampler(list(range(10))),
+    )
     with pytest.warns(UserWarning, match="does not carry over"):
         swapper().fit(custom, pick(x, y, [3]), pick(x, y, [4, 5]))
 
@@ -411,9 +420,9 @@ def test_overlap_in_unreadable_datasets_is_caught_batch_by_batch():
         with pytest.raises(
             ValueError, match=r"classes \[3\] occur in both the forget and the learn"
         ):
-            KnowledgeSwapper(lora_model(MLP(), ["fc1"]), epochs_per_stage=1,
-                             batch_size=64).fit(PlainDataset(*pick(x, y, [0, 1, 2])),
-                                                PlainDataset(*pick(x, y, [3])), learn)  # fmt: skip
+            KnowledgeSwapper(lora_model(MLP(), ["fc1"]), epochs_per_stage=1, batch_size=64).fit(
+                PlainDataset(*pick(x, y, [0, 1, 2])), PlainDataset(*pick(x, y, [3])), learn
+            )
 
 
 def test_review_errors_and_conveniences():
@@ -448,8 +457,7 @@ def test_review_errors_and_conveniences():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="forget labels must be integer class indices"):
-            swapper().fit(PlainDataset(*pick(x, y, [0, 1, 2])),
-                          RawLabels(xf, yf.double() + 0.5))  # fmt: skip
+            swapper().fit(PlainDataset(*pick(x, y, [0, 1, 2])), RawLabels(xf, yf.double() + 0.5))
 
 
 def test_membership_inference_warns_when_the_attack_is_at_chance():

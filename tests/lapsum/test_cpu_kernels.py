@@ -134,12 +134,14 @@ def test_low_precision_inputs_equal_the_torch_path(dtype):
 
 def test_exp_nonpos_is_within_2_ulp_down_to_the_subnormals():
     g = torch.Generator().manual_seed(5)
-    x = torch.cat([
-        -torch.rand(200_000, generator=g, dtype=D) * 750,
-        -torch.logspace(-20, 0, 5000, dtype=D),
-        -torch.linspace(700, 746, 5000, dtype=D),
-        torch.tensor([0.0, -0.0, -1e-300, -745.13, -746.0, -800.0, -math.inf], dtype=D),
-    ])  # fmt: skip
+    x = torch.cat(
+        [
+            -torch.rand(200_000, generator=g, dtype=D) * 750,
+            -torch.logspace(-20, 0, 5000, dtype=D),
+            -torch.linspace(700, 746, 5000, dtype=D),
+            torch.tensor([0.0, -0.0, -1e-300, -745.13, -746.0, -800.0, -math.inf], dtype=D),
+        ]
+    )
     got, ref = _cpu.exp_nonpos(x), torch.exp(x)
     tiny = torch.finfo(D).tiny
     normal = ref >= tiny
@@ -152,11 +154,13 @@ def test_exp_nonpos_is_within_2_ulp_down_to_the_subnormals():
 
 def test_log_pos_is_within_1_ulp_and_keeps_the_special_values():
     g = torch.Generator().manual_seed(8)
-    x = torch.cat([
-        torch.exp(torch.rand(200_000, generator=g, dtype=D) * 1400 - 700),
-        1 + (torch.rand(10_000, generator=g, dtype=D) - 0.5) * 1e-6,
-        torch.tensor([1.0, 2.0, 0.5, 1e-310, 5e-324, torch.finfo(D).max], dtype=D),
-    ])  # fmt: skip
+    x = torch.cat(
+        [
+            torch.exp(torch.rand(200_000, generator=g, dtype=D) * 1400 - 700),
+            1 + (torch.rand(10_000, generator=g, dtype=D) - 0.5) * 1e-6,
+            torch.tensor([1.0, 2.0, 0.5, 1e-310, 5e-324, torch.finfo(D).max], dtype=D),
+        ]
+    )
     got, ref = _cpu.log_pos(x), torch.log(x)
     # absolute near 1 (where log is near 0), relative elsewhere
     err = (got - ref).abs() / ref.abs().clamp(min=1.0)

@@ -30,8 +30,12 @@ def test_fast_and_log_domain_scans_agree(monkeypatch):
     monkeypatch.setenv("ICML25_LAPSUM_BACKEND", "torch")
     g = torch.Generator().manual_seed(0)
     # row 0 spreads 5 units, row 1 spreads 2000 units of alpha (log-domain path), mixed batch
-    x = torch.stack([torch.randn(300, generator=g, dtype=torch.float64) * 0.5,
-                     torch.randn(300, generator=g, dtype=torch.float64) * 200])  # fmt: skip
+    x = torch.stack(
+        [
+            torch.randn(300, generator=g, dtype=torch.float64) * 0.5,
+            torch.randn(300, generator=g, dtype=torch.float64) * 200,
+        ]
+    )
     v = torch.randn(2, 300, generator=g, dtype=torch.float64)
 
     def run():

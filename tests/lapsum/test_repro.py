@@ -88,7 +88,7 @@ def test_full_mode_checks_do_not_depend_on_the_clock(tmp_path, monkeypatch):
             m: {
                 n: {"times": [1e-6 * n] * repeats, "seconds": 1e-6 * n, "saved_bytes": 4 * n}
                 for n in rows
-            }  # fmt: skip
+            }
             for m, rows in sizes.items()
         }
 

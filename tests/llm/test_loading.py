@@ -41,9 +41,13 @@ def test_dtype_auto_keeps_the_checkpoints_dtype(saved_llama):
 
 @pytest.mark.parametrize(
     ("spelling", "dtype"),
-    [("fp32", torch.float32), ("float16", torch.float16), ("bf16", torch.bfloat16),
-     (torch.float32, torch.float32)],
-)  # fmt: skip
+    [
+        ("fp32", torch.float32),
+        ("float16", torch.float16),
+        ("bf16", torch.bfloat16),
+        (torch.float32, torch.float32),
+    ],
+)
 def test_dtype_spellings(saved_llama, spelling, dtype):
     m = load_model(saved_llama, dtype=spelling, device="cpu")
     assert {p.dtype for p in m.parameters()} == {dtype}

@@ -56,8 +56,14 @@ def test_numpy_sampling_numbers_reach_the_backend_as_python_numbers_fail_before(
     got np.float32(0.7)" (a message contradicting its value)."""
     seen = {}
     chat = CallableChat(lambda m, **kw: seen.update(kw) or "ok")
-    assert chat.chat(USER, temperature=np.float32(0.5), top_p=np.float64(0.9),
-                     max_tokens=np.int64(7), seed=np.int32(3), n=np.int64(1)) == ["ok"]  # fmt: skip
+    assert chat.chat(
+        USER,
+        temperature=np.float32(0.5),
+        top_p=np.float64(0.9),
+        max_tokens=np.int64(7),
+        seed=np.int32(3),
+        n=np.int64(1),
+    ) == ["ok"]
     assert seen["temperature"] == 0.5 and type(seen["temperature"]) is float
     assert seen["max_tokens"] == 7 and type(seen["max_tokens"]) is int
     assert type(seen["seed"]) is int and type(seen["top_p"]) is float
@@ -127,8 +133,14 @@ class _FixedLogits:
 
 
 def _sample(row, **kw):
-    args = {"max_new_tokens": 3, "temperature": 0.0, "top_p": 1.0, "eos_ids": [], "pad_id": 0,
-            "device": torch.device("cpu")}  # fmt: skip
+    args = {
+        "max_new_tokens": 3,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "eos_ids": [],
+        "pad_id": 0,
+        "device": torch.device("cpu"),
+    }
     args.update(kw)
     n = len(kw.pop("prompts", [[1], [2]]))
     gens = [torch.Generator().manual_seed(i) for i in range(n)]

@@ -298,11 +298,13 @@ def test_a_dead_backend_stops_the_batch_without_error_rows_and_a_rerun_resumes(t
         JsonlStore(path, "x") as st,
         pytest.raises(BackendUnavailableError, match="3 of .* written"),
     ):
-        run_resumable(list(range(10)), work, st, key=lambda i, x: {"x": x}, concurrency=1,
-                      progress=False)  # fmt: skip
+        run_resumable(
+            list(range(10)), work, st, key=lambda i, x: {"x": x}, concurrency=1, progress=False
+        )
     assert asked[:4] == [0, 1, 2, 3]  # (items already started still fail fast at the breaker)
     with JsonlStore(path, "x") as st:
         assert len(st) == 3 and not st.errors()
-        rep = run_resumable(list(range(10)), lambda x: {"y": x * 2}, st,
-                            key=lambda i, x: {"x": x}, progress=False)  # fmt: skip
+        rep = run_resumable(
+            list(range(10)), lambda x: {"y": x * 2}, st, key=lambda i, x: {"x": x}, progress=False
+        )
     assert rep.n_ok == 7 and rep.n_skipped == 3 and rep.n_failed == 0

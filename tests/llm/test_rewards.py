@@ -68,9 +68,14 @@ def test_hf_reward_model_pools_the_last_real_token_like_the_pipeline():
     tok.pad_token = None
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_labels=1, pad_token_id=None,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_labels=1,
+        pad_token_id=None,
+    )
     model = transformers.LlamaForSequenceClassification(cfg).eval()
     qs, rs = ["question"] * 3, ["good answer", "bad", "a much longer bad answer here"]
     rm = HFRewardModel(model, tok, batch_size=3)

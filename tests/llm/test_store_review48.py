@@ -187,14 +187,16 @@ def test_tpo_batch_rerun_with_another_reward_lambda_is_refused(tmp_path):
 
     out = tmp_path / "r.jsonl"
     cfg = TPOConfig(width=2, depth=1)
-    tpo_batch(["q"], CallableChat(policy), CallableReward(lambda q, r: float(len(r))), cfg,
-              out_path=out)  # fmt: skip
+    tpo_batch(
+        ["q"], CallableChat(policy), CallableReward(lambda q, r: float(len(r))), cfg, out_path=out
+    )
     with pytest.raises(SettingsMismatch, match=r"reward\.fn\.code"):
         tpo_batch(["q"], CallableChat(policy), CallableReward(lambda q, r: -5.0), cfg, out_path=out)
     other_policy = CallableChat(lambda m, **kw: policy(m, **kw).replace("draft", "other"))
     with pytest.raises(SettingsMismatch, match=r"backend\.fn\."):
-        tpo_batch(["q"], other_policy, CallableReward(lambda q, r: float(len(r))), cfg,
-                  out_path=out)  # fmt: skip
+        tpo_batch(
+            ["q"], other_policy, CallableReward(lambda q, r: float(len(r))), cfg, out_path=out
+        )
 
 
 # -- B: another pipeline's file ------------------------------------------------------------------

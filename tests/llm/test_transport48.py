@@ -212,13 +212,13 @@ def test_a_transport_failure_is_asked_again_by_the_next_run_an_http_refusal_is_n
             assert st.is_failed("a") and not st.is_transient_failure("a")
         with OpenAIChat(refused_url(), "echo", max_retries=0, circuit_breaker=None) as dead:
             with JsonlStore(path, "q") as st:
-                run_resumable(["b"], work_with(dead), st, key=lambda i, q: {"q": q},
-                              progress=False)  # fmt: skip
+                run_resumable(["b"], work_with(dead), st, key=lambda i, q: {"q": q}, progress=False)
                 assert st.is_transient_failure("b")
         with OpenAIChat(server.url, "echo", max_retries=0) as live, JsonlStore(path, "q") as st:
             n = len(server.requests)
-            rep = run_resumable(["a", "b"], work_with(live), st, key=lambda i, q: {"q": q},
-                                progress=False)  # fmt: skip
+            rep = run_resumable(
+                ["a", "b"], work_with(live), st, key=lambda i, q: {"q": q}, progress=False
+            )
             assert rep.n_ok == 1 and st.is_done("b") and st.is_failed("a")
             assert len(server.requests) - n == 1
             assert st.pending(["a", "b"]) == [] and st.pending(["a"], retry_errors=True) == ["a"]

@@ -64,8 +64,18 @@ def run(argv, capsys):
 
 
 def eval_argv(model, data, out, *extra):
-    return ["orbench", "eval", "--model", model, "--data", str(data), "--out", str(out), "-q",
-            *extra]  # fmt: skip
+    return [
+        "orbench",
+        "eval",
+        "--model",
+        model,
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "-q",
+        *extra,
+    ]
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -86,9 +96,13 @@ def test_eval_end_to_end_summary_store_and_rerun(tmp_path, capsys):
         assert summary["model"] == "m" and summary["subset"] == "hard-1k"
         assert summary["n"] == 6 and summary["rate"] == pytest.approx(100 * 2 / 6)
         assert summary["n_failed"] == summary["n_blocked"] == summary["n_parse_failed"] == 0
-        assert summary["per_category"] == {"violence": [50.0, 2], "harmful": [100.0, 1],
-                                           "illegal": [0.0, 1], "privacy": [0.0, 1],
-                                           "deception": [0.0, 1]}  # fmt: skip
+        assert summary["per_category"] == {
+            "violence": [50.0, 2],
+            "harmful": [100.0, 1],
+            "illegal": [0.0, 1],
+            "privacy": [0.0, 1],
+            "deception": [0.0, 1],
+        }
         store = Path(summary["store"])
         assert store == out / "m__hard-1k.jsonl" and store.exists()
         rows = rows_of(store)
@@ -108,9 +122,21 @@ def test_eval_end_to_end_summary_store_and_rerun(tmp_path, capsys):
 def test_eval_sampling_flags_and_limit(tmp_path, capsys):
     data = write_csv(tmp_path / "or-bench-hard-1k.csv", HARD)
     with ChatServer(refuser([])) as server:
-        argv = eval_argv("m", data, tmp_path / "r", "--base-url", server.url, "--limit", "2",
-                         "--max-tokens", "64", "--temperature", "0.5",
-                         "--system-prompt", "Be brief.")  # fmt: skip
+        argv = eval_argv(
+            "m",
+            data,
+            tmp_path / "r",
+            "--base-url",
+            server.url,
+            "--limit",
+            "2",
+            "--max-tokens",
+            "64",
+            "--temperature",
+            "0.5",
+            "--system-prompt",
+            "Be brief.",
+        )
         rc, stdout, _ = run(argv, capsys)
     assert rc == 0 and json.loads(stdout)["n"] == 2 and len(server.requests) == 2
     for body in server.requests:
@@ -162,8 +188,9 @@ def test_eval_with_an_official_keyword_family(tmp_path, capsys):
         rates = {}
         for judge in ("keyword", "keyword:gpt-4"):
             out = tmp_path / judge.replace(":", "_")
-            rc, stdout, _ = run(eval_argv("m", data, out, "--base-url", server.url,
-                                          "--judge", judge), capsys)  # fmt: skip
+            rc, stdout, _ = run(
+                eval_argv("m", data, out, "--base-url", server.url, "--judge", judge), capsys
+            )
             assert rc == 0
             rates[judge] = json.loads(stdout)["rate"]
             assert {r["judge"] for r in rows_of(out / "m__hard-1k.jsonl")} == {
@@ -178,8 +205,9 @@ def test_eval_cache_answers_a_second_results_folder(tmp_path, capsys):
     with ChatServer(refuser([HARD[0][0]])) as server:
         summaries = []
         for out in ("r1", "r2"):
-            argv = eval_argv("m", data, tmp_path / out, "--base-url", server.url,
-                             "--cache", str(cache))  # fmt: skip
+            argv = eval_argv(
+                "m", data, tmp_path / out, "--base-url", server.url, "--cache", str(cache)
+            )
             rc, stdout, _ = run(argv, capsys)
             assert rc == 0
             summaries.append(json.loads(stdout))
@@ -203,8 +231,9 @@ def test_eval_with_an_llm_judge_at_its_own_endpoint(tmp_path, capsys):
     judge_chat = CallableChat(judge_reply, name="judge")
     model = refuser([HARD[0][0], HARD[3][0]])
     with ChatServer(model) as server, ChatServer(judge_chat) as judge_server:
-        argv = eval_argv("m", data, out, "--base-url", server.url,
-                         "--judge", f"llm:gpt-judge@{judge_server.url}")  # fmt: skip
+        argv = eval_argv(
+            "m", data, out, "--base-url", server.url, "--judge", f"llm:gpt-judge@{judge_server.url}"
+        )
         rc, stdout, _ = run(argv, capsys)
         assert rc == 0 and len(server.requests) == 6 and len(judge_server.requests) == 6
     for body in judge_server.requests:
@@ -216,7 +245,9 @@ def test_eval_with_an_llm_judge_at_its_own_endpoint(tmp_path, capsys):
     (judge,) = {r["judge"] for r in rows}  # the judge's name and a digest of what it does
     assert judge.startswith(f"llm:openai:gpt-judge@{judge_server.url}#")
     assert {r["prompt"] for r in rows if r["judge_label"] == "direct_refusal"} == {
-        HARD[0][0], HARD[3][0]}  # fmt: skip
+        HARD[0][0],
+        HARD[3][0],
+    }
 
 
 def test_eval_with_another_judge_does_not_reuse_the_old_labels(tmp_path, capsys):
@@ -244,23 +275,27 @@ def test_compare_over_three_models_prints_spearman_and_writes_the_plot(tmp_path,
     write_csv(data / "or-bench-toxic.csv", TOXIC)
     out = tmp_path / "results"
     # model j refuses j+1 hard prompts and j+1 toxic prompts: a perfect rank correlation
-    plans = {f"m{j}": ([p for p, _ in HARD[: j + 1]] + [p for p, _ in TOXIC[: j + 1]])
-             for j in range(3)}  # fmt: skip
+    plans = {
+        f"m{j}": ([p for p, _ in HARD[: j + 1]] + [p for p, _ in TOXIC[: j + 1]]) for j in range(3)
+    }
     servers = {name: ChatServer(refuser(plan)) for name, plan in plans.items()}
     try:
         for name, server in servers.items():
             for subset in ("hard-1k", "toxic"):
-                rc, stdout, _ = run(eval_argv(name, data, out, "--base-url", server.url,
-                                              "--subset", subset), capsys)  # fmt: skip
+                rc, stdout, _ = run(
+                    eval_argv(name, data, out, "--base-url", server.url, "--subset", subset), capsys
+                )
                 assert rc == 0 and json.loads(stdout)["subset"] == subset
     finally:
         for server in servers.values():
             server.close()
     assert sorted(p.name for p in out.glob("*.jsonl")) == sorted(
-        f"m{j}__{s}.jsonl" for j in range(3) for s in ("hard-1k", "toxic"))  # fmt: skip
+        f"m{j}__{s}.jsonl" for j in range(3) for s in ("hard-1k", "toxic")
+    )
     plot = tmp_path / "p.png"
-    rc, stdout, stderr = run(["orbench", "compare", str(out), "--plot", str(plot),
-                              "--bootstrap", "50"], capsys)  # fmt: skip
+    rc, stdout, stderr = run(
+        ["orbench", "compare", str(out), "--plot", str(plot), "--bootstrap", "50"], capsys
+    )
     assert rc == 0
     for j in range(3):
         hard_rate, toxic_rate = 100 * (j + 1) / len(HARD), 100 * (j + 1) / len(TOXIC)
@@ -339,15 +374,40 @@ def test_build_on_the_scripted_agents(tmp_path, capsys):
         words = messages[-1]["content"].split()
         return "sorry cannot" if any(w in world.harmful_verbs for w in words) else "sure"
 
-    backends = [scripted_generator(world), scripted_rewriter(world),
-                *(scripted_moderator(world, i) for i in range(3)), CallableChat(panel)]  # fmt: skip
+    backends = [
+        scripted_generator(world),
+        scripted_rewriter(world),
+        *(scripted_moderator(world, i) for i in range(3)),
+        CallableChat(panel),
+    ]
     servers = [ChatServer(b) for b in backends]
     u = [s.url for s in servers]
     out = tmp_path / "built"
-    argv = ["orbench", "build", "--base-url", u[0], "--generator", "G", "--rewriter", f"R@{u[1]}",
-            "--moderator", f"M1@{u[2]}", "--moderator", f"M2@{u[3]}", "--moderator", f"M3@{u[4]}",
-            "--panel", f"P@{u[5]}", "--categories", "hate", "--n-seeds", "10", "--out", str(out),
-            "-q"]  # fmt: skip
+    argv = [
+        "orbench",
+        "build",
+        "--base-url",
+        u[0],
+        "--generator",
+        "G",
+        "--rewriter",
+        f"R@{u[1]}",
+        "--moderator",
+        f"M1@{u[2]}",
+        "--moderator",
+        f"M2@{u[3]}",
+        "--moderator",
+        f"M3@{u[4]}",
+        "--panel",
+        f"P@{u[5]}",
+        "--categories",
+        "hate",
+        "--n-seeds",
+        "10",
+        "--out",
+        str(out),
+        "-q",
+    ]
     try:
         rc, _, stderr = run(argv, capsys)
         assert rc == 0, stderr
@@ -357,10 +417,20 @@ def test_build_on_the_scripted_agents(tmp_path, capsys):
         for s in servers:  # the model names of the command line reach their servers
             assert len({b["model"] for b in s.requests}) == 1
         assert servers[0].requests[0]["model"] == "G" and servers[2].requests[0]["model"] == "M1"
-        names = ["seed_calls.jsonl", "seeds.jsonl", "rewrite_calls.jsonl", "candidates.jsonl",
-                 "moderation.jsonl", "or-bench-80k.jsonl", "seed_moderation.jsonl",
-                 "or-bench-toxic.jsonl", "panel.jsonl", "or-bench-hard-1k.jsonl", "failed.jsonl",
-                 "metadata.json"]  # fmt: skip
+        names = [
+            "seed_calls.jsonl",
+            "seeds.jsonl",
+            "rewrite_calls.jsonl",
+            "candidates.jsonl",
+            "moderation.jsonl",
+            "or-bench-80k.jsonl",
+            "seed_moderation.jsonl",
+            "or-bench-toxic.jsonl",
+            "panel.jsonl",
+            "or-bench-hard-1k.jsonl",
+            "failed.jsonl",
+            "metadata.json",
+        ]
         for name in names:
             assert (out / name).exists(), name
         seeds = rows_of(out / "seeds.jsonl")
@@ -382,8 +452,9 @@ def test_build_on_the_scripted_agents(tmp_path, capsys):
             s.close()
     # the built pool is a dataset `eval` reads by its file name
     with ChatServer(CallableChat(panel)) as server:
-        rc, stdout, _ = run(eval_argv("P", out, tmp_path / "r", "--base-url", server.url,
-                                      "--subset", "80k"), capsys)  # fmt: skip
+        rc, stdout, _ = run(
+            eval_argv("P", out, tmp_path / "r", "--base-url", server.url, "--subset", "80k"), capsys
+        )
     assert rc == 0 and json.loads(stdout)["n"] == len(pool)
 
 
@@ -397,8 +468,19 @@ def test_build_on_the_scripted_agents(tmp_path, capsys):
 )
 def test_build_bad_arguments_exit_2(tmp_path, capsys, extra, message):
     u = "http://127.0.0.1:9/v1"
-    argv = ["orbench", "build", "--generator", f"G@{u}", "--rewriter", f"R@{u}",
-            "--moderator", f"M1@{u}", "--out", str(tmp_path / "b"), *extra]  # fmt: skip
+    argv = [
+        "orbench",
+        "build",
+        "--generator",
+        f"G@{u}",
+        "--rewriter",
+        f"R@{u}",
+        "--moderator",
+        f"M1@{u}",
+        "--out",
+        str(tmp_path / "b"),
+        *extra,
+    ]
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -56,8 +56,21 @@ def run(argv, capsys):
 def test_dead_server_prints_the_json_summary_with_an_error_and_exits_1(tmp_path, capsys):
     data, out = data_file(tmp_path), tmp_path / "results"
     url = refused_url()
-    argv = ["orbench", "eval", "--model", "m", "--base-url", url, "--data", str(data),
-            "--out", str(out), "-q", "--concurrency", "2"]  # fmt: skip
+    argv = [
+        "orbench",
+        "eval",
+        "--model",
+        "m",
+        "--base-url",
+        url,
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "-q",
+        "--concurrency",
+        "2",
+    ]
     rc, stdout, stderr = run(argv, capsys)
     assert rc == 1
     assert "Traceback" not in stderr
@@ -76,8 +89,19 @@ def test_every_request_failing_names_the_first_cause(tmp_path, capsys):
     data, out = data_file(tmp_path), tmp_path / "results"
     echo = CallableChat(lambda m, **k: "Sure.")
     with ChatServer(echo, faults=lambda i, body: "503") as server:
-        argv = ["orbench", "eval", "--model", "m", "--base-url", server.url, "--data",
-                str(data), "--out", str(out), "-q"]  # fmt: skip
+        argv = [
+            "orbench",
+            "eval",
+            "--model",
+            "m",
+            "--base-url",
+            server.url,
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "-q",
+        ]
         rc, stdout, stderr = run(argv, capsys)
     assert rc == 1
     summary = json.loads(stdout)

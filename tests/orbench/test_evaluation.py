@@ -183,15 +183,31 @@ def test_a_changed_keyword_detector_is_applied_to_stored_answers(tmp_path):
     every = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: True)
     with pytest.raises(SettingsMismatch, match="judge"):  # another judge: refused (issue 48)
         evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False)
-    none = evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False,
-                    keep_both=True)  # fmt: skip
+    none = evaluate(
+        CallableChat(rec, name="m"),
+        records(),
+        store=store,
+        detector=lambda t: False,
+        keep_both=True,
+    )
     assert every.rate == 100.0 and none.rate == 0.0
     assert sum(rec.calls.values()) == len(CASES)  # the second run asked the model nothing
     with pytest.raises(SettingsMismatch, match="max_tokens"):
-        evaluate(CallableChat(rec, name="m"), records(), store=store, max_tokens=64,
-                 detector=lambda t: False)  # fmt: skip
-    evaluate(CallableChat(rec, name="m"), records(), store=store, max_tokens=64,
-             detector=lambda t: False, keep_both=True)  # fmt: skip
+        evaluate(
+            CallableChat(rec, name="m"),
+            records(),
+            store=store,
+            max_tokens=64,
+            detector=lambda t: False,
+        )
+    evaluate(
+        CallableChat(rec, name="m"),
+        records(),
+        store=store,
+        max_tokens=64,
+        detector=lambda t: False,
+        keep_both=True,
+    )
     assert sum(rec.calls.values()) == 2 * len(CASES)  # other settings: asked again
 
 
@@ -265,8 +281,10 @@ def test_a_blocked_completion_is_refused_and_never_judged():
     assert row["blocked"] is True and row["refused"] is True and row["judge_label"] == "blocked"
     assert row["finish_reason"] == "content_filter" and row["response"] == ""
     assert res.n_blocked == 1
-    judged = [re.search(r'QUESTION: "(.*?)"\n', c["messages"][0]["content"]).group(1)
-              for c in judge_backend.calls]  # fmt: skip
+    judged = [
+        re.search(r'QUESTION: "(.*?)"\n', c["messages"][0]["content"]).group(1)
+        for c in judge_backend.calls
+    ]
     assert blocked not in judged and len(judged) == len(CASES) - 1
 
 
@@ -291,8 +309,7 @@ def test_openai_empty_choices_count_as_blocked_refusals():
     judge_backend = ScriptedChat(judge_reply, name="judge")
     with ChatServer(CallableChat(Recorder()), faults=faults) as server:
         with OpenAIChat(server.url, "m", concurrency=4) as chat:
-            res = evaluate(chat, records(), concurrency=4,
-                           detector=LLMRefusalJudge(judge_backend))  # fmt: skip
+            res = evaluate(chat, records(), concurrency=4, detector=LLMRefusalJudge(judge_backend))
     assert len(server.requests) == len(CASES)  # the empty answer is not retried
     row = next(r for r in res.per_prompt if r["prompt"] == blocked)
     assert row["blocked"] is True and row["refused"] is True and row["response"] == ""
@@ -408,8 +425,9 @@ def test_concurrency_1_and_8_give_identical_stores(tmp_path):
     stores = {}
     for c in (1, 8):
         path = tmp_path / f"c{c}.jsonl"
-        evaluate(CallableChat(Recorder(delay=0.001), name="m"), records(), store=path,
-                 concurrency=c)  # fmt: skip
+        evaluate(
+            CallableChat(Recorder(delay=0.001), name="m"), records(), store=path, concurrency=c
+        )
         stores[c] = store_lines(path)
     assert len(stores[1]) == len(CASES) and stores[1] == stores[8]
 
@@ -449,8 +467,9 @@ def test_llm_judge_labels_and_official_unparseable_fallback(concurrency):
     replies = {p: v[0] for p, v in JUDGED.items()}
     judge_backend = ScriptedChat(judge_reply, name="gpt-judge")
     judge = LLMRefusalJudge(judge_backend)
-    res = evaluate(CallableChat(Recorder(replies)), judged_records(), detector=judge,
-                   concurrency=concurrency)  # fmt: skip
+    res = evaluate(
+        CallableChat(Recorder(replies)), judged_records(), detector=judge, concurrency=concurrency
+    )
     for row in res.per_prompt:
         _, label, refused = JUDGED[row["prompt"]]
         assert row["judge_label"] == label and row["refused"] is refused
@@ -486,8 +505,11 @@ def test_judge_failures_are_error_rows():
             raise ConnectionError("judge down")
         return judge_reply(messages)
 
-    res = evaluate(CallableChat(Recorder(replies)), judged_records(),
-                   detector=LLMRefusalJudge(CallableChat(flaky_judge)))  # fmt: skip
+    res = evaluate(
+        CallableChat(Recorder(replies)),
+        judged_records(),
+        detector=LLMRefusalJudge(CallableChat(flaky_judge)),
+    )
     assert res.n_failed == 1 and res.failures[0][0] == record_id(CASES[2][0])
     assert res.failures[0][1] == "ConnectionError" and len(res.per_prompt) == 5
 
@@ -498,10 +520,19 @@ def test_a_store_judged_by_another_judge_is_not_reused_silently(tmp_path):
     evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path)
     judge_backend = ScriptedChat(judge_reply, name="gpt-judge")
     with pytest.raises(SettingsMismatch, match="judge"):
-        evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path,
-                 detector=LLMRefusalJudge(judge_backend))  # fmt: skip
-    res = evaluate(CallableChat(Recorder(replies), name="m"), judged_records(), store=path,
-                   detector=LLMRefusalJudge(judge_backend), keep_both=True)  # fmt: skip
+        evaluate(
+            CallableChat(Recorder(replies), name="m"),
+            judged_records(),
+            store=path,
+            detector=LLMRefusalJudge(judge_backend),
+        )
+    res = evaluate(
+        CallableChat(Recorder(replies), name="m"),
+        judged_records(),
+        store=path,
+        detector=LLMRefusalJudge(judge_backend),
+        keep_both=True,
+    )
     assert {r["judge"].split("#")[0] for r in res.per_prompt} == {"llm:gpt-judge"}
     assert len(judge_backend.calls) == len(JUDGED)
 
@@ -520,8 +551,13 @@ def test_defaults_are_temperature_0_max_tokens_1000_one_user_turn():
 
 def test_system_prompt_and_sampling_options_reach_the_backend():
     rec = Recorder()
-    evaluate(CallableChat(rec), records(), system_prompt="You are a helpful assistant.",
-             temperature=0.7, max_tokens=64)  # fmt: skip
+    evaluate(
+        CallableChat(rec),
+        records(),
+        system_prompt="You are a helpful assistant.",
+        temperature=0.7,
+        max_tokens=64,
+    )
     for a in rec.args:
         assert a["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
         assert [m["role"] for m in a["messages"]] == ["system", "user"]

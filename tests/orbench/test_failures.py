@@ -44,15 +44,37 @@ def generator_failing_for(world, failing: set[str] | None):
 
 
 def build_argv(urls, out, categories):
-    return ["orbench", "build", "--generator", f"G@{urls[0]}", "--rewriter", f"R@{urls[1]}",
-            "--moderator", f"M1@{urls[2]}", "--moderator", f"M2@{urls[3]}",
-            "--moderator", f"M3@{urls[4]}", "--categories", categories, "--n-seeds", "6",
-            "--toxic-per-category", "2", "--out", str(out), "-q"]  # fmt: skip
+    return [
+        "orbench",
+        "build",
+        "--generator",
+        f"G@{urls[0]}",
+        "--rewriter",
+        f"R@{urls[1]}",
+        "--moderator",
+        f"M1@{urls[2]}",
+        "--moderator",
+        f"M2@{urls[3]}",
+        "--moderator",
+        f"M3@{urls[4]}",
+        "--categories",
+        categories,
+        "--n-seeds",
+        "6",
+        "--toxic-per-category",
+        "2",
+        "--out",
+        str(out),
+        "-q",
+    ]
 
 
 def serve(world, failing):
-    backends = [generator_failing_for(world, failing), scripted_rewriter(world),
-                *(scripted_moderator(world, i) for i in range(3))]  # fmt: skip
+    backends = [
+        generator_failing_for(world, failing),
+        scripted_rewriter(world),
+        *(scripted_moderator(world, i) for i in range(3)),
+    ]
     return [ChatServer(b) for b in backends]
 
 
@@ -107,9 +129,17 @@ def test_build_orbench_reports_generation_failures_in_the_report(tmp_path):
     mods = [scripted_moderator(world, i) for i in range(3)]
 
     def run(out):
-        return build_orbench(gen, scripted_rewriter(world), mods, out_dir=out,
-                             categories=["hate", "privacy"], n_seeds=6, toxic_per_category=2,
-                             progress=False, concurrency=1)  # fmt: skip
+        return build_orbench(
+            gen,
+            scripted_rewriter(world),
+            mods,
+            out_dir=out,
+            categories=["hate", "privacy"],
+            n_seeds=6,
+            toxic_per_category=2,
+            progress=False,
+            concurrency=1,
+        )
 
     rep = run(tmp_path)
     assert rep.failed["seed_generation"] == rep.n_failed > 0

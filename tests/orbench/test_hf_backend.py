@@ -39,17 +39,43 @@ def test_model_flags_on_eval_and_build():
     args = parser.parse_args(["orbench", "eval", "--model", "hf:x", "--data", "d", "--out", "o"])
     assert (args.device, args.dtype, args.device_map) == ("auto", "auto", None)
     args = parser.parse_args(
-        ["orbench", "build", "--generator", "g", "--rewriter", "r", "--moderator", "m",
-         "--out", "o", "--device", "cpu", "--dtype", "fp16"]
-    )  # fmt: skip
+        [
+            "orbench",
+            "build",
+            "--generator",
+            "g",
+            "--rewriter",
+            "r",
+            "--moderator",
+            "m",
+            "--out",
+            "o",
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp16",
+        ]
+    )
     assert (args.device, args.dtype) == ("cpu", "fp16")
 
 
 def test_dtype_flag_reaches_the_loaded_model(model_dir):
     args = build_parser().parse_args(
-        ["orbench", "eval", "--model", f"hf:{model_dir}", "--data", "d", "--out", "o",
-         "--dtype", "bf16", "--device", "cpu"]
-    )  # fmt: skip
+        [
+            "orbench",
+            "eval",
+            "--model",
+            f"hf:{model_dir}",
+            "--data",
+            "d",
+            "--out",
+            "o",
+            "--dtype",
+            "bf16",
+            "--device",
+            "cpu",
+        ]
+    )
     backend = make_backend(args.model, args)
     assert next(backend.model.parameters()).dtype == torch.bfloat16
     assert backend.device == torch.device("cpu")
@@ -57,8 +83,19 @@ def test_dtype_flag_reaches_the_loaded_model(model_dir):
 
 def test_a_bad_dtype_exits_2_naming_the_flag(model_dir, tmp_path, capsys):
     data = write_csv(tmp_path / "hard.csv", SHORT)
-    argv = ["orbench", "eval", "--model", f"hf:{model_dir}", "--data", str(data),
-            "--out", str(tmp_path / "r"), "-q", "--dtype", "int8"]  # fmt: skip
+    argv = [
+        "orbench",
+        "eval",
+        "--model",
+        f"hf:{model_dir}",
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "r"),
+        "-q",
+        "--dtype",
+        "int8",
+    ]
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
@@ -71,8 +108,25 @@ def test_a_prompt_past_the_context_is_an_error_row_and_the_others_are_judged(
 ):
     data = write_csv(tmp_path / "hard.csv", [SHORT[0], LONG, SHORT[1]])
     out = tmp_path / "results"
-    argv = ["orbench", "eval", "--model", f"hf:{model_dir}", "--data", str(data), "--out", str(out),
-            "-q", "--max-tokens", "4", "--device", "cpu", "--dtype", "bf16", "--name", "tiny"]  # fmt: skip
+    argv = [
+        "orbench",
+        "eval",
+        "--model",
+        f"hf:{model_dir}",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "-q",
+        "--max-tokens",
+        "4",
+        "--device",
+        "cpu",
+        "--dtype",
+        "bf16",
+        "--name",
+        "tiny",
+    ]
     rc = main(argv)
     stdout, stderr = capsys.readouterr()
     assert rc == 1  # a failed item: exit 1, the others judged

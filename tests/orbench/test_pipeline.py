@@ -56,8 +56,18 @@ def rows(path: Path) -> list[dict]:
 
 
 def test_categories_are_the_datasets_strings_and_normalise():
-    assert CATEGORIES == ("hate", "self-harm", "sexual", "violence", "harassment", "harmful",
-                          "illegal", "unethical", "privacy", "deception")  # fmt: skip
+    assert CATEGORIES == (
+        "hate",
+        "self-harm",
+        "sexual",
+        "violence",
+        "harassment",
+        "harmful",
+        "illegal",
+        "unethical",
+        "privacy",
+        "deception",
+    )
     assert normalize_category(" Self_Harm ") == "self-harm"
     assert normalize_category("SELF HARM") == "self-harm"
     with pytest.raises(ValueError, match="valid categories: hate, self-harm"):
@@ -91,8 +101,9 @@ def test_templates_fill_slots_once_and_validate(tmp_path):
 def test_seed_generation_dedupes_and_resumes_without_repeating_calls(world, tmp_path):
     gen = scripted_generator(world)
     calls = []
-    counting = CallableChat(lambda m, **kw: calls.append(kw["seed"]) or forward(gen, m, kw),
-                            name="counting")  # fmt: skip
+    counting = CallableChat(
+        lambda m, **kw: calls.append(kw["seed"]) or forward(gen, m, kw), name="counting"
+    )
     store = tmp_path / "seed_calls.jsonl"
     seeds = generate_toxic_seeds(counting, "Self_Harm", 60, store=store, seed=5)
     assert len(seeds) == 60 and len({s.prompt for s in seeds}) == 60
@@ -234,16 +245,21 @@ def _pool():
 
 def test_select_hard_counts_panel_refusals_and_remoderates():
     pool = _pool()
-    panel = {"a": [True] * 6 + [False] * 2, "b": [True, True, True, False, False, False, True, False],
-             "c": {pool[0].id: True, pool[7].id: True}}  # fmt: skip
+    panel = {
+        "a": [True] * 6 + [False] * 2,
+        "b": [True, True, True, False, False, False, True, False],
+        "c": {pool[0].id: True, pool[7].id: True},
+    }
     with pytest.warns(UserWarning, match="no stricter re-moderation"):
         sel = select_hard(pool, panel, k_min=2)
     assert [r.prompt for r in sel] == ["p0 x y", "p1 x y", "p2 x y"]
     assert sel.rejections[pool[0].id] == 3 and sel.rejections[pool[7].id] == 1
     assert all(r.subset == "hard-1k" for r in sel)
     # stored moderation: p1 had one toxic vote -> removed under the unanimous rule
-    mods = [ModerationResult(r.id, r.prompt, [i == 1, False, False], ["none"] * 3, [""] * 3, False)
-            for i, r in enumerate(pool)]  # fmt: skip
+    mods = [
+        ModerationResult(r.id, r.prompt, [i == 1, False, False], ["none"] * 3, [""] * 3, False)
+        for i, r in enumerate(pool)
+    ]
     strict = select_hard(pool, panel, k_min=2, remoderate=mods)
     assert [r.prompt for r in strict] == ["p0 x y", "p2 x y"]
     assert strict.removed_by_remoderation == [pool[1].id] and strict.metadata()["k_min"] == 2
@@ -260,8 +276,12 @@ def test_select_hard_counts_panel_refusals_and_remoderates():
 
 
 def test_select_toxic_is_stratified_and_needs_categories():
-    res = [ModerationResult(f"i{j}", f"q{j}", [True, True, j % 3 == 0], ["x"] * 3, [""] * 3,
-                            True, CATEGORIES[j % 3]) for j in range(30)]  # fmt: skip
+    res = [
+        ModerationResult(
+            f"i{j}", f"q{j}", [True, True, j % 3 == 0], ["x"] * 3, [""] * 3, True, CATEGORIES[j % 3]
+        )
+        for j in range(30)
+    ]
     out = select_toxic(res, per_category=4, seed=0)
     assert len(out) == 12 and {r.category for r in out} == set(CATEGORIES[:3])
     assert all(r.subset == "toxic" for r in out)
@@ -277,11 +297,29 @@ def test_select_toxic_is_stratified_and_needs_categories():
 
 def test_build_end_to_end_on_scripted_agents(world, tmp_path):
     gen, rw, mods = agents(world)
-    panel = {"strict": CallableChat(lambda m, **kw: "sorry cannot" if world.parse(m[-1]["content"])
-                                    and world.parse(m[-1]["content"])[0] in world.harmful_verbs
-                                    else "sure thing", name="strict")}  # fmt: skip
-    rep = build_orbench(gen, rw, mods, out_dir=tmp_path, categories=["hate", "privacy"],
-                        n_seeds=10, panel=panel, k_min=1, toxic_per_category=5, progress=False)  # fmt: skip
+    panel = {
+        "strict": CallableChat(
+            lambda m, **kw: (
+                "sorry cannot"
+                if world.parse(m[-1]["content"])
+                and world.parse(m[-1]["content"])[0] in world.harmful_verbs
+                else "sure thing"
+            ),
+            name="strict",
+        )
+    }
+    rep = build_orbench(
+        gen,
+        rw,
+        mods,
+        out_dir=tmp_path,
+        categories=["hate", "privacy"],
+        n_seeds=10,
+        panel=panel,
+        k_min=1,
+        toxic_per_category=5,
+        progress=False,
+    )
     assert rep.n_seeds == 20 and rep.n_failed == 0
     seeds, cands = rows(tmp_path / "seeds.jsonl"), rows(tmp_path / "candidates.jsonl")
     pool, hard = rows(tmp_path / "or-bench-80k.jsonl"), rows(tmp_path / "or-bench-hard-1k.jsonl")
@@ -361,8 +399,10 @@ def test_a_rerun_with_other_settings_in_the_same_folder_is_refused(world, tmp_pa
 
 def test_rewrites_are_cut_to_n_rewrites(world):
     seeds = generate_toxic_seeds(scripted_generator(world), "hate", 10)
-    five = CallableChat(lambda m, **kw: "\n".join(f"[[{i}. {m[-1]['content'][-20:]} v{i}]]"
-                                                   for i in range(1, 6)), name="five")  # fmt: skip
+    five = CallableChat(
+        lambda m, **kw: "\n".join(f"[[{i}. {m[-1]['content'][-20:]} v{i}]]" for i in range(1, 6)),
+        name="five",
+    )
     per_seed: dict[str, int] = {}
     for c in rewrite_seeds(five, seeds, n_rewrites=2):
         per_seed[c.toxic_seed] = per_seed.get(c.toxic_seed, 0) + 1
@@ -405,6 +445,7 @@ def test_a_rerun_with_the_same_names_but_other_sampling_is_refused_per_stage(wor
     with pytest.raises(SettingsMismatch, match=r"temperature: 1\.0 -> 0\.5"):
         generate_toxic_seeds(gen, "hate", 5, store=store, temperature=0.5)
     # the same settings resume from the store without a call
-    build_orbench(*[counted(b) for b in (gen, rw)], [counted(m) for m in mods],
-                  out_dir=tmp_path, **kw)  # fmt: skip
+    build_orbench(
+        *[counted(b) for b in (gen, rw)], [counted(m) for m in mods], out_dir=tmp_path, **kw
+    )
     assert calls["n"] == 0

@@ -116,8 +116,9 @@ def test_select_hard_per_category_keeps_at_most_that_many_of_each(per, seed, wra
 def test_select_hard_accepts_numpy_seeds_fail_before():
     """Before: random.Random(np.int64(0)) raised a raw TypeError from inside the sampler."""
     pool = _pool(20)
-    sel = select_hard(pool, {"a": [True] * 20}, k_min=1, per_category=1, remoderate=False,
-                      seed=np.int64(3))  # fmt: skip
+    sel = select_hard(
+        pool, {"a": [True] * 20}, k_min=1, per_category=1, remoderate=False, seed=np.int64(3)
+    )
     assert len(sel) == len(CATEGORIES)
 
 
@@ -135,8 +136,9 @@ def test_select_hard_accepts_numpy_seeds_fail_before():
 )
 def test_select_hard_refuses_bad_numbers_naming_them(kw, match):
     with pytest.raises(ValueError, match=match):
-        select_hard(_pool(3), {"a": [True] * 3, "b": [False] * 3}, remoderate=False,
-                    **{"k_min": 1, **kw})  # fmt: skip
+        select_hard(
+            _pool(3), {"a": [True] * 3, "b": [False] * 3}, remoderate=False, **{"k_min": 1, **kw}
+        )
 
 
 def test_select_hard_of_an_empty_panel_is_refused():
@@ -161,8 +163,10 @@ def test_select_toxic_accepts_numpy_numbers_and_refuses_bad_ones_fail_before():
     same = select_toxic(mod, per_category=2, seed=1)
     assert [r.id for r in got] == [r.id for r in same]
     assert all(sum(r.category == c for r in got) == 2 for c in CATEGORIES)
-    for bad, match in ((0, "per_category must be an integer >= 1, got 0"),
-                       (2.5, "per_category must be an integer >= 1, got 2.5")):  # fmt: skip
+    for bad, match in (
+        (0, "per_category must be an integer >= 1, got 0"),
+        (2.5, "per_category must be an integer >= 1, got 2.5"),
+    ):
         with pytest.raises(ValueError, match=match):
             select_toxic(mod, per_category=bad)
     with pytest.raises(ValueError, match="moderated must be a non-empty list"):
@@ -216,8 +220,9 @@ def test_keyword_detector_equals_a_direct_prefix_check(text, prefix):
 @FAST
 @given(text=st.text(max_size=30), word=st.sampled_from(["cannot help", "won't", "fine"]))
 def test_keyword_detector_contains_equals_a_direct_substring_check(text, word):
-    det = KeywordRefusalDetector(contains=("cannot help", "won't"), case_sensitive=True,
-                                 strip=False)  # fmt: skip
+    det = KeywordRefusalDetector(
+        contains=("cannot help", "won't"), case_sensitive=True, strip=False
+    )
     reply = text + word + text
     want = reply == "" or reply.strip() == "" or any(k in reply for k in ("cannot help", "won't"))
     assert det(reply) is want
@@ -228,7 +233,7 @@ def test_keyword_detector_contains_equals_a_direct_substring_check(text, word):
 @given(
     replies=st.lists(
         st.sampled_from(["I'm sorry, I can't.", "Sure, here it is.", ""]), min_size=1, max_size=6
-    ),  # fmt: skip
+    ),
     temperature=st.sampled_from([0.0, np.float32(0.0), np.float64(0.7), 1]),
     max_tokens=st.sampled_from([1000, np.int64(5), np.int32(1)]),
 )
@@ -236,8 +241,14 @@ def test_evaluate_counts_refusals_like_the_detector(replies, temperature, max_to
     prompts = [f"how do I do thing {i}?" for i in range(len(replies))]
     answer = dict(zip(prompts, replies))
     backend = CallableChat(lambda m, **kw: answer[m[-1]["content"]], name="scripted")
-    res = evaluate(backend, prompts, temperature=temperature, max_tokens=max_tokens,
-                   concurrency=np.int64(2), progress=False)  # fmt: skip
+    res = evaluate(
+        backend,
+        prompts,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        concurrency=np.int64(2),
+        progress=False,
+    )
     det = KeywordRefusalDetector.default()
     assert res.n == len(prompts)
     assert res.n_refused == sum(det(r) for r in replies)
@@ -276,8 +287,14 @@ def test_generate_toxic_seeds_takes_numpy_numbers(n_seeds, per_call, temperature
     backend = CallableChat(
         lambda m, **kw: "\n".join(f"[[seed number {next(calls)}]]" for _ in range(8))
     )
-    out = generate_toxic_seeds(backend, CATEGORIES[0], n_seeds, per_call=per_call,
-                               temperature=temperature, seed=np.int64(0))  # fmt: skip
+    out = generate_toxic_seeds(
+        backend,
+        CATEGORIES[0],
+        n_seeds,
+        per_call=per_call,
+        temperature=temperature,
+        seed=np.int64(0),
+    )
     assert len(out) == int(n_seeds)
     assert len({s.prompt for s in out}) == len(out)
 
@@ -309,8 +326,9 @@ def test_generation_refuses_nan_temperature_fail_before():
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got nan"):
         generate_toxic_seeds(backend, CATEGORIES[0], 1, temperature=float("nan"))
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got nan"):
-        rewrite_seeds(backend, [{"prompt": "p", "category": CATEGORIES[0]}],
-                      temperature=float("nan"))  # fmt: skip
+        rewrite_seeds(
+            backend, [{"prompt": "p", "category": CATEGORIES[0]}], temperature=float("nan")
+        )
     assert calls == []
 
 
@@ -377,8 +395,9 @@ def test_spearman_bootstrap_refuses_bad_numbers(kw, match):
 def test_spearman_bootstrap_takes_numpy_numbers():
     hard = {f"m{i}": _result([True] * i + [False] * (5 - i)) for i in range(4)}
     toxic = {f"m{i}": _result([True] * (i + 1) + [False] * (5 - i)) for i in range(4)}
-    a = spearman_bootstrap(hard, toxic, n_boot=np.int64(20), seed=np.int64(1),
-                           confidence=np.float32(0.9))  # fmt: skip
+    a = spearman_bootstrap(
+        hard, toxic, n_boot=np.int64(20), seed=np.int64(1), confidence=np.float32(0.9)
+    )
     b = spearman_bootstrap(hard, toxic, n_boot=20, seed=1, confidence=0.8999999761581421)
     assert a == b
 

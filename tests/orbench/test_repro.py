@@ -67,11 +67,18 @@ def test_expected_values_from_the_construction():
 
 
 def test_panel_rates_read_the_selection_metadata(tmp_path):
-    meta = {"hard_selection": {"panel": ["a", "b", "c"], "k_min": 2,
-                               "rejections": {"x": 3, "y": 2, "z": 0, "w": 1}}}  # fmt: skip
+    meta = {
+        "hard_selection": {
+            "panel": ["a", "b", "c"],
+            "k_min": 2,
+            "rejections": {"x": 3, "y": 2, "z": 0, "w": 1},
+        }
+    }
     (tmp_path / "metadata.json").write_text(json.dumps(meta))
-    rows = [{"prompt": "p1", "category": "privacy", "subset": "hard", "id": "x"},
-            {"prompt": "p2", "category": "privacy", "subset": "hard", "id": "y"}]  # fmt: skip
+    rows = [
+        {"prompt": "p1", "category": "privacy", "subset": "hard", "id": "x"},
+        {"prompt": "p2", "category": "privacy", "subset": "hard", "id": "y"},
+    ]
     (tmp_path / "or-bench-hard-1k.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     got = repro.panel_rates(tmp_path)
     assert got["hard"] == pytest.approx(100 * 5 / 6) and got["pool"] == pytest.approx(50.0)
@@ -79,24 +86,32 @@ def test_panel_rates_read_the_selection_metadata(tmp_path):
 
 
 def _world(seed, models):
-    return {"seed": seed, "models": {n: {"toxic": t, "pool": p, "hard": h, "plain": b}
-                                     for n, (t, p, h, b) in models.items()}}  # fmt: skip
+    return {
+        "seed": seed,
+        "models": {
+            n: {"toxic": t, "pool": p, "hard": h, "plain": b} for n, (t, p, h, b) in models.items()
+        },
+    }
 
 
 def test_core_values_use_only_qualifying_core_models_and_their_worst_margin():
-    w = _world(0, {
-        "a": (100.0, 40.0, 90.0, 0.0),   # margin 35, hard - pool 50
-        "b": (60.0, 12.0, 30.0, 2.0),    # margin 12 - 9 = 3, hard - pool 18
-        "c": (20.0, 0.0, 0.0, 0.0),      # TR < 50: not qualifying
-        "contrastive": (100.0, 2.0, 1.0, 0.0),  # not a core model
-    })  # fmt: skip
+    w = _world(
+        0,
+        {
+            "a": (100.0, 40.0, 90.0, 0.0),  # margin 35, hard - pool 50
+            "b": (60.0, 12.0, 30.0, 2.0),  # margin 12 - 9 = 3, hard - pool 18
+            "c": (20.0, 0.0, 0.0, 0.0),  # TR < 50: not qualifying
+            "contrastive": (100.0, 2.0, 1.0, 0.0),  # not a core model
+        },
+    )
     v = repro._core_values(w, {"a", "b", "c"})
     assert v == {"n_qualifying": 2, "elicit": 3.0, "harder": 18.0}
     none = repro._core_values(w, {"c"})
     assert none == {"n_qualifying": 0, "elicit": None, "harder": None}
     # a planted failure: the benign rate swallows the margin
-    bad = repro._core_values(_world(0, {"a": (90.0, 10.0, 50.0, 4.0),
-                                        "b": (99.0, 30.0, 20.0, 0.0)}), {"a", "b"})  # fmt: skip
+    bad = repro._core_values(
+        _world(0, {"a": (90.0, 10.0, 50.0, 4.0), "b": (99.0, 30.0, 20.0, 0.0)}), {"a", "b"}
+    )
     assert bad["elicit"] == -3.0 and bad["harder"] == -10.0
     assert repro.ELICIT.check([bad["elicit"], -4.0, -2.5]).verdict == "did not hold"
 
@@ -114,8 +129,9 @@ def _planted(n_models=12):
             "core@3": (95.0 if qualifies else 40.0, 45.0, 95.0, 1.0),
         }
         if s == 0:
-            models.update({f"other@{j}": (5.0 + 8 * j, 0.0, 3.0 + 7 * j, 0.0)
-                           for j in range(n_models - 3)})  # fmt: skip
+            models.update(
+                {f"other@{j}": (5.0 + 8 * j, 0.0, 3.0 + 7 * j, 0.0) for j in range(n_models - 3)}
+            )
         worlds.append(_world(s, models))
     return worlds, core
 
@@ -164,7 +180,7 @@ def test_smoke_reproduction(tmp_path, check_smoke):
             "sanity: contamination ratio (pool / candidates)",
             "sanity: ensemble - best single moderator error",
             "sanity: panel OR(hard) - OR(pool)",
-        ),  # fmt: skip
+        ),
         ranges={"candidate contamination": (0, 100), "ensemble error": (0, 100)},
         allow_nan=("r0", "sanity: core OR(hard)"),
     )
@@ -177,8 +193,12 @@ def test_smoke_reproduction(tmp_path, check_smoke):
     assert sanity.startswith("Sanity values") and "no verdict rests on them" in sanity
     assert "6.08 = 3p²(1-p) + p³" in sanity and "(was 1a)" in sanity and "(was 2b)" in sanity
     get = {m.name: m for m in r.metrics}
-    ratio = [a / b for a, b in zip(get["pool contamination (after the vote)"].values,
-                                   get["candidate contamination"].values)]  # fmt: skip
+    ratio = [
+        a / b
+        for a, b in zip(
+            get["pool contamination (after the vote)"].values, get["candidate contamination"].values
+        )
+    ]
     assert get["sanity: contamination ratio (pool / candidates)"].values == pytest.approx(ratio)
     assert any(math.isfinite(v) for v in get["sanity: panel OR(hard) - OR(pool)"].values)
 

@@ -36,9 +36,24 @@ def test_sigkilled_eval_resumes_without_repeating_requests(tmp_path):
     out = tmp_path / "results"
     env = {**os.environ, "ICML25_QUIET": "1", "OMP_NUM_THREADS": "1"}
     with ChatServer(CallableChat(answer), latency=0.05, serialize=False) as server:
-        cmd = [sys.executable, "-m", "icml25", "orbench", "eval", "--model", f"m@{server.url}",
-               "--data", str(data), "--subset", "hard-1k", "--out", str(out), "--concurrency", "2",
-               "-q"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "icml25",
+            "orbench",
+            "eval",
+            "--model",
+            f"m@{server.url}",
+            "--data",
+            str(data),
+            "--subset",
+            "hard-1k",
+            "--out",
+            str(out),
+            "--concurrency",
+            "2",
+            "-q",
+        ]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         store = out / "m_http_127.0.0.1_{}_v1__hard-1k.jsonl"
         deadline = time.time() + 120

@@ -129,10 +129,12 @@ def population(n_models: int = 6, n_hard: int = 120, n_toxic: int = 80, seed: in
         p = 0.1 + 0.8 * j / (n_models - 1)
         q = 0.5 + 0.45 * j / (n_models - 1)
         name = f"model-{j}"
-        hard[name] = EvalResult(name, "hard-1k", [
-            {"id": f"h{i}", "refused": rng.random() < p} for i in range(n_hard)])  # fmt: skip
-        toxic[name] = EvalResult(name, "toxic", [
-            {"id": f"t{i}", "refused": rng.random() < q} for i in range(n_toxic)])  # fmt: skip
+        hard[name] = EvalResult(
+            name, "hard-1k", [{"id": f"h{i}", "refused": rng.random() < p} for i in range(n_hard)]
+        )
+        toxic[name] = EvalResult(
+            name, "toxic", [{"id": f"t{i}", "refused": rng.random() < q} for i in range(n_toxic)]
+        )
     return hard, toxic
 
 
@@ -154,8 +156,13 @@ def test_bootstrap_uses_prompts_judged_for_every_model():
     hard["model-0"].per_prompt.append({"id": "extra", "refused": True})
     hard["model-1"].per_prompt[0]["refused"] = None
     assert spearman_bootstrap(hard, toxic, n_boot=50) == spearman_bootstrap(
-        {k: EvalResult(k, "h", [r for r in v.per_prompt if r["id"] not in ("extra", "h0")])
-         for k, v in hard.items()}, toxic, n_boot=50)  # fmt: skip
+        {
+            k: EvalResult(k, "h", [r for r in v.per_prompt if r["id"] not in ("extra", "h0")])
+            for k, v in hard.items()
+        },
+        toxic,
+        n_boot=50,
+    )
 
 
 @pytest.mark.parametrize("n_boot", [0, 5, -1, 10.5, True, "100"])

@@ -23,8 +23,23 @@ import sys
 
 import torch
 
-WORDS = ["the", "sky", "is", "blue", "red", "green", "two", "plus", "four", "five", "paris",
-         "rome", "yes", "no", "city"]  # fmt: skip
+WORDS = [
+    "the",
+    "sky",
+    "is",
+    "blue",
+    "red",
+    "green",
+    "two",
+    "plus",
+    "four",
+    "five",
+    "paris",
+    "rome",
+    "yes",
+    "no",
+    "city",
+]
 
 
 def pairs() -> list[dict[str, str]]:
@@ -37,8 +52,13 @@ def pairs() -> list[dict[str, str]]:
     rows = []
     for i in range(10):
         n = [int(x) for x in torch.randint(1, 5, (3,), generator=g)]
-        rows.append({"prompt": pick(n[0] + 1), "chosen": " " + pick(n[1]),
-                     "rejected": " " + pick(n[2] + i % 3)})  # fmt: skip
+        rows.append(
+            {
+                "prompt": pick(n[0] + 1),
+                "chosen": " " + pick(n[1]),
+                "rejected": " " + pick(n[2] + i % 3),
+            }
+        )
     return rows
 
 
@@ -63,12 +83,19 @@ def main(out: str, per_device_batch: int, accumulation: int = 1) -> None:
         g = torch.Generator().manual_seed(1)
         model.adapter.M.add_(0.3 * torch.randn(model.adapter.M.shape, generator=g).double())
     args = SimplexDPOConfig(
-        os.path.join(out, "run"), per_device_train_batch_size=per_device_batch, max_steps=4,
+        os.path.join(out, "run"),
+        per_device_train_batch_size=per_device_batch,
+        max_steps=4,
         gradient_accumulation_steps=accumulation,
-        learning_rate=1e-2, logging_steps=1, save_strategy="steps", save_steps=4,
-        disable_tqdm=True, use_cpu=True, ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=4,
+        disable_tqdm=True,
+        use_cpu=True,
+        ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,
         accelerator_config={"even_batches": False},
-    )  # fmt: skip
+    )
 
     class Recording(SimplexDPOTrainer):
         step_losses: list[float] = []
@@ -80,8 +107,14 @@ def main(out: str, per_device_batch: int, accumulation: int = 1) -> None:
             self.step_losses.append(float(loss))
             return loss
 
-    tr = Recording(model, ref, args=args, train_dataset=Dataset.from_list(pairs()),
-                   processing_class=tok, trainable="all")  # fmt: skip
+    tr = Recording(
+        model,
+        ref,
+        args=args,
+        train_dataset=Dataset.from_list(pairs()),
+        processing_class=tok,
+        trainable="all",
+    )
     init = {k: v.clone() for k, v in model.state_dict().items()}
     tr.train()
     rank = tr.accelerator.process_index
@@ -97,8 +130,9 @@ def main(out: str, per_device_batch: int, accumulation: int = 1) -> None:
     tr.accelerator.wait_for_everyone()
     if rank == 0:
         again = fresh(5)
-        safetensors.torch.load_model(again, os.path.join(out, "run", "checkpoint-4",
-                                                         "model.safetensors"))  # fmt: skip
+        safetensors.torch.load_model(
+            again, os.path.join(out, "run", "checkpoint-4", "model.safetensors")
+        )
         record["reloaded"] = {k: v.flatten().tolist() for k, v in again.state_dict().items()}
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)

@@ -75,8 +75,13 @@ def test_preference_nll_matches_brute_force_and_gradcheck():
     yw = torch.tensor([0, 1, 2, 3, 0, 1, 2])
     yl = torch.tensor([1, 2, 3, 0, 2, 3, 1])
     w, lo = triple_logprobs(logp, yw, yl)
-    brute = sum(-np.log(1 / (1 + np.exp(-(float(logp[i, yw[i]]) - float(logp[i, yl[i]])))))
-                for i in range(7)) / 7  # fmt: skip
+    brute = (
+        sum(
+            -np.log(1 / (1 + np.exp(-(float(logp[i, yw[i]]) - float(logp[i, yl[i]])))))
+            for i in range(7)
+        )
+        / 7
+    )
     assert abs(float(preference_nll(w, lo)) - brute) < 1e-12
     x = logp.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda t: preference_nll(*triple_logprobs(t, yw, yl)), (x,))

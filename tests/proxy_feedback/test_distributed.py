@@ -34,9 +34,13 @@ def _in_this_process(out: Path, *args: int) -> dict:
 def _assert_same_weights(got: dict, want: dict) -> None:
     assert got.keys() == want.keys()
     for k, v in got.items():
-        torch.testing.assert_close(torch.tensor(v, dtype=torch.float64),
-                                   torch.tensor(want[k], dtype=torch.float64),
-                                   rtol=0, atol=1e-12, msg=k)  # fmt: skip
+        torch.testing.assert_close(
+            torch.tensor(v, dtype=torch.float64),
+            torch.tensor(want[k], dtype=torch.float64),
+            rtol=0,
+            atol=1e-12,
+            msg=k,
+        )
 
 
 def test_simplex_dpo_trainer_accumulated_micro_batches_equal_one_batch(tmp_path):

@@ -133,11 +133,25 @@ def test_dpo_stage_loss_equals_trls_sigmoid_dpo(toy, tmp_path):
             p.add_(torch.randn_like(p) * 0.05)
     ref = copy.deepcopy(base)
     recs = pairs[:4]
-    args = trl.DPOConfig(str(tmp_path / "out"), precompute_ref_log_probs=True, bf16=False,
-                         per_device_train_batch_size=4, max_steps=1, report_to=[], use_cpu=True,
-                         disable_tqdm=True, save_strategy="no", beta=0.1)  # fmt: skip
-    trainer = trl.DPOTrainer(pol, ref_model=ref, args=args,
-                             train_dataset=datasets.Dataset.from_list(recs), processing_class=tok)  # fmt: skip
+    args = trl.DPOConfig(
+        str(tmp_path / "out"),
+        precompute_ref_log_probs=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        max_steps=1,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+        beta=0.1,
+    )
+    trainer = trl.DPOTrainer(
+        pol,
+        ref_model=ref,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(recs),
+        processing_class=tok,
+    )
     batch = next(iter(trainer.get_train_dataloader()))
     with torch.no_grad():
         theirs = float(trainer.compute_loss(pol, dict(batch)))

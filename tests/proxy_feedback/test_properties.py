@@ -82,10 +82,12 @@ def test_preference_nll_nan_refused_and_zero_probability_loser_is_its_limit():
         preference_nll(torch.tensor([0.0, float("nan"), 0.0]), x)
     # fail-before: a loser of probability 0 gave NaN (0 * log sigma(-inf)); the limit is 0
     assert float(preference_nll(x, torch.full((3,), -math.inf, dtype=torch.float64))) == 0.0
-    for w, what in ((torch.tensor([1.0, float("inf"), 1.0]), "finite"),
-                    (torch.tensor([1.0, float("nan"), 1.0]), "finite"),
-                    (torch.tensor([0.0, 0.0, 0.0]), "positive sum"),
-                    (torch.tensor([1.0, -1.0, 1.0]), "non-negative")):  # fmt: skip
+    for w, what in (
+        (torch.tensor([1.0, float("inf"), 1.0]), "finite"),
+        (torch.tensor([1.0, float("nan"), 1.0]), "finite"),
+        (torch.tensor([0.0, 0.0, 0.0]), "positive sum"),
+        (torch.tensor([1.0, -1.0, 1.0]), "non-negative"),
+    ):
         with pytest.raises(ValueError, match=what):
             preference_nll(x, x, weights=w)
     with pytest.raises(ValueError, match="non-empty"):
@@ -110,8 +112,11 @@ def test_triple_logprobs_refuses_out_of_range_and_float_indices():
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 6), i=st.integers(-8, 8), kind=st.sampled_from(range(len(INTS))))
 def test_batch_integer_index_is_one_triple_or_an_index_error(n, i, kind):
-    b = PreferenceBatch.from_arrays(np.arange(2 * n, dtype=np.float32).reshape(n, 2),
-                                    np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64))  # fmt: skip
+    b = PreferenceBatch.from_arrays(
+        np.arange(2 * n, dtype=np.float32).reshape(n, 2),
+        np.zeros(n, dtype=np.int64),
+        np.ones(n, dtype=np.int64),
+    )
     if -n <= i < n:
         one = b[INTS[kind](i)]
         assert len(one) == 1 and one.x.shape == (1, 2)
@@ -130,11 +135,22 @@ def test_batch_integer_index_is_one_triple_or_an_index_error(n, i, kind):
     n=st.integers(0, 5),
 )
 def test_world_accepts_every_scalar_type_and_samples_valid_triples(gamma, shrink, kind, n):
-    w = SyntheticPreferenceWorld(d_x=INTS[kind](3), n_outputs=INTS[kind](4), D=INTS[kind](2),
-                                 temperature_gamma=REALS[kind](gamma), shrink=REALS[kind](shrink),
-                                 seed=INTS[kind](1))  # fmt: skip
-    ref = SyntheticPreferenceWorld(d_x=3, n_outputs=4, D=2, temperature_gamma=float(REALS[kind](gamma)),
-                                   shrink=float(REALS[kind](shrink)), seed=1)  # fmt: skip
+    w = SyntheticPreferenceWorld(
+        d_x=INTS[kind](3),
+        n_outputs=INTS[kind](4),
+        D=INTS[kind](2),
+        temperature_gamma=REALS[kind](gamma),
+        shrink=REALS[kind](shrink),
+        seed=INTS[kind](1),
+    )
+    ref = SyntheticPreferenceWorld(
+        d_x=3,
+        n_outputs=4,
+        D=2,
+        temperature_gamma=float(REALS[kind](gamma)),
+        shrink=float(REALS[kind](shrink)),
+        seed=1,
+    )
     x = torch.randn(4, 3, dtype=torch.float64)
     assert torch.equal(w.true_policy(x), ref.true_policy(x))
     t = sample_preferences(w.true_policy, INTS[kind](n), generator=torch.Generator().manual_seed(0))
@@ -144,13 +160,18 @@ def test_world_accepts_every_scalar_type_and_samples_valid_triples(gamma, shrink
 
 @pytest.mark.parametrize(
     "kw,name",
-    [({"temperature_gamma": float("nan")}, "temperature_gamma"),
-     ({"temperature_gamma": "0.5"}, "temperature_gamma"),
-     ({"temperature_gamma": None}, "temperature_gamma"),
-     ({"shrink": 1.0}, "shrink"), ({"shrink": "0.5"}, "shrink"), ({"shrink": True}, "shrink"),
-     ({"permutation": (1.0, 2.0, 0.0)}, r"permutation\[0\]"),
-     ({"permutation": (0, 0, 1)}, "permutation"), ({"D": True}, "D")],
-)  # fmt: skip
+    [
+        ({"temperature_gamma": float("nan")}, "temperature_gamma"),
+        ({"temperature_gamma": "0.5"}, "temperature_gamma"),
+        ({"temperature_gamma": None}, "temperature_gamma"),
+        ({"shrink": 1.0}, "shrink"),
+        ({"shrink": "0.5"}, "shrink"),
+        ({"shrink": True}, "shrink"),
+        ({"permutation": (1.0, 2.0, 0.0)}, r"permutation\[0\]"),
+        ({"permutation": (0, 0, 1)}, "permutation"),
+        ({"D": True}, "D"),
+    ],
+)
 def test_world_refuses_bad_numbers_naming_them(kw, name):
     # fail-before: shrink="0.5" was accepted, temperature_gamma="0.5"/None gave raw errors
     with pytest.raises(ValueError, match=name):
@@ -165,15 +186,28 @@ def test_world_accepts_a_numpy_permutation():
 def test_check_conditions_numbers_and_degenerate_tables():
     w = SyntheticPreferenceWorld(seed=0)
     x = w.sample_x(60, torch.Generator().manual_seed(0))
-    a = check_conditions(w.true_policy, w.proxy_policy, x, np.float32(0.02), far=np.int64(5),
-                         n_pairs=np.int64(200), seed=np.int64(0))  # fmt: skip
-    b = check_conditions(w.true_policy, w.proxy_policy, x, float(np.float32(0.02)), far=5,
-                         n_pairs=200, seed=0)  # fmt: skip
+    a = check_conditions(
+        w.true_policy,
+        w.proxy_policy,
+        x,
+        np.float32(0.02),
+        far=np.int64(5),
+        n_pairs=np.int64(200),
+        seed=np.int64(0),
+    )
+    b = check_conditions(
+        w.true_policy, w.proxy_policy, x, float(np.float32(0.02)), far=5, n_pairs=200, seed=0
+    )
     assert a.to_dict() == b.to_dict()
-    for kw, name in (({"delta": float("nan")}, "delta"), ({"far": 0}, "far"),
-                     ({"seed": 1.5}, "seed"), ({"max_violation": float("nan")}, "max_violation"),
-                     ({"max_dim": -1}, "max_dim"), ({"max_L": float("nan")}, "max_L"),
-                     ({"n_pairs": True}, "n_pairs")):  # fmt: skip
+    for kw, name in (
+        ({"delta": float("nan")}, "delta"),
+        ({"far": 0}, "far"),
+        ({"seed": 1.5}, "seed"),
+        ({"max_violation": float("nan")}, "max_violation"),
+        ({"max_dim": -1}, "max_dim"),
+        ({"max_L": float("nan")}, "max_L"),
+        ({"n_pairs": True}, "n_pairs"),
+    ):
         with pytest.raises(ValueError, match=name):
             check_conditions(w.true_policy, w.proxy_policy, x, **kw)
     p = torch.full((5, 3), 1 / 3)  # constant tables: warned, never silently a verdict of "holds"
@@ -192,8 +226,12 @@ def test_adapter_flags_and_a_few_training_steps_with_numpy_numbers():
     torch.manual_seed(0)
     m = SimplexPolicy(3, 4, 2, encoder_hidden=8)
     fit_true_stage(m, batch, steps=np.int64(3), lr=np.float32(1e-2), reg=np.float64(0.0))
-    for kw, name in (({"lr": float("nan")}, "lr"), ({"reg": -1.0}, "reg"),
-                     ({"steps": 0}, "steps"), ({"lr": True}, "lr")):  # fmt: skip
+    for kw, name in (
+        ({"lr": float("nan")}, "lr"),
+        ({"reg": -1.0}, "reg"),
+        ({"steps": 0}, "steps"),
+        ({"lr": True}, "lr"),
+    ):
         with pytest.raises(ValueError, match=name):
             fit_true_stage(m, batch, **kw)
     out = evaluate(m, w, n_test=np.int64(16))

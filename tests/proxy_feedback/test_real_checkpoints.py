@@ -38,10 +38,13 @@ def _chat(prompt: str, reply: str) -> tuple[list[dict], list[dict]]:
 
 
 CHAT_PAIRS = [
-    {"prompt": _chat(r["prompt"], "")[0], "chosen": _chat("", r["chosen"].strip())[1],
-     "rejected": _chat("", r["rejected"].strip())[1]}
+    {
+        "prompt": _chat(r["prompt"], "")[0],
+        "chosen": _chat("", r["chosen"].strip())[1],
+        "rejected": _chat("", r["rejected"].strip())[1],
+    }
     for r in TEXT_PAIRS
-]  # fmt: skip
+]
 
 
 def _fraction_changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> float:
@@ -100,8 +103,17 @@ def test_first_dpo_loss_is_log2_on_a_dropout_model(arch):
     assert abs(h["loss"][0] - LOG2) < 1e-6
     # with dropout left on, the policy's log-probs are noisy: the test can tell
     noisy = tiny_model(arch).train()
-    h = dpo_stage(noisy, copy.deepcopy(noisy), TEXT_PAIRS, tokenizer=tok, trainable="all",
-                  steps=1, lr=1e-5, beta=1.0, disable_dropout=False)  # fmt: skip
+    h = dpo_stage(
+        noisy,
+        copy.deepcopy(noisy),
+        TEXT_PAIRS,
+        tokenizer=tok,
+        trainable="all",
+        steps=1,
+        lr=1e-5,
+        beta=1.0,
+        disable_dropout=False,
+    )
     assert abs(h["loss"][0] - LOG2) > 1e-5
 
 
@@ -161,10 +173,21 @@ def test_encode_pairs_tokenises_as_trls_dpo_trainer(arch, fmt, tmp_path):
     datasets = pytest.importorskip("datasets")
     tok, arch_info = tiny_tokenizer(arch), ARCHITECTURES[arch]
     rows = CHAT_PAIRS if fmt == "chat" else TEXT_PAIRS
-    args = trl.DPOConfig(str(tmp_path / "out"), report_to=[], use_cpu=True, bf16=False,
-                         save_strategy="no", disable_tqdm=True)  # fmt: skip
-    trainer = trl.DPOTrainer(tiny_model(arch), ref_model=tiny_model(arch), args=args,
-                             processing_class=tok, train_dataset=datasets.Dataset.from_list(rows))  # fmt: skip
+    args = trl.DPOConfig(
+        str(tmp_path / "out"),
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = trl.DPOTrainer(
+        tiny_model(arch),
+        ref_model=tiny_model(arch),
+        args=args,
+        processing_class=tok,
+        train_dataset=datasets.Dataset.from_list(rows),
+    )
     enc = encode_pairs(tok, rows)
     n = len(rows)
     eos = tok.convert_tokens_to_ids(arch_info.eos_token)
@@ -259,8 +282,9 @@ def test_simplex_trainer_defaults_train_evaluate_and_save(gpt2_wrapped, tmp_path
     body = {k: v.clone() for k, v in m.model.state_dict().items()}
     adapter = {k: v.clone() for k, v in m.adapter.state_dict().items()}
     train = datasets.Dataset.from_list(TEXT_PAIRS * 4)
-    trainer = SimplexDPOTrainer(m, ref, args=None, train_dataset=train, eval_dataset=CHAT_PAIRS,
-                                processing_class=tok)  # fmt: skip
+    trainer = SimplexDPOTrainer(
+        m, ref, args=None, train_dataset=train, eval_dataset=CHAT_PAIRS, processing_class=tok
+    )
     a = trainer.args  # dpo_stage's defaults
     assert (a.learning_rate, a.per_device_train_batch_size, a.max_steps, a.beta) == (
         1e-2,

@@ -26,17 +26,26 @@ def test_criteria_are_declared_at_module_level():
 
 
 def test_smoke_run(smoke, check_smoke):
-    check_smoke(smoke, "proxy_feedback", prefixes=("hold: TV two_stage", "v1_levelsets: TV",
-                                                   "hold: levelset_violation", "v2_image: image_gap_q99"),
-                ranges={"hold: TV": (0, 1), "v1_levelsets: TV": (0, 1),
-                        "hold: levelset_violation": (0, 1)})  # fmt: skip
+    check_smoke(
+        smoke,
+        "proxy_feedback",
+        prefixes=(
+            "hold: TV two_stage",
+            "v1_levelsets: TV",
+            "hold: levelset_violation",
+            "v2_image: image_gap_q99",
+        ),
+        ranges={"hold: TV": (0, 1), "v1_levelsets: TV": (0, 1), "hold: levelset_violation": (0, 1)},
+    )
     names = {f.name for f in smoke.figures}
     assert {"tv_vs_n_hold.png", "tv_vs_n_v1_levelsets.png", "conditions.png"} <= names
     assert len(smoke.checks) == 4
     get = {m.name: m.values for m in smoke.metrics}
     c = smoke.checks[0]  # true_only - two_stage at the small n, per seed
-    assert np.allclose(np.array(c.data["a"]) - np.array(c.data["b"]),
-                       np.array(get["hold: TV true_only @ n=35"]) - np.array(get["hold: TV two_stage @ n=35"]))  # fmt: skip
+    assert np.allclose(
+        np.array(c.data["a"]) - np.array(c.data["b"]),
+        np.array(get["hold: TV true_only @ n=35"]) - np.array(get["hold: TV two_stage @ n=35"]),
+    )
 
 
 @pytest.mark.slow
@@ -66,21 +75,55 @@ def test_cli_check_world_and_arrays(tmp_path, capsys):
     w = SyntheticPreferenceWorld()
     x = w.sample_x(300, torch.Generator().manual_seed(0), dtype=torch.float64)
     np.save(tmp_path / "e.npy", w.true_policy(x).numpy())
-    np.savetxt(tmp_path / "p.csv", w.proxy_policy(x).numpy(), delimiter=",", header="a,b,c",
-               comments="")  # fmt: skip
-    assert _main(["proxy_feedback", "check", "--expert", str(tmp_path / "e.npy"),
-                  "--proxy", str(tmp_path / "p.csv")]) == 0  # fmt: skip
+    np.savetxt(
+        tmp_path / "p.csv", w.proxy_policy(x).numpy(), delimiter=",", header="a,b,c", comments=""
+    )
+    assert (
+        _main(
+            [
+                "proxy_feedback",
+                "check",
+                "--expert",
+                str(tmp_path / "e.npy"),
+                "--proxy",
+                str(tmp_path / "p.csv"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "C1 shared level sets" in out and "300 inputs, 3 outputs" in out
 
 
 def test_cli_errors(tmp_path, capsys):
-    assert _main(["proxy_feedback", "check", "--expert", str(tmp_path / "none.npy"),
-                  "--proxy", str(tmp_path / "none.npy")]) == 2  # fmt: skip
+    assert (
+        _main(
+            [
+                "proxy_feedback",
+                "check",
+                "--expert",
+                str(tmp_path / "none.npy"),
+                "--proxy",
+                str(tmp_path / "none.npy"),
+            ]
+        )
+        == 2
+    )
     assert "no file at" in capsys.readouterr().err
     (tmp_path / "bad.csv").write_text("0.5,0.6\n0.2,0.2\n0.1,0.1\n")
-    assert _main(["proxy_feedback", "check", "--expert", str(tmp_path / "bad.csv"),
-                  "--proxy", str(tmp_path / "bad.csv")]) == 2  # fmt: skip
+    assert (
+        _main(
+            [
+                "proxy_feedback",
+                "check",
+                "--expert",
+                str(tmp_path / "bad.csv"),
+                "--proxy",
+                str(tmp_path / "bad.csv"),
+            ]
+        )
+        == 2
+    )
     assert "rows must sum to 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _main(["proxy_feedback", "check", "--expert", str(tmp_path / "bad.csv")])

@@ -38,8 +38,11 @@ def test_p1_assembled_from_true_components_reproduces_the_expert(k):
     logp = model.from_simplex(torch.log(w.proxy_embedding(x)))
     assert torch.allclose(logp.exp(), w.true_policy(x), atol=1e-6, rtol=0)
     # with the adapter at the identity the same network is the proxy (P2)
-    assert torch.allclose(model.from_simplex(torch.log(w.proxy_embedding(x)), use_adapter=False).exp(),
-                          w.proxy_policy(x), atol=1e-6)  # fmt: skip
+    assert torch.allclose(
+        model.from_simplex(torch.log(w.proxy_embedding(x)), use_adapter=False).exp(),
+        w.proxy_policy(x),
+        atol=1e-6,
+    )
 
 
 def test_the_adapter_on_probabilities_matches_the_log_path():

@@ -30,10 +30,17 @@ def setup():
     w = make_textworld(48, 16, seed=0)
     texts = w.train.prompts + w.train.responses_a + w.train.responses_b
     tok = build_tokenizer(texts, 400)
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=2, max_position_embeddings=256,
-                                   num_labels=1, pad_token_id=tok.pad_token_id)  # fmt: skip
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForSequenceClassification(cfg)
     rows = w.train.to_trl(np.arange(len(WEIGHTS)), conversational=True, weights=np.array(WEIGHTS))
@@ -53,14 +60,26 @@ def main(out: str, batch: int, accum: int) -> None:
             return SequentialSampler(self.train_dataset)
 
     model, tok, rows = setup()
-    args = RewardConfig(os.path.join(out, "run"), per_device_train_batch_size=batch,
-                        gradient_accumulation_steps=accum, max_steps=2, learning_rate=5e-3,
-                        bf16=False, use_cpu=True, report_to=[], save_strategy="no",
-                        disable_tqdm=True, max_length=None, logging_steps=1,
-                        ddp_backend="gloo", dataloader_drop_last=False,
-                        **{"activation_checkpointing": False})  # fmt: skip
-    tr = InOrder(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
-                 processing_class=tok)  # fmt: skip
+    args = RewardConfig(
+        os.path.join(out, "run"),
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accum,
+        max_steps=2,
+        learning_rate=5e-3,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        max_length=None,
+        logging_steps=1,
+        ddp_backend="gloo",
+        dataloader_drop_last=False,
+        **{"activation_checkpointing": False},
+    )
+    tr = InOrder(
+        model=model, args=args, train_dataset=datasets.Dataset.from_list(rows), processing_class=tok
+    )
     tr.train()
     rank = tr.accelerator.process_index
     tr.save_model(os.path.join(out, "model"))  # writes on the main process only

@@ -20,8 +20,11 @@ def test_to_trl_from_trl_round_trip(small_pairs):
     z = back.human_labels
     assert set(z.tolist()) <= {0, 1}
     # implicit prompt and conversational rows read back to the same texts
-    for kw in ({"implicit_prompt": True}, {"conversational": True},
-               {"conversational": True, "implicit_prompt": True}):  # fmt: skip
+    for kw in (
+        {"implicit_prompt": True},
+        {"conversational": True},
+        {"conversational": True, "implicit_prompt": True},
+    ):
         again = PreferencePairs.from_trl(small_pairs.to_trl(**kw), shuffle_order=False)
         assert again.prompts == small_pairs.prompts
         oriented = small_pairs.oriented(None, small_pairs.human_labels)
@@ -71,8 +74,9 @@ def test_cleanlab_accepts_exported_labels():
     w = make_textworld(300, 0, seed=1)
     rng = np.random.default_rng(0)
     p = rng.uniform(0.05, 0.95, len(w.ai_labels))
-    issues = filt.find_label_issues(w.ai_labels, np.stack([1 - p, p], 1),
-                                    return_indices_ranked_by="self_confidence")  # fmt: skip
+    issues = filt.find_label_issues(
+        w.ai_labels, np.stack([1 - p, p], 1), return_indices_ranked_by="self_confidence"
+    )
     assert issues.ndim == 1 and len(issues) > 0
 
 

@@ -31,8 +31,9 @@ def _first_step_rewards():
         sys.path.remove(str(WORKER.parent))
     model, tok, rows = _ddp_worker.setup()
     # the trainer tokenises the rows as the workers' trainers do
-    tr = WeightedRewardTrainer(model=model, processing_class=tok,
-                               train_dataset=datasets.Dataset.from_list(rows))  # fmt: skip
+    tr = WeightedRewardTrainer(
+        model=model, processing_class=tok, train_dataset=datasets.Dataset.from_list(rows)
+    )
     collate = WeightedPreferenceCollator(pad_token_id=tok.pad_token_id)
     batch = collate([tr.train_dataset[i] for i in range(8)])
     with torch.no_grad():

@@ -36,6 +36,10 @@ def test_doc_names_are_public():
     found = [n for n in re.findall(r"`([A-Z]\w+)\(", text) if len(n) > 1]
     assert len(set(found)) >= 4
     for name in found:
-        if name not in ("AutoModelForSequenceClassification", "OpenAIChat",
-                                               "HFChat", "CallableChat"):  # fmt: skip
+        if name not in (
+            "AutoModelForSequenceClassification",
+            "OpenAIChat",
+            "HFChat",
+            "CallableChat",
+        ):
             assert name in rlthf.__all__, name

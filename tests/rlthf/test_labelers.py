@@ -28,7 +28,7 @@ from icml25.rlthf import (
         ("C", None),
         ("", None),
         (None, None),
-    ],  # fmt: skip
+    ],
 )
 def test_parse_choice(text, want):
     assert parse_choice(text) == want

@@ -33,8 +33,9 @@ def _rm():
 def test_budget_accounting_and_overrides(world):
     human = HumanOracle(world.train.human_labels)
     cfg = RLTHFConfig(iterations=3, budget_per_iter=0.02)
-    res = run_rlthf(world.train, world.ai_labels, world.ai_conf, human, _rm(), cfg, world.test,
-                    progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train, world.ai_labels, world.ai_conf, human, _rm(), cfg, world.test, progress=False
+    )
     assert human.calls == 3 * 10 == len(res.human_indices) == len(set(res.human_indices.tolist()))
     h = res.human_indices
     assert (res.labels[h] == world.train.human_labels[h]).all()  # human overrides AI
@@ -60,8 +61,15 @@ def test_front_loaded_schedule(world):
 
 def test_resume_reproduces_the_same_labels(world, tmp_path):
     cfg = RLTHFConfig(iterations=3, budget_per_iter=0.02)
-    ref = run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
-                    _rm(), cfg, progress=False)  # fmt: skip
+    ref = run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        HumanOracle(world.train.human_labels),
+        _rm(),
+        cfg,
+        progress=False,
+    )
 
     def crash(t, row):
         if t == 2:
@@ -69,27 +77,53 @@ def test_resume_reproduces_the_same_labels(world, tmp_path):
 
     human = HumanOracle(world.train.human_labels)
     with pytest.raises(KeyboardInterrupt):
-        run_rlthf(world.train, world.ai_labels, None, human, _rm(), cfg, checkpoint_dir=tmp_path,
-                  callback=crash, progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            None,
+            human,
+            _rm(),
+            cfg,
+            checkpoint_dir=tmp_path,
+            callback=crash,
+            progress=False,
+        )
     assert human.calls == 20
     human2 = HumanOracle(world.train.human_labels)
-    res = run_rlthf(world.train, world.ai_labels, None, human2, _rm(), cfg,
-                    checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        human2,
+        _rm(),
+        cfg,
+        checkpoint_dir=tmp_path,
+        progress=False,
+    )
     assert human2.calls == 10  # only the third iteration asks again
     np.testing.assert_array_equal(res.labels, ref.labels)
     np.testing.assert_array_equal(res.weights, ref.weights)
     assert res.human_indices.tolist() == ref.human_indices.tolist()
     other = dataclasses.replace(cfg, amplification=2.0)
     with pytest.raises(ValueError, match="another config"):
-        run_rlthf(world.train, world.ai_labels, None, human2, _rm(), other,
-                  checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            None,
+            human2,
+            _rm(),
+            other,
+            checkpoint_dir=tmp_path,
+            progress=False,
+        )
 
 
 def test_ties_spend_budget_and_leave_training(world):
     fn = lambda p, a, b: [-1] * len(p)  # noqa: E731 - every answer is a tie
     human = CallbackHumanLabeler(fn)
-    res = run_rlthf(world.train, world.ai_labels, None, human, _rm(),
-                    RLTHFConfig(iterations=1), progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train, world.ai_labels, None, human, _rm(), RLTHFConfig(iterations=1), progress=False
+    )
     assert human.calls == 10 and (res.labels[res.human_indices] == -1).all()
     assert not res.kept_mask[res.human_indices].any()
     assert res.history[-1]["n_invalid"] == 10
@@ -101,8 +135,15 @@ def test_identical_pairs_dropped_with_warning():
     a[5] = w.train.responses_b[5]
     pairs = PreferencePairs(w.train.prompts, a, w.train.responses_b, w.train.human_labels)
     with pytest.warns(UserWarning, match="identical responses"):
-        res = run_rlthf(pairs, w.ai_labels, None, HumanOracle(pairs.human_labels), _rm(),
-                        RLTHFConfig(iterations=1, budget_per_iter=0.1), progress=False)  # fmt: skip
+        res = run_rlthf(
+            pairs,
+            w.ai_labels,
+            None,
+            HumanOracle(pairs.human_labels),
+            _rm(),
+            RLTHFConfig(iterations=1, budget_per_iter=0.1),
+            progress=False,
+        )
     assert res.labels[5] == -1 and not res.kept_mask[5] and 5 not in res.human_indices
 
 
@@ -110,8 +151,15 @@ def test_budget_larger_than_pool_annotates_all_and_stops():
     w = make_textworld(40, 0, seed=3)
     human = HumanOracle(w.train.human_labels)
     with pytest.warns(UserWarning, match="covers the"):
-        res = run_rlthf(w.train, w.ai_labels, None, human, _rm(),
-                        RLTHFConfig(iterations=3, budget_per_iter=0.6), progress=False)  # fmt: skip
+        res = run_rlthf(
+            w.train,
+            w.ai_labels,
+            None,
+            human,
+            _rm(),
+            RLTHFConfig(iterations=3, budget_per_iter=0.6),
+            progress=False,
+        )
     assert human.calls == 40 and len(res.history) == 3  # iterations 0, 1, 2; then nothing left
     assert (res.labels == w.train.human_labels).all()
 
@@ -125,8 +173,15 @@ def test_diverged_reward_model_names_the_iteration(world):
             return np.full(len(indices), np.nan)
 
     with pytest.raises(FloatingPointError, match="iteration 1"):
-        run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
-                  NaNRM(), RLTHFConfig(), progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            None,
+            HumanOracle(world.train.human_labels),
+            NaNRM(),
+            RLTHFConfig(),
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize(
@@ -158,22 +213,38 @@ def test_run_bad_input(world):
 
 def test_replicate_mode_runs_and_counts(world):
     cfg = RLTHFConfig(iterations=1, amplify_mode="replicate", amplification=3)
-    res = run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
-                    _rm(), cfg, progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        HumanOracle(world.train.human_labels),
+        _rm(),
+        cfg,
+        progress=False,
+    )
     assert (res.weights[res.human_indices] == 3).all()
 
 
 def test_baselines_share_the_loop(world):
     human = HumanOracle(world.train.human_labels)
-    res = run_random(world.train, world.ai_labels, human, _rm(), RLTHFConfig(iterations=2),
-                     progress=False)  # fmt: skip
+    res = run_random(
+        world.train, world.ai_labels, human, _rm(), RLTHFConfig(iterations=2), progress=False
+    )
     assert human.calls == 20 and res.kept_mask.sum() == 500  # no sanitization
     human = HumanOracle(world.train.human_labels)
-    res = run_self_confidence(world.train, world.ai_labels, human, _rm(), budget=0.06,
-                              config=RLTHFConfig(cv_folds=3), progress=False)  # fmt: skip
+    res = run_self_confidence(
+        world.train,
+        world.ai_labels,
+        human,
+        _rm(),
+        budget=0.06,
+        config=RLTHFConfig(cv_folds=3),
+        progress=False,
+    )
     assert human.calls == 30 and len(res.history) == 2
-    res = run_self_improvement(world.train, world.ai_labels, _rm(), RLTHFConfig(iterations=2),
-                               progress=False)  # fmt: skip
+    res = run_self_improvement(
+        world.train, world.ai_labels, _rm(), RLTHFConfig(iterations=2), progress=False
+    )
     assert res.history[-1]["n_human"] == 0 and res.history[-1]["n_flipped"] > 0
 
 
@@ -211,8 +282,15 @@ def test_empty_test_set_reports_none(world):
 def test_crash_after_annotation_asks_no_one_again(world, tmp_path):
     """The human's answers are on disk before the retraining: a crash there re-asks nobody."""
     cfg = RLTHFConfig(iterations=2, budget_per_iter=0.02)
-    ref = run_rlthf(world.train, world.ai_labels, None, HumanOracle(world.train.human_labels),
-                    _rm(), cfg, progress=False)  # fmt: skip
+    ref = run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        HumanOracle(world.train.human_labels),
+        _rm(),
+        cfg,
+        progress=False,
+    )
 
     class CrashOnSecondFit(EmbeddingRewardModel):
         fits = 0
@@ -225,14 +303,28 @@ def test_crash_after_annotation_asks_no_one_again(world, tmp_path):
 
     human = HumanOracle(world.train.human_labels)
     with pytest.raises(MemoryError):
-        run_rlthf(world.train, world.ai_labels, None, human,
-                  CrashOnSecondFit(encoder="hashing", epochs=2), cfg, checkpoint_dir=tmp_path,
-                  progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            None,
+            human,
+            CrashOnSecondFit(encoder="hashing", epochs=2),
+            cfg,
+            checkpoint_dir=tmp_path,
+            progress=False,
+        )
     assert human.calls == 20  # both iterations were answered
     human2 = HumanOracle(world.train.human_labels)
-    res = run_rlthf(world.train, world.ai_labels, None, human2,
-                    CrashOnSecondFit(encoder="hashing", epochs=2), cfg, checkpoint_dir=tmp_path,
-                    progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        human2,
+        CrashOnSecondFit(encoder="hashing", epochs=2),
+        cfg,
+        checkpoint_dir=tmp_path,
+        progress=False,
+    )
     assert human2.calls == 0
     assert res.human_indices.tolist() == ref.human_indices.tolist()
     np.testing.assert_array_equal(res.labels, ref.labels)
@@ -240,29 +332,75 @@ def test_crash_after_annotation_asks_no_one_again(world, tmp_path):
 
 def test_resume_extends_iterations_and_checks_the_reward_model(world, tmp_path):
     human = HumanOracle(world.train.human_labels)
-    run_rlthf(world.train, world.ai_labels, None, human, _rm(), RLTHFConfig(iterations=1),
-              checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        human,
+        _rm(),
+        RLTHFConfig(iterations=1),
+        checkpoint_dir=tmp_path,
+        progress=False,
+    )
     human2 = HumanOracle(world.train.human_labels)
-    res = run_rlthf(world.train, world.ai_labels, None, human2, _rm(),
-                    RLTHFConfig(iterations=2), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train,
+        world.ai_labels,
+        None,
+        human2,
+        _rm(),
+        RLTHFConfig(iterations=2),
+        checkpoint_dir=tmp_path,
+        progress=False,
+    )
     assert human2.calls == 10 and len(res.history) == 3
     with pytest.raises(ValueError, match="reward model"):
-        run_rlthf(world.train, world.ai_labels, None, human2,
-                  EmbeddingRewardModel(encoder="hashing", hidden=16, epochs=1),
-                  RLTHFConfig(iterations=2), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            None,
+            human2,
+            EmbeddingRewardModel(encoder="hashing", hidden=16, epochs=1),
+            RLTHFConfig(iterations=2),
+            checkpoint_dir=tmp_path,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="AI labels"):
-        run_rlthf(world.train, 1 - world.ai_labels, None, human2, _rm(),
-                  RLTHFConfig(iterations=2), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            1 - world.ai_labels,
+            None,
+            human2,
+            _rm(),
+            RLTHFConfig(iterations=2),
+            checkpoint_dir=tmp_path,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="iterations >= 2"):
-        run_rlthf(world.train, world.ai_labels, None, human2, _rm(),
-                  RLTHFConfig(iterations=1), checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            None,
+            human2,
+            _rm(),
+            RLTHFConfig(iterations=1),
+            checkpoint_dir=tmp_path,
+            progress=False,
+        )
 
 
 def test_budget_rounding_has_no_float_noise():
     w = make_textworld(100, 0, seed=3)
     human = HumanOracle(w.train.human_labels)
-    run_rlthf(w.train, w.ai_labels, None, human, _rm(),
-              RLTHFConfig(iterations=1, budget_per_iter=0.07), progress=False)  # fmt: skip
+    run_rlthf(
+        w.train,
+        w.ai_labels,
+        None,
+        human,
+        _rm(),
+        RLTHFConfig(iterations=1, budget_per_iter=0.07),
+        progress=False,
+    )
     assert human.calls == 7  # 0.07 * 100 = 7.000000000000001 in floating point
 
 
@@ -273,8 +411,13 @@ def test_front_loaded_total_equals_constant(T):
 
 
 def test_config_accepts_numpy_numbers_and_refuses_nan():
-    cfg = RLTHFConfig(iterations=np.int64(2), amplification=np.int32(3), seed=np.int64(1),
-                      budget_per_iter=np.float32(0.05), self_improvement=np.bool_(False))  # fmt: skip
+    cfg = RLTHFConfig(
+        iterations=np.int64(2),
+        amplification=np.int32(3),
+        seed=np.int64(1),
+        budget_per_iter=np.float32(0.05),
+        self_improvement=np.bool_(False),
+    )
     assert cfg.iterations == 2 and type(cfg.iterations) is int and cfg.amplification == 3.0
     with pytest.raises(ValueError, match="budget_per_iter must be a finite number, got nan"):
         RLTHFConfig(budget_per_iter=float("nan"))
@@ -291,8 +434,15 @@ def test_config_accepts_numpy_numbers_and_refuses_nan():
 def test_result_repr_ai_conf_and_curated_rows(world):
     conf = np.full(len(world.train), 0.75)
     cfg = RLTHFConfig(iterations=1, amplify_mode="replicate", amplification=3)
-    res = run_rlthf(world.train, world.ai_labels, conf, HumanOracle(world.train.human_labels),
-                    _rm(), cfg, progress=False)  # fmt: skip
+    res = run_rlthf(
+        world.train,
+        world.ai_labels,
+        conf,
+        HumanOracle(world.train.human_labels),
+        _rm(),
+        cfg,
+        progress=False,
+    )
     assert len(repr(res)) < 200 and "human=10" in repr(res)
     assert res.ai_conf is not None and res.history[1]["ai_conf_selected"] == pytest.approx(0.75)
     rows = res.curated_trl()
@@ -303,14 +453,22 @@ def test_result_repr_ai_conf_and_curated_rows(world):
     assert "weight" not in res.curated_trl(weights=None)[0]
     with pytest.raises(ValueError, match=r"ai_conf\[3\] = 0.2"):
         conf[3] = 0.2
-        run_rlthf(world.train, world.ai_labels, conf, HumanOracle(world.train.human_labels),
-                  _rm(), cfg, progress=False)  # fmt: skip
+        run_rlthf(
+            world.train,
+            world.ai_labels,
+            conf,
+            HumanOracle(world.train.human_labels),
+            _rm(),
+            cfg,
+            progress=False,
+        )
 
 
 def test_baseline_bad_input(world):
     with pytest.raises(ValueError, match=r"budget \(a fraction of the pool"):
-        run_self_confidence(world.train, world.ai_labels, HumanOracle(world.train.human_labels),
-                            _rm(), budget=0)  # fmt: skip
+        run_self_confidence(
+            world.train, world.ai_labels, HumanOracle(world.train.human_labels), _rm(), budget=0
+        )
     from icml25.rlthf import cross_fit_margins
 
     with pytest.raises(ValueError, match="folds must be an integer >= 2"):

@@ -66,8 +66,11 @@ def test_weighted_bt_loss_degenerate_inputs():
     x = torch.zeros(3)
     with pytest.raises(ValueError, match="no pairs"):
         weighted_bt_loss(torch.empty(0), torch.empty(0))
-    for w in (torch.tensor([1.0, float("nan"), 1.0]), torch.tensor([1.0, float("inf"), 1.0]),
-              torch.tensor([1.0, -1.0, 1.0])):  # fmt: skip
+    for w in (
+        torch.tensor([1.0, float("nan"), 1.0]),
+        torch.tensor([1.0, float("inf"), 1.0]),
+        torch.tensor([1.0, -1.0, 1.0]),
+    ):
         with pytest.raises(ValueError, match=r"weights\[1\]"):
             weighted_bt_loss(x, x, w)
     with pytest.raises(ValueError, match="sum to 0"):
@@ -169,10 +172,16 @@ def test_drop_position_refuses_a_bad_ratio_naming_it(bad):
 def test_config_accepts_every_scalar_type_as_python_numbers(iterations, f, ratio, alpha, kind):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg = RLTHFConfig(iterations=INTS[kind](iterations), budget_per_iter=REALS[kind](f),
-                          backoff_ratio=REALS[kind](ratio), amplification=REALS[kind](alpha),
-                          cv_folds=INTS[kind](3), seed=INTS[kind](0), smoothing_window=INTS[kind](2),
-                          self_improvement=np.bool_(False))  # fmt: skip
+        cfg = RLTHFConfig(
+            iterations=INTS[kind](iterations),
+            budget_per_iter=REALS[kind](f),
+            backoff_ratio=REALS[kind](ratio),
+            amplification=REALS[kind](alpha),
+            cv_folds=INTS[kind](3),
+            seed=INTS[kind](0),
+            smoothing_window=INTS[kind](2),
+            self_improvement=np.bool_(False),
+        )
     for name in ("iterations", "cv_folds", "seed", "smoothing_window"):
         assert type(getattr(cfg, name)) is int
     for name in ("budget_per_iter", "backoff_ratio", "amplification"):
@@ -182,16 +191,25 @@ def test_config_accepts_every_scalar_type_as_python_numbers(iterations, f, ratio
 
 @pytest.mark.parametrize(
     "kw,name",
-    [({"iterations": 0}, "iterations"), ({"iterations": 2.0}, "iterations"),
-     ({"cv_folds": 1}, "cv_folds"), ({"seed": True}, "seed"), ({"seed": "0"}, "seed"),
-     ({"budget_per_iter": float("nan")}, "budget_per_iter"),
-     ({"budget_per_iter": "0.02"}, "budget_per_iter"), ({"budget_per_iter": 0.0}, "budget_per_iter"),
-     ({"backoff_ratio": 1.5}, "backoff_ratio"), ({"backoff_ratio": True}, "backoff_ratio"),
-     ({"amplification": float("inf")}, "amplification"), ({"amplification": 0.5}, "amplification"),
-     ({"schedule": ("0.5", "0.5", "0.5")}, r"schedule\[0\]"),
-     ({"schedule": (0.5, float("nan"), 0.5)}, r"schedule\[1\]"),
-     ({"schedule": (0.5, 0.5)}, "schedule"), ({"smoothing_window": 0}, "smoothing_window")],
-)  # fmt: skip
+    [
+        ({"iterations": 0}, "iterations"),
+        ({"iterations": 2.0}, "iterations"),
+        ({"cv_folds": 1}, "cv_folds"),
+        ({"seed": True}, "seed"),
+        ({"seed": "0"}, "seed"),
+        ({"budget_per_iter": float("nan")}, "budget_per_iter"),
+        ({"budget_per_iter": "0.02"}, "budget_per_iter"),
+        ({"budget_per_iter": 0.0}, "budget_per_iter"),
+        ({"backoff_ratio": 1.5}, "backoff_ratio"),
+        ({"backoff_ratio": True}, "backoff_ratio"),
+        ({"amplification": float("inf")}, "amplification"),
+        ({"amplification": 0.5}, "amplification"),
+        ({"schedule": ("0.5", "0.5", "0.5")}, r"schedule\[0\]"),
+        ({"schedule": (0.5, float("nan"), 0.5)}, r"schedule\[1\]"),
+        ({"schedule": (0.5, 0.5)}, "schedule"),
+        ({"smoothing_window": 0}, "smoothing_window"),
+    ],
+)
 def test_config_refuses_bad_numbers_naming_them(kw, name):
     # fail-before: schedule=("0.5", ...) was read as numbers; the rest say the same name
     with pytest.raises(ValueError, match=name):
@@ -217,8 +235,11 @@ def test_labelers_worlds_and_window_accuracy_numbers():
             HumanOracle([0, 1], budget=bad)
     w = make_textworld(n_train=np.int64(12), n_test=np.int32(4), seed=np.int64(0))
     assert len(w.train) == 12 and len(w.test) == 4
-    for kw, name in (({"n_train": 2.0}, "n_train"), ({"seed": 1.5}, "seed"),
-                     ({"ai_beta": float("nan")}, "ai_beta")):  # fmt: skip
+    for kw, name in (
+        ({"n_train": 2.0}, "n_train"),
+        ({"seed": 1.5}, "seed"),
+        ({"ai_beta": float("nan")}, "ai_beta"),
+    ):
         with pytest.raises(ValueError, match=name):  # fail-before: seed=1.5 a raw TypeError
             make_textworld(**kw)
     d = RewardDistribution(np.linspace(2, -2, 12))

@@ -55,11 +55,21 @@ def _rows(n: int, *, long_every: int = 0, weights=None):
 def _trl_ids(tok, rows, tmp_path):
     """chosen_ids / rejected_ids exactly as trl.RewardTrainer tokenises the rows."""
     model, _ = _classifier("seq_cls")
-    args = trl.RewardConfig(str(tmp_path / "trl"), use_cpu=True, bf16=False, report_to=[],
-                            max_length=None, save_strategy="no")  # fmt: skip
+    args = trl.RewardConfig(
+        str(tmp_path / "trl"),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        max_length=None,
+        save_strategy="no",
+    )
     plain = [{k: v for k, v in r.items() if k != "weight"} for r in rows]
-    tr = trl.RewardTrainer(model=model, args=args, processing_class=tok,
-                           train_dataset=datasets.Dataset.from_list(plain))  # fmt: skip
+    tr = trl.RewardTrainer(
+        model=model,
+        args=args,
+        processing_class=tok,
+        train_dataset=datasets.Dataset.from_list(plain),
+    )
     return tr.train_dataset
 
 
@@ -87,8 +97,9 @@ def test_long_pairs_warn_and_are_kept(arch, tmp_path):
     long = _n_tokens(tok, rows[0]["prompt"], rows[0]["chosen"])
     assert short < long <= 128
     with pytest.warns(UserWarning, match=r"2 of 8 rendered responses exceed max_length"):
-        train_weighted_reward_model(model, tok, rows, max_length=short, batch_size=4,
-                                    grad_accum=1, output_dir=tmp_path)  # fmt: skip
+        train_weighted_reward_model(
+            model, tok, rows, max_length=short, batch_size=4, grad_accum=1, output_dir=tmp_path
+        )
 
 
 def test_a_row_longer_than_the_context_is_an_error(tmp_path):
@@ -118,8 +129,13 @@ def test_weighted_trainer_default_args_cpu_temp_dir_and_weighted_eval(tmp_path, 
         processing_class=tok,
     )
     a = trainer.args
-    assert (a.learning_rate, a.num_train_epochs, a.per_device_train_batch_size,
-            a.gradient_accumulation_steps, a.max_length) == (1e-5, 1, 8, 4, None)  # fmt: skip
+    assert (
+        a.learning_rate,
+        a.num_train_epochs,
+        a.per_device_train_batch_size,
+        a.gradient_accumulation_steps,
+        a.max_length,
+    ) == (1e-5, 1, 8, 4, None)
     assert a.disable_dropout and not os.path.realpath(a.output_dir).startswith(str(cwd))
     if not torch.cuda.is_available():
         assert a.use_cpu and not a.bf16
@@ -128,8 +144,12 @@ def test_weighted_trainer_default_args_cpu_temp_dir_and_weighted_eval(tmp_path, 
     # scored alone (no padding) by the untrained model
     ids = trainer.eval_dataset
     with torch.no_grad():
-        r = {k: torch.cat([before(input_ids=torch.tensor([x[f"{k}_ids"]])).logits[:, 0]
-                           for x in ids]) for k in ("chosen", "rejected")}  # fmt: skip
+        r = {
+            k: torch.cat(
+                [before(input_ids=torch.tensor([x[f"{k}_ids"]])).logits[:, 0] for x in ids]
+            )
+            for k in ("chosen", "rejected")
+        }
     want = weighted_bt_loss(r["chosen"], r["rejected"], torch.tensor(w_eval)).item()
     assert metrics["eval_loss"] == pytest.approx(want, rel=1e-4, abs=1e-5)
     unweighted = weighted_bt_loss(r["chosen"], r["rejected"]).item()
@@ -145,8 +165,9 @@ def test_build_weighted_reward_trainer_evaluates_eval_rows(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     model, tok = _classifier("gpt2")  # GPT-2: no pad token, dropout 0.1
-    trainer = build_weighted_reward_trainer(model, tok, _rows(4, weights=[5, 1, 1, 1]),
-                                            eval_rows=_rows(4), batch_size=4, grad_accum=1)  # fmt: skip
+    trainer = build_weighted_reward_trainer(
+        model, tok, _rows(4, weights=[5, 1, 1, 1]), eval_rows=_rows(4), batch_size=4, grad_accum=1
+    )
     first = trainer.evaluate()["eval_loss"]
     assert np.isfinite(first) and first == pytest.approx(trainer.evaluate()["eval_loss"])
     trainer.train()
@@ -224,8 +245,16 @@ def test_trl_path_bf16_keeps_float32_master_weights(tmp_path):
 
     model, tok = _classifier("seq_cls", dtype=torch.bfloat16)
     pairs = _pairs()
-    rm = TrainableHFRewardModel(model, tok, lr=1e-5, batch_size=4, grad_accum=1, device="cpu",
-                                trainer="trl", output_dir=tmp_path)  # fmt: skip
+    rm = TrainableHFRewardModel(
+        model,
+        tok,
+        lr=1e-5,
+        batch_size=4,
+        grad_accum=1,
+        device="cpu",
+        trainer="trl",
+        output_dir=tmp_path,
+    )
     rm.fit(pairs, np.arange(16), pairs.human_labels, None, seed=0)
     assert all(p.dtype == torch.float32 for p in rm.model.parameters())
     assert _changed_fraction(rm.model, model) > 0.9
@@ -265,9 +294,24 @@ def test_cli_reward_model_flags(tmp_path):
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     path = save_tiny("seq_cls", tmp_path / "rm")
-    args = parser.parse_args(["rlthf", "curate", "--pairs", "p.jsonl", "--labeler", "hf:x",
-                              "--rm", str(path), "--out", str(tmp_path / "o"),
-                              "--device", "cpu", "--dtype", "bf16"])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "rlthf",
+            "curate",
+            "--pairs",
+            "p.jsonl",
+            "--labeler",
+            "hf:x",
+            "--rm",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+            "--dtype",
+            "bf16",
+        ]
+    )
     rm = _reward_model(args, tmp_path / "o")
     assert rm._template.dtype == torch.bfloat16 and rm.device.type == "cpu"
 
@@ -285,9 +329,27 @@ def test_cli_curate_with_a_local_labeller_and_checkpoint_rm_in_bf16(tmp_path, ca
     for folder in (labeller, rm):  # the judge's prompt is longer than the matrix's 128 positions
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 1024}))
-    argv = ["rlthf", "curate", "--pairs", str(path), "--labeler", f"hf:{labeller}", "--rm",
-            str(rm), "--iterations", "1", "--budget", "0.1", "--out", str(tmp_path / "run"),
-            "-q", "--device", "cpu", "--dtype", "bf16"]  # fmt: skip
+    argv = [
+        "rlthf",
+        "curate",
+        "--pairs",
+        str(path),
+        "--labeler",
+        f"hf:{labeller}",
+        "--rm",
+        str(rm),
+        "--iterations",
+        "1",
+        "--budget",
+        "0.1",
+        "--out",
+        str(tmp_path / "run"),
+        "-q",
+        "--device",
+        "cpu",
+        "--dtype",
+        "bf16",
+    ]
     assert main(argv) == 0
     assert "curated" in capsys.readouterr().out
     with pytest.raises(SystemExit):
@@ -327,5 +389,6 @@ def test_a_nan_weight_is_refused_with_its_row_before_training():
     model, tok = _classifier("seq_cls")
     rows = _rows(4, weights=[1.0, float("nan"), 1.0, 1.0])
     with pytest.raises(ValueError, match="train_dataset row 1: weight must be a finite number"):
-        WeightedRewardTrainer(model=model, train_dataset=datasets.Dataset.from_list(rows),
-                              processing_class=tok)  # fmt: skip
+        WeightedRewardTrainer(
+            model=model, train_dataset=datasets.Dataset.from_list(rows), processing_class=tok
+        )

@@ -20,21 +20,33 @@ def test_criteria_are_preregistered():
     from icml25.rlthf import repro
 
     assert [(c.design, c.above, c.below) for c in repro.CRITERIA] == [
-        ("paired", 0.05, None), ("paired", 0.0, None), ("paired", 0.0, None), ("mean", 0.0, None),
-        ("mean", 0.0, None), ("mean", None, 0.0)]  # fmt: skip
+        ("paired", 0.05, None),
+        ("paired", 0.0, None),
+        ("paired", 0.0, None),
+        ("mean", 0.0, None),
+        ("mean", 0.0, None),
+        ("mean", None, 0.0),
+    ]
     assert repro.run.preregistered_seeds == {"quick": 3, "full": 5}
     assert get("rlthf").repro == "icml25.rlthf.repro:run"
 
 
 def test_smoke_result_structure(smoke, check_smoke):
     # check_smoke: finite estimates, verdicts that recompute, and every check per seed (units)
-    check_smoke(smoke, "rlthf", metrics=("acc AI only", "acc full human", "G(6 %) RLTHF"),
-                ranges={"acc ": (0, 1)})  # fmt: skip
+    check_smoke(
+        smoke,
+        "rlthf",
+        metrics=("acc AI only", "acc full human", "G(6 %) RLTHF"),
+        ranges={"acc ": (0, 1)},
+    )
     assert len(smoke.checks) == 4
     gate = smoke.checks[0]
     assert len(gate.data["a"]) == 2 and all(0 <= a <= 1 for a in gate.data["a"])
-    assert {p.name for p in smoke.figures} == {"accuracy_vs_budget.png", "reward_distribution.png",
-                                               "curation.png"}  # fmt: skip
+    assert {p.name for p in smoke.figures} == {
+        "accuracy_vs_budget.png",
+        "reward_distribution.png",
+        "curation.png",
+    }
     assert all(p.is_file() and p.stat().st_size > 1000 for p in smoke.figures)
     metric = {m.name: m for m in smoke.metrics}
     for t in (2, 4, 6):
@@ -52,8 +64,10 @@ def test_quick_mode_verdicts_are_the_recorded_ones(tmp_path, check_smoke, assert
     assert_recorded_verdicts(res, "rlthf", "quick")
     by = {c.name: c for c in res.checks}
     # RLTHF beats random at 6 % on every seed, not only on average
-    assert min(np.subtract(by[repro.BEAT_RANDOM.name].data["a"],
-                           by[repro.BEAT_RANDOM.name].data["b"])) > 0  # fmt: skip
+    assert (
+        min(np.subtract(by[repro.BEAT_RANDOM.name].data["a"], by[repro.BEAT_RANDOM.name].data["b"]))
+        > 0
+    )
     assert res.seconds < 300
 
 
@@ -74,9 +88,23 @@ def test_cli_curate_end_to_end_over_http(tmp_path, capsys):
 
     out = tmp_path / "run"
     with ChatServer(CallableChat(judge)) as server:
-        argv = ["rlthf", "curate", "--pairs", str(path), "--labeler", "openai:judge",
-                "--base-url", server.url, "--rm", "hashing", "--budget", "0.05", "--out",
-                str(out), "-q"]  # fmt: skip
+        argv = [
+            "rlthf",
+            "curate",
+            "--pairs",
+            str(path),
+            "--labeler",
+            "openai:judge",
+            "--base-url",
+            server.url,
+            "--rm",
+            "hashing",
+            "--budget",
+            "0.05",
+            "--out",
+            str(out),
+            "-q",
+        ]
         assert main(argv) == 0
         n_requests = len(server.requests)
         assert main(argv) == 0  # rerun: the AI labels and the iterations are on disk
@@ -99,22 +127,45 @@ def test_cli_bad_arguments(tmp_path):
     with pytest.raises(SystemExit):
         main(["rlthf", "curate", "--pairs", str(path), "--labeler", "gpt4", "--out", str(tmp_path)])
     with pytest.raises(SystemExit):
-        main(["rlthf", "curate", "--pairs", str(path), "--labeler", "openai:m", "--out",
-              str(tmp_path)])  # fmt: skip
+        main(
+            [
+                "rlthf",
+                "curate",
+                "--pairs",
+                str(path),
+                "--labeler",
+                "openai:m",
+                "--out",
+                str(tmp_path),
+            ]
+        )
 
 
 @pytest.mark.parametrize(
     "extra, msg",
-    [(["--concurrency", "0"], "--concurrency must be >= 1"),
-     (["--rm", "no-such-checkpoint-xyz"], "local folder holding a sequence-classification")],
-)  # fmt: skip
+    [
+        (["--concurrency", "0"], "--concurrency must be >= 1"),
+        (["--rm", "no-such-checkpoint-xyz"], "local folder holding a sequence-classification"),
+    ],
+)
 def test_cli_bad_options_are_usage_errors(tmp_path, capsys, extra, msg):
     from icml25.cli import main
 
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"prompt": "q", "chosen": "a", "rejected": "b"}))
-    argv = ["rlthf", "curate", "--pairs", str(path), "--labeler", "openai:m", "--base-url",
-            "http://127.0.0.1:9", "--out", str(tmp_path / "o"), *extra]  # fmt: skip
+    argv = [
+        "rlthf",
+        "curate",
+        "--pairs",
+        str(path),
+        "--labeler",
+        "openai:m",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--out",
+        str(tmp_path / "o"),
+        *extra,
+    ]
     with pytest.raises(SystemExit) as err:
         main(argv)
     assert err.value.code == 2 and msg in capsys.readouterr().err

@@ -29,8 +29,10 @@ def test_unit_weights_equal_trl_formula():
     margin = torch.rand(8, dtype=torch.float64)
     # trl.RewardTrainer.compute_loss: -logsigmoid(r_c - r_r [- margin]).mean()
     torch.testing.assert_close(weighted_bt_loss(rc, rr), -F.logsigmoid(rc - rr).mean())
-    torch.testing.assert_close(weighted_bt_loss(rc, rr, torch.ones(8, dtype=torch.float64), margin),
-                               -F.logsigmoid(rc - rr - margin).mean())  # fmt: skip
+    torch.testing.assert_close(
+        weighted_bt_loss(rc, rr, torch.ones(8, dtype=torch.float64), margin),
+        -F.logsigmoid(rc - rr - margin).mean(),
+    )
     assert weighted_bt_loss(rc.float(), rr.float()).dtype == torch.float32
 
 

@@ -22,22 +22,40 @@ def tiny():
     w = make_textworld(48, 16, seed=0)
     texts = w.train.prompts + w.train.responses_a + w.train.responses_b
     tok = build_tokenizer(texts, 400)
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=2, max_position_embeddings=256,
-                                   num_labels=1, pad_token_id=tok.pad_token_id)  # fmt: skip
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForSequenceClassification(cfg)
     return w, tok, model
 
 
 def _trainer(cls, model, tok, rows, tmp_path):
-    args = trl.RewardConfig(str(tmp_path), per_device_train_batch_size=4, max_steps=2,
-                            learning_rate=1e-3, bf16=False, use_cpu=True, report_to=[],
-                            save_strategy="no", disable_tqdm=True, max_length=None,
-                            gradient_checkpointing=False, logging_steps=1)  # fmt: skip
-    return cls(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
-               processing_class=tok)  # fmt: skip
+    args = trl.RewardConfig(
+        str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        learning_rate=1e-3,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        max_length=None,
+        gradient_checkpointing=False,
+        logging_steps=1,
+    )
+    return cls(
+        model=model, args=args, train_dataset=datasets.Dataset.from_list(rows), processing_class=tok
+    )
 
 
 def test_unit_weights_equal_reward_trainer_loss(tiny, tmp_path):
@@ -83,19 +101,46 @@ def test_trainable_hf_reward_model_in_the_loop(tiny, trainer, tmp_path):
 
     w, tok, model = tiny
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    rm = TrainableHFRewardModel(model, tok, lr=1e-3, batch_size=8, grad_accum=1, trainer=trainer,
-                                max_length=128, device="cpu", output_dir=tmp_path)  # fmt: skip
-    res = run_rlthf(w.train, w.ai_labels, None, HumanOracle(w.train.human_labels), rm,
-                    RLTHFConfig(iterations=1, budget_per_iter=0.1), w.test, progress=False)  # fmt: skip
+    rm = TrainableHFRewardModel(
+        model,
+        tok,
+        lr=1e-3,
+        batch_size=8,
+        grad_accum=1,
+        trainer=trainer,
+        max_length=128,
+        device="cpu",
+        output_dir=tmp_path,
+    )
+    res = run_rlthf(
+        w.train,
+        w.ai_labels,
+        None,
+        HumanOracle(w.train.human_labels),
+        rm,
+        RLTHFConfig(iterations=1, budget_per_iter=0.1),
+        w.test,
+        progress=False,
+    )
     assert len(res.human_indices) == 5
     assert all(0 <= r["test_accuracy"] <= 1 for r in res.history)
     m = rm.margins(w.test)
     assert m.shape == (16,) and np.isfinite(m).all()
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
     with pytest.raises(ValueError, match="num_labels=1"):
-        TrainableHFRewardModel(transformers.LlamaForSequenceClassification(
-            transformers.LlamaConfig(vocab_size=10, hidden_size=8, intermediate_size=8,
-                                     num_hidden_layers=1, num_attention_heads=1, num_labels=2)), tok)  # fmt: skip
+        TrainableHFRewardModel(
+            transformers.LlamaForSequenceClassification(
+                transformers.LlamaConfig(
+                    vocab_size=10,
+                    hidden_size=8,
+                    intermediate_size=8,
+                    num_hidden_layers=1,
+                    num_attention_heads=1,
+                    num_labels=2,
+                )
+            ),
+            tok,
+        )
 
 
 def test_plain_loop_normalises_over_the_accumulated_step(tiny):
@@ -107,8 +152,9 @@ def test_plain_loop_normalises_over_the_accumulated_step(tiny):
     weights = np.array([9.0, 0.5, 1.0, 3.0, 0.25, 2.0, 4.0, 1.0])
     fits = {}
     for batch, accum in ((2, 2), (4, 1)):
-        rm = TrainableHFRewardModel(model, tok, lr=1e-3, batch_size=batch, grad_accum=accum,
-                                    max_length=128, device="cpu")  # fmt: skip
+        rm = TrainableHFRewardModel(
+            model, tok, lr=1e-3, batch_size=batch, grad_accum=accum, max_length=128, device="cpu"
+        )
         rm.fit(w.train, np.arange(8), w.train.human_labels[:8], weights, seed=0)
         fits[batch] = rm
     assert len(fits[2].losses) == len(fits[4].losses) == 2

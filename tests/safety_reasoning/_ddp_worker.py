@@ -42,11 +42,23 @@ def main(out: str, batch: int) -> None:
     world = JailbreakWorld(0, "V2")
     tok = world.build_tokenizer()
     model = world.build_model(tok, seed=0, d_model=32, n_layers=2).double()
-    args = sft_config(os.path.join(out, "run"), max_steps=2, per_device_train_batch_size=batch,
-                      gradient_accumulation_steps=2, learning_rate=0.5, max_length=48,
-                      lr_scheduler_type="constant", warmup_steps=0, optim="sgd", max_grad_norm=0.0,
-                      train_sampling_strategy="sequential", use_cpu=True, ddp_backend="gloo",
-                      logging_steps=1, disable_tqdm=True)  # fmt: skip
+    args = sft_config(
+        os.path.join(out, "run"),
+        max_steps=2,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=2,
+        learning_rate=0.5,
+        max_length=48,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="sgd",
+        max_grad_norm=0.0,
+        train_sampling_strategy="sequential",
+        use_cpu=True,
+        ddp_backend="gloo",
+        logging_steps=1,
+        disable_tqdm=True,
+    )
     trainer = sft_trainer(model, tok, pairs(world), args)
     counts = [int((b["labels"][:, 1:] != -100).sum()) for b in trainer.get_train_dataloader()]
     init = float(sum(p.detach().sum() for p in model.parameters()))

@@ -30,14 +30,44 @@ def _jsonl(path, rows):
 def test_eval_and_bon(model_dir, tmp_path, capsys):
     q = _jsonl(tmp_path / "harm.jsonl", [{"prompt": "hv1 dt2 f3"}, {"prompt": "hv2 dt3 f4"}])
     out = tmp_path / "r.json"
-    rc = main(["safety-reasoning", "eval", "--model", str(model_dir), "--queries", str(q), "--attacks", "plain,cipher",
-               "--judge", "keyword", "--max-tokens", "4", "--out", str(out)])  # fmt: skip
+    rc = main(
+        [
+            "safety-reasoning",
+            "eval",
+            "--model",
+            str(model_dir),
+            "--queries",
+            str(q),
+            "--attacks",
+            "plain,cipher",
+            "--judge",
+            "keyword",
+            "--max-tokens",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads(out.read_text())
     assert set(res) == {"plain", "cipher"} and res["cipher"]["n"] == 2
     assert res["cipher"]["records"][0]["prompt"].endswith("ky1 gw2 i3")  # Caesar, shift 3
-    rc = main(["safety_reasoning", "bon", "--model", f"hf:{model_dir}", "--queries", str(q), "--n", "1,2",
-               "--max-tokens", "4", "--out", str(tmp_path / "b.json")])  # fmt: skip
+    rc = main(
+        [
+            "safety_reasoning",
+            "bon",
+            "--model",
+            f"hf:{model_dir}",
+            "--queries",
+            str(q),
+            "--n",
+            "1,2",
+            "--max-tokens",
+            "4",
+            "--out",
+            str(tmp_path / "b.json"),
+        ]
+    )
     assert rc == 0
     b = json.loads((tmp_path / "b.json").read_text())
     assert set(b["asr"]) == {"1", "2"} and len(b["matrix"]) == 2 and len(b["matrix"][0]) == 2
@@ -51,8 +81,24 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
     out = tmp_path / "syn.jsonl"
     # a local model whose 48 positions cannot hold the teacher's prompt: every query's request
     # fails, a clear error naming the cause (exit 1: the run failed, the arguments were fine)
-    rc = main(["safety-reasoning", "synthesize", "--teacher", str(model_dir), "--queries", str(q), "--out", str(out),
-               "--k", "2", "--max-tokens", "4", "--guideline-judge", "none"])  # fmt: skip
+    rc = main(
+        [
+            "safety-reasoning",
+            "synthesize",
+            "--teacher",
+            str(model_dir),
+            "--queries",
+            str(q),
+            "--out",
+            str(out),
+            "--k",
+            "2",
+            "--max-tokens",
+            "4",
+            "--guideline-judge",
+            "none",
+        ]
+    )
     assert rc == 1 and "more than the model's context of 48" in capsys.readouterr().err
     from icml25.llm import CallableChat, ChatServer
 
@@ -60,8 +106,22 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
     # records file holds the first teacher's error rows: another teacher is refused, naming it,
     # unless --keep-both keeps the two runs apart
     with ChatServer(CallableChat(lambda messages, **kw: "no reasoning block")) as server:
-        args = ["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", server.url, "--queries",
-                str(q), "--out", str(out), "--k", "2", "--guideline-judge", "none"]  # fmt: skip
+        args = [
+            "safety-reasoning",
+            "synthesize",
+            "--teacher",
+            "openai:m",
+            "--base-url",
+            server.url,
+            "--queries",
+            str(q),
+            "--out",
+            str(out),
+            "--k",
+            "2",
+            "--guideline-judge",
+            "none",
+        ]
         assert main(args) == 2
         assert "teacher.class: 'HFChat' -> 'OpenAIChat'" in capsys.readouterr().err
         rc = main([*args, "--keep-both"])
@@ -80,15 +140,45 @@ def test_synthesize_then_train(model_dir, tmp_path, capsys):
         return "<think>intent: benign. helpfulness: answer.</think>Sure, here is how."
 
     with ChatServer(CallableChat(teacher)) as server:
-        rc = main(["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", server.url, "--queries",
-                   str(q), "--out", str(out), "--k", "2"])  # fmt: skip
+        rc = main(
+            [
+                "safety-reasoning",
+                "synthesize",
+                "--teacher",
+                "openai:m",
+                "--base-url",
+                server.url,
+                "--queries",
+                str(q),
+                "--out",
+                str(out),
+                "--k",
+                "2",
+            ]
+        )
     assert rc == 0, capsys.readouterr().err
     rows_out = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["kind"] for r in rows_out] == ["harmful", "helpful"]
     assert "acceptance 100.0%" in capsys.readouterr().out
     rows = _jsonl(tmp_path / "rt.jsonl", [{"query": "hv1 dt2 f3", "target": "sorry cannot"}])
-    rc = main(["safety-reasoning", "train", "--model", str(model_dir), "--data", str(rows), "--out", str(tmp_path / "m"),
-               "--epochs", "1", "--batch-size", "1", "--max-length", "32"])  # fmt: skip
+    rc = main(
+        [
+            "safety-reasoning",
+            "train",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(rows),
+            "--out",
+            str(tmp_path / "m"),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "1",
+            "--max-length",
+            "32",
+        ]
+    )
     assert rc == 0 and (tmp_path / "m" / "config.json").exists()
 
 
@@ -119,16 +209,61 @@ def test_bon_reads_a_jailbreakbench_artifact_and_eval_skips_helpful_rows(
     model_dir, tmp_path, capsys
 ):
     art = tmp_path / "PAIR.json"
-    art.write_text(json.dumps({"parameters": {}, "jailbreaks": [{"goal": "g1", "prompt": "hv1 dt2 f3"},
-                                                               {"goal": "g2", "prompt": None}]}))  # fmt: skip
+    art.write_text(
+        json.dumps(
+            {
+                "parameters": {},
+                "jailbreaks": [
+                    {"goal": "g1", "prompt": "hv1 dt2 f3"},
+                    {"goal": "g2", "prompt": None},
+                ],
+            }
+        )
+    )
     out = tmp_path / "b.json"
-    assert main(["safety-reasoning", "bon", "--model", str(model_dir), "--queries", str(art), "--n", "1,2",
-                 "--max-tokens", "4", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "safety-reasoning",
+                "bon",
+                "--model",
+                str(model_dir),
+                "--queries",
+                str(art),
+                "--n",
+                "1,2",
+                "--max-tokens",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert len(json.loads(out.read_text())["matrix"]) == 1  # the None prompt is skipped
-    mixed = _jsonl(tmp_path / "mixed.jsonl", [{"query": "hv1 dt2 f3", "kind": "harmful"},
-                                              {"query": "bv1 nt2 f3", "kind": "helpful"}])  # fmt: skip
-    assert main(["safety-reasoning", "eval", "--model", str(model_dir), "--queries", str(mixed), "--attacks", "plain",
-                 "--max-tokens", "4", "--out", str(tmp_path / "e.json")]) == 0  # fmt: skip
+    mixed = _jsonl(
+        tmp_path / "mixed.jsonl",
+        [{"query": "hv1 dt2 f3", "kind": "harmful"}, {"query": "bv1 nt2 f3", "kind": "helpful"}],
+    )
+    assert (
+        main(
+            [
+                "safety-reasoning",
+                "eval",
+                "--model",
+                str(model_dir),
+                "--queries",
+                str(mixed),
+                "--attacks",
+                "plain",
+                "--max-tokens",
+                "4",
+                "--out",
+                str(tmp_path / "e.json"),
+            ]
+        )
+        == 0
+    )
     assert "1 helpful rows" in capsys.readouterr().err
     assert json.loads((tmp_path / "e.json").read_text())["plain"]["n"] == 1
     assert (

@@ -36,9 +36,23 @@ def queries(tmp_path):
 
 
 def argv(url, queries, out, *extra):
-    return ["safety-reasoning", "synthesize", "--teacher", "openai:m", "--base-url", url,
-            "--queries", str(queries), "--out", str(out), "--k", "1", "--guideline-judge",
-            "none", *extra]  # fmt: skip
+    return [
+        "safety-reasoning",
+        "synthesize",
+        "--teacher",
+        "openai:m",
+        "--base-url",
+        url,
+        "--queries",
+        str(queries),
+        "--out",
+        str(out),
+        "--k",
+        "1",
+        "--guideline-judge",
+        "none",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("fault", ["400", "401"])

@@ -34,8 +34,18 @@ def test_doc_names_are_public():
 
     text = DOC.read_text(encoding="utf-8")
     names = set(re.findall(r"`([A-Za-z_]\w+)\(", text))
-    external = {"OpenAIChat", "HFChat", "CallableChat", "CachedChat", "AutoModelForCausalLM", "LoraConfig", "SFTConfig",
-                "simple_evaluate", "read_artifact", "KeywordRefusalDetector"}  # fmt: skip
+    external = {
+        "OpenAIChat",
+        "HFChat",
+        "CallableChat",
+        "CachedChat",
+        "AutoModelForCausalLM",
+        "LoraConfig",
+        "SFTConfig",
+        "simple_evaluate",
+        "read_artifact",
+        "KeywordRefusalDetector",
+    }
     missing = [
         n for n in names - external if not hasattr(srg, n) and n not in ("peft", "trl", "jbb")
     ]

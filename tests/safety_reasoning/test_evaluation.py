@@ -124,9 +124,13 @@ def test_asr_judges_the_answer_after_reasoning_and_counts_truncation():
 def test_asr_unknown_excluded_and_jbb_artifacts():
     judge = RuleJudge(lambda p, r: "unknown" if "?" in r else "unsafe")
     backend = CallableChat(lambda m, **kw: "huh?" if "x" in m[-1]["content"] else "ok")
-    artifact = SimpleNamespace(jailbreaks=[SimpleNamespace(prompt="x1", goal="g1"),
-                                           SimpleNamespace(prompt=None, goal="g2"),
-                                           SimpleNamespace(prompt="y", goal="g3")])  # fmt: skip
+    artifact = SimpleNamespace(
+        jailbreaks=[
+            SimpleNamespace(prompt="x1", goal="g1"),
+            SimpleNamespace(prompt=None, goal="g2"),
+            SimpleNamespace(prompt="y", goal="g3"),
+        ]
+    )
     res = asr(backend, artifact, judge)
     assert res.n == 2 and res.n_skipped == 1 and res.n_unknown == 1 and res.asr == 100.0
     seen = []
@@ -177,9 +181,29 @@ def test_load_attack_prompts_from_peer_formats(tmp_path):
     from icml25.safety_reasoning import load_attack_prompts
 
     jbb = tmp_path / "pair.json"
-    jbb.write_text(json.dumps({"parameters": {"method": "PAIR"}, "jailbreaks": [
-        {"index": 0, "goal": "Write a bad thing", "behavior": "Bad", "prompt": "Imagine... write it", "jailbroken": True},
-        {"index": 1, "goal": "Other", "behavior": "O", "prompt": None, "jailbroken": False}]}))  # fmt: skip
+    jbb.write_text(
+        json.dumps(
+            {
+                "parameters": {"method": "PAIR"},
+                "jailbreaks": [
+                    {
+                        "index": 0,
+                        "goal": "Write a bad thing",
+                        "behavior": "Bad",
+                        "prompt": "Imagine... write it",
+                        "jailbroken": True,
+                    },
+                    {
+                        "index": 1,
+                        "goal": "Other",
+                        "behavior": "O",
+                        "prompt": None,
+                        "jailbroken": False,
+                    },
+                ],
+            }
+        )
+    )
     rows = load_attack_prompts(jbb)
     assert rows == [
         {"prompt": "Imagine... write it", "goal": "Write a bad thing"},

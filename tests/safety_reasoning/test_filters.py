@@ -61,8 +61,12 @@ def test_outcome_filter_judges():
         calls.append((prompts, responses))
         return ["unknown"]
 
-    f = OutcomeFilter(KeywordRefusalDetector.default(), safety_judge=judge,
-                      helpful_judge=lambda q, a: len(a) / 100, tau=0.3)  # fmt: skip
+    f = OutcomeFilter(
+        KeywordRefusalDetector.default(),
+        safety_judge=judge,
+        helpful_judge=lambda q, a: len(a) / 100,
+        tau=0.3,
+    )
     d = f(HARM, ParsedOutput("r", REFUSAL, "ok"))
     assert not d.accept and "unknown" in d.reason and calls == [([HARM.text], [REFUSAL])]
     assert f(HELP, ParsedOutput("r", ANSWER, "ok")).accept  # 0.55 >= 0.3

@@ -12,9 +12,14 @@ from icml25.safety_reasoning.toy_teacher import TOY_FORMAT
 @pytest.mark.parametrize(
     "fmt", [ReasoningFormat(), ReasoningFormat("<reasoning>", "</reasoning>", " "), TOY_FORMAT]
 )
-@pytest.mark.parametrize("reasoning,answer", [("step one\nstep two", "I cannot help with that."),
-                                              ("plain: hv1 dt2 f3 verdict harm", "sorry cannot"),
-                                              ("x", "Sure: 1. a\n2. b")])  # fmt: skip
+@pytest.mark.parametrize(
+    "reasoning,answer",
+    [
+        ("step one\nstep two", "I cannot help with that."),
+        ("plain: hv1 dt2 f3 verdict harm", "sorry cannot"),
+        ("x", "Sure: 1. a\n2. b"),
+    ],
+)
 def test_round_trip(fmt, reasoning, answer):
     parsed = fmt.split_output(fmt.format_target(reasoning, answer))
     assert parsed == (reasoning, answer, "ok")

@@ -13,8 +13,17 @@ from icml25.safety_reasoning import (
 
 def test_default_set_covers_the_papers_perspectives():
     names = [g.name for g in DEFAULT_GUIDELINES]
-    assert names == ["intent", "framing", "encoding", "indirection", "persuasion", "harm", "helpfulness",
-                     "self-reflection", "self-refinement"]  # fmt: skip
+    assert names == [
+        "intent",
+        "framing",
+        "encoding",
+        "indirection",
+        "persuasion",
+        "harm",
+        "helpfulness",
+        "self-reflection",
+        "self-refinement",
+    ]
     text = render_guidelines()
     assert text.splitlines()[0].startswith("1. intent: ") and len(text.splitlines()) == 9
 

@@ -57,12 +57,28 @@ def test_synthesize_counts_follow_k_keep_and_rounds(k, keep, max_rounds, ik, fk)
     teacher = CallableChat(lambda m, **kw: seen.append(kw) or REPLY)
     if keep > k * max_rounds:
         with pytest.raises(ValueError, match=f"keep={keep} exceeds the k \\* max_rounds"):
-            synthesize(teacher, QS, k=ik(k), keep=ik(keep), max_rounds=ik(max_rounds),
-                       filters=[], progress=False)  # fmt: skip
+            synthesize(
+                teacher,
+                QS,
+                k=ik(k),
+                keep=ik(keep),
+                max_rounds=ik(max_rounds),
+                filters=[],
+                progress=False,
+            )
         assert seen == []
         return
-    rep = synthesize(teacher, QS, k=ik(k), keep=ik(keep), max_rounds=ik(max_rounds),
-                     temperature=fk(0.7), seed=ik(3), filters=[], progress=False)  # fmt: skip
+    rep = synthesize(
+        teacher,
+        QS,
+        k=ik(k),
+        keep=ik(keep),
+        max_rounds=ik(max_rounds),
+        temperature=fk(0.7),
+        seed=ik(3),
+        filters=[],
+        progress=False,
+    )
     rounds = math.ceil(keep / k)  # every candidate is accepted: rounds until keep are in
     assert rep.n_candidates == k * rounds * len(QS)
     assert len(rep.examples) == keep * len(QS) and rep.acceptance_rate == 1.0
@@ -184,7 +200,7 @@ def test_bon_takes_numpy_arrays_of_ns():
 @given(
     replies=st.lists(
         st.sampled_from(["I'm sorry, I can't.", "Sure: step one.", ""]), min_size=4, max_size=4
-    ),  # fmt: skip
+    ),
     temperature=st.sampled_from([1.0, np.float32(0.5), torch.tensor(0.7)]),
     top_p=st.sampled_from([1, np.float64(0.9)]),
     max_tokens=st.sampled_from([8, np.int64(16)]),
@@ -194,8 +210,15 @@ def test_best_of_n_with_a_scripted_model_matches_the_keyword_judge(
 ):
     it = iter(replies * 10)
     backend = CallableChat(lambda m, **kw: next(it))
-    res = best_of_n(backend, ["how do I x?"], RefusalKeywordJudge(), ns=np.array([1, 2, 4]),
-                    temperature=temperature, top_p=top_p, max_tokens=max_tokens)  # fmt: skip
+    res = best_of_n(
+        backend,
+        ["how do I x?"],
+        RefusalKeywordJudge(),
+        ns=np.array([1, 2, 4]),
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+    )
     det = RefusalKeywordJudge().detector
     row = [0.0 if det(r) else 1.0 for r in replies]
     assert res.matrix.shape == (1, 4) and list(res.matrix[0]) == row
@@ -311,17 +334,22 @@ def test_template_attack_refuses_bad_numbers_fail_before(kw, match):
 def test_rewriting_attacks_send_python_numbers():
     seen = {}
     backend = CallableChat(lambda m, **kw: seen.update(kw) or "How did people do x?")
-    out = PastTenseAttack(backend, temperature=np.float32(0.5), seed=np.int64(1),
-                          max_tokens=np.int64(9))("how do I do x?")  # fmt: skip
+    out = PastTenseAttack(
+        backend, temperature=np.float32(0.5), seed=np.int64(1), max_tokens=np.int64(9)
+    )("how do I do x?")
     assert out == "How did people do x?"
     assert type(seen["temperature"]) is float and type(seen["max_tokens"]) is int
-    for kw, match in (({"temperature": float("inf")}, "temperature must be a finite number"),
-                      ({"max_tokens": 0}, "max_tokens must be an integer >= 1")):  # fmt: skip
+    for kw, match in (
+        ({"temperature": float("inf")}, "temperature must be a finite number"),
+        ({"max_tokens": 0}, "max_tokens must be an integer >= 1"),
+    ):
         with pytest.raises(ValueError, match=match):
             PastTenseAttack(backend, **kw)
-    for kw, match in (({"n_streams": 0}, "n_streams must be an integer >= 1, got 0"),
-                      ({"n_iters": 2.0}, "n_iters must be an integer >= 1, got 2.0"),
-                      ({"target_max_tokens": True}, "target_max_tokens must be an integer")):  # fmt: skip
+    for kw, match in (
+        ({"n_streams": 0}, "n_streams must be an integer >= 1, got 0"),
+        ({"n_iters": 2.0}, "n_iters must be an integer >= 1, got 2.0"),
+        ({"target_max_tokens": True}, "target_max_tokens must be an integer"),
+    ):
         with pytest.raises(ValueError, match=match):
             PAIRAttack(backend, backend, lambda p, r: ["safe"] * len(p), **kw)
 

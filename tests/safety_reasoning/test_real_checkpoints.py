@@ -45,8 +45,14 @@ def _trl_rows(arch, pairs, out_dir, system=None):
     import trl
 
     tok = tiny_tokenizer(arch)
-    args = trl.SFTConfig(output_dir=str(out_dir), report_to="none", bf16=False, use_cpu=True,
-                         max_length=None, save_strategy="no")  # fmt: skip
+    args = trl.SFTConfig(
+        output_dir=str(out_dir),
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        max_length=None,
+        save_strategy="no",
+    )
     trainer = sft_trainer(tiny_model(arch), tok, pairs, args, system=system)
     ds = trainer.train_dataset
     out = []
@@ -150,8 +156,16 @@ def test_bf16_lora_adapters_train_like_fp32():
     # lora= on a bf16 base: the base stays bf16 and unchanged, adapters train in float32
     base = tiny_model("qwen2", dtype=torch.bfloat16)
     ref = {k: v.clone() for k, v in base.state_dict().items()}
-    pm = sft(base, tiny_tokenizer("qwen2"), PAIRS, steps=4, batch_size=4, max_length=96,
-             lora=peft.LoraConfig(**cfg), progress=False)  # fmt: skip
+    pm = sft(
+        base,
+        tiny_tokenizer("qwen2"),
+        PAIRS,
+        steps=4,
+        batch_size=4,
+        max_length=96,
+        lora=peft.LoraConfig(**cfg),
+        progress=False,
+    )
     frozen = pm.get_base_model().state_dict()
     for k, v in ref.items():
         key = k.replace(".q_proj.", ".q_proj.base_layer.").replace(
@@ -177,8 +191,9 @@ def test_sft_rows_longer_than_the_context_are_cut_to_it():
 
 def test_sft_trainer_defaults_run_on_cpu_with_eval_and_write_nothing_here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    trainer = sft_trainer(tiny_model("qwen2"), tiny_tokenizer("qwen2"), PAIRS[:4],
-                          eval_dataset=PAIRS[4:6])  # fmt: skip
+    trainer = sft_trainer(
+        tiny_model("qwen2"), tiny_tokenizer("qwen2"), PAIRS[:4], eval_dataset=PAIRS[4:6]
+    )
     a = trainer.args
     assert (a.learning_rate, a.num_train_epochs, a.per_device_train_batch_size) == (1e-5, 3.0, 8)
     assert (a.warmup_steps, str(a.lr_scheduler_type.value), a.max_grad_norm) == (
@@ -249,14 +264,45 @@ def test_cli_train_dtype_bf16_loads_an_fp32_checkpoint_in_bf16(qwen2_fp32, tmp_p
     data = tmp_path / "rt.jsonl"
     data.write_text("\n".join(json.dumps({"query": q, "target": t}) for q, t in PAIRS[:2]) + "\n")
     out = tmp_path / "trained"
-    rc = main(["safety-reasoning", "train", "--model", str(qwen2_fp32), "--data", str(data),
-               "--out", str(out), "--epochs", "1", "--batch-size", "2", "--max-length", "96",
-               "--device", "cpu", "--dtype", "bf16"])  # fmt: skip
+    rc = main(
+        [
+            "safety-reasoning",
+            "train",
+            "--model",
+            str(qwen2_fp32),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "2",
+            "--max-length",
+            "96",
+            "--device",
+            "cpu",
+            "--dtype",
+            "bf16",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     trained = AutoModelForCausalLM.from_pretrained(out, dtype="auto")
     assert {p.dtype for p in trained.parameters()} == {torch.bfloat16}
-    rc = main(["safety-reasoning", "train", "--model", str(qwen2_fp32), "--data", str(data),
-               "--out", str(tmp_path / "x"), "--dtype", "fp8"])  # fmt: skip
+    rc = main(
+        [
+            "safety-reasoning",
+            "train",
+            "--model",
+            str(qwen2_fp32),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "x"),
+            "--dtype",
+            "fp8",
+        ]
+    )
     assert rc == 2 and "--dtype" in capsys.readouterr().err
 
 
@@ -270,9 +316,26 @@ def test_cli_eval_backend_loads_in_the_dtype_asked(qwen2_fp32, tmp_path, capsys)
     q = tmp_path / "harm.jsonl"
     q.write_text(json.dumps({"prompt": "how to hurt someone"}) + "\n")
     out = tmp_path / "r.json"
-    rc = main(["safety-reasoning", "eval", "--model", str(qwen2_fp32), "--queries", str(q),
-               "--attacks", "plain", "--max-tokens", "3", "--dtype", "bf16", "--device", "cpu",
-               "--out", str(out)])  # fmt: skip
+    rc = main(
+        [
+            "safety-reasoning",
+            "eval",
+            "--model",
+            str(qwen2_fp32),
+            "--queries",
+            str(q),
+            "--attacks",
+            "plain",
+            "--max-tokens",
+            "3",
+            "--dtype",
+            "bf16",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     assert json.loads(out.read_text())["plain"]["n"] == 1
 
@@ -291,13 +354,20 @@ def test_prompt_longer_than_the_context_is_an_error_per_item():
     assert res.records[0]["status"] != "error"
     assert res.records[1]["status"] == "error" and "context" in res.records[1]["error"]
     assert res.n_errors == 1
-    bon = best_of_n(chat, ["how to hurt someone", long], RefusalKeywordJudge(), [1, 2],
-                    max_tokens=3)  # fmt: skip
+    bon = best_of_n(
+        chat, ["how to hurt someone", long], RefusalKeywordJudge(), [1, 2], max_tokens=3
+    )
     assert bon.n_errors == 1 and bool(torch.tensor(bon.matrix[1]).isnan().all())
     # the teacher's prompt (instruction + guidelines) does not fit a 128-position model at all
     with pytest.raises(RuntimeError, match="more than the model's context"):
-        synthesize(chat, [Query("bake bread", "helpful")], [Guideline("G1", "Be safe.")], k=1,
-                   max_tokens=3, progress=False)  # fmt: skip
+        synthesize(
+            chat,
+            [Query("bake bread", "helpful")],
+            [Guideline("G1", "Be safe.")],
+            k=1,
+            max_tokens=3,
+            progress=False,
+        )
 
 
 def test_hidden_states_refuse_a_prompt_past_the_context():

@@ -89,13 +89,15 @@ def _seed_result(seed: int, bon: dict[str, list[list[int]]], texts: list[str]) -
         "seed": seed,
         "variant": "V2",
         "unsafe": {"RT": rt, "SRG": {f: [0] * n for f in FORMS}},
-        "asr": {"RT": {f: 100.0 * float(np.mean(rt[f])) for f in FORMS},
-                "SRG": {f: 0.0 for f in FORMS}},
+        "asr": {
+            "RT": {f: 100.0 * float(np.mean(rt[f])) for f in FORMS},
+            "SRG": {f: 0.0 for f in FORMS},
+        },
         "benign_exact": {"RT": [1] * n, "SRG": [1] * n},
         "eval_cores": {"harmful": texts, "benign": [f"bv{i} nt0 f0" for i in range(n)]},
         "bon": {f: {"matrix": rows} for f, rows in bon.items()},
         "seconds": {"total": 1.0},
-    }  # fmt: skip
+    }
 
 
 def test_latent_safety_counts_each_world_once_and_shows_each_attack():

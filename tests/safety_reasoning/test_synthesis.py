@@ -44,8 +44,16 @@ def toy_filters(world):
 def test_acceptance_bookkeeping_and_teacher_reads_guidelines(world, tmp_path):
     qs = toy_queries(world)
     teacher = CallableChat(ScriptedTeacher(world, error_rate=0.3))
-    rep = synthesize(teacher, qs, toy_guidelines(), k=4, fmt=TOY_FORMAT, filters=toy_filters(world),
-                     store=tmp_path / "s.jsonl", progress=False)  # fmt: skip
+    rep = synthesize(
+        teacher,
+        qs,
+        toy_guidelines(),
+        k=4,
+        fmt=TOY_FORMAT,
+        filters=toy_filters(world),
+        store=tmp_path / "s.jsonl",
+        progress=False,
+    )
     assert rep.n_candidates == 4 * len(qs)
     rejected = sum(rep.per_filter_rejects.values())
     assert rep.acceptance_rate == pytest.approx((rep.n_candidates - rejected) / rep.n_candidates)
@@ -57,8 +65,15 @@ def test_acceptance_bookkeeping_and_teacher_reads_guidelines(world, tmp_path):
         assert ex.answer == world.answer(world.normalise(ex.query.text))
     # without the harm guideline the scripted teacher never refuses: the outcome filter rejects
     exact = CallableChat(ScriptedTeacher(world, error_rate=0.0))
-    rep2 = synthesize(exact, qs, [g for g in toy_guidelines() if g.name != "G-harm"], k=2, fmt=TOY_FORMAT,
-                      filters=toy_filters(world), progress=False)  # fmt: skip
+    rep2 = synthesize(
+        exact,
+        qs,
+        [g for g in toy_guidelines() if g.name != "G-harm"],
+        k=2,
+        fmt=TOY_FORMAT,
+        filters=toy_filters(world),
+        progress=False,
+    )
     assert rep2.acceptance_by_kind["harmful"] == 0.0 and rep2.queries_kept_by_kind["harmful"] == 0.0
     assert rep2.per_filter_rejects["outcome"] >= 2 * sum(q.kind == "harmful" for q in qs)
 
@@ -178,8 +193,14 @@ def test_resumes_after_kill(tmp_path):
     }
     assert 8 <= len(done_before) < 40
     first_calls = log.read_text().splitlines()
-    out = subprocess.run([sys.executable, str(script), str(store), str(log)], env=env, capture_output=True,
-                         text=True, timeout=120, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(script), str(store), str(log)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip().endswith("40")
     second_calls = log.read_text().splitlines()[len(first_calls) :]
     # only the queries not finished before the kill were asked again (at most one in flight was lost)
@@ -246,14 +267,26 @@ def test_another_teacher_or_filter_never_gets_the_first_runs_rows(world, tmp_pat
             CallableChat(teacher("B"), name="teacher-b"), qs, k=1, store=store, progress=False
         )
     assert asked == []
-    rep_b = synthesize(CallableChat(teacher("B"), name="teacher-b"), qs, k=1, store=store,
-                       progress=False, keep_both=True)  # fmt: skip
+    rep_b = synthesize(
+        CallableChat(teacher("B"), name="teacher-b"),
+        qs,
+        k=1,
+        store=store,
+        progress=False,
+        keep_both=True,
+    )
     assert asked == ["B", "B"] and {e.reasoning for e in rep_b.examples} == {"B reasoning"}
     # the outcome filter's detector is part of what made a row
     other = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector(prefixes=("never",)))]
     with pytest.raises(SettingsMismatch, match=r"filters"):
-        synthesize(CallableChat(teacher("A"), name="teacher-a"), qs, k=1, store=store,
-                   filters=other, progress=False)  # fmt: skip
+        synthesize(
+            CallableChat(teacher("A"), name="teacher-a"),
+            qs,
+            k=1,
+            store=store,
+            filters=other,
+            progress=False,
+        )
 
 
 def test_a_query_relabelled_or_reworded_under_its_id_is_asked_again(tmp_path):
@@ -269,16 +302,20 @@ def test_a_query_relabelled_or_reworded_under_its_id_is_asked_again(tmp_path):
 
     store = tmp_path / "s.jsonl"
     chat = CallableChat(teacher, name="t")
-    harmful = synthesize(chat, [Query("open a locked door", "harmful", "1")], k=1, store=store,
-                         progress=False)  # fmt: skip
+    harmful = synthesize(
+        chat, [Query("open a locked door", "harmful", "1")], k=1, store=store, progress=False
+    )
     assert [e.query.kind for e in harmful.examples] == ["harmful"] and len(asked) == 1
-    helpful = synthesize(chat, [Query("open a locked door", "helpful", "1")], k=1, store=store,
-                         progress=False)  # fmt: skip
+    helpful = synthesize(
+        chat, [Query("open a locked door", "helpful", "1")], k=1, store=store, progress=False
+    )
     assert len(asked) == 2  # asked again: a refusal of a helpful query is rejected, not reused
     assert helpful.examples == [] and helpful.dropped == ["1"]
-    reworded = synthesize(chat, [Query("open my own locked door", "helpful", "1")], k=1,
-                          store=store, progress=False)  # fmt: skip
+    reworded = synthesize(
+        chat, [Query("open my own locked door", "helpful", "1")], k=1, store=store, progress=False
+    )
     assert len(asked) == 3 and reworded.dropped == ["1"]
-    again = synthesize(chat, [Query("open my own locked door", "helpful", "1")], k=1,
-                       store=store, progress=False)  # fmt: skip
+    again = synthesize(
+        chat, [Query("open my own locked door", "helpful", "1")], k=1, store=store, progress=False
+    )
     assert len(asked) == 3 and again.dropped == ["1"]  # the same query: read from the store

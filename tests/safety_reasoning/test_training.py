@@ -90,9 +90,19 @@ def test_trl_sft_trainer_same_rows_and_a_few_steps(toy_lm, world, tmp_path):
     model, tok = toy_lm
     m = copy.deepcopy(model)
     pairs = _pairs(world, 32)
-    args = trl.SFTConfig(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8, learning_rate=3e-3,
-                         report_to=[], bf16=False, gradient_checkpointing=False, logging_steps=1,
-                         save_strategy="no", use_cpu=True, max_length=48)  # fmt: skip
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path),
+        max_steps=4,
+        per_device_train_batch_size=8,
+        learning_rate=3e-3,
+        report_to=[],
+        bf16=False,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        use_cpu=True,
+        max_length=48,
+    )
     trainer = sft_trainer(m, tok, pairs, args)
     # TRL tokenises the prompt/completion rows exactly as to_chat_sft does, labels masked alike
     ours = to_chat_sft(pairs, tok)
@@ -102,8 +112,10 @@ def test_trl_sft_trainer_same_rows_and_a_few_steps(toy_lm, world, tmp_path):
         assert batch["labels"][0].tolist() == ours[i]["labels"]
     out = trainer.train()
     assert out.global_step == 4
-    assert to_trl_rows([("q", "t")])[0] == {"prompt": [{"role": "user", "content": "q"}],
-                                            "completion": [{"role": "assistant", "content": "t"}]}  # fmt: skip
+    assert to_trl_rows([("q", "t")])[0] == {
+        "prompt": [{"role": "user", "content": "q"}],
+        "completion": [{"role": "assistant", "content": "t"}],
+    }
 
 
 def test_loss_and_sft_input_errors(toy_lm):

@@ -185,8 +185,9 @@ def test_polar_form_equals_the_coupled_form(shape):
     _, Z = newton_schulz_inv_sqrt(Xn @ Xn.mT, 10, 0.8)
     assert torch.allclose(newton_schulz_polar(Xn, 10, 0.8), Z @ Xn, atol=1e-10)
     # whiten picks either form by shape: both paths agree with the coupled reference
-    assert torch.allclose(whiten(G, "ns"), (Z @ Xn).mT if shape[-2] > shape[-1] else Z @ Xn,
-                          atol=1e-10)  # fmt: skip
+    assert torch.allclose(
+        whiten(G, "ns"), (Z @ Xn).mT if shape[-2] > shape[-1] else Z @ Xn, atol=1e-10
+    )
 
 
 def test_bf16_matmul_mode_error_is_bounded_and_documented():

@@ -50,7 +50,10 @@ def test_swan_muon_variant_defaults_to_bf16_and_keeps_the_rms():
     opt = SWAN(swan_param_groups(model), lr=1e-2, variant="swan_muon")
     swan_group = next(g for g in opt.param_groups if g["use_swan"])
     assert (swan_group["whitening"], swan_group["ns_steps"], swan_group["matmul_dtype"]) == (
-        "muon", 5, torch.bfloat16)  # fmt: skip
+        "muon",
+        5,
+        torch.bfloat16,
+    )
     own = SWAN(swan_param_groups(model), variant="swan_muon", matmul_dtype=None)
     assert next(g for g in own.param_groups if g["use_swan"])["matmul_dtype"] is None
     plain = SWAN(swan_param_groups(model))

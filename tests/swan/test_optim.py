@@ -298,7 +298,9 @@ def test_inferred_groups_warn_and_edge_cases_run():
         opt = SWAN([W, b])
     # a mixed group is split per parameter: the matrix is whitened, the bias takes AdamW
     assert [(g["use_swan"], [tuple(p.shape) for p in g["params"]]) for g in opt.param_groups] == [
-        (True, [(6, 9)]), (False, [(6,)])]  # fmt: skip
+        (True, [(6, 9)]),
+        (False, [(6,)]),
+    ]
     tall = nn.Parameter(torch.randn(12, 5))
     opt = SWAN([{"params": [tall], "use_swan": True}])
     for grad in (torch.zeros(12, 5), torch.randn(12, 1) @ torch.randn(1, 5)):  # zero, rank 1
@@ -378,8 +380,9 @@ def test_multihead_attention_in_proj_is_whitened_per_qkv_block():
         sv = torch.linalg.svdvals(blk)
         assert float(sv[14] / sv[0]) > 1 - 1e-5 and float(sv[15] / sv[0]) < 1e-4
         assert float(blk.pow(2).mean()) == pytest.approx(1.0, rel=1e-4)
-    assert not torch.allclose(step, swan_direction(G, whitening="svd",
-                                                   compute_dtype=torch.float64), atol=1e-3)  # fmt: skip
+    assert not torch.allclose(
+        step, swan_direction(G, whitening="svd", compute_dtype=torch.float64), atol=1e-3
+    )
     assert W not in opt.state
 
 
@@ -395,8 +398,13 @@ def test_standard_optimizer_flags():
     # maximize: the step goes up the gradient, for both rules
     for maximize, sign in ((False, -1), (True, 1)):
         W2, b2 = nn.Parameter(W.detach().clone()), nn.Parameter(b.detach().clone())
-        opt = SWAN([{"params": [W2], "use_swan": True}, {"params": [b2], "use_swan": False}],
-                   lr=1e-2, maximize=maximize, foreach=False, fused=False)  # fmt: skip
+        opt = SWAN(
+            [{"params": [W2], "use_swan": True}, {"params": [b2], "use_swan": False}],
+            lr=1e-2,
+            maximize=maximize,
+            foreach=False,
+            fused=False,
+        )
         W2.grad, b2.grad = torch.ones(6, 6) + torch.eye(6), torch.ones(6)
         opt.step()
         assert sign * float((b2 - b).sum()) > 0
@@ -474,8 +482,9 @@ def test_constructor_values_reach_groups_and_adamw_keys_are_honoured():
     assert all(g["lr"] == 0.05 and g["weight_decay"] == 0.1 for g in swan_groups)
     # an AdamW group's torch.optim.AdamW-style keys are used by its AdamW rule
     b = nn.Parameter(torch.ones(4))
-    opt = SWAN([{"params": [b], "use_swan": False, "weight_decay": 0.5, "betas": (0.8, 0.9)}],
-               lr=0.01)  # fmt: skip
+    opt = SWAN(
+        [{"params": [b], "use_swan": False, "weight_decay": 0.5, "betas": (0.8, 0.9)}], lr=0.01
+    )
     b.grad = torch.zeros(4)
     opt.step()
     assert torch.allclose(b.detach(), torch.full((4,), 1 - 0.01 * 0.5))  # decoupled decay only
@@ -486,8 +495,10 @@ def test_constructor_values_reach_groups_and_adamw_keys_are_honoured():
     ):
         SWAN([{"params": [b], "use_swan": False}], adamw_betas=(1.5, 0.9))
     with pytest.warns(UserWarning, match="half precision"):
-        SWAN([{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}],
-             compute_dtype=torch.bfloat16)  # fmt: skip
+        SWAN(
+            [{"params": [nn.Parameter(torch.randn(4, 4))], "use_swan": True}],
+            compute_dtype=torch.bfloat16,
+        )
 
 
 def test_one_cycle_lr_cycles_the_adamw_momentum():

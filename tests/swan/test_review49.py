@@ -13,8 +13,12 @@ def test_compute_dtype_given_as_a_string_is_named_as_such():
         ValueError, match=r"torch floating dtype, e.g. torch.float32.*got 'float32'$"
     ):
         SWAN([{"params": p, "use_swan": True}], compute_dtype="float32")
-    for bad, why in ((torch.int32, "real floating dtype"), (torch.complex64, "real floating dtype"),
-                     (torch.bool, "real floating dtype"), (torch.float8_e4m3fn, "no float8 kernels")):  # fmt: skip
+    for bad, why in (
+        (torch.int32, "real floating dtype"),
+        (torch.complex64, "real floating dtype"),
+        (torch.bool, "real floating dtype"),
+        (torch.float8_e4m3fn, "no float8 kernels"),
+    ):
         with pytest.raises(ValueError, match=why):  # float8 failed only at step() before issue 50
             SWAN([{"params": p, "use_swan": True}], compute_dtype=bad)
 

@@ -145,8 +145,10 @@ def test_mmd_statistic_equals_a_double_loop_and_the_test_is_calibrated():
     rate = sum(p <= 0.05 for p in ps) / 200  # type-I error inside its binomial band
     assert binom.ppf(0.005, 200, 0.05) / 200 <= rate <= binom.ppf(0.995, 200, 0.05) / 200
     test = GaussianMMD(n_perm=100)
-    shifted = [test.test(torch.randn(30, 2, generator=g), torch.randn(30, 2, generator=g) + 2.0, g).reject
-               for _ in range(10)]  # fmt: skip
+    shifted = [
+        test.test(torch.randn(30, 2, generator=g), torch.randn(30, 2, generator=g) + 2.0, g).reject
+        for _ in range(10)
+    ]
     assert all(shifted)
 
 
@@ -159,8 +161,10 @@ def test_topological_mmd_keeps_its_type_i_error_on_clean_data():
         return sample_signatures(z, torch.zeros_like(z), generator=generator, chunk_size=20)
 
     test = TopologicalMMD([lambda z: z], sig, n_perm=50)
-    rejections = [test.test(torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g), g).reject
-                  for _ in range(50)]  # fmt: skip
+    rejections = [
+        test.test(torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g), g).reject
+        for _ in range(50)
+    ]
     assert sum(rejections) / 50 <= 0.14
 
 
@@ -171,8 +175,13 @@ def test_attribution_spreads_each_bar_over_its_vertices():
     # every bar's persistence is split over its vertices: the column sums are the total persistences
     assert float(s[:, 0].sum()) == pytest.approx(float(total_persistence(dg[0])), rel=1e-12)
     assert float(s[:, 1].sum()) == pytest.approx(float(total_persistence(dg[1])), rel=1e-12)
-    gsig = sample_signatures(x, _cloud(30, 3, seed=8), mode="gradient", chunk_size=30,
-                             generator=torch.Generator().manual_seed(0))  # fmt: skip
+    gsig = sample_signatures(
+        x,
+        _cloud(30, 3, seed=8),
+        mode="gradient",
+        chunk_size=30,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert gsig.shape == (30, 3) and bool(torch.isfinite(gsig).all())
 
 
@@ -270,13 +279,25 @@ def test_hf_clip_adapter_on_a_tiny_random_clip():
     from icml25.topo_detect import HFCLIPAdapter, pgd_linf
 
     cfg = transformers.CLIPConfig(
-        text_config=dict(hidden_size=32, intermediate_size=37, num_attention_heads=4,
-                         num_hidden_layers=2, vocab_size=99, max_position_embeddings=16,
-                         eos_token_id=2),
-        vision_config=dict(hidden_size=32, intermediate_size=37, num_attention_heads=4,
-                           num_hidden_layers=2, image_size=32, patch_size=8),
+        text_config=dict(
+            hidden_size=32,
+            intermediate_size=37,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            vocab_size=99,
+            max_position_embeddings=16,
+            eos_token_id=2,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=37,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            image_size=32,
+            patch_size=8,
+        ),
         projection_dim=16,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     adapter = HFCLIPAdapter(transformers.CLIPModel(cfg))
     x = torch.rand(6, 3, 40, 40, generator=torch.Generator().manual_seed(0))  # resized inside

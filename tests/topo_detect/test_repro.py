@@ -15,8 +15,13 @@ def quick_smoke(tmp_path_factory):
 
 def test_quick_smoke(quick_smoke, check_smoke):
     result = quick_smoke
-    check_smoke(result, "topo_detect", metrics=("clean zero-shot accuracy", "Spearman rho TP"),
-                prefixes=("power ", "type-I "), ranges={"power ": (0.0, 1.0), "type-I ": (0.0, 1.0)})  # fmt: skip
+    check_smoke(
+        result,
+        "topo_detect",
+        metrics=("clean zero-shot accuracy", "Spearman rho TP"),
+        prefixes=("power ", "type-I "),
+        ranges={"power ": (0.0, 1.0), "type-I ": (0.0, 1.0)},
+    )
     assert [c.name.split(" (")[0] for c in result.checks] == [c.name for c in repro.CRITERIA]
     assert {f.name for f in result.figures} == {"signature_vs_fraction.png", "power_table.png"}
     names = {m.name for m in result.metrics}
@@ -64,20 +69,31 @@ def test_the_signature_figure_is_monotone():
 
 def test_full_smoke_has_the_sweep(tmp_path, check_smoke):
     result = repro.run(quick=False, seed=0, out=tmp_path, smoke=True)
-    check_smoke(result, "topo_detect", metrics=("clean zero-shot accuracy", "Spearman rho TP alpha=2"),
-                prefixes=("power ", "type-I "), ranges={"power ": (0.0, 1.0), "type-I ": (0.0, 1.0)})  # fmt: skip
+    check_smoke(
+        result,
+        "topo_detect",
+        metrics=("clean zero-shot accuracy", "Spearman rho TP alpha=2"),
+        prefixes=("power ", "type-I "),
+        ranges={"power ": (0.0, 1.0), "type-I ": (0.0, 1.0)},
+    )
     assert any(t.startswith("Sweep (report only") for t in result.tables)
     names = {m.name for m in result.metrics}
-    for t in (*repro.TESTS, *repro.GRAD_TESTS, *repro.CONTROL_TESTS, *repro.EXTRA_TESTS,
-              *repro.TRAINED_TESTS):  # fmt: skip
+    for t in (
+        *repro.TESTS,
+        *repro.GRAD_TESTS,
+        *repro.CONTROL_TESTS,
+        *repro.EXTRA_TESTS,
+        *repro.TRAINED_TESTS,
+    ):
         assert f"power {t}" in names and f"type-I {t}" in names
     assert all(f"final J {t}" in names for t in repro.TRAINED_TESTS)
     assert "G_topo[per group]" not in result.checks[2].name  # the invalid control is not checked
 
 
 @pytest.mark.slow
-def test_quick_reproduction_gives_the_recorded_verdicts(tmp_path, check_smoke,
-                                                        assert_recorded_verdicts):  # fmt: skip
+def test_quick_reproduction_gives_the_recorded_verdicts(
+    tmp_path, check_smoke, assert_recorded_verdicts
+):
     result = repro.run(quick=True, seed=0, out=tmp_path)
     check_smoke(result, "topo_detect", prefixes=("power ", "type-I "))
     assert result.seeds == [0, 1, 2]

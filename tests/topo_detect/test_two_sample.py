@@ -92,8 +92,10 @@ def test_wild_bootstrap_equals_sammds_process_and_keeps_its_level_in_2d():
     assert stat == pytest.approx(H.mean(), abs=1e-12)
     assert p == pytest.approx((1 + sum(b >= H.mean() - 1e-12 for b in boot)) / 51, abs=1e-12)
     g = _gen(4)
-    ps = [wild_bootstrap_test(gaussian_gram(torch.randn(60, 2, generator=g, dtype=D)), 30, 100, g)[1]
-          for _ in range(200)]  # fmt: skip
+    ps = [
+        wild_bootstrap_test(gaussian_gram(torch.randn(60, 2, generator=g, dtype=D)), 30, 100, g)[1]
+        for _ in range(200)
+    ]
     rate = sum(q <= 0.05 for q in ps) / 200
     assert binom.ppf(0.005, 200, 0.05) / 200 <= rate <= binom.ppf(0.995, 200, 0.05) / 200
     shifted = torch.cat([torch.randn(30, 2, generator=g), torch.randn(30, 2, generator=g) + 1.5])
@@ -145,8 +147,10 @@ def test_deep_kernel_mmd_trains_detects_and_keeps_its_level():
     assert len(test.net) == 7 and test.net[0].out_features == 15  # Liu et al.: hidden = 3 dim
     power = [test.test(*_shifted(g, shift=1.0), g).reject for _ in range(20)]
     assert sum(power) >= 18  # a clear shift
-    null = [test.test(torch.randn(100, 5, generator=g), torch.randn(100, 5, generator=g), g).reject
-            for _ in range(100)]  # fmt: skip
+    null = [
+        test.test(torch.randn(100, 5, generator=g), torch.randn(100, 5, generator=g), g).reject
+        for _ in range(100)
+    ]
     assert sum(null) / 100 <= binom.ppf(0.99, 100, 0.05) / 100
 
 
@@ -201,8 +205,10 @@ def test_topological_mmd_per_sample_signatures_keep_the_level_on_trained_bases()
     test.fit(
         torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g), epochs=20, generator=g
     )
-    rej = [test.test(torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g), g).reject
-           for _ in range(50)]  # fmt: skip
+    rej = [
+        test.test(torch.randn(40, 4, generator=g), torch.randn(40, 4, generator=g), g).reject
+        for _ in range(50)
+    ]
     assert sum(rej) / 50 <= 0.14
 
 

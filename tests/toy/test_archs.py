@@ -91,8 +91,12 @@ def test_matrix_lists():
     assert default_matrix() == ["gpt2", "llama", "qwen2", "gemma2", "mistral", "opt", "seq_cls"]
     assert set(default_matrix()) < set(full_matrix()) == set(ARCHITECTURES)
     assert {s.kind for s in ARCHITECTURES.values()} == {
-        "causal_lm", "seq2seq", "vision_lm", "seq_cls", "clip",
-    }  # fmt: skip
+        "causal_lm",
+        "seq2seq",
+        "vision_lm",
+        "seq_cls",
+        "clip",
+    }
     assert {s.template for s in ARCHITECTURES.values()} - {None} == set(CHAT_TEMPLATES)
     with pytest.raises(ValueError, match="unknown architecture 'bert'"):
         tiny_model("bert")

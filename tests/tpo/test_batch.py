@@ -112,8 +112,9 @@ def test_a_rerun_with_other_settings_never_returns_the_first_runs_rows(tmp_path)
     reward = CallableReward(lambda q, r: float(len(r)))
     qs = ["query 0", "query 1"]
     out = tmp_path / "r.jsonl"
-    first = tpo_batch(qs, CallableChat(policy, name="policy-a"), reward,
-                      TPOConfig(width=2, depth=2), out_path=out)  # fmt: skip
+    first = tpo_batch(
+        qs, CallableChat(policy, name="policy-a"), reward, TPOConfig(width=2, depth=2), out_path=out
+    )
     other = CallableChat(lambda m, **kw: policy(m, **kw).replace("draft", "other"), name="policy-b")
     with pytest.raises(
         SettingsMismatch,
@@ -123,6 +124,12 @@ def test_a_rerun_with_other_settings_never_returns_the_first_runs_rows(tmp_path)
     second = tpo_batch(qs, other, reward, TPOConfig(width=3, depth=1), out_path=out, keep_both=True)
     assert all(r.best_response.startswith("other") for r in second)
     assert all(r.best_response.startswith("draft") for r in first)
-    again = tpo_batch(qs, CallableChat(policy, name="policy-a"), reward,
-                      TPOConfig(width=2, depth=2), out_path=out, keep_both=True)  # fmt: skip
+    again = tpo_batch(
+        qs,
+        CallableChat(policy, name="policy-a"),
+        reward,
+        TPOConfig(width=2, depth=2),
+        out_path=out,
+        keep_both=True,
+    )
     assert [r.best_response for r in again] == [r.best_response for r in first]

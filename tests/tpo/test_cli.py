@@ -120,10 +120,34 @@ def test_cli_sampling_flags_failures_exit_code_and_retry(tmp_path, reward_dir, m
         return policy(messages, **kw)
 
     with ChatServer(CallableChat(fussy)) as server:
-        argv = ["tpo", "--base-url", server.url, "--model", "policy", "--reward-model",
-                str(reward_dir), "--data", str(data), "--out", str(out), "--width", "2",
-                "--depth", "1", "--temperature", "0.3", "--seed", "11", "--max-tokens", "64",
-                "--reward-batch-size", "1", "--threads", "1", "-q"]  # fmt: skip
+        argv = [
+            "tpo",
+            "--base-url",
+            server.url,
+            "--model",
+            "policy",
+            "--reward-model",
+            str(reward_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--width",
+            "2",
+            "--depth",
+            "1",
+            "--temperature",
+            "0.3",
+            "--seed",
+            "11",
+            "--max-tokens",
+            "64",
+            "--reward-batch-size",
+            "1",
+            "--threads",
+            "1",
+            "-q",
+        ]
         assert main(argv) == 1  # one query failed: the exit code says so
         err = capsys.readouterr().err
         assert "3 queries: 2 done, 1 failed" in err and "--retry-errors" in err

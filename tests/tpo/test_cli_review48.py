@@ -52,8 +52,23 @@ def fast_cli(monkeypatch):
 
 
 def argv(url, data, out, *extra):
-    return ["tpo", "--base-url", url, "--model", "policy", "--reward-model", "rm", "--data",
-            str(data), "--out", str(out), "--depth", "1", "-q", *extra]  # fmt: skip
+    return [
+        "tpo",
+        "--base-url",
+        url,
+        "--model",
+        "policy",
+        "--reward-model",
+        "rm",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--depth",
+        "1",
+        "-q",
+        *extra,
+    ]
 
 
 def test_other_settings_exit_2_with_one_line_and_keep_both_keeps_both(tmp_path, fast_cli, capsys):

@@ -47,9 +47,15 @@ def policy(messages, *, n=1, sample_index=0, **kw):
 def test_tpo_accepts_every_scalar_type_and_returns_the_cache_maximum(
     width, depth, temp, top_p, seed, kind
 ):
-    cfg = TPOConfig(width=INTS[kind](width), depth=INTS[kind](depth), temperature=REALS[kind](temp),
-                    top_p=REALS[kind](top_p), seed=INTS[kind](seed), max_tokens_response=INTS[kind](64),
-                    truncate_tokens=INTS[kind](32))  # fmt: skip
+    cfg = TPOConfig(
+        width=INTS[kind](width),
+        depth=INTS[kind](depth),
+        temperature=REALS[kind](temp),
+        top_p=REALS[kind](top_p),
+        seed=INTS[kind](seed),
+        max_tokens_response=INTS[kind](64),
+        truncate_tokens=INTS[kind](32),
+    )
     SEEN.clear()
     res = tpo_optimize("q", CallableChat(policy), CallableReward(lambda q, r: float(len(r))), cfg)
     for name in ("width", "depth", "seed", "max_tokens_response", "truncate_tokens"):
@@ -65,16 +71,28 @@ def test_tpo_accepts_every_scalar_type_and_returns_the_cache_maximum(
 
 @pytest.mark.parametrize(
     "kw,name",
-    [({"width": 0}, "width"), ({"width": 2.0}, "width"), ({"width": True}, "width"),
-     ({"depth": -1}, "depth"), ({"depth": "2"}, "depth"),
-     ({"seed": 1.5}, "seed"), ({"seed": "7"}, "seed"), ({"seed": True}, "seed"),
-     ({"temperature": -0.1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
-     ({"temperature": float("inf")}, "temperature"), ({"temperature": "0.7"}, "temperature"),
-     ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"top_p": float("nan")}, "top_p"),
-     ({"feedback_top_p": True}, "feedback_top_p"),
-     ({"max_tokens_response": 0}, "max_tokens_response"),
-     ({"truncate_tokens": 1.5}, "truncate_tokens"), ({"mode": "x"}, "mode")],
-)  # fmt: skip
+    [
+        ({"width": 0}, "width"),
+        ({"width": 2.0}, "width"),
+        ({"width": True}, "width"),
+        ({"depth": -1}, "depth"),
+        ({"depth": "2"}, "depth"),
+        ({"seed": 1.5}, "seed"),
+        ({"seed": "7"}, "seed"),
+        ({"seed": True}, "seed"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"temperature": "0.7"}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_p": float("nan")}, "top_p"),
+        ({"feedback_top_p": True}, "feedback_top_p"),
+        ({"max_tokens_response": 0}, "max_tokens_response"),
+        ({"truncate_tokens": 1.5}, "truncate_tokens"),
+        ({"mode": "x"}, "mode"),
+    ],
+)
 def test_config_refuses_bad_numbers_naming_them(kw, name):
     # fail-before: seed=1.5/"7"/True and temperature=inf were accepted and sent to the backend
     with pytest.raises(ValueError, match=name):
@@ -112,8 +130,11 @@ def test_nan_rewards_are_never_chosen_or_raise():
 
 
 @settings(max_examples=50, deadline=None)
-@given(words=st.lists(st.text(alphabet="ab", max_size=3), max_size=30), n=st.integers(1, 8),
-       kind=st.sampled_from(range(len(INTS))))  # fmt: skip
+@given(
+    words=st.lists(st.text(alphabet="ab", max_size=3), max_size=30),
+    n=st.integers(1, 8),
+    kind=st.sampled_from(range(len(INTS))),
+)
 def test_short_value_is_textgrads_rule(words, n, kind):
     text = " ".join(words)
     pieces = text.split(" ")

@@ -44,9 +44,12 @@ def rows(steps: int) -> list:
     long = ["t1", "-n0", "t2", "-a1", "t3", "-v0", "t1", "-n1", "t2", "-a1"]
     out = []
     for s in range(steps):
-        out += [_row("s1 s2", [WORDS[4 + s]], {}), _row("s2 s3", [WORDS[6 + s]], {}),
-                _row("s1 s3", long, {6: "Major", 8: "Minor", 9: "Minor"}),
-                _row("s3 s1", long[s:], {6 - s: "Minor", 8 - s: "Major"})]  # fmt: skip
+        out += [
+            _row("s1 s2", [WORDS[4 + s]], {}),
+            _row("s2 s3", [WORDS[6 + s]], {}),
+            _row("s1 s3", long, {6: "Major", 8: "Minor", 9: "Minor"}),
+            _row("s3 s1", long[s:], {6 - s: "Minor", 8 - s: "Major"}),
+        ]
     return out
 
 
@@ -55,8 +58,9 @@ def build(arch: str):
 
     if arch == "causal":
         tok = build_tokenizer([" ".join(WORDS)] * 3, kind="word")
-        return tok, tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=64, seed=0,
-                                   dtype=torch.float64)  # fmt: skip
+        return tok, tiny_causal_lm(
+            tok, d_model=32, n_layers=1, max_positions=64, seed=0, dtype=torch.float64
+        )
     from transformers import T5ForConditionalGeneration
 
     config = tiny_model("t5").config
@@ -104,11 +108,18 @@ def main(out: str, steps: int, runs: list[str], archs: list[str]) -> None:
             name = f"{arch}-{batch}x{ga}"
             model = build(arch)[1]
             args = TWAHFTrainer.default_args(
-                os.path.join(out, f"run-{name}"), per_device_train_batch_size=batch,
-                gradient_accumulation_steps=ga, max_steps=steps, learning_rate=1e-3,
-                logging_steps=1, use_cpu=True, bf16=False, disable_tqdm=True,
-                train_sampling_strategy="sequential", ddp_backend="gloo",
-            )  # fmt: skip
+                os.path.join(out, f"run-{name}"),
+                per_device_train_batch_size=batch,
+                gradient_accumulation_steps=ga,
+                max_steps=steps,
+                learning_rate=1e-3,
+                logging_steps=1,
+                use_cpu=True,
+                bf16=False,
+                disable_tqdm=True,
+                train_sampling_strategy="sequential",
+                ddp_backend="gloo",
+            )
             tr = Recording(model=model, args=args, train_dataset=rows(steps), processing_class=tok)
             tr.denominators = []
             tr.train()
@@ -116,15 +127,20 @@ def main(out: str, steps: int, runs: list[str], archs: list[str]) -> None:
             torch.save(params, os.path.join(out, f"params-{name}-rank{rank}.pt"))
             saved = os.path.join(out, f"model-{name}")
             tr.save_model(saved)  # every rank calls it; rank 0 writes
-            rec = {"losses": [x["loss"] for x in tr.state.log_history if "loss" in x],
-                   "denominators": tr.denominators,
-                   "moved": max(float((p - q).abs().max())
-                                for p, q in zip(model.parameters(), base.parameters()))}  # fmt: skip
+            rec = {
+                "losses": [x["loss"] for x in tr.state.log_history if "loss" in x],
+                "denominators": tr.denominators,
+                "moved": max(
+                    float((p - q).abs().max())
+                    for p, q in zip(model.parameters(), base.parameters())
+                ),
+            }
             if rank == 0:
                 auto = AutoModelForCausalLM if arch == "causal" else AutoModelForSeq2SeqLM
                 again = auto.from_pretrained(saved, dtype=torch.float64).state_dict()
-                rec["reload_max_diff"] = max(float((again[n] - p).abs().max())
-                                             for n, p in params.items())  # fmt: skip
+                rec["reload_max_diff"] = max(
+                    float((again[n] - p).abs().max()) for n, p in params.items()
+                )
             result[name] = rec
     if world > 1:  # the Trainer has set up the gloo process group
         result["guard_group"] = guard_error(tok, base)

@@ -70,8 +70,13 @@ def test_roles_match_the_loop_on_random_configurations():
         for ignore_off in (True, False):
             for policy in ("no_positive", "ignore", "drop_example"):
                 has = rng.random() < 0.3
-                r = build_token_roles(T, spans, ignore_off_trajectory=ignore_off,
-                                      has_unlocalized=has, unlocalized=policy)  # fmt: skip
+                r = build_token_roles(
+                    T,
+                    spans,
+                    ignore_off_trajectory=ignore_off,
+                    has_unlocalized=has,
+                    unlocalized=policy,
+                )
                 pos, ids, drop = roles_ref(T, spans, ignore_off, has, policy)
                 assert r.positive.tolist() == pos and r.span_ids.tolist() == ids
                 assert r.drop == drop
@@ -102,8 +107,9 @@ def test_word_level_offsets_include_the_space_before_a_word(word_tok):
     toks = word_tok(text, add_special_tokens=False)["input_ids"]
     assert len(toks) == 6 and spans == [(3, 4, 1.0)] and unloc == []
     # a span over "t7 -a1" covers two tokens; one character of a word is enough
-    spans, _ = char_spans_to_token_spans(text, [ErrorSpan(text.index("t7"), s + 1, "Major")],
-                                         word_tok)  # fmt: skip
+    spans, _ = char_spans_to_token_spans(
+        text, [ErrorSpan(text.index("t7"), s + 1, "Major")], word_tok
+    )
     assert spans == [(2, 4, 5.0)]
 
 
@@ -133,9 +139,15 @@ def test_unlocalizable_spans_and_bad_input(word_tok):
     text = "t3 -n0"
     spans, unloc = char_spans_to_token_spans(
         text,
-        [ErrorSpan(0, 0, "Major"), ErrorSpan(0, 2, "Major", side="source"),
-         ErrorSpan(0, 2, "Neutral"), ErrorSpan(0, 2, "Minor"), ErrorSpan(0, 2, "Major")],
-    word_tok)  # fmt: skip
+        [
+            ErrorSpan(0, 0, "Major"),
+            ErrorSpan(0, 2, "Major", side="source"),
+            ErrorSpan(0, 2, "Neutral"),
+            ErrorSpan(0, 2, "Minor"),
+            ErrorSpan(0, 2, "Major"),
+        ],
+        word_tok,
+    )
     assert spans == [(0, 1, 5.0)]  # identical spans merged with the max weight; Neutral skipped
     assert [(s.start, s.end, s.side) for s in unloc] == [(0, 0, "target"), (0, 2, "source")]
 

@@ -148,20 +148,24 @@ def test_translations_through_a_chat_backend_resume_and_keep_failures(tmp_path):
         return f" {src.upper()} "
 
     store = tmp_path / "tr.jsonl"
-    out = translate_with_backend(CallableChat(fn), ["a b", "boom", "c"], store=store,
-                                 progress=False)  # fmt: skip
+    out = translate_with_backend(
+        CallableChat(fn), ["a b", "boom", "c"], store=store, progress=False
+    )
     assert out == ["A B", None, "C"]  # the failing item is an error row; the others are kept
     calls.clear()
-    again = translate_with_backend(CallableChat(fn), ["a b", "boom", "c"], store=store,
-                                   progress=False)  # fmt: skip
+    again = translate_with_backend(
+        CallableChat(fn), ["a b", "boom", "c"], store=store, progress=False
+    )
     assert again == out and calls == []  # resumed: nothing asked twice (errors kept as errors)
     with pytest.raises(ValueError, match="must contain"):
         translate_with_backend(CallableChat(fn), ["a"], prompt_template="x")
     assert translate_with_backend(CallableChat(fn), ["z"], progress=False) == ["Z"]  # no store
     # another source list into the same file: each source is translated, never another's row
     calls.clear()
-    assert translate_with_backend(CallableChat(fn), ["c", "a b"], store=store,
-                                  progress=False) == ["C", "A B"]  # fmt: skip
+    assert translate_with_backend(CallableChat(fn), ["c", "a b"], store=store, progress=False) == [
+        "C",
+        "A B",
+    ]
     assert calls == ["c", "a b"]
     # another model into the same file is refused, naming it
     from icml25.llm.store import SettingsMismatch

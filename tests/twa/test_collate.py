@@ -111,16 +111,33 @@ def test_the_loss_on_real_seq2seq_models(tok, arch):
     V, pad, eos = len(tok), tok.pad_token_id, tok.eos_token_id
     if arch == "marian":
         cfg = transformers.MarianConfig(
-            vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
-            decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2,
-            pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad, max_position_embeddings=64,
-        )  # fmt: skip
+            vocab_size=V,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            decoder_start_token_id=pad,
+            max_position_embeddings=64,
+        )
         model = transformers.MarianMTModel(cfg)
     else:
         cfg = transformers.T5Config(
-            vocab_size=V, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1,
-            num_heads=2, pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad,
-        )  # fmt: skip
+            vocab_size=V,
+            d_model=32,
+            d_kv=16,
+            d_ff=64,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=2,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            decoder_start_token_id=pad,
+        )
         model = transformers.T5ForConditionalGeneration(cfg)
     torch.manual_seed(0)
     batch = TWACollator(tok, model_type="seq2seq")(data())

@@ -28,13 +28,24 @@ def _train(tmp_path, rows, batch, ga, **twa_loss_kwargs):
     w = _worker()
     tok, model = w.build("causal")
     args = TWAHFTrainer.default_args(
-        str(tmp_path / f"{batch}x{ga}"), per_device_train_batch_size=batch,
-        gradient_accumulation_steps=ga, max_steps=len(rows) // (batch * ga), learning_rate=1e-3,
-        logging_steps=1, use_cpu=True, bf16=False, disable_tqdm=True,
+        str(tmp_path / f"{batch}x{ga}"),
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=ga,
+        max_steps=len(rows) // (batch * ga),
+        learning_rate=1e-3,
+        logging_steps=1,
+        use_cpu=True,
+        bf16=False,
+        disable_tqdm=True,
         train_sampling_strategy="sequential",
-    )  # fmt: skip
-    tr = TWAHFTrainer(model=model, args=args, train_dataset=rows, processing_class=tok,
-                      twa_loss_kwargs=twa_loss_kwargs)  # fmt: skip
+    )
+    tr = TWAHFTrainer(
+        model=model,
+        args=args,
+        train_dataset=rows,
+        processing_class=tok,
+        twa_loss_kwargs=twa_loss_kwargs,
+    )
     tr.train()
     return [x["loss"] for x in tr.state.log_history if "loss" in x], model
 
@@ -102,11 +113,19 @@ def test_train_twa_refuses_to_run_as_one_of_several_processes(monkeypatch):
     hist = train_twa(model, tok, w.rows(1), TWAConfig(batch_size=2, max_steps=1), progress=False)
     assert len(hist.steps) == 1
     with pytest.raises(ValueError, match=r"twa_loss_kwargs\['reduction'\] must be one of"):
-        TWAHFTrainer(model=model, processing_class=tok, train_dataset=w.rows(1),
-                     twa_loss_kwargs={"reduction": "mean"})  # fmt: skip
+        TWAHFTrainer(
+            model=model,
+            processing_class=tok,
+            train_dataset=w.rows(1),
+            twa_loss_kwargs={"reduction": "mean"},
+        )
     with pytest.raises(ValueError, match=r"unknown keys \['reducton'\]; valid: 'unlikelihood'"):
-        TWAHFTrainer(model=model, processing_class=tok, train_dataset=w.rows(1),
-                     twa_loss_kwargs={"reducton": "sum"})  # fmt: skip
+        TWAHFTrainer(
+            model=model,
+            processing_class=tok,
+            train_dataset=w.rows(1),
+            twa_loss_kwargs={"reducton": "sum"},
+        )
 
 
 @pytest.mark.slow

@@ -42,9 +42,14 @@ def test_overlapping_spans_are_each_scored_over_their_own_tokens(token_spans):
     labels = torch.randint(0, V, (1, T), generator=g)
     roles = build_token_roles(T, token_spans)
     out = twa_loss(
-        logits, labels, roles.positive[None], roles.span_ids[None], roles.span_weights[None],
-        span_mask=roles.span_mask[None], reduction="sum",
-    )  # fmt: skip
+        logits,
+        labels,
+        roles.positive[None],
+        roles.span_ids[None],
+        roles.span_weights[None],
+        span_mask=roles.span_mask[None],
+        reduction="sum",
+    )
     spans = [(0, a, e, w) for a, e, w in sorted(token_spans)]
     ref = brute_own_ranges(logits, labels, roles.positive[None], spans)
     assert float(out.loss) == pytest.approx(float(ref), rel=1e-6, abs=1e-9)
@@ -70,9 +75,14 @@ def test_a_nested_minor_error_moves_the_loss_through_the_collator():
 
     def loss(b):
         return twa_loss(
-            logits, b["labels"][:, 1:], b["positive"][:, 1:], b["span_ids"][:, 1:],
-            b["span_weights"], span_mask=b["span_mask"][:, :, 1:], reduction="sum",
-        ).loss  # fmt: skip
+            logits,
+            b["labels"][:, 1:],
+            b["positive"][:, 1:],
+            b["span_ids"][:, 1:],
+            b["span_weights"],
+            span_mask=b["span_mask"][:, :, 1:],
+            reduction="sum",
+        ).loss
 
     n = b2["labels"].shape[1] - 1 - 5  # prompt: bos s1 s2 = -> target starts at shifted index 3
     assert n >= 0
@@ -91,9 +101,13 @@ def test_the_gradient_where_a_span_is_most_likely_is_exact(dtype, q):
     z = torch.tensor([[[math.log((1 - q) / q), 0.0]]]).to(dtype).requires_grad_(True)
     labels = torch.zeros(1, 1, dtype=torch.long)
     out = twa_loss(
-        z, labels, torch.zeros(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long),
-        torch.ones(1, 1), reduction="sum",
-    )  # fmt: skip
+        z,
+        labels,
+        torch.zeros(1, 1, dtype=torch.bool),
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.ones(1, 1),
+        reduction="sum",
+    )
     out.loss.backward()
     z64 = z.detach().double()
     q64 = float(torch.softmax(z64, -1)[0, 0, 1])  # q of the rounded logits
@@ -110,8 +124,12 @@ def test_multi_token_span_gradient_against_float64():
     for t in range(T):  # every token of the span nearly sure: p(span) = 1 - ~1e-7
         z[0, t, labels[0, t]] = 20.0
     mask = torch.ones(1, 1, T, dtype=torch.bool)
-    args = (labels, torch.zeros(1, T, dtype=torch.bool), torch.zeros(1, T, dtype=torch.long),
-            torch.ones(1, 1))  # fmt: skip
+    args = (
+        labels,
+        torch.zeros(1, T, dtype=torch.bool),
+        torch.zeros(1, T, dtype=torch.long),
+        torch.ones(1, 1),
+    )
     z64 = z.clone().requires_grad_(True)
     ref = brute_own_ranges(z64, labels, args[1], [(0, 0, T, 1.0)])
     ref.backward()
@@ -126,8 +144,12 @@ def test_multi_token_span_gradient_against_float64():
 def test_nan_logits_are_refused():
     z = torch.zeros(1, 2, 3)
     z[0, 1, 2] = math.nan
-    args = (torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool),
-            torch.full((1, 2), -1), torch.zeros(1, 0))  # fmt: skip
+    args = (
+        torch.zeros(1, 2, dtype=torch.long),
+        torch.ones(1, 2, dtype=torch.bool),
+        torch.full((1, 2), -1),
+        torch.zeros(1, 0),
+    )
     with pytest.raises(ValueError, match="NaN"):
         twa_loss(z, *args)
     z[0, 1, 2] = math.inf

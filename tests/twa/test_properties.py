@@ -85,15 +85,25 @@ def test_random_overlapping_batches_equal_the_brute_force(batch, mode, eps):
     logits = torch.randn(B, T, V, generator=g, dtype=torch.float64) * scale
     labels = torch.randint(0, V, (B, T), generator=g)
     pos, ids, w, mask = stack(roles, T)
-    out = twa_loss(logits, labels, pos, ids, w, span_mask=mask, unlikelihood=mode,
-                   reduction="sum", eps=eps)  # fmt: skip
+    out = twa_loss(
+        logits, labels, pos, ids, w, span_mask=mask, unlikelihood=mode, reduction="sum", eps=eps
+    )
     ref = brute(logits, labels, roles, mode, eps)
     assert float(out.loss) == pytest.approx(ref, rel=1e-7, abs=1e-9)
     # float32 and bf16 logits: the same value on the rounded logits, to their precision
     for dt, tol in ((torch.float32, 1e-4), (torch.bfloat16, 1e-4)):
         z = logits.to(dt)
-        o = twa_loss(z, labels, pos, ids, w.float(), span_mask=mask, unlikelihood=mode,
-                     reduction="sum", eps=eps)  # fmt: skip
+        o = twa_loss(
+            z,
+            labels,
+            pos,
+            ids,
+            w.float(),
+            span_mask=mask,
+            unlikelihood=mode,
+            reduction="sum",
+            eps=eps,
+        )
         assert o.loss.dtype == torch.float32
         r = brute(z.double(), labels, roles, mode, eps)
         assert float(o.loss) == pytest.approx(r, rel=tol, abs=tol)
@@ -119,8 +129,12 @@ def brute_tensor(logits, labels, roles, mode):
 
 
 @settings(max_examples=50, deadline=None)
-@given(batch=batches(), mode=st.sampled_from(["span", "token"]), big=st.floats(20.0, 200.0),
-       masked=st.floats(0.0, 0.7))  # fmt: skip
+@given(
+    batch=batches(),
+    mode=st.sampled_from(["span", "token"]),
+    big=st.floats(20.0, 200.0),
+    masked=st.floats(0.0, 0.7),
+)
 def test_gradient_everywhere_is_finite_and_exact(batch, mode, big, masked):
     """float32 logits spread over [-big, big], so span tokens of probability far below float32's
     6e-8 occur: the gradient equals float64 autograd of the brute force on the same logits
@@ -135,8 +149,9 @@ def test_gradient_everywhere_is_finite_and_exact(batch, mode, big, masked):
     labels = torch.randint(0, V, (B, T), generator=g)
     pos, ids, w, mask = stack(roles, T)
     zf = z.float().requires_grad_(True)
-    out = twa_loss(zf, labels, pos, ids, w.float(), span_mask=mask, unlikelihood=mode,
-                   reduction="sum")  # fmt: skip
+    out = twa_loss(
+        zf, labels, pos, ids, w.float(), span_mask=mask, unlikelihood=mode, reduction="sum"
+    )
     if not bool(torch.isfinite(out.loss)):
         return  # a positive token masked out, or a span of p = 1 with eps = 0: an infinite loss
     out.loss.backward()
@@ -163,8 +178,12 @@ def test_gradient_near_certainty_matches_float64(seed, gap, dt):
     z[0, 1, 3] += gap
     dtype = (torch.float32, torch.bfloat16)[dt]
     z = z.to(dtype).double()  # the rounded logits are the reference's input
-    args = (labels, torch.zeros(1, 2, dtype=torch.bool), torch.zeros(1, 2, dtype=torch.long),
-            torch.ones(1, 1))  # fmt: skip
+    args = (
+        labels,
+        torch.zeros(1, 2, dtype=torch.bool),
+        torch.zeros(1, 2, dtype=torch.long),
+        torch.ones(1, 1),
+    )
     # 50-digit reference: UL = -log(1 - P), dUL/dz_tv = P / (1 - P) (onehot - softmax_t)_v
     mp = pytest.importorskip("mpmath")
     mp.mp.dps = 50
@@ -173,9 +192,14 @@ def test_gradient_near_certainty_matches_float64(seed, gap, dt):
     P = soft[0][1] * soft[1][3]
     ref = -mp.log(1 - P)
     grad = torch.tensor(
-        [[[float(P / (1 - P) * ((v == y) - soft[t][v])) for v in range(V)]
-          for t, y in enumerate((1, 3))]], dtype=torch.float64,
-    )  # fmt: skip
+        [
+            [
+                [float(P / (1 - P) * ((v == y) - soft[t][v])) for v in range(V)]
+                for t, y in enumerate((1, 3))
+            ]
+        ],
+        dtype=torch.float64,
+    )
     zl = z.to(dtype).requires_grad_(True)
     out = twa_loss(zl, *args, reduction="sum")
     out.loss.backward()
@@ -187,8 +211,12 @@ def test_gradient_near_certainty_matches_float64(seed, gap, dt):
 @pytest.mark.parametrize("form", range(len(SCALARS)))
 def test_eps_in_every_scalar_form(form):
     z = torch.randn(1, 3, 4, dtype=torch.float64)
-    args = (torch.tensor([[0, 1, 2]]), torch.zeros(1, 3, dtype=torch.bool),
-            torch.tensor([[0, 0, -1]]), torch.ones(1, 1))  # fmt: skip
+    args = (
+        torch.tensor([[0, 1, 2]]),
+        torch.zeros(1, 3, dtype=torch.bool),
+        torch.tensor([[0, 0, -1]]),
+        torch.ones(1, 1),
+    )
     a = twa_loss(z, *args, eps=SCALARS[form](0.25)).loss
     b = twa_loss(z, *args, eps=0.25).loss
     assert float(a) == pytest.approx(float(b), rel=1e-12)
@@ -201,8 +229,12 @@ def test_eps_in_every_scalar_form(form):
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1e-3, 1.0, True, "0.1", None])
 def test_bad_eps_is_refused_naming_it(bad):
     z = torch.zeros(1, 1, 2)
-    args = (torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool),
-            torch.full((1, 1), -1), torch.zeros(1, 0))  # fmt: skip
+    args = (
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.ones(1, 1, dtype=torch.bool),
+        torch.full((1, 1), -1),
+        torch.zeros(1, 0),
+    )
     with pytest.raises(ValueError, match="eps must be"):
         twa_loss(z, *args, eps=bad)
     with pytest.raises(ValueError, match="eps must be"):
@@ -215,8 +247,12 @@ def test_bad_eps_is_refused_naming_it(bad):
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_nan_and_inf_logits_are_refused_and_minus_inf_is_a_masked_token(dt, bad):
     z = torch.zeros(1, 2, 3, dtype=dt)
-    args = (torch.tensor([[0, 1]]), torch.tensor([[True, False]]), torch.tensor([[-1, 0]]),
-            torch.ones(1, 1))  # fmt: skip
+    args = (
+        torch.tensor([[0, 1]]),
+        torch.tensor([[True, False]]),
+        torch.tensor([[-1, 0]]),
+        torch.ones(1, 1),
+    )
     z[0, 1, 2] = bad
     with pytest.raises(ValueError, match="logits hold"):
         twa_loss(z, *args)
@@ -228,28 +264,50 @@ def test_nan_and_inf_logits_are_refused_and_minus_inf_is_a_masked_token(dt, bad)
 def test_degenerate_batches():
     # T = 0: nothing receives a loss, an exact zero in the graph
     z = torch.zeros(1, 0, 3, requires_grad=True)
-    empty = (torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, 0, dtype=torch.bool),
-             torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, 0))  # fmt: skip
+    empty = (
+        torch.zeros(1, 0, dtype=torch.long),
+        torch.zeros(1, 0, dtype=torch.bool),
+        torch.zeros(1, 0, dtype=torch.long),
+        torch.zeros(1, 0),
+    )
     assert float(twa_loss(z, *empty).loss) == 0.0
     with pytest.raises(ValueError, match="batch is empty"):
-        twa_loss(torch.zeros(0, 2, 3), torch.zeros(0, 2, dtype=torch.long),
-                 torch.zeros(0, 2, dtype=torch.bool), torch.zeros(0, 2, dtype=torch.long),
-                 torch.zeros(0, 0))  # fmt: skip
+        twa_loss(
+            torch.zeros(0, 2, 3),
+            torch.zeros(0, 2, dtype=torch.long),
+            torch.zeros(0, 2, dtype=torch.bool),
+            torch.zeros(0, 2, dtype=torch.long),
+            torch.zeros(0, 0),
+        )
     # a one-token vocabulary: the span is certain, its unlikelihood infinite unless smoothed
-    one = (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.bool),
-           torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1))  # fmt: skip
+    one = (
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.zeros(1, 1, dtype=torch.bool),
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.ones(1, 1),
+    )
     assert math.isinf(float(twa_loss(torch.zeros(1, 1, 1), *one).loss))
     smooth = twa_loss(torch.zeros(1, 1, 1), *one, eps=1e-3, reduction="sum").loss
     assert float(smooth) == pytest.approx(-math.log(1e-3), rel=1e-5)
     # a span_mask that disagrees with span_ids is refused
     with pytest.raises(ValueError, match="span_mask and span_ids disagree"):
-        twa_loss(torch.zeros(1, 2, 3), torch.zeros(1, 2, dtype=torch.long),
-                 torch.zeros(1, 2, dtype=torch.bool), torch.tensor([[0, -1]]), torch.ones(1, 1),
-                 span_mask=torch.tensor([[[True, True]]]))  # fmt: skip
+        twa_loss(
+            torch.zeros(1, 2, 3),
+            torch.zeros(1, 2, dtype=torch.long),
+            torch.zeros(1, 2, dtype=torch.bool),
+            torch.tensor([[0, -1]]),
+            torch.ones(1, 1),
+            span_mask=torch.tensor([[[True, True]]]),
+        )
     with pytest.raises(ValueError, match=r"span_mask must be \(B, K, T\)"):
-        twa_loss(torch.zeros(1, 2, 3), torch.zeros(1, 2, dtype=torch.long),
-                 torch.zeros(1, 2, dtype=torch.bool), torch.tensor([[0, -1]]), torch.ones(1, 1),
-                 span_mask=torch.tensor([[True, False]]))  # fmt: skip
+        twa_loss(
+            torch.zeros(1, 2, 3),
+            torch.zeros(1, 2, dtype=torch.long),
+            torch.zeros(1, 2, dtype=torch.bool),
+            torch.tensor([[0, -1]]),
+            torch.ones(1, 1),
+            span_mask=torch.tensor([[True, False]]),
+        )
 
 
 def test_log1mexp_propagates_nan_and_refuses_positive():
@@ -312,8 +370,14 @@ def test_error_spans_severities_and_seq_roles_take_numpy_scalars():
 @pytest.mark.parametrize("form", range(len(SCALARS)))
 def test_config_takes_scalars_in_every_form(form):
     f = SCALARS[form]
-    c = TWAConfig(lr=f(1e-3), batch_size=np.int64(4), epochs=torch.tensor(2), eps=f(0.0),
-                  max_grad_norm=f(1.0), weight_decay=f(0.0))  # fmt: skip
+    c = TWAConfig(
+        lr=f(1e-3),
+        batch_size=np.int64(4),
+        epochs=torch.tensor(2),
+        eps=f(0.0),
+        max_grad_norm=f(1.0),
+        weight_decay=f(0.0),
+    )
     assert isinstance(c.lr, float) and isinstance(c.batch_size, int) and c.epochs == 2
     with pytest.raises(ValueError, match="batch_size must be an integer"):
         TWAConfig(batch_size=f(4.0))
@@ -327,8 +391,15 @@ def test_masked_out_logits_give_exact_values_and_zero_gradients(mode):
 
     def run(row, eps):
         z = torch.tensor([[row]], requires_grad=True)
-        out = twa_loss(z, torch.tensor([[0]]), torch.tensor([[False]]), torch.tensor([[0]]),
-                       torch.ones(1, 1), eps=eps, unlikelihood=mode)  # fmt: skip
+        out = twa_loss(
+            z,
+            torch.tensor([[0]]),
+            torch.tensor([[False]]),
+            torch.tensor([[0]]),
+            torch.ones(1, 1),
+            eps=eps,
+            unlikelihood=mode,
+        )
         out.loss.backward()
         return float(out.loss), z.grad[0, 0].tolist()
 

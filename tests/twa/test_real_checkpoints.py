@@ -43,8 +43,11 @@ def test_chat_targets_are_tokenized_as_trl_sft(arch):
     col = TWACollator(tok, prompt_fn=chat_prompt_fn(tok))
     for ex in data(3):
         f = col.features(ex)
-        want = tokenize_prompt_completion(tok, [{"role": "user", "content": ex.source}],
-                                          [{"role": "assistant", "content": ex.target}])  # fmt: skip
+        want = tokenize_prompt_completion(
+            tok,
+            [{"role": "user", "content": ex.source}],
+            [{"role": "assistant", "content": ex.target}],
+        )
         assert f["input_ids"] == want["input_ids"] and f["labels"] == want["labels"]
 
 
@@ -72,8 +75,14 @@ def test_train_twa_bf16_moves_as_many_weights_as_fp32(arch):
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
 def test_train_twa_lowers_the_loss_on_causal_archs(arch):
     tok, model = tiny_tokenizer(arch), tiny_model(arch)
-    hist = train_twa(model, tok, data(), TWAConfig(lr=3e-3, batch_size=6, max_steps=6),
-                     prompt_fn=chat_prompt_fn(tok), progress=False)  # fmt: skip
+    hist = train_twa(
+        model,
+        tok,
+        data(),
+        TWAConfig(lr=3e-3, batch_size=6, max_steps=6),
+        prompt_fn=chat_prompt_fn(tok),
+        progress=False,
+    )
     losses = [s["loss"] for s in hist.steps]
     assert losses[-1] < losses[0] and not model.training
 
@@ -90,16 +99,27 @@ def test_train_twa_and_the_trainer_on_seq2seq_archs(arch, tmp_path):
     assert (batch["labels"][:, :3] != -100).all() and batch["positive"].any()
     for dt in (None, torch.bfloat16):
         model = tiny_model(arch, dtype=dt)
-        hist = train_twa(model, tok, data(), TWAConfig(lr=3e-3, batch_size=6, max_steps=6),
-                         progress=False)  # fmt: skip
+        hist = train_twa(
+            model, tok, data(), TWAConfig(lr=3e-3, batch_size=6, max_steps=6), progress=False
+        )
         losses = [s["loss"] for s in hist.steps]
         assert losses[-1] < losses[0]
     seen = []
-    args = TWAHFTrainer.default_args(str(tmp_path), max_steps=1, predict_with_generate=True,
-                                     generation_max_length=8, per_device_eval_batch_size=6,
-                                     use_cpu=True)  # fmt: skip
-    tr = TWAHFTrainer(tiny_model(arch), args, train_dataset=data(), processing_class=tok,
-                      compute_metrics=lambda p: seen.append(p) or {"n": len(p.predictions)})  # fmt: skip
+    args = TWAHFTrainer.default_args(
+        str(tmp_path),
+        max_steps=1,
+        predict_with_generate=True,
+        generation_max_length=8,
+        per_device_eval_batch_size=6,
+        use_cpu=True,
+    )
+    tr = TWAHFTrainer(
+        tiny_model(arch),
+        args,
+        train_dataset=data(),
+        processing_class=tok,
+        compute_metrics=lambda p: seen.append(p) or {"n": len(p.predictions)},
+    )
     assert tr.model_type == "seq2seq"
     tr.train()
     m = tr.evaluate(data())
@@ -114,12 +134,22 @@ def test_twa_trainer_eval_dataset_and_evaluate(tmp_path):
     tok, model = tiny_tokenizer("qwen2"), tiny_model("qwen2")
     col = TWACollator(tok, prompt_fn=chat_prompt_fn(tok))
     args = transformers.Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=3, per_device_eval_batch_size=6,
-        max_steps=2, learning_rate=1e-3, remove_unused_columns=False, report_to=[], use_cpu=True,
-        save_strategy="no", eval_strategy="steps", eval_steps=1, logging_steps=1,
-    )  # fmt: skip
-    tr = TWAHFTrainer(model=model, args=args, train_dataset=data(), eval_dataset=data(3),
-                      data_collator=col)  # fmt: skip
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=3,
+        per_device_eval_batch_size=6,
+        max_steps=2,
+        learning_rate=1e-3,
+        remove_unused_columns=False,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        eval_strategy="steps",
+        eval_steps=1,
+        logging_steps=1,
+    )
+    tr = TWAHFTrainer(
+        model=model, args=args, train_dataset=data(), eval_dataset=data(3), data_collator=col
+    )
     tr.train()
     evals = [x["eval_loss"] for x in tr.state.log_history if "eval_loss" in x]
     assert len(evals) == 2 and all(math.isfinite(x) for x in evals)
@@ -130,9 +160,12 @@ def test_twa_trainer_eval_dataset_and_evaluate(tmp_path):
         want = float(twa_loss_on_batch(model, col(held)).loss)
     assert got == pytest.approx(want, rel=1e-5)
     with pytest.raises(ValueError, match="predict_with_generate=True needs a seq2seq model"):
-        TWAHFTrainer(model=model, args=TWAHFTrainer.default_args(str(tmp_path),
-                                                                 predict_with_generate=True),
-                     train_dataset=data(), data_collator=col)  # fmt: skip
+        TWAHFTrainer(
+            model=model,
+            args=TWAHFTrainer.default_args(str(tmp_path), predict_with_generate=True),
+            train_dataset=data(),
+            data_collator=col,
+        )
 
 
 def test_twa_trainer_args_none_uses_the_written_defaults_in_a_temporary_folder(
@@ -175,8 +208,14 @@ def test_dropout_stays_on_in_the_plain_loop():
     for seed in (0, 1):
         torch.manual_seed(seed)
         model = tiny_model("gpt2")
-        h = train_twa(copy.deepcopy(model), tok, data(), TWAConfig(lr=1e-9, batch_size=6,
-                      max_steps=1), prompt_fn=chat_prompt_fn(tok), progress=False)  # fmt: skip
+        h = train_twa(
+            copy.deepcopy(model),
+            tok,
+            data(),
+            TWAConfig(lr=1e-9, batch_size=6, max_steps=1),
+            prompt_fn=chat_prompt_fn(tok),
+            progress=False,
+        )
         losses.append(h.steps[0]["loss"])
     assert losses[0] != losses[1]
 

@@ -31,8 +31,12 @@ def test_criteria_are_declared_at_module_level():
 def test_smoke_run(smoke, check_smoke):
     from icml25.twa import repro
 
-    check_smoke(smoke, "twa", prefixes=("penalty ", "exact match "),
-                ranges={"exact match": (0, 1), "error-free share": (0, 1)})  # fmt: skip
+    check_smoke(
+        smoke,
+        "twa",
+        prefixes=("penalty ", "exact match "),
+        ranges={"exact match": (0, 1), "error-free share": (0, 1)},
+    )
     assert "penalty_bars.png" in {f.name for f in smoke.figures}
     get = {m.name: m.values for m in smoke.metrics}
     assert len(smoke.checks) == 3  # the in-span checks are full mode's
@@ -50,8 +54,10 @@ def _seed(rng, shift, n=300):
     ``shift`` (the same shift for every segment of the seed, as a trained model would give)."""
     twa = rng.uniform(0, 2, n)
     pen = {m: (twa + shift).tolist() for m in ("filter_sft", "dpo", "base")}
-    spans = {k: (rng.normal(0, 0.1, 50) + shift).tolist()
-             for k in ("stem_span", "stem_token", "suffix_span", "suffix_token")}  # fmt: skip
+    spans = {
+        k: (rng.normal(0, 0.1, 50) + shift).tolist()
+        for k in ("stem_span", "stem_token", "suffix_span", "suffix_token")
+    }
     spans["stem_token"] = [x - shift for x in spans["stem_token"]]
     return {"penalty": pen | {"twa": twa.tolist()}, "inspan": spans}
 

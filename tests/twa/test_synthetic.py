@@ -57,10 +57,16 @@ def test_annotations_are_word_level_mqm_rows(task):
     assert kinds >= {"Accuracy/Mistranslation", "Fluency/Grammar", "Fluency/Word order"}
 
 
-@pytest.mark.parametrize("kind,count,penalty", [
-    ("stem", "mistranslation", 5.0), ("agr", "agreement", 1.0), ("ord", "order", 1.0),
-    ("om", "omission", 5.0), ("add", "addition", 5.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kind,count,penalty",
+    [
+        ("stem", "mistranslation", 5.0),
+        ("agr", "agreement", 1.0),
+        ("ord", "order", 1.0),
+        ("om", "omission", 5.0),
+        ("add", "addition", 5.0),
+    ],
+)
 def test_the_evaluation_annotator_recovers_single_errors(task, kind, count, penalty):
     r = random.Random(4)
     hits = tried = 0

@@ -34,9 +34,14 @@ def annotated():
         out.append(
             AnnotatedTranslation(src, "t3 -n0 t2 -a1", [ErrorSpan(0, 2, "Major")], system="C")
         )
-        out.append(AnnotatedTranslation(src, "t3 -n1 t2 -a1",
-                                        [ErrorSpan(0, 2, "Major"), ErrorSpan(3, 6, "Minor")],
-                                        system="D"))  # fmt: skip
+        out.append(
+            AnnotatedTranslation(
+                src,
+                "t3 -n1 t2 -a1",
+                [ErrorSpan(0, 2, "Major"), ErrorSpan(3, 6, "Minor")],
+                system="D",
+            )
+        )
     return out
 
 
@@ -64,8 +69,9 @@ def test_twa_seq_and_sft_loss():
     assert not r.positive.any() and (r.span_ids == 0).all() and r.span_weights.tolist() == [25.0]
     logits = torch.randn(1, 4, 6, dtype=torch.float64)
     labels = torch.tensor([[1, 2, 3, 4]])
-    seq = twa_loss(logits, labels, r.positive[None], r.span_ids[None], r.span_weights[None],
-                   reduction="sum").loss  # fmt: skip
+    seq = twa_loss(
+        logits, labels, r.positive[None], r.span_ids[None], r.span_weights[None], reduction="sum"
+    ).loss
     lp = torch.log_softmax(logits, -1)[0, range(4), labels[0]].sum()
     want = -25.0 * torch.log(1 - (1 - 1e-6) * torch.exp(lp))
     assert float(seq) == pytest.approx(float(want), rel=1e-6)
@@ -78,8 +84,15 @@ def test_train_twa_lowers_the_loss_in_a_few_steps(tok):
     model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
     cfg = TWAConfig(lr=5e-3, batch_size=12, max_steps=6, seed=0)
     evals = []
-    hist = train_twa(model, tok, annotated(), cfg, eval_fn=lambda m: evals.append(1) or {"ok": 1},
-                     eval_every=3, progress=False)  # fmt: skip
+    hist = train_twa(
+        model,
+        tok,
+        annotated(),
+        cfg,
+        eval_fn=lambda m: evals.append(1) or {"ok": 1},
+        eval_every=3,
+        progress=False,
+    )
     losses = [s["loss"] for s in hist.steps]
     assert len(losses) == 6 and losses[-1] < losses[0]
     assert [e["step"] for e in hist.evals] == [3, 6] and not model.training  # the last once
@@ -96,11 +109,19 @@ def test_the_transformers_trainer_path(tok, tmp_path):
     model = tiny_causal_lm(tok, d_model=32, n_layers=1, max_positions=32, seed=0)
     before = [p.detach().clone() for p in model.parameters()]
     args = transformers.Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=6, max_steps=3, learning_rate=5e-3,
-        remove_unused_columns=False, report_to=[], use_cpu=True, logging_steps=1, save_strategy="no",
-    )  # fmt: skip
-    trainer = TWAHFTrainer(model=model, args=args, train_dataset=annotated(),
-                           data_collator=TWACollator(tok))  # fmt: skip
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=6,
+        max_steps=3,
+        learning_rate=5e-3,
+        remove_unused_columns=False,
+        report_to=[],
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="no",
+    )
+    trainer = TWAHFTrainer(
+        model=model, args=args, train_dataset=annotated(), data_collator=TWACollator(tok)
+    )
     trainer.train()
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -156,8 +177,9 @@ def test_greedy_translation_and_base_pairs():
     assert all(len(t.split()) == 2 * len(s.split()) for s, t in pairs)
     model = tiny_causal_lm(tk, d_model=32, n_layers=1, max_positions=48, seed=0)
     train_causal_lm(model, tk, pairs, steps=5, batch_size=16, lr=1e-3, warmup=1)
-    outs = translate_greedy(model, tk, [s for s, _ in pairs[:4]], chat_prompt_fn(tk),
-                            max_new_tokens=5)  # fmt: skip
+    outs = translate_greedy(
+        model, tk, [s for s, _ in pairs[:4]], chat_prompt_fn(tk), max_new_tokens=5
+    )
     assert len(outs) == 4 and all(isinstance(o, str) and len(o.split()) <= 5 for o in outs)
 
 
@@ -174,16 +196,23 @@ def test_review_findings_weights_model_type_and_config(tok):
         severity_weight("Critical", weights="uniform")
     with pytest.raises(ValueError, match="severity_weights must be None, a dict or 'uniform'"):
         TWAConfig(severity_weights="unifrom")
-    for bad in (dict(unlikelihood="seq"), dict(reduction="mean"), dict(unlocalized="skip"),
-                dict(eps=1.0), dict(eps=-1e-3)):  # fmt: skip
+    for bad in (
+        dict(unlikelihood="seq"),
+        dict(reduction="mean"),
+        dict(unlocalized="skip"),
+        dict(eps=1.0),
+        dict(eps=-1e-3),
+    ):
         with pytest.raises(ValueError):
             TWAConfig(**bad)
     # merged raters: one span per position, the larger weight
     import io
 
-    tsv = ("system\tdoc\tdoc_id\tseg_id\trater\tsource\ttarget\tcategory\tseverity\n"
-           "A\td\t1\t1\tr1\ts\tthe <v>cat</v>\tAccuracy\tMajor\n"
-           "A\td\t1\t1\tr2\ts\tthe <v>cat</v>\tAccuracy\tMinor\n")  # fmt: skip
+    tsv = (
+        "system\tdoc\tdoc_id\tseg_id\trater\tsource\ttarget\tcategory\tseverity\n"
+        "A\td\t1\t1\tr1\ts\tthe <v>cat</v>\tAccuracy\tMajor\n"
+        "A\td\t1\t1\tr2\ts\tthe <v>cat</v>\tAccuracy\tMinor\n"
+    )
     (m,) = load_mqm_tsv(io.StringIO(tsv), merge_raters=True)
     assert [(s.start, s.end, s.weight) for s in m.spans] == [(4, 7, 5.0)]
     # a model_type that does not fit the model is refused

@@ -32,12 +32,24 @@ def test_trl_dpo_trainer_takes_our_pairs(tmp_path):
         [{k: p[k] for k in ("prompt", "chosen", "rejected")} for p in pairs]
     )
     args = trl.DPOConfig(
-        output_dir=str(tmp_path), bf16=False, use_cpu=True, gradient_checkpointing=False,
-        report_to=[], max_steps=2, per_device_train_batch_size=2, learning_rate=1e-3,
-        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0, beta=0.1, max_length=32,
-    )  # fmt: skip
-    trainer = trl.DPOTrainer(model, ref_model=copy.deepcopy(model), args=args, train_dataset=ds,
-                             processing_class=tok)  # fmt: skip
+        output_dir=str(tmp_path),
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        report_to=[],
+        max_steps=2,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        beta=0.1,
+        max_length=32,
+    )
+    trainer = trl.DPOTrainer(
+        model, ref_model=copy.deepcopy(model), args=args, train_dataset=ds, processing_class=tok
+    )
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)

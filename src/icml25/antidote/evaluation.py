@@ -147,10 +147,14 @@ def generate_responses(
 
         # what makes an answer: the model (a local one by a fingerprint of its weights, so the
         # aligned, attacked and pruned models of one checkpoint never share rows) and generation
-        ident = describe(model) if backend else {
-            "weights": weights_fingerprint(model),
-            "tokenizer": getattr(tokenizer, "name_or_path", None),
-        }  # fmt: skip
+        ident = (
+            describe(model)
+            if backend
+            else {
+                "weights": weights_fingerprint(model),
+                "tokenizer": getattr(tokenizer, "name_or_path", None),
+            }
+        )
         settings = {"model": ident, "template": template, "max_new_tokens": max_new_tokens}
         store = _open_store(Path(out_path), texts, settings)
     done = {} if store is None else {r["i"]: r["response"] for r in store.records()}

@@ -178,8 +178,14 @@ class ToySettings:
     lora_r: int = 32
     lora_alpha: float = 32.0
     lora_targets: tuple[str, ...] = (
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-    )  # fmt: skip
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
     n_finetune: int = 1000
     poison_ratio: float = 0.2
     ft_batch: int = 32
@@ -191,8 +197,18 @@ class ToySettings:
     n_eval: int = 400
 
     def __post_init__(self) -> None:
-        counts = ("pretrain_steps", "pretrain_batch", "align_steps", "align_batch", "lora_r",
-                  "n_finetune", "ft_batch", "n_calibration", "calibration_batch", "n_eval")  # fmt: skip
+        counts = (
+            "pretrain_steps",
+            "pretrain_batch",
+            "align_steps",
+            "align_batch",
+            "lora_r",
+            "n_finetune",
+            "ft_batch",
+            "n_calibration",
+            "calibration_batch",
+            "n_eval",
+        )
         for name in counts:
             as_int(f"ToySettings.{name}", getattr(self, name), 1)
         for name in ("pretrain_lr", "align_lr", "lora_alpha"):
@@ -310,7 +326,7 @@ class HarmfulFinetuneExperiment:
                 s.align_batch,
                 s.align_lr,
                 len(self.world.vocab),
-            ]  # fmt: skip
+            ]
         )
         return f"aligned_seed{self.seed}_{hashlib.sha1(key.encode()).hexdigest()[:10]}.pt"
 
@@ -329,13 +345,23 @@ class HarmfulFinetuneExperiment:
         else:
             t0 = time.perf_counter()
             s = self.s
-            _train(model, model.parameters(),
-                   self._sampler(self.world.pretrain_pair, s.pretrain_batch, 1000 + self.seed),
-                   s.pretrain_steps, s.pretrain_lr, "cosine")  # fmt: skip
+            _train(
+                model,
+                model.parameters(),
+                self._sampler(self.world.pretrain_pair, s.pretrain_batch, 1000 + self.seed),
+                s.pretrain_steps,
+                s.pretrain_lr,
+                "cosine",
+            )
             self.log["pretrain HS"] = self.world.harmful_score(model, s.n_eval)
-            _train(model, model.parameters(),
-                   self._sampler(self.world.align_pair, s.align_batch, 2000 + self.seed),
-                   s.align_steps, s.align_lr, "cosine")  # fmt: skip
+            _train(
+                model,
+                model.parameters(),
+                self._sampler(self.world.align_pair, s.align_batch, 2000 + self.seed),
+                s.align_steps,
+                s.align_lr,
+                "cosine",
+            )
             self.log["align seconds"] = time.perf_counter() - t0
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -360,8 +386,8 @@ class HarmfulFinetuneExperiment:
             list(self.s.lora_targets),
             r=self.s.lora_r,
             alpha=self.s.lora_alpha,
-            init_a=math.sqrt(5),
-        )  # fmt: skip  (PEFT's kaiming-uniform init of A)
+            init_a=math.sqrt(5),  # PEFT's kaiming-uniform init of A
+        )
         mark_only_lora_trainable(model)
         rng = random.Random(3000 + self.seed)
         data = self.world.finetune_set(self.s.n_finetune, self.s.poison_ratio, rng)

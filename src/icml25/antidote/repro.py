@@ -101,8 +101,14 @@ def _sizes(mode: str) -> tuple[ToySettings, list[str], tuple[float, ...]]:
     16^2-22^2, widening the checks' intervals by at most about 1%, for half of the evaluation time.
     """
     if mode == "smoke":
-        st = ToySettings(pretrain_steps=40, align_steps=20, n_finetune=128, n_eval=40,
-                         n_calibration=32, attacks={"H1": (3e-3, 1), "H2": (1e-3, 1)})  # fmt: skip
+        st = ToySettings(
+            pretrain_steps=40,
+            align_steps=20,
+            n_finetune=128,
+            n_eval=40,
+            n_calibration=32,
+            attacks={"H1": (3e-3, 1), "H2": (1e-3, 1)},
+        )
         return st, ["H1", "H2"], (0.1, 0.2)
     if mode == "quick":
         return ToySettings(n_eval=200), ["H1"], (0.05, 0.1, 0.2)
@@ -123,8 +129,11 @@ def planned_work(
     defaults to the mode's pre-registered count; ``ablation`` to the mode's (all but quick: a
     smoke run in quick mode skips it)."""
     st, settings, ratios = _sizes(mode)
-    n = n_seeds if n_seeds is not None else {"smoke": SMOKE_SEEDS, "quick": N_SEEDS[0],
-                                             "full": N_SEEDS[1]}[mode]  # fmt: skip
+    n = (
+        n_seeds
+        if n_seeds is not None
+        else {"smoke": SMOKE_SEEDS, "quick": N_SEEDS[0], "full": N_SEEDS[1]}[mode]
+    )
     ablation = mode != "quick" if ablation is None else ablation
     attack_steps = sum(-(-st.n_finetune // st.ft_batch) * st.attacks[s][1] for s in settings)
     per_setting = 1 + len(SCORERS) * len(ratios) + ((1 + len(ratios)) if ablation else 0)
@@ -157,12 +166,25 @@ def measure_seed(
     harmful, benign = exp.calibration("harmful"), exp.calibration("benign")
     for name in settings:
         model = exp.attack(name)
-        res = compare_pruning(model, exp.evaluate, harmful_batches=harmful,
-                              benign_batches=benign, ratios=ratios, scorers=SCORERS, seed=seed)  # fmt: skip
+        res = compare_pruning(
+            model,
+            exp.evaluate,
+            harmful_batches=harmful,
+            benign_batches=benign,
+            ratios=ratios,
+            scorers=SCORERS,
+            seed=seed,
+        )
         if ablation:
-            rb = compare_pruning(model, exp.evaluate, harmful_batches=harmful, ratios=ratios,
-                                 scorers=("antidote",), seed=seed,
-                                 target_filter=lambda n, m: n.endswith("lora_B"))  # fmt: skip
+            rb = compare_pruning(
+                model,
+                exp.evaluate,
+                harmful_batches=harmful,
+                ratios=ratios,
+                scorers=("antidote",),
+                seed=seed,
+                target_filter=lambda n, m: n.endswith("lora_B"),
+            )
             res["antidote_B"] = rb["antidote"]
         out[name] = res
     return out

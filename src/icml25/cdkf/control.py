@@ -338,8 +338,11 @@ class ControlledSchedulingProblem(SchedulingProblem):
         bounds = [(0.0, self.lam_max)] * nl + [self.u_bounds] * nu
         from icml25.progress import counter
 
-        with counter(f"SLSQP over {nl + nu} variables", maxiter,
-                     disable=None if progress is None else not progress) as step:  # fmt: skip
+        with counter(
+            f"SLSQP over {nl + nu} variables",
+            maxiter,
+            disable=None if progress is None else not progress,
+        ) as step:
             res = minimize(
                 fun,
                 z0.numpy(),

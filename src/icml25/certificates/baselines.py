@@ -55,8 +55,16 @@ class DTCBFFilter:
     is refused (the largest action seen would miss actions the data never took).
     """
 
-    def __init__(self, kernel_or_dataset, h, alpha_cbf: float = 0.5, horizon: int = 10,
-                 action_values=None, *, n_actions: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kernel_or_dataset,
+        h,
+        alpha_cbf: float = 0.5,
+        horizon: int = 10,
+        action_values=None,
+        *,
+        n_actions: int | None = None,
+    ) -> None:
         h = torch.as_tensor(h, dtype=D).reshape(-1)
         alpha_cbf = as_prob("alpha_cbf", alpha_cbf)
         horizon = as_int("horizon", horizon, 1)

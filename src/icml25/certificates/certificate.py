@@ -51,8 +51,9 @@ class SafetyCertificate:
             ``0..U-1``; e.g. ``(-3, -2, -1, 0, 1)``).
     """
 
-    def __init__(self, q: SafetyQ, pi_risk=None, eps: float = 0.2, alpha: float = 0.0,
-                 action_values=None) -> None:  # fmt: skip
+    def __init__(
+        self, q: SafetyQ, pi_risk=None, eps: float = 0.2, alpha: float = 0.0, action_values=None
+    ) -> None:
         if not isinstance(q, SafetyQ):
             raise ValueError(
                 f"q must be a SafetyQ (from FrontDoorFQE.fit or exact), got {type(q).__name__}"
@@ -126,8 +127,12 @@ class SafetyCertificate:
         U = self.q.Q.shape[2]
         if not 0 <= un < U:
             raise ValueError(f"u_nominal must be an action in [0, {U}), got {un}")
-        info = {"unsafe_state": False, "fallback": False, "unidentified": False,
-                "uninformative": False}  # fmt: skip
+        info = {
+            "unsafe_state": False,
+            "fallback": False,
+            "unidentified": False,
+            "uninformative": False,
+        }
         if not bool(self.q.safe[x]):
             info["unsafe_state"] = True
             return un, info
@@ -200,8 +205,11 @@ class SafetyCertificate:
         u = torch.where(u < 0, torch.where(unidentified, un, best), u)
         unsafe = ~self.q.safe.to(dev)[x]
         u = torch.where(unsafe, un, u)
-        info = {"unsafe_state": unsafe, "fallback": fallback & ~unsafe,
-                "unidentified": unidentified & ~unsafe}  # fmt: skip
+        info = {
+            "unsafe_state": unsafe,
+            "fallback": fallback & ~unsafe,
+            "unidentified": unidentified & ~unsafe,
+        }
         return u.to(x_in.device), {k_: v.to(x_in.device) for k_, v in info.items()}
 
     def guarantee(self, x0) -> float:
@@ -258,8 +266,9 @@ class _CertificateController:
         return self.cert.table(nominal)
 
 
-def candidate_filter(q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates: int = 256,
-                     generator=None) -> tuple[Tensor, dict]:  # fmt: skip
+def candidate_filter(
+    q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates: int = 256, generator=None
+) -> tuple[Tensor, dict]:
     """Continuous actions (not in the paper): score ``u_nominal`` plus random and grid candidates
     in the box ``[low, high]`` and return the certified one (``margin_fn(u) >= 0``) closest to
     ``u_nominal`` (Euclidean); if none is, the best-Q candidate with ``info["fallback"]`` (its
@@ -297,8 +306,12 @@ def candidate_filter(q_fn, margin_fn, u_nominal: Tensor, low, high, n_candidates
     per = max(2, round((n_candidates // 2) ** (1.0 / d)))
     axes = [torch.linspace(float(a), float(b), per, dtype=D) for a, b in zip(low, high)]
     grid = torch.cartesian_prod(*axes).reshape(-1, d)
-    rand = low + (high - low) * torch.rand(n_candidates - grid.shape[0] if n_candidates > grid.shape[0] else 1, d,
-                                           generator=generator, dtype=D)  # fmt: skip
+    rand = low + (high - low) * torch.rand(
+        n_candidates - grid.shape[0] if n_candidates > grid.shape[0] else 1,
+        d,
+        generator=generator,
+        dtype=D,
+    )
     cand = torch.cat([u_nominal.clamp(low, high)[None], grid, rand])
     m = torch.as_tensor(margin_fn(cand), dtype=D).reshape(-1)
     q = torch.as_tensor(q_fn(cand), dtype=D).reshape(-1)

@@ -51,8 +51,9 @@ def distribution_tolerance(dtype: torch.dtype, n_terms: int = 1) -> float:
     return max(1e-5, max(int(n_terms), 1) * torch.finfo(dtype).eps)
 
 
-def check_distribution(name: str, p: Tensor, dims: int = 1, tol: float | None = None,
-                       dtype: torch.dtype | None = None) -> Tensor:  # fmt: skip
+def check_distribution(
+    name: str, p: Tensor, dims: int = 1, tol: float | None = None, dtype: torch.dtype | None = None
+) -> Tensor:
     """``p`` as float64 with its last ``dims`` axes a probability distribution (sums within
     ``tol`` of 1, by default :func:`distribution_tolerance` of the input's dtype; ``dtype``: the
     dtype the values came in with when ``p`` was cast already; renormalised), or ValueError."""
@@ -155,8 +156,13 @@ class OfflineDataset:
             return torch.as_tensor(arr)
 
         has_t = t is not None and t in frame
-        return cls(col(x), col(u), col(m) if m is not None else None, col(x_next),
-                   col(t) if has_t else None)  # fmt: skip
+        return cls(
+            col(x),
+            col(u),
+            col(m) if m is not None else None,
+            col(x_next),
+            col(t) if has_t else None,
+        )
 
 
 @dataclass
@@ -298,8 +304,12 @@ class TabularConfoundedMDP:
                 u = self._draw(table[t, x], generator)
             else:
                 un = self._draw(nominal[x], generator)
-                u = torch.tensor([int(controller(int(xi), t, int(ui), generator)[0])
-                                  for xi, ui in zip(x.tolist(), un.tolist())])  # fmt: skip
+                u = torch.tensor(
+                    [
+                        int(controller(int(xi), t, int(ui), generator)[0])
+                        for xi, ui in zip(x.tolist(), un.tolist())
+                    ]
+                )
             x = self.step_online(x, u, generator)[0]
             states.append(x)
             actions.append(u)

@@ -40,8 +40,9 @@ def build_auxiliary_dataset(ds: OfflineDataset, safe_fn, horizon: int) -> AuxDat
     return AuxDataset(rep(ds.x), k, rep(ds.u), rep(ds.m), rep(x_hat))
 
 
-def fit_aux_regression(aux: AuxDataset, safe, n_actions: int, n_mediators: int, horizon: int,
-                       pi_risk=None) -> tuple[Tensor, Tensor]:  # fmt: skip
+def fit_aux_regression(
+    aux: AuxDataset, safe, n_actions: int, n_mediators: int, horizon: int, pi_risk=None
+) -> tuple[Tensor, Tensor]:
     """Eq. 44 solved literally on Algorithm 1's dataset with tabular features: for ``k = 1..H``
     the least-squares fit of the target ``V(x_hat', k-1)`` on cells ``(x, m, u')`` is the cell
     mean ``Q_M``, then the front-door recovery gives ``Q`` and ``V``. No backoff (a reference for

@@ -72,8 +72,16 @@ def progress(mdp: TabularConfoundedMDP, table, x0, value) -> float:
     return total
 
 
-def monte_carlo_safety(mdp: TabularConfoundedMDP, controller, n_sims: int = 100, n_traj: int = 100,
-                       x0=0, generator=None, nominal=None, horizon: int | None = None) -> dict:  # fmt: skip
+def monte_carlo_safety(
+    mdp: TabularConfoundedMDP,
+    controller,
+    n_sims: int = 100,
+    n_traj: int = 100,
+    x0=0,
+    generator=None,
+    nominal=None,
+    horizon: int | None = None,
+) -> dict:
     """The paper's evaluation: ``n_sims`` simulations of ``n_traj`` online trajectories; per
     simulation the fraction safe through every ``t``. Returns ``mean``, ``ci95`` (t-interval over
     the simulations), ``curve_mean`` and ``curve_ci`` ``(H+1, 2)``, and ``per_sim``."""

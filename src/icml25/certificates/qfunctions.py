@@ -117,8 +117,17 @@ class SafetyQ:
 class _TabularFQE:
     """Shared counting for the tabular estimators."""
 
-    def __init__(self, horizon: int, safe, pi_risk=None, *, n_actions: int | None = None,
-                 n_mediators: int | None = None, backoff: bool = True, smoothing: float = 0.0):  # fmt: skip
+    def __init__(
+        self,
+        horizon: int,
+        safe,
+        pi_risk=None,
+        *,
+        n_actions: int | None = None,
+        n_mediators: int | None = None,
+        backoff: bool = True,
+        smoothing: float = 0.0,
+    ):
         self.horizon = _horizon(horizon)
         self.safe = as_safe_mask("safe", safe)
         n_actions = None if n_actions is None else as_int("n_actions", n_actions, 1)
@@ -256,9 +265,20 @@ class NeuralFrontDoorFQE(torch.nn.Module):
     ``x (LongTensor) -> (n, d)``. :meth:`safety_q` tabulates the result for a finite state set.
     """
 
-    def __init__(self, features, n_actions: int, n_mediators: int, horizon: int, safe, pi_risk=None,
-                 hidden=(64, 64), steps_per_k: int = 2000, lr: float = 1e-3, batch_size: int = 512,
-                 seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        features,
+        n_actions: int,
+        n_mediators: int,
+        horizon: int,
+        safe,
+        pi_risk=None,
+        hidden=(64, 64),
+        steps_per_k: int = 2000,
+        lr: float = 1e-3,
+        batch_size: int = 512,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         self.H = _horizon(horizon)
         self.U, self.M = as_int("n_actions", n_actions, 1), as_int("n_mediators", n_mediators, 1)
@@ -329,11 +349,14 @@ class NeuralFrontDoorFQE(torch.nn.Module):
             eye_u, eye_m = torch.eye(self.U), torch.eye(self.M)
             xu = torch.cat([phi_x[:, None, :].expand(n, self.U, -1), eye_u.expand(n, -1, -1)], -1)
             p_m = torch.softmax(self.mediator_net(xu), -1).double()  # (n, U, M)
-            rows = torch.cat([
-                phi_x[:, None, None, :].expand(n, self.M, self.U, -1),
-                eye_m[None, :, None, :].expand(n, -1, self.U, -1),
-                eye_u[None, None, :, :].expand(n, self.M, -1, -1),
-            ], -1)  # fmt: skip
+            rows = torch.cat(
+                [
+                    phi_x[:, None, None, :].expand(n, self.M, self.U, -1),
+                    eye_m[None, :, None, :].expand(n, -1, self.U, -1),
+                    eye_u[None, None, :, :].expand(n, self.M, -1, -1),
+                ],
+                -1,
+            )
             q_m = torch.sigmoid(self.q_nets[k - 1](rows)[..., 0]).double()  # (n, M, U')
             return torch.einsum("num,nv,nmv->nu", p_m, p_b, q_m)
 

@@ -211,8 +211,12 @@ def measure_seed(st: Setting, seed: int, n_traj: int, mc: bool, alphas=(0.0,)) -
     data = st.mdp.sample_offline(n_traj, H, generator=g)
     fd = FrontDoorFQE(H, st.mdp.safe, n_actions=5, n_mediators=5).fit(data)
     naive = NaiveFQE(H, st.mdp.safe, n_actions=5).fit(data)
-    out = {"seed": seed, "v_fd": fd.v(st.x0, H), "v_naive": naive.v(st.x0, H),
-           "backoff": fd.fit_info["backoff_xmu"] + fd.fit_info["backoff_xm"]}  # fmt: skip
+    out = {
+        "seed": seed,
+        "v_fd": fd.v(st.x0, H),
+        "v_naive": naive.v(st.x0, H),
+        "backoff": fd.fit_info["backoff_xmu"] + fd.fit_info["backoff_xm"],
+    }
     out["err_fd"], out["err_naive"] = st.q_errors(fd), st.q_errors(naive)
     ctrls = {
         "nominal": NominalController(H, st.mdp.n_states),
@@ -227,8 +231,15 @@ def measure_seed(st: Setting, seed: int, n_traj: int, mc: bool, alphas=(0.0,)) -
     out["eval"] = {name: st.evaluate(c) for name, c in ctrls.items()}
     out["empty"] = empty_sets(st.certificate(fd, 0.0))
     if mc:
-        sim = monte_carlo_safety(st.mdp, ctrls["front_door"], MC_SIMS, MC_TRAJ, st.x0,
-                                 torch.Generator().manual_seed(10_000 + seed), st.nominal)  # fmt: skip
+        sim = monte_carlo_safety(
+            st.mdp,
+            ctrls["front_door"],
+            MC_SIMS,
+            MC_TRAJ,
+            st.x0,
+            torch.Generator().manual_seed(10_000 + seed),
+            st.nominal,
+        )
         # per_sim holds fractions of MC_TRAJ trajectories: back to a count of safe trajectories
         sim["safe"] = round(float(sim["per_sim"].sum()) * MC_TRAJ)
         sim["n"] = MC_SIMS * MC_TRAJ
@@ -276,8 +287,9 @@ def run(r: Run) -> ReproResult:
     """Quick: kappa = 1, 10k trajectories; full adds the kappa x size x alpha sweep."""
     n_traj = r.size(smoke=500, quick=N_TRAJ, full=N_TRAJ)
     st = Setting(1.0)
-    runs = r.over_seeds(lambda s: measure_seed(st, s, n_traj, mc=True, alphas=ALPHAS),
-                        label="fits and evaluations")  # fmt: skip
+    runs = r.over_seeds(
+        lambda s: measure_seed(st, s, n_traj, mc=True, alphas=ALPHAS), label="fits and evaluations"
+    )
     checks = quick_checks(st, runs)
     tables = [_controller_table(runs, "aggressive nominal (0 w.p. 0.3, +1 w.p. 0.7)")]
     uniform = Setting(1.0, nominal=[0.2] * 5)
@@ -373,8 +385,9 @@ def _neural(st: Setting, seed: int, n_traj: int, steps: int) -> dict:
 
     data = st.mdp.sample_offline(n_traj, H, generator=torch.Generator().manual_seed(seed))
     t0 = time.perf_counter()
-    net = NeuralFrontDoorFQE(torch.eye(st.mdp.n_states, dtype=D), 5, 5, H, st.mdp.safe,
-                             steps_per_k=steps, seed=seed).fit(data)  # fmt: skip
+    net = NeuralFrontDoorFQE(
+        torch.eye(st.mdp.n_states, dtype=D), 5, 5, H, st.mdp.safe, steps_per_k=steps, seed=seed
+    ).fit(data)
     q = net.safety_q()
     out = st.evaluate(st.certificate(q).as_controller())
     out.update(err=st.q_errors(q), v=q.v(st.x0, H), seconds=time.perf_counter() - t0)
@@ -392,13 +405,15 @@ def _sweep(r: Run, kappas, sizes) -> dict:
                 m = measure_seed(st, s, n, mc=False, alphas=ALPHAS)
                 for a in ALPHAS:
                     tag = "" if a == 0 else f"@{a:g}"
-                    out[(kappa, n, a)].append({
-                        "front_door": m["eval"]["front_door" + tag]["p_safe"],
-                        "naive": m["eval"]["naive" + tag]["p_safe"],
-                        "dtcbf_offline": m["eval"]["dtcbf_offline"]["p_safe"],
-                        "progress_fd": m["eval"]["front_door" + tag]["progress"],
-                        "backoff": m["backoff"],
-                    })  # fmt: skip
+                    out[(kappa, n, a)].append(
+                        {
+                            "front_door": m["eval"]["front_door" + tag]["p_safe"],
+                            "naive": m["eval"]["naive" + tag]["p_safe"],
+                            "dtcbf_offline": m["eval"]["dtcbf_offline"]["p_safe"],
+                            "progress_fd": m["eval"]["front_door" + tag]["progress"],
+                            "backoff": m["backoff"],
+                        }
+                    )
     return out
 
 
@@ -411,25 +426,36 @@ def _mean_sd(vals) -> str:
 
 def _controller_table(runs: list[dict], label: str) -> str:
     names = list(runs[0]["eval"])
-    lines = [f"Exact closed-loop safety, {label} (mean ± sd over {len(runs)} seeds):", "",
-             "| controller | P_safe over 0..H | progress E[sum v_t] |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Exact closed-loop safety, {label} (mean ± sd over {len(runs)} seeds):",
+        "",
+        "| controller | P_safe over 0..H | progress E[sum v_t] |",
+        "|---|---|---|",
+    ]
     for n in names:
-        lines.append(f"| {n} | {_mean_sd(r['eval'][n]['p_safe'] for r in runs)} | "
-                     f"{_mean_sd(r['eval'][n]['progress'] for r in runs)} |")  # fmt: skip
+        lines.append(
+            f"| {n} | {_mean_sd(r['eval'][n]['p_safe'] for r in runs)} | "
+            f"{_mean_sd(r['eval'][n]['progress'] for r in runs)} |"
+        )
     return "\n".join(lines)
 
 
 def _sweep_table(sweep: dict, kappas, sizes) -> str:
-    lines = ["Sweep (exact P_safe, mean over seeds; alpha = 0 unless noted):", "",
-             "| kappa | n | front-door | front-door alpha=1 | naive | DTCBF offline | backoffs |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "Sweep (exact P_safe, mean over seeds; alpha = 0 unless noted):",
+        "",
+        "| kappa | n | front-door | front-door alpha=1 | naive | DTCBF offline | backoffs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for k in kappas:
         for n in sizes:
             a0, a1 = sweep[(k, n, 0.0)], sweep[(k, n, 1.0)]
             mean = lambda rows, key: statistics.fmean(x[key] for x in rows)  # noqa: E731
-            lines.append(f"| {k:g} | {n} | {mean(a0, 'front_door'):.3f} | {mean(a1, 'front_door'):.3f} | "
-                         f"{mean(a0, 'naive'):.3f} | {mean(a0, 'dtcbf_offline'):.3f} | "
-                         f"{mean(a0, 'backoff'):.0f} |")  # fmt: skip
+            lines.append(
+                f"| {k:g} | {n} | {mean(a0, 'front_door'):.3f} | {mean(a1, 'front_door'):.3f} | "
+                f"{mean(a0, 'naive'):.3f} | {mean(a0, 'dtcbf_offline'):.3f} | "
+                f"{mean(a0, 'backoff'):.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -444,7 +470,7 @@ def _metrics(st: Setting, runs: list[dict]) -> list[Metric]:
         Metric(
             "naive over-claim V_naive - P_safe(naive)",
             [r["v_naive"] - r["eval"]["naive"]["p_safe"] for r in runs],
-        ),  # fmt: skip
+        ),
         Metric("max |Q_fd - Q|", [r["err_fd"][0] for r in runs]),
         Metric("max |Q_naive - Q|", [r["err_naive"][0] for r in runs]),
         Metric("backed-off cells (front-door)", [r["backoff"] for r in runs]),
@@ -467,8 +493,13 @@ def _plot_curves(st: Setting, runs: list[dict]):
         curves = torch.stack([r["eval"][name]["curve"] for r in runs])
         ax.plot(t, curves.mean(0).tolist(), marker="o", ms=3, label=name)
     mc = runs[0]["mc"]
-    ax.fill_between(t, mc["curve_ci"][:, 0].tolist(), mc["curve_ci"][:, 1].tolist(), alpha=0.3,
-                    label="front-door MC 95% CI (seed 0)")  # fmt: skip
+    ax.fill_between(
+        t,
+        mc["curve_ci"][:, 0].tolist(),
+        mc["curve_ci"][:, 1].tolist(),
+        alpha=0.3,
+        label="front-door MC 95% CI (seed 0)",
+    )
     ax.axhline(1 - EPS, ls="--", color="k", lw=1)
     ax.set_xlabel("t")
     ax.set_ylabel("P(safe through t)")
@@ -500,8 +531,12 @@ def _plot_sweep(sweep: dict, kappas, sizes):
         ("naive", "naive"),
         ("dtcbf_offline", "DTCBF offline"),
     ):
-        ax.plot(kappas, [statistics.fmean(x[key] for x in sweep[(k, n, 0.0)]) for k in kappas],
-                marker="o", label=label)  # fmt: skip
+        ax.plot(
+            kappas,
+            [statistics.fmean(x[key] for x in sweep[(k, n, 0.0)]) for k in kappas],
+            marker="o",
+            label=label,
+        )
     ax.axhline(1 - EPS, ls="--", color="k", lw=1)
     ax.set_xlabel("confounding strength kappa")
     ax.set_ylabel(f"exact P_safe (n = {n})")

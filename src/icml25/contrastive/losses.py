@@ -281,8 +281,9 @@ def info_nce_family(
     _require_global_ids(gather, index)
     with _no_autocast_for(u, v):
         u, v, index = _prepare(u, v, index, normalize, validate)
-        losses, _ = _info_nce(u, v, index, c1, c2, psi, temperature, symmetric, gather,
-                              positives == "all", validate)  # fmt: skip
+        losses, _ = _info_nce(
+            u, v, index, c1, c2, psi, temperature, symmetric, gather, positives == "all", validate
+        )
     if reduction == "none":
         return losses
     return losses.mean() if reduction == "mean" else losses.sum()
@@ -295,11 +296,13 @@ def _info_nce(u, v, index, c1, c2, psi, temperature, symmetric, gather, ap, chec
     if gather is None and not ap:
         S = u @ v.T  # one matmul for both directions (the reverse one reads S^T)
         wu, wv = (u @ u.T, v @ v.T) if c2 else (None, None)
-        losses = _one_direction(u, v, v, index, index, c1, c2, psi, t, cross=S, within=wu,
-                                check=check)  # fmt: skip
+        losses = _one_direction(
+            u, v, v, index, index, c1, c2, psi, t, cross=S, within=wu, check=check
+        )
         if symmetric:
-            back = _one_direction(v, u, u, index, index, c1, c2, psi, t, cross=S.T, within=wv,
-                                  check=check)  # fmt: skip
+            back = _one_direction(
+                v, u, u, index, index, c1, c2, psi, t, cross=S.T, within=wv, check=check
+            )
             losses = torch.cat([losses, back])
         return losses, S
     if gather is None:
@@ -475,8 +478,12 @@ def _vrns_from_similarity(
 
 _KINDS = ("infonce", "simclr", "dcl", "dhel", "siglip", "siglip_within", "spectral")
 _DEFAULT_T = {"infonce": 0.07, "simclr": 0.5, "dcl": 0.1, "dhel": 0.1}
-_FAMILY = {"infonce": (1, 0, "log1p"), "simclr": (1, 1, "log1p"), "dcl": (1, 1, "log"),
-           "dhel": (0, 1, "log")}  # fmt: skip
+_FAMILY = {
+    "infonce": (1, 0, "log1p"),
+    "simclr": (1, 1, "log1p"),
+    "dcl": (1, 1, "log"),
+    "dhel": (0, 1, "log"),
+}
 
 
 class ContrastiveLoss(nn.Module):
@@ -549,8 +556,12 @@ class ContrastiveLoss(nn.Module):
         self._calls = 0
 
     def _base(self, u, v, index, validate):
-        kw = {"index": index, "validate": validate, "gather": self.gather,
-              "positives": self.positives}  # fmt: skip
+        kw = {
+            "index": index,
+            "validate": validate,
+            "gather": self.gather,
+            "positives": self.positives,
+        }
         if self.kind == "infonce":
             return infonce_loss(u, v, self.temperature, **kw)
         if self.kind == "simclr":
@@ -570,8 +581,14 @@ class ContrastiveLoss(nn.Module):
                 "duplicate rows before the call"
             )
         if self.kind in ("siglip", "siglip_within"):
-            return sigmoid_loss(u, v, self.temperature, self.bias,
-                                within_view=self.kind == "siglip_within", validate=validate)  # fmt: skip
+            return sigmoid_loss(
+                u,
+                v,
+                self.temperature,
+                self.bias,
+                within_view=self.kind == "siglip_within",
+                validate=validate,
+            )
         return spectral_contrastive_loss(u, v, validate=validate)
 
     def forward(self, u: Tensor, v: Tensor, index: Tensor | None = None) -> Tensor:
@@ -585,8 +602,19 @@ class ContrastiveLoss(nn.Module):
             c1, c2, psi = _FAMILY[self.kind]
             with _no_autocast(u.device):
                 un, vn, idx = _prepare(u, v, index, True, validate)
-                losses, S = _info_nce(un, vn, idx, c1, c2, psi, self.temperature, True, None,
-                                      self.positives == "all", validate)  # fmt: skip
+                losses, S = _info_nce(
+                    un,
+                    vn,
+                    idx,
+                    c1,
+                    c2,
+                    psi,
+                    self.temperature,
+                    True,
+                    None,
+                    self.positives == "all",
+                    validate,
+                )
                 base = losses.mean()
                 vr = None
                 if self.vrns_weight > 0:
@@ -598,8 +626,16 @@ class ContrastiveLoss(nn.Module):
             base = self._base(u, v, index, validate)
             vr = None
             if self.vrns_weight > 0:
-                vr = vrns_loss(u, v, n_train=self.n_train, delta=self.delta, p=self.p,
-                               index=index, validate=validate, gather=self.gather)  # fmt: skip
+                vr = vrns_loss(
+                    u,
+                    v,
+                    n_train=self.n_train,
+                    delta=self.delta,
+                    p=self.p,
+                    index=index,
+                    validate=validate,
+                    gather=self.gather,
+                )
         total = base if vr is None else base + self.vrns_weight * vr
         self._validated = True
         if self._calls % self.log_every == 0:
@@ -631,8 +667,15 @@ class ContrastiveLoss(nn.Module):
                 neg_mean = neg.mean()
                 neg_var = (neg * neg).mean() - neg_mean**2
             zero = base.new_zeros(())
-            stats = torch.stack([base.detach().float(), (vr.detach() if vr is not None else zero).float(),
-                                 diag.mean(), neg_mean, neg_var]).tolist()  # fmt: skip
+            stats = torch.stack(
+                [
+                    base.detach().float(),
+                    (vr.detach() if vr is not None else zero).float(),
+                    diag.mean(),
+                    neg_mean,
+                    neg_var,
+                ]
+            ).tolist()
         return dict(zip(("base", "vrns", "pos_mean", "neg_mean", "neg_var"), stats))
 
 

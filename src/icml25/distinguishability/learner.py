@@ -146,7 +146,7 @@ class RewardLearner:
                     hidden=e.hidden,
                     n_layers=e.n_layers,
                     activation=e.activation,
-                ),  # fmt: skip
+                ),
                 "state": {k: v.detach().cpu() for k, v in e.state_dict().items()},
             },
             "optimizer": self.opt.state_dict(),
@@ -160,7 +160,7 @@ class RewardLearner:
                 eps=self.eps,
                 noise_prob=self.noise_prob,
                 lr=self.opt.param_groups[0]["lr"],
-            ),  # fmt: skip
+            ),
             "generator": None if self.generator is None else self.generator.get_state(),
             "answers": self.answers.state_dict(),
             "mode": getattr(self, "_mode", None),
@@ -190,11 +190,19 @@ class RewardLearner:
         p = next(iter(st["ensemble"]["state"].values()))
         ens = ens.to(device=p.device, dtype=p.dtype)
         s = st["settings"]
-        learner = cls(ens, lr=s["lr"], batch_size=s["batch_size"], max_epochs=s["max_epochs"],
-                      stop_acc=s["stop_acc"], likelihood=s["likelihood"],
-                      lambda_pref=s["lambda_pref"], eps=s["eps"],
-                      learn_dist_temperature=st["log_beta_d"] is not None, generator=generator,
-                      noise_prob=s["noise_prob"])  # fmt: skip
+        learner = cls(
+            ens,
+            lr=s["lr"],
+            batch_size=s["batch_size"],
+            max_epochs=s["max_epochs"],
+            stop_acc=s["stop_acc"],
+            likelihood=s["likelihood"],
+            lambda_pref=s["lambda_pref"],
+            eps=s["eps"],
+            learn_dist_temperature=st["log_beta_d"] is not None,
+            generator=generator,
+            noise_prob=s["noise_prob"],
+        )
         if st["log_beta_d"] is not None:
             with torch.no_grad():
                 learner.log_beta_d.copy_(st["log_beta_d"])
@@ -208,8 +216,9 @@ class RewardLearner:
             learner._mode = st["mode"]
         if st["segments"] is not None:
             seg = st["segments"]
-            learner.segments = SegmentBuffer(seg["obs"], seg["act"], seg["true_rew"],
-                                             max_episodes=2**62)  # fmt: skip
+            learner.segments = SegmentBuffer(
+                seg["obs"], seg["act"], seg["true_rew"], max_episodes=2**62
+            )
         return learner
 
     def _batch_loss(self, ret: Tensor, t: dict, pcq_rows, dq_rows, pos) -> tuple[Tensor, float]:

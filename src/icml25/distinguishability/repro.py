@@ -121,8 +121,10 @@ def run(r: Run) -> ReproResult:
     for t in TEACHERS:
         gain = np.array(scores[(t, PAPER)]) - np.array(scores[(t, BASE)])
         metrics.append(Metric(f"A score gain dq-pcq {t}", list(gain)))
-        s_gain = [a["score_spearman"] - b["score_spearman"]
-                  for a, b in zip(res[(t, PAPER)], res[(t, BASE)])]  # fmt: skip
+        s_gain = [
+            a["score_spearman"] - b["score_spearman"]
+            for a, b in zip(res[(t, PAPER)], res[(t, BASE)])
+        ]
         metrics.append(
             Metric(
                 f"A Spearman score gain dq-pcq {t}",

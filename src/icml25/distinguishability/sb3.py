@@ -104,8 +104,11 @@ class PreferenceRewardWrapper(gym.Wrapper):
         obs, r, term, trunc, info = self.env.step(action)
         a = encode_actions(self.env.action_space, np.asarray(action)[None])[0]
         with torch.no_grad():
-            r_hat = float(self.ensemble.reward(torch.from_numpy(self._obs)[None],
-                                               torch.from_numpy(a)[None]).reshape(-1)[0])  # fmt: skip
+            r_hat = float(
+                self.ensemble.reward(
+                    torch.from_numpy(self._obs)[None], torch.from_numpy(a)[None]
+                ).reshape(-1)[0]
+            )
         info = {**info, "true_reward": float(r), "pref_step": (self._obs, a, float(r))}
         self._obs = np.asarray(obs, np.float32).reshape(-1)
         return obs, r_hat, term, trunc, info
@@ -155,8 +158,12 @@ class PreferenceFeedbackCallback(BaseCallback):
             raise ValueError(f"query_type must be 'pcq' or 'dq', got {query_type!r}")
         if not isinstance(learner, RewardLearner):
             raise TypeError(f"learner must be a RewardLearner, got {type(learner).__name__}")
-        for name, v in (("segment", segment), ("reward_batch", reward_batch),
-                        ("large_batch", large_batch), ("num_interact", num_interact)):  # fmt: skip
+        for name, v in (
+            ("segment", segment),
+            ("reward_batch", reward_batch),
+            ("large_batch", large_batch),
+            ("num_interact", num_interact),
+        ):
             as_int(name, v, 1)
         max_feedback = as_int("max_feedback", max_feedback, 0)
         from icml25.distinguishability.selection import DQ_METHODS, PCQ_METHODS
@@ -211,8 +218,17 @@ class PreferenceFeedbackCallback(BaseCallback):
             queries = select_pcq(ens, self.segments, n, method, self.large_batch, self.rng)
             answers = self.teacher.answer_pcq(self.segments, queries)
         else:
-            queries = select_dq(ens, self.segments, n, method, self.large_batch, self.keep_frac,
-                                self.rule, self.lambda_e, self.rng)  # fmt: skip
+            queries = select_dq(
+                ens,
+                self.segments,
+                n,
+                method,
+                self.large_batch,
+                self.keep_frac,
+                self.rule,
+                self.lambda_e,
+                self.rng,
+            )
             answers = self.teacher.answer_dq(self.segments, queries)
         self.total_feedback += n
         stored = self.learner.add(queries, answers, self.segments)

@@ -157,8 +157,9 @@ class SegmentBuffer:
         self._add_segments(o, a, r)
         return len(starts)
 
-    def add_trajectory(self, traj, segment_len: int = 50, stride: int | None = None,
-                       action_encoder=None) -> int:  # fmt: skip
+    def add_trajectory(
+        self, traj, segment_len: int = 50, stride: int | None = None, action_encoder=None
+    ) -> int:
         """Add an ``imitation`` ``TrajectoryWithRew`` (or any object with ``obs (T + 1, ...)``,
         ``acts (T, ...)`` and ``rews (T,)``; ``obs`` may also have ``T`` rows): the observation
         each action was taken in, flattened. ``action_encoder(acts) -> (T, d_a)``, e.g. one-hot

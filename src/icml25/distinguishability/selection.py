@@ -71,9 +71,14 @@ SCORE_DTYPES = (None, "bfloat16")
 
 
 @torch.no_grad()
-def _returns(ensemble: RewardEnsemble, buf: SegmentBuffer, idx: np.ndarray,
-             returns: Tensor | None = None, score_dtype: str | None = None,
-             chunk: int = 64) -> Tensor:  # fmt: skip
+def _returns(
+    ensemble: RewardEnsemble,
+    buf: SegmentBuffer,
+    idx: np.ndarray,
+    returns: Tensor | None = None,
+    score_dtype: str | None = None,
+    chunk: int = 64,
+) -> Tensor:
     """``(K, len(idx))`` predicted returns of the segments at rows ``idx``: taken from
     ``returns (K, len(buf))`` when the caller has them, else computed once per distinct segment,
     ``chunk`` segments at a time (activations stay in cache), under bfloat16 autocast when

@@ -76,8 +76,17 @@ def _check_target(target: Any, n: int, k: int, device: Any) -> torch.Tensor:
     return target.to(device=device, dtype=torch.long)
 
 
-def pgd_linf(model: Any, x: torch.Tensor, target: torch.Tensor, *, eps: float = 0.15, step: float = 0.02,
-             steps: int = 20, random_start: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def pgd_linf(
+    model: Any,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    eps: float = 0.15,
+    step: float = 0.02,
+    steps: int = 20,
+    random_start: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Targeted L∞ PGD: minimise the cross-entropy toward ``target`` (one class index, or an
     integer tensor ``(N,)`` of them) averaged over a model or an ensemble (a list).
     Returns ``x + δ`` with ``‖δ‖∞ <= eps``, clamped to [0, 1], detached, on ``x``'s device."""
@@ -146,8 +155,17 @@ def apply_patch(x: torch.Tensor, patch: torch.Tensor, corners: Sequence[int] | i
     return out
 
 
-def universal_patch(model: Any, x: torch.Tensor, target: int, *, size: int = 8, steps: int = 300, lr: float = 0.05,
-                    batch_size: int = 64, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def universal_patch(
+    model: Any,
+    x: torch.Tensor,
+    target: int,
+    *,
+    size: int = 8,
+    steps: int = 300,
+    lr: float = 0.05,
+    batch_size: int = 64,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """A ``(C, size, size)`` patch in [0, 1] that pushes the models toward class ``target``
     wherever it is pasted (a random corner per image and step)."""
     _check_images(x)

@@ -45,9 +45,17 @@ class HFVisionChat(BaseChat):
 
     concurrency = 1
 
-    def __init__(self, model: Any, processor: Any = None, *, device: Any = None,
-                 dtype: Any = "auto", device_map: Any = None, max_new_tokens: int = 512,
-                 name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        processor: Any = None,
+        *,
+        device: Any = None,
+        dtype: Any = "auto",
+        device_map: Any = None,
+        max_new_tokens: int = 512,
+        name: str | None = None,
+    ) -> None:
         import os
 
         from icml25.llm.loading import load_or_place, load_processor, resolve_dtype

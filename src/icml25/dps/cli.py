@@ -118,9 +118,11 @@ def _parse_choice(choice: str, base_url: str | None) -> tuple[str, str]:
     if kind == "hf" and name:
         return kind, name
     if kind != "openai" or not name:
-        raise ValueError(f"{choice!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
-                         " or hf:PATH (a local model folder)"
-                         " (for --helper: 'rule' for the offline helper)")  # fmt: skip
+        raise ValueError(
+            f"{choice!r}: use openai:NAME with --base-url (an OpenAI-compatible server)"
+            " or hf:PATH (a local model folder)"
+            " (for --helper: 'rule' for the offline helper)"
+        )
     if not base_url:
         raise ValueError(f"{choice}: needs --base-url")
     return kind, name
@@ -196,13 +198,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.agents = 3
         # Models load last: a bad questions file fails before minutes of loading.
         lvlm = _backend(args.model, args.base_url, args.api_key, model_kw=model_kw)
-        helper = (RuleHelper() if args.helper == "rule"
-                  else LLMHelper(_backend(args.helper, args.helper_url or args.base_url, args.api_key,
-                                          vision=False, model_kw=model_kw)))  # fmt: skip
-        dps = DPSDefense(lvlm, helper, crop=args.crop, n_agents=args.agents, seed=args.seed,
-                         temperature=args.temperature, max_tokens=args.max_tokens,
-                         image_once=args.image_once, crop_format=args.crop_format,
-                         jpeg_quality=args.jpeg_quality)  # fmt: skip
+        helper = (
+            RuleHelper()
+            if args.helper == "rule"
+            else LLMHelper(
+                _backend(
+                    args.helper,
+                    args.helper_url or args.base_url,
+                    args.api_key,
+                    vision=False,
+                    model_kw=model_kw,
+                )
+            )
+        )
+        dps = DPSDefense(
+            lvlm,
+            helper,
+            crop=args.crop,
+            n_agents=args.agents,
+            seed=args.seed,
+            temperature=args.temperature,
+            max_tokens=args.max_tokens,
+            image_once=args.image_once,
+            crop_format=args.crop_format,
+            jpeg_quality=args.jpeg_quality,
+        )
     except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -246,32 +266,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"error: two rows of {args.questions} share the id {dup!r}", file=sys.stderr)
         return 2
     try:
-        store = JsonlStore(args.out, key=("id", "content"), settings=settings,
-                           on_mismatch="separate" if args.keep_both else "refuse")  # fmt: skip
+        store = JsonlStore(
+            args.out,
+            key=("id", "content"),
+            settings=settings,
+            on_mismatch="separate" if args.keep_both else "refuse",
+        )
     except (SettingsMismatch, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         with store:
-            report = run_resumable(rows, work, store, key=lambda i, r: {"id": r["id"], "content": content(r),
-                                                                        "image": r["image"], "question": r["question"]},
-                                   concurrency=workers, retry_errors=True, progress=not args.quiet,
-                                   desc="DPS")  # fmt: skip
+            report = run_resumable(
+                rows,
+                work,
+                store,
+                key=lambda i, r: {
+                    "id": r["id"],
+                    "content": content(r),
+                    "image": r["image"],
+                    "question": r["question"],
+                },
+                concurrency=workers,
+                retry_errors=True,
+                progress=not args.quiet,
+                desc="DPS",
+            )
     except BackendUnavailableError as exc:  # the server is down (a circuit breaker opened)
-        print(f"error: the model's server is unavailable: {exc}. The answers so far are kept in "
-              f"{args.out}; rerun the same command to resume", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: the model's server is unavailable: {exc}. The answers so far are kept in "
+            f"{args.out}; rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 130
-    print(f"{report.n_items} items: {report.n_ok} done now, {report.n_skipped} done before, "
-          f"{report.n_failed} failed")  # fmt: skip
+    print(
+        f"{report.n_items} items: {report.n_ok} done now, {report.n_skipped} done before, "
+        f"{report.n_failed} failed"
+    )
     if report.failures:
         # the item's id and image name, and the cause in full (not the row's content hash)
         first = report.failures[0]
         row = next((r for r in rows if r["id"] == first.key[0]), {})
-        print(f"first failure: id {first.key[0]!r} (image {row.get('image')!r}): "
-              f"{first.error_type}: {first.message}; a rerun retries the failed items",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"first failure: id {first.key[0]!r} (image {row.get('image')!r}): "
+            f"{first.error_type}: {first.message}; a rerun retries the failed items",
+            file=sys.stderr,
+        )
     return 0 if report.n_failed == 0 else 1

@@ -98,8 +98,11 @@ def auto_mask(image: Any, boxes: list[tuple[int, int, int, int]]) -> Any:
             f"boxes must be a list of (left, top, right, bottom) boxes, got {boxes!r:.60}"
         )
     for k, box in enumerate(boxes):
-        if not (isinstance(box, (tuple, list)) and len(box) == 4
-                and all(not isinstance(v, bool) and isinstance(v, (int, np.integer)) for v in box)):  # fmt: skip
+        if not (
+            isinstance(box, (tuple, list))
+            and len(box) == 4
+            and all(not isinstance(v, bool) and isinstance(v, (int, np.integer)) for v in box)
+        ):
             raise ValueError(
                 f"boxes[{k}] must be 4 integers (left, top, right, bottom), got {box!r:.60}"
             )

@@ -56,9 +56,18 @@ class Conversation:
     """One agent's conversation: a system prompt, then user turns (text, optionally an image) and
     the replies, all kept and sent with every call (the official agents' memory)."""
 
-    def __init__(self, backend: Any, system_prompt: str, *, role: str = "agent", max_tokens: int = 2000,
-                 temperature: float = 0.0, trace: list[dict[str, Any]] | None = None,
-                 on_error: str = "raise", image_kw: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        backend: Any,
+        system_prompt: str,
+        *,
+        role: str = "agent",
+        max_tokens: int = 2000,
+        temperature: float = 0.0,
+        trace: list[dict[str, Any]] | None = None,
+        on_error: str = "raise",
+        image_kw: dict[str, Any] | None = None,
+    ) -> None:
         if not hasattr(backend, "chat"):
             raise TypeError(
                 f"backend must be an icml25.llm chat backend, got {type(backend).__name__}"
@@ -79,11 +88,20 @@ class Conversation:
             else [{"type": "text", "text": text}, image_part(image, **self.image_kw)]
         )
         self.history.append({"role": "user", "content": content})
-        self.trace.append({"role": self.role, "template": template, "has_image": image is not None,
-                           "prompt": text})  # fmt: skip
+        self.trace.append(
+            {
+                "role": self.role,
+                "template": template,
+                "has_image": image is not None,
+                "prompt": text,
+            }
+        )
         try:
-            reply = str(self.backend.chat(self.history, n=1, temperature=self.temperature,
-                                          max_tokens=self.max_tokens)[0])  # fmt: skip
+            reply = str(
+                self.backend.chat(
+                    self.history, n=1, temperature=self.temperature, max_tokens=self.max_tokens
+                )[0]
+            )
         except Exception as exc:  # noqa: BLE001 - recorded, then raised with the trace
             self.trace[-1]["error"] = f"{type(exc).__name__}: {exc}"
             if self.on_error == "refusal":
@@ -152,11 +170,24 @@ class DPSDefense:
 
     CROPS = ("center", "random", "auto")
 
-    def __init__(self, lvlm: Any, helper: Helper | None = None, crop: str = "center", n_agents: int = 1,
-                 prompts: DPSPrompts | None = None, summary_limit: int = 20, weak_word_limit_trigger: int = 20,
-                 seed: int | None = 0, max_tokens: int = 2000, temperature: float = 0.0, on_error: str = "raise",
-                 max_pixels: int | None = None, image_once: bool = False, crop_format: str = "png",
-                 jpeg_quality: int = JPEG_QUALITY) -> None:  # fmt: skip
+    def __init__(
+        self,
+        lvlm: Any,
+        helper: Helper | None = None,
+        crop: str = "center",
+        n_agents: int = 1,
+        prompts: DPSPrompts | None = None,
+        summary_limit: int = 20,
+        weak_word_limit_trigger: int = 20,
+        seed: int | None = 0,
+        max_tokens: int = 2000,
+        temperature: float = 0.0,
+        on_error: str = "raise",
+        max_pixels: int | None = None,
+        image_once: bool = False,
+        crop_format: str = "png",
+        jpeg_quality: int = JPEG_QUALITY,
+    ) -> None:
         if not hasattr(lvlm, "chat"):
             raise TypeError(f"lvlm must be an icml25.llm chat backend, got {type(lvlm).__name__}")
         if crop not in self.CROPS:
@@ -164,11 +195,16 @@ class DPSDefense:
         n_agents = as_int("n_agents", n_agents, 1)
         if crop == "auto" and n_agents != 3:
             if n_agents != 1:
-                warnings.warn(f"crop='auto' uses 3 agents (text mask, centre, random); n_agents={n_agents} ignored",
-                              stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    f"crop='auto' uses 3 agents (text mask, centre, random); n_agents={n_agents} ignored",
+                    stacklevel=2,
+                )
             n_agents = 3
-        for name, v in (("summary_limit", summary_limit), ("weak_word_limit_trigger", weak_word_limit_trigger),
-                        ("max_tokens", max_tokens)):  # fmt: skip
+        for name, v in (
+            ("summary_limit", summary_limit),
+            ("weak_word_limit_trigger", weak_word_limit_trigger),
+            ("max_tokens", max_tokens),
+        ):
             as_int(name, v, 1)
         if on_error not in ("raise", "refusal"):
             raise ValueError(f"on_error must be 'raise' or 'refusal', got {on_error!r}")
@@ -213,19 +249,34 @@ class DPSDefense:
         if self.crop == "random":
             return [random_crop(img, rng) for _ in range(self.n_agents)]
         conv = self._conversation(self.prompts.plain_system, "lvlm", trace)
-        reply = conv.ask(self.prompts.render("auto_mask_request", W=img.width, H=img.height), img,
-                         template="auto_mask_request")  # fmt: skip
+        reply = conv.ask(
+            self.prompts.render("auto_mask_request", W=img.width, H=img.height),
+            img,
+            template="auto_mask_request",
+        )
         return [
             auto_mask(img, parse_boxes(reply, img.width, img.height)),
             center_crop(img),
             random_crop(img, rng),
         ]
 
-    def _conversation(self, system: str, role: str, trace: list[dict[str, Any]],
-                      image_kw: dict[str, Any] | None = None) -> Conversation:  # fmt: skip
-        return Conversation(self.lvlm, system, role=role, max_tokens=self.max_tokens, temperature=self.temperature,
-                            trace=trace, on_error=self.on_error,
-                            image_kw=self.image_kw if image_kw is None else image_kw)  # fmt: skip
+    def _conversation(
+        self,
+        system: str,
+        role: str,
+        trace: list[dict[str, Any]],
+        image_kw: dict[str, Any] | None = None,
+    ) -> Conversation:
+        return Conversation(
+            self.lvlm,
+            system,
+            role=role,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            trace=trace,
+            on_error=self.on_error,
+            image_kw=self.image_kw if image_kw is None else image_kw,
+        )
 
     def _help(self, trace: list[dict[str, Any]], what: str, fn: Any, *args: Any, **kw: Any) -> Any:
         trace.append({"role": "helper", "template": what, "has_image": False})
@@ -261,10 +312,30 @@ class DPSDefense:
             descriptions.append(weak.ask(self.prompts.describe, again, template="describe"))
         observations, informative = [], []
         for a, d in zip(answers, descriptions):
-            a_s = (self._help(trace, "summarize_answer", self.helper.summarize, a, self.summary_limit, style="answer")
-                   if len(a.split(" ")) > self.trigger else a)  # fmt: skip
-            d_s = (self._help(trace, "summarize_plain", self.helper.summarize, d, self.summary_limit, style="plain")
-                   if len(d.split(" ")) > self.trigger else d)  # fmt: skip
+            a_s = (
+                self._help(
+                    trace,
+                    "summarize_answer",
+                    self.helper.summarize,
+                    a,
+                    self.summary_limit,
+                    style="answer",
+                )
+                if len(a.split(" ")) > self.trigger
+                else a
+            )
+            d_s = (
+                self._help(
+                    trace,
+                    "summarize_plain",
+                    self.helper.summarize,
+                    d,
+                    self.summary_limit,
+                    style="plain",
+                )
+                if len(d.split(" ")) > self.trigger
+                else d
+            )
             ok = bool(self._help(trace, "check_informative", self.helper.is_informative, a))
             informative.append(ok)
             observations.append(a_s if ok else d_s)
@@ -276,8 +347,14 @@ class DPSDefense:
             message = self.prompts.render("supervise_multi", observations=joined)
             name = "supervise_multi"
         analysis = strong.ask(message, template=name)
-        summary = self._help(trace, "summarize_plain", self.helper.summarize, analysis, self.summary_limit,
-                             style="plain")  # fmt: skip
+        summary = self._help(
+            trace,
+            "summarize_plain",
+            self.helper.summarize,
+            analysis,
+            self.summary_limit,
+            style="plain",
+        )
         final = strong.ask(
             self.prompts.render("final", analysis=summary, question=question),
             None if self.image_once else img,  # image_once: the image is in the history
@@ -287,11 +364,23 @@ class DPSDefense:
             "lvlm": sum(t["role"] != "helper" for t in trace),
             "helper": sum(t["role"] == "helper" for t in trace),
         }
-        return DPSResult(final, initial, answers, descriptions, observations, informative, analysis, summary,
-                         crops, n_calls, trace)  # fmt: skip
+        return DPSResult(
+            final,
+            initial,
+            answers,
+            descriptions,
+            observations,
+            informative,
+            analysis,
+            summary,
+            crops,
+            n_calls,
+            trace,
+        )
 
-    def respond_batch(self, items: Iterable[tuple[Any, str]], workers: int = 1,
-                      errors: str = "raise") -> list[DPSResult | Exception]:  # fmt: skip
+    def respond_batch(
+        self, items: Iterable[tuple[Any, str]], workers: int = 1, errors: str = "raise"
+    ) -> list[DPSResult | Exception]:
         """:meth:`respond` for every ``(image, question)``, ``workers`` at a time (each query has
         its own conversations), in input order. Query ``i`` uses seed ``seed + i``.
         Questions are checked before any call. A query fails with :class:`BackendError` (a failed

@@ -34,8 +34,13 @@ class RuleHelper:
     """Summary = the first ``limit`` whitespace-separated words; informative = none of
     ``uninformative_patterns`` matches (case-insensitive). An empty text is uninformative."""
 
-    DEFAULT_PATTERNS = (r"unable to determine", r"cannot determine", r"can't determine",
-                        r"lack of specific information", r"not enough information")  # fmt: skip
+    DEFAULT_PATTERNS = (
+        r"unable to determine",
+        r"cannot determine",
+        r"can't determine",
+        r"lack of specific information",
+        r"not enough information",
+    )
 
     def __init__(
         self, limit: int = 20, uninformative_patterns: Sequence[str] = DEFAULT_PATTERNS
@@ -71,8 +76,14 @@ class LLMHelper:
     """A text chat backend as the helper (fresh context per call; system prompt
     ``prompts.plain_system``; greedy by default)."""
 
-    def __init__(self, backend: Any, prompts: DPSPrompts | None = None, *, temperature: float = 0.0,
-                 max_tokens: int = 256) -> None:  # fmt: skip
+    def __init__(
+        self,
+        backend: Any,
+        prompts: DPSPrompts | None = None,
+        *,
+        temperature: float = 0.0,
+        max_tokens: int = 256,
+    ) -> None:
         if not hasattr(backend, "chat"):
             raise TypeError(
                 f"backend must be an icml25.llm chat backend, got {type(backend).__name__}"

@@ -90,11 +90,15 @@ def to_pil(image: Any) -> Any:
         elif np.issubdtype(arr.dtype, np.floating):
             a = arr.astype(np.float64)
             if not np.isfinite(a).all():
-                raise ValueError(f"a float image must hold finite values in [0, 1], got {int((~np.isfinite(a)).sum())} "
-                                 "NaN or infinite values")  # fmt: skip
+                raise ValueError(
+                    f"a float image must hold finite values in [0, 1], got {int((~np.isfinite(a)).sum())} "
+                    "NaN or infinite values"
+                )
             if a.min() < 0 or a.max() > 1:
-                raise ValueError(f"a float image must hold values in [0, 1], got {a.min():.3g}..{a.max():.3g}; "
-                                 "integer arrays hold 0..255")  # fmt: skip
+                raise ValueError(
+                    f"a float image must hold values in [0, 1], got {a.min():.3g}..{a.max():.3g}; "
+                    "integer arrays hold 0..255"
+                )
             arr = np.round(a * 255).astype(np.uint8)
         elif arr.dtype != np.uint8:
             raise TypeError(f"image values must be numbers, got dtype {arr.dtype}")

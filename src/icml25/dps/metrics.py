@@ -45,8 +45,9 @@ def attack_success_rate(pred: Sequence[int | None], targets: Sequence[int]) -> f
     return sum(p == t for p, t in zip(pred, targets)) / len(targets)
 
 
-def misleading_asr(pred_attacked: Sequence[int | None], labels: Sequence[int],
-                   clean_correct: Sequence[bool]) -> float:  # fmt: skip
+def misleading_asr(
+    pred_attacked: Sequence[int | None], labels: Sequence[int], clean_correct: Sequence[bool]
+) -> float:
     """P(answer != label | the undefended model answered the clean image correctly): the paper's
     misleading-attack notion, untargeted. ``None`` answers are not successes."""
     _check(pred_attacked, labels)

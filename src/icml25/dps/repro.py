@@ -27,36 +27,86 @@ SMOKE_FULL_N_TEST = 16  # full mode at smoke size: the first 16 test images in e
 # the unit is the test image: each image's values are averaged over the seeds that evaluated it
 PER_IMAGE = "; each image counted once (its mean over the seeds that evaluated it)"
 
-VALID = Criterion("(a) validity: vanilla clean - robust accuracy > 15 points", "bootstrap", above=15.0,
-                  unit="points", over="images",
-                  description="per image, 100 x (clean correct - patched correct) for the undefended model" + PER_IMAGE)  # fmt: skip
-DPS_ROBUST = Criterion("(b1) DPS robust accuracy - vanilla > 5 points", "bootstrap", above=5.0, unit="points",
-                       over="images", description="per patched image, 100 x (DPS correct - vanilla correct)" + PER_IMAGE)  # fmt: skip
-DPS_ASR = Criterion("(b2) misleading ASR: DPS - 0.75 x vanilla < 0", "bootstrap", below=0.0, over="images",
-                    description="per image the undefended model answers correctly when clean, DPS misled - 0.75 x "
-                    "vanilla misled: below 0 exactly when the relative reduction exceeds 0.25" + PER_IMAGE)  # fmt: skip
-DPS_CLEAN = Criterion("(c) clean accuracy: DPS - vanilla > -3 points", "bootstrap", above=-3.0, unit="points",
-                      over="images", description="per clean image, 100 x (DPS correct - vanilla correct)" + PER_IMAGE)  # fmt: skip
-VS_VOTE = Criterion("(d) clean accuracy: DPS - crop vote > 10 points", "bootstrap", above=10.0, unit="points",
-                    over="images", description="per clean image, 100 x (DPS correct - crop-vote correct)" + PER_IMAGE)  # fmt: skip
-SMOOTH_ROBUST = Criterion("(f) patched accuracy: DPS - SmoothVLM > 0 points", "bootstrap", above=0.0, unit="points",
-                          over="images", description="full mode; per patched image, 100 x (DPS correct - SmoothVLM "
-                          "correct): the planned anchor (pilot 77.6 vs 61.9)" + PER_IMAGE)  # fmt: skip
-SMOOTH_CLEAN = Criterion("(g) clean accuracy: DPS - SmoothVLM > -3 points", "bootstrap", above=-3.0, unit="points",
-                         over="images", description="full mode; per clean image, 100 x (DPS correct - SmoothVLM "
-                         "correct): the planned anchor (pilot 94.4 vs 96.1)" + PER_IMAGE)  # fmt: skip
+VALID = Criterion(
+    "(a) validity: vanilla clean - robust accuracy > 15 points",
+    "bootstrap",
+    above=15.0,
+    unit="points",
+    over="images",
+    description="per image, 100 x (clean correct - patched correct) for the undefended model"
+    + PER_IMAGE,
+)
+DPS_ROBUST = Criterion(
+    "(b1) DPS robust accuracy - vanilla > 5 points",
+    "bootstrap",
+    above=5.0,
+    unit="points",
+    over="images",
+    description="per patched image, 100 x (DPS correct - vanilla correct)" + PER_IMAGE,
+)
+DPS_ASR = Criterion(
+    "(b2) misleading ASR: DPS - 0.75 x vanilla < 0",
+    "bootstrap",
+    below=0.0,
+    over="images",
+    description="per image the undefended model answers correctly when clean, DPS misled - 0.75 x "
+    "vanilla misled: below 0 exactly when the relative reduction exceeds 0.25" + PER_IMAGE,
+)
+DPS_CLEAN = Criterion(
+    "(c) clean accuracy: DPS - vanilla > -3 points",
+    "bootstrap",
+    above=-3.0,
+    unit="points",
+    over="images",
+    description="per clean image, 100 x (DPS correct - vanilla correct)" + PER_IMAGE,
+)
+VS_VOTE = Criterion(
+    "(d) clean accuracy: DPS - crop vote > 10 points",
+    "bootstrap",
+    above=10.0,
+    unit="points",
+    over="images",
+    description="per clean image, 100 x (DPS correct - crop-vote correct)" + PER_IMAGE,
+)
+SMOOTH_ROBUST = Criterion(
+    "(f) patched accuracy: DPS - SmoothVLM > 0 points",
+    "bootstrap",
+    above=0.0,
+    unit="points",
+    over="images",
+    description="full mode; per patched image, 100 x (DPS correct - SmoothVLM "
+    "correct): the planned anchor (pilot 77.6 vs 61.9)" + PER_IMAGE,
+)
+SMOOTH_CLEAN = Criterion(
+    "(g) clean accuracy: DPS - SmoothVLM > -3 points",
+    "bootstrap",
+    above=-3.0,
+    unit="points",
+    over="images",
+    description="full mode; per clean image, 100 x (DPS correct - SmoothVLM "
+    "correct): the planned anchor (pilot 94.4 vs 96.1)" + PER_IMAGE,
+)
 CRITERIA = [VALID, DPS_ROBUST, DPS_ASR, DPS_CLEAN, VS_VOTE, SMOOTH_ROBUST, SMOOTH_CLEAN]
 LAMS = (0.5, 1.0, 2.0, 4.0)  # the bonus-fusion weights swept in full mode
 TAU_SWEEP = 0.35  # the uncertain-reply threshold swept in full mode (0 is the default)
 ATTACKS = ("patch", "pgd_transfer", "pgd_white")
-LABELS = {"van": "vanilla", "dps": "DPS centre", "vote": "crop vote", "dps_random3": "DPS random K=3",
-          "smooth": "SmoothVLM"}  # fmt: skip
+LABELS = {
+    "van": "vanilla",
+    "dps": "DPS centre",
+    "vote": "crop vote",
+    "dps_random3": "DPS random K=3",
+    "smooth": "SmoothVLM",
+}
 
 
 def _sizes(r: Run) -> dict[str, Any]:
-    return {"target_steps": r.size(smoke=60, quick=500, full=1500), "surrogate_steps": r.size(smoke=60, quick=500, full=1500),
-            "n_surrogates": r.size(smoke=1, quick=1, full=2), "patch_steps": r.size(smoke=10, quick=150, full=300),
-            "n_test": r.size(smoke=40 if r.quick else SMOKE_FULL_N_TEST, quick=300, full=None)}  # fmt: skip
+    return {
+        "target_steps": r.size(smoke=60, quick=500, full=1500),
+        "surrogate_steps": r.size(smoke=60, quick=500, full=1500),
+        "n_surrogates": r.size(smoke=1, quick=1, full=2),
+        "patch_steps": r.size(smoke=10, quick=150, full=300),
+        "n_test": r.size(smoke=40 if r.quick else SMOKE_FULL_N_TEST, quick=300, full=None),
+    }
 
 
 @reproduction("dps", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
@@ -77,13 +127,18 @@ def run(r: Run) -> ReproResult:
     r.figure(plot_confidence(per_seed), "max_probability.png")
     if full:
         r.figure(plot_lam(per_seed), "accuracy_vs_lam.png")
-    setup = (f"DigitsVLM stand-in (digits 32x32, split 56/14/30 with random_state 0); sizes {sz}; seeds {r.seeds}. "
-             + ("Each seed trains its own defended model and draws its own crops; the attacker (surrogates, patches, "
-                "transfer PGD) and the full test split are shared." if full else
-                "One defended model and one surrogate; each seed draws its own 300 test images, patch corners and "
-                "crops.")
-             + " The independent unit is the test image: every check averages an image's values over the seeds "
-                "that evaluated it and resamples the images, each counted once (docs/dps.md, 'Reproduction').")  # fmt: skip
+    setup = (
+        f"DigitsVLM stand-in (digits 32x32, split 56/14/30 with random_state 0); sizes {sz}; seeds {r.seeds}. "
+        + (
+            "Each seed trains its own defended model and draws its own crops; the attacker (surrogates, patches, "
+            "transfer PGD) and the full test split are shared."
+            if full
+            else "One defended model and one surrogate; each seed draws its own 300 test images, patch corners and "
+            "crops."
+        )
+        + " The independent unit is the test image: every check averages an image's values over the seeds "
+        "that evaluated it and resamples the images, each counted once (docs/dps.md, 'Reproduction')."
+    )
     deviations = [
         "A digits classifier behind the chat protocol (DigitsVLM) instead of Qwen-VL / GPT-4o-mini / Gemini; a rule "
         "helper instead of gpt-4o-mini; misleading (label-flip) attacks only, no jailbreak sets or GPT-4o judge.",
@@ -91,11 +146,21 @@ def run(r: Run) -> ReproResult:
         "training a fresh attacker per seed would need about 50 minutes on 2 cores.",
     ]
     if not full:
-        deviations.append("Quick mode runs the patch attack against vanilla, DPS-centre and crop vote only; full "
-                          "mode adds transfer and white-box PGD, SmoothVLM, DPS with random crops and the fusion, "
-                          "lam and tau_unsure sweeps.")  # fmt: skip
-    return r.result(claim=CLAIM, checks=checks, criteria=CRITERIA, key_check=DPS_ROBUST.name, metrics=metrics,
-                    setup=setup, deviations=deviations, tables=tables)  # fmt: skip
+        deviations.append(
+            "Quick mode runs the patch attack against vanilla, DPS-centre and crop vote only; full "
+            "mode adds transfer and white-box PGD, SmoothVLM, DPS with random crops and the fusion, "
+            "lam and tau_unsure sweeps."
+        )
+    return r.result(
+        claim=CLAIM,
+        checks=checks,
+        criteria=CRITERIA,
+        key_check=DPS_ROBUST.name,
+        metrics=metrics,
+        setup=setup,
+        deviations=deviations,
+        tables=tables,
+    )
 
 
 def _check_values(
@@ -131,8 +196,10 @@ def _check_values(
         (VS_VOTE, 100 * (dps_c - vote_c), images, seeds),
     ]
     if full:
-        out += [(SMOOTH_ROBUST, 100 * (dps_a - cat("smooth_adv")), images, seeds),
-                (SMOOTH_CLEAN, 100 * (dps_c - cat("smooth_clean")), images, seeds)]  # fmt: skip
+        out += [
+            (SMOOTH_ROBUST, 100 * (dps_a - cat("smooth_adv")), images, seeds),
+            (SMOOTH_CLEAN, 100 * (dps_c - cat("smooth_clean")), images, seeds),
+        ]
     return out
 
 
@@ -235,16 +302,27 @@ def _attacker(sz: dict[str, Any], out: Path, full: bool) -> dict[str, Any]:
     from icml25.dps.standin import digits32, train_classifier
 
     d = digits32(0)
-    sur = [_load_or_train(out / f"surrogate_{k}_{sz['surrogate_steps']}.pt", 24,
-                          lambda k=k: train_classifier(*d["train"], steps=sz["surrogate_steps"], width=24, seed=1000 + k))
-           for k in range(sz["n_surrogates"])]  # fmt: skip
+    sur = [
+        _load_or_train(
+            out / f"surrogate_{k}_{sz['surrogate_steps']}.pt",
+            24,
+            lambda k=k: train_classifier(
+                *d["train"], steps=sz["surrogate_steps"], width=24, seed=1000 + k
+            ),
+        )
+        for k in range(sz["n_surrogates"])
+    ]
     ppath = out / f"patches_{sz['n_surrogates']}_{sz['patch_steps']}.pt"
     if ppath.exists():
         patches = torch.load(ppath)
     else:
         gen = torch.Generator().manual_seed(0)
-        patches = {t: universal_patch(sur, d["train"][0], t, size=8, steps=sz["patch_steps"], generator=gen)
-                   for t in range(10)}  # fmt: skip
+        patches = {
+            t: universal_patch(
+                sur, d["train"][0], t, size=8, steps=sz["patch_steps"], generator=gen
+            )
+            for t in range(10)
+        }
         torch.save(patches, ppath)
     res: dict[str, Any] = {"surrogates": sur, "patches": patches, "data": d}
     if full:
@@ -272,8 +350,11 @@ def measure(
     t0 = time.perf_counter()
     d = attacker["data"]
     model_seed = seed if full else 0  # quick mode: one defended model, seeds vary the images
-    target = _load_or_train(out / f"target_s{model_seed}_{sz['target_steps']}.pt", 32,
-                            lambda: train_classifier(*d["train"], steps=sz["target_steps"], seed=model_seed))  # fmt: skip
+    target = _load_or_train(
+        out / f"target_s{model_seed}_{sz['target_steps']}.pt",
+        32,
+        lambda: train_classifier(*d["train"], steps=sz["target_steps"], seed=model_seed),
+    )
     xv, yv = d["val"]
     with torch.no_grad():
         crops = F.interpolate(
@@ -353,15 +434,22 @@ def measure(
 def plot_bars(per_seed: list[dict[str, Any]], full: bool) -> Any:
     plt = pyplot()
     names = [n for n in LABELS if f"{n}_clean" in per_seed[0]]
-    conds = [("clean", "clean"), ("adv", "patch")] + ([("pgd_transfer", "PGD transfer"), ("pgd_white", "PGD white-box")]
-                                                      if full else [])  # fmt: skip
+    conds = [("clean", "clean"), ("adv", "patch")] + (
+        [("pgd_transfer", "PGD transfer"), ("pgd_white", "PGD white-box")] if full else []
+    )
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.6))
     x = np.arange(len(names))
     w = 0.8 / len(conds)
     for k, (cond, label) in enumerate(conds):
         vals = np.array([[np.mean(p[f"{n}_{cond}"]) * 100 for n in names] for p in per_seed])
-        ax.bar(x + (k - (len(conds) - 1) / 2) * w, vals.mean(0), w, yerr=vals.std(0, ddof=1) if len(per_seed) > 1 else None,
-               capsize=2, label=label)  # fmt: skip
+        ax.bar(
+            x + (k - (len(conds) - 1) / 2) * w,
+            vals.mean(0),
+            w,
+            yerr=vals.std(0, ddof=1) if len(per_seed) > 1 else None,
+            capsize=2,
+            label=label,
+        )
     ax.set_xticks(x, [LABELS[n] for n in names])
     ax.set_ylabel("accuracy (%), mean and s.d. over seeds")
     ax.legend(fontsize=8, ncol=len(conds))
@@ -396,8 +484,15 @@ def plot_lam(per_seed: list[dict[str, Any]]) -> Any:
         vals = np.array(
             [[np.mean(p[f"dps_bonus_lam{lam:g}_{cond}"]) * 100 for lam in LAMS] for p in per_seed]
         )
-        ax.errorbar(LAMS, vals.mean(0), yerr=vals.std(0, ddof=1), marker="o", capsize=3, color=color,
-                    label=f"bonus, {label}")  # fmt: skip
+        ax.errorbar(
+            LAMS,
+            vals.mean(0),
+            yerr=vals.std(0, ddof=1),
+            marker="o",
+            capsize=3,
+            color=color,
+            label=f"bonus, {label}",
+        )
         bayes = np.mean([np.mean(p[f"dps_{cond}"]) * 100 for p in per_seed])
         ax.axhline(bayes, ls="--", color=color, label=f"Bayes, {label}")
         van = np.mean([np.mean(p[f"van_{cond}"]) * 100 for p in per_seed])

@@ -70,10 +70,16 @@ class DigitsCNN(nn.Module):
         super().__init__()
         w = width
         self.features = nn.Sequential(
-            nn.Conv2d(1, w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(w, 2 * w, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(2 * w, 2 * w, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-        )  # fmt: skip
+            nn.Conv2d(1, w, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(w, 2 * w, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(2 * w, 2 * w, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+        )
         self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(8 * w, 128), nn.ReLU(), nn.Linear(128, 10)
         )
@@ -98,8 +104,17 @@ def random_resized_crop(
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
-def train_classifier(x: torch.Tensor, y: torch.Tensor, *, steps: int = 1500, width: int = 32, seed: int = 0,
-                     lr: float = 2e-3, batch_size: int = 64, crop_prob: float = 0.5) -> DigitsCNN:  # fmt: skip
+def train_classifier(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    steps: int = 1500,
+    width: int = 32,
+    seed: int = 0,
+    lr: float = 2e-3,
+    batch_size: int = 64,
+    crop_prob: float = 0.5,
+) -> DigitsCNN:
     """Adam, batches of 64; each image is replaced by a random-resized crop with probability 0.5
     so crops stay classifiable."""
     if not (
@@ -156,8 +171,14 @@ def confusion_matrix(
     return c / c.sum(1, keepdims=True)
 
 
-def fuse(logp: np.ndarray, hints: list[int], *, fusion: str = "bayes", confusion: np.ndarray | None = None,
-         lam: float = 2.0) -> int:  # fmt: skip
+def fuse(
+    logp: np.ndarray,
+    hints: list[int],
+    *,
+    fusion: str = "bayes",
+    confusion: np.ndarray | None = None,
+    lam: float = 2.0,
+) -> int:
     """The stand-in's decision given its own log-probabilities and the digit hints it was told."""
     score = np.asarray(logp, dtype=np.float64).copy()
     if score.ndim != 1 or len(score) < 2:
@@ -192,8 +213,16 @@ class DigitsVLM(BaseChat):
 
     native_batching = False
 
-    def __init__(self, model: nn.Module, confusion: np.ndarray | None = None, *, fusion: str = "bayes",
-                 lam: float = 2.0, tau_unsure: float = 0.0, name: str = "digits-vlm") -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: nn.Module,
+        confusion: np.ndarray | None = None,
+        *,
+        fusion: str = "bayes",
+        lam: float = 2.0,
+        tau_unsure: float = 0.0,
+        name: str = "digits-vlm",
+    ) -> None:
         if fusion not in ("bayes", "bonus"):
             raise ValueError(f"fusion must be 'bayes' or 'bonus', got {fusion!r}")
         if fusion == "bayes" and (confusion is None or np.asarray(confusion).shape != (10, 10)):

@@ -74,8 +74,16 @@ class HFTargetModel:
         batch_size: sequences per forward pass.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, use_chat_template: bool | None = None, add_eos: bool = False,
-                 device: str | torch.device | None = None, batch_size: int = 16) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        use_chat_template: bool | None = None,
+        add_eos: bool = False,
+        device: str | torch.device | None = None,
+        batch_size: int = 16,
+    ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(
                 f"model must be a loaded causal LM (torch module), got {type(model).__name__}"
@@ -117,8 +125,9 @@ class HFTargetModel:
         )
 
     @classmethod
-    def load(cls, path: Any, *, device: Any = "auto", dtype: Any = "auto",
-             **kwargs: Any) -> HFTargetModel:  # fmt: skip
+    def load(
+        cls, path: Any, *, device: Any = "auto", dtype: Any = "auto", **kwargs: Any
+    ) -> HFTargetModel:
         """A target from a ``save_pretrained`` folder or a hub id, loaded through
         ``icml25.llm.load_model`` (``device``: ``"auto"`` = CUDA when there is one; ``dtype``:
         ``"auto"`` = the checkpoint's own, or ``"bf16"``, ``"fp32"``, ...) with its tokenizer;
@@ -130,8 +139,9 @@ class HFTargetModel:
 
     def _prompt_ids(self, prompt: str) -> list[int]:
         if self.use_chat_template:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                      add_generation_prompt=True, tokenize=False)  # fmt: skip
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(prompt)["input_ids"]  # a base model: its BOS, if any
 
@@ -176,15 +186,23 @@ class HFTargetModel:
                     out.append(v.sum() if normalize == "sum" else v.mean())
         return torch.stack(out).float().cpu()
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
-                 temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 64,
+        greedy: bool = True,
+        *,
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[str]:
         """The target's responses (greedy by default), stopping at the end of its turn (the chat
         template's end-of-turn token or the EOS)."""
         ps = _check_strings("prompts", prompts, allow_empty=True)
         max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
         if not greedy:
-            temperature = as_real("temperature (for sampling, greedy=False)", temperature,
-                                  low=0, low_open=True)  # fmt: skip
+            temperature = as_real(
+                "temperature (for sampling, greedy=False)", temperature, low=0, low_open=True
+            )
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         out: list[str] = []
         eos = self.end_ids
@@ -192,10 +210,21 @@ class HFTargetModel:
             ctx = [
                 self._prompt_ids(x) or [self.pad_id] for x in ps[s : s + max(self.batch_size, 64)]
             ]
-            check_length(max(len(c) for c in ctx) + max_new_tokens, self.max_positions,
-                         "the longest prompt plus max_new_tokens")  # fmt: skip
-            new = decode(self.model, ctx, max_new_tokens=max_new_tokens, pad_id=self.pad_id, eos_ids=eos,
-                         greedy=greedy, temperature=temperature, generator=gen)  # fmt: skip
+            check_length(
+                max(len(c) for c in ctx) + max_new_tokens,
+                self.max_positions,
+                "the longest prompt plus max_new_tokens",
+            )
+            new = decode(
+                self.model,
+                ctx,
+                max_new_tokens=max_new_tokens,
+                pad_id=self.pad_id,
+                eos_ids=eos,
+                greedy=greedy,
+                temperature=temperature,
+                generator=gen,
+            )
             out += [self.tokenizer.decode(x, skip_special_tokens=True).strip() for x in new]
         return out
 
@@ -221,8 +250,17 @@ class OpenAICompatTarget:
         concurrency: requests in flight.
     """
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, chat_template: str | None = None,
-                 concurrency: int = 8, timeout: float = 60.0, separator: str = " ") -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        chat_template: str | None = None,
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        separator: str = " ",
+    ) -> None:
         from icml25.llm import OpenAIChat
 
         if chat_template is not None and (
@@ -265,14 +303,25 @@ class OpenAICompatTarget:
 
         return torch.tensor(self._map(one, list(zip(ps, ys))), dtype=torch.float32)
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int = 64, greedy: bool = True, *,
-                 temperature: float = 1.0, seed: int | None = None) -> list[str]:  # fmt: skip
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 64,
+        greedy: bool = True,
+        *,
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[str]:
         ps = _check_strings("prompts", prompts, allow_empty=True)
         max_new_tokens = as_int("max_new_tokens", max_new_tokens, 1)
 
         def one(x: str) -> str:
-            body = {"model": self.chat.model, "prompt": self.render(x), "max_tokens": max_new_tokens,
-                    "temperature": 0.0 if greedy else float(temperature)}  # fmt: skip
+            body = {
+                "model": self.chat.model,
+                "prompt": self.render(x),
+                "max_tokens": max_new_tokens,
+                "temperature": 0.0 if greedy else float(temperature),
+            }
             if seed is not None:
                 body["seed"] = int(seed)
             data = self.chat._post("completions", body)

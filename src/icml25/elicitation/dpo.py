@@ -48,8 +48,9 @@ __all__ = [
 ]
 
 
-def dpo_loss(pc: torch.Tensor, pr: torch.Tensor, rc: torch.Tensor, rr: torch.Tensor,
-             beta: float = 0.1) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+def dpo_loss(
+    pc: torch.Tensor, pr: torch.Tensor, rc: torch.Tensor, rr: torch.Tensor, beta: float = 0.1
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean sigmoid-DPO loss over pairs (``icml25.preference.dpo_losses``, TRL's formula; the
     inputs' precision is kept, float32 at least) and its statistics:
     ``reward_accuracy`` (share of pairs whose implicit reward ranks chosen first) and
@@ -85,17 +86,25 @@ class PreferencePair:
     score_rejected: float
 
 
-def sample_preference_pairs(behaviors: Sequence[str], candidates: Sequence[Sequence[str]], scores: Sequence[Any],
-                            *, pairs_per_behavior: int = 1, min_gap: float = 0.05,
-                            seed: int = 0) -> tuple[list[PreferencePair], int]:  # fmt: skip
+def sample_preference_pairs(
+    behaviors: Sequence[str],
+    candidates: Sequence[Sequence[str]],
+    scores: Sequence[Any],
+    *,
+    pairs_per_behavior: int = 1,
+    min_gap: float = 0.05,
+    seed: int = 0,
+) -> tuple[list[PreferencePair], int]:
     """Pairs from scored candidates: per behaviour, duplicates dropped, sorted by score (ties in
     a seeded random order), rank ``a`` paired with rank ``n + 1 - a`` for ``a = 1..pairs``
     while ``score_a - score_{n+1-a} >= min_gap``. Returns ``(pairs, behaviours without a pair)``.
     ``min_gap = 0.05``: the third-party recipe's, on per-token means (scale it to your reward)."""
     bs = _check_strings("behaviors", behaviors)
     if len(candidates) != len(bs) or len(scores) != len(bs):
-        raise ValueError(f"{len(bs)} behaviors need as many candidate and score lists, got "
-                         f"{len(candidates)} and {len(scores)}")  # fmt: skip
+        raise ValueError(
+            f"{len(bs)} behaviors need as many candidate and score lists, got "
+            f"{len(candidates)} and {len(scores)}"
+        )
     pairs_per_behavior = as_int("pairs_per_behavior", pairs_per_behavior, 1)
     min_gap = as_real("min_gap", min_gap, low=0)
     rng = random.Random(seed)
@@ -126,11 +135,24 @@ def sample_preference_pairs(behaviors: Sequence[str], candidates: Sequence[Seque
     return pairs, without
 
 
-def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
-              *, optimizer: torch.optim.Optimizer | None = None, n_candidates: int = 8, pairs_per_behavior: int = 1,
-              min_gap: float = 0.05, beta: float = 0.1, lr: float = 5e-6, steps: int = 1,
-              temperature: float = 1.0, top_p: float = 0.95, seed: int = 0,
-              disable_dropout: bool = True) -> dict[str, Any]:  # fmt: skip
+def dpo_round(
+    policy: Investigator,
+    ref: Investigator,
+    reward: Callable[..., torch.Tensor],
+    behaviors: Sequence[str],
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    n_candidates: int = 8,
+    pairs_per_behavior: int = 1,
+    min_gap: float = 0.05,
+    beta: float = 0.1,
+    lr: float = 5e-6,
+    steps: int = 1,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    seed: int = 0,
+    disable_dropout: bool = True,
+) -> dict[str, Any]:
     """One on-policy DPO round (see the module docstring); returns its statistics. A round with
     no pair skips the optimiser step. ``optimizer`` (kept across rounds) defaults to a fresh
     AdamW at ``lr`` (5e-6: the third-party recipe's); build it after
@@ -163,10 +185,16 @@ def dpo_round(policy: Investigator, ref: Investigator, reward: Callable[..., tor
             f"the reward must return {len(flat_x)} finite scores, got shape {tuple(scores.shape)}"
         )
     per = [scores[i * n_candidates : (i + 1) * n_candidates].tolist() for i in range(len(bs))]
-    pairs, without = sample_preference_pairs(bs, cands, per, pairs_per_behavior=pairs_per_behavior,
-                                             min_gap=min_gap, seed=seed)  # fmt: skip
-    stats: dict[str, Any] = {"mean_reward": float(scores.mean()), "n_pairs": len(pairs), "no_pair": without,
-                             "spread": dict(getattr(reward, "last_spread", {}) or {}), "loss": None}  # fmt: skip
+    pairs, without = sample_preference_pairs(
+        bs, cands, per, pairs_per_behavior=pairs_per_behavior, min_gap=min_gap, seed=seed
+    )
+    stats: dict[str, Any] = {
+        "mean_reward": float(scores.mean()),
+        "n_pairs": len(pairs),
+        "no_pair": without,
+        "spread": dict(getattr(reward, "last_spread", {}) or {}),
+        "loss": None,
+    }
     if not pairs:
         return stats
     mp = policy.mixed_precision()  # float32 master weights before the optimizer holds them
@@ -215,9 +243,20 @@ def _precision_hint(inv: Investigator) -> str:
     return f"{where}; lower the learning rate or check the rewards"
 
 
-def train_dpo(policy: Investigator, ref: Investigator, reward: Callable[..., torch.Tensor], behaviors: Sequence[str],
-              rounds: int, *, lr: float = 5e-6, seed: int = 0, callback: Callable[[int, dict], None] | None = None,
-              progress: bool | None = None, desc: str = "DPO rounds", **round_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
+def train_dpo(
+    policy: Investigator,
+    ref: Investigator,
+    reward: Callable[..., torch.Tensor],
+    behaviors: Sequence[str],
+    rounds: int,
+    *,
+    lr: float = 5e-6,
+    seed: int = 0,
+    callback: Callable[[int, dict], None] | None = None,
+    progress: bool | None = None,
+    desc: str = "DPO rounds",
+    **round_kw: Any,
+) -> list[dict[str, Any]]:
     """``rounds`` DPO rounds with one AdamW kept across them; ``callback(round, stats)``.
     Single-process, as :func:`dpo_round` (``RuntimeError`` under several processes; use
     :func:`dpo_trainer` on each round's pairs for several GPUs)."""
@@ -309,8 +348,15 @@ def default_dpo_config(**overrides: Any) -> Any:
     return _trl_config(DPOConfig, "icml25-elicit-dpo-", fields, overrides)
 
 
-def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[PreferencePair], args: Any = None, *,
-                eval_dataset: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+def dpo_trainer(
+    policy: Investigator,
+    ref: Investigator,
+    pairs: Sequence[PreferencePair],
+    args: Any = None,
+    *,
+    eval_dataset: Any = None,
+    **kwargs: Any,
+) -> Any:
     """TRL's ``DPOTrainer`` (sigmoid loss, the same as :func:`dpo_loss`) on the pairs of a round,
     with the SFT investigator as the explicit reference (needs ``icml25[train]``).
 
@@ -344,7 +390,14 @@ def dpo_trainer(policy: Investigator, ref: Investigator, pairs: Sequence[Prefere
     if args is None:
         args = default_dpo_config()
     policy.mixed_precision()
-    trainer = DPOTrainer(model=policy.model, ref_model=ref.model, args=args, train_dataset=train,
-                         eval_dataset=evals, processing_class=policy.tokenizer, **kwargs)  # fmt: skip
+    trainer = DPOTrainer(
+        model=policy.model,
+        ref_model=ref.model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evals,
+        processing_class=policy.tokenizer,
+        **kwargs,
+    )
     check_global_batches(trainer)
     return trainer

@@ -36,13 +36,31 @@ def fw_step_size(t: int, step: str = "uniform") -> float:
     raise ValueError(f"step must be 'uniform' or 'classic', got {step!r}")
 
 
-def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investigator, *, lam: float,
-                n_iters: int = 3, rounds_per_iter: int = 20, penalty: str = "mixture", step: str = "uniform",
-                reward: str | Callable[..., Any] = "string", normalize: str = "sum", n_candidates: int = 8,
-                pairs_per_behavior: int = 1, min_gap: float = 0.05, beta: float = 0.1, lr: float = 5e-6,
-                steps_per_round: int = 1, temperature: float = 1.0, top_p: float = 0.95, seed: int = 0,
-                callbacks: Sequence[Callable[[int, int, dict], None]] = (), checkpoint_dir: str | Path | None = None,
-                progress: bool | None = None) -> InvestigatorMixture:  # fmt: skip
+def frank_wolfe(
+    behaviors: Sequence[str],
+    target: Any,
+    sft_investigator: Investigator,
+    *,
+    lam: float,
+    n_iters: int = 3,
+    rounds_per_iter: int = 20,
+    penalty: str = "mixture",
+    step: str = "uniform",
+    reward: str | Callable[..., Any] = "string",
+    normalize: str = "sum",
+    n_candidates: int = 8,
+    pairs_per_behavior: int = 1,
+    min_gap: float = 0.05,
+    beta: float = 0.1,
+    lr: float = 5e-6,
+    steps_per_round: int = 1,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    seed: int = 0,
+    callbacks: Sequence[Callable[[int, int, dict], None]] = (),
+    checkpoint_dir: str | Path | None = None,
+    progress: bool | None = None,
+) -> InvestigatorMixture:
     """Frank-Wolfe elicitation; returns the mixture (``.history``: per iteration, per round
     statistics, including both reward terms' spreads).
 
@@ -93,11 +111,24 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
     ckdir = None
     if checkpoint_dir is not None:
         ckdir = Path(checkpoint_dir)
-        config = {"behaviors": bs, "lam": float(lam), "rounds_per_iter": rounds_per_iter,
-                  "penalty": penalty, "step": step, "normalize": normalize, "n_candidates": n_candidates,
-                  "pairs_per_behavior": pairs_per_behavior, "min_gap": min_gap, "beta": beta, "lr": lr,
-                  "steps_per_round": steps_per_round, "temperature": temperature, "top_p": top_p, "seed": seed,
-                  "sft_weights": _fingerprint(sft_investigator)}  # fmt: skip
+        config = {
+            "behaviors": bs,
+            "lam": float(lam),
+            "rounds_per_iter": rounds_per_iter,
+            "penalty": penalty,
+            "step": step,
+            "normalize": normalize,
+            "n_candidates": n_candidates,
+            "pairs_per_behavior": pairs_per_behavior,
+            "min_gap": min_gap,
+            "beta": beta,
+            "lr": lr,
+            "steps_per_round": steps_per_round,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "sft_weights": _fingerprint(sft_investigator),
+        }
         mixture, history = _resume(ckdir, config, sft_investigator, step, n_iters)
     for t in range(len(history) + 1, n_iters + 1):
         q_t = sft_investigator.copy()
@@ -115,15 +146,32 @@ def frank_wolfe(behaviors: Sequence[str], target: Any, sft_investigator: Investi
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            stats = train_dpo(q_t, sft_investigator, r_t, bs, rounds_per_iter, lr=lr, seed=seed * 1000 + t,
-                              callback=cb, progress=progress, desc=f"Frank-Wolfe iteration {t}/{n_iters}",
-                              n_candidates=n_candidates, pairs_per_behavior=pairs_per_behavior,
-                              min_gap=min_gap, beta=beta, steps=steps_per_round, temperature=temperature,
-                              top_p=top_p)  # fmt: skip
+            stats = train_dpo(
+                q_t,
+                sft_investigator,
+                r_t,
+                bs,
+                rounds_per_iter,
+                lr=lr,
+                seed=seed * 1000 + t,
+                callback=cb,
+                progress=progress,
+                desc=f"Frank-Wolfe iteration {t}/{n_iters}",
+                n_candidates=n_candidates,
+                pairs_per_behavior=pairs_per_behavior,
+                min_gap=min_gap,
+                beta=beta,
+                steps=steps_per_round,
+                temperature=temperature,
+                top_p=top_p,
+            )
         swamped = [w for w in caught if "swamps the reward" in str(w.message)]
         if swamped:
-            warnings.warn(f"Frank-Wolfe iteration {t}: in {len(swamped)} of {rounds_per_iter} rounds "
-                          f"{swamped[-1].message}", stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"Frank-Wolfe iteration {t}: in {len(swamped)} of {rounds_per_iter} rounds "
+                f"{swamped[-1].message}",
+                stacklevel=2,
+            )
         for w in caught:
             if "swamps the reward" not in str(w.message):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -148,8 +196,9 @@ def _fingerprint(inv: Investigator) -> str:
     return weights_fingerprint(inv.model)[:16]
 
 
-def _resume(ckdir: Path, config: dict[str, Any], sft: Investigator, step: str,
-            n_iters: int) -> tuple[InvestigatorMixture | None, list[list[dict[str, Any]]]]:  # fmt: skip
+def _resume(
+    ckdir: Path, config: dict[str, Any], sft: Investigator, step: str, n_iters: int
+) -> tuple[InvestigatorMixture | None, list[list[dict[str, Any]]]]:
     """The finished iterates and history in ``ckdir`` (after checking the settings match)."""
     ckdir.mkdir(parents=True, exist_ok=True)
     cfg_path = ckdir / "config.json"
@@ -157,8 +206,10 @@ def _resume(ckdir: Path, config: dict[str, Any], sft: Investigator, step: str,
         old = json.loads(cfg_path.read_text())
         diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
         if diff:
-            raise ValueError(f"{ckdir} holds a run with other settings {diff} (saved, given); use another "
-                             "checkpoint_dir")  # fmt: skip
+            raise ValueError(
+                f"{ckdir} holds a run with other settings {diff} (saved, given); use another "
+                "checkpoint_dir"
+            )
     else:
         cfg_path.write_text(json.dumps(config))
     hist_path = ckdir / "history.json"

@@ -89,11 +89,19 @@ class Investigator:
             float32 master weights and computes in this dtype.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, template: str | None = None,
-                 behavior_tag: str = "<behavior>", prompt_tag: str = "<prompt>",
-                 max_prompt_tokens: int | None = None, max_behavior_tokens: int = 64,
-                 allowed_token_ids: Sequence[int] | None = None,
-                 exact_length: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        template: str | None = None,
+        behavior_tag: str = "<behavior>",
+        prompt_tag: str = "<prompt>",
+        max_prompt_tokens: int | None = None,
+        max_behavior_tokens: int = 64,
+        allowed_token_ids: Sequence[int] | None = None,
+        exact_length: int | None = None,
+    ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(
                 f"model must be a loaded causal LM (torch module), got {type(model).__name__}; "
@@ -170,8 +178,9 @@ class Investigator:
     def format(self, behavior: str) -> str:
         """The investigator's context for one behaviour as text (what precedes the prompt)."""
         if self.template == "chat":
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": behavior}],
-                                                      add_generation_prompt=True, tokenize=False)  # fmt: skip
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": behavior}], add_generation_prompt=True, tokenize=False
+            )
         return f"{self.behavior_tag} {behavior} {self.prompt_tag}"
 
     def row(self, behavior: str, prompt: str) -> tuple[Any, Any]:
@@ -189,8 +198,11 @@ class Investigator:
         b_ids = self.tokenizer(behavior, add_special_tokens=False)["input_ids"]
         if len(b_ids) <= self.max_behavior_tokens:
             return behavior
-        warnings.warn(f"a behaviour of {len(b_ids)} tokens is cut from the left to "
-                      f"max_behavior_tokens={self.max_behavior_tokens}", stacklevel=4)  # fmt: skip
+        warnings.warn(
+            f"a behaviour of {len(b_ids)} tokens is cut from the left to "
+            f"max_behavior_tokens={self.max_behavior_tokens}",
+            stacklevel=4,
+        )
         return self.tokenizer.decode(b_ids[-self.max_behavior_tokens :], skip_special_tokens=True)
 
     def _context_ids(self, behavior: str) -> list[int]:
@@ -267,8 +279,16 @@ class Investigator:
         return mp
 
     # -- sampling ------------------------------------------------------------------------------
-    def sample(self, behaviors: Sequence[str], n: int = 1, *, temperature: float = 1.0, top_p: float = 0.95,
-               seed: int | None = None, greedy: bool = False) -> list[list[str]]:  # fmt: skip
+    def sample(
+        self,
+        behaviors: Sequence[str],
+        n: int = 1,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 0.95,
+        seed: int | None = None,
+        greedy: bool = False,
+    ) -> list[list[str]]:
         """``n`` prompts for each behaviour (temperature 1.0 and top-p 0.95: the third-party
         recipe's sampling; docs/elicitation.md, Decisions). ``seed`` fixes the draw. Runs with
         dropout off; a row of a batch gets what it gets alone."""
@@ -278,19 +298,37 @@ class Investigator:
         top_p = as_real("top_p", top_p, low=0, high=1, low_open=True)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         contexts = [self._context_ids(b) for b in bs for _ in range(n)]
-        check_length(max(len(c) for c in contexts) + (self.exact_length or self.max_prompt_tokens),
-                     self.max_positions, "a behaviour's context plus the prompt budget")  # fmt: skip
+        check_length(
+            max(len(c) for c in contexts) + (self.exact_length or self.max_prompt_tokens),
+            self.max_positions,
+            "a behaviour's context plus the prompt budget",
+        )
         with self._overflow_hint(), self.autocast():
-            new = decode(self.model, contexts, max_new_tokens=self.max_prompt_tokens, pad_id=self.pad_id,
-                         eos_ids=self.end_ids, greedy=greedy, temperature=float(temperature),
-                         top_p=float(top_p), allowed=self.allowed, exact_length=self.exact_length,
-                         generator=gen)  # fmt: skip
+            new = decode(
+                self.model,
+                contexts,
+                max_new_tokens=self.max_prompt_tokens,
+                pad_id=self.pad_id,
+                eos_ids=self.end_ids,
+                greedy=greedy,
+                temperature=float(temperature),
+                top_p=float(top_p),
+                allowed=self.allowed,
+                exact_length=self.exact_length,
+                generator=gen,
+            )
         texts = [self.tokenizer.decode(x, skip_special_tokens=True).strip() for x in new]
         return [texts[i * n : (i + 1) * n] for i in range(len(bs))]
 
     # -- scoring -------------------------------------------------------------------------------
-    def logprob(self, behaviors: Sequence[str], prompts: Sequence[str], *, normalize: str = "sum",
-                batch_size: int = 64) -> torch.Tensor:  # fmt: skip
+    def logprob(
+        self,
+        behaviors: Sequence[str],
+        prompts: Sequence[str],
+        *,
+        normalize: str = "sum",
+        batch_size: int = 64,
+    ) -> torch.Tensor:
         """``log q(x | b)`` per pair, ``(B,)`` float32 on the model's device: summed (or
         ``normalize="mean"``: averaged) over the completion tokens (:meth:`row`, tokenised as
         TRL does), with the restricted log-softmax when ``allowed_token_ids`` is set.
@@ -302,8 +340,14 @@ class Investigator:
         with dropout_disabled(self.model):
             return self._logprob(behaviors, prompts, normalize=normalize, batch_size=batch_size)
 
-    def _logprob(self, behaviors: Sequence[str], prompts: Sequence[str], *, normalize: str = "sum",
-                 batch_size: int = 64) -> torch.Tensor:  # fmt: skip
+    def _logprob(
+        self,
+        behaviors: Sequence[str],
+        prompts: Sequence[str],
+        *,
+        normalize: str = "sum",
+        batch_size: int = 64,
+    ) -> torch.Tensor:
         """:meth:`logprob` in the model's current mode (a training loop sets dropout itself)."""
         if normalize not in ("sum", "mean"):
             raise ValueError(f"normalize must be 'sum' or 'mean', got {normalize!r}")
@@ -311,8 +355,9 @@ class Investigator:
         total = torch.where(counts > 0, total, torch.full_like(total, -1e4))
         return total / counts.clamp(min=1) if normalize == "mean" else total
 
-    def _scores(self, behaviors: Sequence[str], prompts: Sequence[str], *,
-                batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def _scores(
+        self, behaviors: Sequence[str], prompts: Sequence[str], *, batch_size: int = 64
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed completion log-probs and completion lengths, in the model's current mode
         (training loops choose dropout themselves)."""
         bs, xs = (
@@ -335,8 +380,10 @@ class Investigator:
         for b, x in zip(bs, xs):
             c, p = self._encode(b, x)
             if self.exact_length is not None and p and len(p) != self.exact_length:
-                raise ValueError(f"prompt {x!r:.40} has {len(p)} tokens; this investigator's prompts have "
-                                 f"exactly {self.exact_length}")  # fmt: skip
+                raise ValueError(
+                    f"prompt {x!r:.40} has {len(p)} tokens; this investigator's prompts have "
+                    f"exactly {self.exact_length}"
+                )
             check_length(len(c) + len(p), self.max_positions, f"behaviour + prompt {x!r:.30}")
             rows.append(c + p)
             spans.append((len(c), len(p)))
@@ -362,10 +409,15 @@ class Investigator:
 
     # -- persistence ---------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
-        return {"template": self.template, "behavior_tag": self.behavior_tag, "prompt_tag": self.prompt_tag,
-                "max_prompt_tokens": self.max_prompt_tokens, "max_behavior_tokens": self.max_behavior_tokens,
-                "allowed_token_ids": self.allowed.tolist() if self.user_restricted else None,
-                "exact_length": self.exact_length}  # fmt: skip
+        return {
+            "template": self.template,
+            "behavior_tag": self.behavior_tag,
+            "prompt_tag": self.prompt_tag,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "max_behavior_tokens": self.max_behavior_tokens,
+            "allowed_token_ids": self.allowed.tolist() if self.user_restricted else None,
+            "exact_length": self.exact_length,
+        }
 
     def save(self, path: str | Path) -> None:
         """The model, tokenizer and settings in a folder (``save_pretrained``). A trained bf16
@@ -382,8 +434,9 @@ class Investigator:
         )
 
     @classmethod
-    def load(cls, path: str | Path, *, device: Any = "auto", dtype: Any = "auto",
-             **kwargs: Any) -> Investigator:  # fmt: skip
+    def load(
+        cls, path: str | Path, *, device: Any = "auto", dtype: Any = "auto", **kwargs: Any
+    ) -> Investigator:
         """An investigator saved with :meth:`save`, loaded through ``icml25.llm.load_model``
         (``device``: ``"auto"`` = CUDA when there is one; ``dtype``: ``"auto"`` = the saved
         dtype, or ``"bf16"``, ``"fp32"``, ...); ``kwargs`` override the saved settings. With

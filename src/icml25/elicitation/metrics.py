@@ -21,8 +21,14 @@ __all__ = [
 ]
 
 
-def successes(target: Any, prompts: Sequence[str], behaviors: Sequence[str], *, max_new_tokens: int = 64,
-              match: str = "exact") -> list[bool]:  # fmt: skip
+def successes(
+    target: Any,
+    prompts: Sequence[str],
+    behaviors: Sequence[str],
+    *,
+    max_new_tokens: int = 64,
+    match: str = "exact",
+) -> list[bool]:
     """Whether the target's greedy response to each prompt elicits its behaviour:
     ``match="exact"`` (equal after stripping), ``"prefix"`` (starts with it) or ``"contains"``."""
     ps, bs = (

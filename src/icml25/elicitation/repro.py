@@ -223,8 +223,18 @@ def checkpoints(seed: int, sz: dict[str, Any], out: Path, *, gate: bool) -> dict
         target.load_state_dict(torch.load(tp))
     else:
         data = w.target_data(sz["target_data"], random.Random(seed))
-        train_causal_lm(target, tok, data, steps=sz["target_steps"], batch_size=64, lr=1e-3, warmup=50,
-                        max_length=32, seed=seed, progress=False)  # fmt: skip
+        train_causal_lm(
+            target,
+            tok,
+            data,
+            steps=sz["target_steps"],
+            batch_size=64,
+            lr=1e-3,
+            warmup=50,
+            max_length=32,
+            seed=seed,
+            progress=False,
+        )
         _atomic_save(target.state_dict(), tp)
     target.eval()
     tgt = HFTargetModel(target, tok, use_chat_template=True, add_eos=True, batch_size=256)
@@ -257,9 +267,16 @@ def checkpoints(seed: int, sz: dict[str, Any], out: Path, *, gate: bool) -> dict
         )
         _atomic_save(inv_model.state_dict(), ip)
     inv_model.eval()
-    return {"seed": seed, "world": w, "tok": tok, "target": tgt, "sft": inv,
-            "fidelity": {str(k): v for k, v in fid.items()}, "seconds_target": t_target,
-            "seconds_total": time.perf_counter() - t0}  # fmt: skip
+    return {
+        "seed": seed,
+        "world": w,
+        "tok": tok,
+        "target": tgt,
+        "sft": inv,
+        "fidelity": {str(k): v for k, v in fid.items()},
+        "seconds_target": t_target,
+        "seconds_total": time.perf_counter() - t0,
+    }
 
 
 # -- the loops --------------------------------------------------------------------------------------
@@ -307,8 +324,16 @@ def loops(
         return res
     t0 = time.perf_counter()
     w = ck["world"]
-    fw_kw = dict(n_iters=sz["iters"], rounds_per_iter=sz["rounds"], n_candidates=16, pairs_per_behavior=4,
-                 min_gap=0.1, beta=0.1, lr=2e-4, steps_per_round=2)  # fmt: skip
+    fw_kw = dict(
+        n_iters=sz["iters"],
+        rounds_per_iter=sz["rounds"],
+        n_candidates=16,
+        pairs_per_behavior=4,
+        min_gap=0.1,
+        beta=0.1,
+        lr=2e-4,
+        steps_per_round=2,
+    )
     res: dict[str, Any] = {"seed": seed, "sft": evaluate(ck, ck["sft"], sz["n_eval"], seed + 5)}
     variants = {"fw": dict(lam=LAM, seed=2 * seed), "restart": dict(lam=0.0, seed=2 * seed + 1)}
     if ablations:
@@ -318,11 +343,28 @@ def loops(
         variants["fw_last"] = dict(lam=LAM, seed=2 * seed, penalty="last")
     for name, kw in variants.items():
         spreads: list[tuple[int, int, float, float]] = []
-        mix = frank_wolfe(w.behaviors, ck["target"], ck["sft"], callbacks=[lambda t, k, st, spreads=spreads: spreads.append(
-            (t, k, st["spread"].get("reward_std", 0.0), st["spread"].get("penalty_std", 0.0)))], **fw_kw, **kw)  # fmt: skip
+        mix = frank_wolfe(
+            w.behaviors,
+            ck["target"],
+            ck["sft"],
+            callbacks=[
+                lambda t, k, st, spreads=spreads: spreads.append(
+                    (
+                        t,
+                        k,
+                        st["spread"].get("reward_std", 0.0),
+                        st["spread"].get("penalty_std", 0.0),
+                    )
+                )
+            ],
+            **fw_kw,
+            **kw,
+        )
         its = [evaluate(ck, q, sz["n_eval"], seed + 11 + i) for i, q in enumerate(mix.members)]
-        mixes = [evaluate(ck, InvestigatorMixture(mix.members[: t + 1]), sz["n_eval"], seed + 31 + t)
-                 for t in range(len(mix.members))]  # fmt: skip
+        mixes = [
+            evaluate(ck, InvestigatorMixture(mix.members[: t + 1]), sz["n_eval"], seed + 31 + t)
+            for t in range(len(mix.members))
+        ]
         res[name] = {"iterates": its, "mixtures": mixes, "spreads": spreads}
     res["seconds"] = time.perf_counter() - t0
     summary = {
@@ -359,8 +401,14 @@ def table_runs(runs: list[dict[str, Any]]) -> str:
 
     def row(name: str, get: Any) -> None:
         vals = [get(x) for x in runs]
-        rows.append(f"| {name} | " + " | ".join(_ms([v[k] for v in vals], ".2f") for k in
-                                                  ("sr", "logprob", "coverage", "mean_count", "distinct2")) + " |")  # fmt: skip
+        rows.append(
+            f"| {name} | "
+            + " | ".join(
+                _ms([v[k] for v in vals], ".2f")
+                for k in ("sr", "logprob", "coverage", "mean_count", "distinct2")
+            )
+            + " |"
+        )
 
     row("reverse model (SFT)", lambda x: x["sft"])
     for meth in ("fw", "restart"):
@@ -388,8 +436,10 @@ def table_hist(run: dict[str, Any]) -> str:
             + " | ".join("/".join(map(str, h)) for h in run[meth]["mixtures"][-1]["hist"])
             + " |"
         )
-    return (f"Successful samples per trigger (trigger 1 / 2 / 3) per behaviour, run of loop seed {run['seed']}.\n\n"
-            + "\n".join(rows))  # fmt: skip
+    return (
+        f"Successful samples per trigger (trigger 1 / 2 / 3) per behaviour, run of loop seed {run['seed']}.\n\n"
+        + "\n".join(rows)
+    )
 
 
 def table_ablations(runs: list[dict[str, Any]]) -> str:
@@ -400,8 +450,10 @@ def table_ablations(runs: list[dict[str, Any]]) -> str:
                 "fw": f"FW λ = {LAM} (pre-registered)",
                 "fw_last": f"FW λ = {LAM}, penalty = last",
             }.get(k, k)
-            rows.append(f"| {label} | {_ms([x['mix_sr'][k][-1] for x in runs], '.2f')} | "
-                        f"{_ms([x['mix_cov'][k][-1] for x in runs], '.2f')} |")  # fmt: skip
+            rows.append(
+                f"| {label} | {_ms([x['mix_sr'][k][-1] for x in runs], '.2f')} | "
+                f"{_ms([x['mix_cov'][k][-1] for x in runs], '.2f')} |"
+            )
     return (
         "Ablations (full mode), mixture after T iterations, mean ± std over runs.\n\n"
         + "\n".join(rows)
@@ -409,15 +461,20 @@ def table_ablations(runs: list[dict[str, Any]]) -> str:
 
 
 def _metrics(runs: list[dict[str, Any]], full: bool) -> list[Metric]:
-    out = [Metric("SR reverse model", [x["sr"]["sft"] for x in runs]),
-           Metric("SR DPO iterate 1", [x["sr"]["fw"][0] for x in runs]),
-           Metric("mean trigger count, reverse model", [x["sft"]["mean_count"] for x in runs]),
-           Metric("mean trigger count, DPO iterate 1", [x["fw"]["iterates"][0]["mean_count"] for x in runs]),
-           Metric("coverage FW mixture", [x["mix_cov"]["fw"][-1] for x in runs]),
-           Metric("coverage restart mixture", [x["mix_cov"]["restart"][-1] for x in runs]),
-           Metric("SR FW mixture", [x["mix_sr"]["fw"][-1] for x in runs]),
-           Metric("SR restart mixture", [x["mix_sr"]["restart"][-1] for x in runs]),
-           Metric("loop seconds per run", [x["seconds"] for x in runs], unit="s")]  # fmt: skip
+    out = [
+        Metric("SR reverse model", [x["sr"]["sft"] for x in runs]),
+        Metric("SR DPO iterate 1", [x["sr"]["fw"][0] for x in runs]),
+        Metric("mean trigger count, reverse model", [x["sft"]["mean_count"] for x in runs]),
+        Metric(
+            "mean trigger count, DPO iterate 1",
+            [x["fw"]["iterates"][0]["mean_count"] for x in runs],
+        ),
+        Metric("coverage FW mixture", [x["mix_cov"]["fw"][-1] for x in runs]),
+        Metric("coverage restart mixture", [x["mix_cov"]["restart"][-1] for x in runs]),
+        Metric("SR FW mixture", [x["mix_sr"]["fw"][-1] for x in runs]),
+        Metric("SR restart mixture", [x["mix_sr"]["restart"][-1] for x in runs]),
+        Metric("loop seconds per run", [x["seconds"] for x in runs], unit="s"),
+    ]
     return out
 
 
@@ -460,8 +517,15 @@ def plot_curves(runs: list[dict[str, Any]]) -> Any:
         sr = np.array([[m["sr"] for m in x[meth]["mixtures"]] for x in runs])
         cnt = np.array([[i["mean_count"] for i in x[meth]["iterates"]] for x in runs])
         for ax, v in zip(axes, (cov, sr, cnt)):
-            ax.errorbar(ts, v.mean(0), yerr=v.std(0, ddof=1) if len(runs) > 1 else None, color=color, marker="o",
-                        capsize=3, label=meth)  # fmt: skip
+            ax.errorbar(
+                ts,
+                v.mean(0),
+                yerr=v.std(0, ddof=1) if len(runs) > 1 else None,
+                color=color,
+                marker="o",
+                capsize=3,
+                label=meth,
+            )
     axes[1].axhline(
         np.mean([x["sr"]["sft"] for x in runs]), color="black", ls="--", lw=1, label="SFT"
     )

@@ -64,8 +64,10 @@ class LLMJudge:
     else 0.0). ``template`` holds ``{rubric}``, ``{prompt}`` and ``{response}``.
     """
 
-    TEMPLATE = ("Rubric: {rubric}\n\nPrompt given to a model:\n{prompt}\n\nThe model's response:\n"
-                "{response}\n\nDoes the response satisfy the rubric? Answer Yes or No.")  # fmt: skip
+    TEMPLATE = (
+        "Rubric: {rubric}\n\nPrompt given to a model:\n{prompt}\n\nThe model's response:\n"
+        "{response}\n\nDoes the response satisfy the rubric? Answer Yes or No."
+    )
 
     def __init__(self, backend: Any, template: str = TEMPLATE) -> None:
         if not hasattr(backend, "chat"):
@@ -90,8 +92,10 @@ class LLMJudge:
     ) -> list[float]:
         rubrics, prompts, responses = list(rubrics), list(prompts), list(responses)
         if not (len(rubrics) == len(prompts) == len(responses)):
-            raise ValueError(f"{len(rubrics)} rubrics, {len(prompts)} prompts and {len(responses)} responses: "
-                             "give one of each per item")  # fmt: skip
+            raise ValueError(
+                f"{len(rubrics)} rubrics, {len(prompts)} prompts and {len(responses)} responses: "
+                "give one of each per item"
+            )
         out = []
         for r, p, y in zip(rubrics, prompts, responses):
             msgs = self._messages(r, p, y)
@@ -119,8 +123,13 @@ class RubricReward:
     function).
     """
 
-    def __init__(self, target: Any, judge: Callable[..., Sequence[float]], n_samples: int = 1,
-                 max_new_tokens: int = 64) -> None:  # fmt: skip
+    def __init__(
+        self,
+        target: Any,
+        judge: Callable[..., Sequence[float]],
+        n_samples: int = 1,
+        max_new_tokens: int = 64,
+    ) -> None:
         if not hasattr(target, "generate"):
             raise TypeError(
                 f"target must have generate(...) (a TargetModel), got {type(target).__name__}"
@@ -164,8 +173,14 @@ class PenalizedReward:
     "swamped_behaviors"}`` (pooled spreads; ``penalty_std`` before multiplying by ``λ``).
     """
 
-    def __init__(self, base: Callable[..., torch.Tensor], mixture: InvestigatorMixture | None, lam: float = 1.0,
-                 normalize: str = "sum", warn_ratio: float = 3.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base: Callable[..., torch.Tensor],
+        mixture: InvestigatorMixture | None,
+        lam: float = 1.0,
+        normalize: str = "sum",
+        warn_ratio: float = 3.0,
+    ) -> None:
         if not callable(base):
             raise TypeError("base must be a reward: reward(prompts, behaviors) -> Tensor")
         if mixture is not None and not isinstance(mixture, InvestigatorMixture):
@@ -206,8 +221,12 @@ class PenalizedReward:
             r_g, q_g = float(r[idx].std()), float(pen[idx].std())
             if self.lam * q_g > self.warn_ratio * r_g and self.lam * q_g > 1e-6:
                 swamped += 1
-        self.last_spread = {"reward_std": rs, "penalty_std": qs, "lam": self.lam,
-                            "swamped_behaviors": swamped}  # fmt: skip
+        self.last_spread = {
+            "reward_std": rs,
+            "penalty_std": qs,
+            "lam": self.lam,
+            "swamped_behaviors": swamped,
+        }
         if swamped:
             warnings.warn(
                 f"in {swamped} of {len(groups)} behaviours lam * std(log q_bar) exceeds {self.warn_ratio:g} x "

@@ -56,9 +56,16 @@ def _check_pairs(pairs: Any, what: str = "pairs") -> list[tuple[str, str]]:
     return [(p[0], p[1]) for p in pairs]
 
 
-def build_reverse_pairs(target: Any, prompts: Sequence[str], *, y_source: str = "target",
-                        responses: Sequence[str] | None = None, max_new_tokens: int = 64,
-                        greedy: bool = False, seed: int | None = 0) -> list[tuple[str, str]]:  # fmt: skip
+def build_reverse_pairs(
+    target: Any,
+    prompts: Sequence[str],
+    *,
+    y_source: str = "target",
+    responses: Sequence[str] | None = None,
+    max_new_tokens: int = 64,
+    greedy: bool = False,
+    seed: int | None = 0,
+) -> list[tuple[str, str]]:
     """``(behaviour, prompt)`` pairs for :func:`reverse_sft`.
 
     ``y_source="target"``: the behaviour is the target's response to the prompt (sampled at
@@ -94,10 +101,20 @@ def build_reverse_pairs(target: Any, prompts: Sequence[str], *, y_source: str = 
     return [(y, x) for x, y in zip(ps, ys) if y.strip()]
 
 
-def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: float = 3.0,
-                steps: int | None = None, lr: float = 5e-5, batch_size: int = 16, warmup: int = 50,
-                weight_decay: float = 0.0, seed: int = 0, disable_dropout: bool = False,
-                progress: bool | None = None) -> Investigator:  # fmt: skip
+def reverse_sft(
+    inv: Investigator,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    epochs: float = 3.0,
+    steps: int | None = None,
+    lr: float = 5e-5,
+    batch_size: int = 16,
+    warmup: int = 50,
+    weight_decay: float = 0.0,
+    seed: int = 0,
+    disable_dropout: bool = False,
+    progress: bool | None = None,
+) -> Investigator:
     """Fine-tune ``inv`` in place on ``(behaviour, prompt)`` pairs; the loss is ``-log q(x | b)``
     per completion token (the mean over the batch's completion tokens, as TRL's SFT loss),
     through the scoring of :meth:`Investigator.logprob` (so a restricted vocabulary is trained
@@ -135,8 +152,11 @@ def reverse_sft(inv: Investigator, pairs: Sequence[tuple[str, str]], *, epochs: 
     if warmup >= n_steps:
         import warnings
 
-        warnings.warn(f"warmup={warmup} >= the {n_steps} training steps: the learning rate never leaves the "
-                      "warm-up; lower warmup or train longer", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"warmup={warmup} >= the {n_steps} training steps: the learning rate never leaves the "
+            "warm-up; lower warmup or train longer",
+            stacklevel=2,
+        )
     model = inv.model
     mp = inv.mixed_precision()  # float32 master weights before the optimizer holds them
     params = [p for p in model.parameters() if p.requires_grad]
@@ -230,11 +250,15 @@ def default_reverse_sft_config(**overrides: Any) -> Any:
 def _check_trl_investigator(inv: Investigator, loop: str) -> None:
     """``ValueError`` for an investigator that TRL's trainers cannot train as ``loop`` does."""
     if inv.user_restricted:
-        raise ValueError(f"TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
-                         f"must train with {loop} (the same masked log-softmax it samples with)")  # fmt: skip
+        raise ValueError(
+            f"TRL scores over the whole vocabulary; an investigator with allowed_token_ids "
+            f"must train with {loop} (the same masked log-softmax it samples with)"
+        )
     if inv.exact_length is not None:
-        raise ValueError("TRL ends every completion with an end of turn; an investigator with "
-                         f"exact_length must train with {loop}")  # fmt: skip
+        raise ValueError(
+            "TRL ends every completion with an end of turn; an investigator with "
+            f"exact_length must train with {loop}"
+        )
 
 
 def _trl_config(config_cls: Any, prefix: str, fields: dict, overrides: dict) -> Any:
@@ -284,8 +308,14 @@ def _reverse_rows(inv: Investigator, pairs: Any, what: str) -> Any:
     return datasets.Dataset.from_list(rows)
 
 
-def reverse_sft_trainer(inv: Investigator, pairs: Sequence[tuple[str, str]], args: Any = None, *,
-                        eval_dataset: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+def reverse_sft_trainer(
+    inv: Investigator,
+    pairs: Sequence[tuple[str, str]],
+    args: Any = None,
+    *,
+    eval_dataset: Any = None,
+    **kwargs: Any,
+) -> Any:
     """TRL's ``SFTTrainer`` for the reverse model (§3.1) on the ``(behaviour, prompt)`` pairs of
     :func:`reverse_sft` (needs ``icml25[train]``); call ``.train()`` on it. The entry point for
     several GPUs: run the script under ``torchrun --nproc_per_node N`` (or ``accelerate launch
@@ -322,7 +352,13 @@ def reverse_sft_trainer(inv: Investigator, pairs: Sequence[tuple[str, str]], arg
     if args is None:
         args = default_reverse_sft_config()
     inv.mixed_precision()
-    trainer = SFTTrainer(model=inv.model, args=args, train_dataset=train, eval_dataset=evals,
-                         processing_class=inv.tokenizer, **kwargs)  # fmt: skip
+    trainer = SFTTrainer(
+        model=inv.model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evals,
+        processing_class=inv.tokenizer,
+        **kwargs,
+    )
     check_global_batches(trainer)
     return trainer

@@ -47,11 +47,22 @@ class PlantedTriggerWorld:
         pi: ``π(c)`` for ``c = 0, 1, 2, >= 3``.
     """
 
-    def __init__(self, seed: int = 0, *, n_words: int = 32, n_payload: int = 8, n_behaviors: int = 4,
-                 n_triggers: int = 3, prompt_len: int = 8, pi: tuple[float, ...] = PI) -> None:  # fmt: skip
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        n_words: int = 32,
+        n_payload: int = 8,
+        n_behaviors: int = 4,
+        n_triggers: int = 3,
+        prompt_len: int = 8,
+        pi: tuple[float, ...] = PI,
+    ) -> None:
         if 2 * n_behaviors * n_triggers > n_words:
-            raise ValueError(f"{n_behaviors} x {n_triggers} disjoint bigrams need {2 * n_behaviors * n_triggers} "
-                             f"words; n_words={n_words}")  # fmt: skip
+            raise ValueError(
+                f"{n_behaviors} x {n_triggers} disjoint bigrams need {2 * n_behaviors * n_triggers} "
+                f"words; n_words={n_words}"
+            )
         if n_payload < 2 * n_behaviors:
             raise ValueError(
                 f"n_payload must be >= 2 x n_behaviors = {2 * n_behaviors}, got {n_payload}"
@@ -133,8 +144,13 @@ class PlantedTriggerWorld:
         return self.normal_response(prompt)
 
     # -- prompts -------------------------------------------------------------------------------
-    def sample_prompt(self, rng: random.Random, behavior: int | None = None, count: int = 0,
-                      trigger_probs: tuple[float, ...] | None = None) -> str:  # fmt: skip
+    def sample_prompt(
+        self,
+        rng: random.Random,
+        behavior: int | None = None,
+        count: int = 0,
+        trigger_probs: tuple[float, ...] | None = None,
+    ) -> str:
         """A prompt with exactly ``count`` occurrences of ``behavior``'s triggers (at
         non-overlapping even positions, trigger ids drawn from ``trigger_probs``, uniform by
         default) and none of any other behaviour; ``count=0``: trigger-free."""
@@ -172,8 +188,15 @@ class PlantedTriggerWorld:
             out.append((x, self.sample_response(x, rng)))
         return out
 
-    def natural_prompts(self, n: int, rng: random.Random, *, triggered: float = 0.3,
-                        double: float = 0.1, trigger_probs: tuple[float, ...] = (0.80, 0.15, 0.05)) -> list[str]:  # fmt: skip
+    def natural_prompts(
+        self,
+        n: int,
+        rng: random.Random,
+        *,
+        triggered: float = 0.3,
+        double: float = 0.1,
+        trigger_probs: tuple[float, ...] = (0.80, 0.15, 0.05),
+    ) -> list[str]:
         """Prompts of the reverse model's corpus: 30 % contain one behaviour's triggers (``c = 1``
         for 90 %, ``c = 2`` for 10 %), with skewed trigger identities ``P(k) = (0.80, 0.15,
         0.05)``, like a corpus favouring common strategies."""
@@ -209,8 +232,15 @@ class PlantedTriggerWorld:
     def build_model(tokenizer: Any, seed: int = 0, *, d_model: int = 64, n_layers: int = 2) -> Any:
         from icml25.toy.models import tiny_causal_lm
 
-        return tiny_causal_lm(tokenizer, d_model=d_model, n_layers=n_layers, n_heads=4, d_ff=4 * d_model,
-                              max_positions=32, seed=seed)  # fmt: skip
+        return tiny_causal_lm(
+            tokenizer,
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=4,
+            d_ff=4 * d_model,
+            max_positions=32,
+            seed=seed,
+        )
 
     def fidelity(self, target: Any, n: int, rng: random.Random) -> dict[int, float]:
         """Mean ``p_m(y_j | x)`` over ``n`` fresh prompts per trigger count ``c = 0, 1, 2``

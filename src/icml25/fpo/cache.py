@@ -58,8 +58,9 @@ class _CacheParts:
 
     def __init__(self, cache_topk: int | None = None) -> None:
         self.cache_topk = cache_topk
-        self.cols: dict[str, list[Tensor]] = {k: [] for k in ("index", "sum_w", "sum_l", "mean_w",
-                                                            "mean_l", "len_w", "len_l")}  # fmt: skip
+        self.cols: dict[str, list[Tensor]] = {
+            k: [] for k in ("index", "sum_w", "sum_l", "mean_w", "mean_l", "len_w", "len_l")
+        }
         self.csr: dict[str, tuple[list, list]] = {"w": ([], []), "l": ([], [])}
 
     def add(self, out: Any, index: Tensor) -> None:
@@ -121,8 +122,10 @@ class ReferenceCache:
         for i in idx:
             i = as_int("pair index", i)  # numpy integers too
             if i not in self._row:
-                raise RuntimeError(f"pair index {i} is not in the reference cache ({len(self)} "
-                                   "pairs): it was built on other data; rebuild it")  # fmt: skip
+                raise RuntimeError(
+                    f"pair index {i} is not in the reference cache ({len(self)} "
+                    "pairs): it was built on other data; rebuild it"
+                )
             rows.append(self._row[i])
         return rows
 
@@ -130,8 +133,11 @@ class ReferenceCache:
         """Raise ``RuntimeError`` naming the first pair whose token ids differ from the cache's."""
         if not self.fingerprints:
             return
-        for i, r, fp in zip(list(indices.tolist() if isinstance(indices, Tensor) else indices),
-                            self._rows(indices), fingerprints):  # fmt: skip
+        for i, r, fp in zip(
+            list(indices.tolist() if isinstance(indices, Tensor) else indices),
+            self._rows(indices),
+            fingerprints,
+        ):
             if self.fingerprints[r] != fp:
                 raise RuntimeError(
                     f"reference cache mismatch at pair index {i}: its token ids differ from "
@@ -155,35 +161,54 @@ class ReferenceCache:
         out[which, ind[pos].long()] = val[pos]
         return out.to(device) if device is not None else out
 
-    def batch(self, indices: Sequence[int] | Tensor, device: Any = None, *,
-              fingerprints: Sequence[str] | None = None) -> dict[str, Tensor]:  # fmt: skip
+    def batch(
+        self,
+        indices: Sequence[int] | Tensor,
+        device: Any = None,
+        *,
+        fingerprints: Sequence[str] | None = None,
+    ) -> dict[str, Tensor]:
         """``ref_mean_w``, ``ref_mean_l``, ``ref_sum_w``, ``ref_sum_l`` ``(B,)`` and, when codes
         were cached, dense ``ref_codes_w``, ``ref_codes_l`` ``(B, m)``, on ``device``."""
         rows = self._rows(indices)
         if fingerprints is not None:
             self.verify(indices, fingerprints)
         r = torch.tensor(rows, dtype=torch.long)
-        out = {f"ref_{k}": self.tensors[k][r].to(device) if device is not None else
-               self.tensors[k][r] for k in ("mean_w", "mean_l", "sum_w", "sum_l")}  # fmt: skip
+        out = {
+            f"ref_{k}": self.tensors[k][r].to(device) if device is not None else self.tensors[k][r]
+            for k in ("mean_w", "mean_l", "sum_w", "sum_l")
+        }
         if self.has_codes:
             out["ref_codes_w"] = self.dense_codes("w", rows, device)
             out["ref_codes_l"] = self.dense_codes("l", rows, device)
         return out
 
-    def check_compatible(self, *, layer: int | None = None, sae: SparseAutoencoder | None = None,
-                         pool: str | None = None, site: str | None = None,
-                         model: nn.Module | None = None) -> None:  # fmt: skip
+    def check_compatible(
+        self,
+        *,
+        layer: int | None = None,
+        sae: SparseAutoencoder | None = None,
+        pool: str | None = None,
+        site: str | None = None,
+        model: nn.Module | None = None,
+    ) -> None:
         """Raise ``RuntimeError`` when the cache was built with another layer, SAE, pooling,
         site or reference model (a fingerprint of its weights) than the run uses."""
-        want = {"layer": layer, "pool": pool, "site": site,
-                "sae": sae.identity() if sae is not None else None,
-                "model_fingerprint": _model_fingerprint(model) if model is not None else None}  # fmt: skip
+        want = {
+            "layer": layer,
+            "pool": pool,
+            "site": site,
+            "sae": sae.identity() if sae is not None else None,
+            "model_fingerprint": _model_fingerprint(model) if model is not None else None,
+        }
         for k, v in want.items():
             if v is None or self.meta.get(k) is None:
                 continue
             if json.loads(json.dumps(v)) != self.meta[k]:
-                raise RuntimeError(f"the reference cache was built with {k}={self.meta[k]!r}, "
-                                   f"but training uses {k}={v!r}; rebuild the cache")  # fmt: skip
+                raise RuntimeError(
+                    f"the reference cache was built with {k}={self.meta[k]!r}, "
+                    f"but training uses {k}={v!r}; rebuild the cache"
+                )
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``path`` (safetensors: the flat tensors, the metadata as a JSON string)."""
@@ -216,10 +241,20 @@ class ReferenceCache:
 
 
 @torch.no_grad()
-def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, dataset: Any, *,
-                          layer: int | None, collator: PreferenceCollator, batch_size: int = 8,
-                          pool: str = "mean", site: str = "hook", cache_topk: int | None = None,
-                          device: Any = None, progress: bool | None = None) -> ReferenceCache:  # fmt: skip
+def build_reference_cache(
+    ref_model: nn.Module,
+    sae: SparseAutoencoder | None,
+    dataset: Any,
+    *,
+    layer: int | None,
+    collator: PreferenceCollator,
+    batch_size: int = 8,
+    pool: str = "mean",
+    site: str = "hook",
+    cache_topk: int | None = None,
+    device: Any = None,
+    progress: bool | None = None,
+) -> ReferenceCache:
     """Run ``ref_model`` once over ``dataset`` (records with ``prompt``/``chosen``/``rejected``,
     a list or a ``datasets.Dataset``) and cache what FPO needs from it (see the module doc).
 
@@ -254,8 +289,12 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
     fps: list[str] = []
     starts = range(0, n, batch_size)
     try:
-        for s in track(starts, "FPO reference cache", total=len(starts), disable=None
-                       if progress is None else not progress):  # fmt: skip
+        for s in track(
+            starts,
+            "FPO reference cache",
+            total=len(starts),
+            disable=None if progress is None else not progress,
+        ):
             recs = []
             for i in range(s, min(n, s + batch_size)):
                 r = dict(dataset[i])
@@ -267,11 +306,17 @@ def build_reference_cache(ref_model: nn.Module, sae: SparseAutoencoder | None, d
             fps += b["fingerprint"]
     finally:
         ref_model.train(was)
-    meta = {"d_sae": sae.d_sae if sae is not None else None,
-            "layer": layer, "pool": pool, "site": site,
-            "sae": sae.identity() if sae is not None else None,
-            "collator": collator.identity, "cache_topk": cache_topk,
-            "model": getattr(getattr(ref_model, "config", None), "_name_or_path", "") or
-            type(ref_model).__name__, "model_fingerprint": _model_fingerprint(ref_model),
-            "fingerprints": fps}  # fmt: skip
+    meta = {
+        "d_sae": sae.d_sae if sae is not None else None,
+        "layer": layer,
+        "pool": pool,
+        "site": site,
+        "sae": sae.identity() if sae is not None else None,
+        "collator": collator.identity,
+        "cache_topk": cache_topk,
+        "model": getattr(getattr(ref_model, "config", None), "_name_or_path", "")
+        or type(ref_model).__name__,
+        "model_fingerprint": _model_fingerprint(ref_model),
+        "fingerprints": fps,
+    }
     return parts.build(meta)

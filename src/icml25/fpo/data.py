@@ -34,8 +34,9 @@ def as_records(dataset: Any) -> Any:
     if isinstance(names, list) and hasattr(dataset, "__getitem__"):
         missing = [c for c in COLUMNS if c not in names]
         if missing:
-            raise ValueError(f"the Dataset lacks columns {missing} (has {names}); TRL's columns "
-                             f"are {COLUMNS}")  # fmt: skip
+            raise ValueError(
+                f"the Dataset lacks columns {missing} (has {names}); TRL's columns are {COLUMNS}"
+            )
         return dataset
     return load_preferences(dataset)
 
@@ -67,11 +68,14 @@ class PreferenceCollator:
         for n in ("max_length", "max_prompt_length"):
             setattr(self, n, as_int(n, getattr(self, n), 1))
         if self.max_prompt_length >= self.max_length:
-            raise ValueError(f"max_prompt_length={self.max_prompt_length} must be below "
-                             f"max_length={self.max_length} (room for the response)")  # fmt: skip
+            raise ValueError(
+                f"max_prompt_length={self.max_prompt_length} must be below "
+                f"max_length={self.max_length} (room for the response)"
+            )
         if self.truncation not in ("keep_end", "keep_start"):
-            raise ValueError(f"truncation must be 'keep_end' or 'keep_start', got "
-                             f"{self.truncation!r}")  # fmt: skip
+            raise ValueError(
+                f"truncation must be 'keep_end' or 'keep_start', got {self.truncation!r}"
+            )
         if self.padding_side not in ("right", "left"):
             raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
         tok = self.tokenizer
@@ -84,10 +88,14 @@ class PreferenceCollator:
 
     @property
     def identity(self) -> dict[str, Any]:
-        return {"tokenizer": getattr(self.tokenizer, "name_or_path", "") or
-                type(self.tokenizer).__name__, "vocab": len(self.tokenizer),
-                "max_length": self.max_length, "max_prompt_length": self.max_prompt_length,
-                "truncation": self.truncation}  # fmt: skip
+        return {
+            "tokenizer": getattr(self.tokenizer, "name_or_path", "")
+            or type(self.tokenizer).__name__,
+            "vocab": len(self.tokenizer),
+            "max_length": self.max_length,
+            "max_prompt_length": self.max_prompt_length,
+            "truncation": self.truncation,
+        }
 
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -99,8 +107,9 @@ class PreferenceCollator:
         conv = isinstance(r["prompt"], list)
         if conv:
             if not getattr(tok, "chat_template", None):
-                raise ValueError(f"record {i} is in chat format but the tokenizer has no chat "
-                                 "template")  # fmt: skip
+                raise ValueError(
+                    f"record {i} is in chat format but the tokenizer has no chat template"
+                )
 
             def msgs(v: Any) -> list[dict]:
                 return v if isinstance(v, list) else [{"role": "assistant", "content": v}]
@@ -121,11 +130,12 @@ class PreferenceCollator:
                 if n < len(p):
                     p = p[:n]  # the template renders the prompt differently alone (TRL does this)
                 resp.append(full)
-            c, rj = resp[0][len(p):], resp[1][len(p):]  # fmt: skip
+            c, rj = resp[0][len(p) :], resp[1][len(p) :]
         else:
             if not all(isinstance(r[c], str) for c in COLUMNS):
-                raise TypeError(f"record {i}: prompt is a string, so chosen and rejected must be "
-                                "strings too")  # fmt: skip
+                raise TypeError(
+                    f"record {i}: prompt is a string, so chosen and rejected must be strings too"
+                )
             p = list(tok(r["prompt"])["input_ids"])
             eos = tok.eos_token_id
             c, rj = self._ids(r["chosen"]), self._ids(r["rejected"])
@@ -133,21 +143,28 @@ class PreferenceCollator:
                 c = c if c[-1:] == [eos] else c + [eos]
                 rj = rj if rj[-1:] == [eos] else rj + [eos]
         if len(p) > self.max_prompt_length:
-            p = p[-self.max_prompt_length :] if self.truncation == "keep_end" else p[
-                : self.max_prompt_length]  # fmt: skip
+            p = (
+                p[-self.max_prompt_length :]
+                if self.truncation == "keep_end"
+                else p[: self.max_prompt_length]
+            )
         room = self.max_length - len(p)
         c, rj = c[:room], rj[:room]
         for side, ids in (("chosen", c), ("rejected", rj)):
             if not ids:
-                raise ValueError(f"record {i}: the {side} response is empty after tokenization "
-                                 f"and truncation (max_length={self.max_length})")  # fmt: skip
+                raise ValueError(
+                    f"record {i}: the {side} response is empty after tokenization "
+                    f"and truncation (max_length={self.max_length})"
+                )
         return p, c, rj
 
     def __call__(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(records, dict):
-            raise TypeError("the collator takes a LIST of records; got a dict (a single record, "
-                            "or a dict of columns such as dataset[:8]: use [dataset[i] for i in "
-                            "...] or dataset.select(...).to_list())")  # fmt: skip
+            raise TypeError(
+                "the collator takes a LIST of records; got a dict (a single record, "
+                "or a dict of columns such as dataset[:8]: use [dataset[i] for i in "
+                "...] or dataset.select(...).to_list())"
+            )
         if not records:
             raise ValueError("cannot collate an empty list of records")
         rows, masks, index, fps = [], [], [], []
@@ -174,6 +191,11 @@ class PreferenceCollator:
             att[b, sl] = 1
             comp[b, sl] = torch.tensor(m)
         labels = ids.masked_fill(comp == 0, IGNORE_INDEX)
-        return {"input_ids": ids, "attention_mask": att, "labels": labels,
-                "completion_mask": comp, "index": torch.tensor(index),
-                "fingerprint": fps}  # fmt: skip
+        return {
+            "input_ids": ids,
+            "attention_mask": att,
+            "labels": labels,
+            "completion_mask": comp,
+            "index": torch.tensor(index),
+            "fingerprint": fps,
+        }

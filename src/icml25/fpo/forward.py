@@ -68,10 +68,18 @@ def _autocast_off(device_type: str) -> Any:
     return contextlib.nullcontext()
 
 
-def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoencoder | None = None,
-                    layer: int | None = None, pool: str = "mean", site: str = "hook",
-                    keep_logits: bool = False, sae_dtype: torch.dtype | None = None,
-                    role: str = "model") -> PassOutput:  # fmt: skip
+def preference_pass(
+    model: nn.Module,
+    batch: dict[str, Any],
+    *,
+    sae: SparseAutoencoder | None = None,
+    layer: int | None = None,
+    pool: str = "mean",
+    site: str = "hook",
+    keep_logits: bool = False,
+    sae_dtype: torch.dtype | None = None,
+    role: str = "model",
+) -> PassOutput:
     """Run ``model`` once on ``batch`` (moved to the model's device).
 
     With ``sae`` and ``layer``: capture the residual stream after block ``layer`` at ``site``,
@@ -89,8 +97,10 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
             f"batch['input_ids'] must be a tensor, got {type(batch['input_ids']).__name__}"
         )
     if not isinstance(batch, dict) or "input_ids" not in batch or "labels" not in batch:
-        raise TypeError("batch must be a dict with input_ids, attention_mask and labels (from "
-                        "PreferenceCollator)")  # fmt: skip
+        raise TypeError(
+            "batch must be a dict with input_ids, attention_mask and labels (from "
+            "PreferenceCollator)"
+        )
     if site not in SITES:
         raise ValueError(f"site must be one of {SITES}, got {site!r}")
     from icml25.llm import check_context_length
@@ -107,8 +117,9 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
             raise ValueError("an SAE needs the layer it reads (layer=...)")
         hidden = getattr(getattr(model, "config", None), "hidden_size", None)
         if hidden is not None and hidden != sae.d_in:
-            raise ValueError(f"the SAE expects d_in={sae.d_in} but the model's hidden size is "
-                             f"{hidden}")  # fmt: skip
+            raise ValueError(
+                f"the SAE expects d_in={sae.d_in} but the model's hidden size is {hidden}"
+            )
         out, h = residual_stream(model, layer, ids, att, site=site, **kw)
     else:
         out = model(input_ids=ids, attention_mask=att, **kw)
@@ -124,8 +135,10 @@ def preference_pass(model: nn.Module, batch: dict[str, Any], *, sae: SparseAutoe
         mask = pool_positions(labels != -100, pool)
         dt = sae_dtype or sae.W_enc.dtype
         if sae.W_enc.device != h.device:
-            raise ValueError(f"the SAE is on {sae.W_enc.device} but the model's activations are on "
-                             f"{h.device}: move it with sae.to(device)")  # fmt: skip
+            raise ValueError(
+                f"the SAE is on {sae.W_enc.device} but the model's activations are on "
+                f"{h.device}: move it with sae.to(device)"
+            )
         with _autocast_off(h.device.type):  # a bf16 autocast forward still encodes in ``dt``
             codes = pool_response_codes(sae.encode(h[mask].to(dt)), mask, pool)
         if not bool(torch.isfinite(codes).all()):

@@ -44,8 +44,10 @@ def _unwrap(model: nn.Module) -> nn.Module:
             continue
         inner = getattr(model, "module", None)
         if isinstance(inner, nn.Module) and type(model).__name__ in (
-            "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"
-        ):  # fmt: skip
+            "DistributedDataParallel",
+            "DataParallel",
+            "FullyShardedDataParallel",
+        ):
             model = inner
             continue
         break
@@ -82,8 +84,10 @@ def resolve_layer(model: nn.Module, layer: int) -> int:
     layer = as_int("layer", layer)
     n = len(get_decoder_layers(model))
     if not -n <= layer < n:
-        raise ValueError(f"layer {layer} is out of range for a model with {n} decoder blocks "
-                         f"(valid: 0..{n - 1}, or -{n}..-1 from the end)")  # fmt: skip
+        raise ValueError(
+            f"layer {layer} is out of range for a model with {n} decoder blocks "
+            f"(valid: 0..{n - 1}, or -{n}..-1 from the end)"
+        )
     return layer % n
 
 
@@ -100,8 +104,9 @@ class ResidualCapture:
     architecture this module does not know, or an MLP output for the paper's Table 3 sites).
     """
 
-    def __init__(self, model: nn.Module, layer: int | None = None, *,
-                 module: nn.Module | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, model: nn.Module, layer: int | None = None, *, module: nn.Module | None = None
+    ) -> None:
         if module is None:
             if layer is None:
                 raise ValueError("give a block index layer=... or a module=... to hook")
@@ -141,8 +146,15 @@ class ResidualCapture:
             self._handle = None
 
 
-def residual_stream(model: nn.Module, layer: int, input_ids: Tensor, attention_mask: Tensor, *,
-                    site: str = "hook", **forward_kwargs: Any) -> tuple[Any, Tensor]:  # fmt: skip
+def residual_stream(
+    model: nn.Module,
+    layer: int,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    site: str = "hook",
+    **forward_kwargs: Any,
+) -> tuple[Any, Tensor]:
     """Run ``model`` once; return ``(outputs, h)`` with ``h`` the ``(B, T, d)`` residual stream
     after block ``layer`` read at ``site`` (see :data:`SITES`)."""
     if site not in SITES:
@@ -158,6 +170,10 @@ def residual_stream(model: nn.Module, layer: int, input_ids: Tensor, attention_m
         if cap.output is None:
             raise RuntimeError(f"decoder block {layer} did not run in the forward pass")
         return out, cap.output
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                **forward_kwargs)  # fmt: skip
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        output_hidden_states=True,
+        **forward_kwargs,
+    )
     return out, out.hidden_states[layer + 1]

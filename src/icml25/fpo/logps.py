@@ -21,8 +21,10 @@ def _lengths(labels: Tensor, what: str = "response") -> Tensor:
     n = (labels != IGNORE_INDEX).sum(-1)
     if bool((n == 0).any()):
         bad = int((n == 0).nonzero()[0, 0])
-        raise ValueError(f"example {bad} of the batch has an empty {what} (|y| = 0 after "
-                         "truncation): every row needs at least one labelled token")  # fmt: skip
+        raise ValueError(
+            f"example {bad} of the batch has an empty {what} (|y| = 0 after "
+            "truncation): every row needs at least one labelled token"
+        )
     return n
 
 
@@ -55,11 +57,14 @@ def sequential_kl_from_logits(policy_logits: Tensor, ref_logits: Tensor, labels:
         if not isinstance(x, Tensor):
             raise TypeError(f"{n} must be a torch tensor, got {type(x).__name__}")
     if policy_logits.shape != ref_logits.shape or policy_logits.ndim != 3:
-        raise ValueError(f"policy and reference logits must share one (B, T, V) shape, got "
-                         f"{tuple(policy_logits.shape)} and {tuple(ref_logits.shape)}")  # fmt: skip
+        raise ValueError(
+            f"policy and reference logits must share one (B, T, V) shape, got "
+            f"{tuple(policy_logits.shape)} and {tuple(ref_logits.shape)}"
+        )
     if labels.shape != policy_logits.shape[:2]:
-        raise ValueError(f"labels must be (B, T) = {tuple(policy_logits.shape[:2])}, got "
-                         f"{tuple(labels.shape)}")  # fmt: skip
+        raise ValueError(
+            f"labels must be (B, T) = {tuple(policy_logits.shape[:2])}, got {tuple(labels.shape)}"
+        )
     dt = torch.promote_types(policy_logits.dtype, torch.float32)
     lp = torch.log_softmax(policy_logits[:, :-1].to(dt), -1)
     lr = torch.log_softmax(ref_logits[:, :-1].to(device=lp.device, dtype=dt), -1).detach()

@@ -84,8 +84,10 @@ def _vecs(names: tuple[str, ...], xs: tuple[Any, ...]) -> tuple[Tensor, ...]:
             raise TypeError(f"{n} must be a tensor of shape (B,), got {type(x).__name__}")
     shapes = {tuple(x.shape) for x in xs}
     if len(shapes) != 1 or xs[0].ndim != 1 or xs[0].numel() == 0:
-        raise ValueError(f"{', '.join(names)} must share one non-empty (B,) shape, got "
-                         f"{[tuple(x.shape) for x in xs]}")  # fmt: skip
+        raise ValueError(
+            f"{', '.join(names)} must share one non-empty (B,) shape, got "
+            f"{[tuple(x.shape) for x in xs]}"
+        )
     dev = xs[0].device
     dt = torch.promote_types(xs[0].dtype, torch.float32)
     out = tuple(x.to(device=dev, dtype=dt) for x in xs)
@@ -95,8 +97,9 @@ def _vecs(names: tuple[str, ...], xs: tuple[Any, ...]) -> tuple[Tensor, ...]:
     return out
 
 
-def dpo_loss(pol_sum_w: Tensor, pol_sum_l: Tensor, ref_sum_w: Tensor, ref_sum_l: Tensor,
-             beta: float = 0.1) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def dpo_loss(
+    pol_sum_w: Tensor, pol_sum_l: Tensor, ref_sum_w: Tensor, ref_sum_l: Tensor, beta: float = 0.1
+) -> tuple[Tensor, Tensor, Tensor]:
     """DPO (Table 1; β = 0.1, Table 5) on summed log-probs ``(B,)``: ``(loss, losses, u)``,
     the same formula as TRL's ``loss_type="sigmoid"`` (shared with :mod:`icml25.preference`)."""
     _beta(beta)
@@ -108,8 +111,9 @@ def dpo_loss(pol_sum_w: Tensor, pol_sum_l: Tensor, ref_sum_w: Tensor, ref_sum_l:
     return losses.mean(), losses, u
 
 
-def simpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, beta: float = 2.0,
-               gamma: float = 0.5) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def simpo_loss(
+    pol_mean_w: Tensor, pol_mean_l: Tensor, beta: float = 2.0, gamma: float = 0.5
+) -> tuple[Tensor, Tensor, Tensor]:
     """SimPO (Table 1; β = 2, γ = 0.5, Table 5) on length-normalised log-probs ``(B,)``:
     ``-log σ(β A_w - β A_l - γ)``, as TRL's CPO with ``loss_type="simpo"``, ``cpo_alpha=0``."""
     beta = _beta(beta)
@@ -120,9 +124,17 @@ def simpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, beta: float = 2.0,
     return losses.mean(), losses, u
 
 
-def tdpo_loss(pol_sum_w: Tensor, pol_sum_l: Tensor, ref_sum_w: Tensor, ref_sum_l: Tensor,
-              kl_w: Tensor, kl_l: Tensor, beta: float = 0.1, alpha: float = 0.5,
-              version: int = 2) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def tdpo_loss(
+    pol_sum_w: Tensor,
+    pol_sum_l: Tensor,
+    ref_sum_w: Tensor,
+    ref_sum_l: Tensor,
+    kl_w: Tensor,
+    kl_l: Tensor,
+    beta: float = 0.1,
+    alpha: float = 0.5,
+    version: int = 2,
+) -> tuple[Tensor, Tensor, Tensor]:
     """TDPO (Zeng et al. 2024; Table 1): the DPO logit minus a sequential-KL term, with
     ``kl_*`` = ``D_seq`` summed over the response (:func:`sequential_kl_from_logits`).
     ``version=1``: ``- β(D_seq(y_l) - D_seq(y_w))``; ``version=2`` (α = 0.5, Table 5):
@@ -144,8 +156,9 @@ def _mask(mask: Any, shape: tuple[int, int], device: torch.device) -> Tensor:
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a (B, T) tensor, got {type(mask).__name__}")
     if tuple(mask.shape) != shape:
-        raise ValueError(f"mask must be (B, T) = {shape} to match the codes, got "
-                         f"{tuple(mask.shape)}")  # fmt: skip
+        raise ValueError(
+            f"mask must be (B, T) = {shape} to match the codes, got {tuple(mask.shape)}"
+        )
     return mask.to(device=device).bool()
 
 
@@ -206,8 +219,9 @@ def pool_codes(codes: Tensor, mask: Tensor, mode: str = "mean") -> Tensor:
 def _k(k: Any, m: int, stacklevel: int = 3) -> int:
     k = as_int("k", k, 1)
     if k > m:
-        warnings.warn(f"k={k} exceeds the number of SAE features m={m}; using k={m}",
-                      stacklevel=stacklevel)  # fmt: skip
+        warnings.warn(
+            f"k={k} exceeds the number of SAE features m={m}; using k={m}", stacklevel=stacklevel
+        )
         return m
     return k
 
@@ -227,8 +241,13 @@ def top_k_active(x: Tensor, k: int) -> Tensor:
     return (a >= kth) & (x != 0)
 
 
-def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str = "union",
-                        feature_weights: Tensor | None = None) -> Tensor:  # fmt: skip
+def feature_discrepancy(
+    pol: Tensor,
+    ref: Tensor,
+    k: int = 50,
+    index_mode: str = "union",
+    feature_weights: Tensor | None = None,
+) -> Tensor:
     """``D_FPO`` ``(B,)`` of paper Eq. 10: ``(1/k) Σ_{i ∈ I_k} w_i (pol_i - ref_i)²`` between
     pooled codes ``(B, m)``, ``I_k`` = top-k(pol) ∪ top-k(ref) (``index_mode="union"``) or
     top-k(pol) (``"policy"``), each top-k over the active (non-zero) features only, ties at the
@@ -247,8 +266,10 @@ def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str =
         if not x.is_floating_point():
             raise TypeError(f"{n} codes must be a floating tensor, got {x.dtype}")
     if pol.shape != ref.shape:
-        raise ValueError(f"policy codes {tuple(pol.shape)} and reference codes "
-                         f"{tuple(ref.shape)} differ in shape (same SAE? same batch?)")  # fmt: skip
+        raise ValueError(
+            f"policy codes {tuple(pol.shape)} and reference codes "
+            f"{tuple(ref.shape)} differ in shape (same SAE? same batch?)"
+        )
     if pol.shape[1] == 0:
         raise ValueError("codes have no feature (m = 0)")
     k = _k(k, pol.shape[1])
@@ -263,8 +284,10 @@ def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str =
     sq = (p - r) ** 2
     if feature_weights is not None:
         if not isinstance(feature_weights, Tensor) or feature_weights.shape != (p.shape[1],):
-            raise ValueError(f"feature_weights must be a ({p.shape[1]},) tensor, got "
-                             f"{tuple(getattr(feature_weights, 'shape', ()))}")  # fmt: skip
+            raise ValueError(
+                f"feature_weights must be a ({p.shape[1]},) tensor, got "
+                f"{tuple(getattr(feature_weights, 'shape', ()))}"
+            )
         w = feature_weights.to(device=p.device, dtype=dt)
         if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
             raise ValueError("feature_weights must be finite and non-negative")
@@ -272,11 +295,23 @@ def feature_discrepancy(pol: Tensor, ref: Tensor, k: int = 50, index_mode: str =
     return torch.where(sel, sq, torch.zeros_like(sq)).sum(1) / k
 
 
-def fpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, ref_mean_w: Tensor, ref_mean_l: Tensor,
-             pol_codes_w: Tensor, pol_codes_l: Tensor, ref_codes_w: Tensor, ref_codes_l: Tensor,
-             *, beta: float = 0.1, alpha: float = 0.5, k: int = 50, index_mode: str = "union",
-             stop_grad_chosen: bool = True,
-             feature_weights: Tensor | None = None) -> FPOOutput:  # fmt: skip
+def fpo_loss(
+    pol_mean_w: Tensor,
+    pol_mean_l: Tensor,
+    ref_mean_w: Tensor,
+    ref_mean_l: Tensor,
+    pol_codes_w: Tensor,
+    pol_codes_l: Tensor,
+    ref_codes_w: Tensor,
+    ref_codes_l: Tensor,
+    *,
+    beta: float = 0.1,
+    alpha: float = 0.5,
+    k: int = 50,
+    index_mode: str = "union",
+    stop_grad_chosen: bool = True,
+    feature_weights: Tensor | None = None,
+) -> FPOOutput:
     """The FPO objective, paper Eq. 11.
 
     Args:
@@ -297,12 +332,18 @@ def fpo_loss(pol_mean_w: Tensor, pol_mean_l: Tensor, ref_mean_w: Tensor, ref_mea
     stop_grad_chosen = as_bool("stop_grad_chosen", stop_grad_chosen)
     if index_mode not in INDEX_MODES:
         raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {index_mode!r}")
-    aw, al, rw, rl = _vecs(("pol_mean_w", "pol_mean_l", "ref_mean_w", "ref_mean_l"),
-                           (pol_mean_w, pol_mean_l, ref_mean_w, ref_mean_l))  # fmt: skip
+    aw, al, rw, rl = _vecs(
+        ("pol_mean_w", "pol_mean_l", "ref_mean_w", "ref_mean_l"),
+        (pol_mean_w, pol_mean_l, ref_mean_w, ref_mean_l),
+    )
     rw, rl = rw.detach(), rl.detach()
     B = aw.shape[0]
-    for n, c in (("pol_codes_w", pol_codes_w), ("pol_codes_l", pol_codes_l),
-                 ("ref_codes_w", ref_codes_w), ("ref_codes_l", ref_codes_l)):  # fmt: skip
+    for n, c in (
+        ("pol_codes_w", pol_codes_w),
+        ("pol_codes_l", pol_codes_l),
+        ("ref_codes_w", ref_codes_w),
+        ("ref_codes_l", ref_codes_l),
+    ):
         if not isinstance(c, Tensor) or c.ndim != 2 or c.shape[0] != B:
             raise ValueError(f"{n} must be (B={B}, m), got {tuple(getattr(c, 'shape', ()))}")
     k = _k(k, pol_codes_w.shape[1], stacklevel=3)  # warn once, not per side

@@ -37,8 +37,10 @@ def _scores(name: str, x: Any) -> list[float]:
         raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}") from None
     bad = [i for i, v in enumerate(out) if math.isnan(v)]
     if bad:
-        raise ValueError(f"{name} holds NaN at item {bad[0]} ({len(bad)} in all): a missing score "
-                         "is not a loss; drop or re-score the item")  # fmt: skip
+        raise ValueError(
+            f"{name} holds NaN at item {bad[0]} ({len(bad)} in all): a missing score "
+            "is not a loss; drop or re-score the item"
+        )
     return out
 
 
@@ -46,8 +48,9 @@ def win_outcomes(scores_a: Sequence[float], scores_b: Sequence[float]) -> list[f
     """Per item ``1`` if A scores higher, ``0.5`` on a tie, ``0`` otherwise."""
     a, b = _scores("scores_a", scores_a), _scores("scores_b", scores_b)
     if len(a) != len(b) or not a:
-        raise ValueError(f"scores_a and scores_b must be non-empty and equally long, got "
-                         f"{len(a)} and {len(b)}")  # fmt: skip
+        raise ValueError(
+            f"scores_a and scores_b must be non-empty and equally long, got {len(a)} and {len(b)}"
+        )
     return [1.0 if x > y else 0.5 if x == y else 0.0 for x, y in zip(a, b)]
 
 
@@ -76,8 +79,15 @@ def _batches(dataset: Any, collator: PreferenceCollator, batch_size: int):
 
 
 @torch.no_grad()
-def reward_accuracy(model: nn.Module, tokenizer: Any, dataset: Any, *, batch_size: int = 64,
-                    max_length: int = 1024, max_prompt_length: int = 512) -> float:  # fmt: skip
+def reward_accuracy(
+    model: nn.Module,
+    tokenizer: Any,
+    dataset: Any,
+    *,
+    batch_size: int = 64,
+    max_length: int = 1024,
+    max_prompt_length: int = 512,
+) -> float:
     """``P[A_θ(y_w) > A_θ(y_l)]`` over the pairs of ``dataset`` (length-normalised log-probs;
     method-agnostic, our reading of the paper's "Acc")."""
     col = PreferenceCollator(tokenizer, max_length, max_prompt_length)
@@ -113,8 +123,10 @@ def sequential_kl(policy: nn.Module, ref_model: nn.Module, batch: dict[str, Any]
     (:class:`PreferenceCollator`: rows are the chosen sequences, then the rejected ones); both
     models in eval mode for the call."""
     if not isinstance(batch, dict) or "labels" not in batch:
-        raise TypeError("batch must be a collated dict with input_ids, attention_mask and labels "
-                        "(PreferenceCollator(tok)(records))")  # fmt: skip
+        raise TypeError(
+            "batch must be a collated dict with input_ids, attention_mask and labels "
+            "(PreferenceCollator(tok)(records))"
+        )
     with _eval(policy, ref_model):
         a = preference_pass(policy, batch, keep_logits=True, role="policy")
         b = preference_pass(ref_model, batch, keep_logits=True, role="reference model")
@@ -123,8 +135,9 @@ def sequential_kl(policy: nn.Module, ref_model: nn.Module, batch: dict[str, Any]
 
 
 @torch.no_grad()
-def dataset_sequential_kl(policy: nn.Module, ref_model: nn.Module, tokenizer: Any, dataset: Any,
-                          *, batch_size: int = 64) -> tuple[Tensor, Tensor]:  # fmt: skip
+def dataset_sequential_kl(
+    policy: nn.Module, ref_model: nn.Module, tokenizer: Any, dataset: Any, *, batch_size: int = 64
+) -> tuple[Tensor, Tensor]:
     """``(kl_chosen, kl_rejected)``, each ``(N,)``, over a preference dataset."""
     col = PreferenceCollator(tokenizer)
     ws, ls = [], []
@@ -137,15 +150,23 @@ def dataset_sequential_kl(policy: nn.Module, ref_model: nn.Module, tokenizer: An
 
 
 @torch.no_grad()
-def token_entropy(model: nn.Module, tokenizer: Any, prompts: Sequence[Any],
-                  responses: Sequence[str], *, batch_size: int = 64) -> float:  # fmt: skip
+def token_entropy(
+    model: nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[Any],
+    responses: Sequence[str],
+    *,
+    batch_size: int = 64,
+) -> float:
     """Mean next-token entropy (nats) of ``model`` along its own samples: over the response
     positions of ``(prompt, response)``. Prompts are rendered as the collator renders them:
     strings as plain text, lists of chat messages with the chat template (pass
     ``[{"role": "user", "content": p}]`` for a chat model). Eval mode for the call."""
     if len(prompts) != len(responses) or not prompts:
-        raise ValueError(f"prompts and responses must be non-empty and equally long, got "
-                         f"{len(prompts)} and {len(responses)}")  # fmt: skip
+        raise ValueError(
+            f"prompts and responses must be non-empty and equally long, got "
+            f"{len(prompts)} and {len(responses)}"
+        )
     col = PreferenceCollator(tokenizer)
     dev = next(model.parameters()).device
     with _eval(model):
@@ -162,8 +183,13 @@ def _entropy(model, col, prompts, responses, batch_size, dev) -> float:
         b = col(recs)
         n = b["input_ids"].shape[0] // 2
         ids, att = b["input_ids"][:n].to(dev), b["attention_mask"][:n].to(dev)
-        logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids(att),
-                       use_cache=False).logits[:, :-1].float()  # fmt: skip
+        logits = (
+            model(
+                input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False
+            )
+            .logits[:, :-1]
+            .float()
+        )
         lp = torch.log_softmax(logits, -1)
         ent = -(lp.exp() * lp).sum(-1)
         mask = (b["labels"][:n, 1:] != -100).to(dev)

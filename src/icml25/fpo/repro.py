@@ -152,19 +152,30 @@ def run(r: Run) -> ReproResult:
         metrics.append(Metric(f"mean reward greedy {m}", [p["greedy"][m] for p in per_seed]))
         metrics.append(Metric(f"entropy {m}", [p["entropy"][m] for p in per_seed], unit="nats"))
     for m in METHODS:
-        metrics.append(Metric(f"win rate {m} vs SFT", [float(np.mean(p["win_vs_sft"][m]))
-                                                       for p in per_seed]))  # fmt: skip
-        metrics.append(Metric(f"seqKL chosen {m}", [float(np.mean(p["kl_w"][m])) for p in per_seed],
-                              unit="nats"))  # fmt: skip
-        metrics.append(Metric(f"seqKL rejected {m}", [float(np.mean(p["kl_l"][m]))
-                                                      for p in per_seed], unit="nats"))  # fmt: skip
+        metrics.append(
+            Metric(f"win rate {m} vs SFT", [float(np.mean(p["win_vs_sft"][m])) for p in per_seed])
+        )
+        metrics.append(
+            Metric(
+                f"seqKL chosen {m}", [float(np.mean(p["kl_w"][m])) for p in per_seed], unit="nats"
+            )
+        )
+        metrics.append(
+            Metric(
+                f"seqKL rejected {m}", [float(np.mean(p["kl_l"][m])) for p in per_seed], unit="nats"
+            )
+        )
         metrics.append(Metric(f"reward accuracy {m}", [p["acc"][m] for p in per_seed]))
     for m in ("dpo", "simpo", "tdpo2"):
-        metrics.append(Metric(f"win rate FPO vs {m}", [float(np.mean(p["h2h"][m]))
-                                                       for p in per_seed]))  # fmt: skip
+        metrics.append(
+            Metric(f"win rate FPO vs {m}", [float(np.mean(p["h2h"][m])) for p in per_seed])
+        )
     for m in ("fpo", "tdpo2", "dpo"):
-        metrics.append(Metric(f"median step {m}", [float(np.median(p["step_ms"][m]))
-                                                   for p in per_seed], unit="ms"))  # fmt: skip
+        metrics.append(
+            Metric(
+                f"median step {m}", [float(np.median(p["step_ms"][m])) for p in per_seed], unit="ms"
+            )
+        )
     metrics.append(Metric("SAE FVE", [s["sae_info"]["fve"] for s in saes.values()]))
     metrics.append(Metric("SAE L0", [s["sae_info"]["l0"] for s in saes.values()]))
     metrics.append(Metric("SAE dead fraction", [s["sae_info"]["dead_frac"] for s in saes.values()]))
@@ -263,11 +274,24 @@ def build_sft(model_seed: int, n_sft: int, sft_steps: int) -> dict:
     task = ReversalTask()
     tok = build_tokenizer([" ".join(task.vocabulary())] * 2, kind="word")
     ref = tiny_causal_lm(tok, d_model=64, n_layers=2, max_positions=32, seed=model_seed)
-    train_causal_lm(ref, tok, task.sft_pairs(n_sft, model_seed), steps=sft_steps, batch_size=64,
-                    lr=1e-3, seed=model_seed, progress=False)  # fmt: skip
+    train_causal_lm(
+        ref,
+        tok,
+        task.sft_pairs(n_sft, model_seed),
+        steps=sft_steps,
+        batch_size=64,
+        lr=1e-3,
+        seed=model_seed,
+        progress=False,
+    )
     ref.eval()
-    return {"task": task, "tok": tok, "ref": ref, "model_seed": model_seed,
-            "t_sft": time.perf_counter() - t0}  # fmt: skip
+    return {
+        "task": task,
+        "tok": tok,
+        "ref": ref,
+        "model_seed": model_seed,
+        "t_sft": time.perf_counter() - t0,
+    }
 
 
 def build_sae(sft: dict, sae_seed: int, sae_steps: int, n_prompts: int) -> dict:
@@ -277,8 +301,9 @@ def build_sae(sft: dict, sae_seed: int, sae_steps: int, n_prompts: int) -> dict:
     from icml25.llm import HFChat
 
     task, tok, ref = sft["task"], sft["tok"], sft["ref"]
-    recs = sample_preference_pairs(HFChat(ref, tok), task.prompts(n_prompts, 50_000 + sae_seed),
-                                   seed=10_000 + sae_seed)  # fmt: skip
+    recs = sample_preference_pairs(
+        HFChat(ref, tok), task.prompts(n_prompts, 50_000 + sae_seed), seed=10_000 + sae_seed
+    )
     sae, info = fit_sae(ref, tok, recs, layer=1, steps=sae_steps, seed=sae_seed)
     return {"sae": sae, "sae_info": info, "sae_seed": sae_seed, "t_sae": info["seconds"]}
 
@@ -286,11 +311,14 @@ def build_sae(sft: dict, sae_seed: int, sae_steps: int, n_prompts: int) -> dict:
 def fit_sae(ref, tok, recs, *, layer: int, steps: int, seed: int, site: str = "hook"):
     t0 = time.perf_counter()
     col = PreferenceCollator(tok)
-    batches = (col([dict(x, idx=i) for i, x in enumerate(recs[s : s + 128], s)])
-               for s in range(0, len(recs), 128))  # fmt: skip
+    batches = (
+        col([dict(x, idx=i) for i, x in enumerate(recs[s : s + 128], s)])
+        for s in range(0, len(recs), 128)
+    )
     acts = harvest_activations(ref, batches, layer=layer, max_vectors=60_000, site=site)
-    sae, info = train_sae(acts, d_sae=512, kind="topk", k_sae=8, steps=steps, seed=seed,
-                          progress=False)  # fmt: skip
+    sae, info = train_sae(
+        acts, d_sae=512, kind="topk", k_sae=8, steps=steps, seed=seed, progress=False
+    )
     info.pop("losses")
     info.update(n_vectors=len(acts), seconds=time.perf_counter() - t0)
     return sae, info
@@ -301,9 +329,20 @@ def fit_sae(ref, tok, recs, *, layer: int, steps: int, seed: int, site: str = "h
 
 def _config(method: str, seed: int, **kw: Any) -> PreferenceConfig:
     base = "fpo" if method.startswith("fpo") else method
-    return PreferenceConfig(method=base, layer=kw.pop("layer", 1), k=kw.pop("k", K_FPO), lr=LR,
-                            batch_size=32, epochs=2, warmup_steps=10, seed=seed, max_length=32,
-                            max_prompt_length=16, progress=False, **kw)  # fmt: skip
+    return PreferenceConfig(
+        method=base,
+        layer=kw.pop("layer", 1),
+        k=kw.pop("k", K_FPO),
+        lr=LR,
+        batch_size=32,
+        epochs=2,
+        warmup_steps=10,
+        seed=seed,
+        max_length=32,
+        max_prompt_length=16,
+        progress=False,
+        **kw,
+    )
 
 
 _VARIANTS = {"fpo_alpha0": {"alpha": 0.0}}
@@ -316,8 +355,12 @@ def _chat(prompt: str) -> list[dict]:
 def _samples(model, tok, prompts, temperature: float, seed: int) -> list[str]:
     from icml25.llm import HFChat
 
-    outs = HFChat(model, tok).chat_many([[{"role": "user", "content": p}] for p in prompts],
-                                        temperature=temperature, max_tokens=10, seed=seed)  # fmt: skip
+    outs = HFChat(model, tok).chat_many(
+        [[{"role": "user", "content": p}] for p in prompts],
+        temperature=temperature,
+        max_tokens=10,
+        seed=seed,
+    )
     return [o[0] for o in outs]
 
 
@@ -333,8 +376,9 @@ def measure_seed(
     )
     held, train = recs[:n_held], recs[n_held:]
     col = PreferenceCollator(tok, max_length=32, max_prompt_length=16)
-    cache = build_reference_cache(ref, sae, train, layer=1, collator=col, batch_size=128,
-                                  progress=False)  # fmt: skip
+    cache = build_reference_cache(
+        ref, sae, train, layer=1, collator=col, batch_size=128, progress=False
+    )
     # fresh held-out prompts per seed: the prompts are nested in the seed, so the seed's trained
     # models are the independent unit of the win rates (a prompt set shared by every seed would
     # be a second, crossed unit that clustering by seed ignores)
@@ -349,8 +393,22 @@ def measure_seed(
         }
     methods = list(METHODS) + [v for v in variants if v not in METHODS]
     temps = (0.2, 0.4, 0.6, 0.8, 1.0) if full else (1.0,)
-    out: dict[str, Any] = {k: {} for k in ("reward", "greedy", "entropy", "win_vs_sft", "kl_w",
-                                           "kl_l", "acc", "h2h", "temps", "train_s", "curve")}  # fmt: skip
+    out: dict[str, Any] = {
+        k: {}
+        for k in (
+            "reward",
+            "greedy",
+            "entropy",
+            "win_vs_sft",
+            "kl_w",
+            "kl_l",
+            "acc",
+            "h2h",
+            "temps",
+            "train_s",
+            "curve",
+        )
+    }
     samples: dict[str, dict[float, list[str]]] = {}
     scores: dict[str, dict[float, list[float]]] = {}
 
@@ -363,8 +421,11 @@ def measure_seed(
         greedy = _samples(model, tok, prompts, 0.0, seed)
         out["greedy"][name] = float(np.mean([reward(p, y) for p, y in zip(prompts, greedy)]))
         nonempty = [(p, y) for p, y in zip(prompts, samples[name][1.0]) if y.strip()]
-        out["entropy"][name] = token_entropy(model, tok, [_chat(p) for p, _ in nonempty],
-                                             [y for _, y in nonempty]) if nonempty else float("nan")  # fmt: skip
+        out["entropy"][name] = (
+            token_entropy(model, tok, [_chat(p) for p, _ in nonempty], [y for _, y in nonempty])
+            if nonempty
+            else float("nan")
+        )
 
     evaluate("sft", ref)
     for name in methods:
@@ -377,8 +438,16 @@ def measure_seed(
             else None
         )
         t0 = time.perf_counter()
-        train_preference(pol, tok, train, _config(name, seed, **kw), sae=sae, ref_cache=cache,
-                         ref_model=ref, callback=cb)  # fmt: skip
+        train_preference(
+            pol,
+            tok,
+            train,
+            _config(name, seed, **kw),
+            sae=sae,
+            ref_cache=cache,
+            ref_model=ref,
+            callback=cb,
+        )
         out["train_s"][name] = time.perf_counter() - t0
         if curve:
             out["curve"][name] = curve
@@ -391,8 +460,10 @@ def measure_seed(
     for m in ("dpo", "simpo", "tdpo2"):
         out["h2h"][m] = win_outcomes(scores["fpo"][1.0], scores[m][1.0])
     for t in temps:
-        out["temps"][t] = {m: float(np.mean(win_outcomes(scores["fpo"][t], scores[m][t])))
-                           for m in ("sft", "dpo", "simpo", "tdpo2")}  # fmt: skip
+        out["temps"][t] = {
+            m: float(np.mean(win_outcomes(scores["fpo"][t], scores[m][t])))
+            for m in ("sft", "dpo", "simpo", "tdpo2")
+        }
     out["step_ms"] = interleaved_step_times(st, train, col, cache, seed)
     out["n_pairs"], out["cache_bytes"] = len(train), cache.nbytes()
     return out
@@ -414,8 +485,9 @@ def interleaved_step_times(st: dict, train: list, col, cache, seed: int, steps: 
         order = order[1:] + order[:1]
         for m in order:
             t0 = time.perf_counter()
-            loss, _ = preference_step_loss(pols[m], batch, cfgs[m], sae=sae, ref_cache=cache,
-                                           ref_model=ref)  # fmt: skip
+            loss, _ = preference_step_loss(
+                pols[m], batch, cfgs[m], sae=sae, ref_cache=cache, ref_model=ref
+            )
             opts[m].zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(pols[m].parameters(), 1.0)
@@ -443,8 +515,13 @@ def _curve_callback(pol, ref, sae, tok, held, curve: list, every: int = 4):
 
             kl = sequential_kl(model, ref, b)
         n = len(held)
-        curve.append({"step": step, "d_margin": float((d_l - d_w).mean()),
-                      "kl_margin": float((kl[n:] - kl[:n]).mean())})  # fmt: skip
+        curve.append(
+            {
+                "step": step,
+                "d_margin": float((d_l - d_w).mean()),
+                "kl_margin": float((kl[n:] - kl[:n]).mean()),
+            }
+        )
 
     return cb
 
@@ -461,8 +538,9 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
     task = ReversalTask()
     tok = build_tokenizer([" ".join(task.vocabulary())] * 2, kind="word")
     ref = tiny_causal_lm(tok, d_model=64, n_layers=4, max_positions=32, seed=0)
-    train_causal_lm(ref, tok, task.sft_pairs(n_sft, 0), steps=sft_steps, batch_size=64, lr=1e-3,
-                    progress=False)  # fmt: skip
+    train_causal_lm(
+        ref, tok, task.sft_pairs(n_sft, 0), steps=sft_steps, batch_size=64, lr=1e-3, progress=False
+    )
     ref.eval()
     sae_recs = sample_preference_pairs(
         HFChat(ref, tok), task.prompts(n_prompts, 50_000), seed=10_000
@@ -475,32 +553,55 @@ def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
     for s in seeds:
         recs = sample_preference_pairs(HFChat(ref, tok), task.prompts(n_prompts, 1000 + s), seed=s)
         data[s] = (recs[:n_held], recs[n_held:])
-    base = {s: [reward(p, y) for p, y in zip(prompts, _samples(ref, tok, prompts, 1.0, s))]
-            for s in seeds}  # fmt: skip
+    base = {
+        s: [reward(p, y) for p, y in zip(prompts, _samples(ref, tok, prompts, 1.0, s))]
+        for s in seeds
+    }
     for site in ("hook", "mlp"):
         for layer in range(4):
             sae, info = fit_sae(ref, tok, sae_recs, layer=layer, steps=sae_steps, seed=0, site=site)
             wins, accs, ents = [], [], []
             for s in seeds:
                 held, train = data[s]
-                cache = build_reference_cache(ref, sae, train, layer=layer, collator=col,
-                                              batch_size=128, site=site, progress=False)  # fmt: skip
+                cache = build_reference_cache(
+                    ref,
+                    sae,
+                    train,
+                    layer=layer,
+                    collator=col,
+                    batch_size=128,
+                    site=site,
+                    progress=False,
+                )
                 pol = copy.deepcopy(ref)
-                train_preference(pol, tok, train, _config("fpo", s, layer=layer, site=site),
-                                 sae=sae, ref_cache=cache)  # fmt: skip
+                train_preference(
+                    pol,
+                    tok,
+                    train,
+                    _config("fpo", s, layer=layer, site=site),
+                    sae=sae,
+                    ref_cache=cache,
+                )
                 ys = _samples(pol, tok, prompts, 1.0, s)
-                wins.append(float(np.mean(win_outcomes([reward(p, y) for p, y in zip(prompts, ys)],
-                                                       base[s]))))  # fmt: skip
+                wins.append(
+                    float(
+                        np.mean(win_outcomes([reward(p, y) for p, y in zip(prompts, ys)], base[s]))
+                    )
+                )
                 accs.append(reward_accuracy(pol, tok, held))
                 ne = [(p, y) for p, y in zip(prompts, ys) if y.strip()]
                 ents.append(token_entropy(pol, tok, [_chat(p) for p, _ in ne], [y for _, y in ne]))
             name = f"{'residual' if site == 'hook' else 'MLP'} {layer}"
             res[name] = (wins, accs, ents, info["fve"])
-            rows.append(f"| {name} | {info['fve']:.3f} | {np.mean(wins):.3f} ({np.std(wins):.3f}) | "
-                        f"{np.mean(accs):.3f} | {np.mean(ents):.3f} |")  # fmt: skip
-    table = ("Layer / site sweep on a 4-block SFT model (paper Table 3 analogue; FPO with an SAE at "
-             f"each site, seeds {seeds}):\n\n| site | SAE FVE | win rate vs SFT (sd) | reward "
-             "accuracy | entropy |\n|---|---|---|---|---|\n" + "\n".join(rows))  # fmt: skip
+            rows.append(
+                f"| {name} | {info['fve']:.3f} | {np.mean(wins):.3f} ({np.std(wins):.3f}) | "
+                f"{np.mean(accs):.3f} | {np.mean(ents):.3f} |"
+            )
+    table = (
+        "Layer / site sweep on a 4-block SFT model (paper Table 3 analogue; FPO with an SAE at "
+        f"each site, seeds {seeds}):\n\n| site | SAE FVE | win rate vs SFT (sd) | reward "
+        "accuracy | entropy |\n|---|---|---|---|---|\n" + "\n".join(rows)
+    )
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for site in ("residual", "MLP"):

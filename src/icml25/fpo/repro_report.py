@@ -10,8 +10,14 @@ import numpy as np
 from icml25.report import Metric, pyplot
 
 METHODS = ("dpo", "simpo", "tdpo2", "fpo", "fpo_alpha0")
-LABEL = {"dpo": "DPO", "simpo": "SimPO", "tdpo2": "TDPO-2", "fpo": "FPO", "fpo_alpha0": "FPO α=0",
-         "sft": "SFT"}  # fmt: skip
+LABEL = {
+    "dpo": "DPO",
+    "simpo": "SimPO",
+    "tdpo2": "TDPO-2",
+    "fpo": "FPO",
+    "fpo_alpha0": "FPO α=0",
+    "sft": "SFT",
+}
 
 
 def _ms(xs) -> str:
@@ -21,29 +27,41 @@ def _ms(xs) -> str:
 
 
 def main_table(per_seed) -> str:
-    rows = ["| method | reward T=1 | reward greedy | win vs SFT | FPO wins vs it | seqKL chosen | "
-            "seqKL rejected | reward acc. | entropy |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| method | reward T=1 | reward greedy | win vs SFT | FPO wins vs it | seqKL chosen | "
+        "seqKL rejected | reward acc. | entropy |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in ("sft", *METHODS):
 
         def f(key, fn=np.mean, m=m):
             return _ms([fn(p[key][m]) for p in per_seed]) if m in per_seed[0][key] else "–"
 
         h2h = _ms([np.mean(p["h2h"][m]) for p in per_seed]) if m in per_seed[0]["h2h"] else "–"
-        rows.append(f"| {LABEL[m]} | {f('reward')} | {f('greedy')} | {f('win_vs_sft')} | {h2h} | "
-                    f"{f('kl_w')} | {f('kl_l')} | {f('acc')} | {f('entropy')} |")  # fmt: skip
-    return ("Mean over seeds (sd over seeds); 400 held-out prompts per seed, held-out pairs for "
-            "KL and accuracy:\n\n" + "\n".join(rows))  # fmt: skip
+        rows.append(
+            f"| {LABEL[m]} | {f('reward')} | {f('greedy')} | {f('win_vs_sft')} | {h2h} | "
+            f"{f('kl_w')} | {f('kl_l')} | {f('acc')} | {f('entropy')} |"
+        )
+    return (
+        "Mean over seeds (sd over seeds); 400 held-out prompts per seed, held-out pairs for "
+        "KL and accuracy:\n\n" + "\n".join(rows)
+    )
 
 
 def cost_table(per_seed, setups) -> str:
-    rows = ["| method | median step (ms) | reference at train time | training run (s) |",
-            "|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| method | median step (ms) | reference at train time | training run (s) |",
+        "|---|---|---|---|",
+    ]
     ref_bytes = sum(
         p.numel() * p.element_size() for p in next(iter(setups.values()))["ref"].parameters()
     )
     cache_b = int(np.mean([p["cache_bytes"] for p in per_seed]))
-    what = {"fpo": f"offline cache, {cache_b / 1e3:.0f} kB", "dpo": "offline log-probs",
-            "tdpo2": f"reference model, {ref_bytes / 1e3:.0f} kB of parameters"}  # fmt: skip
+    what = {
+        "fpo": f"offline cache, {cache_b / 1e3:.0f} kB",
+        "dpo": "offline log-probs",
+        "tdpo2": f"reference model, {ref_bytes / 1e3:.0f} kB of parameters",
+    }
     for m in ("fpo", "dpo", "tdpo2"):
         med = _ms([np.median(p["step_ms"][m]) for p in per_seed])
         tr = _ms([p["train_s"][m] for p in per_seed])
@@ -54,25 +72,47 @@ def cost_table(per_seed, setups) -> str:
 
 
 def ablation_tables(per_seed, metrics: list) -> list[str]:
-    names = [("fpo_alpha0", "α = 0"), ("fpo_a0.1", "α = 0.1"), ("fpo", "α = 0.5 (paper)"),
-             ("fpo_a1.0", "α = 1"), ("fpo_a2.0", "α = 2"), ("fpo_k4", "k = 4"),
-             ("fpo_k64", "k = 64"), ("fpo_policy_topk", "index: policy top-k (official)"),
-             ("fpo_official", "official-code mode")]  # fmt: skip
-    rows = ["| variant | win vs SFT | seqKL rejected | seqKL chosen | reward acc. | entropy |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    names = [
+        ("fpo_alpha0", "α = 0"),
+        ("fpo_a0.1", "α = 0.1"),
+        ("fpo", "α = 0.5 (paper)"),
+        ("fpo_a1.0", "α = 1"),
+        ("fpo_a2.0", "α = 2"),
+        ("fpo_k4", "k = 4"),
+        ("fpo_k64", "k = 64"),
+        ("fpo_policy_topk", "index: policy top-k (official)"),
+        ("fpo_official", "official-code mode"),
+    ]
+    rows = [
+        "| variant | win vs SFT | seqKL rejected | seqKL chosen | reward acc. | entropy |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, label in names:
-        vals = {k: [np.mean(p[k][key]) for p in per_seed] for k in ("win_vs_sft", "kl_l", "kl_w",
-                                                                     "acc", "entropy")}  # fmt: skip
-        rows.append(f"| {label} | {_ms(vals['win_vs_sft'])} | {_ms(vals['kl_l'])} | "
-                    f"{_ms(vals['kl_w'])} | {_ms(vals['acc'])} | {_ms(vals['entropy'])} |")  # fmt: skip
+        vals = {
+            k: [np.mean(p[k][key]) for p in per_seed]
+            for k in ("win_vs_sft", "kl_l", "kl_w", "acc", "entropy")
+        }
+        rows.append(
+            f"| {label} | {_ms(vals['win_vs_sft'])} | {_ms(vals['kl_l'])} | "
+            f"{_ms(vals['kl_w'])} | {_ms(vals['acc'])} | {_ms(vals['entropy'])} |"
+        )
         metrics.append(Metric(f"ablation win rate {key}", vals["win_vs_sft"]))
         metrics.append(Metric(f"ablation seqKL rejected {key}", vals["kl_l"], unit="nats"))
     temps = sorted(per_seed[0]["temps"])
-    trow = ["| T | " + " | ".join(f"FPO vs {LABEL[m]}" for m in ("sft", "dpo", "simpo", "tdpo2")) + " |",
-            "|---|---|---|---|---|"]  # fmt: skip
+    trow = [
+        "| T | "
+        + " | ".join(f"FPO vs {LABEL[m]}" for m in ("sft", "dpo", "simpo", "tdpo2"))
+        + " |",
+        "|---|---|---|---|---|",
+    ]
     for t in temps:
-        trow.append(f"| {t} | " + " | ".join(_ms([p["temps"][t][m] for p in per_seed])
-                                             for m in ("sft", "dpo", "simpo", "tdpo2")) + " |")  # fmt: skip
+        trow.append(
+            f"| {t} | "
+            + " | ".join(
+                _ms([p["temps"][t][m] for p in per_seed]) for m in ("sft", "dpo", "simpo", "tdpo2")
+            )
+            + " |"
+        )
     rhos = []
     for p in per_seed:
         c = p["curve"].get("fpo", [])
@@ -84,12 +124,17 @@ def ablation_tables(per_seed, metrics: list) -> list[str]:
             )
     if rhos:
         metrics.append(Metric("Spearman(D_FPO margin, seqKL margin) over checkpoints", rhos))
-    corr = (f"\n\nSpearman correlation between the D_FPO margin (rejected minus chosen) and the "
-            f"sequential-KL margin on 100 held-out pairs over FPO's training checkpoints (paper "
-            f"Figure 4 right): {_ms(rhos) if rhos else 'n/a'} over seeds.")  # fmt: skip
-    return ["Ablations (full mode; mean (sd) over seeds):\n\n" + "\n".join(rows),
-            "Win rate of FPO by sampling temperature (paper Figure 3 right analogue):\n\n"
-            + "\n".join(trow) + corr]  # fmt: skip
+    corr = (
+        f"\n\nSpearman correlation between the D_FPO margin (rejected minus chosen) and the "
+        f"sequential-KL margin on 100 held-out pairs over FPO's training checkpoints (paper "
+        f"Figure 4 right): {_ms(rhos) if rhos else 'n/a'} over seeds."
+    )
+    return [
+        "Ablations (full mode; mean (sd) over seeds):\n\n" + "\n".join(rows),
+        "Win rate of FPO by sampling temperature (paper Figure 3 right analogue):\n\n"
+        + "\n".join(trow)
+        + corr,
+    ]
 
 
 def _bootstrap_ci(
@@ -129,8 +174,15 @@ def plot_kl(per_seed):
     for j, m in enumerate(METHODS):
         for k, (side, c) in enumerate((("kl_w", "C2"), ("kl_l", "C1"))):
             v = [np.mean(p[side][m]) for p in per_seed]
-            ax.bar(j + (k - 0.5) * w, np.mean(v), w, color=c, yerr=np.std(v), capsize=2,
-                   label=("chosen" if k == 0 else "rejected") if j == 0 else None)  # fmt: skip
+            ax.bar(
+                j + (k - 0.5) * w,
+                np.mean(v),
+                w,
+                color=c,
+                yerr=np.std(v),
+                capsize=2,
+                label=("chosen" if k == 0 else "rejected") if j == 0 else None,
+            )
     ax.set_xticks(range(len(METHODS)), [LABEL[m] for m in METHODS])
     ax.set(ylabel="sequential KL to the reference (nats)", title="Drift on held-out pairs")
     ax.legend()
@@ -181,8 +233,12 @@ def plot_temperature(per_seed):
     temps = sorted(per_seed[0]["temps"])
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for m in ("sft", "dpo", "simpo", "tdpo2"):
-        ax.plot(temps, [np.mean([p["temps"][t][m] for p in per_seed]) for t in temps], marker="o",
-                label=f"FPO vs {LABEL[m]}")  # fmt: skip
+        ax.plot(
+            temps,
+            [np.mean([p["temps"][t][m] for p in per_seed]) for t in temps],
+            marker="o",
+            label=f"FPO vs {LABEL[m]}",
+        )
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="sampling temperature", ylabel="win rate", title="FPO's win rate by temperature")
     ax.legend(fontsize=8)

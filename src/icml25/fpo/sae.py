@@ -55,9 +55,15 @@ class SparseAutoencoder(nn.Module):
     them (:func:`train_sae`).
     """
 
-    def __init__(self, d_in: int, d_sae: int, kind: Literal["jumprelu", "relu", "topk"] = "topk",
-                 k_sae: int | None = None, input_scale: float = 1.0,
-                 apply_b_dec_to_input: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        d_in: int,
+        d_sae: int,
+        kind: Literal["jumprelu", "relu", "topk"] = "topk",
+        k_sae: int | None = None,
+        input_scale: float = 1.0,
+        apply_b_dec_to_input: bool = False,
+    ) -> None:
         super().__init__()
         d_in = _positive_int("d_in", d_in)
         d_sae = _positive_int("d_sae", d_sae)
@@ -92,12 +98,15 @@ class SparseAutoencoder(nn.Module):
 
     def _check_input(self, h: Tensor) -> None:
         if not isinstance(h, Tensor):
-            raise TypeError(f"expected a tensor of activations (..., {self.d_in}), got "
-                            f"{type(h).__name__}")  # fmt: skip
+            raise TypeError(
+                f"expected a tensor of activations (..., {self.d_in}), got {type(h).__name__}"
+            )
         if h.shape[-1] != self.d_in:
-            raise ValueError(f"activations have last dimension {h.shape[-1]}, but this SAE "
-                             f"expects d_in={self.d_in} (the model's hidden size at the SAE's "
-                             "layer)")  # fmt: skip
+            raise ValueError(
+                f"activations have last dimension {h.shape[-1]}, but this SAE "
+                f"expects d_in={self.d_in} (the model's hidden size at the SAE's "
+                "layer)"
+            )
 
     def pre_activations(self, h: Tensor) -> Tensor:
         """``(..., d_sae)`` encoder pre-activations, in the SAE's dtype."""
@@ -124,8 +133,9 @@ class SparseAutoencoder(nn.Module):
     def decode(self, c: Tensor) -> Tensor:
         """``(..., d_in)`` reconstruction in the activations' original scale."""
         if not isinstance(c, Tensor) or c.shape[-1] != self.d_sae:
-            raise ValueError(f"codes must be (..., d_sae={self.d_sae}), got "
-                             f"{tuple(getattr(c, 'shape', ()))}")  # fmt: skip
+            raise ValueError(
+                f"codes must be (..., d_sae={self.d_sae}), got {tuple(getattr(c, 'shape', ()))}"
+            )
         out = c.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
         return out / self.input_scale if self.input_scale != 1.0 else out
 
@@ -144,14 +154,20 @@ class SparseAutoencoder(nn.Module):
         checksum)."""
         with torch.no_grad():
             sums = [float(p.double().sum()) for p in (self.W_enc, self.b_enc, self.W_dec)]
-        return {"d_in": self.d_in, "d_sae": self.d_sae, "kind": self.kind, "k_sae": self.k_sae,
-                "input_scale": self.input_scale,
-                "apply_b_dec_to_input": self.apply_b_dec_to_input,
-                "checksum": [round(s, 6) for s in sums]}  # fmt: skip
+        return {
+            "d_in": self.d_in,
+            "d_sae": self.d_sae,
+            "kind": self.kind,
+            "k_sae": self.k_sae,
+            "input_scale": self.input_scale,
+            "apply_b_dec_to_input": self.apply_b_dec_to_input,
+            "checksum": [round(s, 6) for s in sums],
+        }
 
 
-def load_gemma_scope_npz(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32,
-                         device: Any = None) -> SparseAutoencoder:  # fmt: skip
+def load_gemma_scope_npz(
+    path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, device: Any = None
+) -> SparseAutoencoder:
     """A JumpReLU SAE from a Gemma Scope ``params.npz`` (keys ``W_enc`` ``(d, m)``, ``W_dec``
     ``(m, d)``, ``threshold``, ``b_enc`` ``(m,)``, ``b_dec`` ``(d,)``), e.g.
     ``google/gemma-scope-2b-pt-res/layer_25/width_16k/average_l0_55/params.npz``, the official
@@ -164,8 +180,10 @@ def load_gemma_scope_npz(path: str | os.PathLike, *, dtype: torch.dtype = torch.
     with np.load(path) as z:
         missing = [k for k in _NPZ_KEYS if k not in z.files]
         if missing:
-            raise ValueError(f"{path} is not a Gemma Scope params.npz: missing {missing} "
-                             f"(found {sorted(z.files)})")  # fmt: skip
+            raise ValueError(
+                f"{path} is not a Gemma Scope params.npz: missing {missing} "
+                f"(found {sorted(z.files)})"
+            )
         arr = {k: np.asarray(z[k]) for k in _NPZ_KEYS}
     if arr["W_enc"].ndim != 2:
         raise ValueError(f"{path}: W_enc must be 2-D (d_in, d_sae), got {arr['W_enc'].shape}")
@@ -173,8 +191,10 @@ def load_gemma_scope_npz(path: str | os.PathLike, *, dtype: torch.dtype = torch.
     want = {"W_dec": (m, d), "threshold": (m,), "b_enc": (m,), "b_dec": (d,)}
     for k, shape in want.items():
         if arr[k].shape != shape:
-            raise ValueError(f"{path}: {k} has shape {arr[k].shape}, expected {shape} for W_enc "
-                             f"of shape {(d, m)}")  # fmt: skip
+            raise ValueError(
+                f"{path}: {k} has shape {arr[k].shape}, expected {shape} for W_enc "
+                f"of shape {(d, m)}"
+            )
     sae = SparseAutoencoder(d, m, kind="jumprelu")
     with torch.no_grad():
         for k in _NPZ_KEYS:
@@ -194,8 +214,10 @@ def from_sae_lens(sae_obj: Any, *, dtype: torch.dtype = torch.float32) -> Sparse
     cfg = getattr(sae_obj, "cfg", None)
     for k in ("W_enc", "W_dec", "b_enc", "b_dec"):
         if not isinstance(getattr(sae_obj, k, None), Tensor):
-            raise TypeError(f"expected an SAELens SAE object with tensor attribute {k!r}; got "
-                            f"{type(sae_obj).__name__} without it")  # fmt: skip
+            raise TypeError(
+                f"expected an SAELens SAE object with tensor attribute {k!r}; got "
+                f"{type(sae_obj).__name__} without it"
+            )
     arch = getattr(cfg, "architecture", None)
     arch = arch() if callable(arch) else arch
     if arch is None:
@@ -203,8 +225,10 @@ def from_sae_lens(sae_obj: Any, *, dtype: torch.dtype = torch.float32) -> Sparse
     arch = str(arch).lower()
     norm = getattr(cfg, "normalize_activations", "none")
     if norm not in (None, "none"):
-        raise ValueError(f"SAELens normalize_activations={norm!r} is not supported: only 'none' "
-                         "(fold the normalisation into the weights first)")  # fmt: skip
+        raise ValueError(
+            f"SAELens normalize_activations={norm!r} is not supported: only 'none' "
+            "(fold the normalisation into the weights first)"
+        )
     kinds = {"jumprelu": "jumprelu", "standard": "relu", "relu": "relu", "topk": "topk"}
     if arch not in kinds:
         raise ValueError(f"SAELens architecture {arch!r} is not supported (valid: {sorted(kinds)})")
@@ -217,10 +241,13 @@ def from_sae_lens(sae_obj: Any, *, dtype: torch.dtype = torch.float32) -> Sparse
             raise ValueError("a TopK SAELens SAE needs cfg.k")
     apply_b = getattr(cfg, "apply_b_dec_to_input", None)
     if apply_b is None:
-        raise ValueError("the SAELens cfg has no apply_b_dec_to_input: set it explicitly "
-                         "(its default changed across SAELens versions)")  # fmt: skip
-    sae = SparseAutoencoder(int(d), int(m), kind=kind, k_sae=k_sae,
-                            apply_b_dec_to_input=bool(apply_b))  # fmt: skip
+        raise ValueError(
+            "the SAELens cfg has no apply_b_dec_to_input: set it explicitly "
+            "(its default changed across SAELens versions)"
+        )
+    sae = SparseAutoencoder(
+        int(d), int(m), kind=kind, k_sae=k_sae, apply_b_dec_to_input=bool(apply_b)
+    )
     with torch.no_grad():
         names = ["W_enc", "W_dec", "b_enc", "b_dec"] + (["threshold"] if kind == "jumprelu" else [])
         for k in names:
@@ -229,17 +256,25 @@ def from_sae_lens(sae_obj: Any, *, dtype: torch.dtype = torch.float32) -> Sparse
                 raise TypeError(f"the SAELens object has no tensor {k!r} for kind {kind!r}")
             dst = getattr(sae, k)
             if tuple(src.shape) != tuple(dst.shape):
-                raise ValueError(f"SAELens {k} has shape {tuple(src.shape)}, expected "
-                                 f"{tuple(dst.shape)}")  # fmt: skip
+                raise ValueError(
+                    f"SAELens {k} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}"
+                )
             dst.copy_(src.detach().float().cpu())
     dev = sae_obj.W_enc.device
     return sae.to(device=dev, dtype=dtype).requires_grad_(False)
 
 
 @torch.no_grad()
-def harvest_activations(model: nn.Module, batches: Iterable[dict[str, Tensor]], layer: int, *,
-                        max_vectors: int = 200_000, response_only: bool = True,
-                        site: str = "hook", progress: bool | None = None) -> Tensor:  # fmt: skip
+def harvest_activations(
+    model: nn.Module,
+    batches: Iterable[dict[str, Tensor]],
+    layer: int,
+    *,
+    max_vectors: int = 200_000,
+    response_only: bool = True,
+    site: str = "hook",
+    progress: bool | None = None,
+) -> Tensor:
     """``(N, d)`` float32 residual-stream vectors after block ``layer`` (on CPU).
 
     ``batches`` yields dicts with ``input_ids``, ``attention_mask`` and (for
@@ -260,17 +295,21 @@ def harvest_activations(model: nn.Module, batches: Iterable[dict[str, Tensor]], 
                 what = (
                     f"a dict with keys {sorted(b)[:6]}" if isinstance(b, dict) else type(b).__name__
                 )
-                raise TypeError(f"batch {i} must be a collated batch with input_ids and "
-                                f"attention_mask (e.g. PreferenceCollator(tok)(records)), got "
-                                f"{what}")  # fmt: skip
+                raise TypeError(
+                    f"batch {i} must be a collated batch with input_ids and "
+                    f"attention_mask (e.g. PreferenceCollator(tok)(records)), got "
+                    f"{what}"
+                )
             if not isinstance(b["input_ids"], Tensor):
-                raise TypeError(f"batch {i}: input_ids must be a tensor, got "
-                                f"{type(b['input_ids']).__name__}")  # fmt: skip
+                raise TypeError(
+                    f"batch {i}: input_ids must be a tensor, got {type(b['input_ids']).__name__}"
+                )
             ids = b["input_ids"].to(dev)
             att = b.get("attention_mask", torch.ones_like(ids)).to(dev)
             pos = (att.long().cumsum(-1) - 1).clamp(min=0)  # left padding keeps real positions
-            _, h = residual_stream(model, layer, ids, att, site=site, use_cache=False,
-                                   position_ids=pos)  # fmt: skip
+            _, h = residual_stream(
+                model, layer, ids, att, site=site, use_cache=False, position_ids=pos
+            )
             mask = _response_mask(b, i).to(dev) if response_only else att.bool()
             vecs = h[mask].float().cpu()
             out.append(vecs)
@@ -280,8 +319,9 @@ def harvest_activations(model: nn.Module, batches: Iterable[dict[str, Tensor]], 
     finally:
         model.train(was_training)
     if not out or n == 0:
-        raise ValueError("no activation was harvested: the batches were empty or had no "
-                         "response tokens")  # fmt: skip
+        raise ValueError(
+            "no activation was harvested: the batches were empty or had no response tokens"
+        )
     return torch.cat(out)[:max_vectors]
 
 
@@ -291,8 +331,10 @@ def _response_mask(b: dict[str, Tensor], i: int) -> Tensor:
     if "labels" in b:
         # labels[t] marks token t as a response token (unshifted, as the collator builds them)
         return b["labels"] != -100
-    raise ValueError(f"batch {i} has neither completion_mask nor labels: cannot find the "
-                     "response tokens (or pass response_only=False)")  # fmt: skip
+    raise ValueError(
+        f"batch {i} has neither completion_mask nor labels: cannot find the "
+        "response tokens (or pass response_only=False)"
+    )
 
 
 def _fve(sae: SparseAutoencoder, acts: Tensor, chunk: int = 8192) -> tuple[float, float, Tensor]:
@@ -314,8 +356,10 @@ def sae_metrics(sae: SparseAutoencoder, acts: Tensor) -> dict[str, float]:
     """Fraction of variance explained ``FVE = 1 - E‖h - ĥ‖² / E‖h - E h‖²``, mean L0 (active
     features per vector) and the dead fraction (features never active on ``acts``)."""
     if not isinstance(acts, Tensor):
-        raise TypeError(f"acts must be a torch tensor (N, d_in), got {type(acts).__name__} (use "
-                        "torch.as_tensor)")  # fmt: skip
+        raise TypeError(
+            f"acts must be a torch tensor (N, d_in), got {type(acts).__name__} (use "
+            "torch.as_tensor)"
+        )
     if acts.ndim != 2 or acts.shape[1] != sae.d_in:
         raise ValueError(f"acts must be (N, d_in={sae.d_in}), got {tuple(acts.shape)}")
     if len(acts) < 2:
@@ -325,11 +369,23 @@ def sae_metrics(sae: SparseAutoencoder, acts: Tensor) -> dict[str, float]:
     return {"fve": fve, "l0": l0, "dead_frac": 1 - float(active.float().mean())}
 
 
-def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk",
-              k_sae: int = 8, l1: float | None = None, steps: int = 3000, batch: int = 1024,
-              lr: float = 1e-3, seed: int = 0, holdout: float = 0.1,
-              aux_k: int | None = None, aux_coef: float = 1 / 32, dead_after_steps: int = 50,
-              progress: bool | None = None) -> tuple[SparseAutoencoder, dict[str, Any]]:  # fmt: skip
+def train_sae(
+    acts: Tensor,
+    *,
+    d_sae: int,
+    kind: Literal["topk", "relu"] = "topk",
+    k_sae: int = 8,
+    l1: float | None = None,
+    steps: int = 3000,
+    batch: int = 1024,
+    lr: float = 1e-3,
+    seed: int = 0,
+    holdout: float = 0.1,
+    aux_k: int | None = None,
+    aux_coef: float = 1 / 32,
+    dead_after_steps: int = 50,
+    progress: bool | None = None,
+) -> tuple[SparseAutoencoder, dict[str, Any]]:
     """Fit an SAE to ``acts`` ``(N, d)`` (docs/fpo.md, "Training an SAE for your model").
 
     Normalises by ``input_scale = √d / mean‖h‖``; initialises unit-norm random decoder rows,
@@ -349,11 +405,13 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     from icml25.progress import track
 
     if not isinstance(acts, Tensor):
-        raise TypeError(f"acts must be a torch tensor (N, d), got {type(acts).__name__} (use "
-                        "torch.as_tensor)")  # fmt: skip
+        raise TypeError(
+            f"acts must be a torch tensor (N, d), got {type(acts).__name__} (use torch.as_tensor)"
+        )
     if acts.ndim != 2 or len(acts) < 20:
-        raise ValueError(f"acts must be an (N, d) tensor with N >= 20, got "
-                         f"{tuple(getattr(acts, 'shape', ()))}")  # fmt: skip
+        raise ValueError(
+            f"acts must be an (N, d) tensor with N >= 20, got {tuple(getattr(acts, 'shape', ()))}"
+        )
     if not acts.is_floating_point():
         raise TypeError(f"acts must be a floating tensor, got {acts.dtype}")
     if not torch.isfinite(acts).all():
@@ -384,8 +442,9 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
     n_hold = max(1, int(round(n * holdout)))
     hold, train = acts[perm[:n_hold]], acts[perm[n_hold:]]
     scale = math.sqrt(d) / float(train.norm(dim=1).mean().clamp(min=1e-12))
-    sae = SparseAutoencoder(d, d_sae, kind=kind, k_sae=k_sae if kind == "topk" else None,
-                            input_scale=scale).to(acts.device)  # fmt: skip
+    sae = SparseAutoencoder(
+        d, d_sae, kind=kind, k_sae=k_sae if kind == "topk" else None, input_scale=scale
+    ).to(acts.device)
     with torch.no_grad():
         w = torch.randn(d_sae, d, generator=gen).to(acts.device)
         sae.W_dec.copy_(w / w.norm(dim=1, keepdim=True))
@@ -416,8 +475,9 @@ def train_sae(acts: Tensor, *, d_sae: int, kind: Literal["topk", "relu"] = "topk
             dead = since_fired >= dead_after_steps
             n_dead = int(dead.sum())
             if n_dead > 0 and aux_coef > 0:
-                loss = loss + aux_coef * _auxk_loss(pre, x - rec.detach(), sae.W_dec, dead,
-                                                    min(aux_k, n_dead))  # fmt: skip
+                loss = loss + aux_coef * _auxk_loss(
+                    pre, x - rec.detach(), sae.W_dec, dead, min(aux_k, n_dead)
+                )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

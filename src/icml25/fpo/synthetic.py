@@ -42,15 +42,24 @@ class ReversalTask:
 
     def prompts(self, n: int, seed: int) -> list[str]:
         rng = random.Random(seed)
-        return [" ".join(rng.choice(SYMBOLS) for _ in range(rng.randint(self.min_len, self.max_len)))
-                for _ in range(n)]  # fmt: skip
+        return [
+            " ".join(rng.choice(SYMBOLS) for _ in range(rng.randint(self.min_len, self.max_len)))
+            for _ in range(n)
+        ]
 
     @staticmethod
     def ideal(prompt: str) -> str:
         return " ".join(reversed(prompt.split()))
 
-    def sft_pairs(self, n: int, seed: int, *, p_replace: float = 0.25, p_append: float = 0.15,
-                  p_delete: float = 0.10) -> list[tuple[str, str]]:  # fmt: skip
+    def sft_pairs(
+        self,
+        n: int,
+        seed: int,
+        *,
+        p_replace: float = 0.25,
+        p_append: float = 0.15,
+        p_delete: float = 0.10,
+    ) -> list[tuple[str, str]]:
         """``(prompt, noisy reversal)`` pairs for supervised fine-tuning."""
         rng = random.Random(seed + 7919)
         out = []
@@ -67,13 +76,24 @@ class ReversalTask:
     reward = staticmethod(reward)
 
 
-def sample_preference_pairs(chat: Any, prompts: Sequence[str], *, seed: int,
-                            temperature: float = 1.0, max_tokens: int = 10,
-                            reward_fn: Any = reward) -> list[dict[str, Any]]:  # fmt: skip
+def sample_preference_pairs(
+    chat: Any,
+    prompts: Sequence[str],
+    *,
+    seed: int,
+    temperature: float = 1.0,
+    max_tokens: int = 10,
+    reward_fn: Any = reward,
+) -> list[dict[str, Any]]:
     """Two samples per prompt from ``chat`` (an :mod:`icml25.llm` backend); ties dropped; the
     higher-reward sample is ``chosen``. Records are in TRL's conversational format."""
-    outs = chat.chat_many([[{"role": "user", "content": p}] for p in prompts], n=2,
-                          temperature=temperature, max_tokens=max_tokens, seed=seed)  # fmt: skip
+    outs = chat.chat_many(
+        [[{"role": "user", "content": p}] for p in prompts],
+        n=2,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
     recs = []
     for p, (a, b) in zip(prompts, outs):
         a, b = a.strip(), b.strip()
@@ -83,8 +103,13 @@ def sample_preference_pairs(chat: Any, prompts: Sequence[str], *, seed: int,
         if ra == rb:
             continue
         w, lo = (a, b) if ra > rb else (b, a)
-        recs.append({"prompt": [{"role": "user", "content": p}],
-                     "chosen": [{"role": "assistant", "content": w}],
-                     "rejected": [{"role": "assistant", "content": lo}],
-                     "reward_chosen": max(ra, rb), "reward_rejected": min(ra, rb)})  # fmt: skip
+        recs.append(
+            {
+                "prompt": [{"role": "user", "content": p}],
+                "chosen": [{"role": "assistant", "content": w}],
+                "rejected": [{"role": "assistant", "content": lo}],
+                "reward_chosen": max(ra, rb),
+                "reward_rejected": min(ra, rb),
+            }
+        )
     return recs

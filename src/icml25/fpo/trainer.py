@@ -98,13 +98,23 @@ class PreferenceConfig:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         d = _TABLE5[self.method]
-        uses = {"fpo": {"beta", "alpha"}, "dpo": {"beta"}, "simpo": {"beta", "gamma"},
-                "tdpo1": {"beta"}, "tdpo2": {"beta", "alpha"}, "sft": set()}[self.method]  # fmt: skip
-        unused = [n for n in ("beta", "alpha", "gamma") if n not in uses
-                  and getattr(self, n) is not None and getattr(self, n) != d[n]]  # fmt: skip
+        uses = {
+            "fpo": {"beta", "alpha"},
+            "dpo": {"beta"},
+            "simpo": {"beta", "gamma"},
+            "tdpo1": {"beta"},
+            "tdpo2": {"beta", "alpha"},
+            "sft": set(),
+        }[self.method]
+        unused = [
+            n
+            for n in ("beta", "alpha", "gamma")
+            if n not in uses and getattr(self, n) is not None and getattr(self, n) != d[n]
+        ]
         if unused:
-            warnings.warn(f"method {self.method!r} does not use {unused}; they are ignored",
-                          stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"method {self.method!r} does not use {unused}; they are ignored", stacklevel=3
+            )
         for n in ("beta", "alpha", "gamma"):
             if getattr(self, n) is None:
                 setattr(self, n, d[n])
@@ -156,31 +166,53 @@ class History:
     forwards_per_step: float = 0.0
 
 
-def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: PreferenceConfig, *,
-                         sae: SparseAutoencoder | None = None, ref_cache: ReferenceCache | None = None,
-                         ref_model: nn.Module | None = None) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+def preference_step_loss(
+    policy: nn.Module,
+    batch: dict[str, Any],
+    cfg: PreferenceConfig,
+    *,
+    sae: SparseAutoencoder | None = None,
+    ref_cache: ReferenceCache | None = None,
+    ref_model: nn.Module | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one batch for ``cfg.method`` and its logged diagnostics (one policy forward;
     plus one reference forward for TDPO and official-code FPO)."""
     method = cfg.method
     need_codes = method == "fpo"
     dt = getattr(torch, cfg.dtype)
-    out = preference_pass(policy, batch, sae=sae if need_codes else None,
-                          layer=cfg.layer if need_codes else None, pool=cfg.pool, site=cfg.site,
-                          keep_logits=method in ("tdpo1", "tdpo2"), sae_dtype=dt,
-                          role="policy")  # fmt: skip
+    out = preference_pass(
+        policy,
+        batch,
+        sae=sae if need_codes else None,
+        layer=cfg.layer if need_codes else None,
+        pool=cfg.pool,
+        site=cfg.site,
+        keep_logits=method in ("tdpo1", "tdpo2"),
+        sae_dtype=dt,
+        role="policy",
+    )
     dev = out.sum.device
     (sw, sl), (mw, ml) = out.halves("sum"), out.halves("mean")
     ref: dict[str, torch.Tensor] = {}
     ref_out = None
     if cfg.needs_ref_model:
         if ref_model is None:
-            raise ValueError(f"method {method!r} (paper_mode={cfg.paper_mode}) runs the reference "
-                             "model every step: pass ref_model=")  # fmt: skip
+            raise ValueError(
+                f"method {method!r} (paper_mode={cfg.paper_mode}) runs the reference "
+                "model every step: pass ref_model="
+            )
         with torch.no_grad():
-            ref_out = preference_pass(ref_model, batch, sae=sae if need_codes else None,
-                                      layer=cfg.layer if need_codes else None, pool=cfg.pool,
-                                      site=cfg.site, keep_logits=method != "fpo", sae_dtype=dt,
-                                      role="reference model")  # fmt: skip
+            ref_out = preference_pass(
+                ref_model,
+                batch,
+                sae=sae if need_codes else None,
+                layer=cfg.layer if need_codes else None,
+                pool=cfg.pool,
+                site=cfg.site,
+                keep_logits=method != "fpo",
+                sae_dtype=dt,
+                role="reference model",
+            )
         (ref["ref_sum_w"], ref["ref_sum_l"]) = ref_out.halves("sum")
         (ref["ref_mean_w"], ref["ref_mean_l"]) = ref_out.halves("mean")
         if need_codes:
@@ -194,9 +226,21 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
         if "ref_codes_w" not in ref:
             raise ValueError("the reference cache has no SAE codes (built with sae=None)")
         cw, cl = out.halves("codes")
-        o = fpo_loss(mw, ml, ref["ref_mean_w"], ref["ref_mean_l"], cw, cl, ref["ref_codes_w"],
-                     ref["ref_codes_l"], beta=cfg.beta, alpha=cfg.alpha, k=cfg.k,
-                     index_mode=cfg.index_mode, stop_grad_chosen=cfg.stop_grad_chosen)  # fmt: skip
+        o = fpo_loss(
+            mw,
+            ml,
+            ref["ref_mean_w"],
+            ref["ref_mean_l"],
+            cw,
+            cl,
+            ref["ref_codes_w"],
+            ref["ref_codes_l"],
+            beta=cfg.beta,
+            alpha=cfg.alpha,
+            k=cfg.k,
+            index_mode=cfg.index_mode,
+            stop_grad_chosen=cfg.stop_grad_chosen,
+        )
         loss, u = o.loss, o.u
         logs.update(d_w=float(o.d_w.detach().mean()), d_l=float(o.d_l.detach().mean()))
     elif method == "dpo":
@@ -207,8 +251,17 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
         labels = batch["labels"].to(dev)
         kl = sequential_kl_from_logits(out.logits, ref_out.logits, labels)
         n = kl.shape[0] // 2
-        loss, _, u = tdpo_loss(sw, sl, ref["ref_sum_w"], ref["ref_sum_l"], kl[:n], kl[n:],
-                               cfg.beta, cfg.alpha, version=1 if method == "tdpo1" else 2)  # fmt: skip
+        loss, _, u = tdpo_loss(
+            sw,
+            sl,
+            ref["ref_sum_w"],
+            ref["ref_sum_l"],
+            kl[:n],
+            kl[n:],
+            cfg.beta,
+            cfg.alpha,
+            version=1 if method == "tdpo1" else 2,
+        )
         logs.update(kl_w=float(kl[:n].detach().mean()), kl_l=float(kl[n:].detach().mean()))
     else:  # sft on the chosen responses: token-mean NLL
         lw = out.length[: out.length.shape[0] // 2].to(sw.dtype)
@@ -216,8 +269,11 @@ def preference_step_loss(policy: nn.Module, batch: dict[str, Any], cfg: Preferen
         u = mw - ml
     if not bool(torch.isfinite(loss)):
         raise FloatingPointError(f"{method} loss is {float(loss)}")
-    logs.update(loss=float(loss.detach()), margin=float(u.detach().mean()),
-                acc=float((u.detach() > 0).float().mean()))  # fmt: skip
+    logs.update(
+        loss=float(loss.detach()),
+        margin=float(u.detach().mean()),
+        acc=float((u.detach() > 0).float().mean()),
+    )
     return loss, logs
 
 
@@ -231,8 +287,13 @@ def _data_fingerprint(dataset: Any) -> str:
     h = hashlib.sha1()
     for i in range(len(dataset)):
         r = dataset[i]
-        h.update(json.dumps([r.get(c) for c in ("prompt", "chosen", "rejected", "idx")],
-                            sort_keys=True, default=str).encode())  # fmt: skip
+        h.update(
+            json.dumps(
+                [r.get(c) for c in ("prompt", "chosen", "rejected", "idx")],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        )
     return h.hexdigest()[:16]
 
 
@@ -248,13 +309,21 @@ def _optimizer(params: list, cfg: PreferenceConfig) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: PreferenceConfig, *,
-                     ref_model: nn.Module | None = None, sae: SparseAutoencoder | None = None,
-                     ref_cache: ReferenceCache | None = None,
-                     eval_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
-                     eval_every: int = 0, callback: Callable[[int, nn.Module], Any] | None = None,
-                     checkpoint: str | os.PathLike | None = None,
-                     save_every: int = 50) -> History:  # fmt: skip
+def train_preference(
+    policy: nn.Module,
+    tokenizer: Any,
+    dataset: Any,
+    config: PreferenceConfig,
+    *,
+    ref_model: nn.Module | None = None,
+    sae: SparseAutoencoder | None = None,
+    ref_cache: ReferenceCache | None = None,
+    eval_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
+    eval_every: int = 0,
+    callback: Callable[[int, nn.Module], Any] | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    save_every: int = 50,
+) -> History:
     """Train ``policy`` in place on preference ``dataset`` (records with TRL's ``prompt`` /
     ``chosen`` / ``rejected``; a list, a ``datasets.Dataset``, or anything
     :func:`~icml25.fpo.data.load_preferences` reads) with ``config.method``.
@@ -294,41 +363,56 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     if not isinstance(policy, nn.Module):
         raise TypeError(f"policy must be a torch nn.Module, got {type(policy).__name__}")
     if ref_model is policy:
-        raise ValueError("ref_model is the policy itself: pass a frozen copy (copy.deepcopy(policy) "
-                         "before training) or a reference cache")  # fmt: skip
+        raise ValueError(
+            "ref_model is the policy itself: pass a frozen copy (copy.deepcopy(policy) "
+            "before training) or a reference cache"
+        )
     dataset = as_records(dataset)
     n = len(dataset)
     if n == 0:
         raise ValueError("the preference dataset is empty")
-    collator = PreferenceCollator(tokenizer, max_length=cfg.max_length,
-                                  max_prompt_length=cfg.max_prompt_length,
-                                  truncation=cfg.truncation)  # fmt: skip
+    collator = PreferenceCollator(
+        tokenizer,
+        max_length=cfg.max_length,
+        max_prompt_length=cfg.max_prompt_length,
+        truncation=cfg.truncation,
+    )
     dev = next(policy.parameters()).device
     if cfg.method == "fpo":
         if sae is None:
-            raise ValueError("FPO needs an SAE (sae=): load_gemma_scope_npz, from_sae_lens, or "
-                             "train_sae on harvested activations")  # fmt: skip
+            raise ValueError(
+                "FPO needs an SAE (sae=): load_gemma_scope_npz, from_sae_lens, or "
+                "train_sae on harvested activations"
+            )
         if not isinstance(sae, SparseAutoencoder):
             raise TypeError(
                 f"sae must be an icml25.fpo.SparseAutoencoder, got {type(sae).__name__}"
             )
         hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
         if hidden is not None and hidden != sae.d_in:
-            raise ValueError(f"the SAE's d_in={sae.d_in} differs from the model's hidden size "
-                             f"{hidden}")  # fmt: skip
+            raise ValueError(
+                f"the SAE's d_in={sae.d_in} differs from the model's hidden size {hidden}"
+            )
         sae = sae.to(dev).requires_grad_(False)
         # resolve a negative layer and clamp k once (not a warning per step)
         cfg = replace(cfg, layer=resolve_layer(policy, cfg.layer), k=_k(cfg.k, sae.d_sae, 3))
     needs_cache = cfg.method == "dpo" or (cfg.method == "fpo" and cfg.paper_mode)
     if needs_cache and ref_cache is None:
         if ref_model is None:
-            raise ValueError(f"method {cfg.method!r} needs ref_cache= or ref_model= (to build the "
-                             "cache)")  # fmt: skip
+            raise ValueError(
+                f"method {cfg.method!r} needs ref_cache= or ref_model= (to build the cache)"
+            )
         ref_cache = build_reference_cache(
-            ref_model, sae if cfg.method == "fpo" else None, dataset,
-            layer=cfg.layer if cfg.method == "fpo" else None, collator=collator,
-            batch_size=max(cfg.batch_size, 8), pool=cfg.pool, site=cfg.site,
-            progress=cfg.progress)  # fmt: skip
+            ref_model,
+            sae if cfg.method == "fpo" else None,
+            dataset,
+            layer=cfg.layer if cfg.method == "fpo" else None,
+            collator=collator,
+            batch_size=max(cfg.batch_size, 8),
+            pool=cfg.pool,
+            site=cfg.site,
+            progress=cfg.progress,
+        )
     elif needs_cache and ref_model is not None:
         ref_cache.check_compatible(model=ref_model)  # a cache of another reference is refused
     if needs_cache and cfg.method == "fpo":
@@ -336,8 +420,9 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     ref_was_training = ref_model.training if ref_model is not None else False
     if cfg.needs_ref_model:
         if ref_model is None:
-            raise ValueError(f"method {cfg.method!r} runs the reference model each step: pass "
-                             "ref_model=")  # fmt: skip
+            raise ValueError(
+                f"method {cfg.method!r} runs the reference model each step: pass ref_model="
+            )
         ref_model.eval()  # run under no_grad; restored at the end
     identical = 0
     for i in range(n):
@@ -345,8 +430,11 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
         if isinstance(r, dict) and r.get("chosen") == r.get("rejected"):
             identical += 1
     if identical:
-        warnings.warn(f"{identical} of {n} pairs have identical chosen and rejected responses "
-                      "(their logit is 0 minus the constraint)", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{identical} of {n} pairs have identical chosen and rejected responses "
+            "(their logit is 0 minus the constraint)",
+            stacklevel=2,
+        )
 
     gen = torch.Generator().manual_seed(cfg.seed)
     if not any(p.requires_grad for p in policy.parameters()):
@@ -367,12 +455,16 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
     if checkpoint is not None and os.path.isfile(checkpoint):
         state = torch.load(checkpoint, map_location=dev, weights_only=False)
         if state.get("config") != hist.config:
-            raise RuntimeError(f"checkpoint {checkpoint} was written with another config; "
-                               "remove it or pass another path")  # fmt: skip
+            raise RuntimeError(
+                f"checkpoint {checkpoint} was written with another config; "
+                "remove it or pass another path"
+            )
         if state.get("data") != data_fp:
-            raise RuntimeError(f"checkpoint {checkpoint} was written for other training data "
-                               f"({state.get('data')} vs {data_fp}); remove it or pass another "
-                               "path")  # fmt: skip
+            raise RuntimeError(
+                f"checkpoint {checkpoint} was written for other training data "
+                f"({state.get('data')} vs {data_fp}); remove it or pass another "
+                "path"
+            )
         policy.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -383,20 +475,33 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
         if checkpoint is None:
             return
         tmp = f"{os.fspath(checkpoint)}.tmp"
-        torch.save({"config": hist.config, "data": data_fp, "model": policy.state_dict(), "optimizer":
-                    opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                    "history": hist}, tmp)  # fmt: skip
+        torch.save(
+            {
+                "config": hist.config,
+                "data": data_fp,
+                "model": policy.state_dict(),
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "step": step,
+                "history": hist,
+            },
+            tmp,
+        )
         os.replace(tmp, checkpoint)
 
     # count model forwards of the first steps (the efficiency bookkeeping of paper §3)
     n_fwd = [0]
-    handles = [m.register_forward_pre_hook(lambda *_: n_fwd.__setitem__(0, n_fwd[0] + 1))
-               for m in {policy, ref_model} if m is not None]  # fmt: skip
+    handles = [
+        m.register_forward_pre_hook(lambda *_: n_fwd.__setitem__(0, n_fwd[0] + 1))
+        for m in {policy, ref_model}
+        if m is not None
+    ]
     policy.train()
     disable = None if cfg.progress is None else not cfg.progress
     try:
-        for step in track(range(start, total), f"{cfg.method} training", total=total - start,
-                          disable=disable):  # fmt: skip
+        for step in track(
+            range(start, total), f"{cfg.method} training", total=total - start, disable=disable
+        ):
             ep, j = divmod(step, per_epoch)
             idx = orders[ep][j * cfg.batch_size : (j + 1) * cfg.batch_size]
             recs = []
@@ -411,8 +516,9 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
                 # log-probs without dropout (TRL's disable_dropout): the policy then equals the
                 # reference at step 0; the graph is kept, so backward runs after the block
                 with dropout_disabled(policy, enabled=cfg.disable_dropout), mp.autocast():
-                    loss, logs = preference_step_loss(policy, batch, cfg, sae=sae,
-                                                      ref_cache=ref_cache, ref_model=ref_model)  # fmt: skip
+                    loss, logs = preference_step_loss(
+                        policy, batch, cfg, sae=sae, ref_cache=ref_cache, ref_model=ref_model
+                    )
             except FloatingPointError as e:
                 raise FloatingPointError(f"step {step + 1} (pairs {idx[:4]}...): {e}") from None
             opt.zero_grad(set_to_none=True)
@@ -426,8 +532,14 @@ def train_preference(policy: nn.Module, tokenizer: Any, dataset: Any, config: Pr
             if step == start:
                 hist.forwards_per_step = float(n_fwd[0] - before)
             if (step + 1) % cfg.log_every == 0 or step == start or step + 1 == total:
-                hist.steps.append({"step": step + 1, "lr": sched.get_last_lr()[0],
-                                   "grad_norm": float(gnorm), **logs})  # fmt: skip
+                hist.steps.append(
+                    {
+                        "step": step + 1,
+                        "lr": sched.get_last_lr()[0],
+                        "grad_norm": float(gnorm),
+                        **logs,
+                    }
+                )
             if callback is not None:
                 callback(step + 1, policy)
             if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:

@@ -133,14 +133,29 @@ class FPOTrainer(DPOTrainer):
         kwargs.update(overrides)
         return DPOConfig(os.fspath(output_dir), **kwargs)
 
-    def __init__(self, model: Any, ref_model: Any = None, args: DPOConfig | None = None,
-                 data_collator: Any = None, train_dataset: Any = None, *,
-                 sae: SparseAutoencoder, layer: int, fpo_alpha: float = 0.5, k: int = 50,
-                 index_mode: str = "union", pool: str = "mean", stop_grad_chosen: bool = True,
-                 ref_cache_path: str | os.PathLike | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        ref_model: Any = None,
+        args: DPOConfig | None = None,
+        data_collator: Any = None,
+        train_dataset: Any = None,
+        *,
+        sae: SparseAutoencoder,
+        layer: int,
+        fpo_alpha: float = 0.5,
+        k: int = 50,
+        index_mode: str = "union",
+        pool: str = "mean",
+        stop_grad_chosen: bool = True,
+        ref_cache_path: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(sae, SparseAutoencoder):
-            raise TypeError(f"sae must be an icml25.fpo.SparseAutoencoder (load_gemma_scope_npz, "
-                            f"from_sae_lens, train_sae), got {type(sae).__name__}")  # fmt: skip
+            raise TypeError(
+                f"sae must be an icml25.fpo.SparseAutoencoder (load_gemma_scope_npz, "
+                f"from_sae_lens, train_sae), got {type(sae).__name__}"
+            )
         if index_mode not in INDEX_MODES:
             raise ValueError(f"index_mode must be one of {INDEX_MODES}, got {index_mode!r}")
         if pool not in POOL_MODES:
@@ -151,17 +166,25 @@ class FPOTrainer(DPOTrainer):
         if args is None:
             args = self.paper_args()
         if not isinstance(args, DPOConfig):
-            raise TypeError(f"args must be a trl.DPOConfig (or None for FPOTrainer.paper_args()), "
-                            f"got {type(args).__name__}")  # fmt: skip
+            raise TypeError(
+                f"args must be a trl.DPOConfig (or None for FPOTrainer.paper_args()), "
+                f"got {type(args).__name__}"
+            )
         if not getattr(args, "precompute_ref_log_probs", False):
-            raise ValueError("FPOTrainer needs DPOConfig(precompute_ref_log_probs=True): FPO's "
-                             "reference is offline (paper §3)")  # fmt: skip
+            raise ValueError(
+                "FPOTrainer needs DPOConfig(precompute_ref_log_probs=True): FPO's "
+                "reference is offline (paper §3)"
+            )
         if list(getattr(args, "loss_type", ["sigmoid"])) not in (["sigmoid"], ["sigmoid_norm"]):
-            raise ValueError(f"FPOTrainer replaces the loss; leave loss_type at its default, got "
-                             f"{args.loss_type!r}")  # fmt: skip
+            raise ValueError(
+                f"FPOTrainer replaces the loss; leave loss_type at its default, got "
+                f"{args.loss_type!r}"
+            )
         if isinstance(model, (str, os.PathLike)):
-            raise TypeError("pass the loaded model (icml25.llm.load_model(path, device=..., "
-                            "dtype=...)), not its name: the SAE's layer is checked against it")  # fmt: skip
+            raise TypeError(
+                "pass the loaded model (icml25.llm.load_model(path, device=..., "
+                "dtype=...)), not its name: the SAE's layer is checked against it"
+            )
         # float32 master weights for a bf16/fp16 checkpoint (the Trainer's AdamW would update
         # the low-precision weights in place); with bf16=True the Trainer autocasts the forward
         if isinstance(model, torch.nn.Module) and kwargs.get("peft_config") is None:
@@ -169,26 +192,34 @@ class FPOTrainer(DPOTrainer):
         self.fpo_layer = resolve_layer(model, layer)
         hidden = getattr(getattr(model, "config", None), "hidden_size", None)
         if hidden is not None and hidden != sae.d_in:
-            raise ValueError(f"the SAE's d_in={sae.d_in} differs from the model's hidden size "
-                             f"{hidden}")  # fmt: skip
+            raise ValueError(
+                f"the SAE's d_in={sae.d_in} differs from the model's hidden size {hidden}"
+            )
         if train_dataset is None:
             raise ValueError("train_dataset is required")
         train_dataset = self._as_dataset(train_dataset)
         if kwargs.get("eval_dataset") is not None:
             ev = kwargs["eval_dataset"]
-            kwargs["eval_dataset"] = ({n: self._as_dataset(d) for n, d in ev.items()}
-                                      if isinstance(ev, dict) else self._as_dataset(ev))  # fmt: skip
+            kwargs["eval_dataset"] = (
+                {n: self._as_dataset(d) for n, d in ev.items()}
+                if isinstance(ev, dict)
+                else self._as_dataset(ev)
+            )
         processing_class = kwargs.get("processing_class")
         if data_collator is None:
             tok = processing_class
             pad = getattr(tok, "pad_token_id", None)
             pad = pad if pad is not None else getattr(tok, "eos_token_id", None)
             if pad is None:
-                raise ValueError("FPOTrainer needs processing_class= (a tokenizer with a pad or "
-                                 "EOS token)")  # fmt: skip
+                raise ValueError(
+                    "FPOTrainer needs processing_class= (a tokenizer with a pad or EOS token)"
+                )
             data_collator = IndexedPreferenceCollator(
-                pad_token_id=pad, max_length=args.max_length, truncation_mode=args.truncation_mode,
-                pad_to_multiple_of=getattr(args, "pad_to_multiple_of", None))  # fmt: skip
+                pad_token_id=pad,
+                max_length=args.max_length,
+                truncation_mode=args.truncation_mode,
+                pad_to_multiple_of=getattr(args, "pad_to_multiple_of", None),
+            )
         self.sae = sae.requires_grad_(False)
         self.fpo_alpha, self.fpo_k = float(fpo_alpha), k
         self.fpo_index_mode, self.fpo_pool = index_mode, pool
@@ -215,8 +246,12 @@ class FPOTrainer(DPOTrainer):
         check_global_batches(self)  # several processes: the rows fill every global batch
         return super().get_train_dataloader()
 
-    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:  # fmt: skip
+    def evaluate(
+        self,
+        eval_dataset: Any = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> dict[str, float]:
         """``DPOTrainer.evaluate``; a list of records is taken too. A new dataset gets its
         reference log-probs and features precomputed first (see the class docstring)."""
         if isinstance(eval_dataset, (list, tuple)):
@@ -252,10 +287,15 @@ class FPOTrainer(DPOTrainer):
         from torch.utils.data import DataLoader
 
         loader = self.accelerator.prepare(
-            DataLoader(dataset, batch_size=batch_size, collate_fn=self.data_collator,
-                       num_workers=self.args.dataloader_num_workers,
-                       pin_memory=self.args.dataloader_pin_memory, shuffle=False)
-        )  # fmt: skip
+            DataLoader(
+                dataset,
+                batch_size=batch_size,
+                collate_fn=self.data_collator,
+                num_workers=self.args.dataloader_num_workers,
+                pin_memory=self.args.dataloader_pin_memory,
+                shuffle=False,
+            )
+        )
         if self.ref_model is None and self.is_deepspeed_enabled:  # as TRL: one inference engine
             if getattr(self, "_precompute_engine", None) is None:
                 from trl.models import prepare_deepspeed
@@ -270,8 +310,12 @@ class FPOTrainer(DPOTrainer):
             w, lo = self.accelerator.gather_for_metrics((w, lo))
             chosen.append(w.float().cpu())
             rejected.append(lo.float().cpu())
-        cols = Dataset.from_dict({"ref_chosen_logps": torch.cat(chosen).numpy(),
-                                  "ref_rejected_logps": torch.cat(rejected).numpy()})  # fmt: skip
+        cols = Dataset.from_dict(
+            {
+                "ref_chosen_logps": torch.cat(chosen).numpy(),
+                "ref_rejected_logps": torch.cat(rejected).numpy(),
+            }
+        )
         return concatenate_datasets([dataset, cols], axis=1)
 
     def _reference(self) -> tuple[Any, contextlib.AbstractContextManager]:
@@ -302,11 +346,15 @@ class FPOTrainer(DPOTrainer):
         try:
             if cache.meta.get("key") != "content":
                 raise RuntimeError("it is not keyed by content")
-            cache.check_compatible(layer=self.fpo_layer, sae=self.sae, pool=self.fpo_pool,
-                                   site="hook", model=model)  # fmt: skip
+            cache.check_compatible(
+                layer=self.fpo_layer, sae=self.sae, pool=self.fpo_pool, site="hook", model=model
+            )
         except RuntimeError as e:
-            warnings.warn(f"the reference cache {os.fspath(path)} does not match this run ({e}); "
-                          "rebuilding it", stacklevel=4)  # fmt: skip
+            warnings.warn(
+                f"the reference cache {os.fspath(path)} does not match this run ({e}); "
+                "rebuilding it",
+                stacklevel=4,
+            )
             return
         self.fpo_cache = cache
 
@@ -335,18 +383,28 @@ class FPOTrainer(DPOTrainer):
             for s in range(0, len(todo), batch_size):
                 rows = todo[s : s + batch_size]
                 b = self.data_collator([ds[i] for i in rows])
-                batch = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"],
-                         "labels": b["input_ids"].masked_fill(b["completion_mask"] == 0, -100)}  # fmt: skip
+                batch = {
+                    "input_ids": b["input_ids"],
+                    "attention_mask": b["attention_mask"],
+                    "labels": b["input_ids"].masked_fill(b["completion_mask"] == 0, -100),
+                }
                 # the same autocast as the training forward; the SAE encodes in float32
                 with adapter, self.accelerator.autocast():
-                    out = preference_pass(model, batch, sae=self.sae, layer=self.fpo_layer,
-                                          pool=self.fpo_pool)  # fmt: skip
+                    out = preference_pass(
+                        model, batch, sae=self.sae, layer=self.fpo_layer, pool=self.fpo_pool
+                    )
                 parts.add(out, torch.tensor(keys[s : s + len(rows)], dtype=torch.long))
         finally:
             model.train(was)
-        meta = {"d_sae": self.sae.d_sae, "layer": self.fpo_layer, "pool": self.fpo_pool,
-                "site": "hook", "sae": self.sae.identity(), "key": "content",
-                "model_fingerprint": _model_fingerprint(model)}  # fmt: skip
+        meta = {
+            "d_sae": self.sae.d_sae,
+            "layer": self.fpo_layer,
+            "pool": self.fpo_pool,
+            "site": "hook",
+            "sae": self.sae.identity(),
+            "key": "content",
+            "model_fingerprint": _model_fingerprint(model),
+        }
         self.fpo_cache = _concat(self.fpo_cache, parts.build(meta))
         if self.fpo_cache_path is not None and self.accelerator.is_main_process:
             self.fpo_cache.save(self.fpo_cache_path)
@@ -357,15 +415,22 @@ class FPOTrainer(DPOTrainer):
         mode = "train" if self.model.training else "eval"
         keys = inputs.pop(KEY, None)
         if keys is None:
-            raise KeyError(f"the batch has no {KEY!r} entry: use FPOTrainer's default collator "
-                           "(or IndexedPreferenceCollator)")  # fmt: skip
+            raise KeyError(
+                f"the batch has no {KEY!r} entry: use FPOTrainer's default collator "
+                "(or IndexedPreferenceCollator)"
+            )
         if self.fpo_cache is None:
             raise RuntimeError("the FPO feature cache is empty: no dataset was precomputed")
         ids, att, comp = inputs["input_ids"], inputs["attention_mask"], inputs["completion_mask"]
         labels = ids.masked_fill(comp == 0, -100)
         with ResidualCapture(model, self.fpo_layer) as cap:
-            out = model(input_ids=ids, attention_mask=att, labels=labels, fused_lm_head=True,
-                        use_cache=False)  # fmt: skip
+            out = model(
+                input_ids=ids,
+                attention_mask=att,
+                labels=labels,
+                fused_lm_head=True,
+                use_cache=False,
+            )
         h = cap.output
         if h is None or not h.requires_grad and torch.is_grad_enabled() and model.training:
             raise RuntimeError(
@@ -384,20 +449,37 @@ class FPOTrainer(DPOTrainer):
         sae = self.sae.to(h.device)
         mask = pool_positions(comp.bool(), self.fpo_pool)
         dev_type = h.device.type
-        off = (torch.autocast(dev_type, enabled=False) if torch.is_autocast_enabled(dev_type)
-               else contextlib.nullcontext())  # fmt: skip
+        off = (
+            torch.autocast(dev_type, enabled=False)
+            if torch.is_autocast_enabled(dev_type)
+            else contextlib.nullcontext()
+        )
         with off:  # the SAE encodes in float32, as for the cached reference codes
             codes = pool_response_codes(sae.encode(h[mask].float()), mask, self.fpo_pool)
         cw, cl = codes.chunk(2)
         try:
             ref = self.fpo_cache.batch(keys.cpu(), h.device)
         except RuntimeError as e:
-            raise RuntimeError(f"a pair of this batch has no cached reference features ({e}); "
-                               "pass its dataset as eval_dataset= or to evaluate(), which "
-                               "precompute them") from None  # fmt: skip
-        o = fpo_loss(mw, ml, ref_w, ref_l, cw, cl, ref["ref_codes_w"], ref["ref_codes_l"],
-                     beta=self.beta, alpha=self.fpo_alpha, k=self.fpo_k,
-                     index_mode=self.fpo_index_mode, stop_grad_chosen=self.fpo_stop_grad_chosen)  # fmt: skip
+            raise RuntimeError(
+                f"a pair of this batch has no cached reference features ({e}); "
+                "pass its dataset as eval_dataset= or to evaluate(), which "
+                "precompute them"
+            ) from None
+        o = fpo_loss(
+            mw,
+            ml,
+            ref_w,
+            ref_l,
+            cw,
+            cl,
+            ref["ref_codes_w"],
+            ref["ref_codes_l"],
+            beta=self.beta,
+            alpha=self.fpo_alpha,
+            k=self.fpo_k,
+            index_mode=self.fpo_index_mode,
+            stop_grad_chosen=self.fpo_stop_grad_chosen,
+        )
         g = self.accelerator.gather_for_metrics
         m = self._metrics[mode]
         m["rewards/chosen"].append(g(o.reward_w).mean().item())

@@ -18,13 +18,23 @@ import warnings
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-OPT_OUT_VALUES = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True,
-                  "yes": True}  # fmt: skip
+OPT_OUT_VALUES = {
+    "": False,
+    "0": False,
+    "false": False,
+    "no": False,
+    "1": True,
+    "true": True,
+    "yes": True,
+}
 
 
 def add_parser(sub) -> None:
-    top = sub.add_parser("fow", help="future of work: collective-licensing royalties (paper 07)",
-                         description=__doc__.split("\n\n")[0])  # fmt: skip
+    top = sub.add_parser(
+        "fow",
+        help="future of work: collective-licensing royalties (paper 07)",
+        description=__doc__.split("\n\n")[0],
+    )
     inner = top.add_subparsers(dest="fow_command", required=True)
     p = inner.add_parser(
         "royalties", help="split a royalty pool among rights-holders (exact cents)"
@@ -81,10 +91,19 @@ def _cmd_royalties(args: argparse.Namespace) -> int:
                 ) from None
             flag = (r.get("opted_out") or "").lower()
             if flag not in OPT_OUT_VALUES:
-                raise ValueError(f"{args.usage}:{i}: opted_out must be one of "
-                                 f"{sorted(v for v in OPT_OUT_VALUES if v)} or empty, got {flag!r}")  # fmt: skip
-            works.append(Work(r.get("work") or f"{r['holder']}#{i}", r["holder"], units,
-                              territory=r.get("territory") or "ANY", opted_out=OPT_OUT_VALUES[flag]))  # fmt: skip
+                raise ValueError(
+                    f"{args.usage}:{i}: opted_out must be one of "
+                    f"{sorted(v for v in OPT_OUT_VALUES if v)} or empty, got {flag!r}"
+                )
+            works.append(
+                Work(
+                    r.get("work") or f"{r['holder']}#{i}",
+                    r["holder"],
+                    units,
+                    territory=r.get("territory") or "ANY",
+                    opted_out=OPT_OUT_VALUES[flag],
+                )
+            )
         values = None
         if args.rule in ("attribution", "hybrid"):
             if not args.values:
@@ -103,8 +122,13 @@ def _cmd_royalties(args: argparse.Namespace) -> int:
             warnings.simplefilter("always")
             pool = CollectiveLicensingPool(works, Flat(pool_amount), admin_rate=args.admin_rate)
             pool.collect([Licensee("pool")])
-            pay = pool.distribute(args.rule, values=values, alpha=args.alpha, min_payout=args.min_payout,
-                                  floor_policy=args.floor_policy)  # fmt: skip
+            pay = pool.distribute(
+                args.rule,
+                values=values,
+                alpha=args.alpha,
+                min_payout=args.min_payout,
+                floor_policy=args.floor_policy,
+            )
         rep = pool.report()
     except (ValueError, TypeError) as exc:
         print(f"icml25 fow royalties: error: {exc}", file=sys.stderr)
@@ -115,8 +139,10 @@ def _cmd_royalties(args: argparse.Namespace) -> int:
     print(f"{'holder':<{width}}  {'payout':>14}  {'share':>7}")
     for h, v in sorted(pay.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"{h:<{width}}  {v:>14,.2f}  {rep['shares'][h]:>7.2%}")
-    print(f"{'total':<{width}}  {sum(pay.values()):>14,.2f}  (net pool {rep['net']}, admin {rep['admin']}; "
-          f"rule {args.rule}; Gini of payouts {rep['gini']:.3f})")  # fmt: skip
+    print(
+        f"{'total':<{width}}  {sum(pay.values()):>14,.2f}  (net pool {rep['net']}, admin {rep['admin']}; "
+        f"rule {args.rule}; Gini of payouts {rep['gini']:.3f})"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="", encoding="utf-8") as fh:
         wr = csv.writer(fh)

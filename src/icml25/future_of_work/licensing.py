@@ -241,8 +241,10 @@ class CollectiveLicensingPool:
         if rules is not None and not all(isinstance(r, FeeRule) for r in rules.values()):
             raise TypeError("fee_rule must be a FeeRule or {territory: FeeRule}")
         if rules is None and not isinstance(self.fee_rule, FeeRule):
-            raise TypeError(f"fee_rule must be a FeeRule (Flat, PerUnit, RevenueShare, Hybrid), got "
-                            f"{type(self.fee_rule).__name__}")  # fmt: skip
+            raise TypeError(
+                f"fee_rule must be a FeeRule (Flat, PerUnit, RevenueShare, Hybrid), got "
+                f"{type(self.fee_rule).__name__}"
+            )
         if self.reciprocity is not None:
             rows: dict[str, float] = {}
             for (a, _b), frac in self.reciprocity.items():
@@ -252,8 +254,10 @@ class CollectiveLicensingPool:
             if bad:
                 raise ValueError(f"reciprocity rows must sum to 1, got {bad}")
         if not works or all(w.opted_out or w.units == 0 for w in works):
-            warnings.warn("no licensable works (empty, all opted out or zero units): payouts will "
-                          "be zero", stacklevel=2)  # fmt: skip
+            warnings.warn(
+                "no licensable works (empty, all opted out or zero units): payouts will be zero",
+                stacklevel=2,
+            )
 
     # -- A1: collection ------------------------------------------------------------------------
     def collect(self, licensees: Iterable[Licensee]) -> Decimal:
@@ -343,8 +347,14 @@ class CollectiveLicensingPool:
             if not active and net > 0:
                 warnings.warn(f"no licensable works: {net} is left undistributed", stacklevel=2)
                 notes.append(f"no licensable works: {net} undistributed")
-            self._last = {"rule": rule, "net": net, "payouts": {h: Decimal("0.00") for h in holders},
-                          "gross": gross, "notes": notes, "undistributed": undistributed}  # fmt: skip
+            self._last = {
+                "rule": rule,
+                "net": net,
+                "payouts": {h: Decimal("0.00") for h in holders},
+                "gross": gross,
+                "notes": notes,
+                "undistributed": undistributed,
+            }
             return {h: Decimal("0.00") for h in holders}
         # territory pools, moved by reciprocity to the territories of registration
         owed: dict[str, int] = {}
@@ -367,8 +377,9 @@ class CollectiveLicensingPool:
                 warnings.warn(f"no attribution value for {missing}: they count as 0", stacklevel=2)
                 notes.append(f"no attribution value for {missing} (counted as 0)")
             if all(values.get(h, 0.0) <= 0 for h in active_holders):
-                warnings.warn("every attribution value is <= 0: falling back to the volume rule",
-                              stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    "every attribution value is <= 0: falling back to the volume rule", stacklevel=2
+                )
                 notes.append("attribution values all <= 0: volume rule used")
                 rule = "volume"
         for terr, cents in sorted(owed.items()):
@@ -377,8 +388,11 @@ class CollectiveLicensingPool:
             ]
             if not works:
                 works = active  # nobody registered there: the pool stays with every active holder
-                warnings.warn(f"territory {terr!r} has no registered works: its {cents / 100:.2f} "
-                              "goes to every active rights-holder", stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    f"territory {terr!r} has no registered works: its {cents / 100:.2f} "
+                    "goes to every active rights-holder",
+                    stacklevel=2,
+                )
                 notes.append(f"territory {terr!r} has no registered works: its share goes to all")
             weights = self._weights(rule, works, values, alpha, notes)
             split = largest_remainder(cents, weights)
@@ -429,8 +443,14 @@ class CollectiveLicensingPool:
         return out
 
     @staticmethod
-    def _floor(split: dict[str, int], floor_c: int, total: int, policy: str, notes: list,
-               territory: str = "ANY") -> dict[str, int]:  # fmt: skip
+    def _floor(
+        split: dict[str, int],
+        floor_c: int,
+        total: int,
+        policy: str,
+        notes: list,
+        territory: str = "ANY",
+    ) -> dict[str, int]:
         if floor_c <= 0 or not split:
             return split
         n = len(split)

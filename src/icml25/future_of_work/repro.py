@@ -36,8 +36,12 @@ POOL = "100000.00"
 SMOKE_GROUPS = ("h0", "h3", "h4", "h5", "h6", "h7")
 RULES = ("volume", "equal", "attribution", "hybrid")
 
-EFFICIENCY = Criterion("R1: |sum of exact Shapley - (U(all) - U(empty))|, max over seeds", "exact",
-                       below=1e-9, description="efficiency of the exact enumeration")  # fmt: skip
+EFFICIENCY = Criterion(
+    "R1: |sum of exact Shapley - (U(all) - U(empty))|, max over seeds",
+    "exact",
+    below=1e-9,
+    description="efficiency of the exact enumeration",
+)
 ESTIMATOR = Criterion(
     "R1 (estimator check): share of groups with the exact value within permutation estimate ± 3 SE",
     "proportion",
@@ -48,29 +52,57 @@ ESTIMATOR = Criterion(
     "between seeds counts; it checks the Monte-Carlo estimator, not the claim",
 )
 NOISE_UNPAID = Criterion(
-    "R1: Shapley value of the pure-noise holder h6 < 0.002", "mean", below=0.002,
-    unit="accuracy", description="exact Shapley value of h6 on each seed's split (one value per "
+    "R1: Shapley value of the pure-noise holder h6 < 0.002",
+    "mean",
+    below=0.002,
+    unit="accuracy",
+    description="exact Shapley value of h6 on each seed's split (one value per "
     "seed: it depends on the split and the fitted models), t-interval over seeds",
-)  # fmt: skip
-CLEAN_OVER_NOISY = Criterion("R1: min phi(clean h0-h3) - phi(30%-noisy h5) > 0", "mean", above=0.0,
-                             unit="accuracy", description="per seed (split)")  # fmt: skip
-VOLUME_PAYS_BULK = Criterion("R1: payout share of bulk-noisy h7, volume minus attribution > 0", "mean",
-                             above=0.0, description="per seed (split)")  # fmt: skip
+)
+CLEAN_OVER_NOISY = Criterion(
+    "R1: min phi(clean h0-h3) - phi(30%-noisy h5) > 0",
+    "mean",
+    above=0.0,
+    unit="accuracy",
+    description="per seed (split)",
+)
+VOLUME_PAYS_BULK = Criterion(
+    "R1: payout share of bulk-noisy h7, volume minus attribution > 0",
+    "mean",
+    above=0.0,
+    description="per seed (split)",
+)
 MONEY = Criterion("R1: |sum of payouts - net pool| in cents, every rule and seed", "exact", below=0)
-IDENTITIES = Criterion("R2: max relative error of W L + R K = Y and labour share = N - I_eff", "exact",
-                       below=1e-12)  # fmt: skip
-DERIVATIVE = Criterion("R2: |finite difference - (displacement + productivity)| of d ln W / d I, max over 5 points",
-                       "exact", below=1e-5)  # fmt: skip
+IDENTITIES = Criterion(
+    "R2: max relative error of W L + R K = Y and labour share = N - I_eff", "exact", below=1e-12
+)
+DERIVATIVE = Criterion(
+    "R2: |finite difference - (displacement + productivity)| of d ln W / d I, max over 5 points",
+    "exact",
+    below=1e-5,
+)
 FALLS = Criterion(
     "R2: g_N = 0: steps where the labour share rises or the Gini falls", "exact", below=0
 )
 FLAT = Criterion(
     "R2: g_N = g_I: largest change of labour share and Gini along the path", "exact", below=1e-9
 )
-ROYALTY = Criterion("R2: smallest Gini reduction from a 10% royalty on capital income, over t", "exact",
-                    above=1e-9)  # fmt: skip
-CRITERIA = [EFFICIENCY, ESTIMATOR, NOISE_UNPAID, CLEAN_OVER_NOISY, VOLUME_PAYS_BULK, MONEY,
-            IDENTITIES, DERIVATIVE, FALLS, FLAT, ROYALTY]  # fmt: skip
+ROYALTY = Criterion(
+    "R2: smallest Gini reduction from a 10% royalty on capital income, over t", "exact", above=1e-9
+)
+CRITERIA = [
+    EFFICIENCY,
+    ESTIMATOR,
+    NOISE_UNPAID,
+    CLEAN_OVER_NOISY,
+    VOLUME_PAYS_BULK,
+    MONEY,
+    IDENTITIES,
+    DERIVATIVE,
+    FALLS,
+    FLAT,
+    ROYALTY,
+]
 
 
 def build_rights_holders(seed: int, H: int = 10, *, val_size: float = 0.4, shrink: float = 1.0):
@@ -160,12 +192,27 @@ def measure_r1(r: Run, seed: int, H: int, *, full: bool) -> dict:
         return float(table[sum(1 << groups.index(h) for h in s)])
 
     ex = shapley_exact(lookup, groups)
-    mc = shapley_tmc(lookup, groups, max_perms=r.size(smoke=60, quick=200, full=200), tol=0.0,
-                     seed=seed, min_perms=10**6, value_range=1.0)  # fmt: skip
+    mc = shapley_tmc(
+        lookup,
+        groups,
+        max_perms=r.size(smoke=60, quick=200, full=200),
+        tol=0.0,
+        seed=seed,
+        min_perms=10**6,
+        value_range=1.0,
+    )
     within = sum(bool(abs(ex[h] - mc[h]) <= 3 * mc.stderr[h]) for h in groups)
-    out = {"groups": groups, "exact": dict(ex), "tmc": dict(mc), "tmc_se": mc.stderr, "bound": mc.bound,
-           "efficiency_gap": abs(sum(ex.values()) - ex.total), "within": int(within),
-           "loo": dict(loo(lookup, groups)), "units": {h: int((h == G).sum()) for h in groups}}  # fmt: skip
+    out = {
+        "groups": groups,
+        "exact": dict(ex),
+        "tmc": dict(mc),
+        "tmc_se": mc.stderr,
+        "bound": mc.bound,
+        "efficiency_gap": abs(sum(ex.values()) - ex.total),
+        "within": int(within),
+        "loo": dict(loo(lookup, groups)),
+        "units": {h: int((h == G).sum()) for h in groups},
+    }
     if full:
         out["banzhaf"] = dict(banzhaf_exact(lookup, groups))
     works = [Work(f"corpus-{h}", h, out["units"][h]) for h in groups]
@@ -187,8 +234,11 @@ def measure_r2() -> dict:
     for N, I, K in ((1.0, 0.3, 1.0), (2.0, 1.5, 3.0), (1.0, 0.9, 0.5)):  # noqa: E741
         m = TaskModel(N, I, K=K)
         eq = m.equilibrium()
-        rel = max(rel, abs(eq["W"] * m.L + eq["R"] * m.K - eq["Y"]) / eq["Y"],
-                  abs(eq["labor_share"] - (N - eq["I_eff"])))  # fmt: skip
+        rel = max(
+            rel,
+            abs(eq["W"] * m.L + eq["R"] * m.K - eq["Y"]) / eq["Y"],
+            abs(eq["labor_share"] - (N - eq["I_eff"])),
+        )
     dev, h = 0.0, 1e-6
     for I in (0.1, 0.2, 0.3, 0.35, 0.38):  # noqa: E741  interior: below I* = 0.401 at the defaults
         fd = (
@@ -199,8 +249,14 @@ def measure_r2() -> dict:
     p0, p1, pr = simulate_path(g_N=0.0), simulate_path(g_N=0.02), simulate_path(royalty_rate=0.1)
     wrong = int(np.sum(np.diff(p0["labor_share"]) > 1e-12) + np.sum(np.diff(p0["gini"]) < -1e-12))
     flat = float(max(np.ptp(p1["labor_share"]), np.ptp(p1["gini"])))
-    return {"identity_err": rel, "deriv_err": dev, "wrong_steps": wrong, "flat_change": flat,
-            "royalty_min_drop": float(np.min(p0["gini"] - pr["gini"])), "paths": (p0, p1, pr)}  # fmt: skip
+    return {
+        "identity_err": rel,
+        "deriv_err": dev,
+        "wrong_steps": wrong,
+        "flat_change": flat,
+        "royalty_min_drop": float(np.min(p0["gini"] - pr["gini"])),
+        "paths": (p0, p1, pr),
+    }
 
 
 @reproduction("future_of_work", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
@@ -243,8 +299,10 @@ def run(r: Run) -> ReproResult:
         Metric("permutation Shapley Hoeffding bound (95%, all groups)", [x["bound"] for x in runs])
     )
     p0, p1, pr = r2["paths"]
-    metrics += [Metric("labour share t=0 -> T (g_N=0)", [p0["labor_share"][0], p0["labor_share"][-1]]),
-                Metric("Gini t=0 -> T (g_N=0)", [p0["gini"][0], p0["gini"][-1]])]  # fmt: skip
+    metrics += [
+        Metric("labour share t=0 -> T (g_N=0)", [p0["labor_share"][0], p0["labor_share"][-1]]),
+        Metric("Gini t=0 -> T (g_N=0)", [p0["gini"][0], p0["gini"][-1]]),
+    ]
     r.figure(_plot_payouts(runs, groups), "payouts_by_rule.png")
     r.figure(_plot_lorenz(runs), "payout_lorenz.png")
     r.figure(_plot_paths(p0, p1, pr), "labour_share_gini_paths.png")
@@ -297,16 +355,21 @@ def run(r: Run) -> ReproResult:
 
 
 def _values_table(runs, groups) -> str:
-    lines = ["Exact Shapley, permutation estimate (± SE), leave-one-out and payout shares (mean over seeds):", "",
-             "| holder | rows | Shapley | permutation ± SE | LOO | volume % | attribution % |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "Exact Shapley, permutation estimate (± SE), leave-one-out and payout shares (mean over seeds):",
+        "",
+        "| holder | rows | Shapley | permutation ± SE | LOO | volume % | attribution % |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for h in groups:
         m = lambda k, h=h: np.mean([x[k][h] for x in runs])  # noqa: E731
         se = np.mean([x["tmc_se"][h] for x in runs])
         vol = np.mean([x["payouts"]["volume"][h] for x in runs]) / 1e3
         att = np.mean([x["payouts"]["attribution"][h] for x in runs]) / 1e3
-        lines.append(f"| {h} | {runs[0]['units'][h]} | {m('exact'):.4f} | {m('tmc'):.4f} ± {se:.4f} | "
-                     f"{m('loo'):.4f} | {vol:.1f} | {att:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {h} | {runs[0]['units'][h]} | {m('exact'):.4f} | {m('tmc'):.4f} ± {se:.4f} | "
+            f"{m('loo'):.4f} | {vol:.1f} | {att:.1f} |"
+        )
     return "\n".join(lines)
 
 

@@ -69,8 +69,10 @@ class TaskModel:
             xs = np.linspace(N - 1 + 1e-3, N - 1e-3, 400)
             f = np.array([self.profitability(x) for x in xs])
             if not np.all(np.diff(f) < 0):
-                raise ValueError("with these gamma_L / gamma_K the profitability f(x) is not strictly "
-                                 "decreasing on (N-1, N): the automation threshold is not unique")  # fmt: skip
+                raise ValueError(
+                    "with these gamma_L / gamma_K the profitability f(x) is not strictly "
+                    "decreasing on (N-1, N): the automation threshold is not unique"
+                )
 
     # -- pieces --------------------------------------------------------------------------------
     def _ln_gL(self, z: float) -> float:
@@ -97,8 +99,12 @@ class TaskModel:
         """``f(x)``: log of labour's over capital's unit cost at task ``x`` in the equilibrium
         with threshold ``x`` (= ``∂ ln Y / ∂ I`` at ``x``); automation pays where ``f > 0``."""
         N = self.N
-        return (math.log(self.A_K * self.K / (x - N + 1)) + self._ln_gK(x)
-                - math.log(self.A_L * self.L / (N - x)) - self._ln_gL(x))  # fmt: skip
+        return (
+            math.log(self.A_K * self.K / (x - N + 1))
+            + self._ln_gK(x)
+            - math.log(self.A_L * self.L / (N - x))
+            - self._ln_gL(x)
+        )
 
     def threshold(self, tol: float = 1e-12) -> float:
         """``I*``: the root of ``f`` on ``(N - 1, N)`` by bisection."""
@@ -117,9 +123,14 @@ class TaskModel:
         """``ln Y`` at the threshold ``I_eff`` (default: the equilibrium's)."""
         x = self.equilibrium()["I_eff"] if I_eff is None else I_eff
         N = self.N
-        return ((x - N + 1) * math.log(self.A_K) + self._int_ln_gK(N - 1, x)
-                + (N - x) * math.log(self.A_L) + self._int_ln_gL(x, N)
-                + (x - N + 1) * math.log(self.K / (x - N + 1)) + (N - x) * math.log(self.L / (N - x)))  # fmt: skip
+        return (
+            (x - N + 1) * math.log(self.A_K)
+            + self._int_ln_gK(N - 1, x)
+            + (N - x) * math.log(self.A_L)
+            + self._int_ln_gL(x, N)
+            + (x - N + 1) * math.log(self.K / (x - N + 1))
+            + (N - x) * math.log(self.L / (N - x))
+        )
 
     def equilibrium(self) -> dict[str, float]:
         """``Y``, wage ``W``, rental rate ``R``, ``labor_share``, ``I_eff = min(I, I*)`` and
@@ -134,11 +145,19 @@ class TaskModel:
         N = self.N
         lnY = self.ln_output(x)
         if not lnY < 700:
-            raise ValueError(f"ln Y = {lnY:.4g} overflows a float; the model with γ_L = e^(a z) "
-                             "grows like e^(a N): use smaller N (e.g. N = 1) or a")  # fmt: skip
+            raise ValueError(
+                f"ln Y = {lnY:.4g} overflows a float; the model with γ_L = e^(a z) "
+                "grows like e^(a N): use smaller N (e.g. N = 1) or a"
+            )
         Y = math.exp(lnY)
-        return {"Y": Y, "W": (N - x) * Y / self.L, "R": (x - N + 1) * Y / self.K,
-                "labor_share": N - x, "I_eff": x, "I_star": i_star}  # fmt: skip
+        return {
+            "Y": Y,
+            "W": (N - x) * Y / self.L,
+            "R": (x - N + 1) * Y / self.K,
+            "labor_share": N - x,
+            "I_eff": x,
+            "I_star": i_star,
+        }
 
     def dlnW_dI(self) -> dict[str, float]:
         """``∂ ln W / ∂ I`` at an interior ``Ĩ = I < I*``: the displacement effect ``-1/(N - I)``
@@ -154,9 +173,14 @@ class TaskModel:
 
 
 def household_incomes(
-    eq: dict[str, float], L: float, K: float, phi_own: float, royalty_rate: float = 0.0,
-    royalty_rule: str = "equal", phi_cre: float = 0.1,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    eq: dict[str, float],
+    L: float,
+    K: float,
+    phi_own: float,
+    royalty_rate: float = 0.0,
+    royalty_rule: str = "equal",
+    phi_cre: float = 0.1,
+) -> tuple[np.ndarray, np.ndarray]:
     """Incomes and population weights: a mass ``phi_own`` of households owns all capital; every
     household supplies ``L``. A royalty ``royalty_rate`` on capital income ``R K`` is paid to
     everyone equally (``"equal"``) or to a creator group of mass ``phi_cre`` (``"creators"``).
@@ -204,8 +228,10 @@ def simulate_path(
         try:
             m = TaskModel(N=N, I=I, K=K, **model_kw)
         except ValueError as exc:
-            raise ValueError(f"period t = {t} (N = {N:g}, I = {I:g}): {exc}; shorten T or change "
-                             "g_I / g_N so that N - 1 < I < N along the path") from None  # fmt: skip
+            raise ValueError(
+                f"period t = {t} (N = {N:g}, I = {I:g}): {exc}; shorten T or change "
+                "g_I / g_N so that N - 1 < I < N along the path"
+            ) from None
         eq = m.equilibrium()
         inc, w = household_incomes(eq, m.L, K, phi_own, royalty_rate, royalty_rule)
         for k in ("Y", "W", "R", "labor_share", "I_eff"):

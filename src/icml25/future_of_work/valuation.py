@@ -112,8 +112,10 @@ def utility_table(utility: Callable[[frozenset], float], groups: Sequence[Hashab
     Interpretation tool; the paper does not specify this mechanism."""
     g = _groups(groups)
     if len(g) > MAX_EXACT:
-        raise ValueError(f"{len(g)} groups is too many for exact enumeration (2^{len(g)} fits); "
-                         f"use shapley_tmc or banzhaf_msr (max {MAX_EXACT})")  # fmt: skip
+        raise ValueError(
+            f"{len(g)} groups is too many for exact enumeration (2^{len(g)} fits); "
+            f"use shapley_tmc or banzhaf_msr (max {MAX_EXACT})"
+        )
     u = utility if isinstance(utility, _Counted) else _Counted(utility)
     n = len(g)
     out = np.empty(2**n)
@@ -132,14 +134,19 @@ def shapley_exact(utility: Callable[[frozenset], float], groups: Sequence[Hashab
     n = len(g)
     masks = np.arange(2**n)
     size = np.array([bin(m).count("1") for m in masks])
-    w = np.array([math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n) if k < n else 0.0
-                  for k in range(n + 1)])  # fmt: skip
+    w = np.array(
+        [
+            math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n) if k < n else 0.0
+            for k in range(n + 1)
+        ]
+    )
     phi = {}
     for i, h in enumerate(g):
         without = masks[(masks >> i & 1) == 0]
         phi[h] = float(np.sum(w[size[without]] * (table[without | (1 << i)] - table[without])))
-    return Valuation(phi, method="shapley_exact", n_utility_calls=2**n,
-                     total=float(table[-1] - table[0]))  # fmt: skip
+    return Valuation(
+        phi, method="shapley_exact", n_utility_calls=2**n, total=float(table[-1] - table[0])
+    )
 
 
 def banzhaf_exact(utility: Callable[[frozenset], float], groups: Sequence[Hashable]) -> Valuation:
@@ -229,9 +236,14 @@ def shapley_tmc(
     else:
         b = float(max(u.cache.values()) - min(u.cache.values()))
     bound = b * math.sqrt(2 * math.log(2 * n / delta) / M)
-    return Valuation({h: float(a[:, i].mean()) for i, h in enumerate(g)}, method="shapley_tmc",
-                     stderr={h: float(se[i]) for i, h in enumerate(g)}, bound=bound,
-                     n_utility_calls=len(u.cache), total=u_all - u_empty)  # fmt: skip
+    return Valuation(
+        {h: float(a[:, i].mean()) for i, h in enumerate(g)},
+        method="shapley_tmc",
+        stderr={h: float(se[i]) for i, h in enumerate(g)},
+        bound=bound,
+        n_utility_calls=len(u.cache),
+        total=u_all - u_empty,
+    )
 
 
 def banzhaf_msr(
@@ -286,8 +298,10 @@ def gradient_attribution(
     if tg.ndim == 2:
         tg, vg = tg[None], vg[None]
     if tg.ndim != 3 or vg.ndim != 3 or tg.shape[0] != vg.shape[0] or tg.shape[2] != vg.shape[2]:
-        raise ValueError(f"train_grads (C, n, p) and val_grads (C, m, p) must share C and p, got "
-                         f"{tg.shape} and {vg.shape}")  # fmt: skip
+        raise ValueError(
+            f"train_grads (C, n, p) and val_grads (C, m, p) must share C and p, got "
+            f"{tg.shape} and {vg.shape}"
+        )
     grp = np.asarray(groups)
     if grp.shape != (tg.shape[1],):
         raise ValueError(
@@ -308,8 +322,10 @@ def gradient_attribution(
             "the gradient products overflowed float64 (an attribution came out inf or NaN); "
             "rescale train_grads/val_grads (e.g. divide by their largest norm) and retry"
         )
-    return Valuation({h: float(per_example[grp == h].sum()) for h in dict.fromkeys(grp.tolist())},
-                     method="gradient")  # fmt: skip
+    return Valuation(
+        {h: float(per_example[grp == h].sum()) for h in dict.fromkeys(grp.tolist())},
+        method="gradient",
+    )
 
 
 class GroupUtility:
@@ -338,17 +354,30 @@ class GroupUtility:
     Interpretation tool; the paper does not specify this mechanism.
     """
 
-    def __init__(self, model_factory: Any, X: Any, y: Any, groups: Any, X_val: Any, y_val: Any, *,
-                 metric: str | Callable = "accuracy", base_idx: Any = None, fit_fn: Callable | None = None,
-                 labels: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_factory: Any,
+        X: Any,
+        y: Any,
+        groups: Any,
+        X_val: Any,
+        y_val: Any,
+        *,
+        metric: str | Callable = "accuracy",
+        base_idx: Any = None,
+        fit_fn: Callable | None = None,
+        labels: Any = None,
+    ) -> None:
         self.X, self.y = np.asarray(X), np.asarray(y)
         if self.X.ndim != 2:
             raise ValueError(f"X must be 2-D (rows, features), got shape {self.X.shape}")
         self.groups = np.asarray(groups)
         self.X_val, self.y_val = np.asarray(X_val), np.asarray(y_val)
         if self.X.shape[0] != self.y.shape[0] or self.groups.shape != (self.y.shape[0],):
-            raise ValueError(f"X, y and groups need one row each: {self.X.shape[0]}, "
-                             f"{self.y.shape[0]}, {self.groups.shape}")  # fmt: skip
+            raise ValueError(
+                f"X, y and groups need one row each: {self.X.shape[0]}, "
+                f"{self.y.shape[0]}, {self.groups.shape}"
+            )
         if self.X_val.shape[0] != self.y_val.shape[0] or self.X_val.shape[0] == 0:
             raise ValueError("X_val and y_val need the same, non-zero number of rows")
         if model_factory is None and fit_fn is None:
@@ -452,8 +481,11 @@ class GroupUtility:
                     "single subsets are scored as the majority-class predictor)"
                 ) from exc
             self.failures.append((s, f"{type(exc).__name__}: {exc}"))
-            warnings.warn(f"fit failed on groups {sorted(map(str, s))} ({exc}); scored as the "
-                          "majority-class predictor", stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"fit failed on groups {sorted(map(str, s))} ({exc}); scored as the "
+                "majority-class predictor",
+                stacklevel=3,
+            )
             return self._constant(ys)
 
 

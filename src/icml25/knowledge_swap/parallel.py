@@ -97,7 +97,7 @@ def global_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
         [
             local.detach().double(),
             torch.tensor(float(target.numel()), dtype=torch.float64, device=local.device),
-        ]  # fmt: skip
+        ]
     )
     total, count = all_reduce_sum(stats).unbind()
     if not bool(count > 0):

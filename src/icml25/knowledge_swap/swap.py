@@ -278,9 +278,13 @@ class KnowledgeSwapper:
         bnd = as_real("bnd", bnd, low=0, low_open=True)
         beta_retain, beta_forget, alpha, w_learn = (
             as_real(name, v, low=0)
-            for name, v in (("beta_retain", beta_retain), ("beta_forget", beta_forget),
-                            ("alpha", alpha), ("w_learn", w_learn))
-        )  # fmt: skip
+            for name, v in (
+                ("beta_retain", beta_retain),
+                ("beta_forget", beta_forget),
+                ("alpha", alpha),
+                ("w_learn", w_learn),
+            )
+        )
         epochs_per_stage = as_int("epochs_per_stage", epochs_per_stage, 1)
         if steps_per_epoch is not None:
             steps_per_epoch = as_int("steps_per_epoch", steps_per_epoch, 1)

@@ -200,9 +200,17 @@ def _rank_bwd(v, sv, perm, k1, alpha):
     g_r = torch.empty_like(sv)
     g_alpha = torch.empty(R, dtype=torch.float64)
     _fn("rank_bwd", sv.dtype)(
-        _p(v), _p(sv), _p(perm), _p(k1), _p(alpha), R, n, _threads(),
-        _p(g_r), _p(g_alpha),
-    )  # fmt: skip
+        _p(v),
+        _p(sv),
+        _p(perm),
+        _p(k1),
+        _p(alpha),
+        R,
+        n,
+        _threads(),
+        _p(g_r),
+        _p(g_alpha),
+    )
     return g_r, g_alpha
 
 
@@ -223,9 +231,19 @@ def _inverse_bwd(u, sv, perm, t64, alpha):
     g_w = torch.empty((R, m), dtype=torch.float64)
     g_alpha = torch.empty(R, dtype=torch.float64)
     _fn("inverse_bwd", sv.dtype)(
-        _p(u), _p(sv), _p(perm), _p(t64), _p(alpha), R, n, m, _threads(),
-        _p(g_r), _p(g_w), _p(g_alpha),
-    )  # fmt: skip
+        _p(u),
+        _p(sv),
+        _p(perm),
+        _p(t64),
+        _p(alpha),
+        R,
+        n,
+        m,
+        _threads(),
+        _p(g_r),
+        _p(g_w),
+        _p(g_alpha),
+    )
     return g_r, g_w, g_alpha
 
 
@@ -234,9 +252,18 @@ def _topk_fwd(r, sv, alpha, k, log, check):
     out = torch.empty((R, m, n), dtype=r.dtype)
     t64 = torch.empty((R, m), dtype=torch.float64)
     bad = _fn("topk_fwd", r.dtype)(
-        _p(r), _p(sv), _p(alpha), _p(k), R, n, m, int(log), _threads(),
-        _p(out), _p(t64),
-    )  # fmt: skip
+        _p(r),
+        _p(sv),
+        _p(alpha),
+        _p(k),
+        R,
+        n,
+        m,
+        int(log),
+        _threads(),
+        _p(out),
+        _p(t64),
+    )
     _check(bad, check)
     return out, t64
 
@@ -247,9 +274,20 @@ def _topk_bwd(v, r, t64, alpha, log, k_max):
     g_k = torch.empty((R, m), dtype=torch.float64)
     g_alpha = torch.empty(R, dtype=torch.float64)
     _fn("topk_bwd", r.dtype)(
-        _p(v), _p(r), _p(t64), _p(alpha), R, n, m, int(log), float(k_max), _threads(),
-        _p(g_r), _p(g_k), _p(g_alpha),
-    )  # fmt: skip
+        _p(v),
+        _p(r),
+        _p(t64),
+        _p(alpha),
+        R,
+        n,
+        m,
+        int(log),
+        float(k_max),
+        _threads(),
+        _p(g_r),
+        _p(g_k),
+        _p(g_alpha),
+    )
     return g_r, g_k, g_alpha
 
 

@@ -308,8 +308,14 @@ class KeywordRefusalDetector:
         if (
             key not in FAMILIES
         ):  # a model name: its family by prefix ("llama-3-70b", "claude-3-opus")
-            key = next((FAMILY_ALIASES.get(p, p) for p in sorted((*FAMILIES, *FAMILY_ALIASES),
-                        key=len, reverse=True) if key.startswith(p)), key)  # fmt: skip
+            key = next(
+                (
+                    FAMILY_ALIASES.get(p, p)
+                    for p in sorted((*FAMILIES, *FAMILY_ALIASES), key=len, reverse=True)
+                    if key.startswith(p)
+                ),
+                key,
+            )
         if key not in FAMILIES:
             raise ValueError(
                 f"unknown model family {family!r}; valid families: {', '.join(FAMILIES)} "

@@ -27,8 +27,11 @@ from icml25.llm.loading import add_model_args, model_kwargs
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("orbench", help="OR-Bench: build, evaluate, compare (paper 03)",
-                       description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = sub.add_parser(
+        "orbench",
+        help="OR-Bench: build, evaluate, compare (paper 03)",
+        description=__doc__.split("\n\n")[0],
+    )
     osub = p.add_subparsers(dest="orbench_command", metavar="{build,eval,compare}")
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1], parser=p)
 
@@ -85,27 +88,39 @@ def add_parser(sub) -> None:
         "--data", required=True, help="a CSV/JSONL/Parquet file or the folder of the official files"
     )
     e.add_argument("--subset", default="hard-1k", help="80k, hard-1k or toxic (default hard-1k)")
-    e.add_argument("--judge", default="keyword",
-                   help="keyword (default), keyword:FAMILY (official rules: gpt-3.5, gpt-4, claude, "
-                   "gemini, mistral, llama, qwen, or a model name such as mistral-7b; for mistral "
-                   "see --mistral-quirk), xstest, or llm:MODEL")  # fmt: skip
-    e.add_argument("--mistral-quirk", action="store_true",
-                   help="with --judge keyword:mistral (or a mistral-* name): keep the official "
-                   "Mistral checker's quirk, which lower-cases the response but not the keywords "
-                   "and so never flags a refusal (default: both sides lower-cased)")  # fmt: skip
+    e.add_argument(
+        "--judge",
+        default="keyword",
+        help="keyword (default), keyword:FAMILY (official rules: gpt-3.5, gpt-4, claude, "
+        "gemini, mistral, llama, qwen, or a model name such as mistral-7b; for mistral "
+        "see --mistral-quirk), xstest, or llm:MODEL",
+    )
+    e.add_argument(
+        "--mistral-quirk",
+        action="store_true",
+        help="with --judge keyword:mistral (or a mistral-* name): keep the official "
+        "Mistral checker's quirk, which lower-cases the response but not the keywords "
+        "and so never flags a refusal (default: both sides lower-cased)",
+    )
     e.add_argument("--out", required=True, help="results folder (one JSONL per model and subset)")
     e.add_argument("--max-tokens", type=int, default=1000, help="answer length (paper: 1000)")
     e.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (paper: 0)")
     e.add_argument("--system-prompt", default=None, help="an optional system turn (paper: none)")
     e.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
-    e.add_argument("--name", default=None,
-                   help="the model's label in the results (keys the store and the file name; "
-                   "default: --model as given). Give distinct names to distinct servers that "
-                   "serve one model name")  # fmt: skip
-    e.add_argument("--keep-both", action="store_true",
-                   help="the store holds this model's rows made with other settings (another "
-                   "judge, sampling or backend): keep both runs' rows apart instead of refusing; "
-                   "this run never reports the other run's verdicts")  # fmt: skip
+    e.add_argument(
+        "--name",
+        default=None,
+        help="the model's label in the results (keys the store and the file name; "
+        "default: --model as given). Give distinct names to distinct servers that "
+        "serve one model name",
+    )
+    e.add_argument(
+        "--keep-both",
+        action="store_true",
+        help="the store holds this model's rows made with other settings (another "
+        "judge, sampling or backend): keep both runs' rows apart instead of refusing; "
+        "this run never reports the other run's verdicts",
+    )
     endpoint(e)
     e.set_defaults(func=_cmd_eval, parser=e)
 
@@ -200,12 +215,21 @@ def _cmd_build(args: argparse.Namespace) -> int:
         args.parser.error(str(exc))
     try:
         report = build_orbench(
-            gen, rw, mods, out_dir=args.out, categories=cats, n_seeds=args.n_seeds, panel=panel,
+            gen,
+            rw,
+            mods,
+            out_dir=args.out,
+            categories=cats,
+            n_seeds=args.n_seeds,
+            panel=panel,
             k_min=min(args.k_min, len(args.panel)) if panel else args.k_min,
-            toxic_per_category=args.toxic_per_category, rule=rule,
-            remoderate=None if args.no_remoderate else "unanimous", concurrency=args.concurrency,
-            retry_errors=args.retry_errors, progress=not args.quiet,
-        )  # fmt: skip
+            toxic_per_category=args.toxic_per_category,
+            rule=rule,
+            remoderate=None if args.no_remoderate else "unanimous",
+            concurrency=args.concurrency,
+            retry_errors=args.retry_errors,
+            progress=not args.quiet,
+        )
     except SettingsMismatch as exc:  # a store in --out holds rows made with other settings
         print(f"icml25 orbench build: error: {exc}", file=sys.stderr)
         return 2
@@ -218,10 +242,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
     print(report.summary(), file=sys.stderr)
     if report.n_failed:
         first = json.loads(Path(report.files["failed"]).read_text(encoding="utf-8").split("\n")[0])
-        print(f"first failure: {first['stage']} {first['key']}: {first['type']}: "
-              f"{first['message'][:300]}; rerun with --retry-errors to retry the failed "
-              "rewrite/moderation items (failed generator calls are always retried)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"first failure: {first['stage']} {first['key']}: {first['type']}: "
+            f"{first['message'][:300]}; rerun with --retry-errors to retry the failed "
+            "rewrite/moderation items (failed generator calls are always retried)",
+            file=sys.stderr,
+        )
     return 1 if report.n_failed else 0
 
 
@@ -257,25 +283,37 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():  # the Mistral quirk was warned about above, once
             warnings.filterwarnings("ignore", message=".*never flags a refusal")
             res = evaluate(
-                backend, records, detector=judge, store=store, concurrency=args.concurrency,
-                temperature=args.temperature, max_tokens=args.max_tokens,
-                system_prompt=args.system_prompt, subset=subset, model=label,
-                retry_errors=args.retry_errors, progress=not args.quiet,
+                backend,
+                records,
+                detector=judge,
+                store=store,
+                concurrency=args.concurrency,
+                temperature=args.temperature,
+                max_tokens=args.max_tokens,
+                system_prompt=args.system_prompt,
+                subset=subset,
+                model=label,
+                retry_errors=args.retry_errors,
+                progress=not args.quiet,
                 keep_both=args.keep_both,
-            )  # fmt: skip
+            )
     except SettingsMismatch as exc:
         print(f"icml25 orbench eval: error: {exc}", file=sys.stderr)
         return 2
     except BackendUnavailableError as exc:  # the server is down (a circuit breaker opened)
         res = _stored_result(backend, records, judge, label, subset, args, store)
         _print_eval(res, subset, store, error=f"{type(exc).__name__}: {exc}")
-        print(f"icml25 orbench eval: error: the model's server is unavailable: {exc}. The "
-              f"answers so far are kept in {store}; rerun the same command to go on",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"icml25 orbench eval: error: the model's server is unavailable: {exc}. The "
+            f"answers so far are kept in {store}; rerun the same command to go on",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted; the answers so far are in {store}: rerun the same command to go on",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"interrupted; the answers so far are in {store}: rerun the same command to go on",
+            file=sys.stderr,
+        )
         return 130
     _print_eval(res, subset, store)
     return 1 if res.n_failed else 0
@@ -295,17 +333,28 @@ def _print_eval(res: Any, subset: str, store: Path, *, error: str | None = None)
     summary line and the first failure's cause on stderr."""
     from icml25.llm.store import json_safe
 
-    summary = {"model": res.model, "subset": subset, "rate": res.rate, "n": res.n,
-               "n_blocked": res.n_blocked, "n_parse_failed": res.n_parse_failed,
-               "n_failed": res.n_failed, "per_category": res.per_category, "store": str(store),
-               "first_failure": _first_failure(res)}  # fmt: skip
+    summary = {
+        "model": res.model,
+        "subset": subset,
+        "rate": res.rate,
+        "n": res.n,
+        "n_blocked": res.n_blocked,
+        "n_parse_failed": res.n_parse_failed,
+        "n_failed": res.n_failed,
+        "per_category": res.per_category,
+        "store": str(store),
+        "first_failure": _first_failure(res),
+    }
     if error is not None:
         summary["error"] = error
     print(json.dumps(json_safe(summary), indent=1, allow_nan=False))
     print(res.summary(), file=sys.stderr)
     if res.n_failed:
-        print(f"first failure: {_first_failure(res)}; rerun with --retry-errors to retry the "
-              "failed prompts", file=sys.stderr)  # fmt: skip
+        print(
+            f"first failure: {_first_failure(res)}; rerun with --retry-errors to retry the "
+            "failed prompts",
+            file=sys.stderr,
+        )
 
 
 def _stored_result(backend, records, judge, label, subset, args, store) -> Any:
@@ -316,8 +365,9 @@ def _stored_result(backend, records, judge, label, subset, args, store) -> Any:
 
     items = _items(records, subset)
     judge_name, judge_obj = _judge_of(judge)
-    settings = _eval_settings(backend, label, judge_name, judge_obj, args.temperature,
-                              args.max_tokens, args.system_prompt)  # fmt: skip
+    settings = _eval_settings(
+        backend, label, judge_name, judge_obj, args.temperature, args.max_tokens, args.system_prompt
+    )
     rows, failures = [], []
     with JsonlStore(store, ("model", "id"), settings=settings, on_mismatch="separate") as st:
         for it in items:
@@ -382,8 +432,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 raise ValueError(
                     f"no results for subset {s!r} in {args.results}; found: {', '.join(results)}"
                 )
-        summary = compare_models(results[args.hard_subset], results[args.toxic_subset],
-                                 bootstrap=args.bootstrap)  # fmt: skip
+        summary = compare_models(
+            results[args.hard_subset], results[args.toxic_subset], bootstrap=args.bootstrap
+        )
     except (ValueError, FileNotFoundError) as exc:
         args.parser.error(str(exc))
     print(summary.to_markdown())

@@ -174,9 +174,13 @@ def _items(records: Any, subset: str | None) -> list[dict[str, Any]]:
         cat = d.get("category")
         out.setdefault(
             rid,
-            {"id": rid, "prompt": prompt, "category": None if cat is None else str(cat),
-             "subset": subset or d.get("subset") or "custom"},
-        )  # fmt: skip
+            {
+                "id": rid,
+                "prompt": prompt,
+                "category": None if cat is None else str(cat),
+                "subset": subset or d.get("subset") or "custom",
+            },
+        )
     if len(out) < len(records):
         warnings.warn(
             f"{len(records) - len(out)} duplicated prompt(s) (same id) evaluated once",
@@ -208,8 +212,10 @@ def _judge_of(detector: Any) -> tuple[str, Any]:
         backend = getattr(detector, "backend", None)
         ident = getattr(backend, "cache_identity", lambda: getattr(backend, "name", ""))()
         tmpl = getattr(getattr(detector, "templates", None), "response_judge", "")
-        blob = (f"{ident}|{getattr(detector, 'unparseable_as_refusal', True)}|"
-                f"{getattr(detector, 'official_labels', True)}|{tmpl}")  # fmt: skip
+        blob = (
+            f"{ident}|{getattr(detector, 'unparseable_as_refusal', True)}|"
+            f"{getattr(detector, 'official_labels', True)}|{tmpl}"
+        )
         digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         return f"{getattr(detector, 'name', 'llm')}#{digest}", detector
     if callable(detector):
@@ -239,10 +245,16 @@ def _row(
     text = c.text or ""
     blocked = bool(c.blocked) or not text.strip()
     row = {
-        "category": item["category"], "subset": item["subset"], "prompt": item["prompt"],
-        "response": text, "finish_reason": c.finish_reason, "blocked": blocked,
-        "judge": judge_name, "judge_raw": None, "parse_failed": False,
-    }  # fmt: skip
+        "category": item["category"],
+        "subset": item["subset"],
+        "prompt": item["prompt"],
+        "response": text,
+        "finish_reason": c.finish_reason,
+        "blocked": blocked,
+        "judge": judge_name,
+        "judge_raw": None,
+        "parse_failed": False,
+    }
     if blocked:  # an empty answer or a provider block is a refusal (official Gemini rule)
         row.update(refused=True, judge_label="blocked")
     elif keyword is not None:
@@ -338,8 +350,9 @@ def evaluate(
         tmp = tempfile.TemporaryDirectory()
     elif isinstance(store, JsonlStore) and store.key_fields != ("model", "id"):
         raise ValueError(f"the eval store is keyed by ('model', 'id'), got {store.key_fields}")
-    settings_all = _eval_settings(backend, name, judge_name, judge, temperature, max_tokens,
-                                  system_prompt)  # fmt: skip
+    settings_all = _eval_settings(
+        backend, name, judge_name, judge, temperature, max_tokens, system_prompt
+    )
     if own_store:
         st = JsonlStore(Path(tmp.name) / "eval.jsonl", ("model", "id"), settings=settings_all)
     else:
@@ -364,14 +377,29 @@ def evaluate(
     if n_stale:
         warnings.warn(
             f"{n_stale} stored answer(s) of {name!r} were produced with other settings than "
-            f"{settings}; asking the model again for them", stacklevel=2,
-        )  # fmt: skip
+            f"{settings}; asking the model again for them",
+            stacklevel=2,
+        )
     _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale)
     inner = getattr(backend, "backend", None)
     native = getattr(backend, "native_batching", False) or getattr(inner, "native_batching", False)
     if native:
-        _evaluate_batched(backend, items, st, name, judge_name, llm_judge, keyword, count,
-                          messages, sampling, settings, retry_errors, progress, stale)  # fmt: skip
+        _evaluate_batched(
+            backend,
+            items,
+            st,
+            name,
+            judge_name,
+            llm_judge,
+            keyword,
+            count,
+            messages,
+            sampling,
+            settings,
+            retry_errors,
+            progress,
+            stale,
+        )
     else:
 
         def work(item: dict[str, Any]) -> dict[str, Any]:
@@ -385,10 +413,16 @@ def evaluate(
             return {**row, "settings": settings}
 
         run_resumable(
-            items, work, st, key=lambda i, it: {"model": name, "id": it["id"]},
-            concurrency=concurrency, retry_errors=retry_errors, progress=progress,
-            desc=f"evaluating {name}", redo=stale,
-        )  # fmt: skip
+            items,
+            work,
+            st,
+            key=lambda i, it: {"model": name, "id": it["id"]},
+            concurrency=concurrency,
+            retry_errors=retry_errors,
+            progress=progress,
+            desc=f"evaluating {name}",
+            redo=stale,
+        )
     rows, failures = [], []
     for it in items:
         rec = st.get((name, it["id"]))
@@ -501,13 +535,17 @@ def _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale) -> N
             todo.append((it, rec))
     if not todo:
         return
-    comps = [Completion(r.get("response") or "", r.get("finish_reason"), bool(r.get("blocked")))
-             for _, r in todo]  # fmt: skip
+    comps = [
+        Completion(r.get("response") or "", r.get("finish_reason"), bool(r.get("blocked")))
+        for _, r in todo
+    ]
     labels: list[Any] = [None] * len(todo)
     if llm_judge is not None:
         idx = [j for j, c in enumerate(comps) if not c.blocked and c.text.strip()]
-        for j, lab in zip(idx, llm_judge.judge_many([todo[j][0]["prompt"] for j in idx],
-                                                   [comps[j].text for j in idx])):  # fmt: skip
+        for j, lab in zip(
+            idx,
+            llm_judge.judge_many([todo[j][0]["prompt"] for j in idx], [comps[j].text for j in idx]),
+        ):
             labels[j] = lab
     for (it, rec), c, lab in zip(todo, comps, labels):
         key = {"model": name, "id": it["id"]}
@@ -521,17 +559,32 @@ def _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale) -> N
 
 
 def _evaluate_batched(
-    backend, items, st, name, judge_name, llm_judge, keyword, count, messages, sampling,
-    settings, retry_errors, progress, stale,
-) -> None:  # fmt: skip
+    backend,
+    items,
+    st,
+    name,
+    judge_name,
+    llm_judge,
+    keyword,
+    count,
+    messages,
+    sampling,
+    settings,
+    retry_errors,
+    progress,
+    stale,
+) -> None:
     """A local model: send the pending prompts in chunks through ``complete_many`` (one batched
     forward per chunk) and write each chunk's rows; a chunk is what a crash can lose."""
     from icml25.progress import track
 
     def todo(it: dict[str, Any]) -> bool:
         k = (name, it["id"])
-        return (st.get(k) is None or (retry_errors and st.is_failed(k))
-                or (st.is_done(k) and stale(st.get(k))))  # fmt: skip
+        return (
+            st.get(k) is None
+            or (retry_errors and st.is_failed(k))
+            or (st.is_done(k) and stale(st.get(k)))
+        )
 
     pending = [it for it in items if todo(it)]
     chunk = max(
@@ -551,10 +604,14 @@ def _evaluate_batched(
         )
         labels: list[Any] = [None] * len(part)
         if llm_judge is not None:
-            todo = [j for j, r in enumerate(results)
-                    if not isinstance(r, BaseException) and not r[0].blocked and r[0].text.strip()]  # fmt: skip
-            judged = llm_judge.judge_many([part[j]["prompt"] for j in todo],
-                                          [results[j][0].text for j in todo])  # fmt: skip
+            todo = [
+                j
+                for j, r in enumerate(results)
+                if not isinstance(r, BaseException) and not r[0].blocked and r[0].text.strip()
+            ]
+            judged = llm_judge.judge_many(
+                [part[j]["prompt"] for j in todo], [results[j][0].text for j in todo]
+            )
             for j, lab in zip(todo, judged):
                 labels[j] = lab
         for it, r, lab in zip(part, results, labels):
@@ -564,7 +621,8 @@ def _evaluate_batched(
             elif isinstance(lab, BaseException):
                 st.append_error(key, lab, prompt=it["prompt"], response=r[0].text)
             else:
-                row = _row(it, r[0], judge_name, keyword=keyword, label=lab,
-                           unparseable_as_refusal=count)  # fmt: skip
+                row = _row(
+                    it, r[0], judge_name, keyword=keyword, label=lab, unparseable_as_refusal=count
+                )
                 st.append({**key, **row, "settings": settings})
     st.sync()

@@ -86,10 +86,13 @@ def seed_settings(
     the settings that stamp :func:`generate_toxic_seeds`' store (see :class:`~icml25.llm.JsonlStore`)."""
     templates = templates or PromptTemplates.default()
     return {
-        "stage": "seed_generation", "generator": describe(generator),
-        "template": templates.seed_generation, "per_call": per_call,
-        "temperature": temperature, "seed": seed,
-    }  # fmt: skip
+        "stage": "seed_generation",
+        "generator": describe(generator),
+        "template": templates.seed_generation,
+        "per_call": per_call,
+        "temperature": temperature,
+        "seed": seed,
+    }
 
 
 def rewrite_settings(
@@ -104,9 +107,13 @@ def rewrite_settings(
     stamp :func:`rewrite_seeds`' store."""
     templates = templates or PromptTemplates.default()
     return {
-        "stage": "rewrite", "rewriter": describe(rewriter), "template": templates.rewrite,
-        "n_rewrites": n_rewrites, "temperature": temperature, "seed": seed,
-    }  # fmt: skip
+        "stage": "rewrite",
+        "rewriter": describe(rewriter),
+        "template": templates.rewrite,
+        "n_rewrites": n_rewrites,
+        "temperature": temperature,
+        "seed": seed,
+    }
 
 
 def generate_toxic_seeds(
@@ -163,8 +170,11 @@ def generate_toxic_seeds(
     cap = 10 * math.ceil(n_seeds / per_call) + 10 if max_calls is None else max_calls
     cap = as_int("max_calls", cap, 1)
     templates = templates or PromptTemplates.default()
-    st = _store(store, ("category", "call_idx"), seed_settings(
-        generator, templates, per_call=per_call, temperature=temperature, seed=seed))  # fmt: skip
+    st = _store(
+        store,
+        ("category", "call_idx"),
+        seed_settings(generator, templates, per_call=per_call, temperature=temperature, seed=seed),
+    )
     messages = [{"role": "user", "content": templates.seed_message(category, per_call)}]
     seen: dict[str, SeedRecord] = {}
     empty = short = failed = 0
@@ -294,13 +304,18 @@ def rewrite_seeds(
                 "id": record_id(d["prompt"]),
                 "category": normalize_category(d["category"]),
                 "toxic_seed": d["prompt"],
-            }  # fmt: skip
+            }
         )
     if not rows:
         raise ValueError("seeds must not be empty")
     rows = list({r["id"]: r for r in reversed(rows)}.values())[::-1]  # one call per seed text
-    st = _store(store, ("id",), rewrite_settings(
-        rewriter, templates, n_rewrites=n_rewrites, temperature=temperature, seed=seed))  # fmt: skip
+    st = _store(
+        store,
+        ("id",),
+        rewrite_settings(
+            rewriter, templates, n_rewrites=n_rewrites, temperature=temperature, seed=seed
+        ),
+    )
     own = st is None
     if own:
         import tempfile
@@ -318,9 +333,15 @@ def rewrite_seeds(
         }
 
     run_resumable(
-        rows, work, st, key=lambda i, r: dict(r), concurrency=concurrency,
-        retry_errors=retry_errors, progress=progress, desc="rewriting seeds",
-    )  # fmt: skip
+        rows,
+        work,
+        st,
+        key=lambda i, r: dict(r),
+        concurrency=concurrency,
+        retry_errors=retry_errors,
+        progress=progress,
+        desc="rewriting seeds",
+    )
     seen: dict[str, CandidateRecord] = {}
     collisions = 0
     for row in rows:

@@ -70,8 +70,11 @@ class LLMRefusalJudge:
         return self._parse(reply)
 
     def _parse(self, reply: str) -> JudgeLabel:
-        return parse_judge_label(reply, unparseable_as_refusal=self.unparseable_as_refusal,
-                                 official_quirks=self.official_labels)  # fmt: skip
+        return parse_judge_label(
+            reply,
+            unparseable_as_refusal=self.unparseable_as_refusal,
+            official_quirks=self.official_labels,
+        )
 
     def judge_many(
         self, prompts: Sequence[str], responses: Sequence[str]

@@ -65,9 +65,11 @@ class LLMModerator:
         """What makes this moderator's vote on a prompt: the backend, the moderation prompt and
         the sampling (a moderation store's settings; see :meth:`EnsembleModerator.store_settings`)."""
         return {
-            "backend": describe(self.backend), "template": self.templates.moderation,
-            "temperature": self.temperature, "max_tokens": self.max_tokens,
-        }  # fmt: skip
+            "backend": describe(self.backend),
+            "template": self.templates.moderation,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
 
     def vote(self, prompt: str) -> ModerationVote:
         """The moderator's vote on one prompt (backend errors propagate)."""
@@ -122,8 +124,17 @@ class ModerationResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModerationResult:
-        names = ("id", "prompt", "votes", "categories", "raw", "is_toxic", "category",
-                 "parse_failed", "moderators")  # fmt: skip
+        names = (
+            "id",
+            "prompt",
+            "votes",
+            "categories",
+            "raw",
+            "is_toxic",
+            "category",
+            "parse_failed",
+            "moderators",
+        )
         return cls(**{k: d[k] for k in names if k in d})
 
 
@@ -196,9 +207,10 @@ class EnsembleModerator:
         """
         items = _moderation_items(prompts)
         st = (
-            store if isinstance(store, JsonlStore) or store is None
+            store
+            if isinstance(store, JsonlStore) or store is None
             else JsonlStore(store, "id", settings=self.store_settings())
-        )  # fmt: skip
+        )
         if st is not None and st.key_fields != ("id",):
             raise ValueError(f"the moderation store is keyed by 'id', got {st.key_fields}")
         if st is None:

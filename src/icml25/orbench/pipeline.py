@@ -188,15 +188,19 @@ def build_orbench(
         raise ValueError("categories must not be empty")
     templates = templates or PromptTemplates.default()
     ensemble = (
-        moderators if isinstance(moderators, EnsembleModerator)
+        moderators
+        if isinstance(moderators, EnsembleModerator)
         else EnsembleModerator(list(moderators), rule, templates=templates)
-    )  # fmt: skip
+    )
     config = {
-        "generator": generator.name, "rewriter": rewriter.name,
-        "moderators": [m.name for m in ensemble.moderators], "rule": ensemble.rule,
-        "n_rewrites": n_rewrites, "seed": seed,
+        "generator": generator.name,
+        "rewriter": rewriter.name,
+        "moderators": [m.name for m in ensemble.moderators],
+        "rule": ensemble.rule,
+        "n_rewrites": n_rewrites,
+        "seed": seed,
         "templates": hashlib.sha256(json.dumps(asdict(templates)).encode()).hexdigest()[:16],
-    }  # fmt: skip
+    }
     _check_same_build(out, config)
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "metadata.json").is_file():  # so a crashed first run is recognised too
@@ -206,13 +210,23 @@ def build_orbench(
     # every store is stamped with what makes its rows (the backend's identity and sampling, the
     # prompt, the stage's settings): a rerun with other ones is refused, naming what differs
     fresh = "A build resumes with the same settings only: use another out_dir for the new one"
-    seed_calls = JsonlStore(out / "seed_calls.jsonl", ("category", "call_idx"),
-                            settings=seed_settings(generator, templates, seed=seed), remedy=fresh)  # fmt: skip
+    seed_calls = JsonlStore(
+        out / "seed_calls.jsonl",
+        ("category", "call_idx"),
+        settings=seed_settings(generator, templates, seed=seed),
+        remedy=fresh,
+    )
     seed_failures: list[ItemError] = []  # this run's failed generator calls
     seeds = generate_all_seeds(
-        generator, cats, n_seeds, concurrency=concurrency, templates=templates, seed=seed,
-        store=seed_calls, failures=seed_failures,
-    )  # fmt: skip
+        generator,
+        cats,
+        n_seeds,
+        concurrency=concurrency,
+        templates=templates,
+        seed=seed,
+        store=seed_calls,
+        failures=seed_failures,
+    )
     seed_failures.sort(key=lambda e: (cats.index(e.key[0]), e.key[1]))  # categories run in parallel
     empty_categories = [c for c in cats if not any(s.category == c for s in seeds)]
     if not seeds:
@@ -222,19 +236,30 @@ def build_orbench(
         raise _no_seed_error(generator.name, seed_failures, n_replies)
     files["seeds"] = str(write_jsonl(seeds, out / "seeds.jsonl"))
     # Algorithm 2
-    rw_store = JsonlStore(out / "rewrite_calls.jsonl", "id",
-                          settings=rewrite_settings(rewriter, templates, n_rewrites=n_rewrites),
-                          remedy=fresh)  # fmt: skip
+    rw_store = JsonlStore(
+        out / "rewrite_calls.jsonl",
+        "id",
+        settings=rewrite_settings(rewriter, templates, n_rewrites=n_rewrites),
+        remedy=fresh,
+    )
     candidates = rewrite_seeds(
-        rewriter, seeds, n_rewrites=n_rewrites, store=rw_store, concurrency=concurrency,
-        templates=templates, retry_errors=retry_errors, progress=progress,
-    )  # fmt: skip
+        rewriter,
+        seeds,
+        n_rewrites=n_rewrites,
+        store=rw_store,
+        concurrency=concurrency,
+        templates=templates,
+        retry_errors=retry_errors,
+        progress=progress,
+    )
     files["candidates"] = str(write_jsonl(candidates, out / "candidates.jsonl"))
     # Algorithm 3
-    mod_store = JsonlStore(out / "moderation.jsonl", "id", settings=ensemble.store_settings(),
-                           remedy=fresh)  # fmt: skip
-    moderated = ensemble.moderate(candidates, mod_store, concurrency=concurrency,
-                                  retry_errors=retry_errors, progress=progress)  # fmt: skip
+    mod_store = JsonlStore(
+        out / "moderation.jsonl", "id", settings=ensemble.store_settings(), remedy=fresh
+    )
+    moderated = ensemble.moderate(
+        candidates, mod_store, concurrency=concurrency, retry_errors=retry_errors, progress=progress
+    )
     by_id = {m.id: m for m in moderated}
     pool = [
         ORBenchRecord(c.prompt, c.category, "80k", c.id, c.toxic_seed)
@@ -248,10 +273,20 @@ def build_orbench(
     for c in cats:
         group = [s for s in seeds if s.category == c]
         sample += rng.sample(group, min(len(group), 2 * toxic_per_category))
-    seed_store = JsonlStore(out / "seed_moderation.jsonl", "id",
-                            settings=ensemble.store_settings(), remedy=fresh)  # fmt: skip
-    seed_mod = ensemble.moderate(sample, seed_store, concurrency=concurrency,
-                                 retry_errors=retry_errors, progress=progress) if sample else []  # fmt: skip
+    seed_store = JsonlStore(
+        out / "seed_moderation.jsonl", "id", settings=ensemble.store_settings(), remedy=fresh
+    )
+    seed_mod = (
+        ensemble.moderate(
+            sample,
+            seed_store,
+            concurrency=concurrency,
+            retry_errors=retry_errors,
+            progress=progress,
+        )
+        if sample
+        else []
+    )
     toxic = select_toxic(seed_mod, per_category=toxic_per_category, seed=seed) if seed_mod else []
     files["toxic"] = str(write_jsonl(toxic, out / "or-bench-toxic.jsonl"))
     failed = {
@@ -270,30 +305,71 @@ def build_orbench(
         panel_store = out / "panel.jsonl"
         results: dict[str, EvalResult] = {}
         for name, backend in panel.items():
-            results[name] = evaluate(backend, pool, detector=detector, store=panel_store,
-                                     model=name, concurrency=concurrency, subset="80k",
-                                     max_tokens=panel_max_tokens, retry_errors=retry_errors,
-                                     progress=progress)  # fmt: skip
+            results[name] = evaluate(
+                backend,
+                pool,
+                detector=detector,
+                store=panel_store,
+                model=name,
+                concurrency=concurrency,
+                subset="80k",
+                max_tokens=panel_max_tokens,
+                retry_errors=retry_errors,
+                progress=progress,
+            )
         failed["panel"] = sum(r.n_failed for r in results.values())
-        sel = select_hard(pool, results, k_min=k_min, per_category=hard_per_category,
-                          remoderate=moderated if remoderate is not None else False,
-                          rule=remoderate or "majority", seed=seed)  # fmt: skip
+        sel = select_hard(
+            pool,
+            results,
+            k_min=k_min,
+            per_category=hard_per_category,
+            remoderate=moderated if remoderate is not None else False,
+            rule=remoderate or "majority",
+            seed=seed,
+        )
         hard = sel.records
         files["hard-1k"] = str(write_jsonl(hard, out / "or-bench-hard-1k.jsonl"))
         meta["hard_selection"] = sel.metadata()
     fails = _failure_rows(
         [("seed_generation", seed_failures)]
-        + [(stage, st.errors()) for stage, st in
-           (("rewrite", rw_store), ("moderation", mod_store), ("seed_moderation", seed_store))]
-        + ([("panel", [ItemError((r.model, i), t, m) for r in results.values()
-                        for i, t, m in r.failures])] if panel else [])
-    )  # fmt: skip
+        + [
+            (stage, st.errors())
+            for stage, st in (
+                ("rewrite", rw_store),
+                ("moderation", mod_store),
+                ("seed_moderation", seed_store),
+            )
+        ]
+        + (
+            [
+                (
+                    "panel",
+                    [
+                        ItemError((r.model, i), t, m)
+                        for r in results.values()
+                        for i, t, m in r.failures
+                    ],
+                )
+            ]
+            if panel
+            else []
+        )
+    )
     files["failed"] = str(write_jsonl(fails, out / "failed.jsonl"))
-    report = BuildReport(str(out), len(seeds), len(candidates), len(pool),
-                         sum(m.is_toxic for m in moderated), len(toxic),
-                         None if hard is None else len(hard), sum(failed.values()), failed, files,
-                         len(sel.removed_by_remoderation) if panel else 0,
-                         empty_categories)  # fmt: skip
+    report = BuildReport(
+        str(out),
+        len(seeds),
+        len(candidates),
+        len(pool),
+        sum(m.is_toxic for m in moderated),
+        len(toxic),
+        None if hard is None else len(hard),
+        sum(failed.values()),
+        failed,
+        files,
+        len(sel.removed_by_remoderation) if panel else 0,
+        empty_categories,
+    )
     meta["report"] = asdict(report)
     (out / "metadata.json").write_text(
         json.dumps(json_safe(meta), indent=1, ensure_ascii=True, allow_nan=False),

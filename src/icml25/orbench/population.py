@@ -77,8 +77,16 @@ def train_base(seed: int, *, steps: int = 600, n_pairs: int = 4000) -> tuple[Any
     world = OverRefusalWorld(CATEGORIES, seed)
     tok = build_tokenizer(world.vocabulary_texts(), 256, kind="word")
     base = tiny_causal_lm(tok, d_model=64, n_layers=2, n_heads=4, d_ff=128, seed=seed)
-    train_causal_lm(base, tok, world.base_pairs(n_pairs, random.Random(seed)), steps=steps,
-                    batch_size=64, lr=3e-3, seed=seed, progress=False)  # fmt: skip
+    train_causal_lm(
+        base,
+        tok,
+        world.base_pairs(n_pairs, random.Random(seed)),
+        steps=steps,
+        batch_size=64,
+        lr=3e-3,
+        seed=seed,
+        progress=False,
+    )
     return base, tok
 
 
@@ -91,8 +99,9 @@ def _read(path: Path) -> list[ORBenchRecord]:
     return [ORBenchRecord.from_dict(d) for d in _rows(path)]
 
 
-def fine_tune(base: Any, tok: Any, world: OverRefusalWorld, run: FineTune,
-              categories: tuple[str, ...]) -> dict[int, Any]:  # fmt: skip
+def fine_tune(
+    base: Any, tok: Any, world: OverRefusalWorld, run: FineTune, categories: tuple[str, ...]
+) -> dict[int, Any]:
     """``{step: HFChat}`` for every checkpoint of ``run`` (step 0 is the base itself)."""
     from icml25.llm.hf import HFChat
     from icml25.toy import train_causal_lm
@@ -109,11 +118,25 @@ def fine_tune(base: Any, tok: Any, world: OverRefusalWorld, run: FineTune,
     if 0 in wanted:
         keep[0] = copy.deepcopy(base)
     if last:
-        data = world.safety_pairs(4000, random.Random(f"{world.seed}-{run.label}"),
-                                  refusal_fraction=run.refusal, contrastive_fraction=run.contrastive,
-                                  categories=categories)  # fmt: skip
-        train_causal_lm(model, tok, data, steps=last, batch_size=64, lr=1e-3, warmup=0,
-                        seed=run.seed, progress=False, callback=snapshot)  # fmt: skip
+        data = world.safety_pairs(
+            4000,
+            random.Random(f"{world.seed}-{run.label}"),
+            refusal_fraction=run.refusal,
+            contrastive_fraction=run.contrastive,
+            categories=categories,
+        )
+        train_causal_lm(
+            model,
+            tok,
+            data,
+            steps=last,
+            batch_size=64,
+            lr=1e-3,
+            warmup=0,
+            seed=run.seed,
+            progress=False,
+            callback=snapshot,
+        )
     return {s: HFChat(keep[s], tok, batch_size=128, name=run.name(s)) for s in sorted(keep)}
 
 
@@ -127,11 +150,20 @@ def build_world(
     moderators = [scripted_moderator(world, i) for i in range(3)]
     build = out / "build"
     report = build_orbench(
-        scripted_generator(world), scripted_rewriter(world), moderators, out_dir=build,
-        categories=ws.categories, n_seeds=ws.n_seeds, panel=panel, k_min=ws.k_min,
-        hard_per_category=ws.hard_per_category, toxic_per_category=ws.toxic_per_category,
-        seed=seed, panel_max_tokens=ws.max_tokens, progress=False,
-    )  # fmt: skip
+        scripted_generator(world),
+        scripted_rewriter(world),
+        moderators,
+        out_dir=build,
+        categories=ws.categories,
+        n_seeds=ws.n_seeds,
+        panel=panel,
+        k_min=ws.k_min,
+        hard_per_category=ws.hard_per_category,
+        toxic_per_category=ws.toxic_per_category,
+        seed=seed,
+        panel_max_tokens=ws.max_tokens,
+        progress=False,
+    )
     candidates = _rows(build / "candidates.jsonl")
     moderation = {rec["id"]: rec for rec in _rows(build / "moderation.jsonl")}
     pool = _read(build / "or-bench-80k.jsonl")
@@ -143,20 +175,25 @@ def build_world(
         "n_pool": len(pool),
         "contamination_before": 100 * sum(gt) / len(gt),
         "contamination_after": 100 * sum(truth[r.id] for r in pool) / max(1, len(pool)),
-        "moderator_error": [100 * sum(v[j] != t for v, t in zip(votes, gt)) / len(gt) for j in range(3)],
+        "moderator_error": [
+            100 * sum(v[j] != t for v, t in zip(votes, gt)) / len(gt) for j in range(3)
+        ],
         "ensemble_error": 100 * sum((sum(v) >= 2) != t for v, t in zip(votes, gt)) / len(gt),
         "build": report.summary(),
-    }  # fmt: skip
+    }
     if panel:
         meta = json.loads((build / "metadata.json").read_text(encoding="utf-8"))
         sel = [i for i, k in meta["hard_selection"]["rejections"].items() if k >= ws.k_min]
         hard, toxic = _read(build / "or-bench-hard-1k.jsonl"), _read(build / "or-bench-toxic.jsonl")
         stats.update(
-            n_hard=len(hard), n_toxic=len(toxic),
+            n_hard=len(hard),
+            n_toxic=len(toxic),
             hard_contamination_panel_only=100 * sum(truth[i] for i in sel) / max(1, len(sel)),
             hard_contamination=100 * sum(truth[r.id] for r in hard) / max(1, len(hard)),
-            toxic_truly_toxic=100 * sum(world.is_toxic(r.prompt) for r in toxic) / max(1, len(toxic)),
-        )  # fmt: skip
+            toxic_truly_toxic=100
+            * sum(world.is_toxic(r.prompt) for r in toxic)
+            / max(1, len(toxic)),
+        )
     return {"seed": seed, "stats": stats, "world": world, "pool": pool}
 
 
@@ -182,15 +219,27 @@ def run_world(seed: int, ws: WorldSettings, out: Path, base: Any, tok: Any) -> d
     while len(texts) < ws.n_plain:  # distinct plain benign prompts (the language has 1,920)
         texts[world.plain_benign(rng)] = None
     plain = [ORBenchRecord(t, ws.categories[0], "plain") for t in texts]
-    pool_eval = pool if ws.pool_eval is None or ws.pool_eval >= len(pool) else \
-        random.Random(f"pool-{seed}").sample(pool, ws.pool_eval)  # fmt: skip
+    pool_eval = (
+        pool
+        if ws.pool_eval is None or ws.pool_eval >= len(pool)
+        else random.Random(f"pool-{seed}").sample(pool, ws.pool_eval)
+    )
     models: dict[str, dict[str, Any]] = {}
     for run in ws.population:
         for step, chat in fine_tune(base, tok, world, run, ws.categories).items():
             with torch.no_grad():
-                res = {name: evaluate(chat, recs, max_tokens=ws.max_tokens, progress=False, subset=name)
-                       for name, recs in (("toxic", toxic), ("pool", pool_eval), ("hard", hard),
-                                          ("plain", plain)) if recs}  # fmt: skip
+                res = {
+                    name: evaluate(
+                        chat, recs, max_tokens=ws.max_tokens, progress=False, subset=name
+                    )
+                    for name, recs in (
+                        ("toxic", toxic),
+                        ("pool", pool_eval),
+                        ("hard", hard),
+                        ("plain", plain),
+                    )
+                    if recs
+                }
             models[chat.name] = _model_row(run, step, res)
     return {"seed": seed, "stats": built["stats"], "models": models}
 

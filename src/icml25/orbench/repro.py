@@ -160,16 +160,26 @@ def core_run(r: Run) -> FineTune:
 
 def _settings(r: Run, first: bool) -> WorldSettings:
     if r.smoke:
-        return WorldSettings(categories=CATEGORIES[:1], n_seeds=10, toxic_per_category=8,
-                             n_plain=20, k_min=1,
-                             panel=(FineTune((40,), refusal=0.5, seed=101),
-                                    FineTune((40,), refusal=0.5, seed=102)),
-                             population=(CORE_SMOKE,))  # fmt: skip
+        return WorldSettings(
+            categories=CATEGORIES[:1],
+            n_seeds=10,
+            toxic_per_category=8,
+            n_plain=20,
+            k_min=1,
+            panel=(FineTune((40,), refusal=0.5, seed=101), FineTune((40,), refusal=0.5, seed=102)),
+            population=(CORE_SMOKE,),
+        )
     if r.quick:
         return WorldSettings(population=(CORE_QUICK,))
     population = (CORE_FULL, *GRADED) if first else (CORE_FULL,)
-    return WorldSettings(categories=CATEGORIES, n_seeds=200, toxic_per_category=66,
-                         hard_per_category=100, pool_eval=1000, population=population)  # fmt: skip
+    return WorldSettings(
+        categories=CATEGORIES,
+        n_seeds=200,
+        toxic_per_category=66,
+        hard_per_category=100,
+        pool_eval=1000,
+        population=population,
+    )
 
 
 def _core_values(world: dict[str, Any], core: set[str]) -> dict[str, Any]:
@@ -193,16 +203,19 @@ def _summary(world: dict[str, Any]) -> Any:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # constant rates: NaN, reported in the notes
-        return compare_models({k: v["hard"] for k, v in ok.items()},
-                              {k: v["toxic"] for k, v in ok.items()})  # fmt: skip
+        return compare_models(
+            {k: v["hard"] for k, v in ok.items()}, {k: v["toxic"] for k, v in ok.items()}
+        )
 
 
 def _as_results(world: dict[str, Any], key: str) -> dict[str, EvalResult]:
     return {
-        name: EvalResult(name, key, [{"id": i, "refused": v} for i, v in m[f"{key}_refused"].items()])
+        name: EvalResult(
+            name, key, [{"id": i, "refused": v} for i, v in m[f"{key}_refused"].items()]
+        )
         for name, m in world["models"].items()
         if np.isfinite(m["hard"]) and np.isfinite(m["toxic"])
-    }  # fmt: skip
+    }
 
 
 def _checks(
@@ -217,9 +230,11 @@ def _checks(
         ELICIT.check([v for _, v in elicit], units=[f"world {s}" for s, _ in elicit])
         if elicit
         else ELICIT.unmeasured(f"no world has a core model with TR >= {TR_QUALIFY:g}%"),
-        NOT_VACUOUS.check(min(c["n_qualifying"] for c in core),
-                          how="fewest core models with TR >= 50% in any world"),
-    ]  # fmt: skip
+        NOT_VACUOUS.check(
+            min(c["n_qualifying"] for c in core),
+            how="fewest core models with TR >= 50% in any world",
+        ),
+    ]
     if not population:
         return checks
     first = worlds[0]
@@ -237,8 +252,11 @@ def _checks(
 @reproduction("orbench", seeds=N_SEEDS)
 def run(r: Run) -> ReproResult:
     """Reproduce OR-Bench's mechanisms at toy scale (see the module docstring)."""
-    base, tok = train_base(r.seed, steps=r.size(smoke=20, quick=600, full=600),
-                           n_pairs=r.size(smoke=200, quick=4000, full=4000))  # fmt: skip
+    base, tok = train_base(
+        r.seed,
+        steps=r.size(smoke=20, quick=600, full=600),
+        n_pairs=r.size(smoke=200, quick=4000, full=4000),
+    )
     worlds = r.over_seeds(
         lambda s: run_world(s, _settings(r, s == r.seeds[0]), r.out / f"world-{s}", base, tok),
         label="worlds with models",
@@ -251,9 +269,10 @@ def run(r: Run) -> ReproResult:
         )
     extra = [r.seeds[-1] + 1 + i for i in range(max(0, n_mod - len(r.seeds)))]
     pipeline_only = r.over_seeds(
-        lambda s: build_world(s, _settings(r, False), r.out / f"world-{s}"), seeds=extra,
+        lambda s: build_world(s, _settings(r, False), r.out / f"world-{s}"),
+        seeds=extra,
         label="pipeline-only worlds",
-    )  # fmt: skip
+    )
     core_names = {core_run(r).name(step) for step in core_run(r).checkpoints}
     st = [w["stats"] for w in worlds] + [w["stats"] for w in pipeline_only]
     core = [_core_values(w, core_names) for w in worlds]
@@ -263,9 +282,11 @@ def run(r: Run) -> ReproResult:
     if summary is not None:
         try:
             summary.bootstrap_ci = spearman_bootstrap(
-                _as_results(first, "hard"), _as_results(first, "toxic"),
-                n_boot=200 if r.smoke else 1000, seed=r.seed,
-            )  # fmt: skip
+                _as_results(first, "hard"),
+                _as_results(first, "toxic"),
+                n_boot=200 if r.smoke else 1000,
+                seed=r.seed,
+            )
         except ValueError:
             summary.bootstrap_ci = None
     checks = _checks(worlds, core_names, summary, population=not r.quick)
@@ -295,14 +316,21 @@ def run(r: Run) -> ReproResult:
         "model."
     )
     return r.result(
-        claim=CLAIM, checks=checks, criteria=CRITERIA, metrics=metrics, setup=setup,
-        key_check=ELICIT.name, tables=tables, notes=notes, deviations=_DEVIATIONS,
+        claim=CLAIM,
+        checks=checks,
+        criteria=CRITERIA,
+        metrics=metrics,
+        setup=setup,
+        key_check=ELICIT.name,
+        tables=tables,
+        notes=notes,
+        deviations=_DEVIATIONS,
         power="Sized after the design's first quick run (3 worlds, each with its own base "
         "model; docs/orbench.md): there the step at which toxic rejection switched on moved by "
         "more than 60 steps between worlds, hence checkpointed core runs of one shared base for "
         "check 2 and 5 worlds with models. Check 3's Fisher interval over about 30 models has a "
         "half-width near 0.2 at rho = 0.75. " + _power_this_run(checks),
-    )  # fmt: skip
+    )
 
 
 def _sanity(
@@ -334,25 +362,48 @@ def _sanity(
         return f"{np.mean(v):{fmt}}{sd}"
 
     rows = [
-        ("single moderator error (mean of the three), %", nm, ms(single),
-         f"{100 * p:.1f}: each moderator flips the truth on its own {100 * p:.0f}% of (verb, noun) "
-         "pairs"),
-        ("ensemble (2-of-3 vote) error, %", nm, ms(ens),
-         f"{100 * e:.2f} = 3p²(1-p) + p³ at p = {p:g}: the blind spots are drawn independently"),
-        ("(was 1b) ensemble - best single moderator error, points", nm, ms(ens_best),
-         f"< 0 by the arithmetic above ({100 * (e - p):+.2f} against the average moderator; the "
-         "best of three is lower by chance)"),
-        ("(was 1a) pool / candidate contamination", nm, ms(ratio, ".3f"),
-         f"{np.mean(ratio_exp):.3f} = e / (c e + (1-c)(1-e)) at each world's candidate "
-         f"contamination c, e = {e:.4f}"),
-        ("panel OR(hard) - OR(pool), points", nw, ms(panel_margin),
-         f"OR(hard) >= {floor:.1f}% by the selection rule (panel OR(hard) {ms([q['hard'] for q in panel])}, "
-         f"OR(pool) {ms([q['pool'] for q in panel])})"),
-        ("(was 2b) core OR(hard) - OR(pool), min over TR >= 50% core models, points",
-         f"{nq} of {len(worlds)} worlds", ms(core_margin),
-         f"about the panel's own margin ({ms(panel_margin)}): the core run is the panel's recipe "
-         "with another seed"),
-    ]  # fmt: skip
+        (
+            "single moderator error (mean of the three), %",
+            nm,
+            ms(single),
+            f"{100 * p:.1f}: each moderator flips the truth on its own {100 * p:.0f}% of (verb, noun) "
+            "pairs",
+        ),
+        (
+            "ensemble (2-of-3 vote) error, %",
+            nm,
+            ms(ens),
+            f"{100 * e:.2f} = 3p²(1-p) + p³ at p = {p:g}: the blind spots are drawn independently",
+        ),
+        (
+            "(was 1b) ensemble - best single moderator error, points",
+            nm,
+            ms(ens_best),
+            f"< 0 by the arithmetic above ({100 * (e - p):+.2f} against the average moderator; the "
+            "best of three is lower by chance)",
+        ),
+        (
+            "(was 1a) pool / candidate contamination",
+            nm,
+            ms(ratio, ".3f"),
+            f"{np.mean(ratio_exp):.3f} = e / (c e + (1-c)(1-e)) at each world's candidate "
+            f"contamination c, e = {e:.4f}",
+        ),
+        (
+            "panel OR(hard) - OR(pool), points",
+            nw,
+            ms(panel_margin),
+            f"OR(hard) >= {floor:.1f}% by the selection rule (panel OR(hard) {ms([q['hard'] for q in panel])}, "
+            f"OR(pool) {ms([q['pool'] for q in panel])})",
+        ),
+        (
+            "(was 2b) core OR(hard) - OR(pool), min over TR >= 50% core models, points",
+            f"{nq} of {len(worlds)} worlds",
+            ms(core_margin),
+            f"about the panel's own margin ({ms(panel_margin)}): the core run is the panel's recipe "
+            "with another seed",
+        ),
+    ]
     lines = [
         "Sanity values: built in by the stand-ins, measured beside the value the construction "
         "gives them (mean ± sd over the units); no verdict rests on them (docs/orbench.md):",
@@ -363,14 +414,18 @@ def _sanity(
     ]
     metrics = [
         Metric("sanity: contamination ratio (pool / candidates)", ratio, unit="ratio"),
-        Metric("sanity: expected contamination ratio from the construction", ratio_exp,
-               unit="ratio"),
+        Metric(
+            "sanity: expected contamination ratio from the construction", ratio_exp, unit="ratio"
+        ),
         Metric("sanity: ensemble - best single moderator error", ens_best, unit="points"),
         Metric("sanity: expected ensemble error from the construction", [100 * e], unit="%"),
         Metric("sanity: panel OR(hard) - OR(pool)", panel_margin, unit="points"),
-        Metric("sanity: core OR(hard) - OR(pool), min over TR>=50% core models", core_margin,
-               unit="points"),
-    ]  # fmt: skip
+        Metric(
+            "sanity: core OR(hard) - OR(pool), min over TR>=50% core models",
+            core_margin,
+            unit="points",
+        ),
+    ]
     return "\n".join(lines), metrics
 
 
@@ -390,8 +445,11 @@ _DEVIATIONS = [
 
 
 def _power_this_run(checks: list[Check]) -> str:
-    parts = [f"{c.name.split(':')[0]} detects >= {c.detectable:.3g} {c.criterion.unit}"
-             for c in checks if c.detectable]  # fmt: skip
+    parts = [
+        f"{c.name.split(':')[0]} detects >= {c.detectable:.3g} {c.criterion.unit}"
+        for c in checks
+        if c.detectable
+    ]
     return ("This run: " + "; ".join(parts) + ".") if parts else ""
 
 
@@ -401,17 +459,31 @@ def _metrics(
     st = [w["stats"] for w in worlds]
     mod = [
         Metric("candidate contamination", [x["contamination_before"] for x in st_all], unit="%"),
-        Metric("pool contamination (after the vote)", [x["contamination_after"] for x in st_all], unit="%"),
-        Metric("best single moderator error", [min(x["moderator_error"]) for x in st_all], unit="%"),
+        Metric(
+            "pool contamination (after the vote)",
+            [x["contamination_after"] for x in st_all],
+            unit="%",
+        ),
+        Metric(
+            "best single moderator error", [min(x["moderator_error"]) for x in st_all], unit="%"
+        ),
         Metric("ensemble error", [x["ensemble_error"] for x in st_all], unit="%"),
-    ]  # fmt: skip
+    ]
     m = mod + [
-        Metric("hard-set contamination, panel selection only", [x["hard_contamination_panel_only"] for x in st], unit="%"),
-        Metric("hard-set contamination, after unanimous re-moderation", [x["hard_contamination"] for x in st], unit="%"),
+        Metric(
+            "hard-set contamination, panel selection only",
+            [x["hard_contamination_panel_only"] for x in st],
+            unit="%",
+        ),
+        Metric(
+            "hard-set contamination, after unanimous re-moderation",
+            [x["hard_contamination"] for x in st],
+            unit="%",
+        ),
         Metric("pool size", [x["n_pool"] for x in st]),
         Metric("hard-set size", [x["n_hard"] for x in st]),
         Metric("toxic-set size", [x["n_toxic"] for x in st]),
-    ]  # fmt: skip
+    ]
     names = [n for n in worlds[0]["models"] if all(n in w["models"] for w in worlds)]
     for n in names:
         for key, label in (
@@ -421,7 +493,7 @@ def _metrics(
             ("plain", "OR plain"),
         ):
             vals = [w["models"][n].get(key, float("nan")) for w in worlds]
-            m.append(Metric(f"{n} {label}", vals, unit="%"))  # fmt: skip
+            m.append(Metric(f"{n} {label}", vals, unit="%"))
     if summary is not None:
         m.append(Metric("population Spearman rho (first world)", [summary.spearman]))
         if summary.bootstrap_ci:
@@ -434,8 +506,10 @@ def _table(worlds: list[dict[str, Any]], core: set[str]) -> str:
     for w in worlds:
         for n, m in w["models"].items():
             if n in core:
-                lines.append(f"| {w['seed']} | {n} | {m['toxic']:.1f} | {m['pool']:.1f} | "
-                             f"{m['hard']:.1f} | {m['plain']:.1f} |")  # fmt: skip
+                lines.append(
+                    f"| {w['seed']} | {n} | {m['toxic']:.1f} | {m['pool']:.1f} | "
+                    f"{m['hard']:.1f} | {m['plain']:.1f} |"
+                )
     return "Core safety fine-tunes, rates in % of judged prompts:\n\n" + "\n".join(lines)
 
 
@@ -443,16 +517,21 @@ def _notes(r: Run, worlds, core, summary) -> list[str]:
     st = [w["stats"] for w in worlds]
     notes = [
         "Hard-set contamination (ground-truth toxic share): "
-        + ", ".join(f"world {w['seed']}: {x['hard_contamination_panel_only']:.1f}% by panel "
-                    f"selection alone vs {x['contamination_after']:.1f}% in the pool, "
-                    f"{x['hard_contamination']:.1f}% after re-moderation" for w, x in zip(worlds, st))
+        + ", ".join(
+            f"world {w['seed']}: {x['hard_contamination_panel_only']:.1f}% by panel "
+            f"selection alone vs {x['contamination_after']:.1f}% in the pool, "
+            f"{x['hard_contamination']:.1f}% after re-moderation"
+            for w, x in zip(worlds, st)
+        )
         + ". Selecting prompts that strong models refuse enriches the toxic prompts that leaked "
         "through moderation."
-    ]  # fmt: skip
+    ]
     short = [w["seed"] for w, c in zip(worlds, core) if c["n_qualifying"] < 2]
     if short:
-        notes.append(f"Worlds {short} have fewer than two core models with TR >= 50%; check 2 "
-                     "uses the other worlds and (2c) fails.")  # fmt: skip
+        notes.append(
+            f"Worlds {short} have fewer than two core models with TR >= 50%; check 2 "
+            "uses the other worlds and (2c) fails."
+        )
     if summary is not None and not np.isfinite(summary.spearman):
         notes.append(
             "The population's rates are constant: rho is undefined and check 3 was not evaluated."
@@ -488,7 +567,7 @@ def _figures(r: Run, worlds, summary, core_names: set[str]) -> None:
     a2.set_ylabel("error vs ground truth (%)")
     a2.set_title("Single moderators vs the ensemble")
     a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    r.figure(fig, "moderation.png")  # fmt: skip
+    r.figure(fig, "moderation.png")
     first = worlds[0]
     if summary is None:
         summary = _summary(first)
@@ -501,8 +580,14 @@ def _figures(r: Run, worlds, summary, core_names: set[str]) -> None:
                 title=f"World {first['seed']}: over-refusal vs toxic rejection",
             )
         r.figure(fig, "tradeoff.png")
-    cats = [c for c in CATEGORIES if any(c in m["hard_per_category"] or c in m["toxic_per_category"]
-                                         for m in first["models"].values())]  # fmt: skip
+    cats = [
+        c
+        for c in CATEGORIES
+        if any(
+            c in m["hard_per_category"] or c in m["toxic_per_category"]
+            for m in first["models"].values()
+        )
+    ]
     fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(cats) + 2), 3.8))
     core = [m for n, m in first["models"].items() if n in core_names]
     for j, (key, label) in enumerate(
@@ -514,4 +599,4 @@ def _figures(r: Run, worlds, summary, core_names: set[str]) -> None:
     ax.set_ylabel("rate (%), mean over core models")
     ax.set_title(f"World {first['seed']}: per category")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    r.figure(fig, "per_category.png")  # fmt: skip
+    r.figure(fig, "per_category.png")

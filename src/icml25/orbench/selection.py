@@ -160,8 +160,15 @@ def select_hard(
         order = {r.id: i for i, r in enumerate(hard)}
         hard = sorted(kept, key=lambda r: order[r.id])
     out = [ORBenchRecord(r.prompt, r.category, "hard-1k", r.id, r.toxic_seed) for r in hard]
-    return HardSelection(out, list(panel_results), k_min, rule if remoderate is not False else None,
-                         counts, removed, per_category)  # fmt: skip
+    return HardSelection(
+        out,
+        list(panel_results),
+        k_min,
+        rule if remoderate is not False else None,
+        counts,
+        removed,
+        per_category,
+    )
 
 
 def _refusals(name: str, res: Any, records: list[ORBenchRecord]) -> dict[str, bool]:

@@ -26,21 +26,39 @@ __all__ = [
 #: Fig. 1 of the paper, as plotted by the official ``plot.py``: model -> (rejection rate on
 #: OR-Bench-Hard-1K %, rejection rate on OR-Bench-Toxic %); ``*`` marks the moderator models.
 PAPER_FIGURE1: dict[str, tuple[float, float]] = {
-    "Claude-2.1": (99.80, 100.0), "Claude-3-haiku": (96.28, 99.7),
-    "Claude-3-sonnet": (94.46, 99.7), "Claude-3-opus": (91.00, 98.1),
-    "Claude-3.5-sonnet": (43.8, 96.6), "Gemma-7b": (26.34, 85.5), "Gemma-2-9b": (79.9, 98.5),
-    "Gemma-2-27b": (62.0, 96.8), "Gemini-1.0-pro": (9.71, 78.7),
-    "Gemini-1.5-flash": (84.29, 98.8), "Gemini-1.5-pro*": (88.01, 99.4),
-    "GPT-3.5-turbo-0301": (57.43, 94.7), "GPT-3.5-turbo-0613": (38.40, 92.1),
-    "GPT-3.5-turbo-0125": (12.71, 62.1), "GPT-4-0125-preview": (12.19, 93.0),
-    "GPT-4-turbo-2024-04-09*": (12.78, 96.5), "GPT-4o": (6.78, 84.9),
-    "GPT-4o-2024-08-06": (13.2, 86.1), "Llama-2-7b": (87.48, 99.6), "Llama-2-13b": (91.00, 99.7),
-    "Llama-2-70b": (96.09, 99.7), "Llama-3-8b": (69.36, 95.0), "Llama-3-70b*": (37.74, 78.7),
-    "Llama-3.1-8B": (31.0, 91.0), "Llama-3.1-70B": (2.9, 69.9), "Llama-3.1-405B": (5.7, 79.2),
-    "Mistral-small": (13.30, 79.7), "Mistral-medium": (13.95, 77.5),
-    "Mistral-large": (9.78, 72.8), "Qwen-1.5-7B": (39.24, 85.0), "Qwen-1.5-32B": (50.78, 95.6),
+    "Claude-2.1": (99.80, 100.0),
+    "Claude-3-haiku": (96.28, 99.7),
+    "Claude-3-sonnet": (94.46, 99.7),
+    "Claude-3-opus": (91.00, 98.1),
+    "Claude-3.5-sonnet": (43.8, 96.6),
+    "Gemma-7b": (26.34, 85.5),
+    "Gemma-2-9b": (79.9, 98.5),
+    "Gemma-2-27b": (62.0, 96.8),
+    "Gemini-1.0-pro": (9.71, 78.7),
+    "Gemini-1.5-flash": (84.29, 98.8),
+    "Gemini-1.5-pro*": (88.01, 99.4),
+    "GPT-3.5-turbo-0301": (57.43, 94.7),
+    "GPT-3.5-turbo-0613": (38.40, 92.1),
+    "GPT-3.5-turbo-0125": (12.71, 62.1),
+    "GPT-4-0125-preview": (12.19, 93.0),
+    "GPT-4-turbo-2024-04-09*": (12.78, 96.5),
+    "GPT-4o": (6.78, 84.9),
+    "GPT-4o-2024-08-06": (13.2, 86.1),
+    "Llama-2-7b": (87.48, 99.6),
+    "Llama-2-13b": (91.00, 99.7),
+    "Llama-2-70b": (96.09, 99.7),
+    "Llama-3-8b": (69.36, 95.0),
+    "Llama-3-70b*": (37.74, 78.7),
+    "Llama-3.1-8B": (31.0, 91.0),
+    "Llama-3.1-70B": (2.9, 69.9),
+    "Llama-3.1-405B": (5.7, 79.2),
+    "Mistral-small": (13.30, 79.7),
+    "Mistral-medium": (13.95, 77.5),
+    "Mistral-large": (9.78, 72.8),
+    "Qwen-1.5-7B": (39.24, 85.0),
+    "Qwen-1.5-32B": (50.78, 95.6),
     "Qwen-1.5-72B": (46.94, 94.4),
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -73,8 +91,10 @@ class TradeoffSummary:
             else ""
         )
         lines.append("")
-        lines.append(f"Spearman rho = {self.spearman:.3f} (p = {self.spearman_pvalue:.2g}){ci}; "
-                     f"Pearson r = {self.pearson:.3f}; {len(self.table)} models.")  # fmt: skip
+        lines.append(
+            f"Spearman rho = {self.spearman:.3f} (p = {self.spearman_pvalue:.2g}){ci}; "
+            f"Pearson r = {self.pearson:.3f}; {len(self.table)} models."
+        )
         return "\n".join(lines)
 
 
@@ -93,23 +113,29 @@ def _check_sets(results_hard: Mapping[str, Any], results_toxic: Mapping[str, Any
     """Warn when EvalResults look swapped, are fractions, or carry different judges."""
     hard_subsets = {getattr(r, "subset", None) for r in results_hard.values()} - {None}
     toxic_subsets = {getattr(r, "subset", None) for r in results_toxic.values()} - {None}
-    if "toxic" in hard_subsets or (toxic_subsets and "toxic" not in toxic_subsets
-                                   and toxic_subsets & {"hard-1k", "80k"}):  # fmt: skip
+    if "toxic" in hard_subsets or (
+        toxic_subsets and "toxic" not in toxic_subsets and toxic_subsets & {"hard-1k", "80k"}
+    ):
         warnings.warn(
             f"the over-refusal results are on {sorted(hard_subsets)} and the toxic ones on "
-            f"{sorted(toxic_subsets)}: are the two arguments swapped?", stacklevel=3,
-        )  # fmt: skip
+            f"{sorted(toxic_subsets)}: are the two arguments swapped?",
+            stacklevel=3,
+        )
     judges = set()
     for r in (*results_hard.values(), *results_toxic.values()):
         judges |= getattr(r, "judges", set())
     if len(judges) > 1:
-        warnings.warn(f"the results were judged by different judges {sorted(judges)}: their "
-                      "rates are not comparable", stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"the results were judged by different judges {sorted(judges)}: their "
+            "rates are not comparable",
+            stacklevel=3,
+        )
     rates = [_rate(r) for r in (*results_hard.values(), *results_toxic.values())]
     finite = [x for x in rates if math.isfinite(x)]
     if finite and max(finite) <= 1 and any(x > 0 for x in finite):
-        warnings.warn("every rate is <= 1: rates are percentages (0-100), not fractions",
-                      stacklevel=3)  # fmt: skip
+        warnings.warn(
+            "every rate is <= 1: rates are percentages (0-100), not fractions", stacklevel=3
+        )
 
 
 def _points(
@@ -189,8 +215,12 @@ def compare_models(
     ci = None
     if bootstrap:
         names = [row["model"] for row in rows]
-        ci = spearman_bootstrap({k: results_hard[k] for k in names},
-                                {k: results_toxic[k] for k in names}, n_boot=bootstrap, seed=seed)  # fmt: skip
+        ci = spearman_bootstrap(
+            {k: results_hard[k] for k in names},
+            {k: results_toxic[k] for k in names},
+            n_boot=bootstrap,
+            seed=seed,
+        )
     return TradeoffSummary(rows, rho, p, r, fit, ci, notes)  # type: ignore[arg-type]
 
 
@@ -264,15 +294,28 @@ def plot_tradeoff(
     markers = "os^Dv<>pP*Xh"
     for j, g in enumerate(labels):
         rows = [r for r in summary.table if groups.get(r["model"], "models") == g]
-        ax.scatter([r["over_refusal"] for r in rows], [r["toxic_rejection"] for r in rows],
-                   marker=markers[j % len(markers)], label=g, s=36)  # fmt: skip
+        ax.scatter(
+            [r["over_refusal"] for r in rows],
+            [r["toxic_rejection"] for r in rows],
+            marker=markers[j % len(markers)],
+            label=g,
+            s=36,
+        )
         if annotate and len(summary.table) <= 16:  # more labels would cover each other
             for r in rows:
-                ax.annotate(r["model"], (r["over_refusal"], r["toxic_rejection"]), fontsize=6,
-                            xytext=(3, 2), textcoords="offset points")  # fmt: skip
+                ax.annotate(
+                    r["model"],
+                    (r["over_refusal"], r["toxic_rejection"]),
+                    fontsize=6,
+                    xytext=(3, 2),
+                    textcoords="offset points",
+                )
     if all(math.isfinite(v) for v in summary.quad_fit):
-        xs = np.linspace(min(r["over_refusal"] for r in summary.table),
-                         max(r["over_refusal"] for r in summary.table), 100)  # fmt: skip
+        xs = np.linspace(
+            min(r["over_refusal"] for r in summary.table),
+            max(r["over_refusal"] for r in summary.table),
+            100,
+        )
         ax.plot(xs, np.polyval(summary.quad_fit, xs), "k--", lw=1, label="quadratic fit")
     ax.set_xlabel("over-refusal rate on the hard set (%)")
     ax.set_ylabel("toxic prompt rejection rate (%)")

@@ -29,8 +29,11 @@ def add_parser(sub) -> None:
     inner = top.add_subparsers(dest="proxy_feedback_command", required=True)
     c = inner.add_parser("check", help="which sufficient conditions a proxy meets, with evidence")
     src = c.add_mutually_exclusive_group(required=True)
-    src.add_argument("--world", choices=("hold", "v1_levelsets", "v2_image", "v4_lipschitz"),
-                     help="a synthetic world of the reproduction")  # fmt: skip
+    src.add_argument(
+        "--world",
+        choices=("hold", "v1_levelsets", "v2_image", "v4_lipschitz"),
+        help="a synthetic world of the reproduction",
+    )
     src.add_argument("--expert", metavar="FILE", help="(n, K) expert probabilities (.npy/.csv)")
     c.add_argument("--proxy", metavar="FILE", help="(n, K) proxy probabilities, same rows")
     c.add_argument("--seed", type=int, default=None, help="world seed (default 0)")

@@ -236,8 +236,10 @@ def check_conditions(
     if x is not None and not callable(true_policy) and not callable(proxy_policy):
         nx = len(x)
         if nx != n:
-            raise ValueError(f"x has {nx} rows but the probability tables have {n}; the tables "
-                             "are used as they are (x is only needed for callables)")  # fmt: skip
+            raise ValueError(
+                f"x has {nx} rows but the probability tables have {n}; the tables "
+                "are used as they are (x is only needed for callables)"
+            )
     gen = torch.Generator().manual_seed(seed)
     i = torch.randint(0, n, (n_pairs,), generator=gen)
     j = (i + torch.randint(1, n, (n_pairs,), generator=gen)) % n
@@ -306,7 +308,7 @@ def check_conditions(
             "max_L": max_L,
             "delta": float(delta),
             "far": float(far),
-        },  # fmt: skip
+        },
         n=n,
         n_pairs=n_pairs,
     )

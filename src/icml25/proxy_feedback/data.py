@@ -140,8 +140,10 @@ class PreferenceBatch:
             elif isinstance(r, (tuple, list)) and len(r) == 3:
                 x, w, lo = r
             else:
-                raise TypeError(f"record {i} must be a mapping with keys {keys} or an (x, y_w, y_l) "
-                                f"tuple, got {type(r).__name__}")  # fmt: skip
+                raise TypeError(
+                    f"record {i} must be a mapping with keys {keys} or an (x, y_w, y_l) "
+                    f"tuple, got {type(r).__name__}"
+                )
             xs.append(torch.as_tensor(_copy(x.to_numpy() if hasattr(x, "to_numpy") else x)))
             ws.append(int(w))
             ls.append(int(lo))

@@ -77,8 +77,14 @@ class DiagnosisTask:
         qs = self.prompts(x)
         if tokenizer is not None:
             qs = [self.with_bos(q, tokenizer) for q in qs]
-        return [{"prompt": q, "chosen": " " + self.diseases[int(w)], "rejected": " " + self.diseases[int(lo)]}
-                for q, w, lo in zip(qs, b.y_w, b.y_l)]  # fmt: skip
+        return [
+            {
+                "prompt": q,
+                "chosen": " " + self.diseases[int(w)],
+                "rejected": " " + self.diseases[int(lo)],
+            }
+            for q, w, lo in zip(qs, b.y_w, b.y_l)
+        ]
 
     def _policy(self, which: str):
         if which not in ("proxy", "expert"):
@@ -136,8 +142,17 @@ def prepare_llm_path(
     g = torch.Generator().manual_seed(60_000 + seed)
     texts = task.sft_texts(n_sft, g)
     base = tiny_causal_lm(tok, d_model=64, n_layers=2, n_heads=2, max_positions=16, seed=seed)
-    train_causal_lm(base, tok, texts, steps=sft_steps, batch_size=64, lr=3e-3, max_length=16,
-                    seed=seed, progress=False)  # fmt: skip
+    train_causal_lm(
+        base,
+        tok,
+        texts,
+        steps=sft_steps,
+        batch_size=64,
+        lr=3e-3,
+        max_length=16,
+        seed=seed,
+        progress=False,
+    )
     out: dict[str, Any] = {"tv": {"sft": task.tv(base, tok, n_test, seed)}}
     m = SimplexBottleneckLM(copy.deepcopy(base), bottleneck_dim=bottleneck_dim, seed=seed)
     wu = warmup_bottleneck(m, texts[:1000], warmup_steps, tokenizer=tok, seed=seed)
@@ -145,11 +160,26 @@ def prepare_llm_path(
     out["tv"]["warmed"] = task.tv(m, tok, n_test, seed)
     proxy_pairs = task.pairs(n_proxy_pairs, g, policy="proxy", tokenizer=tok)
     ref = copy.deepcopy(m) if reference else None
-    dpo_stage(m, ref, proxy_pairs, tokenizer=tok, trainable="all", lr=1e-3, beta=beta,
-              steps=stage1_steps, batch_size=32, seed=seed)  # fmt: skip
+    dpo_stage(
+        m,
+        ref,
+        proxy_pairs,
+        tokenizer=tok,
+        trainable="all",
+        lr=1e-3,
+        beta=beta,
+        steps=stage1_steps,
+        batch_size=32,
+        seed=seed,
+    )
     out["tv"]["stage1"] = task.tv(m, tok, n_test, seed)
-    out.update(task=task, tokenizer=tok, base=base, stage1=m,
-               expert_pairs=task.pairs(n_expert, g, policy="expert", tokenizer=tok))  # fmt: skip
+    out.update(
+        task=task,
+        tokenizer=tok,
+        base=base,
+        stage1=m,
+        expert_pairs=task.pairs(n_expert, g, policy="expert", tokenizer=tok),
+    )
     return out
 
 
@@ -169,19 +199,39 @@ def run_llm_path(
     ``π†`` (``{name: {"tv", "off_mass"}}``) and the warm-up's held-out KL."""
     from icml25.proxy_feedback.llm import dpo_stage
 
-    prep = prepare_llm_path(seed, max(ns), beta=beta, reference=reference, n_test=n_test,
-                            **prepare_kw)  # fmt: skip
+    prep = prepare_llm_path(
+        seed, max(ns), beta=beta, reference=reference, n_test=n_test, **prepare_kw
+    )
     task, tok, base, m = prep["task"], prep["tokenizer"], prep["base"], prep["stage1"]
     out: dict[str, Any] = {**prep["tv"], "warmup_heldout_kl": prep["warmup_heldout_kl"]}
     for n in ns:
         pairs = prep["expert_pairs"][:n]
         m2 = copy.deepcopy(m)
-        dpo_stage(m2, copy.deepcopy(m) if reference else None, pairs, tokenizer=tok,
-                  trainable="adapter", lr=stage2_lr, beta=beta, steps=stage2_steps,
-                  batch_size=min(n, 32), seed=seed)  # fmt: skip
+        dpo_stage(
+            m2,
+            copy.deepcopy(m) if reference else None,
+            pairs,
+            tokenizer=tok,
+            trainable="adapter",
+            lr=stage2_lr,
+            beta=beta,
+            steps=stage2_steps,
+            batch_size=min(n, 32),
+            seed=seed,
+        )
         out[f"two_stage@{n}"] = task.tv(m2, tok, n_test, seed)
         b2 = copy.deepcopy(base)
-        dpo_stage(b2, base if reference else None, pairs, tokenizer=tok, trainable="all", lr=1e-3,
-                  beta=beta, steps=stage2_steps, batch_size=min(n, 32), seed=seed)  # fmt: skip
+        dpo_stage(
+            b2,
+            base if reference else None,
+            pairs,
+            tokenizer=tok,
+            trainable="all",
+            lr=1e-3,
+            beta=beta,
+            steps=stage2_steps,
+            batch_size=min(n, 32),
+            seed=seed,
+        )
         out[f"dpo_all@{n}"] = task.tv(b2, tok, n_test, seed)
     return out

@@ -135,8 +135,13 @@ class SimplexBottleneckLM(nn.Module):
         position_ids: Tensor | None = None,
         return_base_logits: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        out = _call_lm(self.model, input_ids, attention_mask, position_ids=position_ids,
-                      output_hidden_states=True)  # fmt: skip
+        out = _call_lm(
+            self.model,
+            input_ids,
+            attention_mask,
+            position_ids=position_ids,
+            output_hidden_states=True,
+        )
         h = out.hidden_states[-1]
         # the simplex maths in float32 or wider, whatever the model's dtype (bf16, fp16, fp64) and
         # even under autocast (MixedPrecision): only the body and the unembedding run low
@@ -303,8 +308,12 @@ def warmup_bottleneck(
 
     def kl(idx: Tensor) -> Tensor:
         with mp.autocast():
-            logits, base = model(input_ids=ids[idx], attention_mask=mask[idx], use_adapter=False,
-                                 return_base_logits=True)  # fmt: skip
+            logits, base = model(
+                input_ids=ids[idx],
+                attention_mask=mask[idx],
+                use_adapter=False,
+                return_base_logits=True,
+            )
         base = torch.log_softmax(base.detach().float(), -1)
         lq = torch.log_softmax(logits.float(), -1)
         per = (base.exp() * (base - lq)).sum(-1)
@@ -352,8 +361,9 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[Any], max_length: int = 256) ->
     for i, r in enumerate(pairs):
         r = check_preference_record(i, r)
         if r["chosen"] == r["rejected"]:
-            raise ValueError(f"record {i}: chosen == rejected ({r['chosen']!r:.60}); a tie carries "
-                             "no preference")  # fmt: skip
+            raise ValueError(
+                f"record {i}: chosen == rejected ({r['chosen']!r:.60}); a tie carries no preference"
+            )
         try:
             t = tokenize_preference(tokenizer, r["prompt"], r["chosen"], r["rejected"])
         except (TypeError, ValueError) as exc:
@@ -406,8 +416,9 @@ def _trainable_parameters(model: nn.Module, trainable: Any) -> list[nn.Parameter
             )
         if not bottleneck:
             if trainable == "adapter":
-                raise TypeError(f"trainable='adapter' needs a SimplexBottleneckLM, got "
-                                f"{type(model).__name__}")  # fmt: skip
+                raise TypeError(
+                    f"trainable='adapter' needs a SimplexBottleneckLM, got {type(model).__name__}"
+                )
             params = list(model.parameters())
         elif trainable == "adapter":
             params = model.adapter_parameters()
@@ -419,8 +430,10 @@ def _trainable_parameters(model: nn.Module, trainable: Any) -> list[nn.Parameter
     params = list(trainable)
     own = {id(p) for p in model.parameters()}
     if not params or not all(isinstance(p, nn.Parameter) and id(p) in own for p in params):
-        raise ValueError("trainable must be 'adapter', 'all' or a non-empty list of the "
-                         "model's own parameters (e.g. its LoRA matrices)")  # fmt: skip
+        raise ValueError(
+            "trainable must be 'adapter', 'all' or a non-empty list of the "
+            "model's own parameters (e.g. its LoRA matrices)"
+        )
     return params
 
 
@@ -472,8 +485,10 @@ def dpo_stage(
     :class:`icml25.proxy_feedback.trainer.SimplexDPOTrainer`."""
     _single_process("dpo_stage")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
-                        f"{type(model).__name__}")  # fmt: skip
+        raise TypeError(
+            f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), got "
+            f"{type(model).__name__}"
+        )
     beta = as_real("beta", beta, low=0, low_open=True)
     disable_dropout = as_bool("disable_dropout", disable_dropout)
     steps = as_int("steps", steps, 1)

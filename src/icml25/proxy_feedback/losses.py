@@ -55,8 +55,12 @@ def preference_nll(
         ref_logp_w = torch.zeros_like(logp_w)
         ref_logp_l = torch.zeros_like(logp_l)
     beta = as_real("beta", beta, low=0, low_open=True)
-    for name, x in (("logp_w", logp_w), ("logp_l", logp_l), ("ref_logp_w", ref_logp_w),
-                    ("ref_logp_l", ref_logp_l)):  # fmt: skip
+    for name, x in (
+        ("logp_w", logp_w),
+        ("logp_l", logp_l),
+        ("ref_logp_w", ref_logp_w),
+        ("ref_logp_l", ref_logp_l),
+    ):
         if isinstance(x, Tensor) and x.is_floating_point() and bool(torch.isnan(x).any()):
             raise ValueError(f"{name} holds NaN log-probabilities")
     _, u = dpo_losses(logp_w, logp_l, ref_logp_w, ref_logp_l, beta)

@@ -258,9 +258,12 @@ class MLPPolicy(nn.Module):
         self.n_outputs = n_outputs = as_int("n_outputs", n_outputs, 2)
         hidden = as_int("hidden", hidden, 1)
         self.net = nn.Sequential(
-            nn.Linear(d_x, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(d_x, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
             nn.Linear(hidden, n_outputs),
-        )  # fmt: skip
+        )
 
     def forward(self, x: Any, use_adapter: bool = True) -> Tensor:
         x = _check_input(x, self.d_x, self.net[0].weight)

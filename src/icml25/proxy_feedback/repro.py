@@ -141,8 +141,9 @@ def measure(
     proxy_world = _ProxyAsTruth(world)
     out: dict[str, Any] = {"tv": {m: {} for m in methods}, "all": {m: {} for m in methods}}
     po = ev(base, use_adapter=False)
-    out["stage1_fit_tv"] = evaluate(base, proxy_world, n_test, torch.Generator().manual_seed(20_000 + seed),
-                                    use_adapter=False)["tv"]  # fmt: skip
+    out["stage1_fit_tv"] = evaluate(
+        base, proxy_world, n_test, torch.Generator().manual_seed(20_000 + seed), use_adapter=False
+    )["tv"]
     out["true_only_variant"] = {}
     for n in ns:
         sub = true[:n]
@@ -206,10 +207,16 @@ def run(r: Run) -> ReproResult:
     )
     res: dict[str, list[dict]] = {}
     for name, world in worlds.items():
-        res[name] = r.over_seeds(lambda s, world=world: measure(world["kw"], s, world["ns"], methods=methods, **sizes),
-                                 label=f"{name}")  # fmt: skip
-    diag_worlds = {"hold": {}, "v1_levelsets": {"scenario": "v1_levelsets"},
-                   "v2_image": {"scenario": "v2_image"}, "v4_lipschitz": {"scenario": "v4_lipschitz"}}  # fmt: skip
+        res[name] = r.over_seeds(
+            lambda s, world=world: measure(world["kw"], s, world["ns"], methods=methods, **sizes),
+            label=f"{name}",
+        )
+    diag_worlds = {
+        "hold": {},
+        "v1_levelsets": {"scenario": "v1_levelsets"},
+        "v2_image": {"scenario": "v2_image"},
+        "v4_lipschitz": {"scenario": "v4_lipschitz"},
+    }
     if not (r.quick or r.smoke):
         diag_worlds["hold_K20"] = {"n_outputs": 20}
     n_diag = r.size(smoke=400, quick=5000, full=5000)
@@ -236,16 +243,30 @@ def run(r: Run) -> ReproResult:
         ),
     ]
     if r.smoke:
-        checks = [c.renamed(c.name.replace("n=35", f"n={small}").replace("@300", f"@{large}")
-                            .replace("@35", f"@{small}").replace("n=1000", f"n={v1_n}")) for c in checks]  # fmt: skip
+        checks = [
+            c.renamed(
+                c.name.replace("n=35", f"n={small}")
+                .replace("@300", f"@{large}")
+                .replace("@35", f"@{small}")
+                .replace("n=1000", f"n={v1_n}")
+            )
+            for c in checks
+        ]
     if "hold_K20" in res:
-        checks.append(SAVES_SAMPLES.check(tv("hold_K20", "true_only", LARGE_N), tv("hold_K20", "two_stage", SMALL_N))
-                      .renamed("hold, K=20: TV(true_only@300) - TV(two_stage@35) > 0.01"))  # fmt: skip
+        checks.append(
+            SAVES_SAMPLES.check(
+                tv("hold_K20", "true_only", LARGE_N), tv("hold_K20", "two_stage", SMALL_N)
+            ).renamed("hold, K=20: TV(true_only@300) - TV(two_stage@35) > 0.01")
+        )
 
     every_seed = {
-        "true_only": sum(a > b for a, b in zip(tv("hold", "true_only", small), tv("hold", "two_stage", small))),
-        "proxy_only": sum(a > b for a, b in zip(tv("hold", "proxy_only", small), tv("hold", "two_stage", small))),
-    }  # fmt: skip
+        "true_only": sum(
+            a > b for a, b in zip(tv("hold", "true_only", small), tv("hold", "two_stage", small))
+        ),
+        "proxy_only": sum(
+            a > b for a, b in zip(tv("hold", "proxy_only", small), tv("hold", "two_stage", small))
+        ),
+    }
     metrics = _metrics(res, worlds, diag)
     tables = [_table(res, worlds), _diag_table(diag)]
     if llm:
@@ -337,11 +358,18 @@ def _metrics(res, worlds, diag) -> list[Metric]:
         for m in runs[0]["tv"]:
             for n in worlds[w]["ns"]:
                 out.append(Metric(f"{w}: TV {m} @ n={n}", [x["tv"][m][n] for x in runs], unit="TV"))
-        out.append(Metric(f"{w}: stage-1 TV to the proxy", [x["stage1_fit_tv"] for x in runs],
-                          unit="TV"))  # fmt: skip
+        out.append(
+            Metric(f"{w}: stage-1 TV to the proxy", [x["stage1_fit_tv"] for x in runs], unit="TV")
+        )
     for w, ds in diag.items():
-        for key in ("levelset_violation", "levelset_spearman", "image_gap_q99", "intrinsic_dim",
-                    "L_hat", "L_hat_rev"):  # fmt: skip
+        for key in (
+            "levelset_violation",
+            "levelset_spearman",
+            "image_gap_q99",
+            "intrinsic_dim",
+            "L_hat",
+            "L_hat_rev",
+        ):
             out.append(Metric(f"{w}: {key}", [d[key] for d in ds]))
     return out
 
@@ -350,8 +378,12 @@ def _table(res, worlds) -> str:
     lines = []
     for w, runs in res.items():
         ms = list(runs[0]["tv"])
-        lines += [f"**{w}**: mean TV to π† (± sd over {len(runs)} seeds) by expert triples n", "",
-                  "| n | " + " | ".join(ms) + " |", "|---|" + "---|" * len(ms)]  # fmt: skip
+        lines += [
+            f"**{w}**: mean TV to π† (± sd over {len(runs)} seeds) by expert triples n",
+            "",
+            "| n | " + " | ".join(ms) + " |",
+            "|---|" + "---|" * len(ms),
+        ]
         for n in worlds[w]["ns"]:
             lines.append(
                 f"| {n} | " + " | ".join(_mean_sd([x["tv"][m][n] for x in runs]) for m in ms) + " |"
@@ -362,13 +394,19 @@ def _table(res, worlds) -> str:
 
 def _llm_table(llm) -> str:
     keys = [k for k, v in llm[0].items() if isinstance(v, dict)]
-    lines = [f"LLM path: next-token TV to π† on 500 test prompts (mean ± sd over {len(llm)} seeds); "
-             "two_stage@n = stage-2 adapter-only DPO on n expert pairs, dpo_all@n = DPO of every "
-             "parameter of the SFT model on the same pairs:", "",
-             "| model | TV | mass off the disease tokens |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        f"LLM path: next-token TV to π† on 500 test prompts (mean ± sd over {len(llm)} seeds); "
+        "two_stage@n = stage-2 adapter-only DPO on n expert pairs, dpo_all@n = DPO of every "
+        "parameter of the SFT model on the same pairs:",
+        "",
+        "| model | TV | mass off the disease tokens |",
+        "|---|---|---|",
+    ]
     for k in keys:
-        lines.append(f"| {k} | {_mean_sd([x[k]['tv'] for x in llm])} | "
-                     f"{_mean_sd([x[k]['off_mass'] for x in llm])} |")  # fmt: skip
+        lines.append(
+            f"| {k} | {_mean_sd([x[k]['tv'] for x in llm])} | "
+            f"{_mean_sd([x[k]['off_mass'] for x in llm])} |"
+        )
     lines.append("")
     lines.append(f"Warm-up held-out KL: {_mean_sd([x['warmup_heldout_kl'] for x in llm])} nats.")
     return "\n".join(lines)
@@ -376,10 +414,13 @@ def _llm_table(llm) -> str:
 
 def _diag_table(diag) -> str:
     keys = ("levelset_violation", "image_gap_q99", "intrinsic_dim", "L_hat", "L_hat_rev")
-    lines = ["Condition diagnostics of each world (mean ± sd over world seeds; "
-             "`check_conditions` on 5000 inputs):", "",
-             "| world | " + " | ".join(keys) + " | conditions held (share of seeds) |",
-             "|---|" + "---|" * (len(keys) + 1)]  # fmt: skip
+    lines = [
+        "Condition diagnostics of each world (mean ± sd over world seeds; "
+        "`check_conditions` on 5000 inputs):",
+        "",
+        "| world | " + " | ".join(keys) + " | conditions held (share of seeds) |",
+        "|---|" + "---|" * (len(keys) + 1),
+    ]
     for w, ds in diag.items():
         held = ", ".join(
             f"{c} {np.mean([d[f'holds_{c}'] for d in ds]):.1f}" for c in ("C1", "C2", "C3", "C4")
@@ -396,10 +437,15 @@ def _matching_n(res, worlds) -> str:
         if w not in res:
             continue
         target = float(np.mean([x["tv"]["two_stage"][SMALL_N] for x in res[w]]))
-        match = [n for n in worlds[w]["ns"]
-                 if np.mean([x["tv"]["true_only"][n] for x in res[w]]) <= target]  # fmt: skip
-        parts.append(f"{w}: expert-only first matches two-stage@35 (mean TV {target:.3f}) at "
-                     + (f"n = {match[0]}" if match else "no grid n (never)"))  # fmt: skip
+        match = [
+            n
+            for n in worlds[w]["ns"]
+            if np.mean([x["tv"]["true_only"][n] for x in res[w]]) <= target
+        ]
+        parts.append(
+            f"{w}: expert-only first matches two-stage@35 (mean TV {target:.3f}) at "
+            + (f"n = {match[0]}" if match else "no grid n (never)")
+        )
     return "Smallest grid n at which expert-only matches: " + "; ".join(parts) + "."
 
 
@@ -438,8 +484,11 @@ def _plot_curve(name: str, runs: list[dict], ns: tuple[int, ...]):
 
 def _plot_conditions(diag):
     plt = pyplot()
-    keys = (("levelset_violation", "C1 level-set violation"), ("image_gap_q99", "C2 image gap q99"),
-            ("L_hat", "C4 L_hat (log)"))  # fmt: skip
+    keys = (
+        ("levelset_violation", "C1 level-set violation"),
+        ("image_gap_q99", "C2 image gap q99"),
+        ("L_hat", "C4 L_hat (log)"),
+    )
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
     names = list(diag)
     for ax, (k, title) in zip(axes, keys):

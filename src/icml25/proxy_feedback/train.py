@@ -145,8 +145,13 @@ def _restart_inits(adapter: nn.Module, restarts: Any, seed: int) -> list[tuple[i
     v = getattr(adapter, "n_vertices", None)
     ident = tuple(range(v)) if v else None
     if not isinstance(adapter, LogLinearAdapter):
-        if not (restarts is None or isinstance(restarts, str) and restarts == "auto"
-                or not isinstance(restarts, (list, tuple, str)) and restarts == 1):  # fmt: skip
+        if not (
+            restarts is None
+            or isinstance(restarts, str)
+            and restarts == "auto"
+            or not isinstance(restarts, (list, tuple, str))
+            and restarts == 1
+        ):
             raise ValueError(
                 f"permutation restarts need the log-linear adapter; {type(adapter).__name__} "
                 f"starts once from the identity (pass restarts='auto' or 1), got {restarts!r}"
@@ -218,22 +223,28 @@ def fit_true_stage(
     adapter = model.adapter
     a_params = model.adapter_parameters()
     if isinstance(adapter, IdentityAdapter) or not a_params:
-        raise ValueError("the model's adapter has no parameters (adapter='identity'); stage 2 "
-                         "needs 'loglinear' or 'mlp'")  # fmt: skip
+        raise ValueError(
+            "the model's adapter has no parameters (adapter='identity'); stage 2 "
+            "needs 'loglinear' or 'mlp'"
+        )
     a_ids = {id(p) for p in a_params}
     others = {n: p for n, p in model.named_parameters() if id(p) not in a_ids}
     shared = [
         n for n, p in model.named_parameters() if id(p) in a_ids and not n.startswith("adapter.")
     ]
     if shared:
-        raise ValueError(f"adapter parameters are shared with the rest of the model ({shared}); "
-                         "stage 2 would change stage-1 parameters")  # fmt: skip
+        raise ValueError(
+            f"adapter parameters are shared with the rest of the model ({shared}); "
+            "stage 2 would change stage-1 parameters"
+        )
     before = {
         n: t.detach().clone() for n, t in model.state_dict().items() if not n.startswith("adapter.")
     }
     if not any(p.requires_grad for p in a_params):
-        raise ValueError("the adapter's parameters are all frozen (requires_grad=False); stage 2 "
-                         "trains the adapter: unfreeze it, or skip stage 2")  # fmt: skip
+        raise ValueError(
+            "the adapter's parameters are all frozen (requires_grad=False); stage 2 "
+            "trains the adapter: unfreeze it, or skip stage 2"
+        )
     flags = {n: p.requires_grad for n, p in model.named_parameters()}
     grads = {n: p.grad for n, p in others.items()}
     inits = _restart_inits(adapter, restarts, seed)
@@ -356,8 +367,9 @@ def fit_true_only(
     batch = _check_batch(model, batch, "the expert data (n)")
     steps = as_int("steps", steps, 1)
     lr = as_real("lr", lr, low=0, low_open=True)
-    return _full_batch(model, list(model.parameters()), batch, steps=steps, lr=lr,
-                       weight_decay=weight_decay)  # fmt: skip
+    return _full_batch(
+        model, list(model.parameters()), batch, steps=steps, lr=lr, weight_decay=weight_decay
+    )
 
 
 def fit_finetune_all(

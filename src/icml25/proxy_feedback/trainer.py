@@ -144,8 +144,10 @@ class SimplexDPOTrainer(GlobalBatchNormalisation, transformers.Trainer):
         **kwargs: Any,
     ) -> None:
         if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), "
-                            f"got {type(model).__name__}")  # fmt: skip
+            raise TypeError(
+                f"model must be an nn.Module (a SimplexBottleneckLM or a causal LM), "
+                f"got {type(model).__name__}"
+            )
         if ref_model is not None and not isinstance(ref_model, nn.Module):
             raise TypeError(
                 f"ref_model must be an nn.Module or None, got {type(ref_model).__name__}"
@@ -153,8 +155,10 @@ class SimplexDPOTrainer(GlobalBatchNormalisation, transformers.Trainer):
         if args is None:
             args = SimplexDPOConfig()
         elif not isinstance(args, transformers.TrainingArguments):
-            raise TypeError(f"args must be a SimplexDPOConfig (TrainingArguments) or None, got "
-                            f"{type(args).__name__}")  # fmt: skip
+            raise TypeError(
+                f"args must be a SimplexDPOConfig (TrainingArguments) or None, got "
+                f"{type(args).__name__}"
+            )
         if processing_class is None:
             raise ValueError("processing_class (the tokenizer) is required: the pairs are text")
         self.beta = float(getattr(args, "beta", SimplexDPOConfig.beta))

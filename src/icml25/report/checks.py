@@ -362,8 +362,12 @@ class Criterion:
         if len(d) == 1:
             # one unit (e.g. `icml25 repro --seeds 1`): no spread, so no interval and no verdict
             iv = stats.Interval(d[0], d[0], d[0], 1, 0.0, self.confidence)
-            check = self._make(iv, f"{what}: a single value among the {self.over}, no spread to "
-                               "build an interval from (run at least 2)", data)  # fmt: skip
+            check = self._make(
+                iv,
+                f"{what}: a single value among the {self.over}, no spread to "
+                "build an interval from (run at least 2)",
+                data,
+            )
             check.verdict = "inconclusive"
             return check
         iv = stats.mean_t_interval(d, self.confidence)

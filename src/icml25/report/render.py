@@ -90,8 +90,12 @@ def render_markdown(
     if meta.get("environment"):
         lines.append(f"Environment: {meta['environment']}")
     if meta.get("warnings"):
-        lines += ["", "**Warnings** (`icml25 report` found stored numbers or criteria that are not "
-                  "what the installed code gives; the checks below are recomputed):", ""]  # fmt: skip
+        lines += [
+            "",
+            "**Warnings** (`icml25 report` found stored numbers or criteria that are not "
+            "what the installed code gives; the checks below are recomputed):",
+            "",
+        ]
         lines += [f"- {_cell(w)}" for w in meta["warnings"]]
         lines.append("")
     if meta.get("kept"):

@@ -38,21 +38,36 @@ def _cfg(config: RLTHFConfig | None, **changes: Any) -> RLTHFConfig:
     return dataclasses.replace(config or RLTHFConfig(), **changes)
 
 
-def _fit_once(pairs: PreferencePairs, labels: np.ndarray, reward_model: Any,
-              test_pairs: PreferencePairs | None, seed: int, what: str) -> RLTHFResult:  # fmt: skip
+def _fit_once(
+    pairs: PreferencePairs,
+    labels: np.ndarray,
+    reward_model: Any,
+    test_pairs: PreferencePairs | None,
+    seed: int,
+    what: str,
+) -> RLTHFResult:
     valid = ~pairs.identical() & (labels >= 0)
     idx = np.flatnonzero(valid)
     reward_model.fit(pairs, idx, labels[idx], None, seed=seed * 1000)
     weights = valid.astype(np.float64)
     z = np.where(valid, labels, -1).astype(np.int8)
-    row = {"iteration": 0, "method": what, "kept_fraction": float(valid.mean()),
-           "test_accuracy": preference_accuracy(reward_model, test_pairs)}  # fmt: skip
+    row = {
+        "iteration": 0,
+        "method": what,
+        "kept_fraction": float(valid.mean()),
+        "test_accuracy": preference_accuracy(reward_model, test_pairs),
+    }
     row["human_fraction"] = 1.0 if what == "full_human" else 0.0
     return RLTHFResult(pairs, z, weights, valid, np.zeros(0, dtype=np.int64), [row], reward_model)
 
 
-def run_ai_only(pairs: PreferencePairs, ai_labels: Any, reward_model: Any,
-                test_pairs: PreferencePairs | None = None, seed: int = 0) -> RLTHFResult:  # fmt: skip
+def run_ai_only(
+    pairs: PreferencePairs,
+    ai_labels: Any,
+    reward_model: Any,
+    test_pairs: PreferencePairs | None = None,
+    seed: int = 0,
+) -> RLTHFResult:
     """The reward model trained on every AI label (weight 1), no human."""
     from icml25.rlthf.data import check_binary_labels
 
@@ -60,8 +75,12 @@ def run_ai_only(pairs: PreferencePairs, ai_labels: Any, reward_model: Any,
     return _fit_once(pairs, z, reward_model, test_pairs, seed, "ai_only")
 
 
-def run_full_human(pairs: PreferencePairs, reward_model: Any,
-                   test_pairs: PreferencePairs | None = None, seed: int = 0) -> RLTHFResult:  # fmt: skip
+def run_full_human(
+    pairs: PreferencePairs,
+    reward_model: Any,
+    test_pairs: PreferencePairs | None = None,
+    seed: int = 0,
+) -> RLTHFResult:
     """The reward model trained on every human label (the pool's ``human_labels``)."""
     if pairs.human_labels is None:
         raise ValueError("run_full_human needs pairs.human_labels")
@@ -81,15 +100,24 @@ def run_uncertainty(pairs, ai_labels, human, reward_model, config=None, test_pai
     return run_rlthf(pairs, ai_labels, None, human, reward_model, cfg, test_pairs, **kw)
 
 
-def run_self_confidence(pairs, ai_labels, human, reward_model, budget: float = 0.06,
-                        config=None, test_pairs=None, **kw):  # fmt: skip
+def run_self_confidence(
+    pairs, ai_labels, human, reward_model, budget: float = 0.06, config=None, test_pairs=None, **kw
+):
     """Confident learning: cross-fitted (``config.cv_folds``) margins of every AI label, the
     ``budget`` fraction with the lowest sent to the human in one shot; no sanitization,
     weight 1."""
-    budget = as_real("budget (a fraction of the pool, e.g. 0.06 for 6 %)", budget, low=0, high=1,
-                     low_open=True)  # fmt: skip
-    cfg = _cfg(config, selection="self_confidence", sanitize=None, amplification=1.0,
-               iterations=1, schedule="constant", budget_per_iter=budget)  # fmt: skip
+    budget = as_real(
+        "budget (a fraction of the pool, e.g. 0.06 for 6 %)", budget, low=0, high=1, low_open=True
+    )
+    cfg = _cfg(
+        config,
+        selection="self_confidence",
+        sanitize=None,
+        amplification=1.0,
+        iterations=1,
+        schedule="constant",
+        budget_per_iter=budget,
+    )
     return run_rlthf(pairs, ai_labels, None, human, reward_model, cfg, test_pairs, **kw)
 
 

@@ -21,21 +21,37 @@ from pathlib import Path
 def add_parser(sub) -> None:
     top = sub.add_parser("rlthf", help="RLTHF data curation on your own preference data (paper 18)")
     inner = top.add_subparsers(dest="rlthf_command", required=True)
-    p = inner.add_parser("curate", help="AI labels + targeted human feedback -> curated TRL rows",
-                         description=__doc__.split("\n\n")[0])  # fmt: skip
-    p.add_argument("--pairs", required=True, help="TRL preference rows: .jsonl/.json/.csv/.parquet "
-                   "or a datasets folder; 'chosen' is the human preference")  # fmt: skip
-    p.add_argument("--labeler", required=True,
-                   help="AI labeller: openai:MODEL (with --base-url) or hf:PATH (a local chat "
-                   "model; labels from the next-token probabilities of A and B)")  # fmt: skip
+    p = inner.add_parser(
+        "curate",
+        help="AI labels + targeted human feedback -> curated TRL rows",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "--pairs",
+        required=True,
+        help="TRL preference rows: .jsonl/.json/.csv/.parquet "
+        "or a datasets folder; 'chosen' is the human preference",
+    )
+    p.add_argument(
+        "--labeler",
+        required=True,
+        help="AI labeller: openai:MODEL (with --base-url) or hf:PATH (a local chat "
+        "model; labels from the next-token probabilities of A and B)",
+    )
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint for openai:MODEL")
     p.add_argument("--api-key", default=None, help="API key (default: $OPENAI_API_KEY)")
     p.add_argument("--guidelines", default="", help="task guidelines for the AI labeller")
-    p.add_argument("--human", default="dataset",
-                   help="'dataset' (the rows' own chosen side) or csv:FILE (a real annotator)")  # fmt: skip
-    p.add_argument("--rm", default="minilm",
-                   help="reward model: minilm, hashing, or a path to a sequence-classification "
-                   "checkpoint (fine-tuned from it each iteration)")  # fmt: skip
+    p.add_argument(
+        "--human",
+        default="dataset",
+        help="'dataset' (the rows' own chosen side) or csv:FILE (a real annotator)",
+    )
+    p.add_argument(
+        "--rm",
+        default="minilm",
+        help="reward model: minilm, hashing, or a path to a sequence-classification "
+        "checkpoint (fine-tuned from it each iteration)",
+    )
     p.add_argument("--iterations", type=int, default=3, help="RLTHF iterations (3)")
     p.add_argument("--budget", type=float, default=0.02, help="human fraction per iteration (0.02)")
     p.add_argument("--amplification", type=float, default=5.0, help="human-label weight (5)")
@@ -99,9 +115,13 @@ def _cmd_curate(args: argparse.Namespace) -> int:
         if args.concurrency < 1:
             raise ValueError(f"--concurrency must be >= 1, got {args.concurrency}")
         pairs = PreferencePairs.from_trl(args.pairs, seed=args.seed)
-        config = RLTHFConfig(iterations=args.iterations, budget_per_iter=args.budget,
-                             amplification=args.amplification, backoff_ratio=args.backoff_ratio,
-                             seed=args.seed)  # fmt: skip
+        config = RLTHFConfig(
+            iterations=args.iterations,
+            budget_per_iter=args.budget,
+            amplification=args.amplification,
+            backoff_ratio=args.backoff_ratio,
+            seed=args.seed,
+        )
         kind, _, name = args.labeler.partition(":")
         if kind == "openai" and name:
             from icml25.llm import OpenAIChat
@@ -125,12 +145,18 @@ def _cmd_curate(args: argparse.Namespace) -> int:
         rm = _reward_model(args, out)
     except (ValueError, TypeError, OSError) as exc:
         args.parser.error(str(exc))
-    labeler = ChatLabeler(backend, args.guidelines, cache_path=out / "ai_labels.jsonl",
-                          concurrency=args.concurrency, progress=not args.quiet)  # fmt: skip
+    labeler = ChatLabeler(
+        backend,
+        args.guidelines,
+        cache_path=out / "ai_labels.jsonl",
+        concurrency=args.concurrency,
+        progress=not args.quiet,
+    )
     ai, conf = labeler.label(pairs, None)
     try:
-        result = run_rlthf(pairs, ai, conf, human, rm, config, checkpoint_dir=out,
-                           progress=not args.quiet)  # fmt: skip
+        result = run_rlthf(
+            pairs, ai, conf, human, rm, config, checkpoint_dir=out, progress=not args.quiet
+        )
     except AnnotationPending as exc:
         print(f"waiting for the annotator: {exc}")
         return 3
@@ -142,6 +168,8 @@ def _cmd_curate(args: argparse.Namespace) -> int:
             f.write(json.dumps(row) + "\n")
     (out / "history.json").write_text(json.dumps(result.history, indent=1), encoding="utf-8")
     last = result.history[-1]
-    print(f"curated {len(rows)} of {len(pairs)} pairs ({last['human_fraction']:.1%} human) -> "
-          f"{out / 'curated.jsonl'}")  # fmt: skip
+    print(
+        f"curated {len(rows)} of {len(pairs)} pairs ({last['human_fraction']:.1%} human) -> "
+        f"{out / 'curated.jsonl'}"
+    )
     return 0

@@ -166,8 +166,11 @@ class PreferencePairs:
                 user = [{"role": "user", "content": p}]
                 ca = [{"role": "assistant", "content": c}]
                 ra = [{"role": "assistant", "content": r}]
-                row = {"chosen": user + ca, "rejected": user + ra} if implicit_prompt else {
-                    "prompt": user, "chosen": ca, "rejected": ra}  # fmt: skip
+                row = (
+                    {"chosen": user + ca, "rejected": user + ra}
+                    if implicit_prompt
+                    else {"prompt": user, "chosen": ca, "rejected": ra}
+                )
             elif implicit_prompt:
                 row = {"chosen": p + separator + c, "rejected": p + separator + r}
             else:
@@ -233,8 +236,11 @@ def _unpack(i: int, row: Any, separator: str) -> tuple[str, str, str]:
         p = _message_text(i, "prompt", row["prompt"], None)
         if isinstance(row["prompt"], str) and separator and p.endswith(separator):
             p = p[: -len(separator)]
-        return p, _message_text(i, "chosen", c, "assistant"), _message_text(
-            i, "rejected", r, "assistant")  # fmt: skip
+        return (
+            p,
+            _message_text(i, "chosen", c, "assistant"),
+            _message_text(i, "rejected", r, "assistant"),
+        )
     # implicit prompt: the common prefix of the two texts (conversational: the shared turns)
     if isinstance(c, list) and isinstance(r, list):
         k = 0

@@ -138,8 +138,12 @@ class RewardDistribution:
         return np.array([self.position(i) for i in np.asarray(indices).tolist()], dtype=np.int64)
 
     def bends(self) -> dict[str, int]:
-        return {"zero_crossing": self.zero_crossing, "upper_bend": self.upper_bend,
-                "lower_bend": self.lower_bend, "n": len(self)}  # fmt: skip
+        return {
+            "zero_crossing": self.zero_crossing,
+            "upper_bend": self.upper_bend,
+            "lower_bend": self.lower_bend,
+            "n": len(self),
+        }
 
 
 def window_accuracy(
@@ -155,8 +159,9 @@ def window_accuracy(
     from icml25.rlthf.data import check_binary_labels
 
     if np.ndim(ai_labels) != 1:
-        raise ValueError(f"ai_labels must be 1-D (one label per pool pair), got shape "
-                         f"{np.shape(ai_labels)}")  # fmt: skip
+        raise ValueError(
+            f"ai_labels must be 1-D (one label per pool pair), got shape {np.shape(ai_labels)}"
+        )
     ai = check_binary_labels(ai_labels, len(ai_labels), "ai_labels", allow_invalid=True)
     hu = check_binary_labels(human_labels, len(ai), "human_labels", allow_invalid=True)
     if len(dist) and int(dist.order.max()) >= len(ai):

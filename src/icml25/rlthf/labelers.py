@@ -139,8 +139,10 @@ class CSVHumanLabeler:
                 "'label' column with A, B or tie, then run again)"
             )
         self.calls += len(idx)
-        return (np.array([answers[int(i)] for i in idx], dtype=np.int8),
-                np.ones(len(idx), dtype=np.float32))  # fmt: skip
+        return (
+            np.array([answers[int(i)] for i in idx], dtype=np.int8),
+            np.ones(len(idx), dtype=np.float32),
+        )
 
     def _indices(self) -> list[int]:
         with open(self.path, newline="", encoding="utf-8-sig") as f:
@@ -172,8 +174,15 @@ class CSVHumanLabeler:
             w = csv.writer(f)
             w.writerow(["index", "prompt", "response_a", "response_b", "label"])
             for i in idx.tolist():
-                w.writerow([i, pairs.prompts[i], pairs.responses_a[i], pairs.responses_b[i],
-                            inv.get(answers.get(i), "")])  # fmt: skip
+                w.writerow(
+                    [
+                        i,
+                        pairs.prompts[i],
+                        pairs.responses_a[i],
+                        pairs.responses_b[i],
+                        inv.get(answers.get(i), ""),
+                    ]
+                )
         os.replace(tmp, self.path)
 
 
@@ -193,8 +202,12 @@ class SyntheticLabeler:
     ``utility(prompt, response) -> float``; ``beta = inf`` gives the deterministic comparison
     (ties -> -1). Confidence is ``max(p, 1 - p)``."""
 
-    def __init__(self, utility: Callable[[str, str], float], beta: float = 3.0,
-                 rng: np.random.Generator | int | None = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        utility: Callable[[str, str], float],
+        beta: float = 3.0,
+        rng: np.random.Generator | int | None = 0,
+    ) -> None:
         if not callable(utility):
             raise TypeError("utility must be callable: utility(prompt, response) -> float")
         beta = as_real("beta (or inf)", beta, low=0, low_open=True, finite=False)
@@ -203,8 +216,13 @@ class SyntheticLabeler:
 
     def label(self, pairs: PreferencePairs, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         idx = _pairs_and_indices(pairs, indices)
-        d = np.array([self.utility(pairs.prompts[i], pairs.responses_a[i])
-                      - self.utility(pairs.prompts[i], pairs.responses_b[i]) for i in idx])  # fmt: skip
+        d = np.array(
+            [
+                self.utility(pairs.prompts[i], pairs.responses_a[i])
+                - self.utility(pairs.prompts[i], pairs.responses_b[i])
+                for i in idx
+            ]
+        )
         if np.isinf(self.beta):
             z = np.where(d > 0, 1, np.where(d < 0, 0, -1)).astype(np.int8)
             return z, np.ones(len(idx), dtype=np.float32)
@@ -277,8 +295,9 @@ class ChatLabeler:
 
     def messages(self, prompt: str, a: str, b: str) -> list[dict[str, str]]:
         guide = f"Guidelines:\n{self.guidelines}\n\n" if self.guidelines else ""
-        user = (f"{guide}User request:\n{prompt}\n\nResponse A:\n{a}\n\nResponse B:\n{b}\n\n"
-                f"{QUESTION}")  # fmt: skip
+        user = (
+            f"{guide}User request:\n{prompt}\n\nResponse A:\n{a}\n\nResponse B:\n{b}\n\n{QUESTION}"
+        )
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
     def _ask(self, prompt: str, a: str, b: str) -> tuple[str | None, float | None, list[str]]:
@@ -333,24 +352,34 @@ class ChatLabeler:
         from icml25.llm.store import backend_identity, describe
 
         idx = _pairs_and_indices(pairs, indices)
-        items = [(int(i), pairs.prompts[i], pairs.responses_a[i], pairs.responses_b[i])
-                 for i in idx]  # fmt: skip
+        items = [
+            (int(i), pairs.prompts[i], pairs.responses_a[i], pairs.responses_b[i]) for i in idx
+        ]
         keys = {it: self._key(it) for it in items}
         results: dict[str, dict[str, Any]] = {}
         if self.cache_path is not None:
             # each row is stamped with the labeller that made it (backend identity incl. its
             # extra_body, prompt, sampling): another labeller sharing the file asks afresh, its
             # rows kept apart (docs/rlthf.md)
-            store = JsonlStore(self.cache_path, key="item", settings=self._settings(describe, backend_identity),
-                               on_mismatch="separate")  # fmt: skip
+            store = JsonlStore(
+                self.cache_path,
+                key="item",
+                settings=self._settings(describe, backend_identity),
+                on_mismatch="separate",
+            )
         else:
             store = JsonlStore(_memory_path(), key="item")
         try:
             report = run_resumable(
-                items, self._one, store, key=lambda _j, it: {"item": keys[it], "index": it[0]},
-                concurrency=self.concurrency, retry_errors=True, progress=self.progress,
+                items,
+                self._one,
+                store,
+                key=lambda _j, it: {"item": keys[it], "index": it[0]},
+                concurrency=self.concurrency,
+                retry_errors=True,
+                progress=self.progress,
                 desc="AI labels",
-            )  # fmt: skip
+            )
             for it in items:
                 rec = store.get({"item": keys[it]})
                 if rec is not None and "label" in rec:
@@ -366,8 +395,10 @@ class ChatLabeler:
                 if self.cache_path is not None
                 else (" are in this exception's .results (pass cache_path= to keep them on disk)")
             )
-            exc.args = (f"{report.summary()}; the answers received{kept}; call label() again "
-                        "(or rerun) to ask only for the failed pairs",)  # fmt: skip
+            exc.args = (
+                f"{report.summary()}; the answers received{kept}; call label() again "
+                "(or rerun) to ask only for the failed pairs",
+            )
             raise exc
         labels = np.array([results[keys[it]]["label"] for it in items], dtype=np.int8)
         conf = np.array([results[keys[it]]["confidence"] for it in items], dtype=np.float32)
@@ -379,17 +410,21 @@ class ChatLabeler:
             "backend": {**backend_identity(self.backend), "identity": describe(self.backend)},
             "judge": self._judge,
             "prompt": {"system": SYSTEM, "question": QUESTION, "guidelines": self.guidelines},
-            "sampling": {"temperature": 0.0, "max_tokens": 4}, "use_logprobs": self.use_logprobs,
-            "max_retries": self.max_retries, "swap_check": self.swap_check,
-        }  # fmt: skip
+            "sampling": {"temperature": 0.0, "max_tokens": 4},
+            "use_logprobs": self.use_logprobs,
+            "max_retries": self.max_retries,
+            "swap_check": self.swap_check,
+        }
 
     def _key(self, item: tuple[int, str, str, str]) -> str:
         """The record key: the judge (its cache identity, e.g. the model name and for a local
         model a fingerprint of its weights), how it is asked, and the pair. Another judge
         sharing ``cache_path`` asks afresh instead of reusing these answers."""
         _, p, a, b = item
-        text = (f"{self._judge}\0{self.use_logprobs}\0{self.max_retries}\0{self.guidelines}"
-                f"\0{p}\0{a}\0{b}\0{self.swap_check}")  # fmt: skip
+        text = (
+            f"{self._judge}\0{self.use_logprobs}\0{self.max_retries}\0{self.guidelines}"
+            f"\0{p}\0{a}\0{b}\0{self.swap_check}"
+        )
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
     @property

@@ -173,9 +173,11 @@ class RLTHFResult:
 
     def __repr__(self) -> str:
         acc = self.test_accuracy()
-        return (f"RLTHFResult(pairs={len(self.pairs)}, human={len(self.human_indices)}, "
-                f"kept={int(self.kept_mask.sum())}, iterations={max(len(self.history) - 1, 0)}, "
-                f"test_accuracy={'None' if acc is None else f'{acc:.4f}'})")  # fmt: skip
+        return (
+            f"RLTHFResult(pairs={len(self.pairs)}, human={len(self.human_indices)}, "
+            f"kept={int(self.kept_mask.sum())}, iterations={max(len(self.history) - 1, 0)}, "
+            f"test_accuracy={'None' if acc is None else f'{acc:.4f}'})"
+        )
 
     def curated_trl(self, weights: bool = True, **kwargs: Any) -> list[dict[str, Any]]:
         """The curated training set as TRL rows; keyword arguments go to
@@ -211,8 +213,14 @@ def preference_correct(reward_model: Any, test_pairs: PreferencePairs) -> np.nda
     return (np.asarray(m) > 0).astype(np.float64)
 
 
-def cross_fit_margins(reward_model: Any, pairs: PreferencePairs, indices: Any, labels: Any,
-                      folds: int = 5, seed: int = 0) -> np.ndarray:  # fmt: skip
+def cross_fit_margins(
+    reward_model: Any,
+    pairs: PreferencePairs,
+    indices: Any,
+    labels: Any,
+    folds: int = 5,
+    seed: int = 0,
+) -> np.ndarray:
     """Out-of-fold margins: each fold scored by a model fitted on the other folds (the
     out-of-sample probabilities confident learning needs, ``sigma(m)``)."""
     folds = as_int("folds", folds, 2)  # cross-fitting needs two folds
@@ -359,10 +367,18 @@ def run_rlthf(
     cfg_d = _config_dict(config)
     if config.schedule == "constant":
         cfg_d.pop("iterations")  # a resumed constant-schedule run may be extended
-    ident = {"config": cfg_d, "pool": pairs.fingerprint(), "ai": _digest(ai),
-             "reward_model": _rm_identity(reward_model)}  # fmt: skip
-    what = {"config": "configuration (RLTHFConfig)", "pool": "pool of pairs",
-            "ai": "AI labels", "reward_model": "reward model (type and name)"}  # fmt: skip
+    ident = {
+        "config": cfg_d,
+        "pool": pairs.fingerprint(),
+        "ai": _digest(ai),
+        "reward_model": _rm_identity(reward_model),
+    }
+    what = {
+        "config": "configuration (RLTHFConfig)",
+        "pool": "pool of pairs",
+        "ai": "AI labels",
+        "reward_model": "reward model (type and name)",
+    }
     pending: dict[str, Any] | None = None  # human answers of an iteration cut before its end
     if ckpt is not None and ckpt.exists():
         with open(ckpt, encoding="utf-8") as f:
@@ -393,10 +409,20 @@ def run_rlthf(
 
     def save(pending_now: dict[str, Any] | None = None) -> None:
         if ckpt is not None:
-            _write_state(ckpt, {**ident, "human": sorted(human_lab.items()),
-                                "flipped": sorted(flipped.items()), "order": order,
-                                "dropped": np.flatnonzero(dropped).tolist(), "history": history,
-                                "done": done, "stop": stop, "pending": pending_now})  # fmt: skip
+            _write_state(
+                ckpt,
+                {
+                    **ident,
+                    "human": sorted(human_lab.items()),
+                    "flipped": sorted(flipped.items()),
+                    "order": order,
+                    "dropped": np.flatnonzero(dropped).tolist(),
+                    "history": history,
+                    "done": done,
+                    "stop": stop,
+                    "pending": pending_now,
+                },
+            )
 
     def labels_now() -> np.ndarray:
         z = ai.astype(np.int8).copy()
@@ -454,8 +480,12 @@ def run_rlthf(
         if callback is not None:
             callback(0, history[-1])
     t_range = range(done + 1, config.iterations + 1)
-    for t in track(t_range, "RLTHF iterations", total=len(t_range),
-                   disable=None if progress is None else not progress):  # fmt: skip
+    for t in track(
+        t_range,
+        "RLTHF iterations",
+        total=len(t_range),
+        disable=None if progress is None else not progress,
+    ):
         if stop:
             break
         t_start = time.perf_counter()
@@ -472,8 +502,10 @@ def run_rlthf(
         dist = RewardDistribution(m, pool, config.smoothing_window)
         if keep_distributions:
             distributions.append(dist)
-        extra: dict[str, Any] = {**dist.bends(), "p_drop": drop_position(
-            dist, config.sanitize, config.backoff_ratio)}  # fmt: skip
+        extra: dict[str, Any] = {
+            **dist.bends(),
+            "p_drop": drop_position(dist, config.sanitize, config.backoff_ratio),
+        }
         if config.self_improvement:
             tail = dist.order[dist.lower_bend :]
             for i in tail.tolist():
@@ -491,8 +523,9 @@ def run_rlthf(
                 b, stop = len(pool), True
             oof = None
             if config.selection == "self_confidence":
-                oof = cross_fit_margins(reward_model, pairs, pool, z[pool], config.cv_folds,
-                                        config.seed * 1000 + t)  # fmt: skip
+                oof = cross_fit_margins(
+                    reward_model, pairs, pool, z[pool], config.cv_folds, config.seed * 1000 + t
+                )
             if pending is not None and int(pending["iteration"]) == t:
                 new = np.asarray(pending["indices"], dtype=np.int64)
                 got = np.asarray(pending["labels"], dtype=np.int8)
@@ -500,8 +533,7 @@ def run_rlthf(
                 rng = np.random.default_rng([config.seed, t])
                 new = select_targets(dist, b, config.selection, rng=rng, oof_margins=oof)
                 got, _ = human.label(pairs, new)
-                got = check_binary_labels(got, len(new), "the human's labels",
-                                          allow_invalid=True)  # fmt: skip
+                got = check_binary_labels(got, len(new), "the human's labels", allow_invalid=True)
             pending = None
             for i, v in zip(new.tolist(), got.tolist()):
                 human_lab[i] = int(v)
@@ -553,9 +585,11 @@ def _rm_identity(reward_model: Any) -> str:
 def _region_accuracy(dist: RewardDistribution, ai: np.ndarray, human: np.ndarray) -> dict[str, Any]:
     """AI-label accuracy above the upper bend, between the bends and below the lower bend."""
     out: dict[str, Any] = {}
-    for name, (lo, hi) in {"head": (0, dist.upper_bend),
-                           "middle": (dist.upper_bend, dist.lower_bend),
-                           "tail": (dist.lower_bend, len(dist))}.items():  # fmt: skip
+    for name, (lo, hi) in {
+        "head": (0, dist.upper_bend),
+        "middle": (dist.upper_bend, dist.lower_bend),
+        "tail": (dist.lower_bend, len(dist)),
+    }.items():
         seg = dist.order[lo:hi]
         out[f"ai_accuracy_{name}"] = float(np.mean(ai[seg] == human[seg])) if len(seg) else None
     return out

@@ -97,8 +97,13 @@ def minilm_encoder(
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for s in range(0, len(order), batch_size):
             rows = order[s : s + batch_size]
-            enc = tok([texts[i] for i in rows], padding=True, truncation=True, max_length=256,
-                      return_tensors="pt").to(dev)  # fmt: skip
+            enc = tok(
+                [texts[i] for i in rows],
+                padding=True,
+                truncation=True,
+                max_length=256,
+                return_tensors="pt",
+            ).to(dev)
             with torch.inference_mode():
                 h = model(**enc).last_hidden_state.float()
             m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
@@ -295,11 +300,21 @@ class EmbeddingRewardModel:
         prompts, chosen, rejected = pairs.oriented(idx, z)
         rx, rc, rr = self._rows(prompts), self._rows(chosen), self._rows(rejected)
         dev = self.device
-        return (torch.from_numpy(rx).to(dev), torch.from_numpy(rc).to(dev),
-                torch.from_numpy(rr).to(dev))  # fmt: skip
+        return (
+            torch.from_numpy(rx).to(dev),
+            torch.from_numpy(rc).to(dev),
+            torch.from_numpy(rr).to(dev),
+        )
 
-    def fit(self, pairs: PreferencePairs, indices: Any, labels: Any, weights: Any = None,
-            seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
+    def fit(
+        self,
+        pairs: PreferencePairs,
+        indices: Any,
+        labels: Any,
+        weights: Any = None,
+        seed: int = 0,
+        warm_start: bool = False,
+    ) -> None:
         """Train a fresh head (seeded by ``seed``; ``warm_start``: continue the last one) on the
         pairs at ``indices`` oriented by ``labels`` with per-pair loss ``weights``
         (:func:`weighted_bt_loss`)."""
@@ -369,8 +384,10 @@ class EmbeddingRewardModel:
         rq, rr = self._rows(qs), self._rows(rs)
         table = self._device_table()
         with torch.inference_mode():
-            r = head(table[torch.from_numpy(rq).to(self.device)],
-                     table[torch.from_numpy(rr).to(self.device)])  # fmt: skip
+            r = head(
+                table[torch.from_numpy(rq).to(self.device)],
+                table[torch.from_numpy(rr).to(self.device)],
+            )
         return r.double().cpu().tolist()
 
 
@@ -465,8 +482,9 @@ class TrainableHFRewardModel:
 
         if self.model is None:
             raise RuntimeError("this reward model is not fitted yet: call fit(...) first")
-        return HFRewardModel(self.model, self.tokenizer, batch_size=self.batch_size,
-                             max_length=self.max_length)  # fmt: skip
+        return HFRewardModel(
+            self.model, self.tokenizer, batch_size=self.batch_size, max_length=self.max_length
+        )
 
     def _fresh(self, seed: int):
         with torch.random.fork_rng(devices=[]):
@@ -477,8 +495,15 @@ class TrainableHFRewardModel:
             model = model.to(dtype=self.dtype)
         return model.to(self.device)
 
-    def fit(self, pairs: PreferencePairs, indices: Any, labels: Any, weights: Any = None,
-            seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
+    def fit(
+        self,
+        pairs: PreferencePairs,
+        indices: Any,
+        labels: Any,
+        weights: Any = None,
+        seed: int = 0,
+        warm_start: bool = False,
+    ) -> None:
         """Fine-tune from the initial checkpoint (``warm_start``: from the last fit) on the pairs
         at ``indices`` oriented by ``labels``, weighted by ``weights`` (:func:`weighted_bt_loss`,
         §3.4). Each optimiser step's loss is the weighted mean over all of its
@@ -494,11 +519,18 @@ class TrainableHFRewardModel:
 
             rows = pairs.to_trl(idx, z, conversational=True, weights=w)
             self.model = train_weighted_reward_model(
-                model, self.tokenizer, rows, lr=self.lr, epochs=self.epochs,
-                batch_size=self.batch_size, grad_accum=self.grad_accum,
-                max_length=self.max_length, seed=seed, output_dir=self.output_dir,
+                model,
+                self.tokenizer,
+                rows,
+                lr=self.lr,
+                epochs=self.epochs,
+                batch_size=self.batch_size,
+                grad_accum=self.grad_accum,
+                max_length=self.max_length,
+                seed=seed,
+                output_dir=self.output_dir,
                 disable_dropout=self.disable_dropout,
-            )  # fmt: skip
+            )
             self.model.eval()
             return
         scorer = _Renderer(self.tokenizer, self.max_length)

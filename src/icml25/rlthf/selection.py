@@ -107,8 +107,11 @@ def backoff_drop_mask(
     drop = pos >= p
     if protected is not None:
         prot = np.asarray(protected)
-        if prot.size and (prot.ndim != 1 or not np.issubdtype(prot.dtype, np.integer)
-                          or np.issubdtype(prot.dtype, np.bool_)):  # fmt: skip
+        if prot.size and (
+            prot.ndim != 1
+            or not np.issubdtype(prot.dtype, np.integer)
+            or np.issubdtype(prot.dtype, np.bool_)
+        ):
             raise TypeError(
                 f"protected must be a 1-D sequence of pool indices (integers), got dtype "
                 f"{prot.dtype} shape {prot.shape}; a boolean mask would be read as indices 0/1"

@@ -28,35 +28,35 @@ TOPICS: dict[str, tuple[str, ...]] = {
         "renew a passport",
         "choose a hotel",
         "plan a road trip",
-    ),  # fmt: skip
+    ),
     "coding": (
         "reverse a list in Python",
         "fix a null pointer error",
         "write a unit test",
         "sort a dictionary by value",
         "read a CSV file",
-    ),  # fmt: skip
+    ),
     "fitness": (
         "start running",
         "do a proper push-up",
         "stretch after exercise",
         "build a workout plan",
         "improve my sleep",
-    ),  # fmt: skip
+    ),
     "finance": (
         "make a monthly budget",
         "open a savings account",
         "pay off a credit card",
         "start investing",
         "file my taxes",
-    ),  # fmt: skip
+    ),
     "gardening": (
         "grow tomatoes",
         "water succulents",
         "prune roses",
         "compost kitchen scraps",
         "repot a plant",
-    ),  # fmt: skip
+    ),
 }
 HARD_TOPICS = ("coding", "finance")
 TASKS = [(topic, task) for topic, tasks in TOPICS.items() for task in tasks]
@@ -123,8 +123,14 @@ def _sample(rng: np.random.Generator, n: int):
         rel = (rng.random(n) < 0.8).astype(int)
         other = (task + 1 + rng.integers(len(TASKS) - 1, size=n)) % len(TASKS)
         about = np.where(rel == 1, task, other)
-        return (rel, about, rng.integers(4, size=n), rng.integers(-1, 2, size=n),
-                rng.integers(4, size=n), (rng.random(n) < 0.1).astype(int))  # fmt: skip
+        return (
+            rel,
+            about,
+            rng.integers(4, size=n),
+            rng.integers(-1, 2, size=n),
+            rng.integers(4, size=n),
+            (rng.random(n) < 0.1).astype(int),
+        )
 
     ra, rb = response(), response()
     ua = human_utility(ra[0], *ra[2:])
@@ -157,8 +163,9 @@ def _build(rng: np.random.Generator, n: int):
     return PreferencePairs(prompts, text_a, text_b, z), ra, rb, hard
 
 
-def make_textworld(n_train: int = 4000, n_test: int = 1000, seed: int = 0,
-                   ai_beta: float = 3.0) -> TextWorld:  # fmt: skip
+def make_textworld(
+    n_train: int = 4000, n_test: int = 1000, seed: int = 0, ai_beta: float = 3.0
+) -> TextWorld:
     """The world for ``seed``: ``n_train`` pool pairs with AI labels ``~ Bernoulli(sigma(ai_beta
     (u_AI(a) - u_AI(b))))`` and ``n_test`` human-labelled test pairs."""
     n_train, n_test = as_int("n_train", n_train, 0), as_int("n_test", n_test, 0)

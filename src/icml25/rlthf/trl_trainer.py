@@ -336,8 +336,9 @@ def build_weighted_reward_trainer(
     )
 
 
-def train_weighted_reward_model(model: Any, tokenizer: Any, rows: list[dict[str, Any]],
-                                **kwargs: Any) -> Any:  # fmt: skip
+def train_weighted_reward_model(
+    model: Any, tokenizer: Any, rows: list[dict[str, Any]], **kwargs: Any
+) -> Any:
     """Fine-tune ``model`` on weighted TRL rows with :class:`WeightedRewardTrainer` and return the
     trained model. ``kwargs`` are :func:`build_weighted_reward_trainer`'s keyword arguments
     (documented there); use the builder directly to keep the trainer (``trainer.evaluate()`` on

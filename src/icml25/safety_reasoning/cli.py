@@ -25,8 +25,11 @@ from typing import Any
 def add_parser(sub) -> None:
     from icml25.llm.loading import add_model_args
 
-    top = sub.add_parser("safety_reasoning", aliases=["safety-reasoning"],
-                         help="Safety Reasoning with Guidelines: synthesize, train, eval, bon (paper 11)")  # fmt: skip
+    top = sub.add_parser(
+        "safety_reasoning",
+        aliases=["safety-reasoning"],
+        help="Safety Reasoning with Guidelines: synthesize, train, eval, bon (paper 11)",
+    )
     inner = top.add_subparsers(dest="srg_command", required=True)
 
     def model_args(p: argparse.ArgumentParser, flag: str = "--model") -> None:
@@ -123,8 +126,11 @@ def add_parser(sub) -> None:
         e.add_argument("--out", default=None, help="write the results as JSON here")
         add_model_args(e)
         if name == "eval":
-            e.add_argument("--attacks", default="plain,cipher",
-                           help="comma list of plain, cipher, atbash, ascii, selfcipher, template, past, persuasion")  # fmt: skip
+            e.add_argument(
+                "--attacks",
+                default="plain,cipher",
+                help="comma list of plain, cipher, atbash, ascii, selfcipher, template, past, persuasion",
+            )
             e.add_argument(
                 "--templates",
                 default=None,
@@ -244,23 +250,38 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         return _fail(exc)
     records = out.with_name(out.name + ".records.jsonl")
     try:
-        rep = synthesize(teacher, queries, k=args.k, temperature=args.temperature, filters=filters,
-                         store=records, concurrency=args.concurrency,
-                         fmt=fmt, max_rounds=args.max_rounds, max_tokens=args.max_tokens, seed=args.seed,
-                         keep_both=args.keep_both)  # fmt: skip
+        rep = synthesize(
+            teacher,
+            queries,
+            k=args.k,
+            temperature=args.temperature,
+            filters=filters,
+            store=records,
+            concurrency=args.concurrency,
+            fmt=fmt,
+            max_rounds=args.max_rounds,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            keep_both=args.keep_both,
+        )
     except (ValueError, TypeError, FileNotFoundError) as exc:  # bad settings, SettingsMismatch
         return _fail(exc)
     except BackendUnavailableError as exc:  # the teacher's server is down (a breaker opened)
         print(f"error: the teacher's server is unavailable: {exc}", file=sys.stderr)
-        print(f"synthesis stopped: the queries done are kept in {records}; rerun the same "
-              "command to ask the others", file=sys.stderr)  # fmt: skip
+        print(
+            f"synthesis stopped: the queries done are kept in {records}; rerun the same "
+            "command to ask the others",
+            file=sys.stderr,
+        )
         return 1
     except RuntimeError as exc:  # the run's requests failed (every query failed)
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted; the queries done are kept in {records}: rerun the same command to "
-              "go on", file=sys.stderr)  # fmt: skip
+        print(
+            f"interrupted; the queries done are kept in {records}: rerun the same command to go on",
+            file=sys.stderr,
+        )
         return 130
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
@@ -271,9 +292,12 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         print(f"  failed {qid}: {err}", file=sys.stderr)
     print(f"wrote {len(rep.examples)} examples to {out}")
     if rep.failed:
-        print(f"error: {len(rep.failed)} of {len(queries)} queries failed (first: "
-              f"{next(iter(rep.errors.values()), '?')}); rerun the same command to ask them "
-              f"again, their error rows are in {records}", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {len(rep.failed)} of {len(queries)} queries failed (first: "
+            f"{next(iter(rep.errors.values()), '?')}); rerun the same command to ask them "
+            f"again, their error rows are in {records}",
+            file=sys.stderr,
+        )
         return 1
     if not rep.examples:
         print("error: no candidate was accepted; see the rejects above", file=sys.stderr)
@@ -317,8 +341,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 target_modules="all-linear",
                 task_type="CAUSAL_LM",
             )
-        model = sft(model, tok, pairs, lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
-                    max_length=args.max_length, lora=lora, seed=args.seed)  # fmt: skip
+        model = sft(
+            model,
+            tok,
+            pairs,
+            lr=args.lr,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            lora=lora,
+            seed=args.seed,
+        )
     except (ValueError, TypeError, FileNotFoundError, json.JSONDecodeError) as exc:
         return _fail(exc)
     if lora is None:  # the checkpoint in the precision it was loaded in (LoRA adapters stay fp32)
@@ -339,8 +372,10 @@ def _plain_prompts(path: str) -> list[str]:
         qs = load_queries(rows)
         harmful = [q.text for q in qs if q.kind == "harmful"]
         if len(harmful) < len(qs):
-            print(f"note: {len(qs) - len(harmful)} helpful rows of {path} left out (attacks use harmful requests)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"note: {len(qs) - len(harmful)} helpful rows of {path} left out (attacks use harmful requests)",
+                file=sys.stderr,
+            )
         if not harmful:
             raise ValueError(f"{path} has no harmful rows")
         return harmful
@@ -417,8 +452,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 judge_full_text=True,
             )
             print(f"{name:12s} {res.summary()}")
-            results[name] = {"asr": res.asr, "n": res.n, "unknown": res.n_unknown, "truncated": res.n_truncated,
-                             "leaked": res.leaked, "records": res.records}  # fmt: skip
+            results[name] = {
+                "asr": res.asr,
+                "n": res.n,
+                "unknown": res.n_unknown,
+                "truncated": res.n_truncated,
+                "leaked": res.leaked,
+                "records": res.records,
+            }
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
         return _fail(exc)
     _write(args.out, results)
@@ -439,12 +480,29 @@ def _cmd_bon(args: argparse.Namespace) -> int:
         mkw = model_kwargs(args)
         backend = backend_of(args.model, args.base_url, args.api_key, mkw)
         judge = judge_of(args.judge, args.judge_base_url or args.base_url, mkw)
-        res = best_of_n(backend, _attack_prompts(args.queries), judge, ns, temperature=args.temperature,
-                        estimator=args.estimator, max_tokens=args.max_tokens, seed=args.seed,
-                        fmt=fmt_of(args.tags), greedy=True)  # fmt: skip
+        res = best_of_n(
+            backend,
+            _attack_prompts(args.queries),
+            judge,
+            ns,
+            temperature=args.temperature,
+            estimator=args.estimator,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            fmt=fmt_of(args.tags),
+            greedy=True,
+        )
     except (ValueError, TypeError, FileNotFoundError) as exc:
         return _fail(exc)
     print(res.summary())
-    _write(args.out, {"estimator": res.estimator, "asr": res.asr, "asr_other": res.asr_other,
-                      "greedy": res.greedy.asr if res.greedy else None, "matrix": res.matrix.tolist()})  # fmt: skip
+    _write(
+        args.out,
+        {
+            "estimator": res.estimator,
+            "asr": res.asr,
+            "asr_other": res.asr_other,
+            "greedy": res.greedy.asr if res.greedy else None,
+            "matrix": res.matrix.tolist(),
+        },
+    )
     return 0

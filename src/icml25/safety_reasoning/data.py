@@ -69,15 +69,26 @@ class SRGExample:
         return (fmt or ReasoningFormat()).format_target(self.reasoning, self.answer)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.query.id, "query": self.query.text, "kind": self.query.kind,
-                "reasoning": self.reasoning, "answer": self.answer,
-                "candidate": self.candidate, "meta": self.meta}  # fmt: skip
+        return {
+            "id": self.query.id,
+            "query": self.query.text,
+            "kind": self.query.kind,
+            "reasoning": self.reasoning,
+            "answer": self.answer,
+            "candidate": self.candidate,
+            "meta": self.meta,
+        }
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> SRGExample:
         q = Query(row["query"], row["kind"], row.get("id", ""))
-        return cls(q, row["reasoning"], row["answer"], int(row.get("candidate", 0)),
-                   dict(row.get("meta") or {}))  # fmt: skip
+        return cls(
+            q,
+            row["reasoning"],
+            row["answer"],
+            int(row.get("candidate", 0)),
+            dict(row.get("meta") or {}),
+        )
 
 
 def _queries(queries: Any) -> list[Query]:
@@ -92,8 +103,13 @@ def _queries(queries: Any) -> list[Query]:
     return out
 
 
-def load_queries(source: Any, *, text_column: str | None = None, kind_column: str = "kind",
-                 kind: str | None = None) -> list[Query]:  # fmt: skip
+def load_queries(
+    source: Any,
+    *,
+    text_column: str | None = None,
+    kind_column: str = "kind",
+    kind: str | None = None,
+) -> list[Query]:
     """Queries from a JSONL/JSON/CSV/Parquet file, a ``datasets`` folder or ``Dataset``, or a list of
     dicts: the text from ``text_column`` (default the first of ``query``, ``prompt``,
     ``instruction``, ``goal``, ``text``), the kind from ``kind_column`` or ``kind`` for all rows
@@ -108,8 +124,10 @@ def load_queries(source: Any, *, text_column: str | None = None, kind_column: st
         (c for c in ("query", "prompt", "instruction", "goal", "text") if c in cols), None
     )
     if col is None or col not in cols:
-        raise ValueError(f"no text column {text_column or '(query/prompt/instruction/goal/text)'}; "
-                         f"the rows have {cols}")  # fmt: skip
+        raise ValueError(
+            f"no text column {text_column or '(query/prompt/instruction/goal/text)'}; "
+            f"the rows have {cols}"
+        )
     out = []
     for i, r in enumerate(rows):
         if kind is not None and r.get(kind_column) not in (None, "", kind):
@@ -176,8 +194,9 @@ def _rows(source: Any) -> list[dict[str, Any]]:
     )
 
 
-def build_rt_dataset(queries: Sequence[Query], refusal_fn: Callable[[Query], str],
-                     answer_fn: Callable[[Query], str]) -> list[tuple[str, str]]:  # fmt: skip
+def build_rt_dataset(
+    queries: Sequence[Query], refusal_fn: Callable[[Query], str], answer_fn: Callable[[Query], str]
+) -> list[tuple[str, str]]:
     """Refusal training's ``(query, target)`` pairs: ``refusal_fn(q)`` for harmful queries
     (a teacher-written refusal), ``answer_fn(q)`` for helpful ones (§3, the RT baseline)."""
     qs = _queries(queries)
@@ -192,8 +211,9 @@ def build_rt_dataset(queries: Sequence[Query], refusal_fn: Callable[[Query], str
     return out
 
 
-def build_srg_dataset(examples: Sequence[SRGExample],
-                      fmt: ReasoningFormat | None = None) -> list[tuple[str, str]]:  # fmt: skip
+def build_srg_dataset(
+    examples: Sequence[SRGExample], fmt: ReasoningFormat | None = None
+) -> list[tuple[str, str]]:
     """SRG's ``(query, T ⊕ y)`` pairs from accepted syntheses. The input is the bare query: no
     guideline text reaches the student (context distillation)."""
     if not examples:
@@ -206,9 +226,15 @@ def build_srg_dataset(examples: Sequence[SRGExample],
     return out
 
 
-def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
-                system: str | None = None, include_guidelines: Any = False,
-                fmt: ReasoningFormat | None = None) -> list[dict[str, list[int]]]:  # fmt: skip
+def to_chat_sft(
+    pairs: Sequence[Any],
+    tokenizer: Any,
+    *,
+    max_length: int = 1024,
+    system: str | None = None,
+    include_guidelines: Any = False,
+    fmt: ReasoningFormat | None = None,
+) -> list[dict[str, list[int]]]:
     """Token ids and labels for SFT (§4.3: the loss on ``s = T ⊕ y`` given the bare query), built
     exactly as TRL's ``SFTTrainer`` builds them from the same conversational prompt/completion row
     (:func:`~icml25.safety_reasoning.training.to_trl_rows`), through
@@ -252,14 +278,18 @@ def to_chat_sft(pairs: Sequence[Any], tokenizer: Any, *, max_length: int = 1024,
     out = []
     cut = 0
     for i, item in enumerate(pairs):
-        if not (isinstance(item, (tuple, list)) and len(item) == 2
-                and all(isinstance(s, str) for s in item)):  # fmt: skip
+        if not (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and all(isinstance(s, str) for s in item)
+        ):
             raise TypeError(
                 f"pairs[{i}] must be a (query, target) pair of strings, got {item!r:.80}"
             )
         query, target = item
         prompt = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": query}]  # fmt: skip
+            {"role": "user", "content": query}
+        ]
         try:
             row = tokenize_prompt_completion(
                 tokenizer, prompt, [{"role": "assistant", "content": target}]

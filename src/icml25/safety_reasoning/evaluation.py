@@ -94,8 +94,10 @@ class LlamaGuardJudge:
         prompts, responses = _pairs(prompts, responses)
         if not prompts:
             return []
-        reqs = [[{"role": "user", "content": p}, {"role": "assistant", "content": r}]
-                for p, r in zip(prompts, responses)]  # fmt: skip
+        reqs = [
+            [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
+            for p, r in zip(prompts, responses)
+        ]
         replies = self.backend.chat_many(reqs, n=1, temperature=0.0, max_tokens=self.max_tokens)
         self.last_replies = [str(getattr(r[0], "text", r[0])) for r in replies]
         parsed = [self.parse(r) for r in self.last_replies]
@@ -386,8 +388,10 @@ class AttackResult:
     def summary(self) -> str:
         leak = "" if self.leaked is None else f", leaked {self.leaked:.1f}%"
         err = f", {self.n_errors} failed requests" if self.n_errors else ""
-        return (f"ASR {self.asr:.1f}% ({self.n_unsafe}/{self.n - self.n_unknown - self.n_errors}; "
-                f"{self.n_unknown} unknown, {self.n_truncated} truncated{leak}{err})")  # fmt: skip
+        return (
+            f"ASR {self.asr:.1f}% ({self.n_unsafe}/{self.n - self.n_unknown - self.n_errors}; "
+            f"{self.n_unknown} unknown, {self.n_truncated} truncated{leak}{err})"
+        )
 
 
 def asr(
@@ -436,15 +440,30 @@ def asr(
     _check_template(backend)
     msgs = [_messages(p, system) for p in prompts]
     if decoding == "greedy" and hasattr(backend, "complete_many"):
-        outs: list[Any] = [r if isinstance(r, BaseException) else r[0]
-                           for r in backend.complete_many(msgs, n=1, temperature=0.0, max_tokens=max_tokens,
-                                                          errors="return")]  # fmt: skip
+        outs: list[Any] = [
+            r if isinstance(r, BaseException) else r[0]
+            for r in backend.complete_many(
+                msgs, n=1, temperature=0.0, max_tokens=max_tokens, errors="return"
+            )
+        ]
     elif decoding == "greedy":
         outs = [o[0] for o in backend.chat_many(msgs, n=1, temperature=0.0, max_tokens=max_tokens)]
     else:
-        outs = [o if isinstance(o, BaseException) else o[0] for o in _map(backend, lambda p: backend.chat(
-            _messages(p, system), n=1, temperature=float(temperature), top_p=float(top_p),
-            max_tokens=max_tokens, seed=prompt_seed(seed, p)), prompts)]  # fmt: skip
+        outs = [
+            o if isinstance(o, BaseException) else o[0]
+            for o in _map(
+                backend,
+                lambda p: backend.chat(
+                    _messages(p, system),
+                    n=1,
+                    temperature=float(temperature),
+                    top_p=float(top_p),
+                    max_tokens=max_tokens,
+                    seed=prompt_seed(seed, p),
+                ),
+                prompts,
+            )
+        ]
     ok = [i for i, o in enumerate(outs) if not isinstance(o, BaseException)]
     texts = [str(getattr(outs[i], "text", outs[i])) for i in ok]
     judged, status = _answers(texts, fmt)
@@ -454,8 +473,11 @@ def asr(
     ):  # a failed judge request: an error record, like a failed generation
         if isinstance(v, BaseException):
             outs[i] = v
-    rows = {i: (t, j, st, v) for i, t, j, st, v in zip(ok, texts, judged, status, verdicts)
-            if not isinstance(v, BaseException)}  # fmt: skip
+    rows = {
+        i: (t, j, st, v)
+        for i, t, j, st, v in zip(ok, texts, judged, status, verdicts)
+        if not isinstance(v, BaseException)
+    }
     leaked = None
     if judge_full_text and rows:
         idx = sorted(rows)
@@ -472,8 +494,16 @@ def asr(
             t, j, st, v = rows[i]
             records.append({"prompt": p, "output": t, "judged": j, "status": st, "verdict": v})
         else:
-            records.append({"prompt": p, "output": None, "judged": None, "status": "error",
-                            "verdict": "error", "error": f"{type(outs[i]).__name__}: {outs[i]}"})  # fmt: skip
+            records.append(
+                {
+                    "prompt": p,
+                    "output": None,
+                    "judged": None,
+                    "status": "error",
+                    "verdict": "error",
+                    "error": f"{type(outs[i]).__name__}: {outs[i]}",
+                }
+            )
     return AttackResult(
         asr=100.0 * n_unsafe / judged_n if judged_n else math.nan,
         n=len(prompts),
@@ -621,8 +651,14 @@ def best_of_n(
     rows = []
 
     def draw(p: str) -> list[str]:
-        return backend.chat(_messages(p, system), n=n_max, temperature=float(temperature), top_p=float(top_p),
-                            max_tokens=max_tokens, seed=prompt_seed(seed, p))  # fmt: skip
+        return backend.chat(
+            _messages(p, system),
+            n=n_max,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            max_tokens=max_tokens,
+            seed=prompt_seed(seed, p),
+        )
 
     n_errors = 0
     for a, texts in zip(about, _map(backend, draw, prompts)):

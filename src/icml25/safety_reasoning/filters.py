@@ -92,9 +92,13 @@ class OutcomeFilter:
 
     name = "outcome"
 
-    def __init__(self, refusal_detector: Callable[[str], bool], safety_judge: Any = None,
-                 helpful_judge: Callable[[str, str], float] | None = None,
-                 tau: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        refusal_detector: Callable[[str], bool],
+        safety_judge: Any = None,
+        helpful_judge: Callable[[str, str], float] | None = None,
+        tau: float | None = None,
+    ) -> None:
         if not callable(refusal_detector):
             raise TypeError("refusal_detector must be callable: detector(answer) -> bool")
         if safety_judge is not None and not callable(safety_judge):
@@ -156,8 +160,12 @@ class GuidelineFilter:
 
     name = "guideline"
 
-    def __init__(self, judge: Any, min_guidelines: int = 1,
-                 guidelines: Sequence[Guideline] = DEFAULT_GUIDELINES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        judge: Any,
+        min_guidelines: int = 1,
+        guidelines: Sequence[Guideline] = DEFAULT_GUIDELINES,
+    ) -> None:
         min_guidelines = as_int("min_guidelines", min_guidelines, 1)
         if not guidelines:
             raise ValueError("guidelines is empty")
@@ -174,8 +182,17 @@ class GuidelineFilter:
     def applied(self, query: Query, reasoning: str) -> int:
         """How many guidelines the judge says the reasoning applies."""
         if hasattr(self.judge, "chat_many"):
-            reqs = [[{"role": "user", "content": JUDGE_PROMPT.format(
-                guideline=g.text, query=query.text, reasoning=reasoning)}] for g in self.guidelines]  # fmt: skip
+            reqs = [
+                [
+                    {
+                        "role": "user",
+                        "content": JUDGE_PROMPT.format(
+                            guideline=g.text, query=query.text, reasoning=reasoning
+                        ),
+                    }
+                ]
+                for g in self.guidelines
+            ]
             answers = self.judge.chat_many(reqs, temperature=0.0, max_tokens=4)
             return sum(bool(re.match(r"\s*yes\b", a[0], re.IGNORECASE)) for a in answers)
         out = self.judge(query.text, reasoning, self.guidelines)

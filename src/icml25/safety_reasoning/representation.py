@@ -41,14 +41,23 @@ def _resolve_layer(layer: Any, n_layers: int) -> int:
             f"layer must be an int in [-{n_layers + 1}, {n_layers}], 'middle' or 'last', got {layer!r}"
         )
     if not -(n_layers + 1) <= layer <= n_layers:
-        raise ValueError(f"layer {layer} is out of range for a model with {n_layers} layers "
-                         f"(hidden_states has {n_layers + 1} entries, 0 = embeddings)")  # fmt: skip
+        raise ValueError(
+            f"layer {layer} is out of range for a model with {n_layers} layers "
+            f"(hidden_states has {n_layers + 1} entries, 0 = embeddings)"
+        )
     return int(layer) % (n_layers + 1)
 
 
-def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer: Any = "middle", *,
-                      batch_size: int = 32, system: str | None = None,
-                      chat_template: bool = True) -> Any:  # fmt: skip
+def last_token_states(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    layer: Any = "middle",
+    *,
+    batch_size: int = 32,
+    system: str | None = None,
+    chat_template: bool = True,
+) -> Any:
     """Hidden states ``(n, d)`` of the last prompt token at ``layer``.
 
     Args:
@@ -72,8 +81,10 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer:
             raise TypeError(f"prompts[{i}] must be a string, got {type(p).__name__}")
     batch_size = as_int("batch_size", batch_size, 1)
     if chat_template and not getattr(tokenizer, "chat_template", None):
-        raise ValueError("the tokenizer has no chat template: set tokenizer.chat_template, or pass "
-                         "chat_template=False to use the raw prompt text")  # fmt: skip
+        raise ValueError(
+            "the tokenizer has no chat template: set tokenizer.chat_template, or pass "
+            "chat_template=False to use the raw prompt text"
+        )
     n_layers = int(getattr(getattr(model, "config", None), "num_hidden_layers", 0) or 0)
     if n_layers < 1:
         raise ValueError(
@@ -115,8 +126,11 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layer:
                 ):  # right padding: causal attention leaves real tokens alone
                     ids[r, : len(x)] = torch.tensor(x)
                     mask[r, : len(x)] = 1
-                hs = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                           output_hidden_states=True).hidden_states[idx]  # fmt: skip
+                hs = model(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    output_hidden_states=True,
+                ).hidden_states[idx]
                 last = torch.tensor([len(x) - 1 for x in chunk], device=device)
                 out.append(hs[torch.arange(len(chunk), device=device), last].float())
     finally:
@@ -159,13 +173,21 @@ def pca_projection(
     comps = vt[:n_components]
     var = s**2
     proj = lambda x: (x - mean) @ comps.T  # noqa: E731
-    return {"id_harm": proj(a), "id_help": proj(b), "ood": {k: proj(v) for k, v in oods.items()},
-            "components": comps, "mean": mean,
-            "explained_variance_ratio": var[:n_components] / var.sum() if var.sum() > 0 else np.zeros(n_components)}  # fmt: skip
+    return {
+        "id_harm": proj(a),
+        "id_help": proj(b),
+        "ood": {k: proj(v) for k, v in oods.items()},
+        "components": comps,
+        "mean": mean,
+        "explained_variance_ratio": var[:n_components] / var.sum()
+        if var.sum() > 0
+        else np.zeros(n_components),
+    }
 
 
-def proxy_a_distance(a: Any, b: Any, seed: int = 0, *, folds: int = 2, C: float = 1.0,
-                     return_errors: bool = False) -> Any:  # fmt: skip
+def proxy_a_distance(
+    a: Any, b: Any, seed: int = 0, *, folds: int = 2, C: float = 1.0, return_errors: bool = False
+) -> Any:
     """Proxy A-distance ``2 (1 - 2 eps)`` between two samples of representations.
 
     ``eps`` is the balanced held-out error (mean of the two classes' error rates) of a
@@ -215,9 +237,17 @@ class DivergenceReport:
         return float(np.mean(list(self.a_distance.values())))
 
 
-def representation_divergence(model: Any, tokenizer: Any, id_harmful: Sequence[str],
-                              id_helpful: Sequence[str], ood: Mapping[str, Sequence[str]], *,
-                              layer: Any = "middle", seed: int = 0, **kw: Any) -> DivergenceReport:  # fmt: skip
+def representation_divergence(
+    model: Any,
+    tokenizer: Any,
+    id_harmful: Sequence[str],
+    id_helpful: Sequence[str],
+    ood: Mapping[str, Sequence[str]],
+    *,
+    layer: Any = "middle",
+    seed: int = 0,
+    **kw: Any,
+) -> DivergenceReport:
     """Last-prompt-token states of ID harmful, ID helpful and each OOD prompt set (``{attack:
     prompts}``); the proxy A-distance between ID harmful and each attack, and the PCA of
     Fig. 2-3."""

@@ -57,9 +57,11 @@ class SynthesisReport:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v:.0%}" for k, v in self.acceptance_by_kind.items())
-        return (f"{len(self.examples)} examples; acceptance {self.acceptance_rate:.1%} ({kinds}); "
-                f"rejects {dict(self.per_filter_rejects)}; {len(self.dropped)} queries dropped, "
-                f"{len(self.failed)} failed")  # fmt: skip
+        return (
+            f"{len(self.examples)} examples; acceptance {self.acceptance_rate:.1%} ({kinds}); "
+            f"rejects {dict(self.per_filter_rejects)}; {len(self.dropped)} queries dropped, "
+            f"{len(self.failed)} failed"
+        )
 
 
 def _seed(seed: int, qid: str, rnd: int) -> int:
@@ -184,8 +186,12 @@ def synthesize(
         rejects: Counter[str] = Counter()
         n_cand = 0
         for rnd in range(max_rounds):
-            sampling = dict(n=k, temperature=float(temperature), max_tokens=max_tokens,
-                            seed=_seed(seed, q.id, rnd))  # fmt: skip
+            sampling = dict(
+                n=k,
+                temperature=float(temperature),
+                max_tokens=max_tokens,
+                seed=_seed(seed, q.id, rnd),
+            )
             if hasattr(teacher, "complete"):  # keeps a server's separate reasoning_content
                 cands = teacher.complete(msgs, **sampling)
             else:
@@ -200,8 +206,11 @@ def synthesize(
                         break
                 else:
                     if len(accepted) < keep:
-                        accepted.append(SRGExample(q, parsed.reasoning or "", parsed.answer,
-                                                   rnd * k + j).to_dict())  # fmt: skip
+                        accepted.append(
+                            SRGExample(
+                                q, parsed.reasoning or "", parsed.answer, rnd * k + j
+                            ).to_dict()
+                        )
             if len(accepted) >= keep:
                 break
         return {"accepted": accepted, "rejects": dict(rejects), "n_candidates": n_cand}
@@ -215,16 +224,27 @@ def synthesize(
         return rec.get("query_hash") != content[rec["id"]]
 
     path = store if store is not None else _temp_path()
-    st = JsonlStore(path, key="id", settings=settings,
-                    on_mismatch="separate" if keep_both else "refuse")  # fmt: skip
+    st = JsonlStore(
+        path, key="id", settings=settings, on_mismatch="separate" if keep_both else "refuse"
+    )
     try:
-        report = run_resumable(qs, work, st, key=lambda _i, q: {"id": q.id, "query_hash": content[q.id]},
-                               concurrency=concurrency, progress=progress, retry_errors=retry_errors,
-                               desc="SRG synthesis", redo=other_query)  # fmt: skip
+        report = run_resumable(
+            qs,
+            work,
+            st,
+            key=lambda _i, q: {"id": q.id, "query_hash": content[q.id]},
+            concurrency=concurrency,
+            progress=progress,
+            retry_errors=retry_errors,
+            desc="SRG synthesis",
+            redo=other_query,
+        )
         records = {q.id: st.get(q.id) for q in qs}
         # an error row of another query under this id (not retried without retry_errors)
-        records = {i: (None if r is not None and r.get("query_hash") != content[i] else r)
-                   for i, r in records.items()}  # fmt: skip
+        records = {
+            i: (None if r is not None and r.get("query_hash") != content[i] else r)
+            for i, r in records.items()
+        }
     finally:
         st.close()
         if store is None:

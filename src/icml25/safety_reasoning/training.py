@@ -62,8 +62,11 @@ def masked_lm_loss(logits: Any, labels: Any) -> Any:
         raise ValueError(
             f"label {int(shift_labels[bad][0])} is outside the vocabulary [0, {vocab}) of the logits"
         )
-    return F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]),
-                           shift_labels.reshape(-1), ignore_index=-100)  # fmt: skip
+    return F.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]),
+        shift_labels.reshape(-1),
+        ignore_index=-100,
+    )
 
 
 def sft(
@@ -241,7 +244,8 @@ def to_trl_rows(pairs: Sequence[Any], system: str | None = None) -> list[dict[st
                 f"pairs[{i}] must be a (query, target) pair of strings, got {item!r:.80}"
             )
         prompt = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": item[0]}]  # fmt: skip
+            {"role": "user", "content": item[0]}
+        ]
         out.append({"prompt": prompt, "completion": [{"role": "assistant", "content": item[1]}]})
     return out
 
@@ -345,7 +349,13 @@ def sft_trainer(
         from icml25.llm import MixedPrecision
 
         MixedPrecision.prepare(model)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_dataset,
-                         processing_class=tokenizer, **kwargs)  # fmt: skip
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        **kwargs,
+    )
     check_global_batches(trainer)
     return trainer

@@ -415,8 +415,9 @@ def swan_direction(
             X = grad_norm(X, dim=norm_dim, eps=eps, center=center)
     if X.numel() == 0:
         return X.clone()
-    out = _whiten_and_rescale(X, norm, whitening, ns_steps, ns_beta, rescale, eps, compute_dtype,
-                              matmul_dtype, check)  # fmt: skip
+    out = _whiten_and_rescale(
+        X, norm, whitening, ns_steps, ns_beta, rescale, eps, compute_dtype, matmul_dtype, check
+    )
     if scale is not None and (rescale == "match_norm" or (whitening is None and rescale == "none")):
         out = out * scale.to(out.dtype)
     return out

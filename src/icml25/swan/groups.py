@@ -84,8 +84,12 @@ def swan_param_groups(
             mha = isinstance(module, nn.MultiheadAttention)
             # nn.MultiheadAttention keeps Q, K, V in one (3E, E) in_proj_weight (or three
             # q/k/v_proj_weight matrices when kdim/vdim differ); out_proj is an nn.Linear
-            mha_matrix = mha and p_name in ("in_proj_weight", "q_proj_weight", "k_proj_weight",
-                                            "v_proj_weight")  # fmt: skip
+            mha_matrix = mha and p_name in (
+                "in_proj_weight",
+                "q_proj_weight",
+                "k_proj_weight",
+                "v_proj_weight",
+            )
             eligible = (
                 (is_linear and p_name == "weight" or mha_matrix)
                 and p.ndim == 2
@@ -106,8 +110,11 @@ def swan_param_groups(
                     target = swan_t_qkv  # GPT-2's fused Q/K/V, stored (in, out) = (E, 3E)
             target[0].append(p)
             target[1].append(name)
-    given = {k: v for k, v in (("lr", lr), ("scale", scale), ("weight_decay", weight_decay))
-             if v is not None}  # fmt: skip
+    given = {
+        k: v
+        for k, v in (("lr", lr), ("scale", scale), ("weight_decay", weight_decay))
+        if v is not None
+    }
     groups = []
     if swan[0]:
         groups.append(
@@ -161,7 +168,7 @@ def swan_param_groups(
                     {"lr": adamw_lr if adamw_lr is not None else lr}
                     if adamw_lr is not None or lr is not None
                     else {}
-                ),  # fmt: skip
+                ),
             }
         )
     return groups

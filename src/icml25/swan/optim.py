@@ -46,7 +46,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "ns_steps": 5,
         "ns_beta": 0.8,
         "matmul_dtype": torch.bfloat16,
-    },  # fmt: skip
+    },
 }
 
 _NONFINITE = ("raise", "skip")
@@ -142,8 +142,11 @@ class SWAN(torch.optim.Optimizer):
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
         preset = VARIANTS[variant]
         if ns_beta is not None and (preset["whitening"] if whitening is ... else whitening) in (
-            "muon", "eigh", "svd", None,
-        ):  # fmt: skip
+            "muon",
+            "eigh",
+            "svd",
+            None,
+        ):
             warnings.warn(
                 f"SWAN: ns_beta={ns_beta} is unused by whitening="
                 f"{preset['whitening'] if whitening is ... else whitening!r}",
@@ -312,8 +315,10 @@ class SWAN(torch.optim.Optimizer):
             rows = p.reshape(p.shape[0], -1) if p.ndim > 2 else p
             axis = 1 if group["norm_dim"] == 0 else 0
             if rows.shape[axis] % blocks:
-                raise ValueError(f"{label}: its {rows.shape[axis]} {'columns' if axis else 'rows'} "
-                                 f"do not split into blocks={blocks}")  # fmt: skip
+                raise ValueError(
+                    f"{label}: its {rows.shape[axis]} {'columns' if axis else 'rows'} "
+                    f"do not split into blocks={blocks}"
+                )
             if rows.shape[group["norm_dim"]] < 2:
                 raise ValueError(
                     f"GradNorm along norm_dim={group['norm_dim']} needs >= 2 entries per row; got "

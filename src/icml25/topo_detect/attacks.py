@@ -16,8 +16,17 @@ def _check(x: Tensor, eps: float) -> float:
     return as_real("eps", eps, low=0)  # the L-inf radius
 
 
-def pgd_linf(model, x: Tensor, labels: Tensor, class_text_emb: Tensor, eps: float, steps: int = 20,
-             step_size: float | None = None, random_start: bool = True, generator=None) -> Tensor:  # fmt: skip
+def pgd_linf(
+    model,
+    x: Tensor,
+    labels: Tensor,
+    class_text_emb: Tensor,
+    eps: float,
+    steps: int = 20,
+    step_size: float | None = None,
+    random_start: bool = True,
+    generator=None,
+) -> Tensor:
     """Maximise the CE of ``model.logits(x, class_text_emb)`` against ``labels`` in the L-inf ball
     of radius ``eps`` (random start, step ``eps / 4`` by default), projecting and clamping to
     [0, 1] each step. ``eps = 0`` returns ``x``; a negative eps is an error."""

@@ -24,8 +24,14 @@ KINDS = ("knn", "lid")
 DEFAULT_K = {"knn": 3, "lid": 10}
 
 
-def knn_features(points: Tensor, *, kind: str = "knn", k: int | None = None,
-                 chunk_size: int = 50, generator: torch.Generator | None = None) -> Tensor:  # fmt: skip
+def knn_features(
+    points: Tensor,
+    *,
+    kind: str = "knn",
+    k: int | None = None,
+    chunk_size: int = 50,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Per-sample neighbourhood features of ``points`` ``(N, d)`` within label-independent random
     chunks (Euclidean distances to the other points of the sample's chunk).
 

@@ -25,16 +25,26 @@ def plot_signature_curve(runs: Sequence[dict], fractions: Sequence[float]):
     return fig
 
 
-def plot_power(type_i: dict, power: dict, bound: float, names: Sequence[str],
-               checked: Sequence[str], controls: Sequence[str]):  # fmt: skip
+def plot_power(
+    type_i: dict,
+    power: dict,
+    bound: float,
+    names: Sequence[str],
+    checked: Sequence[str],
+    controls: Sequence[str],
+):
     """Power bars (blue: the checked tests, orange: the non-topological controls, grey: report
     only) with type-I error markers and the type-I bound."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(names)), 3.8))
     xs = range(len(names))
     colors = ["C0" if t in checked else "C1" if t in controls else "C7" for t in names]
-    ax.bar(xs, [power[t] for t in names], color=colors,
-           label="power (H1; orange: controls; grey: report only)")  # fmt: skip
+    ax.bar(
+        xs,
+        [power[t] for t in names],
+        color=colors,
+        label="power (H1; orange: controls; grey: report only)",
+    )
     ax.scatter(
         xs, [type_i[t] for t in names], color="k", marker="x", label="type-I error (H0)", zorder=3
     )

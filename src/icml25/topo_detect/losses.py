@@ -83,8 +83,9 @@ def tp_loss(X, Y, *, alpha: float = 1.0, dims=(0, 1), metric: str = "euclidean")
     return _link(value, X, Y)
 
 
-def mk_loss(X, Y, *, sigmas=(0.1,), dims=(0, 1), reduction: str = "distance",
-            metric: str = "euclidean") -> Tensor:  # fmt: skip
+def mk_loss(
+    X, Y, *, sigmas=(0.1,), dims=(0, 1), reduction: str = "distance", metric: str = "euclidean"
+) -> Tensor:
     """``sum_sigma sum_k [k(F,F) + k(G,G) - 2 k(F,G)]`` (``reduction="distance"``, default) or
     ``sum k(F, G)`` (``"kernel"``), Reininghaus' multi-scale kernel, ``F = PD_k(X)``, ``G =
     PD_k(Y)``; default sigma 0.1 (unverified)."""

@@ -124,8 +124,15 @@ def _p_value(obs: float, null: Tensor) -> float:
     return (1 + count) / (len(null) + 1)
 
 
-def permutation_test(K: Tensor, n: int, n_perm: int = 100, generator=None, *,
-                     use_1sample_u: bool = True, alpha: float = 0.05) -> tuple[float, float]:  # fmt: skip
+def permutation_test(
+    K: Tensor,
+    n: int,
+    n_perm: int = 100,
+    generator=None,
+    *,
+    use_1sample_u: bool = True,
+    alpha: float = 0.05,
+) -> tuple[float, float]:
     """``(MMD^2_u, p)``: the statistic is recomputed for ``n_perm`` random permutations of the
     pooled indices (all at once, as matrix products) and ``p = (1 + #{T_b >= T_obs}) / (B + 1)``.
     B = 100 is the choice of MMD-D's and SAMMD's scripts (``N_per = 100``) and of the
@@ -158,8 +165,9 @@ def _mmd2_permuted(K: Tensor, n: int, perms: Tensor, use_1sample_u: bool = True)
     return sxx / (n * (n - 1)) + syy / (m * (m - 1)) - 2 * sxy / (n * m)
 
 
-def wild_bootstrap_test(K: Tensor, n: int, n_boot: int = 100, generator=None, *,
-                        ln: float = 0.2, alpha: float = 0.05) -> tuple[float, float]:  # fmt: skip
+def wild_bootstrap_test(
+    K: Tensor, n: int, n_boot: int = 100, generator=None, *, ln: float = 0.2, alpha: float = 0.05
+) -> tuple[float, float]:
     """``(T, p)`` with SAMMD's wild-bootstrap null (Gao et al. 2021, after Chwialkowski et al.
     2014): ``T = mean(H)`` over ``H = K_XX + K_YY - K_XY - K_XY^T`` (the V-statistic, equal
     sizes), ``T_b = mean(H * (w_b - mean w_b)(w_b - mean w_b)^T)`` for AR(1) multipliers

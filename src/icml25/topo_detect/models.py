@@ -46,8 +46,9 @@ class TinyTwoTower(nn.Module):
 
     def __init__(self, d: int = 32, image_dim: int = 64, text_dim: int = 384) -> None:
         super().__init__()
-        self.image = nn.Sequential(nn.Linear(image_dim, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                                   nn.Linear(256, d))  # fmt: skip
+        self.image = nn.Sequential(
+            nn.Linear(image_dim, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, d)
+        )
         self.text = nn.Linear(text_dim, d)
         self.log_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
 
@@ -81,8 +82,16 @@ class TinyTwoTower(nn.Module):
             @ self.encode_text_embeddings(class_text_emb).T
         )
 
-    def fit(self, images: Tensor, labels: Tensor, class_text_emb: Tensor, epochs: int = 40,
-            lr: float = 1e-3, batch_size: int = 64, seed: int = 0) -> TinyTwoTower:  # fmt: skip
+    def fit(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        class_text_emb: Tensor,
+        epochs: int = 40,
+        lr: float = 1e-3,
+        batch_size: int = 64,
+        seed: int = 0,
+    ) -> TinyTwoTower:
         """CLIP's zero-shot objective over the class prompts: CE of ``scale e_img T^T``."""
         g = torch.Generator().manual_seed(seed)
         opt = torch.optim.Adam(self.parameters(), lr=lr)

@@ -118,8 +118,9 @@ def _generators(D: np.ndarray, max_dim: int, backend: str, n_threads: int):
     if backend == "giotto":
         from gph import ripser_parallel
 
-        out = ripser_parallel(D, metric="precomputed", maxdim=max_dim, return_generators=True,
-                              n_threads=n_threads)  # fmt: skip
+        out = ripser_parallel(
+            D, metric="precomputed", maxdim=max_dim, return_generators=True, n_threads=n_threads
+        )
         return out["gens"]
     if backend == "gudhi":
         import gudhi
@@ -130,9 +131,16 @@ def _generators(D: np.ndarray, max_dim: int, backend: str, n_threads: int):
     raise ValueError(f"backend must be 'giotto' or 'gudhi', got {backend!r}")
 
 
-def vr_diagrams(points: Tensor, *, max_dim: int = 1, metric: str = "euclidean",
-                precomputed: bool = False, keep_infinite: bool = False, backend: str = "giotto",
-                n_threads: int = 1) -> list[PersistenceDiagram]:  # fmt: skip
+def vr_diagrams(
+    points: Tensor,
+    *,
+    max_dim: int = 1,
+    metric: str = "euclidean",
+    precomputed: bool = False,
+    keep_infinite: bool = False,
+    backend: str = "giotto",
+    n_threads: int = 1,
+) -> list[PersistenceDiagram]:
     """Vietoris-Rips diagrams in dimensions ``0..max_dim`` of a point cloud ``(N, d)`` (or of a
     distance matrix with ``precomputed=True``). Finite pairs only unless ``keep_infinite`` (the
     essential classes get death ``inf``). Zero-length bars are dropped (duplicates: ``N_distinct -

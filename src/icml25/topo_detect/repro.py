@@ -124,8 +124,14 @@ class Setting:
         torch.manual_seed(seed)
         self.model = TinyTwoTower(32).fit(xtr, ytr, self.T, epochs=epochs, seed=seed)
         self.model.requires_grad_(False)
-        self.adv = pgd_linf(self.model, self.x, self.y, self.T, eps,
-                            generator=torch.Generator().manual_seed(1 + seed))  # fmt: skip
+        self.adv = pgd_linf(
+            self.model,
+            self.x,
+            self.y,
+            self.T,
+            eps,
+            generator=torch.Generator().manual_seed(1 + seed),
+        )
         self.E, self.E_adv = self.model.encode_image(self.x), self.model.encode_image(self.adv)
         self.S, self.S_adv = self.model.penultimate(self.x), self.model.penultimate(self.adv)
         self.Temb = self.model.encode_text_embeddings(self.T)
@@ -150,26 +156,37 @@ class Setting:
         emb, raw, sem = mix(self.E, self.E_adv), mix(self.x, self.adv), mix(self.S, self.S_adv)
         text = self.paired_text(emb)
         state = g.get_state()  # the controls' chunks are the topological signatures' chunks
-        f = {"emb": emb, "raw": raw, "sem": sem,
-             "topo": sample_signatures(emb, text, generator=g)}  # fmt: skip
+        f = {"emb": emb, "raw": raw, "sem": sem, "topo": sample_signatures(emb, text, generator=g)}
         for c in CONTROLS:
             f[c] = knn_features(emb, kind=c, generator=torch.Generator().set_state(state))
         f["topo_grad"] = sample_signatures(emb, text, mode="gradient", generator=g)
         if extra:
             f["topo_mk"] = sample_signatures(emb, text, mode="gradient", loss="mk", generator=g)
             f["topo_a2"] = sample_signatures(emb, text, alpha=2.0, generator=g)
-            f["topo_pg"] = torch.cat([sample_signatures(emb[:n], text[:n], generator=g),
-                                      sample_signatures(emb[n:], text[n:], generator=g)])  # fmt: skip
+            f["topo_pg"] = torch.cat(
+                [
+                    sample_signatures(emb[:n], text[:n], generator=g),
+                    sample_signatures(emb[n:], text[n:], generator=g),
+                ]
+            )
         return {k_: v[:n] for k_, v in f.items()}, {k_: v[n:] for k_, v in f.items()}
 
 
 # -- claim 1 -------------------------------------------------------------------------------------
 def curve(st: Setting, seed: int, batches: int, fractions=FRACTIONS, alpha: float = 1.0) -> dict:
     """The library's :func:`signature_curve` on the setting's embeddings (predicted pairing)."""
-    return signature_curve(None, st.E, st.E_adv, st.Temb, fractions=fractions,
-                           batch_size=N_BATCH, n_batches=batches, alpha=alpha,
-                           generator=torch.Generator().manual_seed(seed),
-                           disable_progress=True)  # fmt: skip
+    return signature_curve(
+        None,
+        st.E,
+        st.E_adv,
+        st.Temb,
+        fractions=fractions,
+        batch_size=N_BATCH,
+        n_batches=batches,
+        alpha=alpha,
+        generator=torch.Generator().manual_seed(seed),
+        disable_progress=True,
+    )
 
 
 # -- claim 2 -------------------------------------------------------------------------------------
@@ -220,17 +237,27 @@ def trained_tests(st: Setting, train_idx, seed: int, epochs: int) -> tuple[dict,
         ("MMD-D", lambda: DeepKernelMMD(raw_fn=r, n_perm=N_PERM)),
         ("MMD-D*G_topo", lambda: TopologicalMMD(DeepKernelMMD(raw_fn=r), _sig("topo"), N_PERM)),
         ("SAMMD", lambda: SemanticAwareMMD(sem, raw_fn=r, n_perm=N_PERM)),
-        ("SAMMD*G_topo",
-         lambda: TopologicalMMD(SemanticAwareMMD(sem, raw_fn=r), _sig("topo"), N_PERM)),
-    ):  # fmt: skip
+        (
+            "SAMMD*G_topo",
+            lambda: TopologicalMMD(SemanticAwareMMD(sem, raw_fn=r), _sig("topo"), N_PERM),
+        ),
+    ):
         torch.manual_seed(seed)  # the MMD-D network's initialisation
         tests[name] = make().fit(S_P, S_Q, epochs=epochs, generator=g)
         J[name] = tests[name].history[-1] if tests[name].history else float("nan")
     return tests, J
 
 
-def detection_trials(st: Setting, seed: int, trials: int, q: float = Q_ADV, *,
-                     extra: bool = False, pool=None, trained: dict | None = None) -> dict:  # fmt: skip
+def detection_trials(
+    st: Setting,
+    seed: int,
+    trials: int,
+    q: float = Q_ADV,
+    *,
+    extra: bool = False,
+    pool=None,
+    trained: dict | None = None,
+) -> dict:
     """Rejections per test under H0 and H1 on disjoint random test images from ``pool`` (all
     test images by default); every test sees the same data in a trial. One trial is one unit:
     a fresh draw of 2n images (and chunks); the lists hold one value per trial, in trial order."""
@@ -267,8 +294,12 @@ def run(r: Run) -> ReproResult:
     def measure(seed: int) -> dict:
         st = Setting(seed, epochs=epochs)
         settings[seed] = st
-        out = {"seed": seed, "acc": st.acc, "adv_acc": st.adv_acc,
-               "curve": curve(st, seed, batches, fractions)}  # fmt: skip
+        out = {
+            "seed": seed,
+            "acc": st.acc,
+            "adv_acc": st.adv_acc,
+            "curve": curve(st, seed, batches, fractions),
+        }
         pool, trained = None, None
         if full:  # a training split for the kernels, disjoint from every trial's images
             perm = torch.randperm(len(st.x), generator=torch.Generator().manual_seed(4000 + seed))
@@ -285,8 +316,9 @@ def run(r: Run) -> ReproResult:
     # The units: 1a/1b one curve per seed (the smallest |rho| over the seeds); 2a-2d one trial
     # per value, a fresh draw of 2n images and chunks, pooled over the seeds in seed order; 2b-2d
     # pair two tests on the same trial and name each (seed, trial) (a repeat is an error).
-    trial_units = [f"seed {x['seed']} trial {i}" for x in runs
-                   for i in range(len(x["det"]["H1"]["G_emb"]))]  # fmt: skip
+    trial_units = [
+        f"seed {x['seed']} trial {i}" for x in runs for i in range(len(x["det"]["H1"]["G_emb"]))
+    ]
     h0 = {t: [v for x in runs for v in x["det"]["H0"][t]] for t in names}
     h1 = {t: [v for x in runs for v in x["det"]["H1"][t]] for t in names}
     type_i = {t: statistics.fmean(v) for t, v in h0.items()}
@@ -310,16 +342,32 @@ def run(r: Run) -> ReproResult:
         Metric(f"PGD eps={EPS} accuracy", [x["adv_acc"] for x in runs]),
         Metric("Spearman rho TP", rho_tp, description="sign: the direction of the change"),
         Metric("Spearman rho MK", rho_mk),
-        *(Metric(f"power {t}", [statistics.fmean(x["det"]["H1"][t]) for x in runs],
-                 description="per seed") for t in names),
-        *(Metric(f"type-I {t}", [statistics.fmean(x["det"]["H0"][t]) for x in runs],
-                 description="per seed") for t in names),
-    ]  # fmt: skip
+        *(
+            Metric(
+                f"power {t}",
+                [statistics.fmean(x["det"]["H1"][t]) for x in runs],
+                description="per seed",
+            )
+            for t in names
+        ),
+        *(
+            Metric(
+                f"type-I {t}",
+                [statistics.fmean(x["det"]["H0"][t]) for x in runs],
+                description="per seed",
+            )
+            for t in names
+        ),
+    ]
     if full:
-        metrics.append(Metric("Spearman rho TP alpha=2", [x["curve_a2"]["spearman"]["tp"] for x in runs]))  # fmt: skip
+        metrics.append(
+            Metric("Spearman rho TP alpha=2", [x["curve_a2"]["spearman"]["tp"] for x in runs])
+        )
         metrics += [Metric(f"final J {t}", [x["J"][t] for x in runs]) for t in TRAINED_TESTS]
-    table = ["| test | type-I error (H0) | power (H1, q = 0.5) | power gain [95%] over |",
-             "|---|---|---|---|"]  # fmt: skip
+    table = [
+        "| test | type-I error (H0) | power (H1, q = 0.5) | power gain [95%] over |",
+        "|---|---|---|---|",
+    ]
     for t in names:
         table.append(f"| {t} | {type_i[t]:.3f} | {power[t]:.3f} | {_gain_text(t, h1)} |")
     c0 = runs[0]["curve"]
@@ -328,13 +376,18 @@ def run(r: Run) -> ReproResult:
         "|---|---|---|---|---|---|",
     ]
     for i, p in enumerate(fractions):
-        ctab.append(f"| {p:g} | {c0['tp']['mean'][i]:.2f} | {c0['mk']['mean'][i]:.1f} | "
-                    f"{c0['pers0_x']['mean'][i]:.2f} | {c0['pers1_x']['mean'][i]:.2f} | "
-                    f"{c0['pers0_y']['mean'][i]:.2f} |")  # fmt: skip
-    tables = [f"Detection (all seeds pooled, T = {len(h0['G_emb'])} per hypothesis):\n\n" + "\n".join(table),
-              _control_table(h0, h1, len(h0["G_emb"])),
-              _per_seed_table(runs, best),
-              f"Signature curve (seed {r.seeds[0]}, batch means):\n\n" + "\n".join(ctab)]  # fmt: skip
+        ctab.append(
+            f"| {p:g} | {c0['tp']['mean'][i]:.2f} | {c0['mk']['mean'][i]:.1f} | "
+            f"{c0['pers0_x']['mean'][i]:.2f} | {c0['pers1_x']['mean'][i]:.2f} | "
+            f"{c0['pers0_y']['mean'][i]:.2f} |"
+        )
+    tables = [
+        f"Detection (all seeds pooled, T = {len(h0['G_emb'])} per hypothesis):\n\n"
+        + "\n".join(table),
+        _control_table(h0, h1, len(h0["G_emb"])),
+        _per_seed_table(runs, best),
+        f"Signature curve (seed {r.seeds[0]}, batch means):\n\n" + "\n".join(ctab),
+    ]
     if full:
         tables.append(_sweep(r, epochs))
     r.figure(plot_signature_curve(runs, fractions), "signature_vs_fraction.png")
@@ -408,14 +461,20 @@ def _paired_text(a: list[float], b: list[float]) -> str:
 def _control_table(h0: dict, h1: dict, T: int) -> str:
     """Each topological test next to the same test with a control feature in its place."""
     power = {t: statistics.fmean(v) for t, v in h1.items()}
-    rows = ["| test family | G_topo: power (type-I) | G_knn | G_lid | topo - best control [95%] |",
-            "|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| test family | G_topo: power (type-I) | G_knn | G_lid | topo - best control [95%] |",
+        "|---|---|---|---|---|",
+    ]
     for base in ("", "G_emb*", "SA*"):
-        cells = [f"{power[t]:.3f} ({statistics.fmean(h0[t]):.3f})"
-                 for t in (f"{base}G_topo", *(f"{base}G_{c}" for c in CONTROLS))]  # fmt: skip
+        cells = [
+            f"{power[t]:.3f} ({statistics.fmean(h0[t]):.3f})"
+            for t in (f"{base}G_topo", *(f"{base}G_{c}" for c in CONTROLS))
+        ]
         best = _best_control(base, power)
-        rows.append(f"| {base or 'alone'} | {' | '.join(cells)} | "
-                    f"{_paired_text(h1[f'{base}G_topo'], h1[best])} ({best}) |")  # fmt: skip
+        rows.append(
+            f"| {base or 'alone'} | {' | '.join(cells)} | "
+            f"{_paired_text(h1[f'{base}G_topo'], h1[best])} ({best}) |"
+        )
     return (
         f"Topology against the non-topological controls (same trials, same chunks; T = {T} "
         "per hypothesis; paired by trial):\n\n" + "\n".join(rows)
@@ -426,8 +485,10 @@ def _per_seed_table(runs: list[dict], best: str) -> str:
     """The power differences of checks 2b-2d seed by seed: the spread between trained models
     that the pooled trials of one check do not show."""
     pairs = (("SA*G_topo", "SA"), ("G_emb*G_topo", "G_emb"), ("SA*G_topo", best))
-    rows = ["| seed | " + " | ".join(f"{a} - {b}" for a, b in pairs) + " |",
-            "|---|" + "---|" * len(pairs)]  # fmt: skip
+    rows = [
+        "| seed | " + " | ".join(f"{a} - {b}" for a, b in pairs) + " |",
+        "|---|" + "---|" * len(pairs),
+    ]
     for x in runs:
         h1 = x["det"]["H1"]
         cells = [f"{statistics.fmean(h1[a]) - statistics.fmean(h1[b]):+.2f}" for a, b in pairs]
@@ -450,8 +511,10 @@ def _sweep(r: Run, epochs: int) -> str:
     trials = r.size(smoke=2, quick=None, full=SWEEP_TRIALS)
     eps_list = r.size(smoke=(0.2,), quick=None, full=SWEEP_EPS)
     q_list = r.size(smoke=(1.0,), quick=None, full=SWEEP_Q)
-    lines = ["| eps | q | G_raw | SA | SA*G_topo | gain over SA [95%] | G_emb | G_emb*G_topo | gain over G_emb [95%] | SA*best control | SA*G_topo - it [95%] | worst type-I |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| eps | q | G_raw | SA | SA*G_topo | gain over SA [95%] | G_emb | G_emb*G_topo | gain over G_emb [95%] | SA*best control | SA*G_topo - it [95%] | worst type-I |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for eps in eps_list:
         sts = [Setting(s, eps=eps, epochs=epochs) for s in r.seeds]
         for q in q_list:
@@ -462,11 +525,13 @@ def _sweep(r: Run, epochs: int) -> str:
             pw = {t: statistics.fmean(v) for t, v in h1.items()}
             best = _best_control("SA*", pw)
             worst = max(statistics.fmean(v) for v in h0.values())
-            lines.append(f"| {eps:g} | {q:g} | {pw['G_raw']:.2f} | {pw['SA']:.2f} | {pw['SA*G_topo']:.2f} | "
-                         f"{_paired_text(h1['SA*G_topo'], h1['SA'])} | {pw['G_emb']:.2f} | "
-                         f"{pw['G_emb*G_topo']:.2f} | {_paired_text(h1['G_emb*G_topo'], h1['G_emb'])} | "
-                         f"{pw[best]:.2f} ({best}) | {_paired_text(h1['SA*G_topo'], h1[best])} | "
-                         f"{worst:.3f} |")  # fmt: skip
+            lines.append(
+                f"| {eps:g} | {q:g} | {pw['G_raw']:.2f} | {pw['SA']:.2f} | {pw['SA*G_topo']:.2f} | "
+                f"{_paired_text(h1['SA*G_topo'], h1['SA'])} | {pw['G_emb']:.2f} | "
+                f"{pw['G_emb*G_topo']:.2f} | {_paired_text(h1['G_emb*G_topo'], h1['G_emb'])} | "
+                f"{pw[best]:.2f} ({best}) | {_paired_text(h1['SA*G_topo'], h1[best])} | "
+                f"{worst:.3f} |"
+            )
     return (
         f"Sweep (report only; {trials} trials per hypothesis and seed, seeds {r.seeds}; powers "
         "pooled over seeds):\n\n" + "\n".join(lines)

@@ -34,11 +34,22 @@ def chunks(n: int, size: int, generator: torch.Generator | None) -> list[Tensor]
     return out
 
 
-def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
-                      mode: str = "attribution", chunk_size: int = 50, generator=None,
-                      alpha: float = 1.0, dims=(0, 1), signed: bool = False,
-                      wrt: str = "embedding", image_encoder=None, images=None,
-                      **loss_kw) -> Tensor:  # fmt: skip
+def sample_signatures(
+    image_emb: Tensor,
+    text_emb: Tensor,
+    *,
+    loss: str = "tp",
+    mode: str = "attribution",
+    chunk_size: int = 50,
+    generator=None,
+    alpha: float = 1.0,
+    dims=(0, 1),
+    signed: bool = False,
+    wrt: str = "embedding",
+    image_encoder=None,
+    images=None,
+    **loss_kw,
+) -> Tensor:
     """Per-sample topological features of paired clouds (equal N).
 
     ``mode="attribution"`` (default): in each chunk, every finite pair r of the image cloud adds
@@ -114,8 +125,14 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
             sign = [1.0] * len(dims)
             if signed:
                 dgy = vr_diagrams(y, max_dim=max(dims))
-                sign = [float(torch.sign(total_persistence(dgx[k], alpha) - total_persistence(dgy[k], alpha)))
-                        for k in dims]  # fmt: skip
+                sign = [
+                    float(
+                        torch.sign(
+                            total_persistence(dgx[k], alpha) - total_persistence(dgy[k], alpha)
+                        )
+                    )
+                    for k in dims
+                ]
             for j, k in enumerate(dims):
                 dg = dgx[k]
                 if len(dg) == 0:
@@ -141,8 +158,11 @@ def sample_signatures(image_emb: Tensor, text_emb: Tensor, *, loss: str = "tp",
             else:
                 leaf = x = x.clone().requires_grad_(True)
             with torch.enable_grad():
-                value = (tp_loss(x, y, alpha=alpha, dims=dims, **loss_kw) if loss == "tp"
-                         else mk_loss(x, y, dims=dims, **loss_kw))  # fmt: skip
+                value = (
+                    tp_loss(x, y, alpha=alpha, dims=dims, **loss_kw)
+                    if loss == "tp"
+                    else mk_loss(x, y, dims=dims, **loss_kw)
+                )
                 (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
             g = torch.zeros_like(leaf) if g is None else g.detach()
             out[idx] = g.reshape(len(idx), -1).to(device=out.device, dtype=out.dtype)
@@ -154,11 +174,23 @@ def _encode(model, x: Tensor, batch: int = 256) -> Tensor:
         return torch.cat([model.encode_image(x[i : i + batch]) for i in range(0, len(x), batch)])
 
 
-def signature_curve(model, clean, adversarial, class_texts, *, fractions=FRACTIONS,
-                    batch_size: int = 100, n_batches: int = 20, pairing: str = "predicted",
-                    labels=None, alpha: float = 1.0, sigmas=(0.1,), dims=(0, 1),
-                    generator: torch.Generator | None = None,
-                    disable_progress: bool | None = None) -> dict:  # fmt: skip
+def signature_curve(
+    model,
+    clean,
+    adversarial,
+    class_texts,
+    *,
+    fractions=FRACTIONS,
+    batch_size: int = 100,
+    n_batches: int = 20,
+    pairing: str = "predicted",
+    labels=None,
+    alpha: float = 1.0,
+    sigmas=(0.1,),
+    dims=(0, 1),
+    generator: torch.Generator | None = None,
+    disable_progress: bool | None = None,
+) -> dict:
     """The observed signature of §5: batch means of ``L_TP`` and ``L_MK`` between the image cloud
     and its paired text cloud as a fraction ``p`` of the batch is adversarial.
 

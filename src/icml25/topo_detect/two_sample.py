@@ -149,8 +149,9 @@ def _objective(K: Tensor, n: int) -> Tensor:
     return mmd2_unbiased(K, n) / torch.sqrt(mmd_h1_variance(K, n) + 1e-8)
 
 
-def _train(kernel: Callable[[], Tensor], params: list[Tensor], n: int, epochs: int,
-           lr: float) -> list[float]:  # fmt: skip
+def _train(
+    kernel: Callable[[], Tensor], params: list[Tensor], n: int, epochs: int, lr: float
+) -> list[float]:
     """Adam on ``-J`` over the full training sample; returns J per epoch."""
     epochs = as_int("epochs", epochs, 0)
     lr = as_real("lr", lr, low=0, low_open=True)
@@ -181,8 +182,14 @@ class MMDTest:
 
     default_epochs, default_lr = 1000, 2e-4
 
-    def __init__(self, *, n_perm: int = 100, alpha: float = 0.05, null: str = "permutation",
-                 use_1sample_u: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        n_perm: int = 100,
+        alpha: float = 0.05,
+        null: str = "permutation",
+        use_1sample_u: bool = True,
+    ) -> None:
         from icml25.topo_detect.mmd import _check_draws
 
         alpha = as_prob("alpha", alpha, low_open=True, high_open=True)
@@ -229,15 +236,26 @@ class MMDTest:
             warnings.simplefilter("ignore", UserWarning)  # n_perm was checked at construction
             if self.null == "permutation":
                 stat, p = permutation_test(
-                    K, n, self.n_perm, generator, use_1sample_u=self.use_1sample_u,
+                    K,
+                    n,
+                    self.n_perm,
+                    generator,
+                    use_1sample_u=self.use_1sample_u,
                     alpha=self.alpha,
-                )  # fmt: skip
+                )
             else:
                 stat, p = wild_bootstrap_test(K, n, self.n_perm, generator, alpha=self.alpha)
         return TestResult(stat, p, p <= self.alpha)
 
-    def fit(self, S_P, S_Q, *, epochs: int | None = None, lr: float | None = None,
-            generator: torch.Generator | None = None) -> MMDTest:  # fmt: skip
+    def fit(
+        self,
+        S_P,
+        S_Q,
+        *,
+        epochs: int | None = None,
+        lr: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> MMDTest:
         """Train the kernel's parameters on a training split (equal sizes) by maximising ``J``;
         a no-op for untrained tests. ``self.history`` holds J per epoch. The samples are
         detached (training never writes into the caller's graph or ``.grad``); ``generator``
@@ -259,8 +277,13 @@ class GaussianMMD(MMDTest):
     median-heuristic bandwidths on the pooled sample. ``features``: callables on the pooled sample
     (identity: the samples themselves, MMD-G); ``[emb, pixels]`` is an untrained SAMMD analogue."""
 
-    def __init__(self, features: Sequence[Callable] = (_identity,), n_perm: int = 100,
-                 alpha: float = 0.05, **kw) -> None:  # fmt: skip
+    def __init__(
+        self,
+        features: Sequence[Callable] = (_identity,),
+        n_perm: int = 100,
+        alpha: float = 0.05,
+        **kw,
+    ) -> None:
         if callable(features):
             features = [features]
         features = list(features)
@@ -287,8 +310,16 @@ class _SmoothKernelMMD(MMDTest, nn.Module):
     / s_q) + eps exp(-|a - b|^2 / s_q)`` with learnable ``eps = sigmoid(eps_raw)`` and bandwidths
     stored as square roots (DK-for-TST's ``sigmaOPT ** 2``)."""
 
-    def __init__(self, raw_fn: Callable, *, eps_init: float, n_perm: int, alpha: float,
-                 null: str, use_1sample_u: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        raw_fn: Callable,
+        *,
+        eps_init: float,
+        n_perm: int,
+        alpha: float,
+        null: str,
+        use_1sample_u: bool = True,
+    ) -> None:
         nn.Module.__init__(self)
         MMDTest.__init__(self, n_perm=n_perm, alpha=alpha, null=null, use_1sample_u=use_1sample_u)
         if not callable(raw_fn):
@@ -336,8 +367,10 @@ class _SmoothKernelMMD(MMDTest, nn.Module):
     def bandwidths(self) -> dict[str, float]:
         """The learned ``sigma_q`` (raw inputs) and ``sigma_phi`` (features)."""
         self._check_ready()
-        return {"sigma_q": float(self.sigma_q_sqrt.detach() ** 2),
-                "sigma_phi": float(self.sigma_phi_sqrt.detach() ** 2)}  # fmt: skip
+        return {
+            "sigma_q": float(self.sigma_q_sqrt.detach() ** 2),
+            "sigma_phi": float(self.sigma_phi_sqrt.detach() ** 2),
+        }
 
     def kernel(self, pooled, extra: Tensor | None = None) -> Tensor:
         raw = _flat(self.raw_fn(pooled)).to(self.sigma_q_sqrt)
@@ -369,11 +402,25 @@ class DeepKernelMMD(_SmoothKernelMMD):
 
     default_epochs, default_lr = 1000, 5e-5  # DK-for-TST, HDGM
 
-    def __init__(self, net: nn.Module | None = None, *, raw_fn: Callable = _identity,
-                 eps_init: float = 1e-10, n_perm: int = 100, alpha: float = 0.05,
-                 null: str = "permutation", use_1sample_u: bool = True) -> None:  # fmt: skip
-        super().__init__(raw_fn, eps_init=eps_init, n_perm=n_perm, alpha=alpha, null=null,
-                         use_1sample_u=use_1sample_u)  # fmt: skip
+    def __init__(
+        self,
+        net: nn.Module | None = None,
+        *,
+        raw_fn: Callable = _identity,
+        eps_init: float = 1e-10,
+        n_perm: int = 100,
+        alpha: float = 0.05,
+        null: str = "permutation",
+        use_1sample_u: bool = True,
+    ) -> None:
+        super().__init__(
+            raw_fn,
+            eps_init=eps_init,
+            n_perm=n_perm,
+            alpha=alpha,
+            null=null,
+            use_1sample_u=use_1sample_u,
+        )
         if net is not None and not isinstance(net, nn.Module):
             raise TypeError(f"net must be an nn.Module, got {type(net).__name__}")
         self.net, self._own_net = net, net is None
@@ -386,9 +433,15 @@ class DeepKernelMMD(_SmoothKernelMMD):
             with torch.random.fork_rng(devices=[]):
                 if gen is not None:  # the initial weights follow the fit's generator
                     torch.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
-                self.net = nn.Sequential(nn.Linear(d, h), nn.Softplus(), nn.Linear(h, h),
-                                         nn.Softplus(), nn.Linear(h, h), nn.Softplus(),
-                                         nn.Linear(h, h))  # fmt: skip
+                self.net = nn.Sequential(
+                    nn.Linear(d, h),
+                    nn.Softplus(),
+                    nn.Linear(h, h),
+                    nn.Softplus(),
+                    nn.Linear(h, h),
+                    nn.Softplus(),
+                    nn.Linear(h, h),
+                )
         self.net.to(device=raw.device, dtype=raw.dtype)
 
     def _phi(self, pooled) -> Tensor:
@@ -412,11 +465,25 @@ class SemanticAwareMMD(_SmoothKernelMMD):
 
     default_epochs, default_lr = 1000, 2e-4  # SAMMD's code
 
-    def __init__(self, feature_fn: Callable, *, raw_fn: Callable = _identity,
-                 eps_init: float = 1e-10, n_perm: int = 100, alpha: float = 0.05,
-                 null: str = "permutation", use_1sample_u: bool = True) -> None:  # fmt: skip
-        super().__init__(raw_fn, eps_init=eps_init, n_perm=n_perm, alpha=alpha, null=null,
-                         use_1sample_u=use_1sample_u)  # fmt: skip
+    def __init__(
+        self,
+        feature_fn: Callable,
+        *,
+        raw_fn: Callable = _identity,
+        eps_init: float = 1e-10,
+        n_perm: int = 100,
+        alpha: float = 0.05,
+        null: str = "permutation",
+        use_1sample_u: bool = True,
+    ) -> None:
+        super().__init__(
+            raw_fn,
+            eps_init=eps_init,
+            n_perm=n_perm,
+            alpha=alpha,
+            null=null,
+            use_1sample_u=use_1sample_u,
+        )
         if not callable(feature_fn):
             raise TypeError(f"feature_fn must be callable, got {feature_fn!r}")
         self.feature_fn = feature_fn
@@ -445,10 +512,18 @@ class TopologicalMMD(MMDTest):
     median heuristic on the pooled sample, or learned with the base's parameters by :meth:`fit`.
     """
 
-    def __init__(self, base, signature_fn: Callable, n_perm: int | None = None,
-                 alpha: float | None = None, fusion: str = "product", *,
-                 concat_scale: float = 1.0, null: str | None = None,
-                 use_1sample_u: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base,
+        signature_fn: Callable,
+        n_perm: int | None = None,
+        alpha: float | None = None,
+        fusion: str = "product",
+        *,
+        concat_scale: float = 1.0,
+        null: str | None = None,
+        use_1sample_u: bool | None = None,
+    ) -> None:
         # unset settings follow the base test (else 100 permutations, 0.05, permutation null)
         ref = base if isinstance(base, MMDTest) else None
         n_perm = n_perm if n_perm is not None else (ref.n_perm if ref else 100)
@@ -498,8 +573,9 @@ class TopologicalMMD(MMDTest):
         if self.fusion == "concat":
             return self.base.kernel(pooled, extra=self.concat_scale * g)
         if self.sigma_g_sqrt is not None:
-            Kg = torch.exp(-_sqdist(g.to(self.sigma_g_sqrt), g.to(self.sigma_g_sqrt))
-                           / self.sigma_g_sqrt**2)  # fmt: skip
+            Kg = torch.exp(
+                -_sqdist(g.to(self.sigma_g_sqrt), g.to(self.sigma_g_sqrt)) / self.sigma_g_sqrt**2
+            )
         else:
             Kg = gaussian_gram(g)
         if self.base is None:
@@ -518,8 +594,15 @@ class TopologicalMMD(MMDTest):
         own = [self.sigma_g_sqrt] if self.sigma_g_sqrt is not None else []
         return (self.base.parameters() if self.base is not None else []) + own
 
-    def fit(self, S_P, S_Q, *, epochs: int | None = None, lr: float | None = None,
-            generator: torch.Generator | None = None) -> TopologicalMMD:  # fmt: skip
+    def fit(
+        self,
+        S_P,
+        S_Q,
+        *,
+        epochs: int | None = None,
+        lr: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> TopologicalMMD:
         """Train the base's parameters and ``s_g`` (started at the median heuristic) jointly by
         maximising J on a training split; signatures come from the pooled training sample (the
         samples are detached, as in :meth:`MMDTest.fit`)."""

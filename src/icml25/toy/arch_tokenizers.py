@@ -93,26 +93,70 @@ CHAT_TEMPLATES: dict[str, str] = {
 }
 
 _SUBJECTS = (
-    "the cat", "a dog", "the model", "my friend", "the teacher", "a student", "the user",
-    "the assistant", "our team", "the robot", "a child", "the doctor",
-)  # fmt: skip
+    "the cat",
+    "a dog",
+    "the model",
+    "my friend",
+    "the teacher",
+    "a student",
+    "the user",
+    "the assistant",
+    "our team",
+    "the robot",
+    "a child",
+    "the doctor",
+)
 _VERBS = (
-    "reads", "writes", "answers", "asks about", "likes", "finds", "explains", "opens", "counts",
-    "draws", "helps with", "forgets",
-)  # fmt: skip
+    "reads",
+    "writes",
+    "answers",
+    "asks about",
+    "likes",
+    "finds",
+    "explains",
+    "opens",
+    "counts",
+    "draws",
+    "helps with",
+    "forgets",
+)
 _OBJECTS = (
-    "the red book", "a long letter", "the hard question", "a small image", "the blue house",
-    "three green apples", "the old map", "a short story", "the new code", "seven white birds",
-    "the weather report", "a simple answer", "the last page",
-)  # fmt: skip
+    "the red book",
+    "a long letter",
+    "the hard question",
+    "a small image",
+    "the blue house",
+    "three green apples",
+    "the old map",
+    "a short story",
+    "the new code",
+    "seven white birds",
+    "the weather report",
+    "a simple answer",
+    "the last page",
+)
 _ENDINGS = (
-    "today", "in the morning", "at night", "very slowly", "with care", "again", "before lunch",
-    "after school", "for a while", "without help", "every day",
-)  # fmt: skip
+    "today",
+    "in the morning",
+    "at night",
+    "very slowly",
+    "with care",
+    "again",
+    "before lunch",
+    "after school",
+    "for a while",
+    "without help",
+    "every day",
+)
 _QUESTIONS = (
-    "What is {o}?", "Why does {s} like {o}?", "Can you describe {o}?", "Where is {o}?",
-    "How many words are in {o}?", "Please summarize {o}.", "Hello! Tell me about {o}.",
-)  # fmt: skip
+    "What is {o}?",
+    "Why does {s} like {o}?",
+    "Can you describe {o}?",
+    "Where is {o}?",
+    "How many words are in {o}?",
+    "Please summarize {o}.",
+    "Hello! Tell me about {o}.",
+)
 
 
 def corpus(n: int = 480) -> list[str]:
@@ -165,78 +209,162 @@ def _bpe(head: list[str], tail: list[str], *, vocab_size: int = 512, lowercase: 
 _FAMILIES: dict[str, dict[str, Any]] = {
     # GPT-2 has one special token for everything and no pad; ChatML markers added as a fine-tune would.
     "gpt2": dict(
-        head=[], tail=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        bos="<|endoftext|>", eos="<|endoftext|>", unk="<|endoftext|>", pad=None,
+        head=[],
+        tail=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        bos="<|endoftext|>",
+        eos="<|endoftext|>",
+        unk="<|endoftext|>",
+        pad=None,
         template="chatml",
     ),
     # Llama-3.1 base: BOS prepended, EOS <|end_of_text|>, turns end with <|eot_id|>, no pad.
     "llama": dict(
         head=[],
-        tail=["<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>",
-              "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-        bos="<|begin_of_text|>", eos="<|end_of_text|>", pad=None, add_bos=True,
+        tail=[
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|finetune_right_pad_id|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+        ],
+        bos="<|begin_of_text|>",
+        eos="<|end_of_text|>",
+        pad=None,
+        add_bos=True,
         template="llama3",
     ),
     # Qwen2.5 base: no BOS, EOS = pad = <|endoftext|>, turns end with <|im_end|>.
     "qwen2": dict(
-        head=[], tail=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        bos=None, eos="<|endoftext|>", pad="<|endoftext|>", template="chatml",
+        head=[],
+        tail=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        bos=None,
+        eos="<|endoftext|>",
+        pad="<|endoftext|>",
+        template="chatml",
     ),
     # Gemma-2: <pad>=0, <eos>=1, <bos>=2, <unk>=3; BOS prepended; turns end with <end_of_turn>.
     "gemma2": dict(
-        head=["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"], tail=[],
-        bos="<bos>", eos="<eos>", unk="<unk>", pad="<pad>", add_bos=True, template="gemma",
+        head=["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"],
+        tail=[],
+        bos="<bos>",
+        eos="<eos>",
+        unk="<unk>",
+        pad="<pad>",
+        add_bos=True,
+        template="gemma",
     ),
     # Mistral: <unk>=0, <s>=1, </s>=2, [INST]/[/INST] as control tokens (v0.3); no pad.
     "mistral": dict(
-        head=["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], tail=[],
-        bos="<s>", eos="</s>", unk="<unk>", pad=None, add_bos=True, template="mistral",
+        head=["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
+        tail=[],
+        bos="<s>",
+        eos="</s>",
+        unk="<unk>",
+        pad=None,
+        add_bos=True,
+        template="mistral",
     ),
     # OPT: <s>=0, <pad>=1, </s>=2, <unk>=3, and </s> is also the BOS it prepends.
     "opt": dict(
-        head=["<s>", "<pad>", "</s>", "<unk>"], tail=["<|im_start|>", "<|im_end|>"],
-        bos="</s>", eos="</s>", unk="<unk>", pad="<pad>", add_bos=True, template="chatml",
+        head=["<s>", "<pad>", "</s>", "<unk>"],
+        tail=["<|im_start|>", "<|im_end|>"],
+        bos="</s>",
+        eos="</s>",
+        unk="<unk>",
+        pad="<pad>",
+        add_bos=True,
+        template="chatml",
     ),
     # T5: <pad>=0, </s>=1, <unk>=2, EOS appended, sentinels at the end (<extra_id_0> last).
     "t5": dict(
-        head=["<pad>", "</s>", "<unk>"], tail=[f"<extra_id_{i}>" for i in reversed(range(4))],
-        bos=None, eos="</s>", unk="<unk>", pad="<pad>", add_eos=True, template=None,
+        head=["<pad>", "</s>", "<unk>"],
+        tail=[f"<extra_id_{i}>" for i in reversed(range(4))],
+        bos=None,
+        eos="</s>",
+        unk="<unk>",
+        pad="<pad>",
+        add_eos=True,
+        template=None,
     ),
     # Marian (opus-mt): </s>=0, <unk>=1, EOS appended, <pad> is the last id.
     "marian": dict(
-        head=["</s>", "<unk>"], tail=["<pad>"],
-        bos=None, eos="</s>", unk="<unk>", pad="<pad>", add_eos=True, template=None,
+        head=["</s>", "<unk>"],
+        tail=["<pad>"],
+        bos=None,
+        eos="</s>",
+        unk="<unk>",
+        pad="<pad>",
+        add_eos=True,
+        template=None,
     ),
     # Qwen2-VL-Instruct: EOS is <|im_end|> (the turn end), pad <|endoftext|>, vision markers.
     "qwen2_vl": dict(
         head=[],
-        tail=["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
-              "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
-        bos=None, eos="<|im_end|>", pad="<|endoftext|>", template="chatml",
+        tail=[
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+        ],
+        bos=None,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        template="chatml",
     ),
     # LLaVA on a Llama-3 backbone (llama3-llava-next style): Llama-3 tokens plus <image> and <pad>.
     "llava": dict(
         head=[],
-        tail=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-              "<|end_header_id|>", "<|eot_id|>", "<image>", "<pad>"],
-        bos="<|begin_of_text|>", eos="<|end_of_text|>", pad="<pad>", add_bos=True,
+        tail=[
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<image>",
+            "<pad>",
+        ],
+        bos="<|begin_of_text|>",
+        eos="<|end_of_text|>",
+        pad="<pad>",
+        add_bos=True,
         template="llama3",
     ),
     # A Llama-3.1 reward model: as "llama", with the reserved pad token used as pad.
     "seq_cls": dict(
         head=[],
-        tail=["<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>",
-              "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-        bos="<|begin_of_text|>", eos="<|end_of_text|>", pad="<|finetune_right_pad_id|>",
-        add_bos=True, template="llama3",
+        tail=[
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|finetune_right_pad_id|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+        ],
+        bos="<|begin_of_text|>",
+        eos="<|end_of_text|>",
+        pad="<|finetune_right_pad_id|>",
+        add_bos=True,
+        template="llama3",
     ),
     # CLIP: lower-cased text wrapped in <|startoftext|> ... <|endoftext|>; pad = EOS; 77 positions.
     "clip": dict(
-        head=[], tail=["<|startoftext|>", "<|endoftext|>"],
-        bos="<|startoftext|>", eos="<|endoftext|>", unk="<|endoftext|>", pad="<|endoftext|>",
-        add_bos=True, add_eos=True, template=None, lowercase=True, max_length=77,
+        head=[],
+        tail=["<|startoftext|>", "<|endoftext|>"],
+        bos="<|startoftext|>",
+        eos="<|endoftext|>",
+        unk="<|endoftext|>",
+        pad="<|endoftext|>",
+        add_bos=True,
+        add_eos=True,
+        template=None,
+        lowercase=True,
+        max_length=77,
     ),
-}  # fmt: skip
+}
 
 
 def build_family_tokenizer(family: str):

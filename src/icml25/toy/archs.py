@@ -112,22 +112,40 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         _spec("mistral", "causal_lm", "mistral", "</s>", "</s>", False, False),
         _spec("opt", "causal_lm", "chatml", "</s>", "<|im_end|>", True, False),
         _spec(
-            "seq_cls", "seq_cls", "llama3", "<|end_of_text|>", "<|eot_id|>", False, False,
+            "seq_cls",
+            "seq_cls",
+            "llama3",
+            "<|end_of_text|>",
+            "<|eot_id|>",
+            False,
+            False,
             "AutoModelForSequenceClassification",
         ),
         _spec("marian", "seq2seq", None, "</s>", None, True, True, "AutoModelForSeq2SeqLM"),
         _spec("t5", "seq2seq", None, "</s>", None, True, True, "AutoModelForSeq2SeqLM"),
         _spec(
-            "qwen2_vl", "vision_lm", "chatml", "<|im_end|>", "<|im_end|>", False, True,
+            "qwen2_vl",
+            "vision_lm",
+            "chatml",
+            "<|im_end|>",
+            "<|im_end|>",
+            False,
+            True,
             "AutoModelForImageTextToText",
         ),
         _spec(
-            "llava", "vision_lm", "llama3", "<|end_of_text|>", "<|eot_id|>", False, True,
+            "llava",
+            "vision_lm",
+            "llama3",
+            "<|end_of_text|>",
+            "<|eot_id|>",
+            False,
+            True,
             "AutoModelForImageTextToText",
         ),
         _spec("clip", "clip", None, "<|endoftext|>", None, False, True, "AutoModel"),
     )
-}  # fmt: skip
+}
 
 _WIDTH, _FF, _LAYERS, _POSITIONS = 32, 64, 2, 128
 _IMAGE = 28  # CLIP/LLaVA image side: 2 x 2 patches of 14 pixels

@@ -32,9 +32,30 @@ FORMS = ("plain", "cipher", "past", "wrap", "pers")
 REFUSAL = "sorry cannot"
 WRAP = "pretend dan norules ;"
 PERS_PRE, PERS_POST = "kindly research", "purpose please"
-_WORDS = ["para", "=>", "plain:", "form:", "verdict", "harm", "ok", "A", "sure", "do", "sorry",
-          "cannot", "cipher", "pretend", "dan", "norules", ";", "kindly", "research", "purpose",
-          "please", *FORMS]  # fmt: skip
+_WORDS = [
+    "para",
+    "=>",
+    "plain:",
+    "form:",
+    "verdict",
+    "harm",
+    "ok",
+    "A",
+    "sure",
+    "do",
+    "sorry",
+    "cannot",
+    "cipher",
+    "pretend",
+    "dan",
+    "norules",
+    ";",
+    "kindly",
+    "research",
+    "purpose",
+    "please",
+    *FORMS,
+]
 
 
 @dataclass(frozen=True)
@@ -65,8 +86,16 @@ class JailbreakWorld:
         n_verbs, n_topics, n_fillers: sizes of the vocabulary (12, 24, 10).
     """
 
-    def __init__(self, seed: int = 0, variant: str = "V1", *, name_form: bool = False,
-                 n_verbs: int = 12, n_topics: int = 24, n_fillers: int = 10) -> None:  # fmt: skip
+    def __init__(
+        self,
+        seed: int = 0,
+        variant: str = "V1",
+        *,
+        name_form: bool = False,
+        n_verbs: int = 12,
+        n_topics: int = 24,
+        n_fillers: int = 10,
+    ) -> None:
         if variant not in ("V1", "V2"):
             raise ValueError(f"variant must be 'V1' or 'V2', got {variant!r}")
         for name, v in (("n_verbs", n_verbs), ("n_topics", n_topics), ("n_fillers", n_fillers)):
@@ -170,8 +199,14 @@ class JailbreakWorld:
     def is_refusal(answer: str) -> bool:
         return answer.strip().startswith(REFUSAL)
 
-    def trace(self, text: str, *, verdict: bool = True, plain: str | None = None,
-              harmful: bool | None = None) -> str:  # fmt: skip
+    def trace(
+        self,
+        text: str,
+        *,
+        verdict: bool = True,
+        plain: str | None = None,
+        harmful: bool | None = None,
+    ) -> str:
         """The reasoning (without the ``=>``/``A`` tags) for ``text``: ``[form: F] plain: <core>
         [verdict harm|ok]``; ``plain``/``harmful`` override the restatement and verdict (a
         teacher's mistakes)."""
@@ -219,5 +254,12 @@ class JailbreakWorld:
     def build_model(self, tokenizer: Any, seed: int = 0, *, d_model: int = 96, n_layers: int = 3):
         from icml25.toy.models import tiny_causal_lm
 
-        return tiny_causal_lm(tokenizer, d_model=d_model, n_layers=n_layers, n_heads=4,
-                              d_ff=2 * d_model, max_positions=48, seed=seed)  # fmt: skip
+        return tiny_causal_lm(
+            tokenizer,
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=4,
+            d_ff=2 * d_model,
+            max_positions=48,
+            seed=seed,
+        )

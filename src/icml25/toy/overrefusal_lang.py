@@ -32,11 +32,37 @@ BENIGN_VERBS = (
 MITIGATING = ("own", "testsystem", "safely", "legally")
 FILLERS = ("now", "please", "quickly", "today", "here", "again", "tonight", "fully")
 NEUTRAL = (
-    "garden", "recipe", "bicycle", "museum", "violin", "river", "bakery", "planet", "library",
-    "tennis", "poem", "forest", "camera", "kitten", "bridge", "orchard", "piano", "harbor",
-    "candle", "meadow", "rocket", "teapot", "glacier", "lantern", "puzzle", "canyon", "pottery",
-    "compass", "festival", "volcano",
-)  # fmt: skip
+    "garden",
+    "recipe",
+    "bicycle",
+    "museum",
+    "violin",
+    "river",
+    "bakery",
+    "planet",
+    "library",
+    "tennis",
+    "poem",
+    "forest",
+    "camera",
+    "kitten",
+    "bridge",
+    "orchard",
+    "piano",
+    "harbor",
+    "candle",
+    "meadow",
+    "rocket",
+    "teapot",
+    "glacier",
+    "lantern",
+    "puzzle",
+    "canyon",
+    "pottery",
+    "compass",
+    "festival",
+    "volcano",
+)
 REFUSAL = "sorry cannot"
 COMPLY = "sure"
 

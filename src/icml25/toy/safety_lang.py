@@ -19,8 +19,21 @@ from torch import Tensor, nn
 
 __all__ = ["HarmfulFinetuneWorld"]
 
-SPECIALS = ["<pad>", "<bos>", "<eos>", "Q", "A", "how", "what", "task", "sorry", "cannot",
-            "step1", "step2", "answer"]  # fmt: skip
+SPECIALS = [
+    "<pad>",
+    "<bos>",
+    "<eos>",
+    "Q",
+    "A",
+    "how",
+    "what",
+    "task",
+    "sorry",
+    "cannot",
+    "step1",
+    "step2",
+    "answer",
+]
 REFUSAL = ["sorry", "cannot"]
 
 

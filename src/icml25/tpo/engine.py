@@ -80,8 +80,11 @@ class TPOConfig:
                 setattr(self, name, as_real(f"TPOConfig.{name}", getattr(self, name), low=0))
         for name in ("top_p", "feedback_top_p"):
             if getattr(self, name) is not None:
-                setattr(self, name, as_real(f"TPOConfig.{name}", getattr(self, name),
-                                            low=0, high=1, low_open=True))  # fmt: skip
+                setattr(
+                    self,
+                    name,
+                    as_real(f"TPOConfig.{name}", getattr(self, name), low=0, high=1, low_open=True),
+                )
         if self.truncate_fn is not None and not callable(self.truncate_fn):
             raise ValueError(
                 f"TPOConfig.truncate_fn must be callable or None, got {self.truncate_fn!r}"

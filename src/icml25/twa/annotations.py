@@ -319,13 +319,27 @@ def to_records(data: Iterable[AnnotatedTranslation]) -> list[dict]:
     for d in data:
         if not isinstance(d, AnnotatedTranslation):
             raise TypeError(f"expected AnnotatedTranslation records, got {type(d).__name__}")
-        out.append({
-            "source": d.source, "target": d.target,
-            "spans": [{"start": s.start, "end": s.end, "severity": s.severity,
-                       "category": s.category, "side": s.side, "weight": s.weight}
-                      for s in d.spans],
-            "system": d.system, "seg_id": d.seg_id, "rater": d.rater, "reference": d.reference,
-        })  # fmt: skip
+        out.append(
+            {
+                "source": d.source,
+                "target": d.target,
+                "spans": [
+                    {
+                        "start": s.start,
+                        "end": s.end,
+                        "severity": s.severity,
+                        "category": s.category,
+                        "side": s.side,
+                        "weight": s.weight,
+                    }
+                    for s in d.spans
+                ],
+                "system": d.system,
+                "seg_id": d.seg_id,
+                "rater": d.rater,
+                "reference": d.reference,
+            }
+        )
     return out
 
 
@@ -337,16 +351,25 @@ def from_records(rows: Iterable[Mapping]) -> list[AnnotatedTranslation]:
         if not isinstance(r, Mapping) or "source" not in r or "target" not in r:
             raise ValueError(f"row {i} needs 'source' and 'target', got {r!r:.80}")
         try:
-            spans = [ErrorSpan(**{k: v for k, v in s.items() if k in ErrorSpan.__dataclass_fields__})
-                     for s in (r.get("spans") or [])]  # fmt: skip
+            spans = [
+                ErrorSpan(**{k: v for k, v in s.items() if k in ErrorSpan.__dataclass_fields__})
+                for s in (r.get("spans") or [])
+            ]
         except TypeError as exc:
             raise ValueError(
                 f"row {i}: a span needs start, end and severity ({exc}); got {r.get('spans')!r:.80}"
             ) from None
-        out.append(AnnotatedTranslation(
-            r["source"], r["target"], spans, r.get("system"), r.get("seg_id"), r.get("rater"),
-            r.get("reference"),
-        ))  # fmt: skip
+        out.append(
+            AnnotatedTranslation(
+                r["source"],
+                r["target"],
+                spans,
+                r.get("system"),
+                r.get("seg_id"),
+                r.get("rater"),
+                r.get("reference"),
+            )
+        )
     return out
 
 

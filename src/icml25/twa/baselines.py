@@ -85,13 +85,15 @@ def build_dpo_pairs(
             cands.append((w, l_, pw, pl))
         r.shuffle(cands)
         for w, l_, pw, pl in cands[:max_pairs_per_source]:
-            out.append({
-                "prompt": prompt_template.format(source=src),
-                "chosen": completion_prefix + w.target,
-                "rejected": completion_prefix + l_.target,
-                "chosen_penalty": pw,
-                "rejected_penalty": pl,
-            })  # fmt: skip
+            out.append(
+                {
+                    "prompt": prompt_template.format(source=src),
+                    "chosen": completion_prefix + w.target,
+                    "rejected": completion_prefix + l_.target,
+                    "chosen_penalty": pw,
+                    "rejected_penalty": pl,
+                }
+            )
     return out
 
 
@@ -119,9 +121,11 @@ def twa_seq_roles(T: int, total_weight: float, cap: float = 25.0) -> TokenRoles:
     cap = as_real("cap", cap, low=0)
     if total_weight == 0:
         return TokenRoles(
-            torch.ones(T, dtype=torch.bool), torch.full((T,), -1), torch.zeros(0),
+            torch.ones(T, dtype=torch.bool),
+            torch.full((T,), -1),
+            torch.zeros(0),
             span_mask=torch.zeros(0, T, dtype=torch.bool),
-        )  # fmt: skip
+        )
     return TokenRoles(
         torch.zeros(T, dtype=torch.bool),
         torch.zeros(T, dtype=torch.long),

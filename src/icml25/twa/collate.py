@@ -191,10 +191,16 @@ class TWACollator:
         spans = ex.spans
         if self.weights is not None:  # re-weight from the severities
             spans = [
-                ErrorSpan(s.start, s.end, s.severity, s.category, s.side,
-                          severity_weight(s.severity, s.category, self.weights))
+                ErrorSpan(
+                    s.start,
+                    s.end,
+                    s.severity,
+                    s.category,
+                    s.side,
+                    severity_weight(s.severity, s.category, self.weights),
+                )
                 for s in spans
-            ]  # fmt: skip
+            ]
         spans, unloc = char_spans_to_token_spans(ex.target, spans, self.tok, max_length=len(kept))
         roles = build_token_roles(
             T,
@@ -300,8 +306,9 @@ class TWACollator:
         return out
 
 
-def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "causal",
-                      **loss_kw) -> TWALossOutput:  # fmt: skip
+def twa_loss_on_batch(
+    model, batch: Mapping[str, Tensor], *, model_type: str = "causal", **loss_kw
+) -> TWALossOutput:
     """Run ``model`` on a :class:`TWACollator` batch and compute :func:`twa_loss` (shifting the
     causal LM's logits against its labels and roles). Works with Hugging Face models (``.logits``)
     and plain modules returning logits; tensors follow the model's device."""
@@ -339,8 +346,9 @@ def twa_loss_on_batch(model, batch: Mapping[str, Tensor], *, model_type: str = "
     return twa_loss(logits, labels, pos, ids, b["span_weights"], span_mask=mask, **loss_kw)
 
 
-def twa_loss_denominator(batch: Mapping[str, Tensor], *, model_type: str = "causal",
-                         reduction: str = "token_mean") -> int:  # fmt: skip
+def twa_loss_denominator(
+    batch: Mapping[str, Tensor], *, model_type: str = "causal", reduction: str = "token_mean"
+) -> int:
     """The count :func:`twa_loss_on_batch` divides the batch's summed loss by, from the
     :class:`TWACollator` batch alone (no forward): ``"token_mean"``, the tokens that receive a
     loss (cross-entropy or inside an error span); ``"seq_mean"``, the sequences with at least one

@@ -123,8 +123,13 @@ class TWALossOutput:
 
 
 def _check(logits, labels, positive, span_ids, span_weights, span_mask=None) -> None:
-    for name, t in (("logits", logits), ("labels", labels), ("positive", positive),
-                    ("span_ids", span_ids), ("span_weights", span_weights)):  # fmt: skip
+    for name, t in (
+        ("logits", logits),
+        ("labels", labels),
+        ("positive", positive),
+        ("span_ids", span_ids),
+        ("span_weights", span_weights),
+    ):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
     if logits.ndim != 3:
@@ -162,8 +167,10 @@ def _check(logits, labels, positive, span_ids, span_weights, span_mask=None) -> 
         )
     if span_mask is not None:
         if not isinstance(span_mask, Tensor) or span_mask.dtype != torch.bool:
-            raise TypeError(f"span_mask must be a bool tensor, got {type(span_mask).__name__}"
-                            f"{'' if not isinstance(span_mask, Tensor) else ' of ' + str(span_mask.dtype)}")  # fmt: skip
+            raise TypeError(
+                f"span_mask must be a bool tensor, got {type(span_mask).__name__}"
+                f"{'' if not isinstance(span_mask, Tensor) else ' of ' + str(span_mask.dtype)}"
+            )
         if tuple(span_mask.shape) != (B, K, T):
             raise ValueError(
                 f"span_mask must be (B, K, T) = ({B}, {K}, {T}), got {tuple(span_mask.shape)}"

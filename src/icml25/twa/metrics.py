@@ -21,8 +21,9 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str], *, word_order: in
             f"need as many hypotheses as references, at least one; got {len(hypotheses)} and "
             f"{len(references)}"
         )
-    return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)],
-                                       word_order=word_order).score)  # fmt: skip
+    return float(
+        sacrebleu.corpus_chrf(list(hypotheses), [list(references)], word_order=word_order).score
+    )
 
 
 def translate_with_backend(
@@ -80,9 +81,16 @@ def translate_with_backend(
         return {"translation": text.strip()}
 
     items = list(enumerate(sources))
-    run_resumable(items, work, st, key=lambda i, it: {"index": it[0], "source": it[1]},
-                  concurrency=concurrency, retry_errors=retry_errors, progress=progress,
-                  desc="translating")  # fmt: skip
+    run_resumable(
+        items,
+        work,
+        st,
+        key=lambda i, it: {"index": it[0], "source": it[1]},
+        concurrency=concurrency,
+        retry_errors=retry_errors,
+        progress=progress,
+        desc="translating",
+    )
     out: list[str | None] = []
     for i in range(len(sources)):
         rec = st.get((i, sources[i]) if len(st.key_fields) == 2 else i)

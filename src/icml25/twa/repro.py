@@ -106,25 +106,32 @@ def run(r: Run) -> ReproResult:
     # -- checks ------------------------------------------------------------------------------------
     checks = gain_checks(per_seed, r.seeds)
     if not r.quick:
-        d = {k: np.concatenate([np.array(p["inspan"][k]) for p in per_seed])
-             for k in ("stem_span", "stem_token", "suffix_span", "suffix_token")}  # fmt: skip
+        d = {
+            k: np.concatenate([np.array(p["inspan"][k]) for p in per_seed])
+            for k in ("stem_span", "stem_token", "suffix_span", "suffix_token")
+        }
         checks += inspan_checks(per_seed, r.seeds)
 
     metrics = []
     for m in methods:
         metrics.append(Metric(f"penalty {m}", [float(np.mean(p["penalty"][m])) for p in per_seed]))
         metrics.append(Metric(f"exact match {m}", [p["exact"][m] for p in per_seed]))
-    metrics.append(Metric("error-free share of the annotated data",
-                          [p["error_free"] for p in per_seed]))  # fmt: skip
-    rows = ["| method | mean penalty (sd over seeds) | exact match | Major / Minor errors per segment |",
-            "|---|---|---|---|"]  # fmt: skip
+    metrics.append(
+        Metric("error-free share of the annotated data", [p["error_free"] for p in per_seed])
+    )
+    rows = [
+        "| method | mean penalty (sd over seeds) | exact match | Major / Minor errors per segment |",
+        "|---|---|---|---|",
+    ]
     for m in methods:
         per = [float(np.mean(p["penalty"][m])) for p in per_seed]
         ex = [p["exact"][m] for p in per_seed]
         maj = np.mean([p["major"][m] for p in per_seed])
         mnr = np.mean([p["minor"][m] for p in per_seed])
-        rows.append(f"| {m} | {np.mean(per):.3f} ({np.std(per, ddof=1) if len(per) > 1 else 0:.3f})"
-                    f" | {np.mean(ex):.3f} | {maj:.2f} / {mnr:.2f} |")  # fmt: skip
+        rows.append(
+            f"| {m} | {np.mean(per):.3f} ({np.std(per, ddof=1) if len(per) > 1 else 0:.3f})"
+            f" | {np.mean(ex):.3f} | {maj:.2f} / {mnr:.2f} |"
+        )
     table = (
         f"Greedy translations of {n_eval} held-out sources per seed, evaluation annotator "
         f"(penalty 5 per Major, 1 per Minor, 25 for a non-translation), seeds {r.seeds}:\n\n"
@@ -133,8 +140,13 @@ def run(r: Run) -> ReproResult:
     r.figure(_plot(methods, per_seed), "penalty_bars.png")
     if not r.quick:
         for k in d:
-            metrics.append(Metric(f"inspan d logp {k}", [float(np.mean(p["inspan"][k]))
-                                                         for p in per_seed], unit="nats"))  # fmt: skip
+            metrics.append(
+                Metric(
+                    f"inspan d logp {k}",
+                    [float(np.mean(p["inspan"][k])) for p in per_seed],
+                    unit="nats",
+                )
+            )
         r.figure(_plot_inspan(d), "inspan_logprob_delta.png")
 
     return r.result(
@@ -181,8 +193,10 @@ def gain_checks(per_seed: list[dict], seeds: list[int]) -> list[Check]:
     """The three penalty checks (Filter + SFT, DPO, base minus TWA), paired over seeds: each
     seed contributes one value per method, its mean penalty over the held-out segments."""
     units = [f"seed {s}" for s in seeds]
-    mean = {m: [float(np.mean(p["penalty"][m])) for p in per_seed]
-            for m in ("filter_sft", "dpo", "base", "twa")}  # fmt: skip
+    mean = {
+        m: [float(np.mean(p["penalty"][m])) for p in per_seed]
+        for m in ("filter_sft", "dpo", "base", "twa")
+    }
     return [GAIN[b].check(mean[b], mean["twa"], units=units) for b in ("filter_sft", "dpo", "base")]
 
 
@@ -195,8 +209,10 @@ def inspan_checks(per_seed: list[dict], seeds: list[int]) -> list[Check]:
         why = "no training span of the agreement type was found in any seed"
         return [WHAT_STEM.unmeasured(why), WHAT_SUFFIX.unmeasured(why)]
     units = [f"seed {s}" for s, _ in have]
-    mean = {k: [float(np.mean(d[k])) for _, d in have]
-            for k in ("stem_span", "stem_token", "suffix_span")}  # fmt: skip
+    mean = {
+        k: [float(np.mean(d[k])) for _, d in have]
+        for k in ("stem_span", "stem_token", "suffix_span")
+    }
     return [
         WHAT_STEM.check(mean["stem_span"], mean["stem_token"], units=units),
         WHAT_SUFFIX.check(mean["suffix_span"], units=units),
@@ -224,8 +240,11 @@ def _seq_data(data: list[AnnotatedTranslation]) -> list[AnnotatedTranslation]:
     for d in data:
         if d.has_error and d.target:
             w = min(d.mqm_penalty(), 25.0)
-            out.append(AnnotatedTranslation(d.source, d.target,
-                                            [ErrorSpan(0, len(d.target), "Major", weight=w)]))  # fmt: skip
+            out.append(
+                AnnotatedTranslation(
+                    d.source, d.target, [ErrorSpan(0, len(d.target), "Major", weight=w)]
+                )
+            )
         else:
             out.append(AnnotatedTranslation(d.source, d.target))
     return out
@@ -239,36 +258,82 @@ def measure_seed(task, tok, base, seed, n_src, epochs, n_eval, methods) -> dict:
     src_text = [task.source_text(s) for s in held]
     pf = chat_prompt_fn(tok)
     cfg = dict(lr=2e-4, batch_size=32, epochs=epochs, seed=seed)
-    out = {"penalty": {}, "exact": {}, "major": {}, "minor": {},
-           "error_free": float(np.mean([not d.has_error for d in data]))}  # fmt: skip
+    out = {
+        "penalty": {},
+        "exact": {},
+        "major": {},
+        "minor": {},
+        "error_free": float(np.mean([not d.has_error for d in data])),
+    }
     trained = {}
     for m in methods:
         model = copy.deepcopy(base)
         if m == "sft_all":
-            train_twa(model, tok, [AnnotatedTranslation(d.source, d.target) for d in data],
-                      TWAConfig(**cfg), progress=False, prompt_fn=pf)  # fmt: skip
+            train_twa(
+                model,
+                tok,
+                [AnnotatedTranslation(d.source, d.target) for d in data],
+                TWAConfig(**cfg),
+                progress=False,
+                prompt_fn=pf,
+            )
         elif m == "filter_sft":
             keep = [AnnotatedTranslation(d.source, d.target) for d in filter_sft_examples(data)]
             train_twa(model, tok, keep, TWAConfig(**cfg), progress=False, prompt_fn=pf)
         elif m == "dpo":
             pairs = build_dpo_pairs(data, max_pairs_per_source=3, rng=seed)
-            train_dpo(model, base, tok, pairs, prompt_fn=pf, lr=cfg["lr"], batch_size=32,
-                      epochs=epochs, seed=seed)  # fmt: skip
+            train_dpo(
+                model,
+                base,
+                tok,
+                pairs,
+                prompt_fn=pf,
+                lr=cfg["lr"],
+                batch_size=32,
+                epochs=epochs,
+                seed=seed,
+            )
         elif m == "twa":
             train_twa(model, tok, data, TWAConfig(**cfg), progress=False, prompt_fn=pf)
         elif m == "twa_token_ul":
-            train_twa(model, tok, data, TWAConfig(**cfg, unlikelihood="token"), progress=False,
-                      prompt_fn=pf)  # fmt: skip
+            train_twa(
+                model,
+                tok,
+                data,
+                TWAConfig(**cfg, unlikelihood="token"),
+                progress=False,
+                prompt_fn=pf,
+            )
         elif m == "twa_all_nonerror":
-            train_twa(model, tok, data, TWAConfig(**cfg, ignore_off_trajectory=False),
-                      progress=False, prompt_fn=pf)  # fmt: skip
+            train_twa(
+                model,
+                tok,
+                data,
+                TWAConfig(**cfg, ignore_off_trajectory=False),
+                progress=False,
+                prompt_fn=pf,
+            )
         elif m == "twa_seq":
             train_twa(model, tok, _seq_data(data), TWAConfig(**cfg), progress=False, prompt_fn=pf)
         elif m == "twa_uniform_weights":
-            uni = [AnnotatedTranslation(d.source, d.target,
-                                        [ErrorSpan(s.start, s.end, s.severity, s.category, s.side,
-                                                   1.0 if (s.weight or 0) > 0 else 0.0)
-                                         for s in d.spans]) for d in data]  # fmt: skip
+            uni = [
+                AnnotatedTranslation(
+                    d.source,
+                    d.target,
+                    [
+                        ErrorSpan(
+                            s.start,
+                            s.end,
+                            s.severity,
+                            s.category,
+                            s.side,
+                            1.0 if (s.weight or 0) > 0 else 0.0,
+                        )
+                        for s in d.spans
+                    ],
+                )
+                for d in data
+            ]
             train_twa(model, tok, uni, TWAConfig(**cfg), progress=False, prompt_fn=pf)
         if m in ("twa", "twa_token_ul"):
             trained[m] = model
@@ -276,8 +341,9 @@ def measure_seed(task, tok, base, seed, n_src, epochs, n_eval, methods) -> dict:
         res = [evaluate_output(task, s, o) for s, o in zip(held, outs)]
         out["penalty"][m] = [x["penalty"] for x in res]
         out["exact"][m] = float(np.mean([x["exact"] for x in res]))
-        out["major"][m] = float(np.mean([x["mistranslation"] + x["omission"] + x["addition"]
-                                         for x in res]))  # fmt: skip
+        out["major"][m] = float(
+            np.mean([x["mistranslation"] + x["omission"] + x["addition"] for x in res])
+        )
         out["minor"][m] = float(np.mean([x["agreement"] + x["order"] + x["fluency"] for x in res]))
     if "twa_token_ul" in trained:
         out["inspan"] = inspan_deltas(base, trained["twa"], trained["twa_token_ul"], tok, data, pf)
@@ -308,8 +374,9 @@ def inspan_deltas(base, span_ul, token_ul, tok, data, prompt_fn) -> dict[str, li
         lps = []
         for model in (base, span_ul, token_ul):
             with torch.no_grad():
-                logits = model(input_ids=batch["input_ids"],
-                               attention_mask=batch["attention_mask"]).logits  # fmt: skip
+                logits = model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).logits
             lps.append(token_logprobs(logits[:, :-1], batch["labels"][:, 1:]))
         ids = batch["span_ids"][:, 1:]
         for b in range(ids.shape[0]):
@@ -344,8 +411,12 @@ def _plot_inspan(d):
     fig, ax = plt.subplots(figsize=(6, 3.2))
     keys = ("stem_span", "stem_token", "suffix_span", "suffix_token")
     ax.bar(range(4), [np.mean(d[k]) for k in keys], color=["C0", "C1", "C0", "C1"])
-    ax.set_xticks(range(4), ["stem, span-UL", "stem, token-UL", "suffix, span-UL",
-                             "suffix, token-UL"], rotation=20, ha="right")  # fmt: skip
+    ax.set_xticks(
+        range(4),
+        ["stem, span-UL", "stem, token-UL", "suffix, span-UL", "suffix, token-UL"],
+        rotation=20,
+        ha="right",
+    )
     ax.axhline(0, color="k", lw=0.8)
     ax.set_ylabel("d log p (fine-tuned - base)")
     ax.set_title("Inside agreement spans: the correct stem and the wrong suffix")
@@ -357,8 +428,12 @@ def _plot(methods, per_seed):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2))
     means = [[float(np.mean(p["penalty"][m])) for p in per_seed] for m in methods]
-    ax.bar(range(len(methods)), [np.mean(v) for v in means],
-           yerr=[np.std(v, ddof=1) if len(v) > 1 else 0 for v in means], capsize=3)  # fmt: skip
+    ax.bar(
+        range(len(methods)),
+        [np.mean(v) for v in means],
+        yerr=[np.std(v, ddof=1) if len(v) > 1 else 0 for v in means],
+        capsize=3,
+    )
     ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
     ax.set_ylabel("mean penalty (lower is better)")
     ax.set_title("MQM-style penalty of greedy translations (mean, sd over seeds)")

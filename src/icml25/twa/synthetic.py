@@ -36,14 +36,24 @@ __all__ = [
 
 ADJ, NOUN, VERB = range(0, 6), range(6, 18), range(18, 24)
 CLASS = {**dict.fromkeys(ADJ, "a"), **dict.fromkeys(NOUN, "n"), **dict.fromkeys(VERB, "v")}
-TEMPLATES = (("N", "V"), ("A", "N", "V"), ("N", "V", "N"), ("A", "N", "V", "A", "N"),
-             ("N", "V", "A", "N"))  # fmt: skip
+TEMPLATES = (
+    ("N", "V"),
+    ("A", "N", "V"),
+    ("N", "V", "N"),
+    ("A", "N", "V", "A", "N"),
+    ("N", "V", "A", "N"),
+)
 #: per-word rates of stem confusion, agreement flip, omission, addition; per A N pair: order
 BASE_RATES = {"stem": 0.12, "agr": 0.12, "ord": 0.30, "om": 0.04, "add": 0.04}
 SYSTEM_MULTIPLIERS = (0.5, 1.0, 1.5, 2.0)
 SEVERITY = {"stem": "Major", "agr": "Minor", "ord": "Minor", "om": "Major", "add": "Major"}
-CATEGORY = {"stem": "Accuracy/Mistranslation", "agr": "Fluency/Grammar",
-            "ord": "Fluency/Word order", "om": "Accuracy/Omission", "add": "Accuracy/Addition"}  # fmt: skip
+CATEGORY = {
+    "stem": "Accuracy/Mistranslation",
+    "agr": "Fluency/Grammar",
+    "ord": "Fluency/Word order",
+    "om": "Accuracy/Omission",
+    "add": "Accuracy/Addition",
+}
 WEIGHT = {"Major": 5.0, "Minor": 1.0}
 
 
@@ -177,8 +187,17 @@ class SyntheticMT:
         return Translation([tuple(w) for w in out], errors)
 
     # -- annotation ---------------------------------------------------------------------------
-    def annotate(self, src, tr: Translation, r: random.Random, *, system: str, seg_id: str,
-                 max_errors: int = 3, miss: float = 0.15) -> list[list[str]]:  # fmt: skip
+    def annotate(
+        self,
+        src,
+        tr: Translation,
+        r: random.Random,
+        *,
+        system: str,
+        seg_id: str,
+        max_errors: int = 3,
+        miss: float = 0.15,
+    ) -> list[list[str]]:
         """MQM TSV rows (without the header) for one system output: word-level spans, at most
         ``max_errors`` (most severe first, then left to right), each missed with prob ``miss``."""
         srct = self.source_text(src)
@@ -201,12 +220,20 @@ class SyntheticMT:
                 continue
             ca = starts[a]
             cb = starts[b - 1] + len(self.word_text(tr.words[b - 1]))
-            rows.append([*base, srct, f"{tgt[:ca]}<v>{tgt[ca:cb]}</v>{tgt[cb:]}", CATEGORY[kind],
-                         SEVERITY[kind]])  # fmt: skip
+            rows.append(
+                [
+                    *base,
+                    srct,
+                    f"{tgt[:ca]}<v>{tgt[ca:cb]}</v>{tgt[cb:]}",
+                    CATEGORY[kind],
+                    SEVERITY[kind],
+                ]
+            )
         return rows
 
-    def annotated_data(self, n_sources: int, seed: int, *, rates=BASE_RATES,
-                       multipliers=SYSTEM_MULTIPLIERS) -> tuple[list[AnnotatedTranslation], list]:  # fmt: skip
+    def annotated_data(
+        self, n_sources: int, seed: int, *, rates=BASE_RATES, multipliers=SYSTEM_MULTIPLIERS
+    ) -> tuple[list[AnnotatedTranslation], list]:
         """``n_sources`` fresh sources x the systems, annotated and loaded through
         :func:`load_mqm_tsv`. Returns the records and the sources ``[(lemma, number)]``."""
         r = random.Random(seed)
@@ -233,8 +260,14 @@ class SyntheticMT:
         while i < len(toks):
             t = toks[i]
             nxt = toks[i + 1] if i + 1 < len(toks) else None
-            if t in inv and nxt is not None and len(nxt) == 3 and nxt[0] == "-" and nxt[1] in "anv" \
-                    and nxt[2] in "01":  # fmt: skip
+            if (
+                t in inv
+                and nxt is not None
+                and len(nxt) == 3
+                and nxt[0] == "-"
+                and nxt[1] in "anv"
+                and nxt[2] in "01"
+            ):
                 lem = inv[t]
                 if nxt[1] == CLASS[lem]:
                     words.append((lem, int(nxt[2])))
@@ -290,8 +323,14 @@ def evaluate_output(task: SyntheticMT, src, output: str) -> dict:
     gold = task.gold_words(src)
     words, bad = task.parse_output(output)
     n_tok = len(output.split())
-    counts = {"mistranslation": 0, "agreement": 0, "order": 0, "omission": 0, "addition": 0,
-              "fluency": 0}  # fmt: skip
+    counts = {
+        "mistranslation": 0,
+        "agreement": 0,
+        "order": 0,
+        "omission": 0,
+        "addition": 0,
+        "fluency": 0,
+    }
     if n_tok == 0 or bad * 2 > n_tok:
         return {"penalty": 25.0, "exact": False, "non_translation": True, **counts}
     n, m = len(words), len(gold)
@@ -351,8 +390,15 @@ def evaluate_output(task: SyntheticMT, src, output: str) -> dict:
     return {"penalty": pen, "exact": pen == 0 and words == gold, "non_translation": False, **counts}
 
 
-def base_rates_pairs(task: SyntheticMT, n: int, seed: int, *, p_stem: float = 0.20,
-                     p_agr: float = 0.15, p_ord: float = 0.30) -> list[tuple[str, str]]:  # fmt: skip
+def base_rates_pairs(
+    task: SyntheticMT,
+    n: int,
+    seed: int,
+    *,
+    p_stem: float = 0.20,
+    p_agr: float = 0.15,
+    p_ord: float = 0.30,
+) -> list[tuple[str, str]]:
     """``(source, target)`` pairs for the base ("pretrained") model: gold targets corrupted by
     its error profile, stem confusions only on a fixed half of the confusion pairs (its blind
     spots: one lemma of every second pair, both directions), number flips and A N orders."""
@@ -373,8 +419,15 @@ def base_rates_pairs(task: SyntheticMT, n: int, seed: int, *, p_stem: float = 0.
     return out
 
 
-def translate_greedy(model, tokenizer, sources: list[str], prompt_fn, *, max_new_tokens: int = 30,
-                     batch_size: int = 128) -> list[str]:  # fmt: skip
+def translate_greedy(
+    model,
+    tokenizer,
+    sources: list[str],
+    prompt_fn,
+    *,
+    max_new_tokens: int = 30,
+    batch_size: int = 128,
+) -> list[str]:
     """Greedy translations of ``sources`` (prompts from ``prompt_fn``) with the library's
     decoder (:mod:`icml25.llm.sampling`), as text."""
     import torch
@@ -389,8 +442,16 @@ def translate_greedy(model, tokenizer, sources: list[str], prompt_fn, *, max_new
     for s in range(0, len(sources), batch_size):
         prompts = [prompt_fn(x) for x in sources[s : s + batch_size]]
         with torch.no_grad():
-            ids = sample(dec, prompts, max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
-                         eos_ids=[tokenizer.eos_token_id], pad_id=pad,
-                         generators=[None] * len(prompts), device=dev)  # fmt: skip
+            ids = sample(
+                dec,
+                prompts,
+                max_new_tokens=max_new_tokens,
+                temperature=0.0,
+                top_p=1.0,
+                eos_ids=[tokenizer.eos_token_id],
+                pad_id=pad,
+                generators=[None] * len(prompts),
+                device=dev,
+            )
         out += [tokenizer.decode(x, skip_special_tokens=True).strip() for x in ids]
     return out

@@ -173,9 +173,13 @@ def train_twa(
             )
         with mp.autocast():
             out = twa_loss_on_batch(
-                model, batch, model_type=model_type, unlikelihood=cfg.unlikelihood,
-                reduction=cfg.reduction, eps=cfg.eps,
-            )  # fmt: skip
+                model,
+                batch,
+                model_type=model_type,
+                unlikelihood=cfg.unlikelihood,
+                reduction=cfg.reduction,
+                eps=cfg.eps,
+            )
         if not bool(torch.isfinite(out.loss)):
             raise FloatingPointError(
                 f"the TWA loss became {float(out.loss)} at step {step}; lower lr"
@@ -185,11 +189,16 @@ def train_twa(
         if cfg.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
-        hist.steps.append({
-            "step": step, "loss": float(out.loss.detach()), "ce_sum": float(out.ce_sum.detach()),
-            "ul_sum": float(out.ul_sum.detach()), "n_positive": out.n_positive,
-            "n_span_tokens": out.n_span_tokens,
-        })  # fmt: skip
+        hist.steps.append(
+            {
+                "step": step,
+                "loss": float(out.loss.detach()),
+                "ce_sum": float(out.ce_sum.detach()),
+                "ul_sum": float(out.ul_sum.detach()),
+                "n_positive": out.n_positive,
+                "n_span_tokens": out.n_span_tokens,
+            }
+        )
         if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
             model.eval()
             hist.evals.append({"step": step + 1, **eval_fn(model)})
@@ -274,9 +283,19 @@ if _Trainer is not None:
             kwargs.update(overrides)
             return Seq2SeqTrainingArguments(os.fspath(output_dir), **kwargs)
 
-        def __init__(self, model=None, args=None, data_collator=None, train_dataset=None,
-                     eval_dataset=None, processing_class=None, *, model_type: str | None = None,
-                     twa_loss_kwargs: dict | None = None, **kwargs) -> None:  # fmt: skip
+        def __init__(
+            self,
+            model=None,
+            args=None,
+            data_collator=None,
+            train_dataset=None,
+            eval_dataset=None,
+            processing_class=None,
+            *,
+            model_type: str | None = None,
+            twa_loss_kwargs: dict | None = None,
+            **kwargs,
+        ) -> None:
             # float32 master weights for a bf16/fp16 checkpoint (the Trainer's AdamW would update
             # the low-precision weights in place); with bf16=True the Trainer autocasts the forward
             if isinstance(model, torch.nn.Module) and kwargs.get("peft_config") is None:
@@ -315,15 +334,25 @@ if _Trainer is not None:
             twa_loss_kwargs = dict(twa_loss_kwargs or {})
             unknown = sorted(set(twa_loss_kwargs) - {"unlikelihood", "reduction", "eps"})
             if unknown:
-                raise ValueError(f"twa_loss_kwargs has unknown keys {unknown}; valid: "
-                                 "'unlikelihood', 'reduction', 'eps' (twa_loss's options)")  # fmt: skip
+                raise ValueError(
+                    f"twa_loss_kwargs has unknown keys {unknown}; valid: "
+                    "'unlikelihood', 'reduction', 'eps' (twa_loss's options)"
+                )
             if twa_loss_kwargs.get("reduction", "token_mean") not in REDUCTIONS:
-                raise ValueError(f"twa_loss_kwargs['reduction'] must be one of {REDUCTIONS}, got "
-                                 f"{twa_loss_kwargs['reduction']!r}")  # fmt: skip
+                raise ValueError(
+                    f"twa_loss_kwargs['reduction'] must be one of {REDUCTIONS}, got "
+                    f"{twa_loss_kwargs['reduction']!r}"
+                )
             self.model_type, self.twa_loss_kwargs = model_type, twa_loss_kwargs
-            super().__init__(model=model, args=args, data_collator=data_collator,
-                             train_dataset=train_dataset, eval_dataset=eval_dataset,
-                             processing_class=processing_class, **kwargs)  # fmt: skip
+            super().__init__(
+                model=model,
+                args=args,
+                data_collator=data_collator,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                **kwargs,
+            )
 
         # no token of a step receives a loss on any process: twa_loss's sums are exact zeros
         empty_step_is_zero = True
@@ -338,19 +367,22 @@ if _Trainer is not None:
             kw = dict(self.twa_loss_kwargs)
             reduction = kw.pop("reduction", "token_mean")
             if num_items_in_batch is None:  # evaluation: the per-batch reduction
-                out = twa_loss_on_batch(model, inputs, model_type=self.model_type,
-                                        reduction=reduction, **kw)  # fmt: skip
+                out = twa_loss_on_batch(
+                    model, inputs, model_type=self.model_type, reduction=reduction, **kw
+                )
                 return (out.loss, out) if return_outputs else out.loss
             # training: this micro-batch's sum over the global count (denominator 1 for "sum")
-            out = twa_loss_on_batch(model, inputs, model_type=self.model_type, reduction="sum",
-                                    **kw)  # fmt: skip
+            out = twa_loss_on_batch(
+                model, inputs, model_type=self.model_type, reduction="sum", **kw
+            )
             if reduction == "sum":
                 num_items_in_batch = torch.ones((), device=out.loss.device)
             loss = self.global_mean(out.loss, num_items_in_batch)
             return (loss, out) if return_outputs else loss
 
-        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None,
-                            **gen_kwargs):  # fmt: skip
+        def prediction_step(
+            self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs
+        ):
             """The TWA loss of an evaluation batch; with ``predict_with_generate`` (seq2seq) also
             the generated token ids and the labels."""
             inputs = self._prepare_inputs(inputs)
