@@ -34,7 +34,7 @@ from _timing import median_time
 
 from icml25.cdkf import RateSchedule, SchedulingProblem, Sensor, matern_ssm, sum_ssm
 from icml25.cdkf.evaluate import time_average
-from icml25.cdkf.repro import pass_by_problem
+from icml25.cdkf.passby import pass_by_problem
 
 D = torch.float64
 

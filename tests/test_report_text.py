@@ -51,6 +51,13 @@ def test_power_summary_groups_checks_by_sample_size_and_names_the_underpowered()
     assert power_summary([EXACT.check(4.0)]) == ""
 
 
+def test_power_summary_names_each_criterion_s_own_units():
+    batches = Criterion("mc > 0", "mean", above=0.0, over="MC batches")
+    text = power_summary([batches.check([0.1, 0.2, 0.15]), MEAN.check([1.0, 2.0, 1.5])])
+    assert text.startswith("With 3 MC batches, the smallest distance")
+    assert "With 3 seeds, the smallest distance" in text
+
+
 def test_not_held_notes_lists_every_check_that_is_not_held_with_its_interval():
     held = MEAN.check([1.0, 1.1, 0.9, 1.0])
     unsure = MEAN.check([1.0, -1.0, 0.5]).renamed("mean > 0 (b)")

@@ -11,7 +11,7 @@ from icml25.cdkf import LinearSDE, RateSchedule, Sensor, covariance_bound, mater
 from icml25.cdkf import bound as bound_mod
 from icml25.cdkf.aux import distance_noise, robot_energy_model
 from icml25.cdkf.control import ControlledSchedulingProblem
-from icml25.cdkf.repro import pass_by_problem
+from icml25.cdkf.passby import pass_by_problem
 
 D = torch.float64
 

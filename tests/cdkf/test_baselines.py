@@ -7,7 +7,7 @@ import torch
 
 from icml25.cdkf.baselines import greedy_schedule, m_optimized, uniform_periodic, uniform_rates
 from icml25.cdkf.evaluate import schedule_trace
-from icml25.cdkf.repro import pass_by_problem
+from icml25.cdkf.passby import pass_by_problem
 
 D = torch.float64
 

@@ -74,7 +74,7 @@ def test_pgd_and_adam_al_agree_with_slsqp_on_a_small_problem():
 
 @pytest.mark.slow  # the quick-repro problem with adam_al's defaults (minutes)
 def test_adam_al_agrees_with_slsqp_on_the_quick_problem():
-    from icml25.cdkf.repro import pass_by_problem
+    from icml25.cdkf.passby import pass_by_problem
 
     prob = pass_by_problem()[-1]
     ref = prob.solve()

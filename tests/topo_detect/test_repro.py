@@ -56,9 +56,11 @@ def test_the_signature_figure_is_monotone():
     """The paper's observation (§5, the figure signature_vs_fraction.png): the batch-mean TP and
     MK losses change monotonically with the adversarial fraction. On the reproduction's own
     model and attack (seed 0), 5 fractions x 5 batches of 100: |Spearman rho| >= 0.8 for both."""
-    st = repro.Setting(0)
+    from icml25.topo_detect import experiment
+
+    st = experiment.Setting(0)
     fractions = (0.0, 0.25, 0.5, 0.75, 1.0)
-    curve = repro.curve(st, 0, 5, fractions)
+    curve = experiment.curve(st, 0, 5, fractions)
     assert curve["fractions"] == list(fractions)
     for loss in ("tp", "mk"):
         assert abs(curve["spearman"][loss]) >= 0.8, (loss, curve[loss]["mean"])

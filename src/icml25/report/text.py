@@ -63,16 +63,17 @@ def _cell(x: Any) -> str:
 def power_summary(checks: Sequence[Check], *, units: str = "seeds") -> str:
     """One sentence per distinct sample size on what the checks can detect with 80% power (each
     check's ``detectable`` effect, beside the paper's where the criterion carries it), and which
-    checks are underpowered. Empty when no check has a detectable effect (exact checks)."""
-    by_n: dict[int, list[Check]] = {}
+    checks are underpowered. The units are each criterion's ``over`` (``units`` where it has
+    none). Empty when no check has a detectable effect (exact checks)."""
+    by_n: dict[tuple[int, str], list[Check]] = {}
     for c in checks:
         if c.detectable is not None:
-            by_n.setdefault(c.n, []).append(c)
+            by_n.setdefault((c.n, c.criterion.over or units), []).append(c)
     parts = []
-    for n, group in by_n.items():
+    for (n, over), group in by_n.items():
         each = "; ".join(f"{c.name}: {_detectable(c)}" for c in group)
         parts.append(
-            f"With {n} {units}, the smallest distance from its threshold that each check "
+            f"With {n} {over}, the smallest distance from its threshold that each check "
             f"detects with 80% power: {each}."
         )
     weak = [c.name for c in checks if c.underpowered]
