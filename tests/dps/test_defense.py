@@ -289,7 +289,7 @@ def test_reproduction_full_mode_path_small(tmp_path):
     run takes ~25 minutes)."""
     import numpy as np
 
-    from icml25.dps import repro
+    from icml25.dps import experiment, figures, repro
 
     sz = {
         "target_steps": 20,
@@ -298,28 +298,28 @@ def test_reproduction_full_mode_path_small(tmp_path):
         "patch_steps": 3,
         "n_test": 12,
     }
-    att = repro._attacker(sz, tmp_path, True)
+    att = experiment.train_attacker(sz, tmp_path, True)
     assert len(att["surrogates"]) == 2 and att["pgd_transfer"].shape == att["data"]["test"][0].shape
-    per_seed = [repro.measure(s, sz, tmp_path, att, True) for s in (0, 1)]
+    per_seed = [experiment.measure(s, sz, tmp_path, att, True) for s in (0, 1)]
     keys = [
         f"{n}_{c}"
         for n in ("van", "dps", "vote", "dps_random3", "smooth")
         for c in ("clean", "adv", "pgd_transfer", "pgd_white")
     ]
-    keys += [f"{n}_{c}" for n in repro._sweep_names() for c in ("clean", "adv")]
+    keys += [f"{n}_{c}" for n in experiment.sweep_names() for c in ("clean", "adv")]
     for p in per_seed:
         for k in keys:
             assert len(p[k]) == 12 and set(p[k]) <= {0.0, 1.0}, k
         assert all(0 < v <= 1 for v in p["maxp_pgd_white"])
     assert "dps_bonus_lam1_pgd_transfer" not in per_seed[0]  # sweeps: clean and patched only
-    names = [m.name for m in repro._metrics(per_seed, True)]
+    names = [m.name for m in repro.metrics(per_seed, True)]
     assert (
         "SmoothVLM accuracy under pgd_white" in names and "dps_bonus_lam4 clean accuracy" in names
     )
-    assert all(np.isfinite(v) for m in repro._metrics(per_seed, True) for v in m.values)
+    assert all(np.isfinite(v) for m in repro.metrics(per_seed, True) for v in m.values)
     for fig in (
-        repro.plot_bars(per_seed, True),
-        repro.plot_confidence(per_seed),
-        repro.plot_lam(per_seed),
+        figures.plot_bars(per_seed, True),
+        figures.plot_confidence(per_seed),
+        figures.plot_lam(per_seed),
     ):
         assert fig.axes

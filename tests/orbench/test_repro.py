@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from icml25.orbench import repro
+from icml25.orbench import repro, sanity
 from icml25.report import Criterion
 from icml25.report.checks import unit_problems
 
@@ -41,7 +41,7 @@ def test_values_built_in_by_the_stand_ins_are_not_criteria():
 
 
 def test_expected_values_from_the_construction():
-    p = repro.moderator_blind_fraction()
+    p = sanity.moderator_blind_fraction()
     assert p == pytest.approx(0.15)  # 168 of 1,120 (verb, noun) pairs
     # brute force over the 8 right/wrong patterns of three independent moderators
     brute = sum(
@@ -49,21 +49,21 @@ def test_expected_values_from_the_construction():
         for pattern in itertools.product((0, 1), repeat=3)
         if sum(pattern) >= 2
     )
-    assert repro.majority_error(p) == pytest.approx(brute) == pytest.approx(0.06075)
-    assert repro.majority_error(0.0) == 0.0 and repro.majority_error(1.0, 5) == 1.0
+    assert sanity.majority_error(p) == pytest.approx(brute) == pytest.approx(0.06075)
+    assert sanity.majority_error(0.0) == 0.0 and sanity.majority_error(1.0, 5) == 1.0
     # the contamination ratio by simulation of the vote: toxic passes w.p. e, safe w.p. 1 - e
-    rng, e, c = random.Random(0), repro.majority_error(p), 0.25
+    rng, e, c = random.Random(0), sanity.majority_error(p), 0.25
     toxic = [rng.random() < c for _ in range(200_000)]
     passed = [t for t in toxic if (rng.random() < e) == t]
     sim = (sum(passed) / len(passed)) / (sum(toxic) / len(toxic))
-    assert repro.expected_contamination_ratio(c, e) == pytest.approx(sim, rel=0.03)
+    assert sanity.expected_contamination_ratio(c, e) == pytest.approx(sim, rel=0.03)
     for bad in ((0.0, 0.1), (0.3, 1.5)):
         with pytest.raises(ValueError, match="need 0 < c"):
-            repro.expected_contamination_ratio(*bad)
+            sanity.expected_contamination_ratio(*bad)
     with pytest.raises(ValueError, match="odd positive"):
-        repro.majority_error(0.1, 2)
+        sanity.majority_error(0.1, 2)
     with pytest.raises(ValueError, match="probability"):
-        repro.majority_error(-0.1)
+        sanity.majority_error(-0.1)
 
 
 def test_panel_rates_read_the_selection_metadata(tmp_path):
@@ -80,7 +80,7 @@ def test_panel_rates_read_the_selection_metadata(tmp_path):
         {"prompt": "p2", "category": "privacy", "subset": "hard", "id": "y"},
     ]
     (tmp_path / "or-bench-hard-1k.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    got = repro.panel_rates(tmp_path)
+    got = sanity.panel_rates(tmp_path)
     assert got["hard"] == pytest.approx(100 * 5 / 6) and got["pool"] == pytest.approx(50.0)
     assert got["floor"] == pytest.approx(200 / 3) and got["hard"] >= got["floor"]
 
@@ -141,7 +141,7 @@ def test_checks_name_their_units_when_worlds_drop_out():
     say which worlds, and (3) pools the first world's models: it must name them."""
     worlds, core = _planted()
     summary = repro._summary(worlds[0])
-    checks = repro._checks(worlds, core, summary, population=True)
+    checks = repro.evaluate(worlds, core, summary, population=True)
     assert [c.name for c in checks] == [c.name for c in repro.CRITERIA]
     assert [u for c in checks for u in unit_problems(c, list(range(5)))] == []
     elicit, vacuous, rho = checks
@@ -151,9 +151,9 @@ def test_checks_name_their_units_when_worlds_drop_out():
     assert rho.data["units"] == summary.models and rho.n == 12
     assert rho.estimate == pytest.approx(summary.spearman)
     # quick mode evaluates no population check; nothing qualifying anywhere: unmeasured
-    assert len(repro._checks(worlds, core, summary, population=False)) == 2
+    assert len(repro.evaluate(worlds, core, summary, population=False)) == 2
     nobody = [_world(s, {"core@1": (10.0, 0.0, 0.0, 0.0)}) for s in range(3)]
-    c0 = repro._checks(nobody, core, None, population=True)
+    c0 = repro.evaluate(nobody, core, None, population=True)
     assert [c.measured for c in c0] == [False, True, False]
     assert c0[0].verdict == c0[2].verdict == "inconclusive"
 

@@ -3,7 +3,8 @@
 A: time / saved memory / exactness of soft top-k against O(n^2) relaxations;
 C: top-k classification of a noisy 100-class task with a linear probe;
 B: permutation learning from ordering supervision on digit-number sets.
-Each returns plain numbers; :mod:`icml25.lapsum.repro` judges and plots them.
+Each returns plain numbers; :mod:`icml25.lapsum.repro` judges them and :mod:`icml25.lapsum.figures`
+plots them.
 """
 
 from __future__ import annotations
@@ -150,6 +151,25 @@ def train_probe(
         "top1": float((top5[:, 0] == y_te).float().mean()),
         "top5": float((top5 == y_te[:, None]).any(-1).float().mean()),
     }
+
+
+def topk_loss_sweep(seeds, *, epochs: int, n_train: int, n_test: int) -> dict[str, list[dict]]:
+    """Part C's reported sweeps (full mode, no check rests on them): the LapSum top-k loss at
+    alpha in {0.3, 1, 3} for both ``P_K``, then the difftopk-style NeuralSort and SoftSort top-5
+    losses over the 16 largest logits; one :func:`train_probe` result per seed, by label."""
+    sizes = dict(epochs=epochs, n_train=n_train, n_test=n_test)
+    runs: dict[str, list[dict]] = {}
+    for alpha in (0.3, 1.0, 3.0):
+        for p_k, tag in (
+            ([0, 0, 0, 0, 1], "[0,0,0,0,1]"),
+            ([0.25, 0, 0, 0, 0.75], "[.25,0,0,0,.75]"),
+        ):
+            runs[f"lapsum P_K={tag} alpha={alpha}"] = [
+                train_probe("lapsum", s, alpha=alpha, p_k=p_k, **sizes) for s in seeds
+            ]
+    for kind in ("neuralsort", "softsort"):
+        runs[f"{kind} top-5 (m=16)"] = [train_probe(kind, s, **sizes) for s in seeds]
+    return runs
 
 
 # -- Part B ---------------------------------------------------------------------------------------
