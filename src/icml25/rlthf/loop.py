@@ -303,15 +303,314 @@ def run_rlthf(
     """
     from icml25.progress import track
 
-    config = RLTHFConfig() if config is None else config
-    if not isinstance(config, RLTHFConfig):
-        raise TypeError(f"config must be an RLTHFConfig, got {type(config).__name__}")
-    if not isinstance(pairs, PreferencePairs):
-        raise TypeError(f"pairs must be a PreferencePairs, got {type(pairs).__name__}")
-    n = len(pairs)
-    if n == 0:
-        raise ValueError("the pool is empty")
-    ai = check_binary_labels(ai_labels, n, "ai_labels")
+    loop = _Loop.start(
+        pairs, ai_labels, ai_conf, human, reward_model, config, test_pairs, checkpoint_dir
+    )
+    # iteration 0: the reward model on the AI labels alone (refit on resume, deterministically)
+    t0 = time.perf_counter()
+    loop.fit(loop.state.done)
+    if not loop.state.history:
+        loop.state.history.append(loop.record(0, {"seconds": time.perf_counter() - t0}))
+        if callback is not None:
+            callback(0, loop.state.history[-1])
+    t_range = range(loop.state.done + 1, loop.config.iterations + 1)
+    disable = None if progress is None else not progress
+    for t in track(t_range, "RLTHF iterations", total=len(t_range), disable=disable):
+        if loop.state.stop or not loop.iteration(t, keep_distributions):
+            break
+        if callback is not None:
+            callback(t, loop.state.history[-1])
+    return loop.result()
+
+
+@dataclass
+class _State:
+    """What a run has decided so far, and what its checkpoint holds: the human's answers (pair ->
+    label, -1 = tie/invalid), self-improvement flips, the drop set, the order of annotation, the
+    history, the last finished iteration, whether the budget ran out, and the answers of an
+    iteration cut before its end (``pending``)."""
+
+    dropped: np.ndarray
+    human_lab: dict[int, int] = field(default_factory=dict)
+    flipped: dict[int, int] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    done: int = 0
+    stop: bool = False
+    pending: dict[str, Any] | None = None
+
+
+#: what each part of a checkpoint's identity is, for the error that refuses another run's file
+_IDENTITY = {
+    "config": "configuration (RLTHFConfig)",
+    "pool": "pool of pairs",
+    "ai": "AI labels",
+    "reward_model": "reward model (type and name)",
+}
+
+
+@dataclass
+class _Loop:
+    """One run of RLTHF: its checked inputs, its state, and the steps of an iteration."""
+
+    pairs: PreferencePairs
+    ai: np.ndarray
+    conf: np.ndarray | None
+    human: Any
+    reward_model: Any
+    config: RLTHFConfig
+    test_pairs: PreferencePairs | None
+    valid: np.ndarray  # pairs with distinct responses
+    budgets: list[int]  # human labels per iteration
+    ckpt: Path | None
+    ident: dict[str, Any]  # what a checkpoint must match to be resumed
+    state: _State
+    distributions: list[RewardDistribution] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.pairs)
+
+    @property
+    def n_valid(self) -> int:
+        return int(self.valid.sum())
+
+    # -- setting up ------------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls, pairs, ai_labels, ai_conf, human, reward_model, config, test_pairs, checkpoint_dir
+    ) -> _Loop:
+        """Check the inputs, find the pairs RLTHF can use, and resume from the checkpoint."""
+        config = RLTHFConfig() if config is None else config
+        if not isinstance(config, RLTHFConfig):
+            raise TypeError(f"config must be an RLTHFConfig, got {type(config).__name__}")
+        if not isinstance(pairs, PreferencePairs):
+            raise TypeError(f"pairs must be a PreferencePairs, got {type(pairs).__name__}")
+        n = len(pairs)
+        if n == 0:
+            raise ValueError("the pool is empty")
+        ai = check_binary_labels(ai_labels, n, "ai_labels")
+        conf = _check_confidences(ai_conf, n)
+        if human is None and not config.self_improvement:
+            raise ValueError("human is required (a Labeler) unless config.self_improvement=True")
+        if human is not None and not callable(getattr(human, "label", None)):
+            raise TypeError(
+                f"human must be a Labeler with .label(pairs, indices), got {type(human).__name__}"
+            )
+        reward_model = _check_reward_model(reward_model)
+        valid = _distinct_pairs(pairs)
+        n_valid = int(valid.sum())
+        # ceil, with a tolerance for the float product (0.07 * 100 = 7.000000000000001 -> 7): a
+        # small pool still gets at least one human label per iteration
+        budgets = [max(1, math.ceil(f * n_valid - 1e-9)) for f in config.fractions()]
+        cfg_d = _config_dict(config)
+        if config.schedule == "constant":
+            cfg_d.pop("iterations")  # a resumed constant-schedule run may be extended
+        ident = {
+            "config": cfg_d,
+            "pool": pairs.fingerprint(),
+            "ai": _digest(ai),
+            "reward_model": _rm_identity(reward_model),
+        }
+        ckpt = _ckpt_file(checkpoint_dir)
+        state = _resume(ckpt, ident, n, config.iterations)
+        return cls(
+            pairs=pairs,
+            ai=ai,
+            conf=conf,
+            human=human,
+            reward_model=reward_model,
+            config=config,
+            test_pairs=test_pairs,
+            valid=valid,
+            budgets=budgets,
+            ckpt=ckpt,
+            ident=ident,
+            state=state,
+        )
+
+    # -- what the state implies --------------------------------------------------------------------
+    def labels_now(self) -> np.ndarray:
+        """The current label of every pair: the AI's, overridden by flips and human answers
+        (-1 for pairs with identical responses)."""
+        z = self.ai.astype(np.int8).copy()
+        for i, v in self.state.flipped.items():
+            z[i] = v
+        for i, v in self.state.human_lab.items():
+            z[i] = v
+        z[~self.valid] = -1
+        return z
+
+    def training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Indices, labels and weights of the reward model's training set: every valid pair not
+        dropped, corrected pairs always, amplified."""
+        st = self.state
+        z = self.labels_now()
+        corrected = np.zeros(self.n, dtype=bool)
+        corrected[list(st.human_lab)] = True
+        corrected[list(st.flipped)] = True
+        keep = self.valid & (z >= 0) & (corrected | ~st.dropped)
+        w = np.where(corrected, float(self.config.amplification), 1.0)
+        idx = np.flatnonzero(keep)
+        return idx, z[idx], w[idx]
+
+    # -- the steps -------------------------------------------------------------------------------
+    def fit(self, t: int) -> None:
+        idx, z, w = self.training_set()
+        if len(idx) == 0:
+            raise ValueError(f"iteration {t}: the training set is empty (everything was dropped)")
+        seed = self.config.seed * 1000 + t
+        if self.config.amplify_mode == "replicate":
+            reps = np.round(w).astype(np.int64)
+            idx, z, w = np.repeat(idx, reps), np.repeat(z, reps), np.ones(int(reps.sum()))
+        kwargs = {"warm_start": True} if (self.config.retrain == "warm" and t > 0) else {}
+        self.reward_model.fit(self.pairs, idx, z, w, seed=seed, **kwargs)
+
+    def record(self, t: int, extra: dict[str, Any]) -> dict[str, Any]:
+        """The history row of iteration ``t``."""
+        st, labels = self.state, self.pairs.human_labels
+        idx, z, _ = self.training_set()
+        row: dict[str, Any] = {
+            "iteration": t,
+            "n_human": len(st.human_lab),
+            "human_fraction": len(st.human_lab) / self.n_valid,
+            "n_invalid": sum(1 for v in st.human_lab.values() if v < 0),
+            "n_flipped": len(st.flipped),
+            "n_dropped": int((st.dropped & self.valid).sum()),
+            "kept_fraction": len(idx) / self.n_valid,
+            **extra,
+        }
+        if labels is not None:
+            row["curated_label_accuracy"] = float(np.mean(z == labels[idx]))
+            row["ai_label_accuracy"] = float(np.mean(self.ai[self.valid] == labels[self.valid]))
+        row["test_accuracy"] = preference_accuracy(self.reward_model, self.test_pairs)
+        return row
+
+    def save(self, pending_now: dict[str, Any] | None = None) -> None:
+        if self.ckpt is None:
+            return
+        st = self.state
+        _write_state(
+            self.ckpt,
+            {
+                **self.ident,
+                "human": sorted(st.human_lab.items()),
+                "flipped": sorted(st.flipped.items()),
+                "order": st.order,
+                "dropped": np.flatnonzero(st.dropped).tolist(),
+                "history": st.history,
+                "done": st.done,
+                "stop": st.stop,
+                "pending": pending_now,
+            },
+        )
+
+    def iteration(self, t: int, keep_distributions: bool) -> bool:
+        """Iteration ``t`` (paper Sec. 3): the reward distribution of the unlabelled pool, the
+        corrections at its bottom (human labels, or flips under self-improvement), the back-off
+        drop set, and the refit. False when no pair is left to work on."""
+        st, config = self.state, self.config
+        t_start = time.perf_counter()
+        z = self.labels_now()
+        corrected = list(st.human_lab) + list(st.flipped)
+        pool = np.flatnonzero(self.valid & ~np.isin(np.arange(self.n), corrected))
+        if len(pool) == 0:
+            return False
+        m = self.reward_model.margins(self.pairs, pool, z[pool])
+        if not np.all(np.isfinite(m)):
+            raise FloatingPointError(
+                f"iteration {t}: the reward model gave NaN/inf margins (it diverged); lower its "
+                "learning rate"
+            )
+        dist = RewardDistribution(m, pool, config.smoothing_window)
+        if keep_distributions:
+            self.distributions.append(dist)
+        extra: dict[str, Any] = {
+            **dist.bends(),
+            "p_drop": drop_position(dist, config.sanitize, config.backoff_ratio),
+        }
+        if config.self_improvement:
+            tail = dist.order[dist.lower_bend :]
+            for i in tail.tolist():
+                st.flipped[i] = 1 - int(self.ai[i])
+            extra["n_new_flipped"] = len(tail)
+        else:
+            extra.update(self._annotate(t, dist, pool, z))
+        protected = np.array(list(st.human_lab) + list(st.flipped), dtype=np.int64)
+        drop = backoff_drop_mask(dist, config.sanitize, config.backoff_ratio, protected)
+        st.dropped[:] = False
+        st.dropped[dist.indices[drop]] = True
+        if self.pairs.human_labels is not None:
+            extra.update(_region_accuracy(dist, self.ai, self.pairs.human_labels))
+        self.fit(t)
+        extra["seconds"] = time.perf_counter() - t_start
+        st.history.append(self.record(t, extra))
+        st.done = t
+        self.save()
+        return True
+
+    def _annotate(
+        self, t: int, dist: RewardDistribution, pool: np.ndarray, z: np.ndarray
+    ) -> dict[str, Any]:
+        """Send iteration ``t``'s budget of targeted pairs to the human (or take the answers a
+        cut run already got), and write them to the checkpoint before the retraining."""
+        st, config = self.state, self.config
+        b = self.budgets[t - 1]
+        if b >= len(pool):
+            warnings.warn(
+                f"iteration {t}: the budget ({b}) covers the {len(pool)} pairs left; all of "
+                "them are annotated and the loop stops",
+                stacklevel=4,  # the caller of run_rlthf
+            )
+            b, st.stop = len(pool), True
+        oof = None
+        if config.selection == "self_confidence":
+            oof = cross_fit_margins(
+                self.reward_model,
+                self.pairs,
+                pool,
+                z[pool],
+                config.cv_folds,
+                config.seed * 1000 + t,
+            )
+        if st.pending is not None and int(st.pending["iteration"]) == t:
+            new = np.asarray(st.pending["indices"], dtype=np.int64)
+            got = np.asarray(st.pending["labels"], dtype=np.int8)
+        else:
+            rng = np.random.default_rng([config.seed, t])
+            new = select_targets(dist, b, config.selection, rng=rng, oof_margins=oof)
+            got, _ = self.human.label(self.pairs, new)
+            got = check_binary_labels(got, len(new), "the human's labels", allow_invalid=True)
+        st.pending = None
+        for i, v in zip(new.tolist(), got.tolist()):
+            st.human_lab[i] = int(v)
+        st.order += new.tolist()
+        # the answers are on disk before the (long) retraining: a crash re-asks no one
+        self.save({"iteration": t, "indices": new.tolist(), "labels": got.tolist()})
+        extra: dict[str, Any] = {"n_new_human": len(new)}
+        if self.conf is not None:
+            extra["ai_conf_selected"] = float(self.conf[new].mean()) if len(new) else None
+        return extra
+
+    def result(self) -> RLTHFResult:
+        idx, _, w = self.training_set()
+        weights = np.zeros(self.n)
+        weights[idx] = w
+        return RLTHFResult(
+            pairs=self.pairs,
+            labels=self.labels_now(),
+            weights=weights,
+            kept_mask=weights > 0,
+            human_indices=np.asarray(self.state.order, dtype=np.int64),
+            history=self.state.history,
+            reward_model=self.reward_model,
+            config=self.config,
+            distributions=self.distributions,
+            ai_conf=self.conf,
+        )
+
+
+def _check_confidences(ai_conf: Any, n: int) -> np.ndarray | None:
     conf = None if ai_conf is None else np.asarray(ai_conf, dtype=np.float64)
     if conf is not None:
         if conf.shape != (n,):
@@ -322,12 +621,10 @@ def run_rlthf(
             raise ValueError(
                 f"ai_conf[{i}] = {conf[i]:g}; confidences are max(p, 1 - p), in [0.5, 1]"
             )
-    if human is None and not config.self_improvement:
-        raise ValueError("human is required (a Labeler) unless config.self_improvement=True")
-    if human is not None and not callable(getattr(human, "label", None)):
-        raise TypeError(
-            f"human must be a Labeler with .label(pairs, indices), got {type(human).__name__}"
-        )
+    return conf
+
+
+def _check_reward_model(reward_model: Any) -> Any:
     if reward_model is None:
         from icml25.rlthf.reward_model import EmbeddingRewardModel
 
@@ -337,13 +634,17 @@ def run_rlthf(
             raise TypeError(
                 f"reward_model needs .fit and .margins, got {type(reward_model).__name__}"
             )
+    return reward_model
 
+
+def _distinct_pairs(pairs: PreferencePairs) -> np.ndarray:
+    """The pairs with distinct responses (a warning names the others, which RLTHF leaves out)."""
     same = pairs.identical()
     if same.any():
         warnings.warn(
-            f"{int(same.sum())} pair(s) have identical responses (first: {int(np.flatnonzero(same)[0])}); "
-            "they are left out of RLTHF",
-            stacklevel=2,
+            f"{int(same.sum())} pair(s) have identical responses (first: "
+            f"{int(np.flatnonzero(same)[0])}); they are left out of RLTHF",
+            stacklevel=4,  # the caller of run_rlthf
         )
     valid = ~same
     n_valid = int(valid.sum())
@@ -351,227 +652,41 @@ def run_rlthf(
         raise ValueError(
             f"the pool has {n_valid} pair(s) with distinct responses; RLTHF needs >= 2"
         )
-    # ceil, with a tolerance for the float product (0.07 * 100 = 7.000000000000001 -> 7): a
-    # small pool still gets at least one human label per iteration
-    budgets = [max(1, math.ceil(f * n_valid - 1e-9)) for f in config.fractions()]
+    return valid
 
-    # state: human answers (pair -> label, -1 = tie/invalid), self-improvement flips, drop set
-    human_lab: dict[int, int] = {}
-    flipped: dict[int, int] = {}
-    dropped = np.zeros(n, dtype=bool)
-    history: list[dict[str, Any]] = []
-    distributions: list[RewardDistribution] = []
-    done = 0
-    stop = False
-    ckpt = _ckpt_file(checkpoint_dir)
-    cfg_d = _config_dict(config)
-    if config.schedule == "constant":
-        cfg_d.pop("iterations")  # a resumed constant-schedule run may be extended
-    ident = {
-        "config": cfg_d,
-        "pool": pairs.fingerprint(),
-        "ai": _digest(ai),
-        "reward_model": _rm_identity(reward_model),
-    }
-    what = {
-        "config": "configuration (RLTHFConfig)",
-        "pool": "pool of pairs",
-        "ai": "AI labels",
-        "reward_model": "reward model (type and name)",
-    }
-    pending: dict[str, Any] | None = None  # human answers of an iteration cut before its end
-    if ckpt is not None and ckpt.exists():
-        with open(ckpt, encoding="utf-8") as f:
-            state = json.load(f)
-        for k, v in ident.items():
-            if state.get(k) != v:
-                raise ValueError(
-                    f"{ckpt} was written for another {what[k]}; pass the same one to resume, or "
-                    "use another checkpoint_dir (or delete it) to start afresh"
-                )
-        human_lab = {int(k): int(v) for k, v in state["human"]}
-        flipped = {int(k): int(v) for k, v in state["flipped"]}
-        dropped[np.asarray(state["dropped"], dtype=np.int64)] = True
-        history, done, stop = state["history"], int(state["done"]), bool(state["stop"])
-        order = [int(i) for i in state["order"]]
-        pending = state.get("pending")
-        if pending is not None:  # answered, not yet trained on: keep the answers, re-ask nothing
-            for i in pending["indices"]:
-                human_lab.pop(int(i), None)
-            order = order[: len(order) - len(pending["indices"])]
-        if done > config.iterations:
+
+def _resume(ckpt: Path | None, ident: dict[str, Any], n: int, iterations: int) -> _State:
+    """The state in ``ckpt`` when it exists and was written for the same run (else a refusal
+    naming what differs), or a fresh one. Answers of an iteration cut before its end are kept as
+    ``pending`` and taken out of the state, so the iteration reruns without asking again."""
+    state = _State(dropped=np.zeros(n, dtype=bool))
+    if ckpt is None or not ckpt.exists():
+        return state
+    with open(ckpt, encoding="utf-8") as f:
+        saved = json.load(f)
+    for k, v in ident.items():
+        if saved.get(k) != v:
             raise ValueError(
-                f"{ckpt} holds {done} finished iterations, more than iterations="
-                f"{config.iterations}; pass iterations >= {done}"
+                f"{ckpt} was written for another {_IDENTITY[k]}; pass the same one to resume, or "
+                "use another checkpoint_dir (or delete it) to start afresh"
             )
-    else:
-        order = []
-
-    def save(pending_now: dict[str, Any] | None = None) -> None:
-        if ckpt is not None:
-            _write_state(
-                ckpt,
-                {
-                    **ident,
-                    "human": sorted(human_lab.items()),
-                    "flipped": sorted(flipped.items()),
-                    "order": order,
-                    "dropped": np.flatnonzero(dropped).tolist(),
-                    "history": history,
-                    "done": done,
-                    "stop": stop,
-                    "pending": pending_now,
-                },
-            )
-
-    def labels_now() -> np.ndarray:
-        z = ai.astype(np.int8).copy()
-        for i, v in flipped.items():
-            z[i] = v
-        for i, v in human_lab.items():
-            z[i] = v
-        z[~valid] = -1
-        return z
-
-    def training_set() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        z = labels_now()
-        corrected = np.zeros(n, dtype=bool)
-        corrected[list(human_lab)] = True
-        corrected[list(flipped)] = True
-        keep = valid & (z >= 0) & (corrected | ~dropped)
-        w = np.where(corrected, float(config.amplification), 1.0)
-        idx = np.flatnonzero(keep)
-        return idx, z[idx], w[idx]
-
-    def fit(t: int) -> None:
-        idx, z, w = training_set()
-        if len(idx) == 0:
-            raise ValueError(f"iteration {t}: the training set is empty (everything was dropped)")
-        seed = config.seed * 1000 + t
-        if config.amplify_mode == "replicate":
-            reps = np.round(w).astype(np.int64)
-            idx, z, w = np.repeat(idx, reps), np.repeat(z, reps), np.ones(int(reps.sum()))
-        kwargs = {"warm_start": True} if (config.retrain == "warm" and t > 0) else {}
-        reward_model.fit(pairs, idx, z, w, seed=seed, **kwargs)
-
-    def record(t: int, extra: dict[str, Any]) -> dict[str, Any]:
-        idx, z, _ = training_set()
-        row: dict[str, Any] = {
-            "iteration": t,
-            "n_human": len(human_lab),
-            "human_fraction": len(human_lab) / n_valid,
-            "n_invalid": sum(1 for v in human_lab.values() if v < 0),
-            "n_flipped": len(flipped),
-            "n_dropped": int((dropped & valid).sum()),
-            "kept_fraction": len(idx) / n_valid,
-            **extra,
-        }
-        if pairs.human_labels is not None:
-            row["curated_label_accuracy"] = float(np.mean(z == pairs.human_labels[idx]))
-            row["ai_label_accuracy"] = float(np.mean(ai[valid] == pairs.human_labels[valid]))
-        row["test_accuracy"] = preference_accuracy(reward_model, test_pairs)
-        return row
-
-    # iteration 0: the reward model on the AI labels alone (refit on resume, deterministically)
-    t0 = time.perf_counter()
-    fit(done)
-    if not history:
-        history.append(record(0, {"seconds": time.perf_counter() - t0}))
-        if callback is not None:
-            callback(0, history[-1])
-    t_range = range(done + 1, config.iterations + 1)
-    for t in track(
-        t_range,
-        "RLTHF iterations",
-        total=len(t_range),
-        disable=None if progress is None else not progress,
-    ):
-        if stop:
-            break
-        t_start = time.perf_counter()
-        z = labels_now()
-        pool = np.flatnonzero(valid & ~np.isin(np.arange(n), list(human_lab) + list(flipped)))
-        if len(pool) == 0:
-            break
-        m = reward_model.margins(pairs, pool, z[pool])
-        if not np.all(np.isfinite(m)):
-            raise FloatingPointError(
-                f"iteration {t}: the reward model gave NaN/inf margins (it diverged); lower its "
-                "learning rate"
-            )
-        dist = RewardDistribution(m, pool, config.smoothing_window)
-        if keep_distributions:
-            distributions.append(dist)
-        extra: dict[str, Any] = {
-            **dist.bends(),
-            "p_drop": drop_position(dist, config.sanitize, config.backoff_ratio),
-        }
-        if config.self_improvement:
-            tail = dist.order[dist.lower_bend :]
-            for i in tail.tolist():
-                flipped[i] = 1 - int(ai[i])
-            new = np.zeros(0, dtype=np.int64)
-            extra["n_new_flipped"] = len(tail)
-        else:
-            b = budgets[t - 1]
-            if b >= len(pool):
-                warnings.warn(
-                    f"iteration {t}: the budget ({b}) covers the {len(pool)} pairs left; all of "
-                    "them are annotated and the loop stops",
-                    stacklevel=2,
-                )
-                b, stop = len(pool), True
-            oof = None
-            if config.selection == "self_confidence":
-                oof = cross_fit_margins(
-                    reward_model, pairs, pool, z[pool], config.cv_folds, config.seed * 1000 + t
-                )
-            if pending is not None and int(pending["iteration"]) == t:
-                new = np.asarray(pending["indices"], dtype=np.int64)
-                got = np.asarray(pending["labels"], dtype=np.int8)
-            else:
-                rng = np.random.default_rng([config.seed, t])
-                new = select_targets(dist, b, config.selection, rng=rng, oof_margins=oof)
-                got, _ = human.label(pairs, new)
-                got = check_binary_labels(got, len(new), "the human's labels", allow_invalid=True)
-            pending = None
-            for i, v in zip(new.tolist(), got.tolist()):
-                human_lab[i] = int(v)
-            order += new.tolist()
-            # the answers are on disk before the (long) retraining: a crash re-asks no one
-            save({"iteration": t, "indices": new.tolist(), "labels": got.tolist()})
-            extra["n_new_human"] = len(new)
-            if conf is not None:
-                extra["ai_conf_selected"] = float(conf[new].mean()) if len(new) else None
-        protected = np.array(list(human_lab) + list(flipped), dtype=np.int64)
-        drop = backoff_drop_mask(dist, config.sanitize, config.backoff_ratio, protected)
-        dropped[:] = False
-        dropped[dist.indices[drop]] = True
-        if pairs.human_labels is not None:
-            extra.update(_region_accuracy(dist, ai, pairs.human_labels))
-        fit(t)
-        extra["seconds"] = time.perf_counter() - t_start
-        history.append(record(t, extra))
-        done = t
-        save()
-        if callback is not None:
-            callback(t, history[-1])
-
-    idx, z_kept, w = training_set()
-    weights = np.zeros(n)
-    weights[idx] = w
-    return RLTHFResult(
-        pairs=pairs,
-        labels=labels_now(),
-        weights=weights,
-        kept_mask=weights > 0,
-        human_indices=np.asarray(order, dtype=np.int64),
-        history=history,
-        reward_model=reward_model,
-        config=config,
-        distributions=distributions,
-        ai_conf=conf,
-    )
+    state.human_lab = {int(k): int(v) for k, v in saved["human"]}
+    state.flipped = {int(k): int(v) for k, v in saved["flipped"]}
+    state.dropped[np.asarray(saved["dropped"], dtype=np.int64)] = True
+    state.history, state.done = saved["history"], int(saved["done"])
+    state.stop = bool(saved["stop"])
+    state.order = [int(i) for i in saved["order"]]
+    state.pending = saved.get("pending")
+    if state.pending is not None:  # answered, not yet trained on: keep the answers, re-ask nothing
+        for i in state.pending["indices"]:
+            state.human_lab.pop(int(i), None)
+        state.order = state.order[: len(state.order) - len(state.pending["indices"])]
+    if state.done > iterations:
+        raise ValueError(
+            f"{ckpt} holds {state.done} finished iterations, more than iterations="
+            f"{iterations}; pass iterations >= {state.done}"
+        )
+    return state
 
 
 def _rm_identity(reward_model: Any) -> str:
