@@ -5,32 +5,23 @@ Claim: when the proxy satisfies the sufficient conditions, proxy preferences plu
 preferences (adapter-only stage 2) learn the expert's policy with far fewer expert samples than
 expert data alone, and the advantage disappears when a condition (shared level sets) fails.
 
-The module reads: claim and pre-registered criteria -> one function measuring every method on
-one world and seed (stage 1 once, then each expert-sample size on nested prefixes) -> checks
-(paired over seeds) -> condition diagnostics, tables and figures.
+The module reads: claim and pre-registered criteria -> ``setup`` (the worlds of the mode) ->
+``measure_seed`` (every method on one world and seed, ``experiment.measure``: stage 1 once, then
+each expert-sample size on nested prefixes) -> ``evaluate`` (paired over seeds) -> ``run``; the
+condition diagnostics are ``experiment.diagnostics``, the figures ``figures.py``.
 """
 
 from __future__ import annotations
 
-import copy
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from icml25.proxy_feedback.conditions import check_conditions
-from icml25.proxy_feedback.data import sample_preferences
-from icml25.proxy_feedback.evaluate import evaluate
-from icml25.proxy_feedback.model import MLPPolicy, SimplexPolicy
-from icml25.proxy_feedback.train import (
-    fit_finetune_all,
-    fit_pooled,
-    fit_proxy_stage,
-    fit_true_only,
-    fit_true_stage,
-)
-from icml25.proxy_feedback.worlds import SyntheticPreferenceWorld
-from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduction
+from icml25.proxy_feedback.diagnosis import run_llm_path
+from icml25.proxy_feedback.experiment import N_PROXY, N_TEST, diagnostics, measure, variant_counts
+from icml25.proxy_feedback.figures import plot_conditions, plot_curve
+from icml25.report import Check, Criterion, Metric, ReproResult, Run, power_summary, reproduction
 
 CLAIM = (
     "When the proxy satisfies the sufficient conditions, proxy preferences plus a few expert "
@@ -42,8 +33,6 @@ CLAIM = (
 # -- pre-registered: seeds, sizes and criteria (fixed before this version's numbers) -------------
 #: 10 seeds in both modes: check 2's effect (pilot: mean 0.03, sd 0.09 over seeds) needs them
 N_QUICK, N_FULL = 10, 10
-N_PROXY = 8000  # proxy triples (the paper's appendix)
-N_TEST = 5000
 N_LLM = 3  # seeds of the LLM path (full mode; reported, not checked)
 GRID_FULL = (10, 35, 100, 300, 1000, 3000)
 SMALL_N, LARGE_N = 35, 300  # check 2: expert-only with 8.5x the samples vs two-stage at 35
@@ -85,6 +74,7 @@ METHODS_QUICK = ("two_stage", "true_only", "proxy_only")
 METHODS_FULL = ("two_stage", "true_only", "proxy_only", "finetune_all", "pooled")
 
 
+# -- setup ---------------------------------------------------------------------------------------
 def _worlds(r: Run) -> dict[str, dict[str, Any]]:
     """World name -> (constructor kwargs, expert sample sizes) for this mode."""
     if r.smoke:
@@ -108,96 +98,22 @@ def _worlds(r: Run) -> dict[str, dict[str, Any]]:
     }
 
 
-def measure(
-    world_kw: dict[str, Any],
-    seed: int,
-    ns: tuple[int, ...],
-    *,
-    methods: tuple[str, ...],
-    n_proxy: int = N_PROXY,
-    stage2_steps: int = 300,
-    true_steps: int = 2000,
-    proxy_epochs: int = 30,
-    n_test: int = N_TEST,
-) -> dict[str, Any]:
-    """Every method on one world and seed; expert data for the sizes ``ns`` are nested
-    prefixes of one sample. Returns ``{"tv": {method: {n: tv}}, "other": ..., ...}``."""
-    world = SyntheticPreferenceWorld(D=2, seed=seed, **world_kw)
-    g = torch.Generator().manual_seed(10_000 + seed)
-    proxy = sample_preferences(world.proxy_policy, n_proxy, generator=g)
-    true = sample_preferences(world.true_policy, max(ns), generator=g)
+@dataclass(frozen=True)
+class Setup:
+    """The worlds of this mode (constructor kwargs and expert sample sizes), the methods, the
+    fit sizes and the worlds whose sufficient conditions are diagnosed."""
 
-    def ev(model, use_adapter=True) -> dict[str, float]:
-        gen = torch.Generator().manual_seed(20_000 + seed)  # the same test inputs for all
-        return evaluate(model, world, n_test, gen, use_adapter=use_adapter)
-
-    def fresh(cls, *args):
-        torch.manual_seed(seed)
-        return cls(*args)
-
-    d_x, k = world.d_x, world.n_outputs
-    base = fresh(SimplexPolicy, d_x, k, 2)
-    fit_proxy_stage(base, proxy, epochs=proxy_epochs, seed=seed)
-    proxy_world = _ProxyAsTruth(world)
-    out: dict[str, Any] = {"tv": {m: {} for m in methods}, "all": {m: {} for m in methods}}
-    po = ev(base, use_adapter=False)
-    out["stage1_fit_tv"] = evaluate(
-        base, proxy_world, n_test, torch.Generator().manual_seed(20_000 + seed), use_adapter=False
-    )["tv"]
-    out["true_only_variant"] = {}
-    for n in ns:
-        sub = true[:n]
-        if "proxy_only" in methods:
-            out["tv"]["proxy_only"][n], out["all"]["proxy_only"][n] = po["tv"], po
-        if "two_stage" in methods:
-            m = copy.deepcopy(base)
-            fit_true_stage(m, sub, steps=stage2_steps, seed=seed)
-            e = ev(m)
-            out["tv"]["two_stage"][n], out["all"]["two_stage"][n] = e["tv"], e
-        if "true_only" in methods:
-            cands = {}
-            for name, model in (
-                ("simplex", fresh(SimplexPolicy, d_x, k, 2)),
-                ("mlp", fresh(MLPPolicy, d_x, k)),
-            ):
-                fit_true_only(model, sub, steps=true_steps)
-                cands[name] = ev(model)
-            best = min(cands, key=lambda c: cands[c]["tv"])
-            out["tv"]["true_only"][n], out["all"]["true_only"][n] = cands[best]["tv"], cands[best]
-            out["true_only_variant"][n] = best
-        if "finetune_all" in methods:
-            m = copy.deepcopy(base)
-            fit_finetune_all(m, sub, steps=true_steps)
-            e = ev(m)
-            out["tv"]["finetune_all"][n], out["all"]["finetune_all"][n] = e["tv"], e
-        if "pooled" in methods:
-            m = fresh(SimplexPolicy, d_x, k, 2)
-            fit_pooled(m, proxy, sub, epochs=proxy_epochs, seed=seed)
-            e = ev(m, use_adapter=False)
-            out["tv"]["pooled"][n], out["all"]["pooled"][n] = e["tv"], e
-    return out
+    worlds: dict[str, dict[str, Any]]
+    methods: tuple[str, ...]
+    sizes: dict[str, int]
+    diag_worlds: dict[str, dict[str, Any]]
+    n_diag: int
+    full: bool  # full mode proper (not the smoke size)
+    smoke: bool
 
 
-class _ProxyAsTruth:
-    """A world view whose 'true' policy is the proxy (to score stage 1's fit to the proxy)."""
-
-    def __init__(self, world: SyntheticPreferenceWorld) -> None:
-        self.d_x, self.true_policy, self.sample_x = world.d_x, world.proxy_policy, world.sample_x
-
-
-def diagnostics(world_kw: dict[str, Any], seed: int, n: int = 5000) -> dict[str, float]:
-    world = SyntheticPreferenceWorld(D=2, seed=seed, **world_kw)
-    x = world.sample_x(n, torch.Generator().manual_seed(30_000 + seed), dtype=torch.float64)
-    rep = check_conditions(world.true_policy, world.proxy_policy, x)
-    d = {k: v for k, v in rep.to_dict().items() if isinstance(v, float)}
-    d.update({f"holds_{c}": float(h) for c, h in rep.holds.items()})
-    return d
-
-
-@reproduction("proxy_feedback", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
-def run(r: Run) -> ReproResult:
-    worlds = _worlds(r)
-    methods = METHODS_FULL if not (r.quick or r.smoke) else METHODS_QUICK
+def setup(r: Run) -> Setup:
+    full = not (r.quick or r.smoke)
     sizes = dict(
         n_proxy=r.size(smoke=400, quick=N_PROXY, full=N_PROXY),
         stage2_steps=r.size(smoke=20, quick=300, full=500),
@@ -205,44 +121,50 @@ def run(r: Run) -> ReproResult:
         proxy_epochs=r.size(smoke=2, quick=30, full=30),
         n_test=r.size(smoke=300, quick=N_TEST, full=N_TEST),
     )
-    res: dict[str, list[dict]] = {}
-    for name, world in worlds.items():
-        res[name] = r.over_seeds(
-            lambda s, world=world: measure(world["kw"], s, world["ns"], methods=methods, **sizes),
-            label=f"{name}",
-        )
     diag_worlds = {
         "hold": {},
         "v1_levelsets": {"scenario": "v1_levelsets"},
         "v2_image": {"scenario": "v2_image"},
         "v4_lipschitz": {"scenario": "v4_lipschitz"},
     }
-    if not (r.quick or r.smoke):
+    if full:
         diag_worlds["hold_K20"] = {"n_outputs": 20}
-    n_diag = r.size(smoke=400, quick=5000, full=5000)
-    diag = {w: [diagnostics(kw, s, n_diag) for s in r.seeds] for w, kw in diag_worlds.items()}
+    return Setup(
+        worlds=_worlds(r),
+        methods=METHODS_FULL if full else METHODS_QUICK,
+        sizes=sizes,
+        diag_worlds=diag_worlds,
+        n_diag=r.size(smoke=400, quick=5000, full=5000),
+        full=full,
+        smoke=r.smoke,
+    )
 
-    llm = []
-    if not (r.quick or r.smoke):
-        from icml25.proxy_feedback.diagnosis import run_llm_path
 
-        llm = r.over_seeds(run_llm_path, seeds=r.seeds[:N_LLM], label="LLM path")
+def measure_seed(seed: int, world: dict[str, Any], s: Setup) -> dict[str, Any]:
+    """Every method on one world and seed (``experiment.measure``)."""
+    return measure(world["kw"], seed, world["ns"], methods=s.methods, **s.sizes)
 
-    def tv(world: str, method: str, n: int) -> list[float]:
-        return [x["tv"][method][n] for x in res[world]]
 
-    hold_ns = worlds["hold"]["ns"]
-    small, large = hold_ns[0], hold_ns[1]
-    v1_n = worlds["v1_levelsets"]["ns"][-1]
+# -- checks --------------------------------------------------------------------------------------
+def _tv(res: dict, world: str, method: str, n: int) -> list[float]:
+    return [x["tv"][method][n] for x in res[world]]
+
+
+def evaluate(res: dict[str, list[dict]], s: Setup) -> list[Check]:
+    """Checks 1-4 on the paired per-seed TVs (renamed to the smoke size's n), and in full mode
+    check 3 again at K = 20."""
+    small, large = s.worlds["hold"]["ns"][:2]
+    v1_n = s.worlds["v1_levelsets"]["ns"][-1]
+    hold = {m: _tv(res, "hold", m, small) for m in ("two_stage", "true_only", "proxy_only")}
     checks = [
-        BEATS_TRUE.check(tv("hold", "true_only", small), tv("hold", "two_stage", small)),
-        BEATS_PROXY.check(tv("hold", "proxy_only", small), tv("hold", "two_stage", small)),
-        SAVES_SAMPLES.check(tv("hold", "true_only", large), tv("hold", "two_stage", small)),
+        BEATS_TRUE.check(hold["true_only"], hold["two_stage"]),
+        BEATS_PROXY.check(hold["proxy_only"], hold["two_stage"]),
+        SAVES_SAMPLES.check(_tv(res, "hold", "true_only", large), hold["two_stage"]),
         VANISHES.check(
-            tv("v1_levelsets", "two_stage", v1_n), tv("v1_levelsets", "true_only", v1_n)
+            _tv(res, "v1_levelsets", "two_stage", v1_n), _tv(res, "v1_levelsets", "true_only", v1_n)
         ),
     ]
-    if r.smoke:
+    if s.smoke:
         checks = [
             c.renamed(
                 c.name.replace("n=35", f"n={small}")
@@ -253,96 +175,78 @@ def run(r: Run) -> ReproResult:
             for c in checks
         ]
     if "hold_K20" in res:
-        checks.append(
-            SAVES_SAMPLES.check(
-                tv("hold_K20", "true_only", LARGE_N), tv("hold_K20", "two_stage", SMALL_N)
-            ).renamed("hold, K=20: TV(true_only@300) - TV(two_stage@35) > 0.01")
+        k20 = SAVES_SAMPLES.check(
+            _tv(res, "hold_K20", "true_only", LARGE_N), _tv(res, "hold_K20", "two_stage", SMALL_N)
         )
+        checks.append(k20.renamed("hold, K=20: TV(true_only@300) - TV(two_stage@35) > 0.01"))
+    return checks
 
-    every_seed = {
-        "true_only": sum(
-            a > b for a, b in zip(tv("hold", "true_only", small), tv("hold", "two_stage", small))
-        ),
-        "proxy_only": sum(
-            a > b for a, b in zip(tv("hold", "proxy_only", small), tv("hold", "two_stage", small))
-        ),
+
+def notes(res: dict[str, list[dict]], s: Setup) -> list[str]:
+    """Check 1 per seed (the paper's 'every seed' reading), stage 1's fit, the expert-only
+    variants chosen and, in full mode, where expert-only catches up."""
+    small = s.worlds["hold"]["ns"][0]
+    two = _tv(res, "hold", "two_stage", small)
+    n_seeds = len(two)
+    beat = {
+        m: sum(a > b for a, b in zip(_tv(res, "hold", m, small), two))
+        for m in ("true_only", "proxy_only")
     }
-    metrics = _metrics(res, worlds, diag)
-    tables = [_table(res, worlds), _diag_table(diag)]
-    if llm:
-        for key, v in llm[0].items():
-            vals = [x[key]["tv"] if isinstance(v, dict) else x[key] for x in llm]
-            name = f"LLM: TV {key}" if isinstance(v, dict) else f"LLM: {key}"
-            metrics.append(Metric(name, vals, unit="TV" if isinstance(v, dict) else "nats"))
-        tables.append(_llm_table(llm))
-    for name in worlds:
-        r.figure(_plot_curve(name, res[name], worlds[name]["ns"]), f"tv_vs_n_{name}.png")
-    r.figure(_plot_conditions(diag), "conditions.png")
-    notes = [
+    out = [
         f"Check 1 per seed (the pre-registered 'every seed' reading): two-stage beat expert-only "
-        f"in {every_seed['true_only']} of {len(r.seeds)} seeds and the proxy-only model in "
-        f"{every_seed['proxy_only']} of {len(r.seeds)}.",
+        f"in {beat['true_only']} of {n_seeds} seeds and the proxy-only model in "
+        f"{beat['proxy_only']} of {n_seeds}.",
         "Stage 1's fit to the proxy (TV to π̃, hold): "
         + _mean_sd([x["stage1_fit_tv"] for x in res["hold"]])
         + ".",
         "Expert-only variant chosen (by test TV) over all worlds, sizes and seeds: "
-        + ", ".join(f"{v} {c}" for v, c in sorted(_variant_counts(res).items()))
+        + ", ".join(f"{v} {c}" for v, c in sorted(variant_counts(res).items()))
         + ".",
     ]
-    if not (r.quick or r.smoke):
-        notes.append(_matching_n(res, worlds))
+    if s.full:
+        out.append(_matching_n(res, s.worlds))
+    return out
+
+
+# -- the run -------------------------------------------------------------------------------------
+@reproduction("proxy_feedback", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
+def run(r: Run) -> ReproResult:
+    s = setup(r)
+    res = {
+        name: r.over_seeds(lambda seed, w=world: measure_seed(seed, w, s), label=name)
+        for name, world in s.worlds.items()
+    }
+    diag = {
+        w: [diagnostics(kw, seed, s.n_diag) for seed in r.seeds] for w, kw in s.diag_worlds.items()
+    }
+    llm = r.over_seeds(run_llm_path, seeds=r.seeds[:N_LLM], label="LLM path") if s.full else []
+    checks = evaluate(res, s)
+    metrics = _metrics(res, s.worlds, diag) + _llm_metrics(llm)
+    tables = [_table(res, s.worlds), _diag_table(diag)] + ([_llm_table(llm)] if llm else [])
+    for name, world in s.worlds.items():
+        r.figure(plot_curve(name, res[name], world["ns"]), f"tv_vs_n_{name}.png")
+    r.figure(plot_conditions(diag), "conditions.png")
     return r.result(
         claim=CLAIM,
         checks=checks,
         criteria=CRITERIA,
         key_check=checks[2].name,
         metrics=metrics,
-        setup=_setup(r, worlds, methods, sizes),
-        criterion="Every check must hold (95% paired t-intervals over seeds, beyond the "
-        "threshold). Checks 1-3 are where the conditions hold; check 4 is the predicted loss of the "
-        "advantage when shared level sets (C1) fail.",
-        power=(
-            "The paper's appendix numbers could not be read, so no paper effect is set. A pilot "
-            "(seeds 0-9) measured check 2's per-seed difference at mean 0.03, sd 0.09: with 10 "
-            "seeds the paired t-interval's half-width is about 0.065, so a true margin of 0.01 + "
-            "0.03 can come out inconclusive; we report that rather than change the threshold."
-        ),
+        setup=_setup(r, s.worlds, s.methods, s.sizes),
+        power=power_summary(checks),
         tables=tables,
-        notes=notes,
-        deviations=_deviations(r),
+        notes=notes(res, s),
     )
 
 
-def _deviations(r: Run) -> list[str]:
-    out = [
-        "No official code; optimiser settings, restarts and the adapter regulariser are ours "
-        "(docs/proxy_feedback.md, 'Decisions').",
-        "Expert-only is the better of the simplex network and a plain MLP at each n, chosen by "
-        "test TV (an oracle choice that favours the baseline).",
-        "10 seeds in quick and full mode instead of 3 and 5: the sample-saving check is "
-        "underpowered with fewer.",
-        "Check 1 is judged by paired t-intervals (house rule) rather than 'in every seed'; the "
-        "per-seed counts are in the notes.",
-        "Stage-2 restarts run 300 steps in quick mode (500 in full).",
-        "The condition diagnostics' estimators and tolerances are ours (docs/proxy_feedback.md, "
-        "'Condition diagnostics').",
-    ]
-    if not r.quick:
-        out.append(
-            f"The LLM path (tiny Llama on the diagnosis text task, {N_LLM} seeds) is reported, not "
-            "checked; it uses a uniform DPO reference and β = 1 (the synthetic setting's "
-            "Bradley-Terry labels) and a 12-vertex bottleneck. Its PEFT LoRA comparison is in "
-            "benchmarks/proxy_feedback_lora.py."
-        )
-    return out
-
-
-def _variant_counts(res) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for runs in res.values():
-        for x in runs:
-            for v in x["true_only_variant"].values():
-                out[v] = out.get(v, 0) + 1
+# -- metrics and tables --------------------------------------------------------------------------
+def _llm_metrics(llm: list[dict]) -> list[Metric]:
+    out = []
+    if llm:
+        for key, v in llm[0].items():
+            vals = [x[key]["tv"] if isinstance(v, dict) else x[key] for x in llm]
+            name = f"LLM: TV {key}" if isinstance(v, dict) else f"LLM: {key}"
+            out.append(Metric(name, vals, unit="TV" if isinstance(v, dict) else "nats"))
     return out
 
 
@@ -461,44 +365,3 @@ def _setup(r: Run, worlds, methods, sizes) -> str:
         f"{sizes['n_test']} test inputs (the same inputs for every method of a seed). Seeds "
         f"{r.seeds} (world, data, initialisation and test inputs per seed). One thread."
     )
-
-
-def _plot_curve(name: str, runs: list[dict], ns: tuple[int, ...]):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for m in runs[0]["tv"]:
-        a = np.array([[x["tv"][m][n] for n in ns] for x in runs])
-        mu, sd = a.mean(0), a.std(0, ddof=1) if len(a) > 1 else np.zeros(len(ns))
-        if m == "proxy_only":
-            ax.axhline(mu[0], color="gray", ls="--", label="proxy_only")
-            continue
-        ax.errorbar(ns, mu, yerr=sd, marker="o", capsize=3, label=m)
-    ax.set_xscale("log")
-    ax.set_xlabel("expert triples n")
-    ax.set_ylabel("mean TV to expert policy")
-    ax.set_title(f"{name} ({len(runs)} seeds, mean ± sd)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _plot_conditions(diag):
-    plt = pyplot()
-    keys = (
-        ("levelset_violation", "C1 level-set violation"),
-        ("image_gap_q99", "C2 image gap q99"),
-        ("L_hat", "C4 L_hat (log)"),
-    )
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
-    names = list(diag)
-    for ax, (k, title) in zip(axes, keys):
-        vals = [[d[k] for d in diag[w]] for w in names]
-        mu = [float(np.mean(v)) for v in vals]
-        sd = [float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for v in vals]
-        ax.bar(range(len(names)), mu, yerr=sd, capsize=3, color="tab:blue")
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-        ax.set_title(title, fontsize=9)
-        if k == "L_hat":
-            ax.set_yscale("log")
-    fig.tight_layout()
-    return fig
