@@ -81,8 +81,8 @@ def test_seeded_requests_are_deterministic_and_unseeded_ones_vary():
 
 @pytest.mark.slow
 def test_trained_role_model_meets_the_quality_bars():
-    from icml25.tpo.repro import QUICK, role_quality
-    from icml25.tpo.tiny import train_role_model
+    from icml25.tpo.repro import QUICK
+    from icml25.tpo.tiny import role_quality, train_role_model
 
     torch.set_num_threads(2)
     q = role_quality(train_role_model(QUICK["steps"], seed=0).model, 300, seed=0)

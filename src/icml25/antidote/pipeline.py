@@ -427,8 +427,14 @@ class HarmfulFinetuneExperiment:
         settings: Iterable[str] = ("H1",),
         target: str = "lora",
         target_filter=None,
+        *,
+        lora_b_ablation: bool = False,
     ) -> dict:
-        """``{"aligned": {HS, FA}, setting: {scorer: {rho: {HS, FA}}}}`` in one call."""
+        """``{"aligned": {HS, FA}, setting: {scorer: {rho: {HS, FA}}}}`` in one call.
+
+        ``lora_b_ablation`` (ours, not the paper's) adds ``"antidote_B"`` to each setting: the
+        Antidote score applied only to the adapters' ``lora_B`` factors, at the same ratios, on
+        the same attacked model right after the other scorers."""
         out: dict = {"aligned": self.evaluate(self.aligned())}
         harmful, benign = self.calibration("harmful"), self.calibration("benign")
         for name in settings:
@@ -444,4 +450,16 @@ class HarmfulFinetuneExperiment:
                 target_filter=target_filter,
                 seed=self.seed,
             )
+            if lora_b_ablation:
+                only_b = compare_pruning(
+                    model,
+                    self.evaluate,
+                    harmful_batches=harmful,
+                    ratios=ratios,
+                    scorers=("antidote",),
+                    target=target,
+                    seed=self.seed,
+                    target_filter=lambda n, m: n.endswith("lora_B"),
+                )
+                out[name]["antidote_B"] = only_b["antidote"]
         return out

@@ -3,49 +3,57 @@
 A 2-block Llama-style model is fine-tuned on noisy reversals (the SFT / reference model); an SAE
 is trained on its last block's residual stream; preference pairs are two of its own samples
 ranked by a programmatic reward. FPO, DPO, SimPO, TDPO-2 and FPO with α = 0 are trained from the
-same SFT checkpoint on the same pairs, batch order and budget.
+same SFT checkpoint on the same pairs, batch order and budget (``experiments.py``).
 
 Claims checked (pre-registered below): (a) FPO beats the SFT model (win rate > 0.55, the paper's
 headline 55.1 % over SFT); (b) the feature constraint holds down drift: the sequential KL to the
 reference on held-out rejected responses is lower with α = 0.5 than with α = 0; (c) an FPO
 optimizer step is cheaper than a TDPO-2 step (no reference forward, no vocabulary-sized KL).
 
-The module reads: claim and criteria -> setup (SFT model; SAE: one per seed in quick mode, one per
-SFT model in full mode) -> per seed (pairs, cache, every method, evaluation on the seed's own
-held-out prompts, interleaved step timing) -> checks (:func:`fpo_checks`, clustered by the
-independent unit) -> tables and figures -> full-mode
-ablations (α, k, index mode, official-code mode, layer/site sweep, temperatures, D_FPO vs KL).
+The module reads: claim and criteria -> ``setup`` (sizes; the SFT models and SAEs, built on first
+use: one SFT model and an SAE per seed in quick mode, one SAE per SFT model in full mode) ->
+``measure_seed`` (pairs, cache, every method, evaluation on the seed's own held-out prompts,
+interleaved step timing) -> ``evaluate`` (clustered by the independent unit) -> metrics and tables
+-> ``run``, which adds the full-mode ablations (α, k, index mode, official-code mode, layer / site
+sweep, temperatures, D_FPO vs KL). Figures are in ``figures.py``; the fixed discussion
+(deviations, power, earlier runs) is in docs/fpo.md.
 """
 
 from __future__ import annotations
 
-import copy
-import time
-from typing import Any
+import dataclasses
 
 import numpy as np
-import torch
 
-from icml25.fpo.cache import build_reference_cache
-from icml25.fpo.data import PreferenceCollator
-from icml25.fpo.forward import preference_pass
-from icml25.fpo.losses import feature_discrepancy
-from icml25.fpo.metrics import dataset_sequential_kl, reward_accuracy, token_entropy, win_outcomes
-from icml25.fpo.repro_report import (
+from icml25.fpo.experiments import (
+    K_FPO,
+    LR,
     METHODS,
-    ablation_tables,
-    cost_table,
-    main_table,
+    build_sae,
+    build_sft,
+    layer_sweep,
+    measure_methods,
+)
+from icml25.fpo.figures import (
+    LABEL,
     plot_alpha,
     plot_kl,
+    plot_layers,
     plot_steps,
     plot_temperature,
     plot_winrates,
 )
-from icml25.fpo.sae import harvest_activations, train_sae
-from icml25.fpo.synthetic import ReversalTask, reward, sample_preference_pairs
-from icml25.fpo.trainer import PreferenceConfig, preference_step_loss, train_preference
-from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduction
+from icml25.report import (
+    Check,
+    Criterion,
+    Metric,
+    ReproResult,
+    Run,
+    mean_sd,
+    power_summary,
+    reproduction,
+    table,
+)
 
 CLAIM = (
     "FPO (length-normalised preference loss with an offline reference margin and a sparse-"
@@ -60,8 +68,8 @@ CLAIM = (
 #: evaluation prompts; full: 3 SFT models (each with one SAE) x 3 seeds
 N_QUICK, N_FULL = 3, 9
 N_EVAL, N_HELD = 400, 300
-K_FPO = 16  # our heuristic min(50, 2 L0) for a k_sae = 8 SAE (docs/fpo.md, "Decisions")
-LR = 1e-4  # one shared setting for every method (Adam, 10 warm-up steps, then constant)
+# every method: Adam lr LR (1e-4), 10 warm-up steps then constant, 32 pairs per batch, 2 epochs;
+# FPO's top-k K_FPO = 16 (experiments.py)
 
 #: Independent units (docs/fpo.md, "Reproduction"): every seed draws its own pairs, SAE data
 #: (quick), batch order, held-out pairs and evaluation prompts, so the items of a seed (prompts,
@@ -72,7 +80,6 @@ _UNIT = (
     "the seed; full: the SFT model, which 3 seeds share) and the interval is the cluster-robust "
     "t-interval over those clusters"
 )
-EVAL_PROMPTS = 100_000  # + seed: fresh held-out evaluation prompts per seed
 WIN_SFT = Criterion(
     "(a) win rate FPO vs SFT > 0.55",
     "bootstrap",
@@ -116,117 +123,62 @@ SAE_FVE = Criterion(
 CRITERIA = [WIN_SFT, KL_DRIFT, STEP_TIME, SAE_FVE]
 
 
-@reproduction("fpo", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
-def run(r: Run) -> ReproResult:
-    n_sft = r.size(smoke=600, quick=12_000, full=20_000)
-    sft_steps = r.size(smoke=40, quick=600, full=1000)
-    n_prompts = r.size(smoke=160, quick=1500, full=3000)
-    n_held = r.size(smoke=30, quick=N_HELD, full=N_HELD)
-    n_eval = r.size(smoke=40, quick=N_EVAL, full=N_EVAL)
-    sae_steps = r.size(smoke=60, quick=1000, full=1500)
-    n_models = 1 if r.quick else 3
-    models: dict[int, dict] = {}  # SFT model seed -> tokenizer, task, reference model
-    saes: dict[int, dict] = {}  # SAE key (quick: the seed; full: the SFT model) -> SAE and info
+# -- setup ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What every seed shares: the sizes of this mode, and the SFT models and SAEs, built on first
+    use in seed order (``models``: SFT model seed -> task, tokenizer, reference model; ``saes``:
+    SAE key -> SAE and its info; the key is the seed in quick mode, the SFT model in full mode)."""
 
-    def one_seed(seed: int) -> dict:
-        model_seed = 0 if r.quick else seed % n_models
-        sae_key = seed if r.quick else model_seed
-        if model_seed not in models:
-            models[model_seed] = build_sft(model_seed, n_sft, sft_steps)
-        if sae_key not in saes:
-            saes[sae_key] = build_sae(models[model_seed], sae_key, sae_steps, n_prompts)
-        st = {**models[model_seed], **saes[sae_key]}
-        out = measure_seed(st, seed, n_prompts, n_held, n_eval, full=not r.quick)
-        out["model_seed"] = model_seed
-        return out
+    quick: bool
+    seeds: tuple[int, ...]
+    n_sft: int
+    sft_steps: int
+    n_prompts: int
+    n_held: int
+    n_eval: int
+    sae_steps: int
+    models: dict[int, dict] = dataclasses.field(default_factory=dict)
+    saes: dict[int, dict] = dataclasses.field(default_factory=dict)
 
-    per_seed = r.over_seeds(one_seed, label="FPO and baselines")
+    def model_seed(self, seed: int) -> int:
+        return 0 if self.quick else seed % 3
 
-    # -- checks ------------------------------------------------------------------------------------
-    checks = fpo_checks(per_seed, r.seeds, saes, quick=r.quick)
+    def sae_key(self, seed: int) -> int:
+        return seed if self.quick else self.model_seed(seed)
 
-    # -- reported metrics, tables, figures ------------------------------------------------------
-    metrics = []
-    for m in ("sft", *METHODS):
-        metrics.append(Metric(f"mean reward T=1 {m}", [p["reward"][m] for p in per_seed]))
-        metrics.append(Metric(f"mean reward greedy {m}", [p["greedy"][m] for p in per_seed]))
-        metrics.append(Metric(f"entropy {m}", [p["entropy"][m] for p in per_seed], unit="nats"))
-    for m in METHODS:
-        metrics.append(
-            Metric(f"win rate {m} vs SFT", [float(np.mean(p["win_vs_sft"][m])) for p in per_seed])
-        )
-        metrics.append(
-            Metric(
-                f"seqKL chosen {m}", [float(np.mean(p["kl_w"][m])) for p in per_seed], unit="nats"
-            )
-        )
-        metrics.append(
-            Metric(
-                f"seqKL rejected {m}", [float(np.mean(p["kl_l"][m])) for p in per_seed], unit="nats"
-            )
-        )
-        metrics.append(Metric(f"reward accuracy {m}", [p["acc"][m] for p in per_seed]))
-    for m in ("dpo", "simpo", "tdpo2"):
-        metrics.append(
-            Metric(f"win rate FPO vs {m}", [float(np.mean(p["h2h"][m])) for p in per_seed])
-        )
-    for m in ("fpo", "tdpo2", "dpo"):
-        metrics.append(
-            Metric(
-                f"median step {m}", [float(np.median(p["step_ms"][m])) for p in per_seed], unit="ms"
-            )
-        )
-    metrics.append(Metric("SAE FVE", [s["sae_info"]["fve"] for s in saes.values()]))
-    metrics.append(Metric("SAE L0", [s["sae_info"]["l0"] for s in saes.values()]))
-    metrics.append(Metric("SAE dead fraction", [s["sae_info"]["dead_frac"] for s in saes.values()]))
 
-    tables = [main_table(per_seed), cost_table(per_seed, models)]
-    r.figure(plot_winrates(per_seed), "winrates.png")
-    r.figure(plot_kl(per_seed), "kl.png")
-    r.figure(plot_steps(per_seed), "step_time.png")
-    if not r.quick:
-        tables += ablation_tables(per_seed, metrics)
-        r.figure(plot_alpha(per_seed), "ablation_alpha.png")
-        r.figure(plot_temperature(per_seed), "temperature.png")
-        layer = _layer_sweep(r, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval)
-        tables.append(layer["table"])
-        r.figure(layer["figure"], "ablation_layer.png")
-        metrics += layer["metrics"]
-
-    return r.result(
-        claim=CLAIM,
-        checks=checks,
-        criteria=CRITERIA,
-        key_check=WIN_SFT.name,
-        metrics=metrics,
-        setup=_setup_text(r, n_sft, sft_steps, n_prompts, n_held, n_eval, sae_steps, per_seed),
-        criterion="Every check must hold, each a 95% cluster-robust t-interval over its "
-        "independent units (quick: the seeds, each with its own SAE, pairs, trained models and "
-        "evaluation prompts; full: the 3 SFT models for (a) and (b), the seeds for (c)): (a) "
-        "FPO's win rate over the SFT model lies above 0.55; (b) the per-pair rejected-side KL "
-        "difference (FPO minus FPO α=0) lies below 0; (c) TDPO-2's step time minus FPO's lies "
-        "above 0; and the t-interval of the SAEs' held-out FVE lies above 0.7.",
-        power=(
-            "(a) The paper's own effect (55.1 %) is 0.1 points above the 0.55 gate: no run of "
-            "any size can show it held. The intervals are over 3 units (2 degrees of freedom, "
-            "t = 4.30), so a check holds when its margin exceeds about 2.5 times the unit-to-unit "
-            "standard deviation; each check states the effect it detects from its own data."
-        ),
-        tables=tables,
-        deviations=[
-            "A 2-block Llama-style model (d = 64) on a symbol-reversal task with a programmatic "
-            "reward instead of Gemma-2-2B/9B on UltraFeedback judged by GPT-4 on AlpacaEval-2 / "
-            "Arena-Hard / MT-Bench.",
-            "Our own TopK SAE (512 features, k_sae = 8) on the last block's residual stream, not "
-            "a Gemma Scope JumpReLU SAE at layer 25 of 26; FPO's top-k is 16, not 50.",
-            "lr 1e-4 with Adam for every method (the paper's 5e-7 is for a 2B model); 2 epochs.",
-            "Win rates against the SFT model use one temperature-1 sample per prompt and model "
-            "with the same per-prompt seed; the paper uses a GPT-4-Turbo judge.",
-            "Step time is measured on CPU with FPO and TDPO-2 steps interleaved on the same "
-            "batches; the paper reports GPU memory (Figure 4), which our benchmark "
-            "benchmarks/fpo_step.py measures where CUDA exists.",
-        ],
+def setup(r: Run) -> Setup:
+    return Setup(
+        quick=r.quick,
+        seeds=tuple(r.seeds),
+        n_sft=r.size(smoke=600, quick=12_000, full=20_000),
+        sft_steps=r.size(smoke=40, quick=600, full=1000),
+        n_prompts=r.size(smoke=160, quick=1500, full=3000),
+        n_held=r.size(smoke=30, quick=N_HELD, full=N_HELD),
+        n_eval=r.size(smoke=40, quick=N_EVAL, full=N_EVAL),
+        sae_steps=r.size(smoke=60, quick=1000, full=1500),
     )
+
+
+# -- one seed -------------------------------------------------------------------------------------
+def measure_seed(seed: int, s: Setup) -> dict:
+    """The seed's SFT model and SAE (built here when it is the first seed to use them), then
+    :func:`icml25.fpo.experiments.measure_methods`: every method's outcomes on this seed."""
+    model_seed, sae_key = s.model_seed(seed), s.sae_key(seed)
+    if model_seed not in s.models:
+        s.models[model_seed] = build_sft(model_seed, s.n_sft, s.sft_steps)
+    if sae_key not in s.saes:
+        s.saes[sae_key] = build_sae(s.models[model_seed], sae_key, s.sae_steps, s.n_prompts)
+    st = {**s.models[model_seed], **s.saes[sae_key]}
+    out = measure_methods(st, seed, s.n_prompts, s.n_held, s.n_eval, full=not s.quick)
+    out["model_seed"] = model_seed
+    return out
+
+
+# -- checks and metrics ---------------------------------------------------------------------------
+def evaluate(per_seed: list[dict], s: Setup) -> list[Check]:
+    return fpo_checks(per_seed, s.seeds, s.saes, quick=s.quick)
 
 
 def fpo_checks(per_seed: list[dict], seeds, saes: dict[int, dict], *, quick: bool) -> list:
@@ -263,372 +215,218 @@ def fpo_checks(per_seed: list[dict], seeds, saes: dict[int, dict], *, quick: boo
     ]
 
 
-# -- setup ------------------------------------------------------------------------------------------
+def metrics(per_seed: list[dict], s: Setup) -> list[Metric]:
+    def over(name: str, f, unit: str = "") -> Metric:
+        return Metric(name, [f(p) for p in per_seed], unit=unit)
 
-
-def build_sft(model_seed: int, n_sft: int, sft_steps: int) -> dict:
-    """Task, tokenizer and the SFT (= reference) model of ``model_seed``."""
-    from icml25.toy import build_tokenizer, tiny_causal_lm, train_causal_lm
-
-    t0 = time.perf_counter()
-    task = ReversalTask()
-    tok = build_tokenizer([" ".join(task.vocabulary())] * 2, kind="word")
-    ref = tiny_causal_lm(tok, d_model=64, n_layers=2, max_positions=32, seed=model_seed)
-    train_causal_lm(
-        ref,
-        tok,
-        task.sft_pairs(n_sft, model_seed),
-        steps=sft_steps,
-        batch_size=64,
-        lr=1e-3,
-        seed=model_seed,
-        progress=False,
-    )
-    ref.eval()
-    return {
-        "task": task,
-        "tok": tok,
-        "ref": ref,
-        "model_seed": model_seed,
-        "t_sft": time.perf_counter() - t0,
-    }
-
-
-def build_sae(sft: dict, sae_seed: int, sae_steps: int, n_prompts: int) -> dict:
-    """An SAE on the last block of ``sft["ref"]``: its data are the residuals at the response
-    positions of the model's own samples (two each, like the pairs) on prompts disjoint from the
-    pairs' (prompt and sampling seeds from ``sae_seed``), and its training seed is ``sae_seed``."""
-    from icml25.llm import HFChat
-
-    task, tok, ref = sft["task"], sft["tok"], sft["ref"]
-    recs = sample_preference_pairs(
-        HFChat(ref, tok), task.prompts(n_prompts, 50_000 + sae_seed), seed=10_000 + sae_seed
-    )
-    sae, info = fit_sae(ref, tok, recs, layer=1, steps=sae_steps, seed=sae_seed)
-    return {"sae": sae, "sae_info": info, "sae_seed": sae_seed, "t_sae": info["seconds"]}
-
-
-def fit_sae(ref, tok, recs, *, layer: int, steps: int, seed: int, site: str = "hook"):
-    t0 = time.perf_counter()
-    col = PreferenceCollator(tok)
-    batches = (
-        col([dict(x, idx=i) for i, x in enumerate(recs[s : s + 128], s)])
-        for s in range(0, len(recs), 128)
-    )
-    acts = harvest_activations(ref, batches, layer=layer, max_vectors=60_000, site=site)
-    sae, info = train_sae(
-        acts, d_sae=512, kind="topk", k_sae=8, steps=steps, seed=seed, progress=False
-    )
-    info.pop("losses")
-    info.update(n_vectors=len(acts), seconds=time.perf_counter() - t0)
-    return sae, info
-
-
-# -- one seed ---------------------------------------------------------------------------------------
-
-
-def _config(method: str, seed: int, **kw: Any) -> PreferenceConfig:
-    base = "fpo" if method.startswith("fpo") else method
-    return PreferenceConfig(
-        method=base,
-        layer=kw.pop("layer", 1),
-        k=kw.pop("k", K_FPO),
-        lr=LR,
-        batch_size=32,
-        epochs=2,
-        warmup_steps=10,
-        seed=seed,
-        max_length=32,
-        max_prompt_length=16,
-        progress=False,
-        **kw,
-    )
-
-
-_VARIANTS = {"fpo_alpha0": {"alpha": 0.0}}
-
-
-def _chat(prompt: str) -> list[dict]:
-    return [{"role": "user", "content": prompt}]
-
-
-def _samples(model, tok, prompts, temperature: float, seed: int) -> list[str]:
-    from icml25.llm import HFChat
-
-    outs = HFChat(model, tok).chat_many(
-        [[{"role": "user", "content": p}] for p in prompts],
-        temperature=temperature,
-        max_tokens=10,
-        seed=seed,
-    )
-    return [o[0] for o in outs]
-
-
-def measure_seed(
-    st: dict, seed: int, n_prompts: int, n_held: int, n_eval: int, *, full: bool
-) -> dict:
-    """Pairs -> cache -> every method from the same SFT model -> evaluation."""
-    from icml25.llm import HFChat
-
-    task, tok, ref, sae = st["task"], st["tok"], st["ref"], st["sae"]
-    recs = sample_preference_pairs(
-        HFChat(ref, tok), task.prompts(n_prompts, 1000 + seed), seed=seed
-    )
-    held, train = recs[:n_held], recs[n_held:]
-    col = PreferenceCollator(tok, max_length=32, max_prompt_length=16)
-    cache = build_reference_cache(
-        ref, sae, train, layer=1, collator=col, batch_size=128, progress=False
-    )
-    # fresh held-out prompts per seed: the prompts are nested in the seed, so the seed's trained
-    # models are the independent unit of the win rates (a prompt set shared by every seed would
-    # be a second, crossed unit that clustering by seed ignores)
-    prompts = task.prompts(n_eval, EVAL_PROMPTS + seed)
-    variants = dict(_VARIANTS)
-    if full:
-        variants |= {f"fpo_a{a}": {"alpha": a} for a in (0.1, 1.0, 2.0)}
-        variants |= {f"fpo_k{k}": {"k": k} for k in (4, 64)}
-        variants |= {
-            "fpo_policy_topk": {"index_mode": "policy"},
-            "fpo_official": {"paper_mode": False},
-        }
-    methods = list(METHODS) + [v for v in variants if v not in METHODS]
-    temps = (0.2, 0.4, 0.6, 0.8, 1.0) if full else (1.0,)
-    out: dict[str, Any] = {
-        k: {}
-        for k in (
-            "reward",
-            "greedy",
-            "entropy",
-            "win_vs_sft",
-            "kl_w",
-            "kl_l",
-            "acc",
-            "h2h",
-            "temps",
-            "train_s",
-            "curve",
-        )
-    }
-    samples: dict[str, dict[float, list[str]]] = {}
-    scores: dict[str, dict[float, list[float]]] = {}
-
-    def evaluate(name: str, model) -> None:
-        samples[name] = {t: _samples(model, tok, prompts, t, seed) for t in temps}
-        scores[name] = {
-            t: [reward(p, y) for p, y in zip(prompts, s)] for t, s in samples[name].items()
-        }
-        out["reward"][name] = float(np.mean(scores[name][1.0]))
-        greedy = _samples(model, tok, prompts, 0.0, seed)
-        out["greedy"][name] = float(np.mean([reward(p, y) for p, y in zip(prompts, greedy)]))
-        nonempty = [(p, y) for p, y in zip(prompts, samples[name][1.0]) if y.strip()]
-        out["entropy"][name] = (
-            token_entropy(model, tok, [_chat(p) for p, _ in nonempty], [y for _, y in nonempty])
-            if nonempty
-            else float("nan")
-        )
-
-    evaluate("sft", ref)
-    for name in methods:
-        kw = dict(variants.get(name, {}))
-        pol = copy.deepcopy(ref)
-        curve: list[dict] = []
-        cb = (
-            _curve_callback(pol, ref, sae, tok, held[:100], curve)
-            if (full and name == "fpo")
-            else None
-        )
-        t0 = time.perf_counter()
-        train_preference(
-            pol,
-            tok,
-            train,
-            _config(name, seed, **kw),
-            sae=sae,
-            ref_cache=cache,
-            ref_model=ref,
-            callback=cb,
-        )
-        out["train_s"][name] = time.perf_counter() - t0
-        if curve:
-            out["curve"][name] = curve
-        evaluate(name, pol)
-        out["win_vs_sft"][name] = win_outcomes(scores[name][1.0], scores["sft"][1.0])
-        kw_, kl_ = dataset_sequential_kl(pol, ref, tok, held)
-        out["kl_w"][name], out["kl_l"][name] = kw_.tolist(), kl_.tolist()
-        out["acc"][name] = reward_accuracy(pol, tok, held)
-        del pol
+    out = []
+    for m in ("sft", *METHODS):
+        out.append(over(f"mean reward T=1 {m}", lambda p, m=m: p["reward"][m]))
+        out.append(over(f"mean reward greedy {m}", lambda p, m=m: p["greedy"][m]))
+        out.append(over(f"entropy {m}", lambda p, m=m: p["entropy"][m], unit="nats"))
+    for m in METHODS:
+        out.append(over(f"win rate {m} vs SFT", lambda p, m=m: float(np.mean(p["win_vs_sft"][m]))))
+        out.append(over(f"seqKL chosen {m}", lambda p, m=m: float(np.mean(p["kl_w"][m])), "nats"))
+        out.append(over(f"seqKL rejected {m}", lambda p, m=m: float(np.mean(p["kl_l"][m])), "nats"))
+        out.append(over(f"reward accuracy {m}", lambda p, m=m: p["acc"][m]))
     for m in ("dpo", "simpo", "tdpo2"):
-        out["h2h"][m] = win_outcomes(scores["fpo"][1.0], scores[m][1.0])
-    for t in temps:
-        out["temps"][t] = {
-            m: float(np.mean(win_outcomes(scores["fpo"][t], scores[m][t])))
-            for m in ("sft", "dpo", "simpo", "tdpo2")
-        }
-    out["step_ms"] = interleaved_step_times(st, train, col, cache, seed)
-    out["n_pairs"], out["cache_bytes"] = len(train), cache.nbytes()
+        out.append(over(f"win rate FPO vs {m}", lambda p, m=m: float(np.mean(p["h2h"][m]))))
+    for m in ("fpo", "tdpo2", "dpo"):
+        out.append(over(f"median step {m}", lambda p, m=m: float(np.median(p["step_ms"][m])), "ms"))
+    saes = [x["sae_info"] for x in s.saes.values()]
+    out.append(Metric("SAE FVE", [i["fve"] for i in saes]))
+    out.append(Metric("SAE L0", [i["l0"] for i in saes]))
+    out.append(Metric("SAE dead fraction", [i["dead_frac"] for i in saes]))
     return out
 
 
-def interleaved_step_times(st: dict, train: list, col, cache, seed: int, steps: int = 25) -> dict:
-    """Optimizer-step wall-clock of FPO, TDPO-2 and DPO (offline reference) on the same batches,
-    interleaved (the order rotates every step) so machine drift hits all alike; steps 5-25."""
-    ref, sae = st["ref"], st["sae"]
-    cfgs = {m: _config(m, seed) for m in ("fpo", "tdpo2", "dpo")}
-    pols = {m: copy.deepcopy(ref).train() for m in cfgs}
-    opts = {m: torch.optim.Adam(p.parameters(), lr=LR) for m, p in pols.items()}
-    gen = torch.Generator().manual_seed(seed)
-    times: dict[str, list[float]] = {m: [] for m in cfgs}
-    order = list(cfgs)
-    for step in range(steps):
-        idx = torch.randint(len(train), (32,), generator=gen).tolist()
-        batch = col([dict(train[i], idx=i) for i in idx])
-        order = order[1:] + order[:1]
-        for m in order:
-            t0 = time.perf_counter()
-            loss, _ = preference_step_loss(
-                pols[m], batch, cfgs[m], sae=sae, ref_cache=cache, ref_model=ref
-            )
-            opts[m].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(pols[m].parameters(), 1.0)
-            opts[m].step()
-            if step >= 4:
-                times[m].append((time.perf_counter() - t0) * 1e3)
-    return times
+#: the full mode's ablation variants (key in the per-seed records, label in the table)
+ABLATIONS = [
+    ("fpo_alpha0", "α = 0"),
+    ("fpo_a0.1", "α = 0.1"),
+    ("fpo", "α = 0.5 (paper)"),
+    ("fpo_a1.0", "α = 1"),
+    ("fpo_a2.0", "α = 2"),
+    ("fpo_k4", "k = 4"),
+    ("fpo_k64", "k = 64"),
+    ("fpo_policy_topk", "index: policy top-k (official)"),
+    ("fpo_official", "official-code mode"),
+]
 
 
-def _curve_callback(pol, ref, sae, tok, held, curve: list, every: int = 4):
-    """Figure 4 (right): D_FPO margin and sequential-KL margin on held-out pairs over training."""
-    col = PreferenceCollator(tok, max_length=32, max_prompt_length=16)
-    b = col([dict(x, idx=i) for i, x in enumerate(held)])
-    with torch.no_grad():
-        rc = preference_pass(ref, b, sae=sae, layer=1).halves("codes")
-
-    def cb(step: int, model) -> None:
-        if step % every:
-            return
-        with torch.no_grad():
-            pc = preference_pass(model, b, sae=sae, layer=1).halves("codes")
-            d_w = feature_discrepancy(pc[0], rc[0], K_FPO)
-            d_l = feature_discrepancy(pc[1], rc[1], K_FPO)
-            from icml25.fpo.metrics import sequential_kl
-
-            kl = sequential_kl(model, ref, b)
-        n = len(held)
-        curve.append(
-            {
-                "step": step,
-                "d_margin": float((d_l - d_w).mean()),
-                "kl_margin": float((kl[n:] - kl[:n]).mean()),
-            }
+def ablation_metrics(per_seed: list[dict]) -> list[Metric]:
+    out = []
+    for key, _ in ABLATIONS:
+        out.append(
+            Metric(f"ablation win rate {key}", [np.mean(p["win_vs_sft"][key]) for p in per_seed])
         )
-
-    return cb
-
-
-# -- full mode: layer / site sweep (paper Table 3 analogue) ---------------------------------------
-
-
-def _layer_sweep(r: Run, n_sft, sft_steps, sae_steps, n_prompts, n_held, n_eval) -> dict:
-    """A 4-block SFT model; an SAE at each block's residual output and at each MLP output; FPO
-    with each, 3 seeds; win rate vs SFT, reward accuracy and entropy."""
-    from icml25.llm import HFChat
-    from icml25.toy import build_tokenizer, tiny_causal_lm, train_causal_lm
-
-    task = ReversalTask()
-    tok = build_tokenizer([" ".join(task.vocabulary())] * 2, kind="word")
-    ref = tiny_causal_lm(tok, d_model=64, n_layers=4, max_positions=32, seed=0)
-    train_causal_lm(
-        ref, tok, task.sft_pairs(n_sft, 0), steps=sft_steps, batch_size=64, lr=1e-3, progress=False
-    )
-    ref.eval()
-    sae_recs = sample_preference_pairs(
-        HFChat(ref, tok), task.prompts(n_prompts, 50_000), seed=10_000
-    )
-    prompts = task.prompts(n_eval, 99)
-    rows, res = [], {}
-    seeds = r.seeds[:3]
-    col = PreferenceCollator(tok, max_length=32, max_prompt_length=16)
-    data = {}
-    for s in seeds:
-        recs = sample_preference_pairs(HFChat(ref, tok), task.prompts(n_prompts, 1000 + s), seed=s)
-        data[s] = (recs[:n_held], recs[n_held:])
-    base = {
-        s: [reward(p, y) for p, y in zip(prompts, _samples(ref, tok, prompts, 1.0, s))]
-        for s in seeds
-    }
-    for site in ("hook", "mlp"):
-        for layer in range(4):
-            sae, info = fit_sae(ref, tok, sae_recs, layer=layer, steps=sae_steps, seed=0, site=site)
-            wins, accs, ents = [], [], []
-            for s in seeds:
-                held, train = data[s]
-                cache = build_reference_cache(
-                    ref,
-                    sae,
-                    train,
-                    layer=layer,
-                    collator=col,
-                    batch_size=128,
-                    site=site,
-                    progress=False,
-                )
-                pol = copy.deepcopy(ref)
-                train_preference(
-                    pol,
-                    tok,
-                    train,
-                    _config("fpo", s, layer=layer, site=site),
-                    sae=sae,
-                    ref_cache=cache,
-                )
-                ys = _samples(pol, tok, prompts, 1.0, s)
-                wins.append(
-                    float(
-                        np.mean(win_outcomes([reward(p, y) for p, y in zip(prompts, ys)], base[s]))
-                    )
-                )
-                accs.append(reward_accuracy(pol, tok, held))
-                ne = [(p, y) for p, y in zip(prompts, ys) if y.strip()]
-                ents.append(token_entropy(pol, tok, [_chat(p) for p, _ in ne], [y for _, y in ne]))
-            name = f"{'residual' if site == 'hook' else 'MLP'} {layer}"
-            res[name] = (wins, accs, ents, info["fve"])
-            rows.append(
-                f"| {name} | {info['fve']:.3f} | {np.mean(wins):.3f} ({np.std(wins):.3f}) | "
-                f"{np.mean(accs):.3f} | {np.mean(ents):.3f} |"
+        out.append(
+            Metric(
+                f"ablation seqKL rejected {key}",
+                [np.mean(p["kl_l"][key]) for p in per_seed],
+                unit="nats",
             )
-    table = (
-        "Layer / site sweep on a 4-block SFT model (paper Table 3 analogue; FPO with an SAE at "
-        f"each site, seeds {seeds}):\n\n| site | SAE FVE | win rate vs SFT (sd) | reward "
-        "accuracy | entropy |\n|---|---|---|---|---|\n" + "\n".join(rows)
+        )
+    rhos = _curve_rhos(per_seed)
+    if rhos:
+        out.append(Metric("Spearman(D_FPO margin, seqKL margin) over checkpoints", rhos))
+    return out
+
+
+def _curve_rhos(per_seed: list[dict]) -> list[float]:
+    """Per seed with at least 3 checkpoints, the Spearman correlation between the D_FPO margin
+    and the sequential-KL margin over FPO's training checkpoints (paper Figure 4 right)."""
+    rhos = []
+    for p in per_seed:
+        c = p["curve"].get("fpo", [])
+        if len(c) >= 3:
+            from scipy.stats import spearmanr
+
+            rhos.append(
+                float(spearmanr([x["d_margin"] for x in c], [x["kl_margin"] for x in c])[0])
+            )
+    return rhos
+
+
+# -- tables ---------------------------------------------------------------------------------------
+def main_table(per_seed: list[dict]) -> str:
+    def cell(key: str, m: str) -> str:
+        return mean_sd([np.mean(p[key][m]) for p in per_seed]) if m in per_seed[0][key] else "–"
+
+    keys = ("reward", "greedy", "win_vs_sft", "h2h", "kl_w", "kl_l", "acc", "entropy")
+    return table(
+        ["method", "reward T=1", "reward greedy", "win vs SFT", "FPO wins vs it", "seqKL chosen"]
+        + ["seqKL rejected", "reward acc.", "entropy"],
+        [[LABEL[m], *(cell(k, m) for k in keys)] for m in ("sft", *METHODS)],
+        caption="Mean ± sd over seeds; 400 held-out prompts per seed, held-out pairs for KL and "
+        "accuracy:",
     )
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    for site in ("residual", "MLP"):
-        ys = [np.mean(res[f"{site} {i}"][0]) for i in range(4)]
-        ax.plot(range(4), ys, marker="o", label=site)
-    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-    ax.set_xticks(range(4))
-    ax.set(xlabel="block", ylabel="win rate vs SFT", title="FPO by SAE site (4-block model)")
-    ax.legend()
-    fig.tight_layout()
-    metrics = [Metric(f"layer sweep win rate {k}", v[0]) for k, v in res.items()]
-    return {"table": table, "figure": fig, "metrics": metrics}
 
 
-def _setup_text(r, n_sft, sft_steps, n_prompts, n_held, n_eval, sae_steps, per_seed) -> str:
+def cost_table(per_seed: list[dict], models: dict[int, dict]) -> str:
+    ref = next(iter(models.values()))["ref"]
+    ref_bytes = sum(p.numel() * p.element_size() for p in ref.parameters())
+    cache_b = int(np.mean([p["cache_bytes"] for p in per_seed]))
+    what = {
+        "fpo": f"offline cache, {cache_b / 1e3:.0f} kB",
+        "dpo": "offline log-probs",
+        "tdpo2": f"reference model, {ref_bytes / 1e3:.0f} kB of parameters",
+    }
+    rows = [
+        [
+            LABEL[m],
+            mean_sd([np.median(p["step_ms"][m]) for p in per_seed]),
+            what[m],
+            mean_sd([p["train_s"][m] for p in per_seed]),
+        ]
+        for m in ("fpo", "dpo", "tdpo2")
+    ]
+    return table(
+        ["method", "median step (ms)", "reference at train time", "training run (s)"],
+        rows,
+        caption="Cost per optimizer step, interleaved on the same batches (steps 5-25; mean ± sd "
+        "over seeds):",
+    )
+
+
+def ablation_tables(per_seed: list[dict]) -> list[str]:
+    cols = ("win_vs_sft", "kl_l", "kl_w", "acc", "entropy")
+    rows = [
+        [label, *(mean_sd([np.mean(p[k][key]) for p in per_seed]) for k in cols)]
+        for key, label in ABLATIONS
+    ]
+    ablations = table(
+        ["variant", "win vs SFT", "seqKL rejected", "seqKL chosen", "reward acc.", "entropy"],
+        rows,
+        caption="Ablations (full mode; mean ± sd over seeds):",
+    )
+    others = ("sft", "dpo", "simpo", "tdpo2")
+    temps = table(
+        ["T", *(f"FPO vs {LABEL[m]}" for m in others)],
+        [
+            [t, *(mean_sd([p["temps"][t][m] for p in per_seed]) for m in others)]
+            for t in sorted(per_seed[0]["temps"])
+        ],
+        caption="Win rate of FPO by sampling temperature (paper Figure 3 right analogue):",
+    )
+    rhos = _curve_rhos(per_seed)
+    corr = (
+        "Spearman correlation between the D_FPO margin (rejected minus chosen) and the "
+        "sequential-KL margin on 100 held-out pairs over FPO's training checkpoints (paper "
+        f"Figure 4 right): {mean_sd(rhos) if rhos else 'n/a'} over seeds."
+    )
+    return [ablations, f"{temps}\n\n{corr}"]
+
+
+def layer_table(sweep: dict[str, tuple], seeds: list[int]) -> str:
+    """The layer / site sweep; the sd of the win rate is the population sd over the seeds."""
+    rows = [
+        [
+            name,
+            f"{fve:.3f}",
+            f"{np.mean(wins):.3f} ({np.std(wins):.3f})",
+            f"{np.mean(accs):.3f}",
+            f"{np.mean(ents):.3f}",
+        ]
+        for name, (wins, accs, ents, fve) in sweep.items()
+    ]
+    return table(
+        ["site", "SAE FVE", "win rate vs SFT (sd)", "reward accuracy", "entropy"],
+        rows,
+        caption="Layer / site sweep on a 4-block SFT model (paper Table 3 analogue; FPO with an "
+        f"SAE at each site, seeds {seeds}):",
+    )
+
+
+def setup_text(s: Setup, per_seed: list[dict]) -> str:
     n_pairs = int(np.mean([p["n_pairs"] for p in per_seed]))
     return (
         f"Reversal task (prompts of 3-6 symbols a-l, reward = position matches of the reversal "
-        f"minus a length penalty). SFT/reference: Llama-style, 2 blocks, d = 64, {sft_steps} steps "
-        f"on {n_sft} noisy reversals. SAE: TopK (512 features, k_sae = 8) on the last block's "
-        f"residual output at response positions, {sae_steps} Adam steps. Pairs: two T = 1 samples "
-        f"of the SFT model for each of {n_prompts} prompts, ties dropped, {n_held} held out "
-        f"(about {n_pairs} for training). Every method: Adam lr {LR}, 10 warm-up steps then "
-        f"constant, 32 pairs per batch, 2 epochs, clip 1.0; FPO α = 0.5, β = 0.1, k = {K_FPO}, "
-        f"union index set, mean pooling; DPO β = 0.1; SimPO β = 2, γ = 0.5; TDPO-2 α = 0.5, "
-        f"β = 0.1. Evaluation: {n_eval} held-out prompts drawn afresh for each seed, one T = 1 "
-        f"sample per model with the same per-prompt seed, and greedy. Seeds {r.seeds} ("
-        + ("one SFT model, an SAE per seed" if r.quick else "3 SFT models and SAEs, seed mod 3")
+        f"minus a length penalty). SFT/reference: Llama-style, 2 blocks, d = 64, {s.sft_steps} "
+        f"steps on {s.n_sft} noisy reversals. SAE: TopK (512 features, k_sae = 8) on the last "
+        f"block's residual output at response positions, {s.sae_steps} Adam steps. Pairs: two "
+        f"T = 1 samples of the SFT model for each of {s.n_prompts} prompts, ties dropped, "
+        f"{s.n_held} held out (about {n_pairs} for training). Every method: Adam lr {LR}, 10 "
+        f"warm-up steps then constant, 32 pairs per batch, 2 epochs, clip 1.0; FPO α = 0.5, "
+        f"β = 0.1, k = {K_FPO}, union index set, mean pooling; DPO β = 0.1; SimPO β = 2, γ = 0.5; "
+        f"TDPO-2 α = 0.5, β = 0.1. Evaluation: {s.n_eval} held-out prompts drawn afresh for each "
+        f"seed, one T = 1 sample per model with the same per-prompt seed, and greedy. Seeds "
+        f"{list(s.seeds)} ("
+        + ("one SFT model, an SAE per seed" if s.quick else "3 SFT models and SAEs, seed mod 3")
         + ")."
+    )
+
+
+# -- the run --------------------------------------------------------------------------------------
+@reproduction("fpo", seeds=(N_QUICK, N_FULL), smoke_seeds=2)
+def run(r: Run) -> ReproResult:
+    s = setup(r)
+    per_seed = r.over_seeds(lambda seed: measure_seed(seed, s), label="FPO and baselines")
+    checks = evaluate(per_seed, s)
+    found = metrics(per_seed, s)
+    tables = [main_table(per_seed), cost_table(per_seed, s.models)]
+    r.figure(plot_winrates(per_seed), "winrates.png")
+    r.figure(plot_kl(per_seed), "kl.png")
+    r.figure(plot_steps(per_seed), "step_time.png")
+    if not s.quick:  # the ablations, the temperatures and the layer / site sweep
+        found += ablation_metrics(per_seed)
+        tables += ablation_tables(per_seed)
+        r.figure(plot_alpha(per_seed), "ablation_alpha.png")
+        r.figure(plot_temperature(per_seed), "temperature.png")
+        seeds = list(s.seeds[:3])
+        sweep = layer_sweep(
+            seeds, s.n_sft, s.sft_steps, s.sae_steps, s.n_prompts, s.n_held, s.n_eval
+        )
+        tables.append(layer_table(sweep, seeds))
+        r.figure(plot_layers(sweep), "ablation_layer.png")
+        found += [Metric(f"layer sweep win rate {k}", v[0]) for k, v in sweep.items()]
+    return r.result(
+        claim=CLAIM,
+        checks=checks,
+        criteria=CRITERIA,
+        key_check=WIN_SFT.name,
+        metrics=found,
+        setup=setup_text(s, per_seed),
+        power=power_summary(checks),
+        tables=tables,
     )
