@@ -192,189 +192,242 @@ def build_orbench(
         if isinstance(moderators, EnsembleModerator)
         else EnsembleModerator(list(moderators), rule, templates=templates)
     )
-    config = {
-        "generator": generator.name,
-        "rewriter": rewriter.name,
-        "moderators": [m.name for m in ensemble.moderators],
-        "rule": ensemble.rule,
-        "n_rewrites": n_rewrites,
-        "seed": seed,
-        "templates": hashlib.sha256(json.dumps(asdict(templates)).encode()).hexdigest()[:16],
-    }
-    _check_same_build(out, config)
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / "metadata.json").is_file():  # so a crashed first run is recognised too
-        (out / "metadata.json").write_text(json.dumps({"config": config}), encoding="utf-8")
-    files = {}
-    # Algorithm 1
-    # every store is stamped with what makes its rows (the backend's identity and sampling, the
-    # prompt, the stage's settings): a rerun with other ones is refused, naming what differs
-    fresh = "A build resumes with the same settings only: use another out_dir for the new one"
-    seed_calls = JsonlStore(
-        out / "seed_calls.jsonl",
-        ("category", "call_idx"),
-        settings=seed_settings(generator, templates, seed=seed),
-        remedy=fresh,
-    )
-    seed_failures: list[ItemError] = []  # this run's failed generator calls
-    seeds = generate_all_seeds(
-        generator,
-        cats,
-        n_seeds,
-        concurrency=concurrency,
-        templates=templates,
-        seed=seed,
-        store=seed_calls,
-        failures=seed_failures,
-    )
-    seed_failures.sort(key=lambda e: (cats.index(e.key[0]), e.key[1]))  # categories run in parallel
-    empty_categories = [c for c in cats if not any(s.category == c for s in seeds)]
-    if not seeds:
-        write_jsonl(_failure_rows([("seed_generation", seed_failures)]), out / "failed.jsonl")
-        n_replies = sum(r["category"] in cats for r in seed_calls.records())
-        seed_calls.close()
-        raise _no_seed_error(generator.name, seed_failures, n_replies)
-    files["seeds"] = str(write_jsonl(seeds, out / "seeds.jsonl"))
-    # Algorithm 2
-    rw_store = JsonlStore(
-        out / "rewrite_calls.jsonl",
-        "id",
-        settings=rewrite_settings(rewriter, templates, n_rewrites=n_rewrites),
-        remedy=fresh,
-    )
-    candidates = rewrite_seeds(
-        rewriter,
-        seeds,
-        n_rewrites=n_rewrites,
-        store=rw_store,
-        concurrency=concurrency,
-        templates=templates,
-        retry_errors=retry_errors,
-        progress=progress,
-    )
-    files["candidates"] = str(write_jsonl(candidates, out / "candidates.jsonl"))
-    # Algorithm 3
-    mod_store = JsonlStore(
-        out / "moderation.jsonl", "id", settings=ensemble.store_settings(), remedy=fresh
-    )
-    moderated = ensemble.moderate(
-        candidates, mod_store, concurrency=concurrency, retry_errors=retry_errors, progress=progress
-    )
-    by_id = {m.id: m for m in moderated}
-    pool = [
-        ORBenchRecord(c.prompt, c.category, "80k", c.id, c.toxic_seed)
-        for c in candidates
-        if c.id in by_id and not by_id[c.id].is_toxic
-    ]
-    files["80k"] = str(write_jsonl(pool, out / "or-bench-80k.jsonl"))
-    # the toxic control set from moderated seeds
-    rng = random.Random(seed)
-    sample = []
-    for c in cats:
-        group = [s for s in seeds if s.category == c]
-        sample += rng.sample(group, min(len(group), 2 * toxic_per_category))
-    seed_store = JsonlStore(
-        out / "seed_moderation.jsonl", "id", settings=ensemble.store_settings(), remedy=fresh
-    )
-    seed_mod = (
-        ensemble.moderate(
-            sample,
-            seed_store,
-            concurrency=concurrency,
-            retry_errors=retry_errors,
-            progress=progress,
+    b = _Build(out, cats, templates, ensemble, seed, concurrency, retry_errors, progress)
+    b.open(generator, rewriter, n_rewrites)
+    try:
+        seeds = b.generate_seeds(generator, n_seeds)  # Algorithm 1
+        candidates = b.rewrite(rewriter, seeds, n_rewrites)  # Algorithm 2
+        moderated, pool = b.moderate(candidates)  # Algorithm 3
+        toxic = b.toxic_set(seeds, toxic_per_category)
+        hard = None
+        if panel:
+            hard = b.hard_subset(
+                pool,
+                moderated,
+                panel,
+                detector,
+                panel_max_tokens,
+                k_min,
+                hard_per_category,
+                remoderate,
+            )
+        return b.finish(n_seeds, seeds, candidates, pool, moderated, toxic, hard)
+    finally:
+        b.close()
+
+
+@dataclass
+class _Build:
+    """One run of :func:`build_orbench`: its settings, its stores (each stamped with what makes
+    its rows, so a rerun with other settings is refused, naming what differs) and what the
+    stages produced so far."""
+
+    out: Path
+    cats: list[str]
+    templates: PromptTemplates
+    ensemble: EnsembleModerator
+    seed: int
+    concurrency: int
+    retry_errors: bool
+    progress: bool | None
+    config: dict[str, Any] = field(default_factory=dict)
+    stores: dict[str, JsonlStore] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    seed_failures: list[ItemError] = field(default_factory=list)  # this run's failed calls
+    panel_failures: list[ItemError] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    n_removed: int = 0
+
+    #: the remedy every store names when it refuses other settings
+    FRESH = "A build resumes with the same settings only: use another out_dir for the new one"
+
+    def open(self, generator: ChatBackend, rewriter: ChatBackend, n_rewrites: int) -> None:
+        """Refuse an out_dir built with other settings, and record these ones."""
+        self.config = {
+            "generator": generator.name,
+            "rewriter": rewriter.name,
+            "moderators": [m.name for m in self.ensemble.moderators],
+            "rule": self.ensemble.rule,
+            "n_rewrites": n_rewrites,
+            "seed": self.seed,
+            "templates": hashlib.sha256(json.dumps(asdict(self.templates)).encode()).hexdigest()[
+                :16
+            ],
+        }
+        _check_same_build(self.out, self.config)
+        self.out.mkdir(parents=True, exist_ok=True)
+        if not (self.out / "metadata.json").is_file():  # so a crashed first run is recognised too
+            meta = json.dumps({"config": self.config})
+            (self.out / "metadata.json").write_text(meta, encoding="utf-8")
+
+    def _store(self, name: str, key: Any, settings: dict[str, Any]) -> JsonlStore:
+        store = JsonlStore(self.out / f"{name}.jsonl", key, settings=settings, remedy=self.FRESH)
+        self.stores[name] = store
+        return store
+
+    def generate_seeds(self, generator: ChatBackend, n_seeds: int) -> list:
+        """Algorithm 1: toxic seeds per category (a failed call is retried by the next run)."""
+        settings = seed_settings(generator, self.templates, seed=self.seed)
+        store = self._store("seed_calls", ("category", "call_idx"), settings)
+        seeds = generate_all_seeds(
+            generator,
+            self.cats,
+            n_seeds,
+            concurrency=self.concurrency,
+            templates=self.templates,
+            seed=self.seed,
+            store=store,
+            failures=self.seed_failures,
         )
-        if sample
-        else []
-    )
-    toxic = select_toxic(seed_mod, per_category=toxic_per_category, seed=seed) if seed_mod else []
-    files["toxic"] = str(write_jsonl(toxic, out / "or-bench-toxic.jsonl"))
-    failed = {
-        "seed_generation": len(seed_failures),
-        "rewrite": len(rw_store.errors()),
-        "moderation": len(mod_store.errors()),
-        "seed_moderation": len(seed_store.errors()),
-    }
-    hard = None
-    meta: dict[str, Any] = {"categories": cats, "n_seeds": n_seeds, "config": config}
-    if panel:
+        # categories run in parallel: failures in a fixed order
+        self.seed_failures.sort(key=lambda e: (self.cats.index(e.key[0]), e.key[1]))
+        if not seeds:
+            rows = _failure_rows([("seed_generation", self.seed_failures)])
+            write_jsonl(rows, self.out / "failed.jsonl")
+            n_replies = sum(r["category"] in self.cats for r in store.records())
+            raise _no_seed_error(generator.name, self.seed_failures, n_replies)
+        self.files["seeds"] = str(write_jsonl(seeds, self.out / "seeds.jsonl"))
+        return seeds
+
+    def rewrite(self, rewriter: ChatBackend, seeds: list, n_rewrites: int) -> list:
+        """Algorithm 2: ``n_rewrites`` seemingly toxic rewrites of each seed."""
+        settings = rewrite_settings(rewriter, self.templates, n_rewrites=n_rewrites)
+        candidates = rewrite_seeds(
+            rewriter,
+            seeds,
+            n_rewrites=n_rewrites,
+            store=self._store("rewrite_calls", "id", settings),
+            concurrency=self.concurrency,
+            templates=self.templates,
+            retry_errors=self.retry_errors,
+            progress=self.progress,
+        )
+        self.files["candidates"] = str(write_jsonl(candidates, self.out / "candidates.jsonl"))
+        return candidates
+
+    def _moderate(self, items: list, name: str) -> list:
+        store = self._store(name, "id", self.ensemble.store_settings())
+        return self.ensemble.moderate(
+            items,
+            store,
+            concurrency=self.concurrency,
+            retry_errors=self.retry_errors,
+            progress=self.progress,
+        )
+
+    def moderate(self, candidates: list) -> tuple[list, list[ORBenchRecord]]:
+        """Algorithm 3: the ensemble's verdict on every candidate; the pool (OR-Bench-80K) is the
+        candidates it does not flag."""
+        moderated = self._moderate(candidates, "moderation")
+        by_id = {m.id: m for m in moderated}
+        pool = [
+            ORBenchRecord(c.prompt, c.category, "80k", c.id, c.toxic_seed)
+            for c in candidates
+            if c.id in by_id and not by_id[c.id].is_toxic
+        ]
+        self.files["80k"] = str(write_jsonl(pool, self.out / "or-bench-80k.jsonl"))
+        return moderated, pool
+
+    def toxic_set(self, seeds: list, toxic_per_category: int) -> list:
+        """The toxic control set: twice ``toxic_per_category`` seeds per category moderated,
+        ``toxic_per_category`` of the flagged ones kept."""
+        rng = random.Random(self.seed)
+        sample = []
+        for c in self.cats:
+            group = [s for s in seeds if s.category == c]
+            sample += rng.sample(group, min(len(group), 2 * toxic_per_category))
+        if sample:
+            seed_mod = self._moderate(sample, "seed_moderation")
+        else:
+            self._store("seed_moderation", "id", self.ensemble.store_settings())
+            seed_mod = []
+        toxic = (
+            select_toxic(seed_mod, per_category=toxic_per_category, seed=self.seed)
+            if seed_mod
+            else []
+        )
+        self.files["toxic"] = str(write_jsonl(toxic, self.out / "or-bench-toxic.jsonl"))
+        return toxic
+
+    def hard_subset(
+        self, pool, moderated, panel, detector, max_tokens, k_min, per_category, remoderate
+    ) -> list[ORBenchRecord]:
+        """The hard subset: the pool prompts that at least ``k_min`` panel models refuse, after
+        the stricter second moderation (:func:`~icml25.orbench.select_hard`)."""
         if not isinstance(panel, Mapping):
             raise TypeError(f"panel must be a dict name -> backend, got {type(panel).__name__}")
         # evaluate stamps each panel model's rows with its settings (backend, sampling, judge)
         # and refuses a model's rows made with other ones
-        panel_store = out / "panel.jsonl"
         results: dict[str, EvalResult] = {}
         for name, backend in panel.items():
             results[name] = evaluate(
                 backend,
                 pool,
                 detector=detector,
-                store=panel_store,
+                store=self.out / "panel.jsonl",
                 model=name,
-                concurrency=concurrency,
+                concurrency=self.concurrency,
                 subset="80k",
-                max_tokens=panel_max_tokens,
-                retry_errors=retry_errors,
-                progress=progress,
+                max_tokens=max_tokens,
+                retry_errors=self.retry_errors,
+                progress=self.progress,
             )
-        failed["panel"] = sum(r.n_failed for r in results.values())
+        self.panel_failures = [
+            ItemError((r.model, i), t, m) for r in results.values() for i, t, m in r.failures
+        ]
         sel = select_hard(
             pool,
             results,
             k_min=k_min,
-            per_category=hard_per_category,
+            per_category=per_category,
             remoderate=moderated if remoderate is not None else False,
             rule=remoderate or "majority",
-            seed=seed,
+            seed=self.seed,
         )
-        hard = sel.records
-        files["hard-1k"] = str(write_jsonl(hard, out / "or-bench-hard-1k.jsonl"))
-        meta["hard_selection"] = sel.metadata()
-    fails = _failure_rows(
-        [("seed_generation", seed_failures)]
-        + [
-            (stage, st.errors())
-            for stage, st in (
-                ("rewrite", rw_store),
-                ("moderation", mod_store),
-                ("seed_moderation", seed_store),
-            )
-        ]
-        + (
-            [
-                (
-                    "panel",
-                    [
-                        ItemError((r.model, i), t, m)
-                        for r in results.values()
-                        for i, t, m in r.failures
-                    ],
-                )
-            ]
-            if panel
-            else []
+        self.files["hard-1k"] = str(write_jsonl(sel.records, self.out / "or-bench-hard-1k.jsonl"))
+        self.meta["hard_selection"] = sel.metadata()
+        self.n_removed = len(sel.removed_by_remoderation)
+        return sel.records
+
+    def finish(self, n_seeds, seeds, candidates, pool, moderated, toxic, hard) -> BuildReport:
+        """Write the failures and the metadata, and return the counts of every stage."""
+        failed = {"seed_generation": len(self.seed_failures)}
+        for stage, store in self._stage_stores():
+            failed[stage] = len(store.errors())
+        stages = [("seed_generation", self.seed_failures)]
+        stages += [(stage, store.errors()) for stage, store in self._stage_stores()]
+        if self.panel_failures is not None:
+            failed["panel"] = len(self.panel_failures)
+            stages.append(("panel", self.panel_failures))
+        self.files["failed"] = str(write_jsonl(_failure_rows(stages), self.out / "failed.jsonl"))
+        report = BuildReport(
+            str(self.out),
+            len(seeds),
+            len(candidates),
+            len(pool),
+            sum(m.is_toxic for m in moderated),
+            len(toxic),
+            None if hard is None else len(hard),
+            sum(failed.values()),
+            failed,
+            self.files,
+            self.n_removed,
+            [c for c in self.cats if not any(s.category == c for s in seeds)],
         )
-    )
-    files["failed"] = str(write_jsonl(fails, out / "failed.jsonl"))
-    report = BuildReport(
-        str(out),
-        len(seeds),
-        len(candidates),
-        len(pool),
-        sum(m.is_toxic for m in moderated),
-        len(toxic),
-        None if hard is None else len(hard),
-        sum(failed.values()),
-        failed,
-        files,
-        len(sel.removed_by_remoderation) if panel else 0,
-        empty_categories,
-    )
-    meta["report"] = asdict(report)
-    (out / "metadata.json").write_text(
-        json.dumps(json_safe(meta), indent=1, ensure_ascii=True, allow_nan=False),
-        encoding="utf-8",
-    )
-    for st in (rw_store, mod_store, seed_store, seed_calls):
-        st.close()
-    return report
+        meta = {"categories": self.cats, "n_seeds": n_seeds, "config": self.config}
+        meta.update(self.meta)
+        meta["report"] = asdict(report)
+        (self.out / "metadata.json").write_text(
+            json.dumps(json_safe(meta), indent=1, ensure_ascii=True, allow_nan=False),
+            encoding="utf-8",
+        )
+        return report
+
+    def _stage_stores(self) -> list[tuple[str, JsonlStore]]:
+        names = {"rewrite": "rewrite_calls", "moderation": "moderation"}
+        names["seed_moderation"] = "seed_moderation"
+        return [(stage, self.stores[name]) for stage, name in names.items()]
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
