@@ -121,11 +121,6 @@ def synthesize(
         kept. When every query failed, ``RuntimeError`` quotes the first error (a setup mistake
         such as a wrong URL or a filter that cannot run).
     """
-    from icml25.llm import Completion, JsonlStore, run_resumable
-    from icml25.llm.store import content_hash, describe
-    from icml25.safety_reasoning.filters import FormatFilter, OutcomeFilter
-    from icml25.safety_reasoning.guidelines import render_guidelines
-
     qs = _queries(queries)
     k, keep, max_rounds = (
         as_int("k", k, 1),
@@ -140,6 +135,41 @@ def synthesize(
         raise ValueError(f"keep={keep} exceeds the k * max_rounds = {k * max_rounds} candidates")
     temperature = as_real("temperature", temperature, low=0.0)
     seed = as_int("seed", seed)  # stored in the settings (JSON) and hashed as text
+    _check_objects(teacher, fmt, filters, qs)
+    fmt = fmt or ReasoningFormat()
+    if filters is None:
+        from icml25.llm import KeywordRefusalDetector
+        from icml25.safety_reasoning.filters import FormatFilter, OutcomeFilter
+
+        filters = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())]
+    sampler = _Sampler(
+        teacher,
+        guidelines,
+        fmt,
+        [as_filter(f, i) for i, f in enumerate(filters)],
+        k=k,
+        keep=keep,
+        max_rounds=max_rounds,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    records = _run_stored(
+        qs,
+        sampler,
+        sampler.settings(filters),
+        store,
+        concurrency=concurrency,
+        progress=progress,
+        retry_errors=retry_errors,
+        keep_both=keep_both,
+    )
+    return _report(qs, records)
+
+
+def _check_objects(teacher: Any, fmt: Any, filters: Any, qs: list[Any]) -> None:
+    """The teacher, format and filters are the objects ``synthesize`` needs, and the query ids
+    are unique."""
     if not hasattr(teacher, "chat"):
         raise TypeError(f"teacher must be an icml25.llm chat backend, got {type(teacher).__name__}")
     if fmt is not None and not isinstance(fmt, ReasoningFormat):
@@ -157,63 +187,95 @@ def synthesize(
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"two queries share the id {dup!r}; give each query its own id")
-    fmt = fmt or ReasoningFormat()
-    if filters is None:
-        from icml25.llm import KeywordRefusalDetector
 
-        filters = [FormatFilter(), OutcomeFilter(KeywordRefusalDetector.default())]
-    chain = [as_filter(f, i) for i, f in enumerate(filters)]
-    rendered = render_guidelines(guidelines)
-    # everything that makes a query's row: the teacher, the sampling, the format, the guidelines
-    # and every filter's parameters (its detector's, its judge's)
-    settings = {
-        "pipeline": "safety_reasoning.synthesize",
-        "teacher": describe(teacher),
-        "guidelines": rendered,
-        "k": k,
-        "temperature": temperature,
-        "keep": keep,
-        "max_rounds": max_rounds,
-        "max_tokens": max_tokens,
-        "seed": seed,
-        "format": describe(fmt),
-        "filters": [{"name": f.name, "filter": describe(g)} for f, g in zip(chain, filters)],
-    }
 
-    def work(q: Any) -> dict[str, Any]:
-        msgs = teacher_messages(q.text, guidelines, fmt)
+@dataclass
+class _Sampler:
+    """SRG's rejection sampling for one query (paper Sec. 3): ``k`` candidates per round from
+    the teacher shown the guidelines, each through the filter chain in order, until ``keep`` are
+    accepted or ``max_rounds`` rounds are spent."""
+
+    teacher: Any
+    guidelines: Sequence[Any]
+    fmt: ReasoningFormat
+    chain: list[Filter]
+    k: int
+    keep: int
+    max_rounds: int
+    temperature: float
+    max_tokens: int
+    seed: int
+
+    def settings(self, filters: Sequence[Any]) -> dict[str, Any]:
+        """Everything that makes a query's row: the teacher, the sampling, the format, the
+        guidelines and every filter's parameters (its detector's, its judge's)."""
+        from icml25.llm.store import describe
+        from icml25.safety_reasoning.guidelines import render_guidelines
+
+        return {
+            "pipeline": "safety_reasoning.synthesize",
+            "teacher": describe(self.teacher),
+            "guidelines": render_guidelines(self.guidelines),
+            "k": self.k,
+            "temperature": self.temperature,
+            "keep": self.keep,
+            "max_rounds": self.max_rounds,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "format": describe(self.fmt),
+            "filters": [
+                {"name": f.name, "filter": describe(g)} for f, g in zip(self.chain, filters)
+            ],
+        }
+
+    def _candidates(self, msgs: list[dict[str, str]], qid: str, rnd: int) -> list[Any]:
+        from icml25.llm import Completion
+
+        sampling = dict(
+            n=self.k,
+            temperature=float(self.temperature),
+            max_tokens=self.max_tokens,
+            seed=_seed(self.seed, qid, rnd),
+        )
+        if hasattr(self.teacher, "complete"):  # keeps a server's separate reasoning_content
+            return self.teacher.complete(msgs, **sampling)
+        return [Completion(t) for t in self.teacher.chat(msgs, **sampling)]
+
+    def __call__(self, q: Any) -> dict[str, Any]:
+        msgs = teacher_messages(q.text, self.guidelines, self.fmt)
         accepted: list[dict[str, Any]] = []
         rejects: Counter[str] = Counter()
         n_cand = 0
-        for rnd in range(max_rounds):
-            sampling = dict(
-                n=k,
-                temperature=float(temperature),
-                max_tokens=max_tokens,
-                seed=_seed(seed, q.id, rnd),
-            )
-            if hasattr(teacher, "complete"):  # keeps a server's separate reasoning_content
-                cands = teacher.complete(msgs, **sampling)
-            else:
-                cands = [Completion(t) for t in teacher.chat(msgs, **sampling)]
-            for j, cand in enumerate(cands):
+        for rnd in range(self.max_rounds):
+            for j, cand in enumerate(self._candidates(msgs, q.id, rnd)):
                 n_cand += 1
-                parsed = fmt.split_completion(cand)
-                for f in chain:
-                    d = f(q, parsed)
-                    if not d.accept:
-                        rejects[f.name] += 1
-                        break
-                else:
-                    if len(accepted) < keep:
-                        accepted.append(
-                            SRGExample(
-                                q, parsed.reasoning or "", parsed.answer, rnd * k + j
-                            ).to_dict()
-                        )
-            if len(accepted) >= keep:
+                parsed = self.fmt.split_completion(cand)
+                rejected_by = next((f.name for f in self.chain if not f(q, parsed).accept), None)
+                if rejected_by is not None:
+                    rejects[rejected_by] += 1
+                elif len(accepted) < self.keep:
+                    example = SRGExample(q, parsed.reasoning or "", parsed.answer, rnd * self.k + j)
+                    accepted.append(example.to_dict())
+            if len(accepted) >= self.keep:
                 break
         return {"accepted": accepted, "rejects": dict(rejects), "n_candidates": n_cand}
+
+
+def _run_stored(
+    qs: list[Any],
+    sampler: _Sampler,
+    settings: dict[str, Any],
+    store: str | os.PathLike | None,
+    *,
+    concurrency: int,
+    progress: bool | None,
+    retry_errors: bool,
+    keep_both: bool,
+) -> dict[str, dict[str, Any] | None]:
+    """Run the sampler over the queries through the resumable store; each query's last record
+    (``None`` when there is none of this query)."""
+    from icml25.llm import JsonlStore, run_resumable
+    from icml25.llm.store import content_hash
 
     # a row is keyed by the query's id and stamped with a hash of its text and kind: a query
     # relabelled (harmful -> helpful) or reworded under the same id is asked again, never given
@@ -228,9 +290,9 @@ def synthesize(
         path, key="id", settings=settings, on_mismatch="separate" if keep_both else "refuse"
     )
     try:
-        report = run_resumable(
+        run_resumable(
             qs,
-            work,
+            sampler,
             st,
             key=lambda _i, q: {"id": q.id, "query_hash": content[q.id]},
             concurrency=concurrency,
@@ -241,7 +303,7 @@ def synthesize(
         )
         records = {q.id: st.get(q.id) for q in qs}
         # an error row of another query under this id (not retried without retry_errors)
-        records = {
+        return {
             i: (None if r is not None and r.get("query_hash") != content[i] else r)
             for i, r in records.items()
         }
@@ -249,7 +311,11 @@ def synthesize(
         st.close()
         if store is None:
             os.unlink(path) if os.path.exists(path) else None
-    del report
+
+
+def _report(qs: list[Any], records: dict[str, dict[str, Any] | None]) -> SynthesisReport:
+    """Tally the records into the report (acceptance by query kind, rejects per filter, the
+    dropped and failed queries); every query failing is a ``RuntimeError``."""
     examples, dropped, failed = [], [], []
     errors: dict[str, str] = {}
     rejects: Counter[str] = Counter()
