@@ -129,9 +129,7 @@ def _parse_choice(choice: str, base_url: str | None) -> tuple[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from icml25.dps import DPSDefense, LLMHelper, RuleHelper
     from icml25.llm import BackendUnavailableError, JsonlStore, SettingsMismatch, run_resumable
-    from icml25.llm.store import content_hash, describe
 
     try:
         model_kw = model_kwargs(args)
@@ -141,88 +139,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         folder = Path(args.images)
         if not folder.is_dir():
             raise ValueError(f"--images {folder} is not a folder")
-        rows = []
-        for n, line in enumerate(
-            Path(args.questions).read_text(encoding="utf-8-sig").splitlines(), 1
-        ):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{args.questions}, line {n}: not valid JSON ({exc.msg})"
-                ) from None
-            if (
-                not isinstance(r, dict)
-                or not isinstance(r.get("image"), str)
-                or not isinstance(r.get("question"), str)
-            ):
-                raise ValueError(
-                    f"{args.questions}, line {n}: needs string 'image' and 'question' fields"
-                )
-            if not (folder / r["image"]).exists():
-                raise ValueError(f"{args.questions}, line {n}: no image {folder / r['image']}")
-            rid = r.get("id", n)
-            if (
-                isinstance(rid, bool)
-                or not isinstance(rid, (str, int))
-                or (isinstance(rid, str) and not rid.strip())
-            ):
-                raise ValueError(
-                    f"{args.questions}, line {n}: 'id' must be a non-empty string or an integer, got {rid!r}"
-                )
-            rows.append({"id": str(rid), "image": r["image"], "question": r["question"]})
-        if not rows:
-            raise ValueError(f"{args.questions} holds no rows")
-        if args.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {args.workers}")
-        if Path(args.out).is_dir():
-            raise ValueError(
-                f"--out {args.out} is a folder; give the results file, e.g. {Path(args.out) / 'dps.jsonl'}"
-            )
-        if args.jpeg_quality is not None and args.crop_format != "jpeg":
-            raise ValueError(
-                f"--jpeg-quality {args.jpeg_quality} applies only with --crop-format jpeg "
-                f"(got --crop-format {args.crop_format}): add --crop-format jpeg or drop "
-                "--jpeg-quality"
-            )
-        if args.jpeg_quality is None:
-            args.jpeg_quality = 75  # the official code's JPEG quality
-        if args.crop == "auto":  # auto always runs three views
-            if args.agents not in (1, 3):
-                print(
-                    f"note: --crop auto runs 3 agents; --agents {args.agents} ignored",
-                    file=sys.stderr,
-                )
-            args.agents = 3
+        rows = _read_questions(Path(args.questions), folder)
+        _check_run_args(args)
         # Models load last: a bad questions file fails before minutes of loading.
-        lvlm = _backend(args.model, args.base_url, args.api_key, model_kw=model_kw)
-        helper = (
-            RuleHelper()
-            if args.helper == "rule"
-            else LLMHelper(
-                _backend(
-                    args.helper,
-                    args.helper_url or args.base_url,
-                    args.api_key,
-                    vision=False,
-                    model_kw=model_kw,
-                )
-            )
-        )
-        dps = DPSDefense(
-            lvlm,
-            helper,
-            crop=args.crop,
-            n_agents=args.agents,
-            seed=args.seed,
-            temperature=args.temperature,
-            max_tokens=args.max_tokens,
-            image_once=args.image_once,
-            crop_format=args.crop_format,
-            jpeg_quality=args.jpeg_quality,
-        )
+        lvlm, helper, dps = _build_defense(args, model_kw)
     except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -235,8 +155,142 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("the model's final answer is empty")
         return res.to_dict()
 
-    # everything that makes a row besides the item: the models, the defence's settings
-    settings = {
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        print(f"error: two rows of {args.questions} share the id {dup!r}", file=sys.stderr)
+        return 2
+    try:
+        store = JsonlStore(
+            args.out,
+            key=("id", "content"),
+            settings=_run_settings(args, lvlm, helper, local),
+            on_mismatch="separate" if args.keep_both else "refuse",
+        )
+    except (SettingsMismatch, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with store:
+            report = run_resumable(
+                rows,
+                work,
+                store,
+                key=lambda i, r: _row_key(folder, r),
+                concurrency=workers,
+                retry_errors=True,
+                progress=not args.quiet,
+                desc="DPS",
+            )
+    except BackendUnavailableError as exc:  # the server is down (a circuit breaker opened)
+        print(
+            f"error: the model's server is unavailable: {exc}. The answers so far are kept in "
+            f"{args.out}; rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    _print_run_report(report, rows)
+    return 0 if report.n_failed == 0 else 1
+
+
+def _read_questions(path: Path, folder: Path) -> list[dict[str, str]]:
+    """The rows of a ``--questions`` JSONL file (``image``, ``question``, optional ``id``, the
+    line number by default), each image checked to exist under ``folder``."""
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg})") from None
+        if (
+            not isinstance(r, dict)
+            or not isinstance(r.get("image"), str)
+            or not isinstance(r.get("question"), str)
+        ):
+            raise ValueError(f"{path}, line {n}: needs string 'image' and 'question' fields")
+        if not (folder / r["image"]).exists():
+            raise ValueError(f"{path}, line {n}: no image {folder / r['image']}")
+        rid = r.get("id", n)
+        if (
+            isinstance(rid, bool)
+            or not isinstance(rid, (str, int))
+            or (isinstance(rid, str) and not rid.strip())
+        ):
+            raise ValueError(
+                f"{path}, line {n}: 'id' must be a non-empty string or an integer, got {rid!r}"
+            )
+        rows.append({"id": str(rid), "image": r["image"], "question": r["question"]})
+    if not rows:
+        raise ValueError(f"{path} holds no rows")
+    return rows
+
+
+def _check_run_args(args: argparse.Namespace) -> None:
+    """Refuse option combinations that cannot run, and fill in the defaults that depend on
+    others (the JPEG quality, three agents under ``--crop auto``)."""
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if Path(args.out).is_dir():
+        raise ValueError(
+            f"--out {args.out} is a folder; give the results file, e.g. {Path(args.out) / 'dps.jsonl'}"
+        )
+    if args.jpeg_quality is not None and args.crop_format != "jpeg":
+        raise ValueError(
+            f"--jpeg-quality {args.jpeg_quality} applies only with --crop-format jpeg "
+            f"(got --crop-format {args.crop_format}): add --crop-format jpeg or drop "
+            "--jpeg-quality"
+        )
+    if args.jpeg_quality is None:
+        args.jpeg_quality = 75  # the official code's JPEG quality
+    if args.crop == "auto":  # auto always runs three views
+        if args.agents not in (1, 3):
+            print(
+                f"note: --crop auto runs 3 agents; --agents {args.agents} ignored",
+                file=sys.stderr,
+            )
+        args.agents = 3
+
+
+def _build_defense(args: argparse.Namespace, model_kw: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The LVLM, the helper (rule-based or a text model) and the defence around them."""
+    from icml25.dps import DPSDefense, LLMHelper, RuleHelper
+
+    lvlm = _backend(args.model, args.base_url, args.api_key, model_kw=model_kw)
+    if args.helper == "rule":
+        helper = RuleHelper()
+    else:
+        url = args.helper_url or args.base_url
+        helper = LLMHelper(
+            _backend(args.helper, url, args.api_key, vision=False, model_kw=model_kw)
+        )
+    dps = DPSDefense(
+        lvlm,
+        helper,
+        crop=args.crop,
+        n_agents=args.agents,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        image_once=args.image_once,
+        crop_format=args.crop_format,
+        jpeg_quality=args.jpeg_quality,
+    )
+    return lvlm, helper, dps
+
+
+def _run_settings(args: argparse.Namespace, lvlm: Any, helper: Any, local: bool) -> dict[str, Any]:
+    """Everything that makes a row besides the item: the models, the defence's settings."""
+    from icml25.llm.store import describe
+
+    return {
         "pipeline": "dps run",
         "model": args.model,
         # a local model: its name and a fingerprint of its weights; a server's model is named by
@@ -256,55 +310,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "dtype": str(args.dtype) if local else None,
     }
 
-    def content(row: dict[str, Any]) -> str:
-        """The item's own content: the image file's bytes (not its name) and the question."""
-        return content_hash(content_hash(folder / row["image"]).encode() + row["question"].encode())
 
-    ids = [r["id"] for r in rows]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        print(f"error: two rows of {args.questions} share the id {dup!r}", file=sys.stderr)
-        return 2
-    try:
-        store = JsonlStore(
-            args.out,
-            key=("id", "content"),
-            settings=settings,
-            on_mismatch="separate" if args.keep_both else "refuse",
-        )
-    except (SettingsMismatch, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        with store:
-            report = run_resumable(
-                rows,
-                work,
-                store,
-                key=lambda i, r: {
-                    "id": r["id"],
-                    "content": content(r),
-                    "image": r["image"],
-                    "question": r["question"],
-                },
-                concurrency=workers,
-                retry_errors=True,
-                progress=not args.quiet,
-                desc="DPS",
-            )
-    except BackendUnavailableError as exc:  # the server is down (a circuit breaker opened)
-        print(
-            f"error: the model's server is unavailable: {exc}. The answers so far are kept in "
-            f"{args.out}; rerun the same command to resume",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"interrupted: the answers so far are in {args.out}; rerun the same command to resume",
-            file=sys.stderr,
-        )
-        return 130
+def _row_key(folder: Path, row: dict[str, str]) -> dict[str, str]:
+    """A row's key: its id and its own content (the image file's bytes, not its name, and the
+    question), with the image name and question kept beside them."""
+    from icml25.llm.store import content_hash
+
+    content = content_hash(content_hash(folder / row["image"]).encode() + row["question"].encode())
+    return {"id": row["id"], "content": content, "image": row["image"], "question": row["question"]}
+
+
+def _print_run_report(report: Any, rows: list[dict[str, str]]) -> None:
     print(
         f"{report.n_items} items: {report.n_ok} done now, {report.n_skipped} done before, "
         f"{report.n_failed} failed"
@@ -318,4 +334,3 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"{first.error_type}: {first.message}; a rerun retries the failed items",
             file=sys.stderr,
         )
-    return 0 if report.n_failed == 0 else 1
