@@ -63,7 +63,7 @@ def test_noisy_quantities_are_not_exact_checks(smoke):
 
 
 def test_groups_are_what_the_docs_say():
-    from icml25.future_of_work.repro import build_rights_holders
+    from icml25.future_of_work.experiment import build_rights_holders
 
     X, y, G, Xv, yv = build_rights_holders(0, 10)
     import numpy as np

@@ -1,6 +1,7 @@
-"""Offline experiments of the reproduction (docs/distinguishability.md, part A: reward learning per query; Part B:
-preference strength and expected utility). Kept separate from ``repro.py`` so that users can run
-them on their own segments, teachers and selection schemes."""
+"""Experiments of the reproduction (docs/distinguishability.md, Part A: reward learning per query;
+Part B: preference strength and expected utility; Part C: the online PEBBLE loop). Kept separate
+from ``repro.py`` so that users can run them on their own segments, teachers and selection
+schemes."""
 
 from __future__ import annotations
 
@@ -23,7 +24,14 @@ from icml25.distinguishability.utility import (
     sample_lotteries,
 )
 
-__all__ = ["CurveConfig", "heldout_metrics", "learning_curve", "lottery_experiment", "split"]
+__all__ = [
+    "CurveConfig",
+    "heldout_metrics",
+    "learning_curve",
+    "lottery_experiment",
+    "online_comparison",
+    "split",
+]
 
 
 @dataclass
@@ -194,3 +202,41 @@ def affine_align(u_hat: Tensor, u: Tensor) -> Tensor:
     X = torch.stack([u_hat.double(), torch.ones_like(u_hat, dtype=torch.float64)], 1)
     coef = torch.linalg.lstsq(X, u.double()[:, None]).solution
     return (X @ coef).squeeze(1)
+
+
+def online_comparison(
+    seed: int, methods: tuple[str, ...], *, smoke: bool = False
+) -> dict[str, dict]:
+    """Part C for one seed: the online PEBBLE loop with SAC on Pendulum-v1, once per
+    ``"query+selection"`` method of ``methods`` (oracle teacher) and once with SAC on the true
+    reward (``"sac+true reward"``, the ceiling); each run's history (``"step"``,
+    ``"true_return"``, ...) by name. 15k steps and 120 queries (smoke: 1.5k and 40)."""
+    import gymnasium as gym
+
+    from icml25.distinguishability.rl import PEBBLEConfig, PreferenceRL, SACConfig
+
+    steps = 1500 if smoke else 15_000
+    cfg = PEBBLEConfig(
+        num_seed_steps=500 if smoke else 1000,
+        num_unsup_steps=0,
+        segment=25,
+        reward_batch=20,
+        num_interact=500 if smoke else 1500,
+        max_feedback=40 if smoke else 120,
+        eval_frequency=500 if smoke else 1500,
+        num_eval_episodes=2 if smoke else 10,
+        reward_hidden=32 if smoke else 256,
+        reward_layers=2 if smoke else 3,
+    )
+    out = {}
+    for name in (*methods, "sac+true reward"):
+        env, ev = gym.make("Pendulum-v1"), gym.make("Pendulum-v1")
+        sac = SACConfig(hidden=32 if smoke else 128)
+        if name == "sac+true reward":
+            rl = PreferenceRL(env, cfg=cfg, sac=sac, seed=seed, eval_env=ev, true_reward=True)
+        else:
+            q, sel = name.split("+")
+            teacher = ScriptedTeacher.preset("oracle", rng=seed + 11)
+            rl = PreferenceRL(env, q, sel, teacher, cfg=cfg, sac=sac, seed=seed, eval_env=ev)
+        out[name] = rl.run(steps, progress=False)
+    return out

@@ -6,8 +6,11 @@ beats SGD; full mode adds (C3) SWAN reaches AdamW's final loss with <= 0.75x the
 removing GradWhitening hurts, plus seed spread, anchors (Muon, SinkGD) and a wider model.
 
 Every optimizer of a seed trains the same initial model on the same window order, so the loss
-comparisons are paired by seed. The module reads: constants and pre-registered criteria -> setup
--> per-seed training -> checks -> figures.
+comparisons are paired by seed. The module reads: claim and criteria -> ``setup`` (corpus,
+tokenizer, model size; full mode's lr sweep on a seed never evaluated) -> ``measure_seed`` (every
+arm on one seed) -> ``build_checks`` (one line per criterion) -> ``metrics`` -> ``run``. The
+training loop and the sweep are in ``training.py``, the figures in ``figures.py``; the fixed
+discussion (deviations, power, the history of the checks) is in docs/swan.md.
 """
 
 from __future__ import annotations
@@ -15,13 +18,24 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from icml25.report import Check, Criterion, Metric, ReproResult, Run, pyplot, reproduction
+from icml25.report import (
+    Check,
+    Criterion,
+    Metric,
+    ReproResult,
+    Run,
+    power_summary,
+    reproduction,
+    table,
+)
 from icml25.swan import memory
 from icml25.swan.data import eval_windows, load_stdlib_corpus, train_tokenizer
-from icml25.swan.training import ModelConfig, RunResult, train_run
+from icml25.swan.figures import plot_curves, plot_memory
+from icml25.swan.training import ModelConfig, RunResult, lr_sweep, train_run
 
 CLAIM = (
     "Stateless SGD with GradNorm and GradWhitening (SWAN) keeps no optimizer state on the hidden "
@@ -36,11 +50,13 @@ SWEEP = {
     "muon": [0.02, 0.05],
     "sinkgd": [1e-3, 3e-3],
 }
-#: pre-registered seed counts (quick, full), sized for the C2 check (see ``POWER``)
+#: pre-registered seed counts (quick, full), sized for the C2 check (docs/swan.md, "Power")
 SEEDS = (5, 6)
 #: optimizers trained on every seed; full mode adds the no-whitening ablation (C4)
 ARMS = ("adamw", "swan", "sgd")
 ARMS_FULL = (*ARMS, "swan_no_whiten")
+#: full mode, first seed only: the anchors (report only)
+ANCHORS = ("muon", "sinkgd")
 
 # -- pre-registered criteria (thresholds as planned; fixed before any number) ----------------
 
@@ -119,47 +135,9 @@ SPREAD = Criterion(
 )
 CRITERIA = (C1_STATE, C1_BYTES, C2_ADAMW, C2_SGD, FINITE, IMPROVES, C3_TOKENS, C4_WHITEN, SPREAD)
 
-POWER = (
-    "Sized on the previous full run's per-seed spread of SWAN - AdamW (sd 0.05 nats over 3 seeds "
-    "at 600 steps; the quick run had one seed, so its spread at 300 steps is assumed the same): "
-    "with 5 quick seeds the C2 AdamW check detects (80% power) a gap 0.083 nats beyond the +0.02 "
-    "margin, with 6 full seeds 0.071; the paper's gap is 0.096 (1B, from an unverified "
-    "recollection of its table). C3's per-seed spread was not measured before; with 6 seeds it "
-    "detects 0.21x beyond 0.75x if its sd is 0.15x (the paper's 0.5x is 0.25x beyond). Each "
-    "check states the effect it detects from its own data."
-)
-DEVIATIONS = [
-    "A 0.36 M-parameter LLaMA on 0.6-1.3 M tokens of Python source instead of 60M-1.3B LLaMA on "
-    "C4 with 1-13 B tokens; the paper's 0.5x token claim is checked as <= 0.75x.",
-    "NS beta=0.8, 10 steps and lr 1e-3 (rescale 'rms') are library choices: the paper's "
-    "hyperparameter appendix could not be read (unverified).",
-    "C3 uses AdamW at its best swept lr and SWAN at its best swept lr, same schedule.",
-    "issue 17: quick mode trains 5 seeds instead of 1 and full mode 6 instead of 3, so that the "
-    "loss comparisons are paired t-intervals over seeds sized for the paper's effect (see Power).",
-    "issue 17: C2's rules on the seed means (SWAN <= AdamW + 0.02, <= SGD - 0.30) are paired "
-    "t-intervals of the per-seed differences against the same margins; 'SWAN and AdamW improve "
-    ">= 1 nat' in every run is a t-interval of the mean improvement against the same 1 nat; "
-    "finiteness and C1 stay exact counts.",
-    "issue 17: C3 was one ratio read off the seed-mean curves; it is now one ratio per seed (SWAN "
-    "and AdamW share that seed's data and initial model), tested with a t-interval against the "
-    "same 0.75. A seed whose SWAN curve never reaches AdamW's final loss counts as 1.0, a lower "
-    "bound of its ratio. The seed-mean-curve ratio is still reported as a metric.",
-    "issue 17: C4 used seed 0 only; the no-whitening ablation now trains on every seed and the "
-    "+0.03 margin is tested on the paired differences. The finiteness count covers its runs.",
-    "issue 17: the spread rule 'SWAN seed sd < 0.05' is tested with a jackknife t-interval of "
-    "ln(sd) against ln 0.05 (the harness has no variance design; on normal data its one-sided "
-    "error at n = 6 is about 3.7% where 2.5% is nominal, simulated). The chi-square interval is "
-    "reported beside it.",
-    "issue 17: torch runs on 1 thread (the harness default) instead of the planned 2, so step "
-    "times are not comparable with earlier reports.",
-    "issue 25: full mode tunes the learning rates on a seed that is never evaluated (10 000 + the "
-    "largest evaluated seed; it was the first evaluated seed) and SWAN's grid is widened to "
-    "1e-4 ... 1e-2 (its best sat at the old grid's edge). The smoke size trains 60 steps so its "
-    "loss drop is a real check.",
-]
-
 
 def _sizes(r: Run) -> dict:
+    """The pre-registered sizes of this run's mode (texts, steps, eval windows, model)."""
     return r.size(
         smoke=dict(
             train_chars=200_000,
@@ -192,6 +170,138 @@ def _sizes(r: Run) -> dict:
             wide_steps=400,
         ),
     )
+
+
+# -- setup -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every seed shares: the mode, the model size, the tokenized texts, the learning rates
+    (full mode: swept) and the corpus's identity."""
+
+    full: bool
+    smoke: bool
+    cfg: ModelConfig
+    steps: int
+    arms: tuple[str, ...]
+    lrs: dict[str, float]
+    train_ids: torch.Tensor
+    eval_ids: torch.Tensor
+    ev: torch.Tensor
+    eval_count: int | None
+    wide_steps: int | None
+    n_files: int
+    train_sha256: str
+    eval_sha256: str
+    sweep_table: str | None
+
+
+def setup(r: Run) -> Setup:
+    z = _sizes(r)
+    full = not r.quick
+    corpus, tok, train_ids, eval_ids = _prepare(z)
+    cfg = ModelConfig(vocab=tok.get_vocab_size(), **z["cfg"])
+    ev = eval_windows(eval_ids, cfg.seq, z["eval_windows"])
+    lrs, sweep_table = dict(QUICK_LR), None
+    if full:  # lr sweep on a tuning seed that is never evaluated
+        seed = tuning_seed(r.seeds)
+        finals = lr_sweep(SWEEP, seed, z["sweep_steps"], train_ids, ev, cfg)
+        lrs |= {name: _best_lr(by_lr) for name, by_lr in finals.items()}
+        sweep_table = table_sweep(finals, seed, z["sweep_steps"])
+    return Setup(
+        full=full,
+        smoke=r.smoke,
+        cfg=cfg,
+        steps=z["long_steps"] if full else z["steps"],
+        arms=ARMS_FULL if full else ARMS,
+        lrs=lrs,
+        train_ids=train_ids,
+        eval_ids=eval_ids,
+        ev=ev,
+        eval_count=z["eval_windows"],
+        wide_steps=z.get("wide_steps"),
+        n_files=corpus.n_files,
+        train_sha256=corpus.train_sha256,
+        eval_sha256=corpus.eval_sha256,
+        sweep_table=sweep_table,
+    )
+
+
+def _prepare(z: dict):
+    corpus = load_stdlib_corpus()
+    tok = train_tokenizer(corpus.train[: z["tok_chars"]])
+    train_text = corpus.train if z["train_chars"] is None else corpus.train[: z["train_chars"]]
+    eval_text = corpus.eval if z["eval_chars"] is None else corpus.eval[: z["eval_chars"]]
+    train_ids = torch.tensor(tok.encode(train_text).ids)
+    eval_ids = torch.tensor(tok.encode(eval_text).ids)
+    return corpus, tok, train_ids, eval_ids
+
+
+def tuning_seed(seeds: list[int]) -> int:
+    """The learning rates are tuned on this seed, disjoint from the evaluated ``seeds``."""
+    return 10_000 + max(seeds)
+
+
+def _best_lr(finals: dict[float, float]) -> float:
+    """The lr of the lowest final eval CE (a non-finite one counts as +inf)."""
+    return min(finals, key=lambda lr: finals[lr] if math.isfinite(finals[lr]) else float("inf"))
+
+
+# -- per-seed measurement ----------------------------------------------------------------------
+
+
+def _lr(lrs: dict, name: str) -> float:
+    """An optimizer's lr; the SWAN ablations use SWAN's."""
+    return lrs["swan"] if name.startswith("swan_") else lrs[name]
+
+
+def measure_seed(seed: int, s: Setup) -> dict[str, RunResult]:
+    """Every arm trained from the same initial model on the same window order of ``seed``."""
+    return {
+        name: train_run(name, _lr(s.lrs, name), seed, s.steps, s.train_ids, s.ev, s.cfg)
+        for name in s.arms
+    }
+
+
+def measure_anchors(seed: int, s: Setup) -> dict[str, list[RunResult]]:
+    """Full mode, one seed: the anchors (Muon, SinkGD) and the report-only GradNorm ablation."""
+    out = {n: [train_run(n, s.lrs[n], seed, s.steps, s.train_ids, s.ev, s.cfg)] for n in ANCHORS}
+    out["swan_no_norm"] = [
+        train_run("swan_no_norm", s.lrs["swan"], seed, s.steps, s.train_ids, s.ev, s.cfg)
+    ]
+    return out
+
+
+def measure_wide(seed: int, s: Setup) -> dict[str, RunResult]:
+    """Full mode, one seed: AdamW and SWAN on a wider model (report only)."""
+    wide = ModelConfig(
+        vocab=s.cfg.vocab,
+        hidden=2 * s.cfg.hidden,
+        ff=96 if s.smoke else 344,
+        layers=1 if s.smoke else 4,
+        seq=2 * s.cfg.seq,
+    )
+    ev_w = eval_windows(s.eval_ids, wide.seq, s.eval_count)
+    return {
+        n: train_run(n, s.lrs[n], seed, s.wide_steps, s.train_ids, ev_w, wide)
+        for n in ("adamw", "swan")
+    }
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Everything trained: ``main[arm][i]`` is seed i's run of ``arm``; ``extra`` (anchors and
+    the GradNorm ablation) and ``wide`` are full mode's first-seed runs; ``peaks`` the peak-RSS
+    deltas in bytes (not at smoke size)."""
+
+    main: dict[str, list[RunResult]]
+    extra: dict[str, list[RunResult]]
+    peaks: dict[str, int]
+    wide: dict[str, RunResult]
+
+
+# -- checks ------------------------------------------------------------------------------------
 
 
 def tokens_to_target(tokens: list[int], curve: list[float], target: float) -> float | None:
@@ -236,54 +346,6 @@ def _chi2_sd_interval(values: Sequence[float]) -> tuple[float, float]:
         sd * math.sqrt((n - 1) / stats.chi2.ppf(0.975, n - 1)),
         sd * math.sqrt((n - 1) / stats.chi2.ppf(0.025, n - 1)),
     )
-
-
-# -- setup -----------------------------------------------------------------------------------
-
-
-def _prepare(z: dict):
-    corpus = load_stdlib_corpus()
-    tok = train_tokenizer(corpus.train[: z["tok_chars"]])
-    train_text = corpus.train if z["train_chars"] is None else corpus.train[: z["train_chars"]]
-    eval_text = corpus.eval if z["eval_chars"] is None else corpus.eval[: z["eval_chars"]]
-    train_ids = torch.tensor(tok.encode(train_text).ids)
-    eval_ids = torch.tensor(tok.encode(eval_text).ids)
-    return corpus, tok, train_ids, eval_ids
-
-
-def tuning_seed(seeds: list[int]) -> int:
-    """The learning rates are tuned on this seed, disjoint from the evaluated ``seeds``."""
-    return 10_000 + max(seeds)
-
-
-def _sweep(seed: int, steps: int, train_ids, ev, cfg) -> tuple[dict, str]:
-    """Full mode's lr sweep on one seed: the best lr per optimizer and the table."""
-    lrs = dict(QUICK_LR)
-    rows = ["| optimizer | lr | final eval CE |", "|---|---|---|"]
-    for name, grid in SWEEP.items():
-        finals = {}
-        for lr in grid:
-            res = train_run(name, lr, seed, steps, train_ids, ev, cfg)
-            finals[lr] = res.final if math.isfinite(res.final) else float("inf")
-            rows.append(f"| {name} | {lr:g} | {res.final:.4f} |")
-        lrs[name] = min(finals, key=finals.get)
-    return lrs, f"Learning-rate sweep (seed {seed}, {steps} steps):\n\n" + "\n".join(rows)
-
-
-# -- per-seed measurement ----------------------------------------------------------------------
-
-
-def _lr(lrs: dict, name: str) -> float:
-    """An optimizer's lr; the SWAN ablations use SWAN's."""
-    return lrs["swan"] if name.startswith("swan_") else lrs[name]
-
-
-def measure_seed(seed: int, arms, lrs, steps, train_ids, ev, cfg) -> dict[str, RunResult]:
-    """Every arm trained from the same initial model on the same window order of ``seed``."""
-    return {name: train_run(name, _lr(lrs, name), seed, steps, train_ids, ev, cfg) for name in arms}
-
-
-# -- checks ------------------------------------------------------------------------------------
 
 
 def _finals(runs: list[RunResult]) -> list[float]:
@@ -346,57 +408,31 @@ def build_checks(main: dict[str, list[RunResult]], *, full: bool) -> tuple[list[
     return checks, notes
 
 
-# -- the reproduction --------------------------------------------------------------------------
+# -- reported, not tested ----------------------------------------------------------------------
 
 
-@reproduction("swan", seeds=SEEDS, smoke_seeds=3)
-def run(r: Run) -> ReproResult:
-    """Train AdamW, SWAN and SGD (full: + the no-whitening ablation) on every seed; check C1-C4."""
-    z = _sizes(r)
-    full = not r.quick
-    corpus, tok, train_ids, eval_ids = _prepare(z)
-    cfg = ModelConfig(vocab=tok.get_vocab_size(), **z["cfg"])
-    ev = eval_windows(eval_ids, cfg.seq, z["eval_windows"])
-    tables: list[str] = []
-    lrs = dict(QUICK_LR)
-    if full:  # lr sweep on a tuning seed that is never evaluated
-        lrs, sweep_table = _sweep(tuning_seed(r.seeds), z["sweep_steps"], train_ids, ev, cfg)
-        tables.append(sweep_table)
-    steps = z["long_steps"] if full else z["steps"]
-    arms = ARMS_FULL if full else ARMS
-
-    per_seed = r.over_seeds(
-        lambda s: measure_seed(s, arms, lrs, steps, train_ids, ev, cfg), label="training"
-    )
-    main = {name: [runs[name] for runs in per_seed] for name in arms}
-    extra: dict[str, list[RunResult]] = {}
-    if full:  # anchors and the report-only GradNorm ablation, first seed
-        for name in ("muon", "sinkgd"):
-            extra[name] = [train_run(name, lrs[name], r.seeds[0], steps, train_ids, ev, cfg)]
-        extra["swan_no_norm"] = [
-            train_run("swan_no_norm", lrs["swan"], r.seeds[0], steps, train_ids, ev, cfg)
-        ]
-
-    checks, notes = build_checks(main, full=full)
-
-    # -- reported, not tested --
-    metrics: list[Metric] = []
-    swan_r = main["swan"][0]
-    totals = {
+def _totals(main: dict[str, list[RunResult]]) -> dict[str, int]:
+    """Seed 0's params + grads + optimizer state bytes of the three compared optimizers."""
+    return {
         name: rs[0].param_bytes + rs[0].grad_bytes + rs[0].state_bytes
         for name, rs in main.items()
         if name in ARMS
     }
-    for name, total in totals.items():
-        metrics.append(Metric(f"C1 params+grads+state bytes, {name}", total, unit="B"))
-    metrics.append(
+
+
+def metrics(runs: Runs, s: Setup, analytic: list[dict], seed0: int) -> list[Metric]:
+    main = runs.main
+    totals = _totals(main)
+    swan_r = main["swan"][0]
+    out = [Metric(f"C1 params+grads+state bytes, {n}", t, unit="B") for n, t in totals.items()]
+    out.append(
         Metric(
             "C1 SWAN / AdamW total bytes",
             totals["swan"] / totals["adamw"],
             description="tiny model: embeddings dominate, see notes",
         )
     )
-    metrics.append(
+    out.append(
         Metric(
             "C1 SWAN optimizer state bytes",
             swan_r.state_bytes,
@@ -404,54 +440,42 @@ def run(r: Run) -> ReproResult:
             description=f"= AdamW state of the non-SWAN params ({swan_r.expected_state_bytes} B)",
         )
     )
-    table = memory.analytic_table()
-    metrics.append(Metric("C1 analytic SWAN / AdamW bytes at 1.3B (bf16)", table[-1]["ratio"]))
-    tables.append(
-        "Exact bytes on this model (fp32):\n\n| optimizer | params | grads | optimizer state | total |\n"
-        "|---|---|---|---|---|\n"
-        + "\n".join(
-            f"| {name} | {main[name][0].param_bytes:,} | {main[name][0].grad_bytes:,} | "
-            f"{main[name][0].state_bytes:,} | {total:,} |"
-            for name, total in totals.items()
-        )
-    )
-    if not r.smoke:  # report only: RSS deltas of a small model are allocator noise on CPU
-        peaks = memory.peak_step_memory(ARMS, vocab=cfg.vocab)
-        for name, delta in peaks.items():
-            metrics.append(
-                Metric(
-                    f"peak RSS over fwd/bwd, {name} (CPU, noisy)",
-                    delta / 1e6,
-                    unit="MB",
-                    description="fresh subprocess each; within allocator noise",
-                )
+    out.append(Metric("C1 analytic SWAN / AdamW bytes at 1.3B (bf16)", analytic[-1]["ratio"]))
+    for name, delta in runs.peaks.items():  # report only: RSS deltas are allocator noise on CPU
+        out.append(
+            Metric(
+                f"peak RSS over fwd/bwd, {name} (CPU, noisy)",
+                delta / 1e6,
+                unit="MB",
+                description="fresh subprocess each; within allocator noise",
             )
+        )
     for name, rs in main.items():
-        metrics.append(Metric(f"C2 final eval CE {name} (lr {_lr(lrs, name):g})", _finals(rs)))
-    diffs = [s - a for s, a in zip(_finals(main["swan"]), _finals(main["adamw"]))]
-    metrics.append(
+        out.append(Metric(f"C2 final eval CE {name} (lr {_lr(s.lrs, name):g})", _finals(rs)))
+    diffs = [a - b for a, b in zip(_finals(main["swan"]), _finals(main["adamw"]))]
+    out.append(
         Metric(
             "C2 SWAN - AdamW final eval CE",
             diffs,
             description="paired by seed; tested against +0.02",
         )
     )
-    metrics.append(
+    out.append(
         Metric(
             "C2 seeds with SWAN below AdamW",
             sum(d < 0 for d in diffs),
             description=f"of {len(diffs)} seeds (a count, not a test)",
         )
     )
-    metrics.append(
+    out.append(
         Metric(
             "row-sum drift max|W1 - W0 1| of SWAN matrices",
             [rr.row_sum_drift for rr in main["swan"]],
             description="0 in exact arithmetic (GradNorm centring)",
         )
     )
-    for name, rs in {**main, **extra}.items():
-        metrics.append(
+    for name, rs in {**main, **runs.extra}.items():
+        out.append(
             Metric(
                 f"step time {name}",
                 rs[0].step_seconds * 1e3,
@@ -459,141 +483,141 @@ def run(r: Run) -> ReproResult:
                 description=f"optimizer.step alone {rs[0].opt_step_seconds * 1e3:.2f} ms",
             )
         )
-    if full:
-        tok_a, curve_a = _mean_curve(main["adamw"])
-        tok_s, curve_s = _mean_curve(main["swan"])
-        hit = tokens_to_target(tok_s, curve_s, curve_a[-1])
-        metrics.append(
+    if s.full:
+        out += _full_metrics(runs, seed0)
+    return out
+
+
+def _full_metrics(runs: Runs, seed0: int) -> list[Metric]:
+    main = runs.main
+    tok_a, curve_a = _mean_curve(main["adamw"])
+    tok_s, curve_s = _mean_curve(main["swan"])
+    hit = tokens_to_target(tok_s, curve_s, curve_a[-1])
+    out = [
+        Metric(
+            "C3 tokens-to-AdamW-final ratio of the seed-mean curves",
+            float("nan") if hit is None else hit / tok_a[-1],
+            description="the previous C3 statistic; paper: 0.5 at 350M/1.3B",
+        )
+    ]
+    for name in ("swan_no_norm", "muon", "sinkgd"):
+        out.append(Metric(f"final eval CE {name} (seed {seed0})", runs.extra[name][0].final))
+    finals_swan = _finals(main["swan"])
+    if all(math.isfinite(v) for v in finals_swan) and len(finals_swan) > 1:
+        lo, hi = _chi2_sd_interval(finals_swan)
+        out.append(
             Metric(
-                "C3 tokens-to-AdamW-final ratio of the seed-mean curves",
-                float("nan") if hit is None else hit / tok_a[-1],
-                description="the previous C3 statistic; paper: 0.5 at 350M/1.3B",
+                "spread: SWAN seed sd of final eval CE",
+                statistics.stdev(finals_swan),
+                unit="nats",
+                description=f"chi-square 95% interval [{lo:.3g}, {hi:.3g}] (normal theory)",
             )
         )
-        for name in ("swan_no_norm", "muon", "sinkgd"):
-            metrics.append(
-                Metric(f"final eval CE {name} (seed {r.seeds[0]})", extra[name][0].final)
-            )
-        finals_swan = _finals(main["swan"])
-        if all(math.isfinite(v) for v in finals_swan) and len(finals_swan) > 1:
-            lo, hi = _chi2_sd_interval(finals_swan)
-            metrics.append(
-                Metric(
-                    "spread: SWAN seed sd of final eval CE",
-                    statistics.stdev(finals_swan),
-                    unit="nats",
-                    description=f"chi-square 95% interval [{lo:.3g}, {hi:.3g}] (normal theory)",
-                )
-            )
-        wide = ModelConfig(
-            vocab=cfg.vocab,
-            hidden=2 * cfg.hidden,
-            ff=96 if r.smoke else 344,
-            layers=1 if r.smoke else 4,
-            seq=2 * cfg.seq,
-        )
-        ev_w = eval_windows(eval_ids, wide.seq, z["eval_windows"])
-        wide_runs = {
-            n: train_run(n, lrs[n], r.seeds[0], z["wide_steps"], train_ids, ev_w, wide)
-            for n in ("adamw", "swan")
-        }
-        metrics.append(Metric("wider model (H=128, L=4) final CE AdamW", wide_runs["adamw"].final))
-        metrics.append(Metric("wider model (H=128, L=4) final CE SWAN", wide_runs["swan"].final))
+    out.append(Metric("wider model (H=128, L=4) final CE AdamW", runs.wide["adamw"].final))
+    out.append(Metric("wider model (H=128, L=4) final CE SWAN", runs.wide["swan"].final))
+    return out
 
-    # -- figures --
-    r.figure(_plot_curves(main, extra), "curves.png")
-    r.figure(_plot_memory(totals, main, table), "memory.png")
 
-    notes.append(
-        f"Memory: on this {swan_r.param_bytes // 4:,}-parameter model the "
+# -- tables and text ---------------------------------------------------------------------------
+
+
+def table_sweep(finals: dict[str, dict[float, float]], seed: int, steps: int) -> str:
+    rows = [
+        [name, f"{lr:g}", f"{ce:.4f}"] for name, by_lr in finals.items() for lr, ce in by_lr.items()
+    ]
+    return table(
+        ["optimizer", "lr", "final eval CE"],
+        rows,
+        caption=f"Learning-rate sweep (seed {seed}, {steps} steps):",
+    )
+
+
+def table_bytes(main: dict[str, list[RunResult]]) -> str:
+    rows = [
+        [
+            name,
+            f"{main[name][0].param_bytes:,}",
+            f"{main[name][0].grad_bytes:,}",
+            f"{main[name][0].state_bytes:,}",
+            f"{total:,}",
+        ]
+        for name, total in _totals(main).items()
+    ]
+    return table(
+        ["optimizer", "params", "grads", "optimizer state", "total"],
+        rows,
+        caption="Exact bytes on this model (fp32):",
+    )
+
+
+def table_analytic(analytic: list[dict]) -> str:
+    rows = [
+        [
+            row["config"],
+            f"{row['hidden_params'] / 1e6:.1f} M",
+            f"{row['other_params'] / 1e6:.1f} M",
+            f"{row['adamw_bytes'] / 1e9:.3f} GB",
+            f"{row['swan_bytes'] / 1e9:.3f} GB",
+            f"{row['ratio']:.2f}",
+        ]
+        for row in analytic
+    ]
+    return table(
+        ["config", "hidden params", "other params", "AdamW", "SWAN", "ratio"],
+        rows,
+        caption="Analytic params+grads+state bytes, GaLore LLaMA configs (bf16):",
+    )
+
+
+def memory_note(main: dict[str, list[RunResult]], analytic: list[dict]) -> str:
+    return (
+        f"Memory: on this {main['swan'][0].param_bytes // 4:,}-parameter model the "
         "embeddings and head (kept on AdamW) hold most parameters, so SWAN saves only the moments "
         "of the hidden matrices; the analytic ratio for the paper's 1.3B config (bf16) is "
-        f"{table[-1]['ratio']:.2f}. SGD's ratio is lower still because it keeps no state at all."
+        f"{analytic[-1]['ratio']:.2f}. SGD's ratio is lower still because it keeps no state at all."
     )
-    tables.append(
-        "Analytic params+grads+state bytes, GaLore LLaMA configs (bf16):\n\n"
-        "| config | hidden params | other params | AdamW | SWAN | ratio |\n|---|---|---|---|---|---|\n"
-        + "\n".join(
-            f"| {row['config']} | {row['hidden_params'] / 1e6:.1f} M | "
-            f"{row['other_params'] / 1e6:.1f} M | {row['adamw_bytes'] / 1e9:.3f} GB | "
-            f"{row['swan_bytes'] / 1e9:.3f} GB | {row['ratio']:.2f} |"
-            for row in table
-        )
+
+
+def setup_text(s: Setup, seeds: list[int]) -> str:
+    cfg = s.cfg
+    return (
+        f"Tiny LLaMA (H={cfg.hidden}, FF={cfg.ff}, L={cfg.layers}, S={cfg.seq}, vocab "
+        f"{cfg.vocab}) trained from scratch on {s.n_files} stdlib files (train sha256 "
+        f"{s.train_sha256[:12]}, eval {s.eval_sha256[:12]}); batches of 16 windows, "
+        f"{s.steps} steps, warm-up 10% then cosine to 10%, no weight decay; seeds {seeds}, "
+        "each seed's optimizers sharing its initial model and window order; "
+        f"lrs {s.lrs}; SWAN = GradNorm + NS whitening (beta 0.8, 10 steps), embed/head/norms on "
+        "AdamW 3e-3."
     )
+
+
+# -- the reproduction --------------------------------------------------------------------------
+
+
+@reproduction("swan", seeds=SEEDS, smoke_seeds=3)
+def run(r: Run) -> ReproResult:
+    """Train AdamW, SWAN and SGD (full: + the no-whitening ablation) on every seed; check C1-C4."""
+    s = setup(r)
+    per_seed = r.over_seeds(lambda seed: measure_seed(seed, s), label="training")
+    runs = Runs(  # the fields are measured in this order
+        main={name: [p[name] for p in per_seed] for name in s.arms},
+        extra=measure_anchors(r.seeds[0], s) if s.full else {},
+        peaks={} if r.smoke else memory.peak_step_memory(ARMS, vocab=s.cfg.vocab),
+        wide=measure_wide(r.seeds[0], s) if s.full else {},
+    )
+    checks, notes = build_checks(runs.main, full=s.full)
+    analytic = memory.analytic_table()
+    r.figure(plot_curves(runs.main, runs.extra), "curves.png")
+    r.figure(plot_memory(_totals(runs.main), runs.main, analytic), "memory.png")
+    tables = [table_bytes(runs.main), table_analytic(analytic)]
     return r.result(
         claim=CLAIM,
         checks=checks,
-        metrics=metrics,
+        metrics=metrics(runs, s, analytic, r.seeds[0]),
         criteria=CRITERIA,
         key_check=C2_ADAMW.name if C2_ADAMW.name in [c.name for c in checks] else None,
-        setup=(
-            f"Tiny LLaMA (H={cfg.hidden}, FF={cfg.ff}, L={cfg.layers}, S={cfg.seq}, vocab "
-            f"{cfg.vocab}) trained from scratch on {corpus.n_files} stdlib files (train sha256 "
-            f"{corpus.train_sha256[:12]}, eval {corpus.eval_sha256[:12]}); batches of 16 windows, "
-            f"{steps} steps, warm-up 10% then cosine to 10%, no weight decay; seeds {r.seeds}, "
-            "each seed's optimizers sharing its initial model and window order; "
-            f"lrs {lrs}; SWAN = GradNorm + NS whitening (beta 0.8, 10 steps), embed/head/norms on "
-            "AdamW 3e-3."
-        ),
-        tables=tables,
-        notes=notes,
-        deviations=DEVIATIONS,
-        power=POWER,
+        setup=setup_text(s, r.seeds),
+        tables=[s.sweep_table, *tables] if s.sweep_table else tables,
+        notes=[*notes, memory_note(runs.main, analytic)],
+        power=power_summary(checks),
     )
-
-
-# -- figures -----------------------------------------------------------------------------------
-
-
-def _plot_curves(main: dict, extra: dict):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, rs in {**main, **extra}.items():
-        tokens = [t / 1e3 for t in rs[0].tokens]
-        curves = list(zip(*(rr.eval_ce for rr in rs)))
-        mean = [statistics.fmean(c) for c in curves]
-        line = ax.plot(tokens, mean, marker="o", ms=3, label=name)[0]
-        if len(rs) > 1:
-            ax.fill_between(
-                tokens,
-                [min(c) for c in curves],
-                [max(c) for c in curves],
-                color=line.get_color(),
-                alpha=0.2,
-            )
-    target = statistics.fmean(rr.final for rr in main["adamw"])
-    ax.axhline(target, color="k", ls=":", lw=0.8, label="AdamW final")
-    ax.set_xlabel("tokens seen (thousands)")
-    ax.set_ylabel("eval cross-entropy (nats); band: min-max over seeds")
-    ax.set_ylim(top=min(8.0, ax.get_ylim()[1]))
-    ax.legend(fontsize=7)
-    ax.set_title("tiny LLaMA on stdlib source: eval loss vs tokens")
-    return fig
-
-
-def _plot_memory(totals: dict, main: dict, table: list):
-    plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    names = list(totals)
-    parts = {
-        "params": [main[n][0].param_bytes for n in names],
-        "grads": [main[n][0].grad_bytes for n in names],
-        "optimizer state": [main[n][0].state_bytes for n in names],
-    }
-    bottom = [0] * len(names)
-    for label, vals in parts.items():
-        a.bar(names, [v / 1e6 for v in vals], bottom=[x / 1e6 for x in bottom], label=label)
-        bottom = [x + v for x, v in zip(bottom, vals)]
-    a.set_ylabel("MB (exact)")
-    a.set_title("this model, fp32")
-    a.legend()
-    cfgs = [row["config"] for row in table]
-    xs = range(len(cfgs))
-    b.bar([x - 0.2 for x in xs], [row["adamw_bytes"] / 1e9 for row in table], 0.4, label="AdamW")
-    b.bar([x + 0.2 for x in xs], [row["swan_bytes"] / 1e9 for row in table], 0.4, label="SWAN")
-    b.set_xticks(list(xs))
-    b.set_xticklabels(cfgs)
-    b.set_ylabel("GB, params+grads+state (bf16)")
-    b.set_title("analytic, GaLore LLaMA configs")
-    b.legend()
-    return fig

@@ -15,7 +15,15 @@ from icml25.swan.groups import swan_param_groups
 from icml25.swan.memory import expected_adamw_state_bytes, model_bytes, optimizer_state_bytes
 from icml25.swan.optim import SWAN, SinkGD
 
-__all__ = ["ModelConfig", "RunResult", "build_model", "make_optimizer", "train_run", "OPTIMIZERS"]
+__all__ = [
+    "ModelConfig",
+    "RunResult",
+    "build_model",
+    "lr_sweep",
+    "make_optimizer",
+    "train_run",
+    "OPTIMIZERS",
+]
 
 OPTIMIZERS = (
     "adamw",
@@ -226,3 +234,20 @@ def train_run(
             for p, r0 in zip(swan_mats, row_sums0)
         )
     return result
+
+
+def lr_sweep(
+    grids: dict[str, list[float]],
+    seed: int,
+    steps: int,
+    train_ids: torch.Tensor,
+    eval_ids: torch.Tensor,
+    cfg: ModelConfig,
+) -> dict[str, dict[float, float]]:
+    """``{optimizer: {lr: final eval CE}}``: one :func:`train_run` per optimizer and learning rate
+    of ``grids``, in order, all on ``seed`` (the reproduction's full mode tunes on a seed it never
+    evaluates)."""
+    return {
+        name: {lr: train_run(name, lr, seed, steps, train_ids, eval_ids, cfg).final for lr in grid}
+        for name, grid in grids.items()
+    }
