@@ -289,10 +289,10 @@ def test_environment_tables_and_gymnasium():
 
 def test_regression_quick_criteria_hold_for_seed_0():
     """Our quick criteria 1-5 on seed 0's numbers (the per-seed form of the checks)."""
-    from icml25.certificates import repro
+    from icml25.certificates import experiment, repro
 
-    st = repro.Setting(1.0)
-    m = repro.measure_seed(st, 0, repro.N_TRAJ, mc=True)
+    st = experiment.Setting(1.0)
+    m = experiment.run_seed(st, 0, repro.N_TRAJ, mc=True)
     ev = m["eval"]
     assert st.v_true >= 0.8 and abs(m["v_fd"] - st.v_true) <= 0.03  # 1
     p = ev["front_door"]["p_safe"]
@@ -314,11 +314,11 @@ def test_nominal_helper_shapes():
 def test_neural_front_door_reaches_the_tabular_accuracy():
     """One-hot features, kappa = 1, 10k trajectories: max Q error <= 0.15 and the
     certificate on it keeps P_safe >= 0.8 (about 60 s)."""
-    from icml25.certificates import repro
+    from icml25.certificates import experiment
     from icml25.certificates.qfunctions import NeuralFrontDoorFQE
 
-    st = repro.Setting(1.0)
-    out = repro._neural(st, 0, 10_000, steps=2000)
+    st = experiment.Setting(1.0)
+    out = experiment.neural_fit(st, 0, 10_000, steps=2000)
     assert out["err"][0] <= 0.15 and out["p_safe"] >= 0.8
     with pytest.raises(ValueError, match="needs the mediator column"):
         net = NeuralFrontDoorFQE(torch.eye(70, dtype=D), 5, 5, 10, st.mdp.safe, steps_per_k=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from icml25.certificates import repro
+from icml25.certificates import experiment, repro
 
 METRICS = ("true V(x0, H)", "P_safe front_door", "P_safe dtcbf_offline", "max |Q_fd - Q|")
 
@@ -59,7 +59,7 @@ def test_only_deterministic_quantities_are_exact_criteria():
 def test_monte_carlo_check_counts_trajectories_once_per_seed(tmp_path):
     result = repro.run(quick=True, seed=3, out=tmp_path, smoke=True)
     c = next(c for c in result.checks if c.name == repro.CERT_MC.name)
-    n = repro.MC_SIMS * repro.MC_TRAJ
+    n = experiment.MC_SIMS * experiment.MC_TRAJ
     assert c.criterion.design == "proportion" and c.data["n"] == [n, n]
     assert c.data["units"] == ["seed 3", "seed 4"]
     # the counts are the safe trajectories of the rollouts the metric averages
@@ -72,8 +72,8 @@ def test_monte_carlo_check_counts_trajectories_once_per_seed(tmp_path):
 def test_exact_quantities_do_not_depend_on_the_data():
     """What the exact checks read is the same on every seed, even with data too small to cover
     the state space: the nominal uses no data, and Theorem 3.4 leaves no certified set empty."""
-    st = repro.Setting(1.0)
-    runs = [repro.measure_seed(st, s, 20, mc=False) for s in range(3)]
+    st = experiment.Setting(1.0)
+    runs = [experiment.run_seed(st, s, 20, mc=False) for s in range(3)]
     assert len({r["eval"]["nominal"]["p_safe"] for r in runs}) == 1
     assert [r["empty"] for r in runs] == [0, 0, 0]
     assert len({r["v_fd"] for r in runs}) == 3  # the fits themselves do vary
@@ -90,7 +90,7 @@ def test_quick_repro_verdicts_are_the_recorded_ones(tmp_path, assert_recorded_ve
 
 def test_checks_fail_on_planted_unsafe_numbers():
     """The checks can fail: a certificate whose closed loop is as unsafe as DTCBF's."""
-    st = repro.Setting(1.0)
+    st = experiment.Setting(1.0)
     runs = []
     for s in range(3):
         m = {
@@ -107,7 +107,7 @@ def test_checks_fail_on_planted_unsafe_numbers():
             for n in ("nominal", "dtcbf_offline", "front_door")
         }
         m["eval"]["nominal"]["p_safe"] = 0.9
-        m["mc"] = {"safe": 5_000 + 30 * s, "n": repro.MC_SIMS * repro.MC_TRAJ}
+        m["mc"] = {"safe": 5_000 + 30 * s, "n": experiment.MC_SIMS * experiment.MC_TRAJ}
         runs.append(m)
     verdicts = {c.name: c.verdict for c in repro.quick_checks(st, runs)}
     assert verdicts[repro.CERT_SAFE.name] == "did not hold"

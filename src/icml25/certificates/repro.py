@@ -11,43 +11,53 @@ offline trajectories, front-door and naive fits, every controller evaluated exac
 recursion over the closed-loop table) and the front-door certificate by Monte Carlo (100
 simulations x 100 trajectories, the paper's protocol, counted as a proportion per seed). Full
 mode sweeps confounding strength, data size and alpha, and fits the neural front-door estimator
-once per seed. Only deterministic quantities are exact checks (docs/certificates.md). The module reads: constants and pre-registered
-criteria -> setup -> per-seed measurement -> checks -> figures.
+once per seed. Only deterministic quantities are exact checks (docs/certificates.md).
+
+The module reads: claim and criteria -> ``setup`` -> ``measure_seed`` (one seed's fits and
+evaluations, ``experiment.py``) -> ``evaluate`` -> tables and metrics -> ``run``; figures are in
+``figures.py``.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
-import torch
-
-from icml25.certificates.baselines import DTCBFFilter, NominalController
-from icml25.certificates.certificate import SafetyCertificate
-from icml25.certificates.envs import (
-    ConfoundedDrivingConfig,
-    make_confounded_driving,
-    safety_barrier,
-    velocities,
+from icml25.certificates.experiment import (
+    ALPHAS,
+    EPS,
+    MC_SIMS,
+    MC_TRAJ,
+    H,
+    Setting,
+    neural_fit,
+    run_seed,
+    sweep,
 )
-from icml25.certificates.evaluate import exact_closed_loop_safety, monte_carlo_safety, progress
-from icml25.certificates.qfunctions import FrontDoorFQE, NaiveFQE, SafetyQ, exact_safety_q
-from icml25.report import Criterion, Metric, ReproResult, Run, pyplot, reproduction
+from icml25.certificates.figures import plot_curves, plot_sweep, plot_tradeoff
+from icml25.report import (
+    Check,
+    Criterion,
+    Metric,
+    ReproResult,
+    Run,
+    not_held_notes,
+    power_summary,
+    reproduction,
+    table,
+)
 
 CLAIM = (
     "A safety certificate on the interventional safety value learned by front-door causal RL "
     "from confounded offline data keeps the long-term safety probability above 1 - eps; DTCBF on "
     "the offline statistics and the nominal policy do not."
 )
-D = torch.float64
-H, EPS = 10, 0.2
 #: pre-registered seed counts (quick, full): 10 seeds give intervals over seeds of about +-0.002
 #: on P_safe at the prototype's per-seed spread (0.001)
 SEEDS = (10, 10)
 N_TRAJ = 10_000  # offline trajectories (quick; the full sweep also 1k, 3k, 30k)
-MC_SIMS, MC_TRAJ = 100, 100  # the paper's 100 x 100 rollouts
 KAPPAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SIZES = (1_000, 3_000, 10_000, 30_000)
-ALPHAS = (0.0, 0.5, 1.0)
 CONTROLLERS = ("nominal", "dtcbf_offline", "dtcbf_true", "naive", "front_door", "oracle")
 
 # -- pre-registered criteria ---------------------------------------------------------------------
@@ -163,88 +173,25 @@ CRITERIA = [
 
 
 # -- setup ---------------------------------------------------------------------------------------
-class Setting:
-    """The environment at one confounding strength, its exact values and fixed baselines."""
+@dataclass(frozen=True)
+class Setup:
+    """The environment at kappa = 1 with the aggressive nominal, and this run's sizes."""
 
-    def __init__(self, kappa: float = 1.0, nominal=None) -> None:
-        self.cfg = ConfoundedDrivingConfig(kappa=kappa)
-        self.mdp, self.codec = make_confounded_driving(self.cfg)
-        self.x0 = self.codec.encode(*self.cfg.x0)
-        self.nominal = torch.tensor(self.cfg.nominal if nominal is None else nominal, dtype=D)
-        self.values = torch.tensor(self.cfg.actions, dtype=D)
-        self.h, self.vel = safety_barrier(self.cfg), velocities(self.cfg)
-        Q, V = exact_safety_q(self.mdp.interventional_kernel(), self.mdp.safe, H)
-        self.oracle = SafetyQ(Q, V, self.mdp.safe)
-        self.v_true = float(V[H, self.x0])
-
-    def evaluate(self, controller) -> dict:
-        table = controller.table(self.nominal)
-        p, curve = exact_closed_loop_safety(self.mdp, table, self.x0)
-        return {
-            "p_safe": p,
-            "curve": curve,
-            "progress": progress(self.mdp, table, self.x0, self.vel),
-        }
-
-    def certificate(self, q: SafetyQ, alpha: float = 0.0) -> SafetyCertificate:
-        return SafetyCertificate(q, eps=EPS, alpha=alpha, action_values=self.values)
-
-    def q_errors(self, q: SafetyQ) -> tuple[float, float]:
-        """Largest and mean |Q_hat - Q| over safe states, k = 1..H and identified actions."""
-        safe = self.mdp.safe
-        err = (q.Q[1:, safe] - self.oracle.Q[1:, safe]).abs()
-        err = err[~torch.isnan(err)]
-        return float(err.max()), float(err.mean())
+    st: Setting
+    n_traj: int
+    full: bool
+    smoke: bool
 
 
-def empty_sets(cert: SafetyCertificate) -> int:
-    """(t, x) pairs at safe states with no certified action."""
-    ks = torch.arange(cert.H, 0, -1)
-    m = cert._margins[ks][:, cert.q.safe]
-    return int((~(~torch.isnan(m) & (m >= -1e-12)).any(-1)).sum())
+def setup(r: Run) -> Setup:
+    n_traj = r.size(smoke=500, quick=N_TRAJ, full=N_TRAJ)
+    return Setup(Setting(1.0), n_traj, full=not r.quick, smoke=r.smoke)
 
 
-# -- per-seed measurement ------------------------------------------------------------------------
-def measure_seed(st: Setting, seed: int, n_traj: int, mc: bool, alphas=(0.0,)) -> dict:
-    """Fit both estimators on one seed's offline data and evaluate every controller."""
-    g = torch.Generator().manual_seed(seed)
-    data = st.mdp.sample_offline(n_traj, H, generator=g)
-    fd = FrontDoorFQE(H, st.mdp.safe, n_actions=5, n_mediators=5).fit(data)
-    naive = NaiveFQE(H, st.mdp.safe, n_actions=5).fit(data)
-    out = {
-        "seed": seed,
-        "v_fd": fd.v(st.x0, H),
-        "v_naive": naive.v(st.x0, H),
-        "backoff": fd.fit_info["backoff_xmu"] + fd.fit_info["backoff_xm"],
-    }
-    out["err_fd"], out["err_naive"] = st.q_errors(fd), st.q_errors(naive)
-    ctrls = {
-        "nominal": NominalController(H, st.mdp.n_states),
-        "dtcbf_offline": DTCBFFilter(data, st.h, 0.5, H, st.values),
-        "dtcbf_true": DTCBFFilter(st.mdp.interventional_kernel(), st.h, 0.5, H, st.values),
-    }
-    for a in alphas:
-        tag = "" if a == 0 else f"@{a:g}"
-        ctrls["naive" + tag] = st.certificate(naive, a).as_controller()
-        ctrls["front_door" + tag] = st.certificate(fd, a).as_controller()
-        ctrls["oracle" + tag] = st.certificate(st.oracle, a).as_controller()
-    out["eval"] = {name: st.evaluate(c) for name, c in ctrls.items()}
-    out["empty"] = empty_sets(st.certificate(fd, 0.0))
-    if mc:
-        sim = monte_carlo_safety(
-            st.mdp,
-            ctrls["front_door"],
-            MC_SIMS,
-            MC_TRAJ,
-            st.x0,
-            torch.Generator().manual_seed(10_000 + seed),
-            st.nominal,
-        )
-        # per_sim holds fractions of MC_TRAJ trajectories: back to a count of safe trajectories
-        sim["safe"] = round(float(sim["per_sim"].sum()) * MC_TRAJ)
-        sim["n"] = MC_SIMS * MC_TRAJ
-        out["mc"] = sim
-    return out
+def measure_seed(seed: int, s: Setup) -> dict:
+    """Both estimators fitted on one seed's offline data, every controller evaluated exactly
+    (alpha 0, 0.5 and 1), and the front-door certificate by Monte Carlo."""
+    return run_seed(s.st, seed, s.n_traj, mc=True, alphas=ALPHAS)
 
 
 # -- checks --------------------------------------------------------------------------------------
@@ -281,142 +228,27 @@ def quick_checks(st: Setting, runs: list[dict]) -> list:
     return checks
 
 
-# -- the reproduction ----------------------------------------------------------------------------
-@reproduction("certificates", seeds=SEEDS, smoke_seeds=2)
-def run(r: Run) -> ReproResult:
-    """Quick: kappa = 1, 10k trajectories; full adds the kappa x size x alpha sweep."""
-    n_traj = r.size(smoke=500, quick=N_TRAJ, full=N_TRAJ)
-    st = Setting(1.0)
-    runs = r.over_seeds(
-        lambda s: measure_seed(st, s, n_traj, mc=True, alphas=ALPHAS), label="fits and evaluations"
-    )
-    checks = quick_checks(st, runs)
-    tables = [_controller_table(runs, "aggressive nominal (0 w.p. 0.3, +1 w.p. 0.7)")]
-    uniform = Setting(1.0, nominal=[0.2] * 5)
-    uni_runs = [measure_seed(uniform, s, n_traj, mc=False) for s in r.seeds[:3]]
-    tables.append(_controller_table(uni_runs, "the paper's uniform nominal (report only)"))
-    sweep, metrics_neural = None, []
-    if not r.quick:
-        sizes = r.size(smoke=(500, 1_000), quick=None, full=SIZES)
-        kappas = r.size(smoke=(0.0, 1.0), quick=None, full=KAPPAS)
-        sweep = _sweep(r, kappas, sizes)
-        for kappa in kappas:
-            for n in sizes:
-                if n < 3_000 and not r.smoke:
-                    continue
-                vals = [x["front_door"] for x in sweep[(kappa, n, 0.0)]]
-                checks.append(
-                    FULL_KAPPA.check(vals).renamed(f"{FULL_KAPPA.name} (kappa={kappa:g}, n={n})")
-                )
-        tables.append(_sweep_table(sweep, kappas, sizes))
-        steps = r.size(smoke=20, quick=None, full=2000)
-        neural = r.over_seeds(lambda s: _neural(st, s, n_traj, steps), label="neural fits")
-        units = [f"seed {s}" for s in r.seeds]
-        checks += [
-            NEURAL_SAFE.check([x["p_safe"] for x in neural], units=units),
-            NEURAL_ERR.check([x["err"][0] for x in neural], units=units),
-        ]
-        tables.append(
-            f"Neural front-door FQE (one-hot features, kappa = 1, {n_traj} trajectories, one fit "
-            f"per seed, {len(neural)} seeds, {sum(x['seconds'] for x in neural):.0f} s; mean ± sd "
-            f"over seeds): exact P_safe {_mean_sd(x['p_safe'] for x in neural)}, max |Q_nn - Q| "
-            f"{_mean_sd(x['err'][0] for x in neural)}, mean |Q_nn - Q| "
-            f"{_mean_sd(x['err'][1] for x in neural)}, V_nn(x0, H) "
-            f"{_mean_sd(x['v'] for x in neural)}."
-        )
-        metrics_neural = [
-            Metric("neural P_safe front-door", [x["p_safe"] for x in neural]),
-            Metric("neural max |Q_nn - Q|", [x["err"][0] for x in neural]),
-        ]
-    metrics = _metrics(st, runs) + metrics_neural
-    r.figure(_plot_curves(st, runs), "cert_safety_curve.png")
-    r.figure(_plot_tradeoff(runs), "cert_tradeoff.png")
-    if sweep is not None:
-        r.figure(_plot_sweep(sweep, kappas, sizes), "cert_kappa_sweep.png")
-    return r.result(
-        claim=CLAIM,
-        checks=checks,
-        metrics=metrics,
-        criteria=CRITERIA,
-        key_check=CERT_SAFE.name,
-        setup=(
-            f"ConfoundedDriving (our reconstruction of §7, docs/certificates.md: 70 states, actions (-3..1), latent road "
-            f"state confounding the offline driver, kappa = 1), H = {H}, eps = {EPS}, x0 = (0, 0), "
-            f"uniform risk policy, aggressive nominal; {n_traj} offline trajectories of 10 steps per "
-            f"seed, seeds {r.seeds}; tabular front-door and naive FQE; exact closed-loop evaluation "
-            f"and Monte Carlo {MC_SIMS} x {MC_TRAJ} for the front-door certificate; DTCBF h = "
-            "vlim - v, alpha_cbf = 0.5."
-        ),
-        tables=tables,
-        notes=_notes(checks, runs),
-        power=(
-            "Every check compares against a fixed threshold; over 10 seeds the per-seed spread of "
-            "P_safe (about 0.001 in the prototype) gives intervals of about +-0.001, so a shortfall "
-            "of 0.01 from 1 - eps would be detected. Check 2c counts 10,000 Monte-Carlo "
-            "trajectories per seed (Wilson half-width about 0.002 pooled, widened to the t-interval "
-            "over seeds where that is wider). The paper reports no exact values (Fig. 2 is a "
-            "plot), so no paper effect is stated."
-        ),
-        deviations=[
-            "The environment is our reconstruction: the paper's dynamics constants, mediator and "
-            "alpha_cbf are not published (docs/certificates.md).",
-            "The nominal policy is aggressive (the paper: uniform); with the uniform nominal "
-            "every method clears 1 - eps (reported in the second table), which makes the "
-            "comparison uninformative.",
-            "Checks 1a and 5 are sanity checks: 1a is a property of the environment, 5 cannot fail "
-            "without a bug (Theorem 3.4).",
-            "issue 46: only deterministic quantities are exact checks (1a and 3a: no data; 5: zero "
-            "for every data set by Theorem 3.4, counted over every seed's fit). Check 2c, a "
-            "Monte-Carlo frequency, is a proportion of safe trajectories with one count per seed "
-            "(was a mean over 1000 simulations pooled across seeds, which hid that the seeds' "
-            "certificates are different fits); checks 7a/7b, one neural fit before, are repeated "
-            "on every seed (mean over seeds, same thresholds).",
-            "Closed-loop tables hold t = 0..H-1 (the planned (H+1, X, U) shape had an unused last slice).",
-        ],
-    )
-
-
-def _neural(st: Setting, seed: int, n_traj: int, steps: int) -> dict:
-    """One fit of the neural front-door estimator on one-hot state features: the seed draws the
-    offline data and the initialisation (docs/certificates.md: full mode, one fit per seed)."""
-    import time
-
-    from icml25.certificates.qfunctions import NeuralFrontDoorFQE
-
-    data = st.mdp.sample_offline(n_traj, H, generator=torch.Generator().manual_seed(seed))
-    t0 = time.perf_counter()
-    net = NeuralFrontDoorFQE(
-        torch.eye(st.mdp.n_states, dtype=D), 5, 5, H, st.mdp.safe, steps_per_k=steps, seed=seed
-    ).fit(data)
-    q = net.safety_q()
-    out = st.evaluate(st.certificate(q).as_controller())
-    out.update(err=st.q_errors(q), v=q.v(st.x0, H), seconds=time.perf_counter() - t0)
-    return out
-
-
-def _sweep(r: Run, kappas, sizes) -> dict:
-    out = {}
+def full_checks(
+    sweep_rows: dict, kappas, sizes, neural: list[dict], s: Setup, seeds
+) -> list[Check]:
+    """Claim 6 over the kappa x size grid (n >= 3,000 outside the smoke size) and claim 7 (the
+    neural front-door estimator, one fit per seed)."""
+    checks = []
     for kappa in kappas:
-        st = Setting(kappa)
         for n in sizes:
-            for a in ALPHAS:
-                out[(kappa, n, a)] = []
-            for s in r.seeds:
-                m = measure_seed(st, s, n, mc=False, alphas=ALPHAS)
-                for a in ALPHAS:
-                    tag = "" if a == 0 else f"@{a:g}"
-                    out[(kappa, n, a)].append(
-                        {
-                            "front_door": m["eval"]["front_door" + tag]["p_safe"],
-                            "naive": m["eval"]["naive" + tag]["p_safe"],
-                            "dtcbf_offline": m["eval"]["dtcbf_offline"]["p_safe"],
-                            "progress_fd": m["eval"]["front_door" + tag]["progress"],
-                            "backoff": m["backoff"],
-                        }
-                    )
-    return out
+            if n < 3_000 and not s.smoke:
+                continue
+            vals = [x["front_door"] for x in sweep_rows[(kappa, n, 0.0)]]
+            checks.append(
+                FULL_KAPPA.check(vals).renamed(f"{FULL_KAPPA.name} (kappa={kappa:g}, n={n})")
+            )
+    units = [f"seed {x}" for x in seeds]
+    checks.append(NEURAL_SAFE.check([x["p_safe"] for x in neural], units=units))
+    checks.append(NEURAL_ERR.check([x["err"][0] for x in neural], units=units))
+    return checks
 
 
+# -- tables and metrics ----------------------------------------------------------------------------
 def _mean_sd(vals) -> str:
     vals = list(vals)
     if len(vals) < 2:
@@ -424,42 +256,61 @@ def _mean_sd(vals) -> str:
     return f"{statistics.fmean(vals):.3f} ± {statistics.stdev(vals):.3f}"
 
 
-def _controller_table(runs: list[dict], label: str) -> str:
-    names = list(runs[0]["eval"])
-    lines = [
-        f"Exact closed-loop safety, {label} (mean ± sd over {len(runs)} seeds):",
-        "",
-        "| controller | P_safe over 0..H | progress E[sum v_t] |",
-        "|---|---|---|",
+def table_controllers(runs: list[dict], label: str) -> str:
+    rows = [
+        [
+            n,
+            _mean_sd(r["eval"][n]["p_safe"] for r in runs),
+            _mean_sd(r["eval"][n]["progress"] for r in runs),
+        ]
+        for n in runs[0]["eval"]
     ]
-    for n in names:
-        lines.append(
-            f"| {n} | {_mean_sd(r['eval'][n]['p_safe'] for r in runs)} | "
-            f"{_mean_sd(r['eval'][n]['progress'] for r in runs)} |"
-        )
-    return "\n".join(lines)
+    return table(
+        ["controller", "P_safe over 0..H", "progress E[sum v_t]"],
+        rows,
+        caption=f"Exact closed-loop safety, {label} (mean ± sd over {len(runs)} seeds):",
+    )
 
 
-def _sweep_table(sweep: dict, kappas, sizes) -> str:
-    lines = [
-        "Sweep (exact P_safe, mean over seeds; alpha = 0 unless noted):",
-        "",
-        "| kappa | n | front-door | front-door alpha=1 | naive | DTCBF offline | backoffs |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def table_sweep(sweep_rows: dict, kappas, sizes) -> str:
+    def mean(rows, key):
+        return statistics.fmean(x[key] for x in rows)
+
+    rows = []
     for k in kappas:
         for n in sizes:
-            a0, a1 = sweep[(k, n, 0.0)], sweep[(k, n, 1.0)]
-            mean = lambda rows, key: statistics.fmean(x[key] for x in rows)  # noqa: E731
-            lines.append(
-                f"| {k:g} | {n} | {mean(a0, 'front_door'):.3f} | {mean(a1, 'front_door'):.3f} | "
-                f"{mean(a0, 'naive'):.3f} | {mean(a0, 'dtcbf_offline'):.3f} | "
-                f"{mean(a0, 'backoff'):.0f} |"
+            a0, a1 = sweep_rows[(k, n, 0.0)], sweep_rows[(k, n, 1.0)]
+            rows.append(
+                [
+                    f"{k:g}",
+                    n,
+                    f"{mean(a0, 'front_door'):.3f}",
+                    f"{mean(a1, 'front_door'):.3f}",
+                    f"{mean(a0, 'naive'):.3f}",
+                    f"{mean(a0, 'dtcbf_offline'):.3f}",
+                    f"{mean(a0, 'backoff'):.0f}",
+                ]
             )
-    return "\n".join(lines)
+    columns = ["kappa", "n", "front-door", "front-door alpha=1", "naive", "DTCBF offline"]
+    return table(
+        [*columns, "backoffs"],
+        rows,
+        caption="Sweep (exact P_safe, mean over seeds; alpha = 0 unless noted):",
+    )
 
 
-def _metrics(st: Setting, runs: list[dict]) -> list[Metric]:
+def neural_text(neural: list[dict], n_traj: int) -> str:
+    return (
+        f"Neural front-door FQE (one-hot features, kappa = 1, {n_traj} trajectories, one fit "
+        f"per seed, {len(neural)} seeds, {sum(x['seconds'] for x in neural):.0f} s; mean ± sd "
+        f"over seeds): exact P_safe {_mean_sd(x['p_safe'] for x in neural)}, max |Q_nn - Q| "
+        f"{_mean_sd(x['err'][0] for x in neural)}, mean |Q_nn - Q| "
+        f"{_mean_sd(x['err'][1] for x in neural)}, V_nn(x0, H) "
+        f"{_mean_sd(x['v'] for x in neural)}."
+    )
+
+
+def metrics(st: Setting, runs: list[dict]) -> list[Metric]:
     ev = [r["eval"] for r in runs]
     out = [Metric("true V(x0, H)", st.v_true)]
     out += [Metric(f"P_safe {n}", [e[n]["p_safe"] for e in ev]) for n in ev[0]]
@@ -479,66 +330,56 @@ def _metrics(st: Setting, runs: list[dict]) -> list[Metric]:
     return out
 
 
-def _notes(checks, runs) -> str:
-    bad = [c.name for c in checks if not c.held]
-    return ("Checks not held: " + "; ".join(bad) + ".") if bad else ""
-
-
-# -- figures -------------------------------------------------------------------------------------
-def _plot_curves(st: Setting, runs: list[dict]):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    t = list(range(H + 1))
-    for name in CONTROLLERS:
-        curves = torch.stack([r["eval"][name]["curve"] for r in runs])
-        ax.plot(t, curves.mean(0).tolist(), marker="o", ms=3, label=name)
-    mc = runs[0]["mc"]
-    ax.fill_between(
-        t,
-        mc["curve_ci"][:, 0].tolist(),
-        mc["curve_ci"][:, 1].tolist(),
-        alpha=0.3,
-        label="front-door MC 95% CI (seed 0)",
+def setup_text(s: Setup, seeds: list[int]) -> str:
+    return (
+        "ConfoundedDriving (our reconstruction of §7, docs/certificates.md: 70 states, actions "
+        "(-3..1), latent road state confounding the offline driver, kappa = 1), "
+        f"H = {H}, eps = {EPS}, x0 = (0, 0), uniform risk policy, aggressive nominal; {s.n_traj} "
+        f"offline trajectories of 10 steps per seed, seeds {seeds}; tabular front-door and naive "
+        f"FQE; exact closed-loop evaluation and Monte Carlo {MC_SIMS} x {MC_TRAJ} for the "
+        "front-door certificate; DTCBF h = vlim - v, alpha_cbf = 0.5."
     )
-    ax.axhline(1 - EPS, ls="--", color="k", lw=1)
-    ax.set_xlabel("t")
-    ax.set_ylabel("P(safe through t)")
-    ax.legend(fontsize=7)
-    ax.set_title("ConfoundedDriving, aggressive nominal")
-    return fig
 
 
-def _plot_tradeoff(runs: list[dict]):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in runs[0]["eval"]:
-        p = statistics.fmean(r["eval"][name]["p_safe"] for r in runs)
-        g = statistics.fmean(r["eval"][name]["progress"] for r in runs)
-        ax.scatter([g], [p])
-        ax.annotate(name, (g, p), fontsize=7)
-    ax.axhline(1 - EPS, ls="--", color="k", lw=1)
-    ax.set_xlabel("progress E[sum v_t]")
-    ax.set_ylabel("P_safe over 0..H")
-    return fig
-
-
-def _plot_sweep(sweep: dict, kappas, sizes):
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    n = max(sizes) if 10_000 not in sizes else 10_000
-    for key, label in (
-        ("front_door", "front-door"),
-        ("naive", "naive"),
-        ("dtcbf_offline", "DTCBF offline"),
-    ):
-        ax.plot(
-            kappas,
-            [statistics.fmean(x[key] for x in sweep[(k, n, 0.0)]) for k in kappas],
-            marker="o",
-            label=label,
+# -- the reproduction ----------------------------------------------------------------------------
+@reproduction("certificates", seeds=SEEDS, smoke_seeds=2)
+def run(r: Run) -> ReproResult:
+    """Quick: kappa = 1, 10k trajectories; full adds the kappa x size x alpha sweep."""
+    s = setup(r)
+    runs = r.over_seeds(lambda seed: measure_seed(seed, s), label="fits and evaluations")
+    checks = quick_checks(s.st, runs)
+    tables = [table_controllers(runs, "aggressive nominal (0 w.p. 0.3, +1 w.p. 0.7)")]
+    uniform = Setting(1.0, nominal=[0.2] * 5)
+    uni_runs = [run_seed(uniform, seed, s.n_traj, mc=False) for seed in r.seeds[:3]]
+    tables.append(table_controllers(uni_runs, "the paper's uniform nominal (report only)"))
+    extra_metrics = []
+    if s.full:
+        sizes = r.size(smoke=(500, 1_000), quick=None, full=SIZES)
+        kappas = r.size(smoke=(0.0, 1.0), quick=None, full=KAPPAS)
+        sweep_rows = sweep(r.seeds, kappas, sizes)
+        tables.append(table_sweep(sweep_rows, kappas, sizes))
+        steps = r.size(smoke=20, quick=None, full=2000)
+        neural = r.over_seeds(
+            lambda seed: neural_fit(s.st, seed, s.n_traj, steps), label="neural fits"
         )
-    ax.axhline(1 - EPS, ls="--", color="k", lw=1)
-    ax.set_xlabel("confounding strength kappa")
-    ax.set_ylabel(f"exact P_safe (n = {n})")
-    ax.legend()
-    return fig
+        checks += full_checks(sweep_rows, kappas, sizes, neural, s, r.seeds)
+        tables.append(neural_text(neural, s.n_traj))
+        extra_metrics = [
+            Metric("neural P_safe front-door", [x["p_safe"] for x in neural]),
+            Metric("neural max |Q_nn - Q|", [x["err"][0] for x in neural]),
+        ]
+    r.figure(plot_curves(runs, CONTROLLERS), "cert_safety_curve.png")
+    r.figure(plot_tradeoff(runs), "cert_tradeoff.png")
+    if s.full:
+        r.figure(plot_sweep(sweep_rows, kappas, sizes), "cert_kappa_sweep.png")
+    return r.result(
+        claim=CLAIM,
+        checks=checks,
+        metrics=metrics(s.st, runs) + extra_metrics,
+        criteria=CRITERIA,
+        key_check=CERT_SAFE.name,
+        setup=setup_text(s, r.seeds),
+        tables=tables,
+        notes=not_held_notes(checks),
+        power=power_summary(checks),
+    )
