@@ -293,6 +293,35 @@ def test_config_defaults_follow_table5_and_bad_values():
         PreferenceConfig(k=0)
 
 
+def test_config_choices_are_typed_as_the_values_they_accept(toy):
+    """The ``Literal`` types of the configs' string choices list exactly what the checks accept."""
+    from typing import get_args, get_type_hints
+
+    from icml25.fpo.hooks import SITES
+    from icml25.fpo.losses import INDEX_MODES, POOL_MODES
+    from icml25.fpo.trainer import METHODS
+
+    hints = get_type_hints(PreferenceConfig)
+    assert get_args(hints["method"]) == METHODS
+    assert get_args(hints["pool"]) == POOL_MODES
+    assert get_args(hints["index_mode"]) == INDEX_MODES
+    assert get_args(hints["site"]) == SITES
+    for name in ("optimizer", "dtype"):
+        for choice in get_args(hints[name]):
+            assert getattr(PreferenceConfig(**{name: choice}), name) == choice
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            PreferenceConfig(**{name: "other"})
+    tok = toy[0]
+    col_hints = get_type_hints(PreferenceCollator)
+    # PreferenceConfig.truncation goes to the collator, which checks it
+    assert get_args(hints["truncation"]) == get_args(col_hints["truncation"])
+    for name in ("truncation", "padding_side"):
+        for choice in get_args(col_hints[name]):
+            assert getattr(PreferenceCollator(tok, **{name: choice}), name) == choice
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            PreferenceCollator(tok, **{name: "other"})
+
+
 def test_load_preferences_formats(tmp_path, toy):
     _, _, recs = toy
     plain = [r for r in recs if isinstance(r["prompt"], str)][:3]

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -61,8 +61,8 @@ class PreferenceCollator:
     tokenizer: Any
     max_length: int = 1024  # official config
     max_prompt_length: int = 512  # TRL's former default; the prompt's left part is cut first
-    truncation: str = "keep_end"
-    padding_side: str = "right"
+    truncation: Literal["keep_end", "keep_start"] = "keep_end"
+    padding_side: Literal["right", "left"] = "right"
 
     def __post_init__(self) -> None:
         for n in ("max_length", "max_prompt_length"):

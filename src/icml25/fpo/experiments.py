@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -167,6 +168,23 @@ def measure_methods(
     # models are the independent unit of the win rates (a prompt set shared by every seed would
     # be a second, crossed unit that clustering by seed ignores)
     prompts = task.prompts(n_eval, EVAL_PROMPTS + seed)
+    variants = _variants(full)
+    methods = list(METHODS) + [v for v in variants if v not in METHODS]
+    temps = (0.2, 0.4, 0.6, 0.8, 1.0) if full else (1.0,)
+    m = _Measures(st, seed, prompts, temps)
+    m.evaluate("sft", ref)
+    for name in methods:
+        m.train_and_evaluate(name, dict(variants.get(name, {})), train, held, cache, full=full)
+    m.compare_with_fpo()
+    out = m.out
+    out["step_ms"] = interleaved_step_times(st, train, col, cache, seed)
+    out["n_pairs"], out["cache_bytes"] = len(train), cache.nbytes()
+    return out
+
+
+def _variants(full: bool) -> dict[str, dict[str, Any]]:
+    """The FPO variants beside :data:`METHODS` (their config changes): α = 0; in full mode the
+    α and k ablations, the policy's top-k only and the official code's choices."""
     variants = dict(_VARIANTS)
     if full:
         variants |= {f"fpo_a{a}": {"alpha": a} for a in (0.1, 1.0, 2.0)}
@@ -175,45 +193,63 @@ def measure_methods(
             "fpo_policy_topk": {"index_mode": "policy"},
             "fpo_official": {"paper_mode": False},
         }
-    methods = list(METHODS) + [v for v in variants if v not in METHODS]
-    temps = (0.2, 0.4, 0.6, 0.8, 1.0) if full else (1.0,)
-    out: dict[str, Any] = {
-        k: {}
-        for k in (
-            "reward",
-            "greedy",
-            "entropy",
-            "win_vs_sft",
-            "kl_w",
-            "kl_l",
-            "acc",
-            "h2h",
-            "temps",
-            "train_s",
-            "curve",
-        )
-    }
-    samples: dict[str, dict[float, list[str]]] = {}
-    scores: dict[str, dict[float, list[float]]] = {}
+    return variants
 
-    def evaluate(name: str, model) -> None:
-        samples[name] = {t: _samples(model, tok, prompts, t, seed) for t in temps}
-        scores[name] = {
-            t: [reward(p, y) for p, y in zip(prompts, s)] for t, s in samples[name].items()
+
+#: what :func:`measure_methods` returns per method (besides step_ms, n_pairs, cache_bytes)
+_OUTCOMES = (
+    "reward",
+    "greedy",
+    "entropy",
+    "win_vs_sft",
+    "kl_w",
+    "kl_l",
+    "acc",
+    "h2h",
+    "temps",
+    "train_s",
+    "curve",
+)
+
+
+@dataclass
+class _Measures:
+    """One seed's measurements: every model's samples and rewards on the seed's held-out
+    ``prompts`` at each of ``temps``, and the outcomes :func:`measure_methods` returns."""
+
+    st: dict
+    seed: int
+    prompts: list[str]
+    temps: tuple[float, ...]
+    out: dict[str, Any] = field(default_factory=lambda: {k: {} for k in _OUTCOMES})
+    samples: dict[str, dict[float, list[str]]] = field(default_factory=dict)
+    scores: dict[str, dict[float, list[float]]] = field(default_factory=dict)
+
+    def evaluate(self, name: str, model) -> None:
+        """Samples and rewards at each temperature, the mean reward at T = 1 and greedy, and the
+        token entropy of the non-empty T = 1 samples."""
+        tok, prompts, out = self.st["tok"], self.prompts, self.out
+        self.samples[name] = {t: _samples(model, tok, prompts, t, self.seed) for t in self.temps}
+        self.scores[name] = {
+            t: [reward(p, y) for p, y in zip(prompts, s)] for t, s in self.samples[name].items()
         }
-        out["reward"][name] = float(np.mean(scores[name][1.0]))
-        greedy = _samples(model, tok, prompts, 0.0, seed)
+        out["reward"][name] = float(np.mean(self.scores[name][1.0]))
+        greedy = _samples(model, tok, prompts, 0.0, self.seed)
         out["greedy"][name] = float(np.mean([reward(p, y) for p, y in zip(prompts, greedy)]))
-        nonempty = [(p, y) for p, y in zip(prompts, samples[name][1.0]) if y.strip()]
+        nonempty = [(p, y) for p, y in zip(prompts, self.samples[name][1.0]) if y.strip()]
         out["entropy"][name] = (
             token_entropy(model, tok, [_chat(p) for p, _ in nonempty], [y for _, y in nonempty])
             if nonempty
             else float("nan")
         )
 
-    evaluate("sft", ref)
-    for name in methods:
-        kw = dict(variants.get(name, {}))
+    def train_and_evaluate(
+        self, name: str, kw: dict, train: list, held: list, cache, *, full: bool
+    ) -> None:
+        """Method ``name`` trained from a copy of the SFT model on ``train`` (the full mode's FPO
+        records Figure 4's curve), then evaluated: samples, wins over SFT, per-pair sequential
+        KLs and reward accuracy on the ``held`` pairs."""
+        tok, ref, sae, out = self.st["tok"], self.st["ref"], self.st["sae"], self.out
         pol = copy.deepcopy(ref)
         curve: list[dict] = []
         cb = (
@@ -226,7 +262,7 @@ def measure_methods(
             pol,
             tok,
             train,
-            _config(name, seed, **kw),
+            _config(name, self.seed, **kw),
             sae=sae,
             ref_cache=cache,
             ref_model=ref,
@@ -235,22 +271,24 @@ def measure_methods(
         out["train_s"][name] = time.perf_counter() - t0
         if curve:
             out["curve"][name] = curve
-        evaluate(name, pol)
-        out["win_vs_sft"][name] = win_outcomes(scores[name][1.0], scores["sft"][1.0])
+        self.evaluate(name, pol)
+        out["win_vs_sft"][name] = win_outcomes(self.scores[name][1.0], self.scores["sft"][1.0])
         kw_, kl_ = dataset_sequential_kl(pol, ref, tok, held)
         out["kl_w"][name], out["kl_l"][name] = kw_.tolist(), kl_.tolist()
         out["acc"][name] = reward_accuracy(pol, tok, held)
         del pol
-    for m in ("dpo", "simpo", "tdpo2"):
-        out["h2h"][m] = win_outcomes(scores["fpo"][1.0], scores[m][1.0])
-    for t in temps:
-        out["temps"][t] = {
-            m: float(np.mean(win_outcomes(scores["fpo"][t], scores[m][t])))
-            for m in ("sft", "dpo", "simpo", "tdpo2")
-        }
-    out["step_ms"] = interleaved_step_times(st, train, col, cache, seed)
-    out["n_pairs"], out["cache_bytes"] = len(train), cache.nbytes()
-    return out
+
+    def compare_with_fpo(self) -> None:
+        """FPO head to head with DPO, SimPO and TDPO-2 at T = 1, and its mean win rate over SFT
+        and each baseline at each temperature."""
+        scores = self.scores
+        for m in ("dpo", "simpo", "tdpo2"):
+            self.out["h2h"][m] = win_outcomes(scores["fpo"][1.0], scores[m][1.0])
+        for t in self.temps:
+            self.out["temps"][t] = {
+                m: float(np.mean(win_outcomes(scores["fpo"][t], scores[m][t])))
+                for m in ("sft", "dpo", "simpo", "tdpo2")
+            }
 
 
 def interleaved_step_times(st: dict, train: list, col, cache, seed: int, steps: int = 25) -> dict:

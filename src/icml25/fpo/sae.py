@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -404,91 +405,176 @@ def train_sae(
     """
     from icml25.progress import track
 
-    if not isinstance(acts, Tensor):
-        raise TypeError(
-            f"acts must be a torch tensor (N, d), got {type(acts).__name__} (use torch.as_tensor)"
-        )
-    if acts.ndim != 2 or len(acts) < 20:
-        raise ValueError(
-            f"acts must be an (N, d) tensor with N >= 20, got {tuple(getattr(acts, 'shape', ()))}"
-        )
-    if not acts.is_floating_point():
-        raise TypeError(f"acts must be a floating tensor, got {acts.dtype}")
-    if not torch.isfinite(acts).all():
-        raise ValueError("acts contain NaN or inf")
-    if kind not in ("topk", "relu"):
-        raise ValueError(f"train_sae supports kind 'topk' or 'relu', got {kind!r}")
-    d_sae = _positive_int("d_sae", d_sae)
-    steps = _positive_int("steps", steps)
-    batch = _positive_int("batch", batch)
-    k_sae = _positive_int("k_sae", k_sae)
-    lr = as_real("lr", lr, low=0.0, low_open=True)
-    seed = as_int("seed", seed)
-    holdout = as_real("holdout", holdout, low=0.0, high=1.0, low_open=True, high_open=True)
-    if kind == "relu":
-        if l1 is None:
-            raise ValueError("kind='relu' needs an L1 coefficient l1 > 0, got None")
-        l1 = as_real("l1", l1, low=0.0, low_open=True)
-    if aux_k is not None:
-        if kind != "topk":
-            raise ValueError(f"aux_k (the AuxK loss) is for kind='topk' SAEs, got kind={kind!r}")
-        aux_k = as_int("aux_k", aux_k, 1, d_sae)
-        aux_coef = as_real("aux_coef", aux_coef, low=0.0)
-        dead_after_steps = _positive_int("dead_after_steps", dead_after_steps)
+    r = _SAERecipe.checked(
+        acts,
+        d_sae=d_sae,
+        kind=kind,
+        k_sae=k_sae,
+        l1=l1,
+        steps=steps,
+        batch=batch,
+        lr=lr,
+        seed=seed,
+        holdout=holdout,
+        aux_k=aux_k,
+        aux_coef=aux_coef,
+        dead_after_steps=dead_after_steps,
+    )
     acts = acts.float()
-    n, d = acts.shape
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(n, generator=gen).to(acts.device)
-    n_hold = max(1, int(round(n * holdout)))
+    gen = torch.Generator().manual_seed(r.seed)
+    perm = torch.randperm(len(acts), generator=gen).to(acts.device)
+    n_hold = max(1, int(round(len(acts) * r.holdout)))
     hold, train = acts[perm[:n_hold]], acts[perm[n_hold:]]
-    scale = math.sqrt(d) / float(train.norm(dim=1).mean().clamp(min=1e-12))
-    sae = SparseAutoencoder(
-        d, d_sae, kind=kind, k_sae=k_sae if kind == "topk" else None, input_scale=scale
-    ).to(acts.device)
-    with torch.no_grad():
-        w = torch.randn(d_sae, d, generator=gen).to(acts.device)
-        sae.W_dec.copy_(w / w.norm(dim=1, keepdim=True))
-        sae.W_enc.copy_(sae.W_dec.T)
-        sae.b_dec.copy_(train.mean(0) * scale)
-    opt = torch.optim.Adam(sae.parameters(), lr=lr)
+    sae, scale = _initial_sae(train, r, gen)
+    opt = torch.optim.Adam(sae.parameters(), lr=r.lr)
     xs = train * scale
     losses = []
-    since_fired = torch.zeros(d_sae, dtype=torch.long, device=acts.device)
-    dead = torch.zeros(d_sae, dtype=torch.bool, device=acts.device)
+    latents = _DeadLatents.fresh(r.d_sae, acts.device)
     disable = None if progress is None else not progress
-    for _ in track(range(steps), "training SAE", total=steps, disable=disable):
-        idx = torch.randint(len(xs), (min(batch, len(xs)),), generator=gen).to(acts.device)
-        x = xs[idx]
-        pre = (x @ sae.W_enc) + sae.b_enc
-        if kind == "topk":
-            top = torch.relu(pre).topk(k_sae, dim=-1)
-            c = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
-        else:
-            c = torch.relu(pre)
-        rec = c @ sae.W_dec + sae.b_dec
-        loss = ((x - rec) ** 2).sum(-1).mean()
-        if kind == "relu":
-            loss = loss + l1 * (c * sae.W_dec.norm(dim=1)).sum(-1).mean()
-        if aux_k is not None:
-            fired = (c > 0).any(0)
-            since_fired = torch.where(fired, torch.zeros_like(since_fired), since_fired + 1)
-            dead = since_fired >= dead_after_steps
-            n_dead = int(dead.sum())
-            if n_dead > 0 and aux_coef > 0:
-                loss = loss + aux_coef * _auxk_loss(
-                    pre, x - rec.detach(), sae.W_dec, dead, min(aux_k, n_dead)
-                )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sae.normalize_decoder_()
-        losses.append(loss.item())
+    for _ in track(range(r.steps), "training SAE", total=r.steps, disable=disable):
+        idx = torch.randint(len(xs), (min(r.batch, len(xs)),), generator=gen).to(acts.device)
+        losses.append(_sae_step(sae, opt, xs[idx], r, latents))
     sae.requires_grad_(False)
     info: dict[str, Any] = sae_metrics(sae, hold)
     info.update(losses=losses, input_scale=scale, n_train=len(train), n_holdout=n_hold)
-    if aux_k is not None:
-        info["aux_dead_frac"] = float(dead.float().mean())
+    if r.aux_k is not None:
+        info["aux_dead_frac"] = float(latents.dead.float().mean())
     return sae, info
+
+
+@dataclass(frozen=True)
+class _SAERecipe:
+    """:func:`train_sae`'s settings, checked (``l1`` for ReLU only; ``aux_*`` only with
+    ``aux_k``)."""
+
+    d_sae: int
+    kind: Literal["topk", "relu"]
+    k_sae: int
+    l1: float | None
+    steps: int
+    batch: int
+    lr: float
+    seed: int
+    holdout: float
+    aux_k: int | None
+    aux_coef: float
+    dead_after_steps: int
+
+    @classmethod
+    def checked(cls, acts: Any, **kw: Any) -> _SAERecipe:
+        """Check ``acts`` (a finite floating ``(N, d)`` tensor, ``N >= 20``) and the settings."""
+        if not isinstance(acts, Tensor):
+            raise TypeError(
+                f"acts must be a torch tensor (N, d), got {type(acts).__name__} "
+                "(use torch.as_tensor)"
+            )
+        if acts.ndim != 2 or len(acts) < 20:
+            raise ValueError(
+                "acts must be an (N, d) tensor with N >= 20, got "
+                f"{tuple(getattr(acts, 'shape', ()))}"
+            )
+        if not acts.is_floating_point():
+            raise TypeError(f"acts must be a floating tensor, got {acts.dtype}")
+        if not torch.isfinite(acts).all():
+            raise ValueError("acts contain NaN or inf")
+        kind = kw["kind"]
+        if kind not in ("topk", "relu"):
+            raise ValueError(f"train_sae supports kind 'topk' or 'relu', got {kind!r}")
+        for n in ("d_sae", "steps", "batch", "k_sae"):
+            kw[n] = _positive_int(n, kw[n])
+        kw["lr"] = as_real("lr", kw["lr"], low=0.0, low_open=True)
+        kw["seed"] = as_int("seed", kw["seed"])
+        kw["holdout"] = as_real(
+            "holdout", kw["holdout"], low=0.0, high=1.0, low_open=True, high_open=True
+        )
+        if kind == "relu":
+            if kw["l1"] is None:
+                raise ValueError("kind='relu' needs an L1 coefficient l1 > 0, got None")
+            kw["l1"] = as_real("l1", kw["l1"], low=0.0, low_open=True)
+        if kw["aux_k"] is not None:
+            if kind != "topk":
+                raise ValueError(
+                    f"aux_k (the AuxK loss) is for kind='topk' SAEs, got kind={kind!r}"
+                )
+            kw["aux_k"] = as_int("aux_k", kw["aux_k"], 1, kw["d_sae"])
+            kw["aux_coef"] = as_real("aux_coef", kw["aux_coef"], low=0.0)
+            kw["dead_after_steps"] = _positive_int("dead_after_steps", kw["dead_after_steps"])
+        return cls(**kw)
+
+
+def _initial_sae(
+    train: Tensor, r: _SAERecipe, gen: torch.Generator
+) -> tuple[SparseAutoencoder, float]:
+    """The SAE before training and its ``input_scale = √d / mean‖h‖``: unit-norm random decoder
+    rows, ``W_enc = W_decᵀ``, ``b_dec`` = the mean scaled activation, ``b_enc = 0``."""
+    d = train.shape[1]
+    scale = math.sqrt(d) / float(train.norm(dim=1).mean().clamp(min=1e-12))
+    sae = SparseAutoencoder(
+        d, r.d_sae, kind=r.kind, k_sae=r.k_sae if r.kind == "topk" else None, input_scale=scale
+    ).to(train.device)
+    with torch.no_grad():
+        w = torch.randn(r.d_sae, d, generator=gen).to(train.device)
+        sae.W_dec.copy_(w / w.norm(dim=1, keepdim=True))
+        sae.W_enc.copy_(sae.W_dec.T)
+        sae.b_dec.copy_(train.mean(0) * scale)
+    return sae, scale
+
+
+@dataclass
+class _DeadLatents:
+    """AuxK's bookkeeping: the steps since each latent last fired, and the latents that have not
+    fired for ``dead_after_steps`` steps."""
+
+    since_fired: Tensor
+    dead: Tensor
+
+    @classmethod
+    def fresh(cls, d_sae: int, device: Any) -> _DeadLatents:
+        return cls(
+            torch.zeros(d_sae, dtype=torch.long, device=device),
+            torch.zeros(d_sae, dtype=torch.bool, device=device),
+        )
+
+    def update(self, c: Tensor, dead_after_steps: int) -> int:
+        """Count this step's codes ``c``; the number of dead latents."""
+        fired = (c > 0).any(0)
+        self.since_fired = torch.where(
+            fired, torch.zeros_like(self.since_fired), self.since_fired + 1
+        )
+        self.dead = self.since_fired >= dead_after_steps
+        return int(self.dead.sum())
+
+
+def _sae_step(
+    sae: SparseAutoencoder,
+    opt: torch.optim.Optimizer,
+    x: Tensor,
+    r: _SAERecipe,
+    latents: _DeadLatents,
+) -> float:
+    """One Adam step on the scaled activations ``x``: ``‖h - ĥ‖²`` (+ the L1 penalty for ReLU,
+    + AuxK), then the decoder rows re-normalised; the step's loss."""
+    pre = (x @ sae.W_enc) + sae.b_enc
+    if r.kind == "topk":
+        top = torch.relu(pre).topk(r.k_sae, dim=-1)
+        c = torch.zeros_like(pre).scatter(-1, top.indices, top.values)
+    else:
+        c = torch.relu(pre)
+    rec = c @ sae.W_dec + sae.b_dec
+    loss = ((x - rec) ** 2).sum(-1).mean()
+    if r.kind == "relu":
+        loss = loss + r.l1 * (c * sae.W_dec.norm(dim=1)).sum(-1).mean()
+    if r.aux_k is not None:
+        n_dead = latents.update(c, r.dead_after_steps)
+        if n_dead > 0 and r.aux_coef > 0:
+            loss = loss + r.aux_coef * _auxk_loss(
+                pre, x - rec.detach(), sae.W_dec, latents.dead, min(r.aux_k, n_dead)
+            )
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    sae.normalize_decoder_()
+    return loss.item()
 
 
 def _auxk_loss(pre: Tensor, residual: Tensor, W_dec: Tensor, dead: Tensor, k: int) -> Tensor:

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -25,7 +25,7 @@ from torch import nn
 from icml25._validate import as_bool, as_int, as_real
 from icml25.fpo.cache import ReferenceCache, build_reference_cache
 from icml25.fpo.data import PreferenceCollator, as_records
-from icml25.fpo.forward import preference_pass
+from icml25.fpo.forward import PassOutput, preference_pass
 from icml25.fpo.hooks import SITES, resolve_layer
 from icml25.fpo.logps import sequential_kl_from_logits
 from icml25.fpo.losses import (
@@ -66,7 +66,7 @@ class PreferenceConfig:
     as the labels are, summed and divided by T - 1; docs/fpo.md, "Official code vs paper").
     """
 
-    method: str = "fpo"
+    method: Literal["fpo", "dpo", "simpo", "tdpo1", "tdpo2", "sft"] = "fpo"
     beta: float | None = None  # Table 5: 0.1 (SimPO 2)
     alpha: float | None = None  # Table 5: 0.5 for FPO and TDPO-2
     gamma: float | None = None  # Table 5: SimPO's 0.5
@@ -76,20 +76,23 @@ class PreferenceConfig:
     batch_size: int = 32  # Table 5
     epochs: int = 1  # Table 5
     warmup_steps: int = 150  # Table 5: warm-up 150 steps, then constant
-    optimizer: str = "adam"  # Table 5: Adam (2B), RMSprop (9B)
+    optimizer: Literal["adam", "adamw", "rmsprop"] = "adam"  # Table 5: Adam (2B), RMSprop (9B)
     adam_betas: tuple[float, float] = (0.9, 0.999)  # torch default (official config: 0.9, 0.95)
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0  # official config
     max_length: int = 1024  # official config
     max_prompt_length: int = 512
-    truncation: str = "keep_end"
-    pool: str = "mean"  # paper text, "average pooling"
-    index_mode: str = "union"  # paper Eq. 10
-    site: str = "hook"  # the residual output of block ℓ (what Gemma Scope was trained on)
+    truncation: Literal["keep_end", "keep_start"] = "keep_end"
+    # paper text, "average pooling"
+    pool: Literal["mean", "sum", "padded_mean", "official"] = "mean"
+    index_mode: Literal["union", "policy"] = "union"  # paper Eq. 10
+    # the residual output of block ℓ (what Gemma Scope was trained on)
+    site: Literal["hook", "hf_hidden_states", "mlp"] = "hook"
     stop_grad_chosen: bool = True  # paper Eq. 11 / Table 3
     paper_mode: bool = True
     seed: int = 0
-    dtype: str = "float32"  # the SAE encode / loss dtype; log-softmax is float32 anyway
+    # the SAE encode / loss dtype; log-softmax is float32 anyway
+    dtype: Literal["float32", "float64", "bfloat16"] = "float32"
     disable_dropout: bool = True  # TRL's DPOConfig default: log-probs without dropout
     log_every: int = 10
     progress: bool | None = None
@@ -177,104 +180,172 @@ def preference_step_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one batch for ``cfg.method`` and its logged diagnostics (one policy forward;
     plus one reference forward for TDPO and official-code FPO)."""
-    method = cfg.method
-    need_codes = method == "fpo"
-    dt = getattr(torch, cfg.dtype)
-    out = preference_pass(
-        policy,
-        batch,
-        sae=sae if need_codes else None,
-        layer=cfg.layer if need_codes else None,
-        pool=cfg.pool,
-        site=cfg.site,
-        keep_logits=method in ("tdpo1", "tdpo2"),
-        sae_dtype=dt,
-        role="policy",
+    out = _pass(
+        policy, batch, cfg, sae, keep_logits=cfg.method in ("tdpo1", "tdpo2"), role="policy"
     )
-    dev = out.sum.device
-    (sw, sl), (mw, ml) = out.halves("sum"), out.halves("mean")
-    ref: dict[str, torch.Tensor] = {}
-    ref_out = None
-    if cfg.needs_ref_model:
-        if ref_model is None:
-            raise ValueError(
-                f"method {method!r} (paper_mode={cfg.paper_mode}) runs the reference "
-                "model every step: pass ref_model="
-            )
-        with torch.no_grad():
-            ref_out = preference_pass(
-                ref_model,
-                batch,
-                sae=sae if need_codes else None,
-                layer=cfg.layer if need_codes else None,
-                pool=cfg.pool,
-                site=cfg.site,
-                keep_logits=method != "fpo",
-                sae_dtype=dt,
-                role="reference model",
-            )
-        (ref["ref_sum_w"], ref["ref_sum_l"]) = ref_out.halves("sum")
-        (ref["ref_mean_w"], ref["ref_mean_l"]) = ref_out.halves("mean")
-        if need_codes:
-            ref["ref_codes_w"], ref["ref_codes_l"] = ref_out.halves("codes")
-    elif method in ("fpo", "dpo"):
-        if ref_cache is None:
-            raise ValueError(f"method {method!r} needs a ReferenceCache (ref_cache=)")
-        ref = ref_cache.batch(batch["index"], dev, fingerprints=batch.get("fingerprint"))
-    logs: dict[str, float] = {}
-    if method == "fpo":
-        if "ref_codes_w" not in ref:
-            raise ValueError("the reference cache has no SAE codes (built with sae=None)")
-        cw, cl = out.halves("codes")
-        o = fpo_loss(
-            mw,
-            ml,
-            ref["ref_mean_w"],
-            ref["ref_mean_l"],
-            cw,
-            cl,
-            ref["ref_codes_w"],
-            ref["ref_codes_l"],
-            beta=cfg.beta,
-            alpha=cfg.alpha,
-            k=cfg.k,
-            index_mode=cfg.index_mode,
-            stop_grad_chosen=cfg.stop_grad_chosen,
-        )
-        loss, u = o.loss, o.u
-        logs.update(d_w=float(o.d_w.detach().mean()), d_l=float(o.d_l.detach().mean()))
-    elif method == "dpo":
-        loss, _, u = dpo_loss(sw, sl, ref["ref_sum_w"], ref["ref_sum_l"], cfg.beta)
-    elif method == "simpo":
-        loss, _, u = simpo_loss(mw, ml, cfg.beta, cfg.gamma)
-    elif method in ("tdpo1", "tdpo2"):
-        labels = batch["labels"].to(dev)
-        kl = sequential_kl_from_logits(out.logits, ref_out.logits, labels)
-        n = kl.shape[0] // 2
-        loss, _, u = tdpo_loss(
-            sw,
-            sl,
-            ref["ref_sum_w"],
-            ref["ref_sum_l"],
-            kl[:n],
-            kl[n:],
-            cfg.beta,
-            cfg.alpha,
-            version=1 if method == "tdpo1" else 2,
-        )
-        logs.update(kl_w=float(kl[:n].detach().mean()), kl_l=float(kl[n:].detach().mean()))
-    else:  # sft on the chosen responses: token-mean NLL
-        lw = out.length[: out.length.shape[0] // 2].to(sw.dtype)
-        loss = -(sw.sum() / lw.sum())
-        u = mw - ml
+    ref, ref_out = _reference_terms(batch, cfg, out.sum.device, sae, ref_cache, ref_model)
+    loss, u, logs = _METHOD_LOSSES.get(cfg.method, _sft_terms)(out, ref, ref_out, batch, cfg)
     if not bool(torch.isfinite(loss)):
-        raise FloatingPointError(f"{method} loss is {float(loss)}")
+        raise FloatingPointError(f"{cfg.method} loss is {float(loss)}")
     logs.update(
         loss=float(loss.detach()),
         margin=float(u.detach().mean()),
         acc=float((u.detach() > 0).float().mean()),
     )
     return loss, logs
+
+
+def _pass(
+    model: nn.Module,
+    batch: dict[str, Any],
+    cfg: PreferenceConfig,
+    sae: SparseAutoencoder | None,
+    *,
+    keep_logits: bool,
+    role: str,
+) -> PassOutput:
+    """One forward of ``model`` over the chosen+rejected batch: response log-probs and, for FPO,
+    the pooled SAE codes of block ``cfg.layer`` (encoded in ``cfg.dtype``)."""
+    need_codes = cfg.method == "fpo"
+    return preference_pass(
+        model,
+        batch,
+        sae=sae if need_codes else None,
+        layer=cfg.layer if need_codes else None,
+        pool=cfg.pool,
+        site=cfg.site,
+        keep_logits=keep_logits,
+        sae_dtype=getattr(torch, cfg.dtype),
+        role=role,
+    )
+
+
+def _reference_terms(
+    batch: dict[str, Any],
+    cfg: PreferenceConfig,
+    dev: torch.device,
+    sae: SparseAutoencoder | None,
+    ref_cache: ReferenceCache | None,
+    ref_model: nn.Module | None,
+) -> tuple[dict[str, torch.Tensor], PassOutput | None]:
+    """The reference's terms (``ref_sum_*``, ``ref_mean_*``, FPO's ``ref_codes_*``) and, where the
+    reference model runs online (TDPO; FPO in official-code mode), its pass; paper-mode FPO and
+    DPO read them from the offline cache; SimPO and SFT have none."""
+    if cfg.needs_ref_model:
+        if ref_model is None:
+            raise ValueError(
+                f"method {cfg.method!r} (paper_mode={cfg.paper_mode}) runs the reference "
+                "model every step: pass ref_model="
+            )
+        with torch.no_grad():
+            ref_out = _pass(
+                ref_model,
+                batch,
+                cfg,
+                sae,
+                keep_logits=cfg.method != "fpo",
+                role="reference model",
+            )
+        ref: dict[str, torch.Tensor] = {}
+        (ref["ref_sum_w"], ref["ref_sum_l"]) = ref_out.halves("sum")
+        (ref["ref_mean_w"], ref["ref_mean_l"]) = ref_out.halves("mean")
+        if cfg.method == "fpo":
+            ref["ref_codes_w"], ref["ref_codes_l"] = ref_out.halves("codes")
+        return ref, ref_out
+    if cfg.method in ("fpo", "dpo"):
+        if ref_cache is None:
+            raise ValueError(f"method {cfg.method!r} needs a ReferenceCache (ref_cache=)")
+        return ref_cache.batch(batch["index"], dev, fingerprints=batch.get("fingerprint")), None
+    return {}, None
+
+
+# Each method's loss from the policy's pass and the reference's terms: ``(loss, u, logs)``, with
+# ``u`` the per-pair margin (positive: chosen preferred) and ``logs`` the method's diagnostics.
+_Terms = tuple[torch.Tensor, torch.Tensor, dict[str, float]]
+
+
+def _fpo_terms(
+    out: PassOutput, ref: dict, ref_out: PassOutput | None, batch: dict, cfg: PreferenceConfig
+) -> _Terms:
+    """FPO (paper Eq. 11): length-normalised log-probs plus the feature-level constraint on the
+    SAE codes of block ℓ."""
+    if "ref_codes_w" not in ref:
+        raise ValueError("the reference cache has no SAE codes (built with sae=None)")
+    (mw, ml), (cw, cl) = out.halves("mean"), out.halves("codes")
+    o = fpo_loss(
+        mw,
+        ml,
+        ref["ref_mean_w"],
+        ref["ref_mean_l"],
+        cw,
+        cl,
+        ref["ref_codes_w"],
+        ref["ref_codes_l"],
+        beta=cfg.beta,
+        alpha=cfg.alpha,
+        k=cfg.k,
+        index_mode=cfg.index_mode,
+        stop_grad_chosen=cfg.stop_grad_chosen,
+    )
+    return o.loss, o.u, {"d_w": float(o.d_w.detach().mean()), "d_l": float(o.d_l.detach().mean())}
+
+
+def _dpo_terms(
+    out: PassOutput, ref: dict, ref_out: PassOutput | None, batch: dict, cfg: PreferenceConfig
+) -> _Terms:
+    sw, sl = out.halves("sum")
+    loss, _, u = dpo_loss(sw, sl, ref["ref_sum_w"], ref["ref_sum_l"], cfg.beta)
+    return loss, u, {}
+
+
+def _simpo_terms(
+    out: PassOutput, ref: dict, ref_out: PassOutput | None, batch: dict, cfg: PreferenceConfig
+) -> _Terms:
+    mw, ml = out.halves("mean")
+    loss, _, u = simpo_loss(mw, ml, cfg.beta, cfg.gamma)
+    return loss, u, {}
+
+
+def _tdpo_terms(
+    out: PassOutput, ref: dict, ref_out: PassOutput | None, batch: dict, cfg: PreferenceConfig
+) -> _Terms:
+    """TDPO-1/2: DPO's margin minus the sequential KL of the policy to the reference model,
+    computed from both models' logits on this batch."""
+    sw, sl = out.halves("sum")
+    labels = batch["labels"].to(out.sum.device)
+    kl = sequential_kl_from_logits(out.logits, ref_out.logits, labels)
+    n = kl.shape[0] // 2
+    loss, _, u = tdpo_loss(
+        sw,
+        sl,
+        ref["ref_sum_w"],
+        ref["ref_sum_l"],
+        kl[:n],
+        kl[n:],
+        cfg.beta,
+        cfg.alpha,
+        version=1 if cfg.method == "tdpo1" else 2,
+    )
+    return loss, u, {"kl_w": float(kl[:n].detach().mean()), "kl_l": float(kl[n:].detach().mean())}
+
+
+def _sft_terms(
+    out: PassOutput, ref: dict, ref_out: PassOutput | None, batch: dict, cfg: PreferenceConfig
+) -> _Terms:
+    """SFT on the chosen responses: token-mean NLL (the margin is logged only)."""
+    (sw, _), (mw, ml) = out.halves("sum"), out.halves("mean")
+    lw = out.length[: out.length.shape[0] // 2].to(sw.dtype)
+    return -(sw.sum() / lw.sum()), mw - ml, {}
+
+
+_METHOD_LOSSES: dict[str, Callable[..., _Terms]] = {
+    "fpo": _fpo_terms,
+    "dpo": _dpo_terms,
+    "simpo": _simpo_terms,
+    "tdpo1": _tdpo_terms,
+    "tdpo2": _tdpo_terms,
+    "sft": _sft_terms,
+}
 
 
 def _data_fingerprint(dataset: Any) -> str:
@@ -356,7 +427,242 @@ def train_preference(
         "train_preference",
         "icml25.fpo.FPOTrainer (a TRL DPOTrainer, data-parallel under accelerate/torchrun)",
     )
+    run = _Run.start(policy, tokenizer, dataset, config, ref_model, sae, ref_cache, checkpoint)
+    cfg, total = run.cfg, run.total
+    handles = run.count_forwards()
+    policy.train()
+    disable = None if cfg.progress is None else not cfg.progress
+    try:
+        for step in track(
+            range(run.first, total),
+            f"{cfg.method} training",
+            total=total - run.first,
+            disable=disable,
+        ):
+            run.step(step)
+            if callback is not None:
+                callback(step + 1, policy)
+            if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+                policy.eval()
+                run.hist.evals.append({"step": step + 1, **eval_fn(policy)})
+                policy.train()
+            if (step + 1) % save_every == 0:
+                run.save(step + 1)
+    finally:
+        run.close(handles)
+    if eval_fn is not None and not (run.hist.evals and run.hist.evals[-1]["step"] == total):
+        run.hist.evals.append({"step": total, **eval_fn(policy)})
+    run.save(total)
+    return run.hist
 
+
+@dataclass
+class _Run:
+    """One run of :func:`train_preference`: its checked inputs, the optimisation state (what the
+    checkpoint holds) and the steps of an epoch."""
+
+    policy: nn.Module
+    dataset: Any  # the records (as_records)
+    cfg: PreferenceConfig  # with FPO's layer resolved and k clamped to the SAE's width
+    collator: PreferenceCollator
+    sae: SparseAutoencoder | None
+    ref_cache: ReferenceCache | None
+    ref_model: nn.Module | None
+    ref_was_training: bool  # the reference model's mode, restored at the end
+    checkpoint: str | os.PathLike | None
+    data_fp: str | None  # what identifies the training data in a checkpoint
+    mp: MixedPrecision
+    params: list[nn.Parameter]
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    per_epoch: int  # steps per epoch
+    total: int  # steps of the whole run
+    orders: list[list[int]]  # one shuffle of the pairs per epoch
+    hist: History
+    first: int = 0  # the first step this call runs (after a resumed checkpoint's)
+    n_fwd: int = 0  # model forwards so far (the efficiency bookkeeping of paper §3)
+
+    # -- setting up ------------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls, policy, tokenizer, dataset, config, ref_model, sae, ref_cache, checkpoint
+    ) -> _Run:
+        """Check the inputs, freeze the SAE, get the reference ready (the offline cache, or the
+        reference model in eval mode), set up the optimiser and resume from the checkpoint."""
+        cfg, dataset = _checked_inputs(policy, dataset, config, ref_model)
+        collator = PreferenceCollator(
+            tokenizer,
+            max_length=cfg.max_length,
+            max_prompt_length=cfg.max_prompt_length,
+            truncation=cfg.truncation,
+        )
+        dev = next(policy.parameters()).device
+        if cfg.method == "fpo":
+            sae, cfg = _frozen_sae(policy, sae, cfg, dev)
+        ref_cache = _reference_cache(cfg, dataset, collator, sae, ref_cache, ref_model)
+        ref_was_training = ref_model.training if ref_model is not None else False
+        if cfg.needs_ref_model:
+            if ref_model is None:
+                raise ValueError(
+                    f"method {cfg.method!r} runs the reference model each step: pass ref_model="
+                )
+            ref_model.eval()  # run under no_grad; restored at the end
+        _warn_identical(dataset, stacklevel=4)  # at the caller of train_preference
+        mp, params, opt, sched = _optimisation(policy, cfg)
+        per_epoch = math.ceil(len(dataset) / cfg.batch_size)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        orders = [torch.randperm(len(dataset), generator=gen).tolist() for _ in range(cfg.epochs)]
+        hist = History(config=asdict(cfg))
+        run = cls(
+            policy=policy,
+            dataset=dataset,
+            cfg=cfg,
+            collator=collator,
+            sae=sae,
+            ref_cache=ref_cache,
+            ref_model=ref_model,
+            ref_was_training=ref_was_training,
+            checkpoint=checkpoint,
+            data_fp=_data_fingerprint(dataset) if checkpoint is not None else None,
+            mp=mp,
+            params=params,
+            opt=opt,
+            sched=sched,
+            per_epoch=per_epoch,
+            total=per_epoch * cfg.epochs,
+            orders=orders,
+            hist=hist,
+        )
+        run.resume(dev)
+        return run
+
+    def resume(self, dev: torch.device) -> None:
+        """Load model, optimizer, scheduler, step and history from the checkpoint, if there is
+        one; a checkpoint of another config or other training data is refused."""
+        if self.checkpoint is None or not os.path.isfile(self.checkpoint):
+            return
+        state = torch.load(self.checkpoint, map_location=dev, weights_only=False)
+        if state.get("config") != self.hist.config:
+            raise RuntimeError(
+                f"checkpoint {self.checkpoint} was written with another config; "
+                "remove it or pass another path"
+            )
+        if state.get("data") != self.data_fp:
+            raise RuntimeError(
+                f"checkpoint {self.checkpoint} was written for other training data "
+                f"({state.get('data')} vs {self.data_fp}); remove it or pass another "
+                "path"
+            )
+        self.policy.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.first = state["step"]
+        self.hist = state["history"]
+
+    def count_forwards(self) -> list:
+        """Count the policy's and the reference model's forwards (hooks; removed by
+        :meth:`close`)."""
+        return [
+            m.register_forward_pre_hook(self._count_forward)
+            for m in {self.policy, self.ref_model}
+            if m is not None
+        ]
+
+    def _count_forward(self, *_: Any) -> None:
+        self.n_fwd += 1
+
+    # -- one step --------------------------------------------------------------------------------
+    def batch(self, step: int) -> tuple[list[int], dict[str, Any]]:
+        """The pairs of ``step`` (its slice of the epoch's shuffle) and their collated batch."""
+        ep, j = divmod(step, self.per_epoch)
+        idx = self.orders[ep][j * self.cfg.batch_size : (j + 1) * self.cfg.batch_size]
+        recs = []
+        for i in idx:
+            r = dict(self.dataset[i])
+            r.setdefault("idx", i)
+            recs.append(r)
+        return idx, self.collator(recs)
+
+    def step(self, step: int) -> None:
+        """One optimizer step: the loss of the step's batch, backward, gradient clipping, Adam
+        (or RMSprop) and the warm-up schedule; then :meth:`record`."""
+        cfg = self.cfg
+        idx, batch = self.batch(step)
+        t0 = time.perf_counter()
+        before = self.n_fwd
+        try:
+            # log-probs without dropout (TRL's disable_dropout): the policy then equals the
+            # reference at step 0; the graph is kept, so backward runs after the block
+            with dropout_disabled(self.policy, enabled=cfg.disable_dropout), self.mp.autocast():
+                loss, logs = preference_step_loss(
+                    self.policy,
+                    batch,
+                    cfg,
+                    sae=self.sae,
+                    ref_cache=self.ref_cache,
+                    ref_model=self.ref_model,
+                )
+        except FloatingPointError as e:
+            raise FloatingPointError(f"step {step + 1} (pairs {idx[:4]}...): {e}") from None
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        if not bool(torch.isfinite(gnorm)):
+            raise FloatingPointError(f"non-finite gradient norm at step {step + 1}")
+        self.opt.step()
+        self.sched.step()
+        self.hist.step_seconds.append(time.perf_counter() - t0)
+        self.record(step, self.n_fwd - before, gnorm, logs)
+
+    def record(self, step: int, forwards: int, gnorm: torch.Tensor, logs: dict) -> None:
+        """The forwards of this call's first step, and every ``log_every``-th step's loss,
+        learning rate, gradient norm and diagnostics (the first and the last step always)."""
+        if step == self.first:
+            self.hist.forwards_per_step = float(forwards)
+        if (step + 1) % self.cfg.log_every == 0 or step == self.first or step + 1 == self.total:
+            self.hist.steps.append(
+                {
+                    "step": step + 1,
+                    "lr": self.sched.get_last_lr()[0],
+                    "grad_norm": float(gnorm),
+                    **logs,
+                }
+            )
+
+    # -- ending ----------------------------------------------------------------------------------
+    def save(self, step: int) -> None:
+        """Write the checkpoint (atomically: a temporary file, then a rename); no-op without one."""
+        if self.checkpoint is None:
+            return
+        tmp = f"{os.fspath(self.checkpoint)}.tmp"
+        torch.save(
+            {
+                "config": self.hist.config,
+                "data": self.data_fp,
+                "model": self.policy.state_dict(),
+                "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(),
+                "step": step,
+                "history": self.hist,
+            },
+            tmp,
+        )
+        os.replace(tmp, self.checkpoint)
+
+    def close(self, handles: list) -> None:
+        """Remove the forward counters; the policy in eval mode, the reference model back in its
+        own mode."""
+        for h in handles:
+            h.remove()
+        self.policy.eval()
+        if self.ref_model is not None:
+            self.ref_model.train(self.ref_was_training)
+
+
+def _checked_inputs(
+    policy: Any, dataset: Any, config: Any, ref_model: Any
+) -> tuple[PreferenceConfig, Any]:
+    """The config and the policy checked, and the dataset as records (refused when empty)."""
     if not isinstance(config, PreferenceConfig):
         raise TypeError(f"config must be a PreferenceConfig, got {type(config).__name__}")
     cfg = config
@@ -368,34 +674,57 @@ def train_preference(
             "before training) or a reference cache"
         )
     dataset = as_records(dataset)
-    n = len(dataset)
-    if n == 0:
+    if len(dataset) == 0:
         raise ValueError("the preference dataset is empty")
-    collator = PreferenceCollator(
-        tokenizer,
-        max_length=cfg.max_length,
-        max_prompt_length=cfg.max_prompt_length,
-        truncation=cfg.truncation,
+    return cfg, dataset
+
+
+def _optimisation(policy: nn.Module, cfg: PreferenceConfig) -> tuple:
+    """Mixed precision, the trainable parameters, the optimizer and the learning-rate schedule
+    (linear warm-up over ``warmup_steps``, then constant; Table 5)."""
+    if not any(p.requires_grad for p in policy.parameters()):
+        raise ValueError("the policy has no trainable parameter")
+    # a bf16/fp16 checkpoint trains float32 master weights under autocast (before the optimizer)
+    mp = MixedPrecision.prepare(policy)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = _optimizer(params, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
     )
-    dev = next(policy.parameters()).device
-    if cfg.method == "fpo":
-        if sae is None:
-            raise ValueError(
-                "FPO needs an SAE (sae=): load_gemma_scope_npz, from_sae_lens, or "
-                "train_sae on harvested activations"
-            )
-        if not isinstance(sae, SparseAutoencoder):
-            raise TypeError(
-                f"sae must be an icml25.fpo.SparseAutoencoder, got {type(sae).__name__}"
-            )
-        hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
-        if hidden is not None and hidden != sae.d_in:
-            raise ValueError(
-                f"the SAE's d_in={sae.d_in} differs from the model's hidden size {hidden}"
-            )
-        sae = sae.to(dev).requires_grad_(False)
-        # resolve a negative layer and clamp k once (not a warning per step)
-        cfg = replace(cfg, layer=resolve_layer(policy, cfg.layer), k=_k(cfg.k, sae.d_sae, 3))
+    return mp, params, opt, sched
+
+
+def _frozen_sae(
+    policy: nn.Module, sae: Any, cfg: PreferenceConfig, dev: torch.device
+) -> tuple[SparseAutoencoder, PreferenceConfig]:
+    """FPO's SAE checked against the policy, frozen on its device; ``cfg`` with the layer
+    resolved and ``k`` clamped to the SAE's width."""
+    if sae is None:
+        raise ValueError(
+            "FPO needs an SAE (sae=): load_gemma_scope_npz, from_sae_lens, or "
+            "train_sae on harvested activations"
+        )
+    if not isinstance(sae, SparseAutoencoder):
+        raise TypeError(f"sae must be an icml25.fpo.SparseAutoencoder, got {type(sae).__name__}")
+    hidden = getattr(getattr(policy, "config", None), "hidden_size", None)
+    if hidden is not None and hidden != sae.d_in:
+        raise ValueError(f"the SAE's d_in={sae.d_in} differs from the model's hidden size {hidden}")
+    sae = sae.to(dev).requires_grad_(False)
+    # resolve a negative layer and clamp k once (not a warning per step); the warning points at
+    # the caller of train_preference (_k <- here <- _Run.start <- train_preference <- caller)
+    return sae, replace(cfg, layer=resolve_layer(policy, cfg.layer), k=_k(cfg.k, sae.d_sae, 5))
+
+
+def _reference_cache(
+    cfg: PreferenceConfig,
+    dataset: Any,
+    collator: PreferenceCollator,
+    sae: SparseAutoencoder | None,
+    ref_cache: ReferenceCache | None,
+    ref_model: nn.Module | None,
+) -> ReferenceCache | None:
+    """The offline reference of paper-mode FPO and of DPO: ``ref_cache`` checked against the
+    reference model and the SAE settings, or built from ``ref_model`` before training."""
     needs_cache = cfg.method == "dpo" or (cfg.method == "fpo" and cfg.paper_mode)
     if needs_cache and ref_cache is None:
         if ref_model is None:
@@ -417,13 +746,12 @@ def train_preference(
         ref_cache.check_compatible(model=ref_model)  # a cache of another reference is refused
     if needs_cache and cfg.method == "fpo":
         ref_cache.check_compatible(layer=cfg.layer, sae=sae, pool=cfg.pool, site=cfg.site)
-    ref_was_training = ref_model.training if ref_model is not None else False
-    if cfg.needs_ref_model:
-        if ref_model is None:
-            raise ValueError(
-                f"method {cfg.method!r} runs the reference model each step: pass ref_model="
-            )
-        ref_model.eval()  # run under no_grad; restored at the end
+    return ref_cache
+
+
+def _warn_identical(dataset: Any, stacklevel: int) -> None:
+    """Warn about pairs whose chosen and rejected responses are the same."""
+    n = len(dataset)
     identical = 0
     for i in range(n):
         r = dataset[i]
@@ -433,128 +761,5 @@ def train_preference(
         warnings.warn(
             f"{identical} of {n} pairs have identical chosen and rejected responses "
             "(their logit is 0 minus the constraint)",
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
-
-    gen = torch.Generator().manual_seed(cfg.seed)
-    if not any(p.requires_grad for p in policy.parameters()):
-        raise ValueError("the policy has no trainable parameter")
-    # a bf16/fp16 checkpoint trains float32 master weights under autocast (before the optimizer)
-    mp = MixedPrecision.prepare(policy)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    opt = _optimizer(params, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
-    )
-    per_epoch = math.ceil(n / cfg.batch_size)
-    total = per_epoch * cfg.epochs
-    orders = [torch.randperm(n, generator=gen).tolist() for _ in range(cfg.epochs)]
-    hist = History(config=asdict(cfg))
-    data_fp = _data_fingerprint(dataset) if checkpoint is not None else None
-    start = 0
-    if checkpoint is not None and os.path.isfile(checkpoint):
-        state = torch.load(checkpoint, map_location=dev, weights_only=False)
-        if state.get("config") != hist.config:
-            raise RuntimeError(
-                f"checkpoint {checkpoint} was written with another config; "
-                "remove it or pass another path"
-            )
-        if state.get("data") != data_fp:
-            raise RuntimeError(
-                f"checkpoint {checkpoint} was written for other training data "
-                f"({state.get('data')} vs {data_fp}); remove it or pass another "
-                "path"
-            )
-        policy.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        start = state["step"]
-        hist = state["history"]
-
-    def save(step: int) -> None:
-        if checkpoint is None:
-            return
-        tmp = f"{os.fspath(checkpoint)}.tmp"
-        torch.save(
-            {
-                "config": hist.config,
-                "data": data_fp,
-                "model": policy.state_dict(),
-                "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(),
-                "step": step,
-                "history": hist,
-            },
-            tmp,
-        )
-        os.replace(tmp, checkpoint)
-
-    # count model forwards of the first steps (the efficiency bookkeeping of paper §3)
-    n_fwd = [0]
-    handles = [
-        m.register_forward_pre_hook(lambda *_: n_fwd.__setitem__(0, n_fwd[0] + 1))
-        for m in {policy, ref_model}
-        if m is not None
-    ]
-    policy.train()
-    disable = None if cfg.progress is None else not cfg.progress
-    try:
-        for step in track(
-            range(start, total), f"{cfg.method} training", total=total - start, disable=disable
-        ):
-            ep, j = divmod(step, per_epoch)
-            idx = orders[ep][j * cfg.batch_size : (j + 1) * cfg.batch_size]
-            recs = []
-            for i in idx:
-                r = dict(dataset[i])
-                r.setdefault("idx", i)
-                recs.append(r)
-            batch = collator(recs)
-            t0 = time.perf_counter()
-            before = n_fwd[0]
-            try:
-                # log-probs without dropout (TRL's disable_dropout): the policy then equals the
-                # reference at step 0; the graph is kept, so backward runs after the block
-                with dropout_disabled(policy, enabled=cfg.disable_dropout), mp.autocast():
-                    loss, logs = preference_step_loss(
-                        policy, batch, cfg, sae=sae, ref_cache=ref_cache, ref_model=ref_model
-                    )
-            except FloatingPointError as e:
-                raise FloatingPointError(f"step {step + 1} (pairs {idx[:4]}...): {e}") from None
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            if not bool(torch.isfinite(gnorm)):
-                raise FloatingPointError(f"non-finite gradient norm at step {step + 1}")
-            opt.step()
-            sched.step()
-            hist.step_seconds.append(time.perf_counter() - t0)
-            if step == start:
-                hist.forwards_per_step = float(n_fwd[0] - before)
-            if (step + 1) % cfg.log_every == 0 or step == start or step + 1 == total:
-                hist.steps.append(
-                    {
-                        "step": step + 1,
-                        "lr": sched.get_last_lr()[0],
-                        "grad_norm": float(gnorm),
-                        **logs,
-                    }
-                )
-            if callback is not None:
-                callback(step + 1, policy)
-            if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
-                policy.eval()
-                hist.evals.append({"step": step + 1, **eval_fn(policy)})
-                policy.train()
-            if (step + 1) % save_every == 0:
-                save(step + 1)
-    finally:
-        for h in handles:
-            h.remove()
-        policy.eval()
-        if ref_model is not None:
-            ref_model.train(ref_was_training)
-    if eval_fn is not None and not (hist.evals and hist.evals[-1]["step"] == total):
-        hist.evals.append({"step": total, **eval_fn(policy)})
-    save(total)
-    return hist
