@@ -36,9 +36,15 @@ from icml25.knowledge_swap.metrics import (
 )
 from icml25.knowledge_swap.parallel import global_cross_entropy
 from icml25.knowledge_swap.splits import split_by_class
-from icml25.knowledge_swap.swap import KnowledgeSwapper, SwapHistory, frozen_norm_layers
+from icml25.knowledge_swap.swap import (
+    KnowledgeSwapConfig,
+    KnowledgeSwapper,
+    SwapHistory,
+    frozen_norm_layers,
+)
 
 __all__ = [
+    "KnowledgeSwapConfig",
     "KnowledgeSwapper",
     "LoRAConv2d",
     "LoRALinear",

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -48,9 +48,13 @@ from icml25.knowledge_swap.parallel import (
     resolve_accelerator,
 )
 
-__all__ = ["KnowledgeSwapper", "SwapHistory", "frozen_norm_layers"]
+__all__ = ["KnowledgeSwapConfig", "KnowledgeSwapper", "SwapHistory", "frozen_norm_layers"]
 
-STRATEGIES = ("learn_then_forget", "forget_then_learn", "simultaneous")
+Strategy = Literal["learn_then_forget", "forget_then_learn", "simultaneous"]
+OptimizerName = Literal["adamw", "adam", "sgd"]
+Schedule = Literal["cosine", "constant"]
+ScheduleStep = Literal["epoch", "iteration"]
+STRATEGIES = get_args(Strategy)
 Data = Dataset | DataLoader | tuple[Tensor, Tensor] | None
 
 
@@ -134,7 +138,7 @@ def _like(loader: DataLoader, dataset: Dataset, generator: torch.Generator) -> D
             f"the retain DataLoader's {type(loader.sampler).__name__} does not carry over to the "
             "forget stage's retain + learned data, which is drawn shuffled",
             UserWarning,
-            stacklevel=3,
+            stacklevel=5,  # the caller of KnowledgeSwapper.fit (via _Fit.stage and .streams)
         )
     return DataLoader(
         dataset,
@@ -200,6 +204,133 @@ class _Stream:
             return next(self._it)
 
 
+def _check_choices(strategy: Any, optimizer: Any, schedule: Any, schedule_step: Any) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if optimizer not in ("adamw", "adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adamw', 'adam' or 'sgd', got {optimizer!r}")
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
+    if schedule_step not in ("epoch", "iteration"):
+        raise ValueError(f"schedule_step must be 'epoch' or 'iteration', got {schedule_step!r}")
+
+
+@dataclass(frozen=True)
+class KnowledgeSwapConfig:
+    """The hyper-parameters of :class:`KnowledgeSwapper`, checked when made (the same checks and
+    messages as the swapper's keywords; numbers become Python ``int``/``float``). The defaults
+    are the official classification ones (docs/knowledge_swap.md, "Use it"); the fields are the
+    swapper's keywords of the same names, documented there. ``dataclasses.replace`` gives a
+    changed copy, checked again."""
+
+    strategy: Strategy = "learn_then_forget"
+    epochs_per_stage: int = 5
+    lr: float = 1e-2
+    weight_decay: float = 0.05
+    optimizer: OptimizerName = "adamw"
+    schedule: Schedule = "cosine"
+    min_lr: float = 1e-5
+    beta_retain: float = 0.2
+    beta_forget: float = 0.2
+    alpha: float = 0.005
+    bnd: float = 105.0
+    w_learn: float = 1.0
+    merge_learn_into_retain: bool = True
+    steps_per_epoch: int | None = None
+    batch_size: int = 80
+    schedule_step: ScheduleStep = "epoch"
+    seed: int = 0
+    grad_clip: float | None = None
+    train_head: bool = False
+    n_old: int | None = None
+    norm_eval: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choices(self.strategy, self.optimizer, self.schedule, self.schedule_step)
+
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        # bnd > 0: otherwise the forget loss is identically 0
+        put("bnd", as_real("bnd", self.bnd, low=0, low_open=True))
+        for name in ("beta_retain", "beta_forget", "alpha", "w_learn"):
+            put(name, as_real(name, getattr(self, name), low=0))
+        put("epochs_per_stage", as_int("epochs_per_stage", self.epochs_per_stage, 1))
+        if self.steps_per_epoch is not None:
+            put("steps_per_epoch", as_int("steps_per_epoch", self.steps_per_epoch, 1))
+        put("batch_size", as_int("batch_size", self.batch_size, 1))
+        put("seed", as_int("seed", self.seed))
+        put("weight_decay", as_real("weight_decay", self.weight_decay, low=0))
+        put("lr", as_real("lr", self.lr, low=0, low_open=True))
+        put("min_lr", as_real("min_lr", self.min_lr, low=0, high=self.lr))
+        if self.grad_clip is not None:
+            put("grad_clip", as_real("grad_clip", self.grad_clip, low=0, low_open=True))
+        if self.n_old is not None:
+            put("n_old", as_int("n_old", self.n_old, 0))
+        for name in ("merge_learn_into_retain", "train_head", "norm_eval"):
+            put(name, as_bool(name, getattr(self, name)))
+
+
+_DEFAULTS = KnowledgeSwapConfig()
+
+
+def _one_config(config: KnowledgeSwapConfig, given: KnowledgeSwapConfig) -> KnowledgeSwapConfig:
+    """``config``, unless a keyword of the swapper (``given``) differs from both its default and
+    ``config``'s value: a keyword left at its default defers to ``config``."""
+    clash = [
+        f.name
+        for f in fields(KnowledgeSwapConfig)
+        if getattr(given, f.name) != getattr(_DEFAULTS, f.name)
+        and getattr(given, f.name) != getattr(config, f.name)
+    ]
+    if clash:
+        raise TypeError(
+            "KnowledgeSwapper got config= and keywords that differ from it: "
+            + ", ".join(
+                f"{n}={getattr(given, n)!r} (config.{n}={getattr(config, n)!r})" for n in clash
+            )
+            + "; give each hyper-parameter once, in the config (dataclasses.replace(config, "
+            "...)) or as a keyword"
+        )
+    return config
+
+
+def _train_new_rows(head: nn.Linear | None, n_old: int | None) -> None:
+    """Let ``head``'s rows ``>= n_old`` (weight and bias) train; the gradient of the old rows is
+    masked to 0."""
+    if head is None or n_old is None:
+        raise ValueError("train_head=True needs head (the nn.Linear) and n_old")
+    head.weight.requires_grad_(True)
+    if head.bias is not None:
+        head.bias.requires_grad_(True)
+    mask = torch.zeros_like(head.weight)
+    mask[n_old:] = 1
+    # .to: an Accelerator may move the model after the masks were made
+    head.weight.register_hook(lambda g, m=mask: g * m.to(g.device))
+    if head.bias is not None:
+        bmask = torch.zeros_like(head.bias)
+        bmask[n_old:] = 1
+        head.bias.register_hook(lambda g, m=bmask: g * m.to(g.device))
+
+
+def _optimizer(
+    config: KnowledgeSwapConfig, params: list[nn.Parameter], head_params: list[nn.Parameter]
+) -> torch.optim.Optimizer:
+    """The one optimiser of every stage: weight decay on the LoRA matrices only."""
+    # the head gets no weight decay: decay would move the frozen old rows despite the mask
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2] + head_params
+    pg = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(pg, lr=config.lr, eps=1e-8)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(pg, lr=config.lr, eps=1e-8)
+    return torch.optim.SGD(pg, lr=config.lr, momentum=0.9)
+
+
 class KnowledgeSwapper:
     """Train a LoRA-wrapped classifier to forget, retain and learn classes.
 
@@ -233,6 +364,10 @@ class KnowledgeSwapper:
             processes (``torchrun``, ``accelerate launch``: ``WORLD_SIZE > 1``, or an
             initialised ``torch.distributed`` group of more than one), else the plain
             single-process loop. Its ``gradient_accumulation_steps`` must be 1.
+        config: the hyper-parameters as one :class:`KnowledgeSwapConfig` (keyword only), in
+            place of the keywords of the same names; a keyword that differs from both its
+            default and the config's value is refused (``TypeError``). ``swapper.config`` is
+            the configuration the swapper was built with, whichever way it was given.
     """
 
     def __init__(
@@ -263,42 +398,17 @@ class KnowledgeSwapper:
         n_old: int | None = None,
         norm_eval: bool = True,
         accelerator: Any = None,
+        *,
+        config: KnowledgeSwapConfig | None = None,
     ) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-        if optimizer not in ("adamw", "adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adamw', 'adam' or 'sgd', got {optimizer!r}")
-        if schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
-        if schedule_step not in ("epoch", "iteration"):
-            raise ValueError(f"schedule_step must be 'epoch' or 'iteration', got {schedule_step!r}")
+        args = locals()  # every hyper-parameter keyword is the config field of the same name
+        if config is not None and not isinstance(config, KnowledgeSwapConfig):
+            raise TypeError(f"config must be a KnowledgeSwapConfig, got {type(config).__name__}")
+        _check_choices(strategy, optimizer, schedule, schedule_step)
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-        # bnd > 0: otherwise the forget loss is identically 0
-        bnd = as_real("bnd", bnd, low=0, low_open=True)
-        beta_retain, beta_forget, alpha, w_learn = (
-            as_real(name, v, low=0)
-            for name, v in (
-                ("beta_retain", beta_retain),
-                ("beta_forget", beta_forget),
-                ("alpha", alpha),
-                ("w_learn", w_learn),
-            )
-        )
-        epochs_per_stage = as_int("epochs_per_stage", epochs_per_stage, 1)
-        if steps_per_epoch is not None:
-            steps_per_epoch = as_int("steps_per_epoch", steps_per_epoch, 1)
-        batch_size = as_int("batch_size", batch_size, 1)
-        seed = as_int("seed", seed)
-        weight_decay = as_real("weight_decay", weight_decay, low=0)
-        lr = as_real("lr", lr, low=0, low_open=True)
-        min_lr = as_real("min_lr", min_lr, low=0, high=lr)
-        if grad_clip is not None:
-            grad_clip = as_real("grad_clip", grad_clip, low=0, low_open=True)
-        if n_old is not None:
-            n_old = as_int("n_old", n_old, 0)
-        merge_learn_into_retain = as_bool("merge_learn_into_retain", merge_learn_into_retain)
-        train_head, norm_eval = as_bool("train_head", train_head), as_bool("norm_eval", norm_eval)
+        given = KnowledgeSwapConfig(**{f.name: args[f.name] for f in fields(KnowledgeSwapConfig)})
+        cfg = self.config = given if config is None else _one_config(config, given)
         self.model = model
         self.groups = [list(g) for g in (groups if groups is not None else lora_groups(model))]
         params = [p for g in self.groups for p in g]
@@ -308,52 +418,37 @@ class KnowledgeSwapper:
             )
         for p in params:
             p.requires_grad_(True)
-        self.head, self.n_old, self.train_head = head, n_old, train_head
-        if train_head:
-            if head is None or n_old is None:
-                raise ValueError("train_head=True needs head (the nn.Linear) and n_old")
-            head.weight.requires_grad_(True)
-            if head.bias is not None:
-                head.bias.requires_grad_(True)
-            mask = torch.zeros_like(head.weight)
-            mask[n_old:] = 1
-            # .to: an Accelerator may move the model after the masks were made
-            head.weight.register_hook(lambda g, m=mask: g * m.to(g.device))
-            if head.bias is not None:
-                bmask = torch.zeros_like(head.bias)
-                bmask[n_old:] = 1
-                head.bias.register_hook(lambda g, m=bmask: g * m.to(g.device))
-        head_params = list(head.parameters()) if train_head else []
-        # the head gets no weight decay: decay would move the frozen old rows despite the mask
-        decay = [p for p in params if p.ndim >= 2]
-        no_decay = [p for p in params if p.ndim < 2] + head_params
-        pg = [
-            {"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        if optimizer == "adamw":
-            self.optimizer = torch.optim.AdamW(pg, lr=lr, eps=1e-8)
-        elif optimizer == "adam":
-            self.optimizer = torch.optim.Adam(pg, lr=lr, eps=1e-8)
-        else:
-            self.optimizer = torch.optim.SGD(pg, lr=lr, momentum=0.9)
-        self.strategy, self.epochs, self.lr, self.min_lr = strategy, epochs_per_stage, lr, min_lr
-        self.schedule, self.schedule_step = schedule, schedule_step
-        self.weights = dict(
-            beta_retain=beta_retain, beta_forget=beta_forget, alpha=alpha, bnd=bnd, w_learn=w_learn
-        )
-        self.merge, self.steps_per_epoch, self.batch_size = (
-            merge_learn_into_retain,
-            steps_per_epoch,
-            batch_size,
-        )
-        self.seed, self.callbacks, self.grad_clip = seed, list(callbacks), grad_clip
-        self.norm_eval = bool(norm_eval)
+        self.head, self.n_old, self.train_head = head, cfg.n_old, cfg.train_head
+        if cfg.train_head:
+            _train_new_rows(head, cfg.n_old)
+        self.optimizer = _optimizer(cfg, params, list(head.parameters()) if cfg.train_head else [])
+        self._adopt(cfg)
+        self.callbacks = list(callbacks)
         self.history = SwapHistory()
         self.acc_f_before: float | None = None
         self.accelerator = resolve_accelerator(accelerator)
         self._train_model: nn.Module = model  # the DDP wrapper once an accelerator prepared it
         self._prepared = False
+
+    def _adopt(self, cfg: KnowledgeSwapConfig) -> None:
+        """The hyper-parameters :meth:`fit` reads, as attributes (which may be changed before
+        ``fit``; ``self.config`` stays as the swapper was built)."""
+        self.strategy, self.epochs, self.lr, self.min_lr = (
+            cfg.strategy,
+            cfg.epochs_per_stage,
+            cfg.lr,
+            cfg.min_lr,
+        )
+        self.schedule, self.schedule_step = cfg.schedule, cfg.schedule_step
+        self.weights = {
+            n: getattr(cfg, n) for n in ("beta_retain", "beta_forget", "alpha", "bnd", "w_learn")
+        }
+        self.merge, self.steps_per_epoch, self.batch_size = (
+            cfg.merge_learn_into_retain,
+            cfg.steps_per_epoch,
+            cfg.batch_size,
+        )
+        self.seed, self.grad_clip, self.norm_eval = cfg.seed, cfg.grad_clip, cfg.norm_eval
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -418,7 +513,7 @@ class KnowledgeSwapper:
                 "column): the retain, forget and learn classes are checked for overlap on the "
                 "labels seen batch by batch instead of up front",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,  # the caller of fit (via _Fit.start)
             )
         names = list(sets)
         for i, a in enumerate(names):
@@ -494,26 +589,19 @@ class KnowledgeSwapper:
         learn) set is skipped with a warning. Before training, the forget accuracy is measured
         on ``forget_test`` (default: the forget training data) as ``acc_f_before``, which
         :meth:`evaluate` uses for GS-LoRA's ``h`` (the official code measures it first)."""
-        r = _as_dataset(retain, "retain")
-        f = _as_dataset(forget, "forget")
-        lrn = _as_dataset(learn, "learn")
-        if r is None or len(r) == 0:
-            raise ValueError("the retain data is required and must not be empty")
-        if f is not None and len(f) == 0:
-            warnings.warn("the forget data is empty: only learning runs", UserWarning, stacklevel=2)
-            f = forget = None
-        if lrn is not None and len(lrn) == 0:
-            warnings.warn(
-                "the learn data is empty: only forgetting runs", UserWarning, stacklevel=2
-            )
-            lrn = learn = None
-        sets = self._check(r, f, lrn)
-        # every item in one form, checked here: nothing may fail after a stage changed the model
-        r, f, lrn = (
-            None if ds is None else _TensorItems(ds, name)
-            for ds, name in ((r, "retain"), (f, "forget"), (lrn, "learn"))
-        )
-        self._preflight(retain, learn, r, f, lrn)
+        run = _Fit.start(self, retain, forget, learn)
+        self._prepare()
+        run.check_outputs()
+        if run.f is not None:
+            ref = forget_test if forget_test is not None else run.forget
+            self.acc_f_before = accuracy_on(self.model, ref, name="forget")
+        for stage in self.stage_plan(run.f is not None, run.lrn is not None):
+            run.stage(stage)
+        self.model.eval()
+        return self.history
+
+    def _prepare(self) -> None:
+        """With an accelerator, once: prepare the model (DDP) and the optimiser."""
         acc = self.accelerator
         if acc is not None and not self._prepared:
             # parameters the optimiser does not hold never change; frozen, DDP neither computes
@@ -524,153 +612,6 @@ class KnowledgeSwapper:
                     p.requires_grad_(False)
             self._train_model, self.optimizer = acc.prepare(self.model, self.optimizer)
             self._prepared = True
-        distributed = self.num_processes > 1
-        g = torch.Generator().manual_seed(self.seed)
-        with torch.no_grad():
-            self.model.eval()
-            x, _ = self._to(next(iter(DataLoader(r, batch_size=1))), "retain")
-            self._n_out = self._logits(x[:1]).shape[-1]
-            for name, labels in sets.items():
-                if labels and (max(labels) >= self._n_out or min(labels) < 0):
-                    bad = max(labels) if max(labels) >= self._n_out else min(labels)
-                    raise ValueError(
-                        f"{name} label {bad} is outside the model's {self._n_out} outputs"
-                        + (
-                            "; enlarge the classifier with icml25.knowledge_swap.expand_head first"
-                            if name == "learn"
-                            else ""
-                        )
-                    )
-        if f is not None:
-            ref = forget_test if forget_test is not None else forget
-            self.acc_f_before = accuracy_on(self.model, ref, name="forget")
-        seen = {k: set(v) if v is not None else set() for k, v in sets.items()}
-        step = 0
-        for stage in self.stage_plan(f is not None, lrn is not None):
-            main_ds = r
-            if (
-                stage == "forget"
-                and self.strategy == "learn_then_forget"
-                and self.merge
-                and lrn is not None
-            ):
-                # official MergedDataset(retain, learn); a retain DataLoader's own collate
-                # function gets the items as the user's data holds them
-                main_ds = (
-                    ConcatDataset([r.dataset, lrn.dataset])
-                    if isinstance(retain, DataLoader)
-                    else ConcatDataset([r, lrn])
-                )
-            if main_ds is r:
-                main_src = retain if isinstance(retain, DataLoader) else r
-            elif isinstance(retain, DataLoader):
-                main_src = _like(retain, main_ds, g)  # keep the user's loader settings
-            else:
-                main_src = main_ds
-            main = _Stream(main_src, self.batch_size, g, acc)
-            aux_learn = (
-                _Stream(learn if isinstance(learn, DataLoader) else lrn, self.batch_size, g, acc)
-                if (lrn is not None and stage in ("learn", "simultaneous"))
-                else None
-            )
-            aux_forget = (
-                _Stream(forget if isinstance(forget, DataLoader) else f, self.batch_size, g, acc)
-                if (f is not None and stage in ("forget", "simultaneous"))
-                else None
-            )
-            check_equal_lengths(acc, {"retain": main, "learn": aux_learn, "forget": aux_forget})
-            epochs = self.epochs * (
-                2 if stage == "simultaneous" and self.strategy == "simultaneous" else 1
-            )
-            per_epoch = self.steps_per_epoch or len(main)
-            total = epochs * per_epoch
-            for i in range(total):
-                progress = (i // per_epoch) / epochs if self.schedule_step == "epoch" else i / total
-                lr = self._lr_at(progress)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                self._train_mode()
-                rb = self._to(main.next(), "retain", step)
-                fb = self._to(aux_forget.next(), "forget", step) if aux_forget else None
-                lb = self._to(aux_learn.next(), "learn", step) if aux_learn else None
-                for name, bt in (("retain", rb), ("forget", fb), ("learn", lb)):
-                    if bt is not None and bt[1].numel():
-                        lo, hi = int(bt[1].min()), int(bt[1].max())
-                        if lo < 0 or hi >= self._n_out:
-                            raise ValueError(
-                                f"a batch of the {name} data at step {step} has label "
-                                f"{hi if hi >= self._n_out else lo}, outside the model's "
-                                f"{self._n_out} outputs"
-                            )
-                        if sets[name] is None and not (name == "retain" and main_ds is not r):
-                            seen[name] |= set(bt[1].unique().tolist())
-                            self._overlap(seen, step)
-                net = self._train_model
-                losses = swap_losses(
-                    stage,
-                    retain=(self._logits(rb[0], net), rb[1]),
-                    forget=(self._logits(fb[0], net), fb[1]) if fb else None,
-                    learn=(self._logits(lb[0], net), lb[1]) if lb else None,
-                    l_gs=group_sparse_loss(self.groups),
-                    **self.weights,
-                    # several processes: means over the global batch, not per process
-                    **({"cross_entropy": global_cross_entropy} if distributed else {}),
-                )
-                total_loss = losses["total"]
-                if not bool(torch.isfinite(total_loss)):
-                    raise FloatingPointError(
-                        f"the {stage} loss became {float(total_loss)} at step {step} (the inputs "
-                        "were finite): the training diverged; lower lr or set grad_clip"
-                    )
-                self.optimizer.zero_grad()
-                if acc is None:
-                    total_loss.backward()
-                else:
-                    acc.backward(total_loss)
-                if self.grad_clip is not None:
-                    clip = torch.nn.utils.clip_grad_norm_ if acc is None else acc.clip_grad_norm_
-                    clip(
-                        [p for pg in self.optimizer.param_groups for p in pg["params"]],
-                        self.grad_clip,
-                    )
-                self.optimizer.step()
-                rec = {
-                    "stage": stage,
-                    "step": step,
-                    "lr": lr,
-                    **{k: float(v.detach()) for k, v in losses.items()},
-                }
-                self.history.steps.append(rec)
-                event = {
-                    "kind": "step",
-                    **rec,
-                    # the global batch's labels (every process's, in process order)
-                    "labels": {
-                        name: None if bt is None else gather_labels(acc, bt[1].detach()).cpu()
-                        for name, bt in (("retain", rb), ("forget", fb), ("learn", lb))
-                    },
-                    "optimizer": self.optimizer,
-                    "swapper": self,
-                }
-                for cb in self.callbacks:
-                    cb(event)
-                step += 1
-            norms = [
-                math.sqrt(sum(float((p.detach() ** 2).sum()) for p in grp)) for grp in self.groups
-            ]
-            self.history.stage_norms.append((stage, norms))
-            for cb in self.callbacks:
-                cb(
-                    {
-                        "kind": "stage_end",
-                        "stage": stage,
-                        "step": step,
-                        "norms": norms,
-                        "swapper": self,
-                    }
-                )
-        self.model.eval()
-        return self.history
 
     def save_adapter(self, path: str | Path) -> None:
         """Save the trained adapter with :func:`icml25.lora.save_lora` (a PEFT model: its
@@ -712,3 +653,250 @@ class KnowledgeSwapper:
                 stacklevel=2,
             )
         return swap_metrics(self.model, retain_test, forget_test, learn_test, acc_f_before=before)
+
+
+_Batch = tuple[Tensor, Tensor]
+
+
+@dataclass
+class _Fit:
+    """One call of :meth:`KnowledgeSwapper.fit`: the data as the user gave it (a DataLoader's
+    settings are kept), the same data as checked ``(inputs, label)`` items, and the state the
+    stages share: the seeded generator every stream draws from, the label sets read up front
+    (None where they cannot be), the labels seen batch by batch, and the global step."""
+
+    sw: KnowledgeSwapper
+    retain: Data
+    forget: Data
+    learn: Data
+    r: _TensorItems
+    f: _TensorItems | None
+    lrn: _TensorItems | None
+    sets: dict[str, set[int] | None]
+    g: torch.Generator
+    seen: dict[str, set[int]]
+    step: int = 0
+
+    # -- before any parameter changes --------------------------------------------------------------
+    @classmethod
+    def start(cls, sw: KnowledgeSwapper, retain: Data, forget: Data, learn: Data) -> _Fit:
+        """Convert and check the three data sets; an empty forget (or learn) set is dropped."""
+        r = _as_dataset(retain, "retain")
+        f = _as_dataset(forget, "forget")
+        lrn = _as_dataset(learn, "learn")
+        if r is None or len(r) == 0:
+            raise ValueError("the retain data is required and must not be empty")
+        if f is not None and len(f) == 0:
+            warnings.warn(
+                "the forget data is empty: only learning runs",
+                UserWarning,
+                stacklevel=3,  # the caller of fit
+            )
+            f = forget = None
+        if lrn is not None and len(lrn) == 0:
+            warnings.warn(
+                "the learn data is empty: only forgetting runs",
+                UserWarning,
+                stacklevel=3,  # the caller of fit
+            )
+            lrn = learn = None
+        sets = sw._check(r, f, lrn)
+        # every item in one form, checked here: nothing may fail after a stage changed the model
+        r, f, lrn = (
+            None if ds is None else _TensorItems(ds, name)
+            for ds, name in ((r, "retain"), (f, "forget"), (lrn, "learn"))
+        )
+        sw._preflight(retain, learn, r, f, lrn)
+        return cls(
+            sw=sw,
+            retain=retain,
+            forget=forget,
+            learn=learn,
+            r=r,
+            f=f,
+            lrn=lrn,
+            sets=sets,
+            g=torch.Generator().manual_seed(sw.seed),
+            seen={k: set(v) if v is not None else set() for k, v in sets.items()},
+        )
+
+    def check_outputs(self) -> None:
+        """Read the model's number of outputs (``sw._n_out``) on one retain item; every label
+        read up front must be one of them."""
+        sw = self.sw
+        with torch.no_grad():
+            sw.model.eval()
+            x, _ = sw._to(next(iter(DataLoader(self.r, batch_size=1))), "retain")
+            sw._n_out = sw._logits(x[:1]).shape[-1]
+            for name, labels in self.sets.items():
+                if labels and (max(labels) >= sw._n_out or min(labels) < 0):
+                    bad = max(labels) if max(labels) >= sw._n_out else min(labels)
+                    raise ValueError(
+                        f"{name} label {bad} is outside the model's {sw._n_out} outputs"
+                        + (
+                            "; enlarge the classifier with icml25.knowledge_swap.expand_head first"
+                            if name == "learn"
+                            else ""
+                        )
+                    )
+
+    # -- one stage -----------------------------------------------------------------------------
+    def stage(self, stage: str) -> None:
+        """One stage (paper §3): every step draws one batch from the main data and one from each
+        auxiliary set; one epoch is one pass over the main data (``steps_per_epoch`` overrides);
+        the schedule restarts at each stage (official)."""
+        sw = self.sw
+        main, merged, aux_forget, aux_learn = self.streams(stage)
+        check_equal_lengths(
+            sw.accelerator, {"retain": main, "learn": aux_learn, "forget": aux_forget}
+        )
+        epochs = sw.epochs * (2 if stage == "simultaneous" and sw.strategy == "simultaneous" else 1)
+        per_epoch = sw.steps_per_epoch or len(main)
+        total = epochs * per_epoch
+        for i in range(total):
+            progress = (i // per_epoch) / epochs if sw.schedule_step == "epoch" else i / total
+            lr = sw._lr_at(progress)
+            for group in sw.optimizer.param_groups:
+                group["lr"] = lr
+            sw._train_mode()
+            batches = {
+                "retain": sw._to(main.next(), "retain", self.step),
+                "forget": sw._to(aux_forget.next(), "forget", self.step) if aux_forget else None,
+                "learn": sw._to(aux_learn.next(), "learn", self.step) if aux_learn else None,
+            }
+            self.check_labels(batches, merged)
+            losses = self.losses(stage, batches)
+            self.update(stage, losses["total"])
+            self.record(stage, lr, losses, batches)
+            self.step += 1
+        self.end_stage(stage)
+
+    def streams(self, stage: str) -> tuple[_Stream, bool, _Stream | None, _Stream | None]:
+        """The stage's main stream (retain; retain + learned in learn-then-forget's forget stage),
+        whether it is that merged data, and the forget and learn streams the stage uses."""
+        sw, r, lrn, g, acc = self.sw, self.r, self.lrn, self.g, self.sw.accelerator
+        retain = self.retain
+        merged = (
+            stage == "forget"
+            and sw.strategy == "learn_then_forget"
+            and sw.merge
+            and lrn is not None
+        )
+        # merged: official MergedDataset(retain, learn); a retain DataLoader's own collate
+        # function gets the items as the user's data holds them
+        if not merged:
+            main_src = retain if isinstance(retain, DataLoader) else r
+        elif isinstance(retain, DataLoader):
+            # keep the user's loader settings
+            main_src = _like(retain, ConcatDataset([r.dataset, lrn.dataset]), g)
+        else:
+            main_src = ConcatDataset([r, lrn])
+        main = _Stream(main_src, sw.batch_size, g, acc)
+        learn, forget = self.learn, self.forget
+        aux_learn = (
+            _Stream(learn if isinstance(learn, DataLoader) else lrn, sw.batch_size, g, acc)
+            if (lrn is not None and stage in ("learn", "simultaneous"))
+            else None
+        )
+        aux_forget = (
+            _Stream(forget if isinstance(forget, DataLoader) else self.f, sw.batch_size, g, acc)
+            if (self.f is not None and stage in ("forget", "simultaneous"))
+            else None
+        )
+        return main, bool(merged), aux_forget, aux_learn
+
+    # -- one step ------------------------------------------------------------------------------
+    def check_labels(self, batches: dict[str, _Batch | None], merged: bool) -> None:
+        """Every batch label must be a model output; the labels of data whose classes could not
+        be read up front are collected, and the class sets checked for overlap."""
+        sw, step = self.sw, self.step
+        for name, bt in batches.items():
+            if bt is not None and bt[1].numel():
+                lo, hi = int(bt[1].min()), int(bt[1].max())
+                if lo < 0 or hi >= sw._n_out:
+                    raise ValueError(
+                        f"a batch of the {name} data at step {step} has label "
+                        f"{hi if hi >= sw._n_out else lo}, outside the model's "
+                        f"{sw._n_out} outputs"
+                    )
+                if self.sets[name] is None and not (name == "retain" and merged):
+                    self.seen[name] |= set(bt[1].unique().tolist())
+                    sw._overlap(self.seen, step)
+
+    def losses(self, stage: str, batches: dict[str, _Batch | None]) -> dict[str, Tensor]:
+        """The stage's loss terms (:func:`~icml25.knowledge_swap.losses.swap_losses`)."""
+        sw, net = self.sw, self.sw._train_model
+        rb, fb, lb = batches["retain"], batches["forget"], batches["learn"]
+        return swap_losses(
+            stage,
+            retain=(sw._logits(rb[0], net), rb[1]),
+            forget=(sw._logits(fb[0], net), fb[1]) if fb else None,
+            learn=(sw._logits(lb[0], net), lb[1]) if lb else None,
+            l_gs=group_sparse_loss(sw.groups),
+            **sw.weights,
+            # several processes: means over the global batch, not per process
+            **({"cross_entropy": global_cross_entropy} if sw.num_processes > 1 else {}),
+        )
+
+    def update(self, stage: str, total_loss: Tensor) -> None:
+        """One optimiser step on ``total_loss`` (refused when it is not finite)."""
+        sw, acc = self.sw, self.sw.accelerator
+        if not bool(torch.isfinite(total_loss)):
+            raise FloatingPointError(
+                f"the {stage} loss became {float(total_loss)} at step {self.step} (the inputs "
+                "were finite): the training diverged; lower lr or set grad_clip"
+            )
+        sw.optimizer.zero_grad()
+        if acc is None:
+            total_loss.backward()
+        else:
+            acc.backward(total_loss)
+        if sw.grad_clip is not None:
+            clip = torch.nn.utils.clip_grad_norm_ if acc is None else acc.clip_grad_norm_
+            clip(
+                [p for pg in sw.optimizer.param_groups for p in pg["params"]],
+                sw.grad_clip,
+            )
+        sw.optimizer.step()
+
+    def record(
+        self, stage: str, lr: float, losses: dict[str, Tensor], batches: dict[str, _Batch | None]
+    ) -> None:
+        """The step's history row, and the step event to every callback."""
+        sw = self.sw
+        rec = {
+            "stage": stage,
+            "step": self.step,
+            "lr": lr,
+            **{k: float(v.detach()) for k, v in losses.items()},
+        }
+        sw.history.steps.append(rec)
+        event = {
+            "kind": "step",
+            **rec,
+            # the global batch's labels (every process's, in process order)
+            "labels": {
+                name: None if bt is None else gather_labels(sw.accelerator, bt[1].detach()).cpu()
+                for name, bt in batches.items()
+            },
+            "optimizer": sw.optimizer,
+            "swapper": sw,
+        }
+        for cb in sw.callbacks:
+            cb(event)
+
+    def end_stage(self, stage: str) -> None:
+        """The LoRA group norms at the stage's end, to the history and every callback."""
+        sw = self.sw
+        norms = [math.sqrt(sum(float((p.detach() ** 2).sum()) for p in grp)) for grp in sw.groups]
+        sw.history.stage_norms.append((stage, norms))
+        for cb in sw.callbacks:
+            cb(
+                {
+                    "kind": "stage_end",
+                    "stage": stage,
+                    "step": self.step,
+                    "norms": norms,
+                    "swapper": sw,
+                }
+            )
