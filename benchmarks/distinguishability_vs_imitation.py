@@ -100,7 +100,7 @@ def main() -> int:
         ScriptedTeacher,
         collect_segments,
     )
-    from icml25.distinguishability.experiments import split
+    from icml25.distinguishability.experiment import split
 
     torch.set_num_threads(2)
     print("| seed | pairs | ours: held-out pair accuracy | imitation | ours - imitation |")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from icml25.contrastive import experiments, repro
+from icml25.contrastive import experiment, repro
 from icml25.report import Criterion
 
 pytest.importorskip("sklearn")
@@ -164,7 +164,7 @@ def _reverse(runs: dict, grid_b: list[int]):
 def test_digits_come_from_the_shared_loader():
     from icml25.toy import digits_split
 
-    xtr, ytr, xte, yte = experiments.load_digits_split()
+    xtr, ytr, xte, yte = experiment.load_digits_split()
     assert xtr.shape == (1437, 1, 8, 8) and xte.shape == (360, 1, 8, 8)
     ref = digits_split(0.2, seed=0, shape="image")
     assert all((a == b).all() for a, b in zip((xtr, ytr, xte, yte), ref))
@@ -186,9 +186,9 @@ def test_vrns_lowers_the_negative_variance_at_150_steps_one_seed():
     """The regression test: the quick cell at 150 steps and one seed, end to end
     through the trainer and the statistics; Q1's effect (VRNS lowers the variance of negative
     similarities) must show on that seed. Accuracy is not asserted at this size."""
-    data = experiments.load_digits_split()
+    data = experiment.load_digits_split()
     t, b = repro.Q_CELL
-    base = experiments.run_simclr(b, t, 0.0, 0, 150, data)
-    vr = experiments.run_simclr(b, t, repro.LAMBDA, 0, 150, data)
+    base = experiment.run_simclr(b, t, 0.0, 0, 150, data)
+    vr = experiment.run_simclr(b, t, repro.LAMBDA, 0, 150, data)
     assert vr["neg_var"] < base["neg_var"], (vr["neg_var"], base["neg_var"])
     assert 0 <= base["acc"] <= 1 and 0 <= vr["acc"] <= 1

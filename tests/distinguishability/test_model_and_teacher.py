@@ -21,7 +21,7 @@ from icml25.distinguishability import (
     dq_loss,
     pcq_loss,
 )
-from icml25.distinguishability.experiments import lottery_experiment
+from icml25.distinguishability.experiment import lottery_experiment
 
 D = torch.float64
 

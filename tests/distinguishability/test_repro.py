@@ -83,7 +83,7 @@ def test_checks_match_direct_calls_of_the_per_seed_functions(smoke_result):
     """Recompute seed 1's numbers by calling the per-seed functions directly: a check that paired
     the wrong method, teacher or seed would not match."""
     from icml25.distinguishability import repro
-    from icml25.distinguishability.experiments import CurveConfig, lottery_experiment
+    from icml25.distinguishability.experiment import CurveConfig, lottery_experiment
     from icml25.report import torch_threads
 
     r = smoke_result

@@ -16,7 +16,7 @@ from icml25.distinguishability import (
     select_dq,
     select_pcq,
 )
-from icml25.distinguishability.experiments import CurveConfig, learning_curve, split
+from icml25.distinguishability.experiment import CurveConfig, learning_curve, split
 
 D = torch.float64
 

@@ -11,7 +11,7 @@ from icml25.report import pyplot
 
 def plot_theory(rows: list[list[str]]):
     """Part A: mean positive and negative similarity per setting (the rows of
-    :func:`~icml25.contrastive.experiments.theory_sandbox`; rows without numbers are skipped)."""
+    :func:`~icml25.contrastive.experiment.theory_sandbox`; rows without numbers are skipped)."""
     plt = pyplot()
     labels, pos, neg = [], [], []
     for cells in rows:

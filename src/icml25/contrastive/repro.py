@@ -7,8 +7,8 @@ without VRNS (lambda = 30): VRNS lowers the variance of negative similarities an
 linear-probe accuracy at small batch; full mode sweeps temperature x batch.
 
 The module reads: claim, constants and the pre-registered criteria -> ``setup`` (sizes, grid,
-the digits) -> Part A (``theory_sandbox`` in ``experiments.py``) -> ``measure_seed`` (every
-SimCLR run of one seed, ``run_simclr`` in ``experiments.py``) -> ``evaluate`` (Part A's exact
+the digits) -> Part A (``theory_sandbox`` in ``experiment.py``) -> ``measure_seed`` (every
+SimCLR run of one seed, ``run_simclr`` in ``experiment.py``) -> ``evaluate`` (Part A's exact
 checks, Q1/Q2, full mode's F1-F3) -> ``metrics`` and tables -> ``run``. Figures are in
 ``figures.py``; the fixed discussion (deviations, how the checks were sized) is in
 docs/contrastive.md.
@@ -21,7 +21,7 @@ import statistics
 from typing import Any
 
 from icml25.contrastive import theory
-from icml25.contrastive.experiments import load_digits_split, run_simclr, theory_sandbox
+from icml25.contrastive.experiment import load_digits_split, run_simclr, theory_sandbox
 from icml25.contrastive.figures import plot_grid, plot_hist, plot_theory
 from icml25.report import (
     Check,

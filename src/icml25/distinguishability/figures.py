@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from icml25.distinguishability.experiments import affine_align
+from icml25.distinguishability.experiment import affine_align
 from icml25.report import pyplot
 
 __all__ = [

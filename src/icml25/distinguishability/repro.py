@@ -12,7 +12,7 @@ The module reads: the claim and the pre-registered criteria (every one a paired 
 seeds: the same seed's segments, items or environment for both arms) -> ``setup`` -> per-seed
 measurement (``measure_seed``: Part A; ``lottery_experiment``: Part B; ``measure_part_c``) ->
 ``evaluate`` (one line per criterion) -> ``metrics`` -> ``run``. The experiments are in
-``experiments.py``, the figures in ``figures.py``; the fixed discussion (deviations, the sizing of
+``experiment.py``, the figures in ``figures.py``; the fixed discussion (deviations, the sizing of
 the seed counts) is in docs/distinguishability.md.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icml25.distinguishability.experiments import (
+from icml25.distinguishability.experiment import (
     CurveConfig,
     learning_curve,
     lottery_experiment,

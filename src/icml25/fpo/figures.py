@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25.fpo.experiments import METHODS
+from icml25.fpo.experiment import METHODS
 from icml25.report import pyplot
 
 __all__ = [
@@ -142,7 +142,7 @@ def plot_temperature(per_seed):
 
 def plot_layers(sweep: dict[str, tuple]) -> Any:
     """Mean win rate vs SFT of FPO with the SAE at each block's residual output and MLP output
-    (:func:`icml25.fpo.experiments.layer_sweep`)."""
+    (:func:`icml25.fpo.experiment.layer_sweep`)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for site in ("residual", "MLP"):

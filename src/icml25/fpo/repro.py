@@ -3,7 +3,7 @@
 A 2-block Llama-style model is fine-tuned on noisy reversals (the SFT / reference model); an SAE
 is trained on its last block's residual stream; preference pairs are two of its own samples
 ranked by a programmatic reward. FPO, DPO, SimPO, TDPO-2 and FPO with α = 0 are trained from the
-same SFT checkpoint on the same pairs, batch order and budget (``experiments.py``).
+same SFT checkpoint on the same pairs, batch order and budget (``experiment.py``).
 
 Claims checked (pre-registered below): (a) FPO beats the SFT model (win rate > 0.55, the paper's
 headline 55.1 % over SFT); (b) the feature constraint holds down drift: the sequential KL to the
@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from icml25.fpo.experiments import (
+from icml25.fpo.experiment import (
     K_FPO,
     LR,
     METHODS,
@@ -69,7 +69,7 @@ CLAIM = (
 N_QUICK, N_FULL = 3, 9
 N_EVAL, N_HELD = 400, 300
 # every method: Adam lr LR (1e-4), 10 warm-up steps then constant, 32 pairs per batch, 2 epochs;
-# FPO's top-k K_FPO = 16 (experiments.py)
+# FPO's top-k K_FPO = 16 (experiment.py)
 
 #: Independent units (docs/fpo.md, "Reproduction"): every seed draws its own pairs, SAE data
 #: (quick), batch order, held-out pairs and evaluation prompts, so the items of a seed (prompts,
@@ -164,7 +164,7 @@ def setup(r: Run) -> Setup:
 # -- one seed -------------------------------------------------------------------------------------
 def measure_seed(seed: int, s: Setup) -> dict:
     """The seed's SFT model and SAE (built here when it is the first seed to use them), then
-    :func:`icml25.fpo.experiments.measure_methods`: every method's outcomes on this seed."""
+    :func:`icml25.fpo.experiment.measure_methods`: every method's outcomes on this seed."""
     model_seed, sae_key = s.model_seed(seed), s.sae_key(seed)
     if model_seed not in s.models:
         s.models[model_seed] = build_sft(model_seed, s.n_sft, s.sft_steps)

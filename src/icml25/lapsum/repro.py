@@ -10,7 +10,7 @@ B. (full) LapSum permutation learning is on par with NeuralSort on digit-number 
 The module reads: claim, sizes and the pre-registered criteria -> ``setup`` (the mode's sizes) ->
 the measurements (``part_a``: timings with their repeats, memory, exactness; ``measure_c_seed``
 and ``measure_b_seed``: one seed of Part C and of Part B) -> the checks (one line per criterion)
--> ``metrics`` -> ``run``. The experiments are in ``experiments.py``, the figures in
+-> ``metrics`` -> ``run``. The experiments are in ``experiment.py``, the figures in
 ``figures.py``; the fixed discussion (deviations, the paper's numbers, power) is in
 docs/lapsum.md.
 """
@@ -21,7 +21,7 @@ import dataclasses
 
 import torch
 
-from icml25.lapsum import experiments as ex
+from icml25.lapsum import experiment as ex
 from icml25.lapsum.bench import time_fwd_bwd
 from icml25.lapsum.figures import plot_accuracy, plot_permutation, plot_profiles, plot_scaling
 from icml25.report import (
@@ -233,7 +233,7 @@ def measure_b_seed(seed: int, n: int, s: Setup) -> dict:
 
 def part_c_runs(r: Run, s: Setup) -> dict[str, list[dict]]:
     """Part C's trainings: ``{"ce": [...], "lapsum": [...]}`` with one result per seed of the run,
-    and in full mode the reported sweeps (``experiments.topk_loss_sweep``) on the first
+    and in full mode the reported sweeps (``experiment.topk_loss_sweep``) on the first
     ``EXTRA_SEEDS`` seeds."""
     per_seed = r.over_seeds(lambda seed: measure_c_seed(seed, s), label="Part C seeds")
     runs = {name: [m[name] for m in per_seed] for name in ("ce", "lapsum")}
