@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from icml25.report import pyplot
-from icml25.safety_reasoning.toy_experiment import OOD
+from icml25.safety_reasoning.experiment import OOD
 
 #: One colour per form, in every figure.
 COLORS = {

@@ -15,7 +15,7 @@ Claims, in the paper's order: (1) RT's failures hold latent safety (Best-of-N AS
 representations toward ID harmful ones (smaller proxy A-distance).
 
 The module reads: claim and criteria -> ``setup`` (sizes) -> ``measure_seed`` (one world: the
-experiment of ``toy_experiment.py``) -> ``evaluate`` (the checks, in the paper's order) ->
+experiment of ``experiment.py``) -> ``evaluate`` (the checks, in the paper's order) ->
 ``metrics``, tables and notes -> ``run``. Figures are in ``figures.py``; the fixed discussion
 (deviations, variants tried, units) is in docs/safety_reasoning.md.
 """
@@ -40,14 +40,14 @@ from icml25.report import (
     reproduction,
     table,
 )
-from icml25.safety_reasoning.figures import plot_bars, plot_bon, plot_pca
-from icml25.safety_reasoning.toy_experiment import (
+from icml25.safety_reasoning.experiment import (
     OOD,
     ToySizes,
     eval_cores,
     first_occurrences,
     run_toy_seed,
 )
+from icml25.safety_reasoning.figures import plot_bars, plot_bon, plot_pca
 
 CLAIM = (
     "Refusal training leaves safe behaviour in the model's distribution that greedy decoding "
