@@ -61,6 +61,25 @@ def test_hand_built_nan_check_keeps_its_reason_and_cannot_claim_held():
         Check(GAIN, math.nan, math.nan, math.nan, 0, math.nan, "held", "x")
 
 
+def test_designs_and_verdicts_are_typed_as_the_values_they_accept():
+    """The ``Literal`` types of ``Criterion.design`` and ``Check.verdict`` list exactly
+    :data:`DESIGNS` and :data:`VERDICTS`, the values the checks accept."""
+    from typing import get_args, get_type_hints
+
+    from icml25.report.checks import DESIGNS, VERDICTS
+
+    assert get_args(get_type_hints(Criterion)["design"]) == DESIGNS
+    assert get_args(get_type_hints(Check)["verdict"]) == VERDICTS
+    for design in DESIGNS:
+        assert Criterion("x", design, above=0.5).design == design
+    with pytest.raises(ValueError, match="design must be one of"):
+        Criterion("x", "other", above=0.5)
+    for verdict in VERDICTS:
+        assert Check(GAIN, 0.1, 0.0, 0.2, 3, 0.05, verdict, "t").verdict == verdict
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        Check(GAIN, 0.1, 0.0, 0.2, 3, 0.05, "other", "t")
+
+
 def test_report_writes_whatever_a_check_holds(tmp_path):
     c = GAIN.check([1, 1.1, 1.2], [0, 0, 0])
     c.data["extra"] = {

@@ -90,6 +90,26 @@ def test_qkv_targets_and_errors():
         select_target_layers(model, "custom")
 
 
+def test_config_choices_are_typed_as_the_values_they_accept():
+    """The ``Literal`` types of the string choices list exactly what the checks accept."""
+    from typing import get_args, get_type_hints
+
+    hints = get_type_hints(AntidoteConfig)
+    for name in ("score", "granularity"):
+        for choice in get_args(hints[name]):
+            AntidoteConfig(**{name: choice}).validate()
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            AntidoteConfig(**{name: "other"}).validate()
+    # the config's target goes to select_target_layers, which checks it
+    targets = get_args(get_type_hints(select_target_layers)["target"])
+    assert get_args(hints["target"]) == targets == ("lora", "qkv", "custom")
+    _, model = _tiny_llama_with_lora()
+    for target in targets:
+        assert select_target_layers(model, target, lambda n, m: "q_proj" in n)
+    with pytest.raises(ValueError, match="target must be"):
+        select_target_layers(model, "other")
+
+
 def test_peft_lora_names_and_merged_adapter():
     peft = pytest.importorskip("peft")
     world = HarmfulFinetuneWorld(0)

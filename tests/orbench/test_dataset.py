@@ -394,6 +394,17 @@ def test_load_xstest_rejects_bad_input(tmp_path):
         XSTestPrompt("a prompt", "homonyms", "SAFE")
 
 
+def test_xstest_label_is_typed_as_the_labels_it_accepts():
+    from typing import get_args, get_type_hints
+
+    labels = get_args(get_type_hints(XSTestPrompt)["label"])
+    assert labels == ("safe", "unsafe")
+    for label in labels:
+        assert XSTestPrompt("a prompt", "homonyms", label).subset == f"xstest-{label}"
+    with pytest.raises(ValueError, match="XSTest label must be 'safe' or 'unsafe', got 'other'"):
+        XSTestPrompt("a prompt", "homonyms", "other")
+
+
 # -- lm-evaluation-harness ----------------------------------------------------------------------
 
 

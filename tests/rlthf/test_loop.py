@@ -202,6 +202,31 @@ def test_config_bad_values(kw, match):
         RLTHFConfig(**kw)
 
 
+def test_config_choices_are_typed_as_the_values_they_accept():
+    """The ``Literal`` types of the string choices list exactly what the checks accept."""
+    from typing import get_args, get_type_hints
+
+    from icml25.rlthf import backoff_drop_mask, drop_position
+    from icml25.rlthf.loop import _SCHEDULES
+    from icml25.rlthf.selection import SANITIZE_RULES, SELECTIONS
+
+    hints = get_type_hints(RLTHFConfig)
+    literal, fractions = get_args(hints["schedule"])
+    assert get_args(literal) == _SCHEDULES and fractions == tuple[float, ...]
+    assert get_args(hints["selection"]) == SELECTIONS
+    assert get_args(hints["sanitize"]) == SANITIZE_RULES
+    assert get_args(get_type_hints(select_targets)["strategy"]) == SELECTIONS
+    for f in (drop_position, backoff_drop_mask):
+        assert get_args(get_type_hints(f)["rule"]) == SANITIZE_RULES
+    for name in ("schedule", "selection", "sanitize", "amplify_mode", "retrain"):
+        choices = get_args(hints[name])
+        choices = get_args(choices[0]) if name == "schedule" else choices
+        for choice in choices:
+            assert getattr(RLTHFConfig(**{name: choice}), name) == choice
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            RLTHFConfig(**{name: "other"})
+
+
 def test_run_bad_input(world):
     with pytest.raises(ValueError, match="human is required"):
         run_rlthf(world.train, world.ai_labels, None, None, _rm(), progress=False)

@@ -26,6 +26,24 @@ def test_query_ids_and_validation():
         Query("", "harmful")
 
 
+def test_query_kind_is_typed_as_the_kinds_it_accepts():
+    """``Query.kind``'s ``Literal`` lists exactly :data:`KINDS`, the values the checks accept."""
+    from typing import get_args, get_type_hints
+
+    from icml25.safety_reasoning.data import KINDS
+
+    assert get_args(get_type_hints(Query)["kind"]) == KINDS
+    one, none = get_args(get_type_hints(load_queries)["kind"])
+    assert get_args(one) == KINDS and none is type(None)
+    for kind in KINDS:
+        assert Query("abc", kind).kind == kind
+        assert load_queries([{"query": "abc"}], kind=kind)[0].kind == kind
+    with pytest.raises(ValueError, match="Query.kind must be one of"):
+        Query("abc", "other")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        load_queries([{"query": "abc"}], kind="other")
+
+
 def test_load_queries_from_files(tmp_path):
     p = tmp_path / "q.jsonl"
     p.write_text(

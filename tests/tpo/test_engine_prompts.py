@@ -162,6 +162,21 @@ def test_edge_cases_nan_rewards_single_sample_and_bad_config():
         tpo_optimize("q", Short(), length_reward(), TPOConfig(width=3))
 
 
+def test_config_choices_are_typed_as_the_values_they_accept():
+    """The ``Literal`` types of the string choices list exactly what ``validate`` accepts."""
+    import re
+    from typing import get_args, get_type_hints
+
+    hints = get_type_hints(TPOConfig)
+    for name in ("mode", "seed_policy", "pair_selection", "nan_policy"):
+        choices = get_args(hints[name])
+        assert choices and getattr(TPOConfig(), name) in choices
+        for choice in choices:
+            assert getattr(TPOConfig(**{name: choice}), name) == choice
+        with pytest.raises(ValueError, match=re.escape(f"{name} must be one of {choices},")):
+            TPOConfig(**{name: "other"})
+
+
 def test_extract_tagged_and_short_value():
     s, e = "<A>", "</A>"
     assert extract_tagged("x <A>  hi there \n</A> y", s, e) == "hi there"

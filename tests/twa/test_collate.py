@@ -84,6 +84,45 @@ def test_policies_and_bad_input(tok):
         TWACollator(tok, prompt_template="translate:")
 
 
+def test_choices_are_typed_as_the_values_they_accept(tok):
+    """The ``Literal`` types of the string choices list exactly what the checks accept."""
+    from typing import get_args, get_type_hints
+
+    from icml25.twa.align import UNLOCALIZED_POLICIES, build_token_roles
+    from icml25.twa.collate import twa_loss_denominator
+    from icml25.twa.loss import REDUCTIONS, twa_loss
+    from icml25.twa.train import TWAConfig
+
+    hints = get_type_hints(TWAConfig)
+    assert get_args(hints["unlocalized"]) == UNLOCALIZED_POLICIES
+    assert get_args(hints["reduction"]) == REDUCTIONS
+    loss_hints = get_type_hints(twa_loss)
+    assert get_args(hints["unlikelihood"]) == get_args(loss_hints["unlikelihood"])
+    assert get_args(loss_hints["reduction"]) == REDUCTIONS
+    assert get_args(get_type_hints(build_token_roles)["unlocalized"]) == UNLOCALIZED_POLICIES
+    assert get_args(get_type_hints(twa_loss_denominator)["reduction"]) == REDUCTIONS
+    model_types = get_args(get_type_hints(TWACollator.__init__)["model_type"])
+    assert get_args(get_type_hints(twa_loss_on_batch)["model_type"]) == model_types
+    assert get_args(get_type_hints(twa_loss_denominator)["model_type"]) == model_types
+    for name in ("unlikelihood", "unlocalized", "reduction"):
+        for choice in get_args(hints[name]):
+            assert getattr(TWAConfig(**{name: choice}), name) == choice
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            TWAConfig(**{name: "other"})
+    _, uniform, none = get_args(hints["severity_weights"])
+    assert get_args(uniform) == ("uniform",) and none is type(None)
+    assert TWAConfig(severity_weights="uniform").severity_weights == "uniform"
+    with pytest.raises(ValueError, match="severity_weights must be None, a dict or 'uniform'"):
+        TWAConfig(severity_weights="other")
+    col_hints = get_type_hints(TWACollator.__init__)
+    assert get_args(col_hints["unlocalized"]) == UNLOCALIZED_POLICIES
+    for name in ("model_type", "unlocalized"):
+        for choice in get_args(col_hints[name]):
+            TWACollator(tok, **{name: choice})
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            TWACollator(tok, **{name: "other"})
+
+
 def test_the_loss_on_a_tiny_causal_lm_trains(tok):
     from icml25.toy import tiny_causal_lm
 

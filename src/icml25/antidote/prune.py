@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -37,8 +38,9 @@ class AntidoteConfig:
     """Defaults from the official scripts (``script/finetune/antidote_*.sh``) and ``train.py``."""
 
     dense_ratio: float = 0.1  # rho, fraction of each row removed (official SST2; 0.05 for GSM8K)
-    score: str = "wanda"  # "wanda" | "magnitude" | "random" | "grad_magnitude"
-    target: str = "lora"  # official: the fine-tuning LoRA adapter; "qkv" = full-FT mode
+    score: Literal["wanda", "magnitude", "random", "grad_magnitude"] = "wanda"
+    # official: the fine-tuning LoRA adapter; "qkv" = full-FT mode; "custom" = target_filter
+    target: Literal["lora", "qkv", "custom"] = "lora"
     target_filter: Callable[[str, nn.Module], bool] | None = None
     # PEFT adapter(s) to prune; None = the active one(s). Official flow: the alignment adapter is
     # merged (merge_and_unload) and the user's adapter is the only one loaded, hence active.
@@ -46,7 +48,7 @@ class AntidoteConfig:
     # comparison group of score-based masks: "row" = per output row (official Wanda path, the
     # paper's method); "tensor" = the whole tensor (official, unused prune_with_FI for the
     # gradient score). Random masks are always per tensor (official --random_prune).
-    granularity: str = "row"
+    granularity: Literal["row", "tensor"] = "row"
     exclude_padding: bool = True
     stat_dtype: torch.dtype = torch.float32
     batch_size: int = 1  # official; used by helpers that build batches (make_realign_batches)

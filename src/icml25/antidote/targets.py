@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -153,7 +154,7 @@ def _merged(model: nn.Module, chosen: list[str] | None) -> list[str]:
 
 def select_target_layers(
     model: nn.Module,
-    target: str = "lora",
+    target: Literal["lora", "qkv", "custom"] = "lora",
     target_filter: Callable[[str, nn.Module], bool] | None = None,
     *,
     adapters: str | Sequence[str] | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ class CurveConfig:
     n_members: int = 3
     lr: float = 3e-3
     epochs: int = 60  # per round, full batch, continuing from the previous weights
-    likelihood: str = "abs"
+    likelihood: Literal["abs", "difference"] = "abs"
     keep_frac: float = 0.5
     n_quadruples: int = 2000
     extra: dict = field(default_factory=dict)

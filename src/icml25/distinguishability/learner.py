@@ -15,6 +15,8 @@ was evicted.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor
 
@@ -44,7 +46,7 @@ class RewardLearner:
         batch_size: int | None = 128,
         max_epochs: int = 200,
         stop_acc: float | None = 0.97,
-        likelihood: str = "abs",
+        likelihood: Literal["abs", "difference"] = "abs",
         lambda_pref: float = 1.0,
         eps: float = 1e-3,
         learn_dist_temperature: bool = False,

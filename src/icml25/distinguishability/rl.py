@@ -15,7 +15,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -63,11 +63,12 @@ class PEBBLEConfig:
 @dataclass
 class DistQConfig:
     keep_frac: float = 0.5  # docs/distinguishability.md (unverified)
-    rule: str = "filter"  # docs/distinguishability.md (unverified)
+    rule: Literal["filter", "weighted"] = "filter"  # docs/distinguishability.md (unverified)
     lambda_e: float = 1.0  # docs/distinguishability.md (unverified)
     lambda_pref: float = 1.0  # docs/distinguishability.md (unverified)
-    likelihood: str = "abs"  # docs/distinguishability.md
-    informativeness: str = "disagreement"  # docs/distinguishability.md
+    likelihood: Literal["abs", "difference"] = "abs"  # docs/distinguishability.md
+    # docs/distinguishability.md
+    informativeness: Literal["disagreement", "entropy"] = "disagreement"
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Literal
 
 import numpy as np
 import torch
@@ -194,7 +195,10 @@ def select_pcq(
 
 
 def dq_scores(
-    ret: Tensor, *, informativeness_kind: str = "disagreement", eps: float = 1e-3
+    ret: Tensor,
+    *,
+    informativeness_kind: Literal["disagreement", "entropy"] = "disagreement",
+    eps: float = 1e-3,
 ) -> tuple[Tensor, Tensor]:
     """Informativeness ``I`` and easiness ``E`` (docs/distinguishability.md) of candidate DQs from the
     ensemble's returns ``ret (K, C, 4)`` (segments 1a, 1b, 2a, 2b). Returns two ``(C,)`` tensors
@@ -257,10 +261,10 @@ def select_dq(
     method: str = "distq",
     large_batch: int = 10,  # PEBBLE large_batch (M in docs/distinguishability.md)
     keep_frac: float = 0.5,  # docs/distinguishability.md (unverified)
-    rule: str = "filter",
+    rule: Literal["filter", "weighted"] = "filter",
     lambda_e: float = 1.0,  # docs/distinguishability.md, weighted rule only (unverified)
     rng=None,
-    informativeness: str = "disagreement",
+    informativeness: Literal["disagreement", "entropy"] = "disagreement",
     *,
     returns: Tensor | None = None,
     score_dtype: str | None = None,

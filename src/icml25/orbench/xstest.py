@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from icml25.orbench.dataset import PathLike, _read_table
 from icml25.orbench.records import record_id
@@ -37,7 +37,7 @@ class XSTestPrompt:
 
     prompt: str
     type: str
-    label: str
+    label: Literal["safe", "unsafe"]
     id: str = ""
     focus: str = ""
     note: str = ""

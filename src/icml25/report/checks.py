@@ -48,7 +48,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from icml25.report import stats
 
@@ -240,7 +240,7 @@ class Criterion:
     """
 
     name: str
-    design: str
+    design: Literal["paired", "mean", "proportion", "bootstrap", "spearman", "exact"]
     above: float | None = None
     below: float | None = None
     confidence: float = 0.95
@@ -635,7 +635,7 @@ class Check:
     high: float
     n: int
     se: float
-    verdict: str
+    verdict: Literal["held", "inconclusive", "did not hold"]
     test: str
     data: dict[str, Any] = field(default_factory=dict)
     p_value: float | None = None

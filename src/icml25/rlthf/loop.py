@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -56,13 +56,19 @@ class RLTHFConfig:
 
     iterations: int = 3  # T (unverified; 3 x 2 % = the paper's 6-7 % budget)
     budget_per_iter: float = 0.02  # f_iter, fraction of the pool per iteration (unverified)
-    schedule: str | tuple[float, ...] = "constant"  # or "front_loaded" (3/2/1 %) or fractions
-    selection: str = "bottom"  # targeted annotation: most negative margins (unverified)
-    sanitize: str | None = "bend_backoff"  # back-off sanitization rule (unverified)
+    # or "front_loaded" (3/2/1 %) or fractions
+    schedule: Literal["constant", "front_loaded"] | tuple[float, ...] = "constant"
+    # targeted annotation: most negative margins (unverified)
+    selection: Literal[
+        "bottom", "lower_bend_window", "uncertainty", "random", "self_confidence"
+    ] = "bottom"
+    # back-off sanitization rule (unverified); None: no sanitization
+    sanitize: Literal["bend_backoff", "upper_bend", "zero", None] = "bend_backoff"
     backoff_ratio: float = 0.5  # rho in [0, 1], from the lower towards the upper bend (unverified)
     amplification: float = 5.0  # alpha, loss weight of a human-labelled pair (unverified)
-    amplify_mode: str = "weight"  # "weight" or "replicate" (alpha copies; integer alpha)
-    retrain: str = "fresh"  # "fresh" from the initial checkpoint, or "warm" (continue)
+    amplify_mode: Literal["weight", "replicate"] = "weight"  # replicate: alpha copies (integer)
+    # "fresh" from the initial checkpoint, or "warm" (continue)
+    retrain: Literal["fresh", "warm"] = "fresh"
     smoothing_window: int | None = None  # moving average before bend detection
     self_improvement: bool = False  # ablation: flip the AI labels past the lower bend, no human
     cv_folds: int = 5  # folds of the cross-fitted margins of selection="self_confidence"

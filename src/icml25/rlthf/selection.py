@@ -9,7 +9,7 @@ set. The paper names both steps; the exact rules are our reconstruction (docs/rl
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,7 +36,9 @@ def _budget(budget: Any, m: int) -> int:
 def select_targets(
     dist: RewardDistribution,
     budget: int,
-    strategy: str = "bottom",
+    strategy: Literal[
+        "bottom", "lower_bend_window", "uncertainty", "random", "self_confidence"
+    ] = "bottom",
     rng: np.random.Generator | int | None = None,
     oof_margins: Any = None,
 ) -> np.ndarray:
@@ -75,7 +77,11 @@ def select_targets(
     return dist.indices[key[:b]].copy()
 
 
-def drop_position(dist: RewardDistribution, rule: str | None = "bend_backoff", ratio: float = 0.5):
+def drop_position(
+    dist: RewardDistribution,
+    rule: Literal["bend_backoff", "upper_bend", "zero", None] = "bend_backoff",
+    ratio: float = 0.5,
+):
     """``p_drop``: the first position on the sorted curve that sanitization leaves out (``M``
     when nothing is dropped)."""
     if rule not in SANITIZE_RULES:
@@ -94,7 +100,7 @@ def drop_position(dist: RewardDistribution, rule: str | None = "bend_backoff", r
 
 def backoff_drop_mask(
     dist: RewardDistribution,
-    rule: str | None = "bend_backoff",
+    rule: Literal["bend_backoff", "upper_bend", "zero", None] = "bend_backoff",
     ratio: float = 0.5,
     protected: Any = None,
 ) -> np.ndarray:

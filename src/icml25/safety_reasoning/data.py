@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from icml25._validate import as_int
 from icml25.safety_reasoning.formats import ReasoningFormat
@@ -37,7 +37,7 @@ class Query:
     an ``id`` (default: a hash of the text), the key of resumable pipelines."""
 
     text: str
-    kind: str
+    kind: Literal["harmful", "helpful"]
     id: str = ""
 
     def __post_init__(self) -> None:
@@ -108,7 +108,7 @@ def load_queries(
     *,
     text_column: str | None = None,
     kind_column: str = "kind",
-    kind: str | None = None,
+    kind: Literal["harmful", "helpful"] | None = None,
 ) -> list[Query]:
     """Queries from a JSONL/JSON/CSV/Parquet file, a ``datasets`` folder or ``Dataset``, or a list of
     dicts: the text from ``text_column`` (default the first of ``query``, ``prompt``,

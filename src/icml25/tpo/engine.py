@@ -11,6 +11,7 @@ import json
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from icml25._validate import as_int, as_real
 from icml25.llm.store import json_safe
@@ -33,13 +34,12 @@ class TPOConfig:
 
     width: int = 5  # N, official sample_size
     depth: int = 2  # D, the paper's main setting (code default 5)
-    mode: str = "tpo"  # "tpo" | "revision" | "bon"
+    mode: Literal["tpo", "revision", "bon"] = "tpo"
     temperature: float = 0.7  # official sampling
     top_p: float = 0.95  # official sampling
     seed: int | None = 7  # official: seed 7 on candidate generation and update calls only
-    seed_policy: str = (
-        "fixed"  # "fixed" (official) | "increment" (seed + k on the k-th seeded call)
-    )
+    # "fixed" (official) | "increment" (seed + k on the k-th seeded call)
+    seed_policy: Literal["fixed", "increment"] = "fixed"
     max_tokens_response: int = 2048  # official
     feedback_temperature: float = 0.7  # official loss/gradient calls
     feedback_top_p: float = 0.99  # official loss/gradient calls
@@ -48,8 +48,8 @@ class TPOConfig:
     # (text, n_tokens) -> text; None: the reward model's own ``truncate`` when it has one
     # (HFRewardModel: its tokenizer, as the official truncate_text), else no truncation
     truncate_fn: object = None
-    pair_selection: str = "extreme"  # "extreme" (official) | "median"
-    nan_policy: str = "worst"  # "worst": NaN/inf rewards never chosen | "raise"
+    pair_selection: Literal["extreme", "median"] = "extreme"  # "extreme" (official)
+    nan_policy: Literal["worst", "raise"] = "worst"  # "worst": NaN/inf rewards never chosen
 
     def __post_init__(self) -> None:
         # checked and converted at construction (issue 49): a config never holds numpy scalars

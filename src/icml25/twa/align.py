@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -121,7 +122,7 @@ def build_token_roles(
     *,
     ignore_off_trajectory: bool = True,
     has_unlocalized: bool = False,
-    unlocalized: str = "no_positive",
+    unlocalized: Literal["no_positive", "ignore", "drop_example"] = "no_positive",
 ) -> TokenRoles:
     """TWA's roles for ``T`` target tokens (EOS included, last). A token in several spans belongs
     to the earliest-starting one for ``span_ids``; ``span_mask`` keeps every span's own tokens,

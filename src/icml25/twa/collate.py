@@ -136,7 +136,7 @@ class TWACollator:
         max_source_len: int = 256,
         max_target_len: int = 256,
         ignore_off_trajectory: bool = True,
-        unlocalized: str = "no_positive",
+        unlocalized: Literal["no_positive", "ignore", "drop_example"] = "no_positive",
         weights: Mapping[str, float] | str | None = None,
         add_bos: bool = True,
         prompt_fn=None,
@@ -307,7 +307,11 @@ class TWACollator:
 
 
 def twa_loss_on_batch(
-    model, batch: Mapping[str, Tensor], *, model_type: str = "causal", **loss_kw
+    model,
+    batch: Mapping[str, Tensor],
+    *,
+    model_type: Literal["causal", "seq2seq"] = "causal",
+    **loss_kw,
 ) -> TWALossOutput:
     """Run ``model`` on a :class:`TWACollator` batch and compute :func:`twa_loss` (shifting the
     causal LM's logits against its labels and roles). Works with Hugging Face models (``.logits``)
@@ -347,7 +351,10 @@ def twa_loss_on_batch(
 
 
 def twa_loss_denominator(
-    batch: Mapping[str, Tensor], *, model_type: str = "causal", reduction: str = "token_mean"
+    batch: Mapping[str, Tensor],
+    *,
+    model_type: Literal["causal", "seq2seq"] = "causal",
+    reduction: Literal["token_mean", "sum", "seq_mean"] = "token_mean",
 ) -> int:
     """The count :func:`twa_loss_on_batch` divides the batch's summed loss by, from the
     :class:`TWACollator` batch alone (no forward): ``"token_mean"``, the tokens that receive a

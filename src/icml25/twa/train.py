@@ -12,6 +12,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -36,11 +37,12 @@ class TWAConfig:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0
-    unlikelihood: str = "span"
+    unlikelihood: Literal["span", "token"] = "span"
     ignore_off_trajectory: bool = True
-    severity_weights: Mapping[str, float] | str | None = None  # None: the weights as loaded
-    unlocalized: str = "no_positive"
-    reduction: str = "token_mean"
+    # None: the weights as loaded
+    severity_weights: Mapping[str, float] | Literal["uniform"] | None = None
+    unlocalized: Literal["no_positive", "ignore", "drop_example"] = "no_positive"
+    reduction: Literal["token_mean", "sum", "seq_mean"] = "token_mean"
     eps: float = 0.0  # ours: no smoothing (1e-6 before; it zeroed the gradient as p -> 1)
     seed: int = 0
 
