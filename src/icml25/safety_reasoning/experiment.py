@@ -50,22 +50,7 @@ def run_toy_seed(
 ) -> dict[str, Any]:
     """Pre-train, synthesise, train RT and SRG and evaluate them on one seed; the result is saved
     as JSON in ``out`` and reused by a rerun (the pre-trained base and the synthesis store too)."""
-    import torch
-
-    from icml25.llm import CallableChat, HFChat
-    from icml25.safety_reasoning.data import Query, build_rt_dataset, build_srg_dataset
-    from icml25.safety_reasoning.evaluation import RuleJudge, asr, best_of_n
-    from icml25.safety_reasoning.filters import FormatFilter, GuidelineFilter, OutcomeFilter
-    from icml25.safety_reasoning.synthesis import synthesize
-    from icml25.safety_reasoning.toy_teacher import (
-        TOY_FORMAT,
-        ScriptedTeacher,
-        restatement_judge,
-        toy_guidelines,
-    )
-    from icml25.safety_reasoning.training import sft
-    from icml25.toy import train_causal_lm
-    from icml25.toy.jailbreak_lang import FORMS, JailbreakWorld
+    from icml25.toy.jailbreak_lang import JailbreakWorld
 
     tag = f"{variant}_s{seed}_p{sizes.pretrain_steps}_q{sizes.safety_steps}_e{sizes.n_eval}_n{max(sizes.ns)}"
     cached = out / f"seed_{tag}.json"
@@ -76,26 +61,76 @@ def run_toy_seed(
     t0 = time.perf_counter()
     world = JailbreakWorld(seed, variant)
     tok = world.build_tokenizer()
+    base = _pretrained_base(world, tok, seed, variant, sizes, out)
+    t_pre = time.perf_counter() - t0
+    models, rep = _train_rt_and_srg(world, tok, base, seed, variant, sizes, out)
+    t_train = time.perf_counter() - t0 - t_pre
+    harm, benign = draw_eval_cores(world, seed, sizes.n_eval)
+    res: dict[str, Any] = {
+        "seed": seed,
+        "variant": variant,
+        **_evaluate_models(world, tok, models, harm, benign, seed, sizes, bon),
+    }
+    if representation:
+        res["repr"] = representations(world, tok, models, harm, benign, seed)
+    res["synthesis"] = {
+        "acceptance_rate": rep.acceptance_rate,
+        "acceptance_by_kind": rep.acceptance_by_kind,
+        "queries_kept_by_kind": rep.queries_kept_by_kind,
+        "rejects": rep.per_filter_rejects,
+        "examples": len(rep.examples),
+        "dropped": len(rep.dropped),
+    }
+    res["seconds"] = {"pretrain": t_pre, "train": t_train, "total": time.perf_counter() - t0}
+    cached.write_text(json.dumps(res))
+    return res
+
+
+def _pretrained_base(world: Any, tok: Any, seed: int, variant: str, sizes: ToySizes, out: Path):
+    """The toy base model pre-trained on the world's documents (saved in ``out``, reloaded by a
+    rerun)."""
+    import torch
+
+    from icml25.toy import train_causal_lm
+
     base = world.build_model(tok, seed)
     base_path = out / f"base_{variant}_s{seed}_p{sizes.pretrain_steps}.pt"
     if base_path.exists():
         base.load_state_dict(torch.load(base_path))
-    else:
-        docs = world.pretraining_data(sizes.pretrain_docs, random.Random(seed))
-        train_causal_lm(
-            base,
-            tok,
-            docs,
-            steps=sizes.pretrain_steps,
-            batch_size=64,
-            lr=3e-3,
-            warmup=50,
-            max_length=48,
-            seed=seed,
-            progress=False,
-        )
-        torch.save(base.state_dict(), base_path)
-    t_pre = time.perf_counter() - t0
+        return base
+    docs = world.pretraining_data(sizes.pretrain_docs, random.Random(seed))
+    train_causal_lm(
+        base,
+        tok,
+        docs,
+        steps=sizes.pretrain_steps,
+        batch_size=64,
+        lr=3e-3,
+        warmup=50,
+        max_length=48,
+        seed=seed,
+        progress=False,
+    )
+    torch.save(base.state_dict(), base_path)
+    return base
+
+
+def _train_rt_and_srg(
+    world: Any, tok: Any, base: Any, seed: int, variant: str, sizes: ToySizes, out: Path
+) -> tuple[dict[str, Any], Any]:
+    """Refusal training (fixed refusals and compliances) and SRG (the scripted teacher's
+    guideline reasoning, rejection-sampled by ``synthesize``), each fine-tuned from ``base``."""
+    from icml25.llm import CallableChat
+    from icml25.safety_reasoning.data import Query, build_rt_dataset, build_srg_dataset
+    from icml25.safety_reasoning.filters import FormatFilter, GuidelineFilter, OutcomeFilter
+    from icml25.safety_reasoning.synthesis import synthesize
+    from icml25.safety_reasoning.toy_teacher import (
+        TOY_FORMAT,
+        ScriptedTeacher,
+        restatement_judge,
+        toy_guidelines,
+    )
+    from icml25.safety_reasoning.training import sft
 
     cores = world.safety_queries(sizes.safety_queries, random.Random(seed + 1))
     queries = [
@@ -140,13 +175,28 @@ def run_toy_seed(
             progress=False,
         )
         models[name] = m
-    t_train = time.perf_counter() - t0 - t_pre
+    return models, rep
 
-    harm, benign = draw_eval_cores(world, seed, sizes.n_eval)
+
+def _evaluate_models(
+    world: Any,
+    tok: Any,
+    models: dict[str, Any],
+    harm: list,
+    benign: list,
+    seed: int,
+    sizes: ToySizes,
+    bon: bool,
+) -> dict[str, Any]:
+    """Each model's unsafe answers per attack form, its exact and refused benign answers, and
+    (for RT, with ``bon``) the best-of-n attack curves."""
+    from icml25.llm import HFChat
+    from icml25.safety_reasoning.evaluation import RuleJudge, asr
+    from icml25.safety_reasoning.toy_teacher import TOY_FORMAT
+    from icml25.toy.jailbreak_lang import FORMS
+
     judge = RuleJudge(lambda p, y: not world.is_refusal(y))
     res: dict[str, Any] = {
-        "seed": seed,
-        "variant": variant,
         "unsafe": {},
         "asr": {},
         "benign_exact": {},
@@ -158,9 +208,8 @@ def run_toy_seed(
         chat = HFChat(m, tok, max_new_tokens=24, batch_size=64)
         res["unsafe"][name], res["asr"][name], res["truncated"][name] = {}, {}, {}
         for form in FORMS:
-            a = asr(
-                chat, [world.render(c, form) for c in harm], judge, fmt=TOY_FORMAT, max_tokens=24
-            )
+            prompts = [world.render(c, form) for c in harm]
+            a = asr(chat, prompts, judge, fmt=TOY_FORMAT, max_tokens=24)
             res["unsafe"][name][form] = [int(rec["verdict"] == "unsafe") for rec in a.records]
             res["asr"][name][form] = a.asr
             res["truncated"][name][form] = a.n_truncated
@@ -175,37 +224,37 @@ def run_toy_seed(
         ]
         res["benign_refusal"][name] = [int(world.is_refusal(a)) for a in answers]
         if name == "RT" and bon:
-            curves = {}
-            for form in FORMS:
-                b = best_of_n(
-                    chat,
-                    [world.render(c, form) for c in harm],
-                    judge,
-                    ns=sizes.ns,
-                    temperature=1.0,
-                    fmt=TOY_FORMAT,
-                    max_tokens=24,
-                    seed=seed,
-                )
-                curves[form] = {
-                    "prefix": {str(k): v for k, v in b.asr.items()},
-                    "unbiased": {str(k): v for k, v in b.asr_other.items()},
-                    "matrix": b.matrix.astype(int).tolist(),
-                }
-            res["bon"] = curves
-    if representation:
-        res["repr"] = representations(world, tok, models, harm, benign, seed)
-    res["synthesis"] = {
-        "acceptance_rate": rep.acceptance_rate,
-        "acceptance_by_kind": rep.acceptance_by_kind,
-        "queries_kept_by_kind": rep.queries_kept_by_kind,
-        "rejects": rep.per_filter_rejects,
-        "examples": len(rep.examples),
-        "dropped": len(rep.dropped),
-    }
-    res["seconds"] = {"pretrain": t_pre, "train": t_train, "total": time.perf_counter() - t0}
-    cached.write_text(json.dumps(res))
+            res["bon"] = _bon_curves(world, chat, harm, judge, seed, sizes)
     return res
+
+
+def _bon_curves(
+    world: Any, chat: Any, harm: list, judge: Any, seed: int, sizes: ToySizes
+) -> dict[str, Any]:
+    """Best-of-n attack success per form: the prefix and unbiased estimates and the success
+    matrix."""
+    from icml25.safety_reasoning.evaluation import best_of_n
+    from icml25.safety_reasoning.toy_teacher import TOY_FORMAT
+    from icml25.toy.jailbreak_lang import FORMS
+
+    curves = {}
+    for form in FORMS:
+        b = best_of_n(
+            chat,
+            [world.render(c, form) for c in harm],
+            judge,
+            ns=sizes.ns,
+            temperature=1.0,
+            fmt=TOY_FORMAT,
+            max_tokens=24,
+            seed=seed,
+        )
+        curves[form] = {
+            "prefix": {str(k): v for k, v in b.asr.items()},
+            "unbiased": {str(k): v for k, v in b.asr_other.items()},
+            "matrix": b.matrix.astype(int).tolist(),
+        }
+    return curves
 
 
 def draw_eval_cores(world: Any, seed: int, n: int) -> tuple[list, list]:
