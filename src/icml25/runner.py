@@ -26,6 +26,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -143,17 +144,7 @@ def run_reproductions(
     jobs = as_int("jobs", jobs, 1)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    say = echo or (lambda _line: None)
-    earlier: dict[str, ReproResult] = {}
-    if (out / "results.json").exists():
-        try:
-            _, old = load_results(out)
-        except ValueError as exc:
-            raise ValueError(
-                f"{exc}; the report already in {str(out)!r} cannot be merged into: move it away "
-                "or choose another --out"
-            ) from None
-        earlier = {r.slug: r for r in old}
+    earlier = _earlier_results(out)
     previous: dict[str, ReproResult] = {}
     if resume:
         previous = {
@@ -161,7 +152,53 @@ def run_reproductions(
             for p in papers
             if p.slug in earlier and _same_run(p, earlier[p.slug], quick, seed, seeds)
         }
-    meta: dict[str, Any] = {
+    asked = {p.slug for p in papers}
+    report = _Report(
+        papers,
+        out,
+        quick=quick,
+        jobs=jobs,
+        say=echo or (lambda _line: None),
+        kept={slug: r for slug, r in earlier.items() if slug not in asked},
+        meta=_run_meta(quick, seed, seeds),
+    )
+    todo = []
+    for paper in papers:
+        if paper.repro is None:
+            report.finish(paper, ReproResult.for_planned(paper.slug, paper.title))
+        elif paper.slug in previous:
+            report.resumed(paper, previous[paper.slug])
+        else:
+            todo.append(paper)
+    if jobs == 1:
+        for paper in todo:
+            report.start(paper)
+            report.finish(paper, run_one(paper, quick=quick, seed=seed, out=out, seeds=seeds))
+    else:
+        _run_in_processes(
+            todo, jobs, report.start, report.finish, quick=quick, seed=seed, out=out, seeds=seeds
+        )
+    if not papers:
+        report.write()
+    return [report.done[p.slug] for p in papers]
+
+
+def _earlier_results(out: Path) -> dict[str, ReproResult]:
+    """The results already in ``out/results.json``, by slug (none when there is no report)."""
+    if not (out / "results.json").exists():
+        return {}
+    try:
+        _, old = load_results(out)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}; the report already in {str(out)!r} cannot be merged into: move it away "
+            "or choose another --out"
+        ) from None
+    return {r.slug: r for r in old}
+
+
+def _run_meta(quick: bool, seed: int, seeds: int | None) -> dict[str, Any]:
+    return {
         "mode": "quick" if quick else "full",
         "seed": seed,
         "seeds": seeds,
@@ -169,60 +206,59 @@ def run_reproductions(
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
     }
-    asked = {p.slug for p in papers}
-    kept = {slug: r for slug, r in earlier.items() if slug not in asked}
-    if kept:
-        meta["kept"] = sorted(kept)
-    runnable = [p for p in papers if p.repro is not None]
-    mode = "quick" if quick else "full"
-    done: dict[str, ReproResult] = {}
-    position: dict[str, int] = {}  # the [k/N] a paper started as, on its result line too
 
-    def start(paper: Paper) -> None:
-        position[paper.slug] = len(position) + 1
-        say(
-            f"[{position[paper.slug]}/{len(runnable)}] {paper.number:02d} {paper.slug}: running "
-            f"{mode} reproduction…"
-        )
 
-    def finish(paper: Paper, result: ReproResult, resumed: bool = False) -> None:
+@dataclass
+class _Report:
+    """The report of one ``run_reproductions`` call: the papers kept from an earlier run, the
+    results so far, and the ``[k/N]`` each paper started as (its result line repeats it)."""
+
+    papers: Sequence[Paper]
+    out: Path
+    quick: bool
+    jobs: int
+    say: Printer
+    kept: dict[str, ReproResult]
+    meta: dict[str, Any]
+    done: dict[str, ReproResult] = field(default_factory=dict)
+    position: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kept:
+            self.meta["kept"] = sorted(self.kept)
+        self.runnable = [p for p in self.papers if p.repro is not None]
+
+    def _number(self, paper: Paper) -> str:
+        return f"[{self.position[paper.slug]}/{len(self.runnable)}] {paper.number:02d} {paper.slug}"
+
+    def start(self, paper: Paper) -> None:
+        self.position[paper.slug] = len(self.position) + 1
+        mode = "quick" if self.quick else "full"
+        self.say(f"{self._number(paper)}: running {mode} reproduction…")
+
+    def resumed(self, paper: Paper, result: ReproResult) -> None:
+        self.position[paper.slug] = len(self.position) + 1
+        self.say(f"{self._number(paper)}: {result.status} (resumed)")
+        self.finish(paper, result, resumed=True)
+
+    def finish(self, paper: Paper, result: ReproResult, resumed: bool = False) -> None:
+        """Record a paper's result, say so, and rewrite the report in paper order."""
         result.title = result.title or paper.title
-        done[paper.slug] = result
+        self.done[paper.slug] = result
         if paper.repro is not None and not resumed:
-            k = position[paper.slug]
-            line = f"[{k}/{len(runnable)}] {paper.number:02d} {paper.slug}: {result.status}"
+            line = f"{self._number(paper)}: {result.status}"
             if result.key_number():
                 line += f" · {result.key_number()}"
-            say(f"{line} ({result.seconds:.1f} s)")
+            self.say(f"{line} ({result.seconds:.1f} s)")
             if result.error:
-                say(result.error.rstrip().splitlines()[-1])
-        meta["environment"] = _environment(jobs)
-        ordered = [done[p.slug] for p in papers if p.slug in done]
-        write_report(_in_paper_order([*kept.values(), *ordered], papers), out, meta=meta)
+                self.say(result.error.rstrip().splitlines()[-1])
+        self.meta["environment"] = _environment(self.jobs)
+        self.write()
 
-    todo = []
-    for paper in papers:
-        if paper.repro is None:
-            finish(paper, ReproResult.for_planned(paper.slug, paper.title))
-        elif paper.slug in previous:
-            position[paper.slug] = len(position) + 1
-            say(
-                f"[{position[paper.slug]}/{len(runnable)}] {paper.number:02d} {paper.slug}: "
-                f"{previous[paper.slug].status} (resumed)"
-            )
-            finish(paper, previous[paper.slug], resumed=True)
-        else:
-            todo.append(paper)
-    if jobs == 1:
-        for paper in todo:
-            start(paper)
-            finish(paper, run_one(paper, quick=quick, seed=seed, out=out, seeds=seeds))
-    else:
-        _run_in_processes(todo, jobs, start, finish, quick=quick, seed=seed, out=out, seeds=seeds)
-    results = [done[p.slug] for p in papers]
-    if not papers:
-        write_report(_in_paper_order(list(kept.values()), papers), out, meta=meta)
-    return results
+    def write(self) -> None:
+        ordered = [self.done[p.slug] for p in self.papers if p.slug in self.done]
+        results = _in_paper_order([*self.kept.values(), *ordered], self.papers)
+        write_report(results, self.out, meta=self.meta)
 
 
 def _run_in_processes(todo, jobs, start, finish, **kw) -> None:
