@@ -550,11 +550,33 @@ def run_resumable(
     exception with ``transient=True``: the server was down), always run again; a done item is run again when ``redo(its last
     record)`` is true (e.g. it was made with other settings). Returns a :class:`BatchReport`.
     """
-    from icml25.progress import track
-
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
     t0 = time.perf_counter()
+    heads = _item_heads(items, key, store)
+    todo = [
+        i
+        for i, h in enumerate(heads)
+        if store.get(h) is None
+        or (retry_errors and store.is_failed(h))
+        or store.is_transient_failure(h)
+        or (redo is not None and store.is_done(h) and redo(store.get(h)))
+    ]
+    todo_set = set(todo)
+    n_skipped = sum(1 for i, h in enumerate(heads) if i not in todo_set and store.is_done(h))
+    batch = _Batch(items, work, store, heads)
+    batch.run(todo, concurrency, desc, progress)
+    if batch.unavailable:
+        raise batch.unavailable_error(len(todo)) from batch.unavailable[0]
+    wanted = {store.key_of(h)[: len(store.key_fields)] for h in heads}
+    failures = [e for e in store.errors() if e.key in wanted]
+    return BatchReport(len(items), n_skipped, batch.n_ok, failures, time.perf_counter() - t0)
+
+
+def _item_heads(
+    items: Sequence[Any], key: Callable[[int, Any], Mapping[str, Any]], store: JsonlStore
+) -> list[dict[str, Any]]:
+    """``key(i, item)`` of every item, checked: a dict, and no two items with one key."""
     heads = []
     for i, item in enumerate(items):
         h = key(i, item)
@@ -568,90 +590,93 @@ def run_resumable(
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise ValueError(f"two items share the key {dup}: every item needs its own key")
-    todo = [
-        i
-        for i, h in enumerate(heads)
-        if store.get(h) is None
-        or (retry_errors and store.is_failed(h))
-        or store.is_transient_failure(h)
-        or (redo is not None and store.is_done(h) and redo(store.get(h)))
-    ]
-    todo_set = set(todo)
-    n_skipped = sum(1 for i, h in enumerate(heads) if i not in todo_set and store.is_done(h))
+    return heads
 
-    def one(i: int) -> tuple[int, dict[str, Any] | None, BaseException | None]:
+
+@dataclass
+class _Batch:
+    """The items of one :func:`run_resumable` call in flight: each answer is written as it
+    arrives (a record, or an error row for that item); a backend that goes down cancels the
+    items not started, without error rows."""
+
+    items: Sequence[Any]
+    work: Callable[[Any], Mapping[str, Any]]
+    store: JsonlStore
+    heads: list[dict[str, Any]]
+    n_ok: int = 0
+    written: set[int] = field(default_factory=set)
+    unavailable: list[BaseException] = field(default_factory=list)
+    futures: list[Any] = field(default_factory=list)
+
+    def one(self, i: int) -> tuple[int, dict[str, Any] | None, BaseException | None]:
+        """Item ``i``'s record (its key fields added) or the exception it raised."""
         try:
-            rec = work(items[i])
+            rec = self.work(self.items[i])
             if not isinstance(rec, Mapping):
                 raise TypeError(f"work(item) must return a dict, got {type(rec).__name__}")
-            clash = [f for f in store.key_fields if f in rec and rec[f] != heads[i][f]]
+            head = self.heads[i]
+            clash = [f for f in self.store.key_fields if f in rec and rec[f] != head[f]]
             if clash:
                 raise ValueError(f"work(item) returned the key field(s) {clash} with other values")
-            record = {**rec, **heads[i]}
+            record = {**rec, **head}
             json.dumps(json_safe(record), allow_nan=False)  # refuse it here, not at write time
             return i, record, None
         except Exception as exc:  # noqa: BLE001 - recorded as this item's error row
             return i, None, exc
 
-    n_ok = 0
-    written: set[int] = set()
-    unavailable: list[BaseException] = []
-
-    def write(fut: Any) -> None:
-        nonlocal n_ok
+    def write(self, fut: Any) -> None:
         i, rec, exc = fut.result()
-        written.add(i)
+        self.written.add(i)
         if exc is None:
-            store.append(rec)
-            n_ok += 1
+            self.store.append(rec)
+            self.n_ok += 1
         elif isinstance(exc, BackendUnavailableError):
             # the backend is down (a circuit breaker opened): not this item's fault, so no error
             # row; the items not started are cancelled and a rerun asks them again
-            unavailable.append(exc)
-            for f in futures:
+            self.unavailable.append(exc)
+            for f in self.futures:
                 f.cancel()
         else:
-            extra = {k: v for k, v in heads[i].items() if k not in store.key_fields}
-            store.append_error(heads[i], exc, **extra)
+            head = self.heads[i]
+            extra = {k: v for k, v in head.items() if k not in self.store.key_fields}
+            self.store.append_error(head, exc, **extra)
 
-    pool = ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo))))
-    futures: list[Any] = []
-    try:
-        futures.extend(pool.submit(one, i) for i in todo)
-        for fut in track(
-            as_completed(futures),
-            desc,
-            total=len(futures),
-            disable=None if progress is None else not progress,
-        ):
-            if not fut.cancelled():
-                write(fut)
-    except BaseException:
-        # a kill (KeyboardInterrupt, a BaseException from work) stops sending requests at once
-        # and keeps every answer that already arrived
-        pool.shutdown(wait=False, cancel_futures=True)
-        for fut, i in zip(futures, todo):
-            if fut.done() and not fut.cancelled() and i not in written:
-                with contextlib.suppress(BaseException):  # the item that raised stays undone
-                    write(fut)
-        store.sync()
-        raise
-    pool.shutdown()
-    store.sync()
-    if unavailable:
-        # asked again by a rerun: the items never answered and those that failed on the
-        # transport (transient error rows); an item the server refused stays failed
+    def run(self, todo: list[int], concurrency: int, desc: str, progress: bool | None) -> None:
+        from icml25.progress import track
+
+        pool = ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(todo))))
+        try:
+            self.futures.extend(pool.submit(self.one, i) for i in todo)
+            disable = None if progress is None else not progress
+            for fut in track(as_completed(self.futures), desc, total=len(todo), disable=disable):
+                if not fut.cancelled():
+                    self.write(fut)
+        except BaseException:
+            # a kill (KeyboardInterrupt, a BaseException from work) stops sending requests at
+            # once and keeps every answer that already arrived
+            pool.shutdown(wait=False, cancel_futures=True)
+            for fut, i in zip(self.futures, todo):
+                if fut.done() and not fut.cancelled() and i not in self.written:
+                    with contextlib.suppress(BaseException):  # the item that raised stays undone
+                        self.write(fut)
+            self.store.sync()
+            raise
+        pool.shutdown()
+        self.store.sync()
+
+    def unavailable_error(self, n_todo: int) -> BackendUnavailableError:
+        """The error naming what a rerun asks again: the items never answered and those that
+        failed on the transport (transient error rows); an item the server refused stays
+        failed."""
         refused = sum(
             1
-            for i in written
-            if store.is_failed(heads[i]) and not store.is_transient_failure(heads[i])
+            for i in self.written
+            if self.store.is_failed(self.heads[i])
+            and not self.store.is_transient_failure(self.heads[i])
         )
-        raise BackendUnavailableError(
-            f"{unavailable[0]} [{n_ok} of {len(todo)} items done in this run were written; "
-            f"{len(todo) - n_ok - refused} not done are asked again by a rerun"
+        return BackendUnavailableError(
+            f"{self.unavailable[0]} [{self.n_ok} of {n_todo} items done in this run were written; "
+            f"{n_todo - self.n_ok - refused} not done are asked again by a rerun"
             + (f", {refused} refused by the server need retry_errors" if refused else "")
             + "]"
-        ) from unavailable[0]
-    wanted = {k[: len(store.key_fields)] for k in keys}
-    failures = [e for e in store.errors() if e.key in wanted]
-    return BatchReport(len(items), n_skipped, n_ok, failures, time.perf_counter() - t0)
+        )
