@@ -9,6 +9,8 @@ import ast
 import re
 import shutil
 import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -91,10 +93,15 @@ def test_blocks_use_only_defined_or_declared_names(page, tmp_path):
 def test_blocks_run(page, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    ns: dict = {"__name__": f"docs_{page.stem}"}
+    # the page runs as a module of its own, as a reader's script would: a dataclass on the page
+    # finds its module, and this file's ``from __future__`` imports do not leak into the blocks
+    module = types.ModuleType(f"docs_{page.stem}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    ns = module.__dict__
     for i, b in enumerate(_blocks(page)):
         kind, _ = _mark(b)
         tree = ast.parse(b)
         if kind is not None:  # the reader's objects or a missing resource: only the imports run
             tree.body = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        exec(compile(tree, f"{page.name} block {i}", "exec"), ns)  # noqa: S102 - our own docs
+        code = compile(tree, f"{page.name} block {i}", "exec", dont_inherit=True)
+        exec(code, ns)  # noqa: S102 - our own docs
