@@ -253,15 +253,7 @@ def to_chat_sft(
     the bare query), ``True`` (the default guidelines as the system message, as the teacher saw
     them: an ablation without context distillation) or a list of guidelines.
     """
-    from icml25.llm import tokenize_prompt_completion
-
-    if include_guidelines is not False and include_guidelines is not None:
-        from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, teacher_messages
-
-        if system is not None:
-            raise ValueError("give system or include_guidelines, not both")
-        gs = DEFAULT_GUIDELINES if include_guidelines is True else include_guidelines
-        system = teacher_messages("x", gs, fmt)[0]["content"]
+    system = _system_message(system, include_guidelines, fmt)
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
         raise TypeError(
             f"pairs must be a list of (query, target) pairs or SRGExample, got {type(pairs).__name__}"
@@ -275,43 +267,12 @@ def to_chat_sft(
     max_length = as_int("max_length", max_length, 2)
     if not pairs:
         raise ValueError("pairs is empty")
-    out = []
-    cut = 0
-    for i, item in enumerate(pairs):
-        if not (
-            isinstance(item, (tuple, list))
-            and len(item) == 2
-            and all(isinstance(s, str) for s in item)
-        ):
-            raise TypeError(
-                f"pairs[{i}] must be a (query, target) pair of strings, got {item!r:.80}"
-            )
-        query, target = item
-        prompt = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": query}
-        ]
-        try:
-            row = tokenize_prompt_completion(
-                tokenizer, prompt, [{"role": "assistant", "content": target}]
-            )
-        except Exception as exc:
-            if system and "system" in str(exc).lower():
-                raise ValueError(
-                    f"the chat template cannot render a system message ({exc}); this model's "
-                    "template has no system role (Gemma's): leave system=None / "
-                    "include_guidelines=False, or put the text in the user message"
-                ) from exc
-            raise
-        n_prompt = next((k for k, t in enumerate(row["labels"]) if t != -100), len(row["labels"]))
-        if n_prompt >= max_length:
-            raise ValueError(
-                f"pairs[{i}]: the prompt alone has {n_prompt} tokens, max_length={max_length} "
-                "leaves no target token; raise max_length"
-            )
-        cut += len(row["input_ids"]) > max_length
-        out.append(
-            {"input_ids": row["input_ids"][:max_length], "labels": row["labels"][:max_length]}
-        )
+    rows = [_tokenize_pair(tokenizer, i, item, system, max_length) for i, item in enumerate(pairs)]
+    cut = sum(len(row["input_ids"]) > max_length for row in rows)
+    out = [
+        {"input_ids": row["input_ids"][:max_length], "labels": row["labels"][:max_length]}
+        for row in rows
+    ]
     if cut:
         import warnings
 
@@ -321,3 +282,52 @@ def to_chat_sft(
             stacklevel=2,
         )
     return out
+
+
+def _system_message(system: str | None, include_guidelines: Any, fmt: Any) -> str | None:
+    """The system message of every prompt: ``system``, or the teacher's guidelines message when
+    ``include_guidelines`` asks for it (``True``: the default guidelines; a list: those)."""
+    if include_guidelines is False or include_guidelines is None:
+        return system
+    from icml25.safety_reasoning.guidelines import DEFAULT_GUIDELINES, teacher_messages
+
+    if system is not None:
+        raise ValueError("give system or include_guidelines, not both")
+    gs = DEFAULT_GUIDELINES if include_guidelines is True else include_guidelines
+    return teacher_messages("x", gs, fmt)[0]["content"]
+
+
+def _tokenize_pair(
+    tokenizer: Any, i: int, item: Any, system: str | None, max_length: int
+) -> dict[str, list[int]]:
+    """``pairs[i]`` rendered as TRL renders a prompt/completion row, before the cut at
+    ``max_length``; ``ValueError`` when the prompt alone leaves no target token."""
+    from icml25.llm import tokenize_prompt_completion
+
+    if not (
+        isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(s, str) for s in item)
+    ):
+        raise TypeError(f"pairs[{i}] must be a (query, target) pair of strings, got {item!r:.80}")
+    query, target = item
+    prompt = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": query}
+    ]
+    try:
+        row = tokenize_prompt_completion(
+            tokenizer, prompt, [{"role": "assistant", "content": target}]
+        )
+    except Exception as exc:
+        if system and "system" in str(exc).lower():
+            raise ValueError(
+                f"the chat template cannot render a system message ({exc}); this model's "
+                "template has no system role (Gemma's): leave system=None / "
+                "include_guidelines=False, or put the text in the user message"
+            ) from exc
+        raise
+    n_prompt = next((k for k, t in enumerate(row["labels"]) if t != -100), len(row["labels"]))
+    if n_prompt >= max_length:
+        raise ValueError(
+            f"pairs[{i}]: the prompt alone has {n_prompt} tokens, max_length={max_length} "
+            "leaves no target token; raise max_length"
+        )
+    return row

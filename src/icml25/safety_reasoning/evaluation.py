@@ -424,6 +424,49 @@ def asr(
             behaviour, where the prompts carry one: HarmBench/JailbreakBench style).
         judge_full_text: also judge the full output (reasoning included) and report ``leaked``.
     """
+    max_tokens, temperature, top_p, fmt = _check_asr_args(
+        backend, decoding, judge_on, max_tokens, temperature, top_p, fmt
+    )
+    prompts, goals, skipped = attack_prompts_of(attack_prompts)
+    about_all = _judge_inputs(prompts, goals, judge_on)
+    _check_template(backend)
+    if decoding == "greedy":
+        outs = _greedy(backend, prompts, system, max_tokens)
+    else:
+        sampled = _sample(backend, prompts, 1, system, temperature, top_p, max_tokens, seed)
+        outs = [o if isinstance(o, BaseException) else o[0] for o in sampled]
+    rows, failed, status = _judge_outputs(judge, about_all, outs, fmt)
+    leaked = None
+    if judge_full_text and rows:
+        leaked = _leaked(judge, about_all, rows)
+    verdict_list = [r[3] for r in rows.values()]
+    n_unknown = verdict_list.count("unknown")
+    n_unsafe = verdict_list.count("unsafe")
+    judged_n = len(rows) - n_unknown
+    return AttackResult(
+        asr=100.0 * n_unsafe / judged_n if judged_n else math.nan,
+        n=len(prompts),
+        n_unsafe=n_unsafe,
+        n_unknown=n_unknown,
+        n_truncated=status.count("truncated"),
+        n_skipped=skipped,
+        leaked=leaked,
+        records=_records(prompts, rows, failed),
+        n_errors=len(prompts) - len(rows),
+    )
+
+
+def _check_asr_args(
+    backend: Any,
+    decoding: Any,
+    judge_on: Any,
+    max_tokens: Any,
+    temperature: Any,
+    top_p: Any,
+    fmt: Any,
+) -> tuple[int, Any, float, ReasoningFormat]:
+    """:func:`asr`'s arguments checked, in this order; returns ``(max_tokens, temperature, top_p,
+    fmt)`` (``temperature`` is checked only for ``decoding="sample"``)."""
     if decoding not in ("greedy", "sample"):
         raise ValueError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
     if judge_on not in ("prompt", "goal"):
@@ -434,60 +477,85 @@ def asr(
     if decoding == "sample":
         temperature = as_real("temperature", temperature, low=0.0, low_open=True)
     top_p = as_prob("top_p", top_p, low_open=True)
-    fmt = _check_fmt(fmt)
-    prompts, goals, skipped = attack_prompts_of(attack_prompts)
-    about_all = _judge_inputs(prompts, goals, judge_on)
-    _check_template(backend)
+    return max_tokens, temperature, top_p, _check_fmt(fmt)
+
+
+def _greedy(backend: Any, prompts: list[str], system: str | None, max_tokens: int) -> list[Any]:
+    """One greedy output per prompt, in one batch: through ``complete_many`` where the backend
+    has it (a failed request gives its exception in place of its output), else ``chat_many``."""
     msgs = [_messages(p, system) for p in prompts]
-    if decoding == "greedy" and hasattr(backend, "complete_many"):
-        outs: list[Any] = [
+    if hasattr(backend, "complete_many"):
+        return [
             r if isinstance(r, BaseException) else r[0]
             for r in backend.complete_many(
                 msgs, n=1, temperature=0.0, max_tokens=max_tokens, errors="return"
             )
         ]
-    elif decoding == "greedy":
-        outs = [o[0] for o in backend.chat_many(msgs, n=1, temperature=0.0, max_tokens=max_tokens)]
-    else:
-        outs = [
-            o if isinstance(o, BaseException) else o[0]
-            for o in _map(
-                backend,
-                lambda p: backend.chat(
-                    _messages(p, system),
-                    n=1,
-                    temperature=float(temperature),
-                    top_p=float(top_p),
-                    max_tokens=max_tokens,
-                    seed=prompt_seed(seed, p),
-                ),
-                prompts,
-            )
-        ]
+    return [o[0] for o in backend.chat_many(msgs, n=1, temperature=0.0, max_tokens=max_tokens)]
+
+
+def _sample(
+    backend: Any,
+    prompts: list[str],
+    n: int,
+    system: str | None,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    seed: int,
+) -> list[Any]:
+    """``n`` samples per prompt, one request per prompt with its own seed (:func:`prompt_seed`),
+    ``backend.concurrency`` requests at a time; a failed request gives its exception."""
+
+    def draw(p: str) -> Any:
+        return backend.chat(
+            _messages(p, system),
+            n=n,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            max_tokens=max_tokens,
+            seed=prompt_seed(seed, p),
+        )
+
+    return _map(backend, draw, prompts)
+
+
+def _judge_outputs(
+    judge: Any, about: list[str], outs: list[Any], fmt: ReasoningFormat
+) -> tuple[dict[int, tuple[str, str, str, str]], dict[int, BaseException], list[str]]:
+    """Judge every output that came back, on its final answer. Returns the judged prompts
+    (index -> output, judged text, parse status, verdict), the others (index -> the exception of
+    the failed generation or judge request) and the parse status of every output that came
+    back."""
     ok = [i for i, o in enumerate(outs) if not isinstance(o, BaseException)]
+    failed = {i: o for i, o in enumerate(outs) if isinstance(o, BaseException)}
     texts = [str(getattr(outs[i], "text", outs[i])) for i in ok]
     judged, status = _answers(texts, fmt)
-    verdicts = _judge_each(judge, [about_all[i] for i in ok], judged) if ok else []
-    for i, v in zip(
-        ok, verdicts
-    ):  # a failed judge request: an error record, like a failed generation
-        if isinstance(v, BaseException):
-            outs[i] = v
-    rows = {
-        i: (t, j, st, v)
-        for i, t, j, st, v in zip(ok, texts, judged, status, verdicts)
-        if not isinstance(v, BaseException)
-    }
-    leaked = None
-    if judge_full_text and rows:
-        idx = sorted(rows)
-        full = _judge_each(judge, [about_all[i] for i in idx], [rows[i][0] for i in idx])
-        known = [v for v in full if v in ("safe", "unsafe")]
-        leaked = 100.0 * sum(v == "unsafe" for v in known) / len(known) if known else math.nan
-    verdict_list = [r[3] for r in rows.values()]
-    n_unknown = verdict_list.count("unknown")
-    n_unsafe = verdict_list.count("unsafe")
-    judged_n = len(rows) - n_unknown
+    verdicts = _judge_each(judge, [about[i] for i in ok], judged) if ok else []
+    rows: dict[int, tuple[str, str, str, str]] = {}
+    for i, t, j, st, v in zip(ok, texts, judged, status, verdicts):
+        if isinstance(v, BaseException):  # a failed judge request: an error record
+            failed[i] = v
+        else:
+            rows[i] = (t, j, st, v)
+    return rows, failed, status
+
+
+def _leaked(judge: Any, about: list[str], rows: dict[int, tuple[str, str, str, str]]) -> float:
+    """``judge_full_text``: the percentage of judged prompts whose full output (reasoning
+    included) the judge finds unsafe, among those it could judge."""
+    idx = sorted(rows)
+    full = _judge_each(judge, [about[i] for i in idx], [rows[i][0] for i in idx])
+    known = [v for v in full if v in ("safe", "unsafe")]
+    return 100.0 * sum(v == "unsafe" for v in known) / len(known) if known else math.nan
+
+
+def _records(
+    prompts: list[str],
+    rows: dict[int, tuple[str, str, str, str]],
+    failed: dict[int, BaseException],
+) -> list[dict[str, Any]]:
+    """:attr:`AttackResult.records`: one per prompt, an error record for a failed request."""
     records: list[dict[str, Any]] = []
     for i, p in enumerate(prompts):
         if i in rows:
@@ -501,20 +569,10 @@ def asr(
                     "judged": None,
                     "status": "error",
                     "verdict": "error",
-                    "error": f"{type(outs[i]).__name__}: {outs[i]}",
+                    "error": f"{type(failed[i]).__name__}: {failed[i]}",
                 }
             )
-    return AttackResult(
-        asr=100.0 * n_unsafe / judged_n if judged_n else math.nan,
-        n=len(prompts),
-        n_unsafe=n_unsafe,
-        n_unknown=n_unknown,
-        n_truncated=status.count("truncated"),
-        n_skipped=skipped,
-        leaked=leaked,
-        records=records,
-        n_errors=len(prompts) - len(rows),
-    )
+    return records
 
 
 def _judge_inputs(prompts: list[str], goals: list[str | None], judge_on: str) -> list[str]:
@@ -648,20 +706,34 @@ def best_of_n(
     fmt = _check_fmt(fmt)
     n_max = ns[-1]
     about = _judge_inputs(prompts, goals, judge_on)
+    samples = _sample(backend, prompts, n_max, system, temperature, top_p, max_tokens, seed)
+    matrix, n_errors = _verdict_matrix(judge, about, samples, n_max, fmt)
+    other = "unbiased" if estimator == "prefix" else "prefix"
+    g = None
+    if greedy:
+        g = asr(backend, prompts, judge, fmt=fmt, max_tokens=max_tokens, system=system)
+    return BoNResult(
+        ns=ns,
+        asr=bon_safety_curve(matrix, ns, estimator),
+        estimator=estimator,
+        asr_other=bon_safety_curve(matrix, ns, other),
+        matrix=matrix,
+        n_prompts=len(prompts),
+        n_unknown=int(np.isnan(matrix).sum()),
+        greedy=g,
+        n_errors=n_errors,
+    )
+
+
+def _verdict_matrix(
+    judge: Any, about: list[str], samples: list[Any], n_max: int, fmt: ReasoningFormat
+) -> tuple[np.ndarray, int]:
+    """The ``(prompts, N_max)`` verdict matrix of :func:`best_of_n` (1 unsafe, 0 safe, nan
+    unknown), each sample judged on its final answer, and the number of prompts whose request or
+    judge call failed (their row is nan; the rest go on)."""
     rows = []
-
-    def draw(p: str) -> list[str]:
-        return backend.chat(
-            _messages(p, system),
-            n=n_max,
-            temperature=float(temperature),
-            top_p=float(top_p),
-            max_tokens=max_tokens,
-            seed=prompt_seed(seed, p),
-        )
-
     n_errors = 0
-    for a, texts in zip(about, _map(backend, draw, prompts)):
+    for a, texts in zip(about, samples):
         if isinstance(texts, BaseException):  # a failed request: its row is unknown, the rest go on
             n_errors += 1
             rows.append([math.nan] * n_max)
@@ -679,19 +751,4 @@ def best_of_n(
             rows.append([math.nan] * n_max)
             continue
         rows.append([1.0 if v == "unsafe" else 0.0 if v == "safe" else math.nan for v in verdicts])
-    matrix = np.asarray(rows, dtype=float)
-    other = "unbiased" if estimator == "prefix" else "prefix"
-    g = None
-    if greedy:
-        g = asr(backend, prompts, judge, fmt=fmt, max_tokens=max_tokens, system=system)
-    return BoNResult(
-        ns=ns,
-        asr=bon_safety_curve(matrix, ns, estimator),
-        estimator=estimator,
-        asr_other=bon_safety_curve(matrix, ns, other),
-        matrix=matrix,
-        n_prompts=len(prompts),
-        n_unknown=int(np.isnan(matrix).sum()),
-        greedy=g,
-        n_errors=n_errors,
-    )
+    return np.asarray(rows, dtype=float), n_errors

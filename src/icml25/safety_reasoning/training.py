@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from icml25._validate import as_int, as_real
@@ -123,10 +124,43 @@ def sft(
         the model's device; padding is on the right. Dropout stays as the model configures it
         (TRL's ``SFTTrainer`` trains in train mode too).
     """
-    import torch
-
-    from icml25.llm import MixedPrecision, check_finite_loss, context_length
+    from icml25.llm import context_length
     from icml25.progress import track
+
+    lr, batch_size, max_length, steps, epochs, warmup_ratio = _check_sft_args(
+        model, tokenizer, lr, batch_size, max_length, steps, epochs, warmup_ratio
+    )
+    ctx = context_length(model)
+    rows = to_chat_sft(
+        pairs, tokenizer, max_length=min(max_length, ctx or max_length), system=system
+    )
+    model, mp, params = _trainable(model, lora, mixed_precision, lr)
+    n_steps = steps or max(1, math.ceil(epochs * len(rows) / batch_size))
+    opt, sched = _adamw_cosine(params, lr, weight_decay, int(warmup_ratio * n_steps), n_steps)
+    loop = _Loop.start(model, mp, params, rows, tokenizer, opt, sched, batch_size, seed)
+    model.train()
+    disable = None if progress is None else not progress
+    for _ in track(range(n_steps), "SFT", total=n_steps, disable=disable):
+        loop.step()
+    model.eval()
+    model.sft_losses = loop.losses
+    return model
+
+
+def _check_sft_args(
+    model: Any,
+    tokenizer: Any,
+    lr: Any,
+    batch_size: Any,
+    max_length: Any,
+    steps: Any,
+    epochs: Any,
+    warmup_ratio: Any,
+) -> tuple[float, int, int, int | None, Any, float]:
+    """:func:`sft`'s checks before training: a single process, then the arguments, in this order;
+    returns ``(lr, batch_size, max_length, steps, epochs, warmup_ratio)`` (``epochs`` is checked
+    only when ``steps`` does not override it)."""
+    import torch
 
     refuse_several_processes(
         "sft",
@@ -147,10 +181,17 @@ def sft(
     if steps is None:
         epochs = as_real("epochs", epochs, low=0.0, low_open=True)
     warmup_ratio = as_real("warmup_ratio", warmup_ratio, low=0.0, high=1.0, high_open=True)
-    ctx = context_length(model)
-    rows = to_chat_sft(
-        pairs, tokenizer, max_length=min(max_length, ctx or max_length), system=system
-    )
+    return lr, batch_size, max_length, steps, epochs, warmup_ratio
+
+
+def _trainable(model: Any, lora: Any, mixed_precision: bool, lr: float) -> tuple[Any, Any, list]:
+    """The model to train (wrapped by PEFT when ``lora`` is given), its
+    :class:`icml25.llm.MixedPrecision` and its trainable parameters. Warns, at the caller of
+    :func:`sft`, when AdamW would update bf16/fp16 parameters in place."""
+    import torch
+
+    from icml25.llm import MixedPrecision
+
     if lora is not None:
         from peft import get_peft_model
 
@@ -167,14 +208,18 @@ def sft(
         warnings.warn(
             f"mixed_precision=False: AdamW updates {len(low)} {low[0].dtype} parameters in place; "
             f"at lr={lr} most updates round away. Use mixed_precision=True (float32 master weights)",
-            stacklevel=2,
+            stacklevel=3,  # the user's call of sft
         )
-    device = next(model.parameters()).device  # the embedding's, also under a device_map
-    pad = next(
-        (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0
-    )  # padded positions have attention 0 and label -100: any id will do
-    n_steps = steps or max(1, math.ceil(epochs * len(rows) / batch_size))
-    warmup = int(warmup_ratio * n_steps)
+    return model, mp, params
+
+
+def _adamw_cosine(
+    params: list[Any], lr: float, weight_decay: float, warmup: int, n_steps: int
+) -> tuple[Any, Any]:
+    """AdamW and its schedule: a linear warm-up over ``warmup`` steps, then cosine decay to 0 at
+    ``n_steps``."""
+    import torch
+
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
     def lr_at(step: int) -> float:
@@ -182,20 +227,50 @@ def sft(
             return (step + 1) / max(1, warmup)
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, n_steps - warmup)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    gen = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-    model.train()
-    losses = []
-    for _ in track(
-        range(n_steps), "SFT", total=n_steps, disable=None if progress is None else not progress
-    ):
-        if len(order) < batch_size:  # epochs: a fresh permutation each pass
-            order += torch.randperm(len(rows), generator=gen).tolist()
-        idx, order = order[:batch_size], order[batch_size:]
-        batch = [rows[i] for i in idx]
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+
+
+@dataclass
+class _Loop:
+    """:func:`sft`'s training loop: the model and its trainable parameters, AdamW and its
+    schedule, the tokenised rows, the order they are drawn in (a fresh seeded permutation each
+    pass) and the loss of every step so far."""
+
+    model: Any
+    mp: Any  # icml25.llm.MixedPrecision
+    params: list[Any]
+    rows: list[dict[str, list[int]]]
+    batch_size: int
+    opt: Any  # torch.optim.AdamW
+    sched: Any  # linear warm-up, then cosine decay to 0
+    gen: Any  # torch.Generator of the row order
+    pad: int
+    device: Any
+    order: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, model, mp, params, rows, tokenizer, opt, sched, batch_size, seed) -> _Loop:
+        import torch
+
+        device = next(model.parameters()).device  # the embedding's, also under a device_map
+        pad = next(
+            (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0
+        )  # padded positions have attention 0 and label -100: any id will do
+        gen = torch.Generator().manual_seed(seed)
+        return cls(model, mp, params, rows, batch_size, opt, sched, gen, pad, device)
+
+    def batch(self) -> tuple[list[int], Any, Any, Any]:
+        """The next batch: its row indices, and ids, labels and attention mask padded on the
+        right, on the model's device."""
+        import torch
+
+        if len(self.order) < self.batch_size:  # epochs: a fresh permutation each pass
+            self.order += torch.randperm(len(self.rows), generator=self.gen).tolist()
+        idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        batch = [self.rows[i] for i in idx]
         width = max(len(r["input_ids"]) for r in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        ids = torch.full((len(batch), width), self.pad, dtype=torch.long)
         labels = torch.full((len(batch), width), -100, dtype=torch.long)
         attn = torch.zeros((len(batch), width), dtype=torch.long)
         for r, row in enumerate(batch):
@@ -203,20 +278,26 @@ def sft(
             ids[r, :n] = torch.tensor(row["input_ids"])
             labels[r, :n] = torch.tensor(row["labels"])
             attn[r, :n] = 1
-        ids, labels, attn = ids.to(device), labels.to(device), attn.to(device)
-        with mp.autocast():
-            logits = model(input_ids=ids, attention_mask=attn).logits
+        return idx, ids.to(self.device), labels.to(self.device), attn.to(self.device)
+
+    def step(self) -> None:
+        """One AdamW step on the next batch: the loss on the target tokens (§4.3), the gradient
+        clipped at ``SFT_DEFAULTS["max_grad_norm"]``, the schedule advanced."""
+        import torch
+
+        from icml25.llm import check_finite_loss
+
+        idx, ids, labels, attn = self.batch()
+        with self.mp.autocast():
+            logits = self.model(input_ids=ids, attention_mask=attn).logits
         loss = masked_lm_loss(logits, labels)  # float32
-        check_finite_loss(loss, f"sft step {len(losses)} (rows {idx[:4]})")
-        opt.zero_grad(set_to_none=True)
+        check_finite_loss(loss, f"sft step {len(self.losses)} (rows {idx[:4]})")
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, SFT_DEFAULTS["max_grad_norm"])
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    model.sft_losses = losses
-    return model
+        torch.nn.utils.clip_grad_norm_(self.params, SFT_DEFAULTS["max_grad_norm"])
+        self.opt.step()
+        self.sched.step()
+        self.losses.append(float(loss.detach()))
 
 
 def to_trl_rows(pairs: Sequence[Any], system: str | None = None) -> list[dict[str, Any]]:
