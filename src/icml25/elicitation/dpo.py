@@ -170,6 +170,36 @@ def dpo_round(
     seed = as_int("seed", seed, 0)
     beta = as_real("beta", beta, low=0, low_open=True)
     lr = as_real("lr", lr, low=0, low_open=True)
+    cands, scores = _scored_candidates(policy, reward, bs, n_candidates, temperature, top_p, seed)
+    per = [scores[i * n_candidates : (i + 1) * n_candidates].tolist() for i in range(len(bs))]
+    pairs, without = sample_preference_pairs(
+        bs, cands, per, pairs_per_behavior=pairs_per_behavior, min_gap=min_gap, seed=seed
+    )
+    stats: dict[str, Any] = {
+        "mean_reward": float(scores.mean()),
+        "n_pairs": len(pairs),
+        "no_pair": without,
+        "spread": dict(getattr(reward, "last_spread", {}) or {}),
+        "loss": None,
+    }
+    if not pairs:
+        return stats
+    loss, info = _dpo_steps(policy, ref, pairs, optimizer, lr, steps, beta, disable_dropout)
+    stats.update(loss=float(loss.detach()), **info)
+    return stats
+
+
+def _scored_candidates(
+    policy: Investigator,
+    reward: Callable[..., torch.Tensor],
+    bs: list[str],
+    n_candidates: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+) -> tuple[list[list[str]], torch.Tensor]:
+    """``n_candidates`` prompts per behaviour sampled from the policy, and their rewards (float32,
+    on the CPU, one per candidate in behaviour order), checked."""
     cands = policy.sample(bs, n_candidates, temperature=temperature, top_p=top_p, seed=seed)
     flat_b = [b for b, cs in zip(bs, cands) for _ in cs]
     flat_x = [x for cs in cands for x in cs]
@@ -184,19 +214,21 @@ def dpo_round(
         raise ValueError(
             f"the reward must return {len(flat_x)} finite scores, got shape {tuple(scores.shape)}"
         )
-    per = [scores[i * n_candidates : (i + 1) * n_candidates].tolist() for i in range(len(bs))]
-    pairs, without = sample_preference_pairs(
-        bs, cands, per, pairs_per_behavior=pairs_per_behavior, min_gap=min_gap, seed=seed
-    )
-    stats: dict[str, Any] = {
-        "mean_reward": float(scores.mean()),
-        "n_pairs": len(pairs),
-        "no_pair": without,
-        "spread": dict(getattr(reward, "last_spread", {}) or {}),
-        "loss": None,
-    }
-    if not pairs:
-        return stats
+    return cands, scores
+
+
+def _dpo_steps(
+    policy: Investigator,
+    ref: Investigator,
+    pairs: list[PreferencePair],
+    optimizer: torch.optim.Optimizer | None,
+    lr: float,
+    steps: int,
+    beta: float,
+    disable_dropout: bool,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``steps`` DPO steps on a round's pairs (the reference's log-probs computed once); returns
+    the last step's loss and statistics."""
     mp = policy.mixed_precision()  # float32 master weights before the optimizer holds them
     if optimizer is None:
         optimizer = torch.optim.AdamW(
@@ -226,8 +258,7 @@ def dpo_round(
                 raise FloatingPointError(
                     f"a DPO step left non-finite weights {_precision_hint(policy)}"
                 )
-    stats.update(loss=float(loss.detach()), **info)
-    return stats
+    return loss, info
 
 
 def _precision_hint(inv: Investigator) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,63 +83,123 @@ def frank_wolfe(
             most the iteration in progress.
         progress: a progress bar per iteration (default: unless ``ICML25_QUIET`` is set).
     """
-    bs = _check_strings("behaviors", behaviors)
-    lam = as_real("lam", lam, low=0)
-    n_iters, rounds_per_iter = (
-        as_int("n_iters", n_iters, 1),
-        as_int("rounds_per_iter", rounds_per_iter, 1),
-    )
-    n_candidates, steps_per_round = (
-        as_int("n_candidates", n_candidates, 2),
-        as_int("steps_per_round", steps_per_round, 1),
-    )
-    pairs_per_behavior, seed = (
-        as_int("pairs_per_behavior", pairs_per_behavior, 1),
-        as_int("seed", seed, 0),
-    )
-    if penalty not in ("mixture", "last"):
-        raise ValueError(f"penalty must be 'mixture' or 'last', got {penalty!r}")
-    fw_step_size(1, step)
-    if not isinstance(sft_investigator, Investigator):
-        raise TypeError(
-            f"sft_investigator must be an Investigator, got {type(sft_investigator).__name__}"
+    fw = _FrankWolfe(**locals())  # the arguments, by name (nothing else is local yet)
+    fw.resume()
+    for t in range(len(fw.history) + 1, fw.n_iters + 1):
+        q_t = sft_investigator.copy()  # every iterate starts from the SFT model
+        r_t = fw.penalized_reward()  # r_t = r - λ log q̄_{t-1}(x | b)
+        stats, caught = fw.dpo_rounds(q_t, r_t, t)
+        _relay_warnings(caught, t, fw.rounds_per_iter)
+        fw.add_iterate(q_t, stats, t)  # q̄_t = (1 - η_t) q̄_{t-1} + η_t q_t
+    return fw.result()
+
+
+@dataclass
+class _FrankWolfe:
+    """One run of :func:`frank_wolfe`: its arguments (checked on construction), the mixture
+    ``q̄`` of the finished iterates and their per-round statistics (``history``, one list per
+    iterate)."""
+
+    behaviors: list[str]
+    target: Any
+    sft_investigator: Investigator
+    lam: float
+    n_iters: int
+    rounds_per_iter: int
+    penalty: str
+    step: str
+    reward: str | Callable[..., Any]
+    normalize: str
+    n_candidates: int
+    pairs_per_behavior: int
+    min_gap: float
+    beta: float
+    lr: float
+    steps_per_round: int
+    temperature: float
+    top_p: float
+    seed: int
+    callbacks: Sequence[Callable[[int, int, dict], None]]
+    checkpoint_dir: str | Path | None
+    progress: bool | None
+    base: Callable[..., Any] = field(init=False)  # the reward r
+    ckdir: Path | None = field(init=False, default=None)
+    mixture: InvestigatorMixture | None = field(init=False, default=None)
+    history: list[list[dict[str, Any]]] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Check the arguments, in this order (the first bad one is the error)."""
+        self.behaviors = _check_strings("behaviors", self.behaviors)
+        self.lam = as_real("lam", self.lam, low=0)
+        self.n_iters, self.rounds_per_iter = (
+            as_int("n_iters", self.n_iters, 1),
+            as_int("rounds_per_iter", self.rounds_per_iter, 1),
         )
-    base = StringReward(target) if reward == "string" else reward
-    if not callable(base):
-        raise ValueError(f"reward must be 'string' or a callable reward, got {reward!r}")
-    mixture: InvestigatorMixture | None = None
-    history: list[list[dict[str, Any]]] = []
-    ckdir = None
-    if checkpoint_dir is not None:
-        ckdir = Path(checkpoint_dir)
-        config = {
-            "behaviors": bs,
-            "lam": float(lam),
-            "rounds_per_iter": rounds_per_iter,
-            "penalty": penalty,
-            "step": step,
-            "normalize": normalize,
-            "n_candidates": n_candidates,
-            "pairs_per_behavior": pairs_per_behavior,
-            "min_gap": min_gap,
-            "beta": beta,
-            "lr": lr,
-            "steps_per_round": steps_per_round,
-            "temperature": temperature,
-            "top_p": top_p,
-            "seed": seed,
-            "sft_weights": _fingerprint(sft_investigator),
+        self.n_candidates, self.steps_per_round = (
+            as_int("n_candidates", self.n_candidates, 2),
+            as_int("steps_per_round", self.steps_per_round, 1),
+        )
+        self.pairs_per_behavior, self.seed = (
+            as_int("pairs_per_behavior", self.pairs_per_behavior, 1),
+            as_int("seed", self.seed, 0),
+        )
+        if self.penalty not in ("mixture", "last"):
+            raise ValueError(f"penalty must be 'mixture' or 'last', got {self.penalty!r}")
+        fw_step_size(1, self.step)
+        sft = self.sft_investigator
+        if not isinstance(sft, Investigator):
+            raise TypeError(f"sft_investigator must be an Investigator, got {type(sft).__name__}")
+        self.base = StringReward(self.target) if self.reward == "string" else self.reward
+        if not callable(self.base):
+            raise ValueError(f"reward must be 'string' or a callable reward, got {self.reward!r}")
+
+    def config(self) -> dict[str, Any]:
+        """The settings a checkpoint must match to be resumed."""
+        return {
+            "behaviors": self.behaviors,
+            "lam": float(self.lam),
+            "rounds_per_iter": self.rounds_per_iter,
+            "penalty": self.penalty,
+            "step": self.step,
+            "normalize": self.normalize,
+            "n_candidates": self.n_candidates,
+            "pairs_per_behavior": self.pairs_per_behavior,
+            "min_gap": self.min_gap,
+            "beta": self.beta,
+            "lr": self.lr,
+            "steps_per_round": self.steps_per_round,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "sft_weights": _fingerprint(self.sft_investigator),
         }
-        mixture, history = _resume(ckdir, config, sft_investigator, step, n_iters)
-    for t in range(len(history) + 1, n_iters + 1):
-        q_t = sft_investigator.copy()
-        if mixture is None:
+
+    def resume(self) -> None:
+        """Take the finished iterates and history from ``checkpoint_dir``, if one is given."""
+        if self.checkpoint_dir is not None:
+            self.ckdir = Path(self.checkpoint_dir)
+            self.mixture, self.history = _resume(
+                self.ckdir, self.config(), self.sft_investigator, self.step, self.n_iters
+            )
+
+    def penalized_reward(self) -> PenalizedReward:
+        """``r_t = r - λ log q̄_{t-1}`` (``penalty="mixture"``) or ``r - λ log q_{t-1}``
+        (``"last"``); the reward alone at ``t = 1``."""
+        if self.mixture is None:
             pen_mix = None
-        elif penalty == "mixture":
-            pen_mix = mixture
+        elif self.penalty == "mixture":
+            pen_mix = self.mixture
         else:
-            pen_mix = InvestigatorMixture([mixture.members[-1]])
-        r_t = PenalizedReward(base, pen_mix, lam=float(lam), normalize=normalize)
+            pen_mix = InvestigatorMixture([self.mixture.members[-1]])
+        return PenalizedReward(self.base, pen_mix, lam=float(self.lam), normalize=self.normalize)
+
+    def dpo_rounds(
+        self, q_t: Investigator, r_t: PenalizedReward, t: int
+    ) -> tuple[list[dict[str, Any]], list[warnings.WarningMessage]]:
+        """Iteration ``t``'s DPO rounds (§3.2) of ``q_t`` on ``r_t``, the SFT model as the
+        reference; returns their statistics and the warnings they raised (for
+        :func:`_relay_warnings`)."""
+        callbacks = self.callbacks
 
         def cb(k: int, st: dict, t: int = t) -> None:
             for c in callbacks:
@@ -148,46 +209,59 @@ def frank_wolfe(
             warnings.simplefilter("always")
             stats = train_dpo(
                 q_t,
-                sft_investigator,
+                self.sft_investigator,
                 r_t,
-                bs,
-                rounds_per_iter,
-                lr=lr,
-                seed=seed * 1000 + t,
+                self.behaviors,
+                self.rounds_per_iter,
+                lr=self.lr,
+                seed=self.seed * 1000 + t,
                 callback=cb,
-                progress=progress,
-                desc=f"Frank-Wolfe iteration {t}/{n_iters}",
-                n_candidates=n_candidates,
-                pairs_per_behavior=pairs_per_behavior,
-                min_gap=min_gap,
-                beta=beta,
-                steps=steps_per_round,
-                temperature=temperature,
-                top_p=top_p,
+                progress=self.progress,
+                desc=f"Frank-Wolfe iteration {t}/{self.n_iters}",
+                n_candidates=self.n_candidates,
+                pairs_per_behavior=self.pairs_per_behavior,
+                min_gap=self.min_gap,
+                beta=self.beta,
+                steps=self.steps_per_round,
+                temperature=self.temperature,
+                top_p=self.top_p,
             )
-        swamped = [w for w in caught if "swamps the reward" in str(w.message)]
-        if swamped:
-            warnings.warn(
-                f"Frank-Wolfe iteration {t}: in {len(swamped)} of {rounds_per_iter} rounds "
-                f"{swamped[-1].message}",
-                stacklevel=2,
-            )
-        for w in caught:
-            if "swamps the reward" not in str(w.message):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        history.append(stats)
-        if mixture is None:
-            mixture = InvestigatorMixture([q_t])
+        return stats, caught
+
+    def add_iterate(self, q_t: Investigator, stats: list[dict[str, Any]], t: int) -> None:
+        """``q̄_t = (1 - η_t) q̄_{t-1} + η_t q_t``, and the checkpoint of iterate ``t``."""
+        self.history.append(stats)
+        if self.mixture is None:
+            self.mixture = InvestigatorMixture([q_t])
         else:
-            mixture.append(q_t, fw_step_size(t, step))
-        if ckdir is not None:  # iterate first, then the history that marks it done
-            q_t.save(ckdir / f"iterate_{t}")
-            tmp = ckdir / "history.json.tmp"
-            tmp.write_text(json.dumps(history))
-            tmp.replace(ckdir / "history.json")
-    assert mixture is not None
-    mixture.history = history  # type: ignore[attr-defined]
-    return mixture
+            self.mixture.append(q_t, fw_step_size(t, self.step))
+        if self.ckdir is not None:  # iterate first, then the history that marks it done
+            q_t.save(self.ckdir / f"iterate_{t}")
+            tmp = self.ckdir / "history.json.tmp"
+            tmp.write_text(json.dumps(self.history))
+            tmp.replace(self.ckdir / "history.json")
+
+    def result(self) -> InvestigatorMixture:
+        """The mixture, with the history attached."""
+        assert self.mixture is not None
+        self.mixture.history = self.history  # type: ignore[attr-defined]
+        return self.mixture
+
+
+def _relay_warnings(caught: list[warnings.WarningMessage], t: int, rounds: int) -> None:
+    """Iteration ``t``'s warnings again: the rounds' "swamps the reward" warnings as one,
+    pointing at :func:`frank_wolfe`'s caller (called from :func:`frank_wolfe` itself:
+    ``stacklevel=3``), the others as they were raised."""
+    swamped = [w for w in caught if "swamps the reward" in str(w.message)]
+    if swamped:
+        warnings.warn(
+            f"Frank-Wolfe iteration {t}: in {len(swamped)} of {rounds} rounds "
+            f"{swamped[-1].message}",
+            stacklevel=3,
+        )
+    for w in caught:
+        if "swamps the reward" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _fingerprint(inv: Investigator) -> str:

@@ -19,7 +19,8 @@ of the whole global batch (docs/elicitation.md, Several GPUs).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -157,53 +158,98 @@ def reverse_sft(
             "warm-up; lower warmup or train longer",
             stacklevel=2,
         )
-    model = inv.model
-    mp = inv.mixed_precision()  # float32 master weights before the optimizer holds them
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, n_steps - warmup)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-    gen = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-    losses = []
-    with train_mode(model, disable_dropout=disable_dropout):
+    sft = _ReverseSFT.start(inv, pairs, lr, batch_size, n_steps, warmup, weight_decay, seed)
+    with train_mode(inv.model, disable_dropout=disable_dropout):
         for _ in track(
             range(n_steps),
             "reverse SFT",
             total=n_steps,
             disable=None if progress is None else not progress,
         ):
-            if len(order) < batch_size:
-                order += torch.randperm(len(pairs), generator=gen).tolist()
-            idx, order = order[:batch_size], order[batch_size:]
-            bs, xs = [pairs[i][0] for i in idx], [pairs[i][1] for i in idx]
-            with mp.autocast():
-                total, counts = inv._scores(bs, xs)
-            loss = -(total.sum() / counts.sum().clamp(min=1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-            if not (torch.isfinite(loss) and torch.isfinite(norm)):
-                dtype = inv.compute_dtype or next(model.parameters()).dtype
-                raise FloatingPointError(
-                    f"reverse SFT produced a non-finite loss or gradient ({float(loss)}, grad norm "
-                    f"{float(norm)}) in the {dtype} investigator"
-                    + (
-                        "; float16 overflows here: load it in bfloat16 or float32"
-                        if dtype == torch.float16
-                        else ""
-                    )
-                )
-            opt.step()
-            sched.step()
-            losses.append(float(loss.detach()))
-    inv.sft_losses = losses
+            sft.step()
+    inv.sft_losses = sft.losses
     return inv
+
+
+def _warmup_cosine(warmup: int, n_steps: int) -> Callable[[int], float]:
+    """The learning-rate factor of step ``step``: linear warm-up to 1 over ``warmup`` steps (from
+    ``1 / warmup``), then cosine decay to 0 at ``n_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, n_steps - warmup)))
+
+    return factor
+
+
+@dataclass
+class _ReverseSFT:
+    """A reverse-SFT run: the investigator, its optimiser and schedule, the batch order (a fresh
+    seeded permutation of the pairs whenever fewer than a batch are left) and the losses."""
+
+    inv: Investigator
+    pairs: list[tuple[str, str]]
+    batch_size: int
+    mp: Any  # the investigator's MixedPrecision (autocast in its dtype)
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    gen: torch.Generator
+    order: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+
+    @classmethod
+    def start(
+        cls,
+        inv: Investigator,
+        pairs: list[tuple[str, str]],
+        lr: float,
+        batch_size: int,
+        n_steps: int,
+        warmup: int,
+        weight_decay: float,
+        seed: int,
+    ) -> _ReverseSFT:
+        """AdamW with the warm-up and cosine schedule, on float32 master weights."""
+        mp = inv.mixed_precision()  # float32 master weights before the optimizer holds them
+        params = [p for p in inv.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(warmup, n_steps))
+        gen = torch.Generator().manual_seed(seed)
+        return cls(inv, pairs, batch_size, mp, params, opt, sched, gen)
+
+    def batch(self) -> tuple[list[str], list[str]]:
+        """The next batch's behaviours and prompts."""
+        if len(self.order) < self.batch_size:
+            self.order += torch.randperm(len(self.pairs), generator=self.gen).tolist()
+        idx, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return [self.pairs[i][0] for i in idx], [self.pairs[i][1] for i in idx]
+
+    def step(self) -> None:
+        """One step on ``L_SFT = -Σ log q_θ(x | b)``, the mean over the batch's prompt tokens;
+        gradient clip 1.0."""
+        bs, xs = self.batch()
+        with self.mp.autocast():
+            total, counts = self.inv._scores(bs, xs)
+        loss = -(total.sum() / counts.sum().clamp(min=1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        if not (torch.isfinite(loss) and torch.isfinite(norm)):
+            dtype = self.inv.compute_dtype or next(self.inv.model.parameters()).dtype
+            raise FloatingPointError(
+                f"reverse SFT produced a non-finite loss or gradient ({float(loss)}, grad norm "
+                f"{float(norm)}) in the {dtype} investigator"
+                + (
+                    "; float16 overflows here: load it in bfloat16 or float32"
+                    if dtype == torch.float16
+                    else ""
+                )
+            )
+        self.opt.step()
+        self.sched.step()
+        self.losses.append(float(loss.detach()))
 
 
 def default_reverse_sft_config(**overrides: Any) -> Any:
