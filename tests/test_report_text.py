@@ -67,3 +67,9 @@ def test_not_held_notes_lists_every_check_that_is_not_held_with_its_interval():
         f"Not held: mean > 0 (b): {unsure.interval_text()} (inconclusive); "
         "bytes <= 10: 12 (did not hold)."
     )
+
+
+def test_the_sentences_refuse_what_is_not_a_check():
+    for f in (power_summary, not_held_notes):
+        with pytest.raises(TypeError, match=r"takes icml25.report.Check objects .* got dict"):
+            f([{"name": "gain", "verdict": "held"}])

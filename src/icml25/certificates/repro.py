@@ -41,6 +41,7 @@ from icml25.report import (
     Metric,
     ReproResult,
     Run,
+    mean_sd,
     not_held_notes,
     power_summary,
     reproduction,
@@ -249,19 +250,12 @@ def full_checks(
 
 
 # -- tables and metrics ----------------------------------------------------------------------------
-def _mean_sd(vals) -> str:
-    vals = list(vals)
-    if len(vals) < 2:
-        return f"{vals[0]:.3f}"
-    return f"{statistics.fmean(vals):.3f} ± {statistics.stdev(vals):.3f}"
-
-
 def table_controllers(runs: list[dict], label: str) -> str:
     rows = [
         [
             n,
-            _mean_sd(r["eval"][n]["p_safe"] for r in runs),
-            _mean_sd(r["eval"][n]["progress"] for r in runs),
+            mean_sd(r["eval"][n]["p_safe"] for r in runs),
+            mean_sd(r["eval"][n]["progress"] for r in runs),
         ]
         for n in runs[0]["eval"]
     ]
@@ -303,10 +297,10 @@ def neural_text(neural: list[dict], n_traj: int) -> str:
     return (
         f"Neural front-door FQE (one-hot features, kappa = 1, {n_traj} trajectories, one fit "
         f"per seed, {len(neural)} seeds, {sum(x['seconds'] for x in neural):.0f} s; mean ± sd "
-        f"over seeds): exact P_safe {_mean_sd(x['p_safe'] for x in neural)}, max |Q_nn - Q| "
-        f"{_mean_sd(x['err'][0] for x in neural)}, mean |Q_nn - Q| "
-        f"{_mean_sd(x['err'][1] for x in neural)}, V_nn(x0, H) "
-        f"{_mean_sd(x['v'] for x in neural)}."
+        f"over seeds): exact P_safe {mean_sd(x['p_safe'] for x in neural)}, max |Q_nn - Q| "
+        f"{mean_sd(x['err'][0] for x in neural)}, mean |Q_nn - Q| "
+        f"{mean_sd(x['err'][1] for x in neural)}, V_nn(x0, H) "
+        f"{mean_sd(x['v'] for x in neural)}."
     )
 
 

@@ -65,6 +65,7 @@ def power_summary(checks: Sequence[Check], *, units: str = "seeds") -> str:
     check's ``detectable`` effect, beside the paper's where the criterion carries it), and which
     checks are underpowered. The units are each criterion's ``over`` (``units`` where it has
     none). Empty when no check has a detectable effect (exact checks)."""
+    checks = _checked(checks, "power_summary")
     by_n: dict[tuple[int, str], list[Check]] = {}
     for c in checks:
         if c.detectable is not None:
@@ -86,6 +87,17 @@ def power_summary(checks: Sequence[Check], *, units: str = "seeds") -> str:
     return " ".join(parts)
 
 
+def _checked(checks: Sequence[Check], who: str) -> list[Check]:
+    checks = list(checks)
+    bad = [c for c in checks if not isinstance(c, Check)]
+    if bad:
+        raise TypeError(
+            f"{who} takes icml25.report.Check objects (Criterion.check(...)), got "
+            f"{type(bad[0]).__name__}: {bad[0]!r:.60}"
+        )
+    return checks
+
+
 def _detectable(c: Check) -> str:
     unit = f" {c.criterion.unit}" if c.criterion.unit else ""
     text = f"{_fmt(c.detectable)}{unit}"
@@ -97,7 +109,7 @@ def _detectable(c: Check) -> str:
 def not_held_notes(checks: Sequence[Check]) -> str:
     """``"Not held: <name> <estimate [interval]> (<verdict>); ..."`` for every check that did not
     hold or is inconclusive, or ``""`` when all held: the sentence a report's notes open with."""
-    missed = [c for c in checks if c.verdict != "held"]
+    missed = [c for c in _checked(checks, "not_held_notes") if c.verdict != "held"]
     if not missed:
         return ""
     return (
