@@ -18,14 +18,10 @@ import time
 
 import torch
 
-from icml25.antidote import (
-    AntidoteConfig,
-    activation_sq_norms,
-    antidote_prune,
-    harmful_mask,
-    select_target_layers,
-    wanda_scores,
-)
+from icml25.antidote import AntidoteConfig, antidote_prune, wanda_scores
+from icml25.antidote.masks import harmful_mask
+from icml25.antidote.scores import activation_sq_norms
+from icml25.antidote.targets import select_target_layers
 from icml25.lora import inject_lora
 from icml25.toy.safety_lang import HarmfulFinetuneWorld
 

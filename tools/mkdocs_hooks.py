@@ -87,7 +87,59 @@ def _api_page(module: str, title: str) -> str:
             f"\n::: {path}\n    options:\n      show_root_heading: true\n"
             "      force_inspection: true\n"
         )
+    subs = _submodules(module)
+    if subs:
+        text += (
+            "\n## Submodules\n\nThe building blocks the package's entry points are made of, "
+            "public in the module that defines them.\n"
+        )
+    for sub, sub_names in subs:
+        members = "".join(f"        - {n}\n" for n in sub_names)
+        text += (
+            f"\n### `{sub}`\n\n::: {sub}\n    options:\n      show_root_heading: false\n"
+            f"      members_order: source\n      members:\n{members}"
+        )
     return text
+
+
+#: a paper package's modules that are its command line and reproduction, not a library to call
+NOT_API = {"repro", "cli", "figures", "experiment", "__main__"}
+
+
+def _submodules(module: str) -> list[tuple[str, list[str]]]:
+    """Each public submodule with the names of its ``__all__`` the package does not export."""
+    import importlib
+    import pkgutil
+
+    mod = importlib.import_module(module)
+    top = set(getattr(mod, "__all__", []))
+    out = []
+    for info in pkgutil.iter_modules(getattr(mod, "__path__", [])):
+        if info.name.startswith("_") or info.name in NOT_API:
+            continue
+        sub = importlib.import_module(f"{module}.{info.name}")
+        names = [
+            n for n in getattr(sub, "__all__", []) if n not in top and _defined_in(sub, n)
+        ]
+        if names:
+            out.append((sub.__name__, names))
+    return out
+
+
+def _defined_in(module, name: str) -> bool:
+    """``name`` is made in ``module``, not imported into it from another."""
+    import ast
+    import inspect
+
+    obj = getattr(module, name)
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        return obj.__module__ == module.__name__
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
 
 
 def on_files(files, config):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from icml25.antidote import ToySettings
-from icml25.antidote.pipeline import HarmfulFinetuneExperiment
+from icml25.antidote.pipeline import HarmfulFinetuneExperiment, ToySettings
 
 
 def test_toy_training_refuses_several_processes(monkeypatch):

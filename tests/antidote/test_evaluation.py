@@ -12,15 +12,12 @@ import time
 import pytest
 import torch
 
-from icml25.antidote import (
-    CallableModerator,
-    ChatModerator,
+from icml25.antidote import CallableModerator, ChatModerator, finetune_accuracy, harmful_score
+from icml25.antidote.evaluation import (
     RuleModerator,
     exact_match_accuracy,
-    finetune_accuracy,
     generate_responses,
     gsm8k_answer,
-    harmful_score,
 )
 from icml25.llm import CallableChat
 
@@ -29,7 +26,7 @@ def test_moderators_live_in_icml25_llm_and_are_re_exported():
     import icml25.antidote as ad
     import icml25.llm.moderation as mod
 
-    for name in ("CallableModerator", "ChatModerator", "Moderator"):
+    for name in ("CallableModerator", "ChatModerator"):
         assert getattr(ad, name) is getattr(mod, name)
     assert isinstance(RuleModerator(), mod.Moderator)
 

@@ -10,14 +10,10 @@ import math
 import pytest
 import torch
 
-from icml25.antidote import (
-    AntidoteConfig,
-    activation_sq_norms,
-    antidote_prune,
-    apply_mask,
-    peft_adapters,
-    select_target_layers,
-)
+from icml25.antidote import AntidoteConfig, antidote_prune
+from icml25.antidote.masks import apply_mask
+from icml25.antidote.scores import activation_sq_norms
+from icml25.antidote.targets import peft_adapters, select_target_layers
 from icml25.lora import inject_lora
 from icml25.toy.safety_lang import HarmfulFinetuneWorld
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from icml25.antidote import ToySettings, make_realign_batches
-from icml25.antidote.pipeline import HarmfulFinetuneExperiment, compare_pruning
+from icml25.antidote import make_realign_batches
+from icml25.antidote.pipeline import HarmfulFinetuneExperiment, ToySettings, compare_pruning
 from icml25.report import torch_threads
 
 

@@ -14,18 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from icml25.antidote import (
-    AntidoteConfig,
+from icml25.antidote import AntidoteConfig, wanda_scores
+from icml25.antidote.evaluation import exact_match_accuracy, gsm8k_answer
+from icml25.antidote.masks import (
     apply_mask,
-    exact_match_accuracy,
-    gsm8k_answer,
     harmful_mask,
     magnitude_mask,
     random_mask,
     row_mask,
     tensor_mask,
     undo_mask,
-    wanda_scores,
 )
 from icml25.antidote.pipeline import ToySettings
 

@@ -166,7 +166,7 @@ def test_train_loop_keeps_dropout_on_like_trl_sft():
 # -- generation -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])  # learned absolute positions; RoPE
 def test_left_padded_generation_equals_each_prompt_alone(arch):
-    from icml25.antidote import generate_responses
+    from icml25.antidote.evaluation import generate_responses
 
     model, tok = tiny_model(arch), tiny_tokenizer(arch)
     with torch.no_grad():  # larger weights: varied greedy text, so a shifted position shows
@@ -180,7 +180,7 @@ def test_left_padded_generation_equals_each_prompt_alone(arch):
 
 
 def test_generation_refuses_a_prompt_longer_than_the_context():
-    from icml25.antidote import generate_responses
+    from icml25.antidote.evaluation import generate_responses
 
     model, tok = tiny_model("llama"), tiny_tokenizer("llama")
     with pytest.raises(ValueError, match=r"prompt 1 has \d+ tokens, more than the model's context"):
@@ -190,7 +190,7 @@ def test_generation_refuses_a_prompt_longer_than_the_context():
 def test_generation_stops_at_the_models_end_of_turn():
     """Llama-3 instruct checkpoints end a turn with <|eot_id|> (generation_config's second eos),
     not the tokenizer's <|end_of_text|>: nothing after it belongs to the answer."""
-    from icml25.antidote import generate_responses
+    from icml25.antidote.evaluation import generate_responses
 
     model, tok = tiny_model("llama"), tiny_tokenizer("llama")
     eot = tok.convert_tokens_to_ids("<|eot_id|>")

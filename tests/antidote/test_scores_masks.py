@@ -8,20 +8,18 @@ import pytest
 import torch
 from torch import nn
 
-from icml25.antidote import (
-    AntidoteConfig,
-    activation_sq_norms,
-    antidote_prune,
+from icml25.antidote import AntidoteConfig, antidote_prune, wanda_scores
+from icml25.antidote.masks import (
     apply_mask,
     harmful_mask,
     magnitude_mask,
     random_mask,
     row_mask,
-    select_target_layers,
     tensor_mask,
     undo_mask,
-    wanda_scores,
 )
+from icml25.antidote.scores import activation_sq_norms
+from icml25.antidote.targets import select_target_layers
 
 
 class Stack(nn.Module):
@@ -258,7 +256,8 @@ def test_tensor_mask_is_the_per_tensor_top_rho():
 def test_bad_calibration_input_and_score_containers_say_what_is_expected():
     import torch as _torch
 
-    from icml25.antidote import antidote_prune, harmful_mask
+    from icml25.antidote import antidote_prune
+    from icml25.antidote.masks import harmful_mask
     from icml25.lora import inject_lora
     from icml25.toy import build_tokenizer, tiny_causal_lm
 

@@ -7,70 +7,55 @@ fine-tuning attack. See ``docs/antidote.md``.
     result = antidote_prune(peft_model, batches, AntidoteConfig(dense_ratio=0.1))
 """
 
+from icml25._moved import moved
 from icml25.antidote.evaluation import (
     CallableModerator,
     ChatModerator,
-    Moderator,
-    RuleModerator,
-    exact_match_accuracy,
     finetune_accuracy,
-    generate_responses,
-    gsm8k_answer,
     harmful_score,
 )
-from icml25.antidote.masks import (
-    apply_mask,
-    harmful_mask,
-    magnitude_mask,
-    random_mask,
-    row_mask,
-    tensor_mask,
-    undo_mask,
-)
-from icml25.antidote.pipeline import (
-    HarmfulFinetuneExperiment,
-    ToySettings,
-    compare_pruning,
-    make_realign_batches,
-)
+from icml25.antidote.pipeline import compare_pruning, make_realign_batches
 from icml25.antidote.prune import AntidoteConfig, AntidoteResult, antidote_prune
-from icml25.antidote.scores import (
-    activation_sq_norms,
-    grad_magnitude_scores,
-    magnitude_scores,
-    wanda_scores,
-)
-from icml25.antidote.targets import LoRAFactor, peft_adapters, select_target_layers
+from icml25.antidote.scores import wanda_scores
 
 __all__ = [
     "AntidoteConfig",
     "AntidoteResult",
     "CallableModerator",
     "ChatModerator",
-    "HarmfulFinetuneExperiment",
-    "LoRAFactor",
-    "Moderator",
-    "RuleModerator",
-    "ToySettings",
-    "activation_sq_norms",
     "antidote_prune",
-    "apply_mask",
     "compare_pruning",
-    "exact_match_accuracy",
     "finetune_accuracy",
-    "generate_responses",
-    "grad_magnitude_scores",
-    "gsm8k_answer",
-    "harmful_mask",
     "harmful_score",
-    "magnitude_mask",
-    "magnitude_scores",
     "make_realign_batches",
-    "random_mask",
-    "peft_adapters",
-    "row_mask",
-    "select_target_layers",
-    "tensor_mask",
-    "undo_mask",
     "wanda_scores",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "HarmfulFinetuneExperiment": "pipeline",
+        "LoRAFactor": "targets",
+        "Moderator": "icml25.llm.moderation",
+        "RuleModerator": "evaluation",
+        "ToySettings": "pipeline",
+        "activation_sq_norms": "scores",
+        "apply_mask": "masks",
+        "exact_match_accuracy": "evaluation",
+        "generate_responses": "evaluation",
+        "grad_magnitude_scores": "scores",
+        "gsm8k_answer": "evaluation",
+        "harmful_mask": "masks",
+        "magnitude_mask": "masks",
+        "magnitude_scores": "scores",
+        "peft_adapters": "targets",
+        "random_mask": "masks",
+        "row_mask": "masks",
+        "select_target_layers": "targets",
+        "tensor_mask": "masks",
+        "undo_mask": "masks",
+    },
+)

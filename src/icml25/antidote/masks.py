@@ -182,7 +182,7 @@ def apply_mask(layers: dict, mask: dict[str, Tensor], *, inplace: bool = True) -
     values (``{name: W[M]}``) for :func:`undo_mask`; idempotent on an already pruned model. With
     ``inplace=False`` only the removed values are returned. ``mask`` may be the official
     ``bad_mask.pt`` (float 0/1, keyed by ``named_parameters()`` names like the targets of
-    :func:`~icml25.antidote.select_target_layers`)."""
+    :func:`~icml25.antidote.targets.select_target_layers`)."""
     removed = {}
     for name, m in mask.items():
         if name not in layers:

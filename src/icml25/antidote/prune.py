@@ -85,7 +85,7 @@ class AntidoteResult:
     n_target: int
     per_layer_fraction: dict[str, float]
     sq_norms: dict[str, Tensor] = field(default_factory=dict)
-    removed: dict[str, Tensor] = field(default_factory=dict)  # for icml25.antidote.undo_mask
+    removed: dict[str, Tensor] = field(default_factory=dict)  # for icml25.antidote.masks.undo_mask
 
     @property
     def fraction(self) -> float:
