@@ -44,7 +44,7 @@ def test_scale_one_unchanged_to_the_bit(dtype):
     x = torch.randn(64, 16, generator=g, dtype=torch.float64).to(dtype) * 3
     assert torch.equal(_unit_rows(x), F.normalize(x, dim=-1, eps=1e-12))
     a, b = _views(dtype)
-    before = {  # the values before this change, equal to the bit
+    before = {  # the values before the scale-safe normalisation, recorded on one machine
         torch.float32: [
             5.823258399963379,
             4.879170894622803,
@@ -53,7 +53,14 @@ def test_scale_one_unchanged_to_the_bit(dtype):
         ],
         torch.float64: [5.823258319051584, 4.879170521781919, 5.804518853171931, 4.023415189191448],
     }[dtype]
-    assert [float(ContrastiveLoss(k, 0.2)(a, b)) for k in KINDS] == before
+    # equal to the bit there; another CPU's vector kernels (logsumexp, matmul) may round the
+    # last bit differently, so the comparison allows 4 units in the last place
+    eps = torch.finfo(dtype).eps
+    now = [float(ContrastiveLoss(k, 0.2)(a, b)) for k in KINDS]
+    assert all(math.isclose(x, y, rel_tol=4 * eps, abs_tol=0.0) for x, y in zip(now, before)), (
+        now,
+        before,
+    )
 
 
 def test_zero_row_stays_zero_and_gradient_matches():
