@@ -32,9 +32,10 @@ import numpy as np
 import torch
 from _timing import median_time
 
-from icml25.cdkf import RateSchedule, SchedulingProblem, Sensor, matern_ssm, sum_ssm
+from icml25.cdkf import RateSchedule, SchedulingProblem, Sensor, matern_ssm
 from icml25.cdkf.evaluate import time_average
 from icml25.cdkf.passby import pass_by_problem
+from icml25.cdkf.ssm import sum_ssm
 
 D = torch.float64
 

@@ -25,8 +25,8 @@ from icml25.certificates import (
     NaiveFQE,
     SafetyCertificate,
     make_confounded_driving,
-    safety_barrier,
 )
+from icml25.certificates.envs import safety_barrier
 
 
 def main() -> int:

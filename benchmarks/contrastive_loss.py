@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from icml25.contrastive import ContrastiveLoss, nt_xent_loss
+from icml25.contrastive import ContrastiveLoss
+from icml25.contrastive.losses import nt_xent_loss
 
 M, D, T = 256, 128, 0.2
 REPS = 30

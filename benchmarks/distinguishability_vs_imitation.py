@@ -98,9 +98,9 @@ def main() -> int:
         RewardEnsemble,
         RewardLearner,
         ScriptedTeacher,
-        collect_segments,
     )
     from icml25.distinguishability.experiment import split
+    from icml25.distinguishability.segments import collect_segments
 
     torch.set_num_threads(2)
     print("| seed | pairs | ours: held-out pair accuracy | imitation | ours - imitation |")

@@ -21,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from icml25.future_of_work import shapley_exact, utility_table  # noqa: E402
+from icml25.future_of_work import shapley_exact  # noqa: E402
+from icml25.future_of_work.valuation import utility_table  # noqa: E402
 
 
 def game(n: int, seed: int = 0):

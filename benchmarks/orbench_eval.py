@@ -28,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from icml25.llm import CallableChat, ChatServer, OpenAIChat
-from icml25.orbench import CATEGORIES, KeywordRefusalDetector, ORBenchRecord, evaluate
+from icml25.orbench import CATEGORIES, KeywordRefusalDetector, evaluate
+from icml25.orbench.records import ORBenchRecord
 
 LATENCY = 0.05
 N_PROMPTS = 128

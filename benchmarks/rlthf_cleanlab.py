@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from icml25.rlthf import EmbeddingRewardModel, RewardDistribution, cross_fit_margins, make_textworld
-from icml25.rlthf.loop import preference_accuracy
+from icml25.rlthf import EmbeddingRewardModel, RewardDistribution, make_textworld
+from icml25.rlthf.loop import cross_fit_margins, preference_accuracy
 
 
 def main() -> None:

@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from icml25.llm import CallableChat, ChatServer, OpenAIChat
-from icml25.safety_reasoning import RefusalKeywordJudge, best_of_n, bon_safety_curve
-from icml25.safety_reasoning.evaluation import prompt_seed
+from icml25.safety_reasoning import RefusalKeywordJudge, best_of_n
+from icml25.safety_reasoning.evaluation import bon_safety_curve, prompt_seed
 
 LATENCY = 0.2
 N_PROMPTS = 64

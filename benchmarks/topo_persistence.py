@@ -18,8 +18,8 @@ import sys
 import torch
 from _timing import median_time
 
-from icml25.topo_detect import permutation_test, total_persistence, vr_diagrams
-from icml25.topo_detect.mmd import gaussian_gram
+from icml25.topo_detect.mmd import gaussian_gram, permutation_test
+from icml25.topo_detect.persistence import total_persistence, vr_diagrams
 
 
 def main() -> int:

@@ -118,9 +118,7 @@ def _submodules(module: str) -> list[tuple[str, list[str]]]:
         if info.name.startswith("_") or info.name in NOT_API:
             continue
         sub = importlib.import_module(f"{module}.{info.name}")
-        names = [
-            n for n in getattr(sub, "__all__", []) if n not in top and _defined_in(sub, n)
-        ]
+        names = [n for n in getattr(sub, "__all__", []) if n not in top and _defined_in(sub, n)]
         if names:
             out.append((sub.__name__, names))
     return out

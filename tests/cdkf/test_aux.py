@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from icml25.cdkf import RateSchedule, sample_poisson_times
+from icml25.cdkf import RateSchedule
 from icml25.cdkf.aux import energy_model, mean_aux_bound, robot_energy_model
+from icml25.cdkf.schedule import sample_poisson_times
 
 D = torch.float64
 

@@ -148,13 +148,9 @@ def test_general_path_constraint_keeps_the_robot_out():
 def test_cuda_inputs_give_cuda_outputs():
     """Rates, controls and models on the GPU: the bound, the objectives and the schedules come
     back on it (the RK4 kernel itself runs on the CPU: the matrices are 2 x 2)."""
-    from icml25.cdkf import (
-        ContinuousDiscreteKF,
-        RateSchedule,
-        covariance_bound,
-        deterministic_schedule,
-    )
+    from icml25.cdkf import ContinuousDiscreteKF, RateSchedule, covariance_bound
     from icml25.cdkf.aux import distance_noise
+    from icml25.cdkf.schedule import deterministic_schedule
 
     dev = torch.device("cuda")
     prob = _small_problem(running_cost=lambda t, P, lam, xi, u: lam.sum(-1), w_T=1.0)

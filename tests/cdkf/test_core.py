@@ -13,15 +13,12 @@ from icml25.cdkf import (
     RateSchedule,
     Sensor,
     covariance_bound,
-    deterministic_schedule,
-    information_lower_bound,
-    joseph_update,
-    matern_kernel,
     matern_ssm,
-    sample_poisson_times,
-    sum_ssm,
-    van_loan,
 )
+from icml25.cdkf.bound import information_lower_bound
+from icml25.cdkf.filter import joseph_update
+from icml25.cdkf.schedule import deterministic_schedule, sample_poisson_times
+from icml25.cdkf.ssm import matern_kernel, sum_ssm, van_loan
 
 D = torch.float64
 

@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from icml25.cdkf import (
-    RateSchedule,
-    SchedulingProblem,
-    Sensor,
-    matern_ssm,
-    monte_carlo_covariance,
-    simulate_and_filter,
-)
+from icml25.cdkf import RateSchedule, SchedulingProblem, Sensor, matern_ssm
+from icml25.cdkf.evaluate import monte_carlo_covariance, simulate_and_filter
 
 D = torch.float64
 

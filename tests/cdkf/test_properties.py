@@ -19,8 +19,8 @@ from icml25.cdkf import (
     SchedulingProblem,
     Sensor,
     matern_ssm,
-    project_budget,
 )
+from icml25.cdkf.solvers import project_budget
 
 D = torch.float64
 SCALARS = [float, np.float32, np.float64, lambda v: torch.tensor(v, dtype=D)]

@@ -169,7 +169,8 @@ def test_controlled_problem_adam_al_and_stride_validation():
 
 
 def test_information_lower_bound_needs_an_invertible_prior():
-    from icml25.cdkf import RateSchedule, information_lower_bound
+    from icml25.cdkf import RateSchedule
+    from icml25.cdkf.bound import information_lower_bound
 
     m = matern_ssm(1.5, 1.0, 1.0)
     singular = LinearSDE(m.A, m.Qc, m.mu0, torch.diag(torch.tensor([1.0, 0.0], dtype=D)))

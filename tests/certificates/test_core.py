@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from icml25.certificates import (
-    ConfoundedDrivingConfig,
     DTCBFFilter,
     FrontDoorFQE,
     NaiveFQE,
@@ -18,13 +17,13 @@ from icml25.certificates import (
     SafetyCertificate,
     SafetyQ,
     TabularConfoundedMDP,
-    build_auxiliary_dataset,
-    exact_closed_loop_safety,
-    exact_safety_q,
-    fit_aux_regression,
     make_confounded_driving,
 )
 from icml25.certificates.cmdp import _nominal
+from icml25.certificates.data import build_auxiliary_dataset, fit_aux_regression
+from icml25.certificates.envs import ConfoundedDrivingConfig
+from icml25.certificates.evaluate import exact_closed_loop_safety
+from icml25.certificates.qfunctions import exact_safety_q
 
 D = torch.float64
 

@@ -14,9 +14,9 @@ from icml25.certificates import (
     SafetyQ,
     TabularConfoundedMDP,
     candidate_filter,
-    exact_safety_q,
     make_confounded_driving,
 )
+from icml25.certificates.qfunctions import exact_safety_q
 
 D = torch.float64
 
@@ -176,13 +176,9 @@ def test_batched_filter_equals_the_single_filter():
 def test_review_findings_float32_numpy_scalars_and_validation():
     import math
 
-    from icml25.certificates import (
-        ConfoundedDrivingConfig,
-        DTCBFFilter,
-        exact_closed_loop_safety,
-        monte_carlo_safety,
-        progress,
-    )
+    from icml25.certificates import DTCBFFilter
+    from icml25.certificates.envs import ConfoundedDrivingConfig
+    from icml25.certificates.evaluate import exact_closed_loop_safety, monte_carlo_safety, progress
 
     p_w, p_m, trans, safe, beh = _tiny()
     mdp = TabularConfoundedMDP(

@@ -15,10 +15,10 @@ from icml25.certificates import (
     SafetyCertificate,
     TabularConfoundedMDP,
     candidate_filter,
-    exact_safety_q,
     make_confounded_driving,
 )
 from icml25.certificates.data import build_auxiliary_dataset
+from icml25.certificates.qfunctions import exact_safety_q
 
 D = torch.float64
 

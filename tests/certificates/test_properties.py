@@ -18,9 +18,8 @@ from icml25.certificates import (
     SafetyCertificate,
     SafetyQ,
     candidate_filter,
-    exact_safety_q,
-    risk_policy,
 )
+from icml25.certificates.qfunctions import exact_safety_q, risk_policy
 
 D = torch.float64
 SCALARS = [lambda v: v, np.float64, np.float32, lambda v: torch.tensor(v)]

@@ -14,17 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from icml25.contrastive import (
-    ContrastiveLoss,
-    dcl_loss,
-    dhel_loss,
-    gather_with_grad,
-    global_index,
-    infonce_loss,
-    nt_xent_loss,
-    sigmoid_loss,
-    vrns_loss,
-)
+from icml25.contrastive import ContrastiveLoss, gather_with_grad, global_index, vrns_loss
+from icml25.contrastive.losses import dcl_loss, dhel_loss, infonce_loss, nt_xent_loss, sigmoid_loss
 
 LOSSES = {
     "infonce": lambda u, v, **kw: infonce_loss(u, v, 0.1, **kw),

@@ -7,14 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.contrastive import (
-    ContrastiveLoss,
-    SigmoidLoss,
-    infonce_loss,
-    nt_xent_loss,
-    sigmoid_loss,
-    vrns_loss,
-)
+from icml25.contrastive import ContrastiveLoss, SigmoidLoss, vrns_loss
+from icml25.contrastive.losses import infonce_loss, nt_xent_loss, sigmoid_loss
 
 
 def _views(m=6, d=4):

@@ -8,9 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icml25.contrastive import (
-    ContrastiveLoss,
-    SigmoidLoss,
+from icml25.contrastive import ContrastiveLoss, SigmoidLoss, vrns_loss
+from icml25.contrastive.losses import (
     dcl_loss,
     dhel_loss,
     independent_additive_loss,
@@ -19,7 +18,6 @@ from icml25.contrastive import (
     nt_xent_loss,
     sigmoid_loss,
     spectral_contrastive_loss,
-    vrns_loss,
 )
 from icml25.contrastive.theory import simplex_etf
 

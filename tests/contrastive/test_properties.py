@@ -13,16 +13,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icml25.contrastive import (
-    ContrastiveLoss,
+from icml25.contrastive import ContrastiveLoss, similarity_stats, theory, vrns_loss
+from icml25.contrastive.losses import (
     dcl_loss,
     infonce_loss,
     nt_xent_loss,
     sigmoid_loss,
-    similarity_stats,
     spectral_contrastive_loss,
-    theory,
-    vrns_loss,
 )
 
 SETTINGS = settings(max_examples=30, deadline=None)

@@ -8,9 +8,14 @@ import math
 import pytest
 import torch
 
-from icml25.contrastive import nt_xent_loss, similarity_stats, theory
+from icml25.contrastive import similarity_stats, theory
 from icml25.contrastive.augment import digits_augment
-from icml25.contrastive.losses import ContrastiveLoss, independent_additive_loss, infonce_loss
+from icml25.contrastive.losses import (
+    ContrastiveLoss,
+    independent_additive_loss,
+    infonce_loss,
+    nt_xent_loss,
+)
 from icml25.contrastive.train import DigitsSimCLR, train_simclr
 
 D = torch.float64

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from icml25.contrastive import ContrastiveLoss, nt_xent_loss, vrns_loss
+from icml25.contrastive import ContrastiveLoss, vrns_loss
+from icml25.contrastive.losses import nt_xent_loss
 from icml25.contrastive.train import train_simclr
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from icml25.distinguishability import (
-    AnswerBuffer,
     DistinguishabilityQuery,
     DQAnswer,
     PairwiseQuery,
@@ -17,11 +16,10 @@ from icml25.distinguishability import (
     RewardEnsemble,
     ScriptedTeacher,
     SegmentBuffer,
-    dq_answer_probs,
-    dq_loss,
-    pcq_loss,
 )
 from icml25.distinguishability.experiment import lottery_experiment
+from icml25.distinguishability.queries import AnswerBuffer
+from icml25.distinguishability.reward_model import dq_answer_probs, dq_loss, pcq_loss
 
 D = torch.float64
 

@@ -16,15 +16,12 @@ from icml25.distinguishability import (
     RewardEnsemble,
     RewardLearner,
     SegmentBuffer,
-    dq_answer_probs,
-    dq_loss,
-    dq_scores,
-    fit_utilities,
-    pcq_loss,
-    sample_lotteries,
     select_dq,
     select_pcq,
 )
+from icml25.distinguishability.reward_model import dq_answer_probs, dq_loss, pcq_loss
+from icml25.distinguishability.selection import dq_scores
+from icml25.distinguishability.utility import fit_utilities, sample_lotteries
 
 INTS = [lambda v: v, np.int64, np.int32, lambda v: torch.tensor(v)]
 REALS = [lambda v: v, np.float64, np.float32, lambda v: torch.tensor(v)]

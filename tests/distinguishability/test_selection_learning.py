@@ -11,12 +11,12 @@ from icml25.distinguishability import (
     RewardLearner,
     ScriptedTeacher,
     SegmentBuffer,
-    collect_segments,
-    dq_scores,
     select_dq,
     select_pcq,
 )
 from icml25.distinguishability.experiment import CurveConfig, learning_curve, split
+from icml25.distinguishability.segments import collect_segments
+from icml25.distinguishability.selection import dq_scores
 
 D = torch.float64
 

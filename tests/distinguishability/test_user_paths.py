@@ -20,10 +20,10 @@ from icml25.distinguishability import (
     RewardLearner,
     ScriptedTeacher,
     SegmentBuffer,
-    pcq_loss,
     select_dq,
     select_pcq,
 )
+from icml25.distinguishability.reward_model import pcq_loss
 
 
 def episode(seed, T=20, H=5):
@@ -157,8 +157,8 @@ def test_the_first_round_is_deferred_until_four_segments_exist():
 
 def test_discrete_action_spaces_are_refused_clearly():
     gym = pytest.importorskip("gymnasium")
-    from icml25.distinguishability import collect_segments
     from icml25.distinguishability.rl import PreferenceRL
+    from icml25.distinguishability.segments import collect_segments
 
     with pytest.raises(ValueError, match="continuous Box action space.*Discrete"):
         PreferenceRL(gym.make("CartPole-v1"), "dq", teacher=ScriptedTeacher())

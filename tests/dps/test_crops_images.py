@@ -7,17 +7,15 @@ import pytest
 import torch
 from PIL import Image
 
-from icml25.dps import (
+from icml25.dps.crops import (
     auto_mask,
     center_box,
     center_crop,
-    decode_data_url,
-    encode_data_url,
     parse_boxes,
     random_box,
     random_crop,
-    to_pil,
 )
+from icml25.dps.images import decode_data_url, encode_data_url, to_pil
 
 
 @pytest.mark.parametrize("W,H", [(7, 5), (8, 8), (33, 20), (32, 32), (100, 37)])

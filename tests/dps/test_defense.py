@@ -16,10 +16,10 @@ from icml25.dps import (
     RuleHelper,
     crop_vote,
     ecso,
-    last_image,
     smooth_vlm,
     vanilla,
 )
+from icml25.dps.images import last_image
 from icml25.llm import CallableChat, ScriptedChat
 
 IMG = np.linspace(0, 1, 32 * 32).reshape(32, 32)

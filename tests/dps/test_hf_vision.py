@@ -74,8 +74,9 @@ def tiny_llava():
 
 
 def test_hf_vision_chat_answers_with_images_and_runs_dps(tiny_llava):
-    from icml25.dps import DPSDefense, image_part
+    from icml25.dps import DPSDefense
     from icml25.dps.backends import HFVisionChat
+    from icml25.dps.images import image_part
 
     model, proc = tiny_llava
     chat = HFVisionChat(model, proc, max_new_tokens=4)

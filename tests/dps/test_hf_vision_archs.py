@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from icml25.cli import build_parser, main  # noqa: E402
-from icml25.dps import image_part  # noqa: E402
+from icml25.dps.images import image_part  # noqa: E402
 from icml25.toy import save_tiny  # noqa: E402
 
 IMG = (np.random.default_rng(0).random((40, 48, 3)) * 255).astype(np.uint8)

@@ -14,20 +14,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icml25.dps import (
-    DPSDefense,
-    RuleHelper,
-    auto_mask,
-    center_box,
-    center_crop,
-    crop_vote,
-    encode_data_url,
-    parse_boxes,
-    random_box,
-    smooth_vlm,
-    to_pil,
-)
+from icml25.dps import DPSDefense, RuleHelper, crop_vote, smooth_vlm
 from icml25.dps.attacks import apply_patch, pgd_linf, universal_patch
+from icml25.dps.crops import auto_mask, center_box, center_crop, parse_boxes, random_box
+from icml25.dps.images import encode_data_url, to_pil
 from icml25.llm import CallableChat
 
 FAST = settings(max_examples=40, deadline=None)

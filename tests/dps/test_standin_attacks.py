@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.dps import (
-    DPSDefense,
+from icml25.dps import DPSDefense
+from icml25.dps.attacks import apply_patch, pgd_linf, universal_patch
+from icml25.dps.images import encode_data_url, to_pil
+from icml25.dps.metrics import (
     LabelJudge,
     attack_success_rate,
     clean_accuracy,
     misleading_asr,
     relative_asr_reduction,
-    to_pil,
 )
-from icml25.dps.attacks import apply_patch, pgd_linf, universal_patch
 from icml25.dps.standin import DigitsCNN, DigitsVLM, confusion_matrix, fuse, random_resized_crop
 
 pytest.importorskip("sklearn")
@@ -69,9 +69,7 @@ def test_digits_vlm_rules_and_dps_pipeline():
                 {"type": "text", "text": "Which digit?"},
                 {
                     "type": "image_url",
-                    "image_url": {
-                        "url": __import__("icml25.dps", fromlist=["x"]).encode_data_url(bright)
-                    },
+                    "image_url": {"url": encode_data_url(bright)},
                 },
             ],
         }

@@ -8,7 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from icml25.dps import BackendError, DPSDefense, DPSResult, center_crop, decode_data_url, to_pil
+from icml25.dps import BackendError, DPSDefense, DPSResult
+from icml25.dps.crops import center_crop
+from icml25.dps.images import decode_data_url, to_pil
 from icml25.llm import CallableChat
 
 IMG = np.linspace(0, 1, 32 * 32).reshape(32, 32)
@@ -136,7 +138,7 @@ def test_crop_format_jpeg_reencodes_the_crops_like_the_official_code():
 
 
 def test_jpeg_quality_is_used_and_checked():
-    from icml25.dps import encode_data_url
+    from icml25.dps.images import encode_data_url
 
     crop = center_crop(to_pil(NOISE))
     ref = np.asarray(crop, dtype=np.int16)

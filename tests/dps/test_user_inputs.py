@@ -10,17 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from icml25.dps import (
-    BackendError,
-    DPSDefense,
-    DPSPrompts,
-    auto_mask,
-    center_box,
-    ecso,
-    to_pil,
-    vanilla,
-)
+from icml25.dps import BackendError, DPSDefense, DPSPrompts, ecso, vanilla
 from icml25.dps.attacks import apply_patch, pgd_linf, universal_patch
+from icml25.dps.crops import auto_mask, center_box
+from icml25.dps.images import to_pil
 from icml25.dps.standin import DigitsCNN, DigitsVLM, fuse
 from icml25.llm import CallableChat
 
@@ -61,7 +54,7 @@ def test_to_pil_file_objects_data_urls_bfloat16_and_16bit_modes(tmp_path):
     Image.fromarray(np.full((4, 4), 9, np.uint8)).save(path)
     with open(path, "rb") as f:
         assert np.array(to_pil(f)).max() == 9
-    from icml25.dps import encode_data_url
+    from icml25.dps.images import encode_data_url
 
     assert to_pil(encode_data_url(np.zeros((3, 5)))).size == (5, 3)
     assert to_pil(torch.rand(3, 8, 8).bfloat16()).mode == "RGB"

@@ -9,13 +9,11 @@ from icml25.elicitation import (
     HFTargetModel,
     InvestigatorMixture,
     OpenAICompatTarget,
-    PenalizedReward,
     RubricReward,
     StringReward,
-    distinct_n,
-    pairwise_jaccard,
-    trigger_coverage,
 )
+from icml25.elicitation.metrics import distinct_n, pairwise_jaccard, trigger_coverage
+from icml25.elicitation.rewards import PenalizedReward
 
 
 def test_hf_target_logprob_is_the_manual_sum_and_batching_does_not_change_it(tiny, tok):

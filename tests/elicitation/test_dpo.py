@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from icml25.elicitation import dpo_loss, sample_preference_pairs
+from icml25.elicitation.dpo import dpo_loss, sample_preference_pairs
 
 
 def test_dpo_loss_closed_form_and_zero_margin():

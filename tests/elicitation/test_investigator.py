@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from icml25.elicitation import Investigator, InvestigatorMixture, fw_step_size
+from icml25.elicitation import Investigator, InvestigatorMixture
+from icml25.elicitation.frank_wolfe import fw_step_size
 
 
 def _manual_logprob(inv, b, x):

@@ -14,16 +14,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from icml25.elicitation import (
-    InvestigatorMixture,
-    PenalizedReward,
-    distinct_n,
-    dpo_loss,
-    fw_step_size,
-    pairwise_jaccard,
-    sample_preference_pairs,
-    trigger_coverage,
-)
+from icml25.elicitation import InvestigatorMixture
+from icml25.elicitation.dpo import dpo_loss, sample_preference_pairs
+from icml25.elicitation.frank_wolfe import fw_step_size
+from icml25.elicitation.metrics import distinct_n, pairwise_jaccard, trigger_coverage
+from icml25.elicitation.rewards import PenalizedReward
 
 REALS = [float, np.float64, np.float32, torch.tensor]
 INTS = [int, np.int64, np.int32, torch.tensor]

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from icml25.elicitation import dpo_loss, trigger_coverage
+from icml25.elicitation.dpo import dpo_loss
+from icml25.elicitation.metrics import trigger_coverage
 
 
 def test_dpo_loss_refuses_minus_inf_on_both_sides():

@@ -14,10 +14,10 @@ from icml25.fpo import (
     ReferenceCache,
     build_reference_cache,
     fpo_loss,
-    load_preferences,
-    preference_pass,
     train_preference,
 )
+from icml25.fpo.forward import preference_pass
+from icml25.preference import load_preferences
 
 
 def test_collator_masks_prompt_and_padding(toy):
@@ -43,7 +43,7 @@ def test_collator_truncation_and_empty_response(toy):
     b = col([long])
     ids = b["input_ids"][0][b["attention_mask"][0].bool()].tolist()
     assert len(ids) <= 12 and tok.convert_ids_to_tokens(ids[:1]) == ["▁a"]  # prompt kept its end
-    from icml25.fpo import response_logps
+    from icml25.fpo.logps import response_logps
 
     labels = torch.tensor([[-100, 3, 4], [-100, -100, -100]])
     with pytest.raises(ValueError, match="example 1 of the batch has an empty response"):

@@ -8,16 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icml25.fpo import (
-    dpo_loss,
-    feature_discrepancy,
-    fpo_loss,
-    pool_codes,
-    sequential_kl_from_logits,
-    simpo_loss,
-    tdpo_loss,
-)
+from icml25.fpo import dpo_loss, fpo_loss, simpo_loss, tdpo_loss
 from icml25.fpo.forward import pool_response_codes
+from icml25.fpo.logps import sequential_kl_from_logits
+from icml25.fpo.losses import feature_discrepancy, pool_codes
 
 
 def _sig(x: float) -> float:

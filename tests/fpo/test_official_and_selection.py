@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.fpo import PreferenceCollator, PreferenceConfig, feature_discrepancy, pool_codes
+from icml25.fpo import PreferenceCollator, PreferenceConfig
+from icml25.fpo.losses import feature_discrepancy, pool_codes
 from icml25.fpo.trainer import preference_step_loss
 
 

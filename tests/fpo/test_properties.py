@@ -17,13 +17,12 @@ from icml25.fpo import (
     PreferenceConfig,
     SparseAutoencoder,
     dpo_loss,
-    feature_discrepancy,
     fpo_loss,
-    pool_codes,
-    response_logps,
     simpo_loss,
     tdpo_loss,
 )
+from icml25.fpo.logps import response_logps
+from icml25.fpo.losses import feature_discrepancy, pool_codes
 
 SETTINGS = settings(max_examples=40, deadline=None)
 DTYPES = [torch.float32, torch.float64]

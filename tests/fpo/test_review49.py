@@ -2,8 +2,7 @@
 
 import torch
 
-from icml25.fpo import feature_discrepancy
-from icml25.fpo.losses import top_k_active
+from icml25.fpo.losses import feature_discrepancy, top_k_active
 
 
 def test_a_negative_code_is_active_and_ranked_by_size():

@@ -7,15 +7,14 @@ import pytest
 import torch
 
 from icml25.fpo import (
-    ResidualCapture,
     SparseAutoencoder,
     from_sae_lens,
-    get_decoder_layers,
     harvest_activations,
     load_gemma_scope_npz,
-    sae_metrics,
     train_sae,
 )
+from icml25.fpo.hooks import ResidualCapture, get_decoder_layers
+from icml25.fpo.sae import sae_metrics
 
 
 def test_shapes_and_kinds():

@@ -12,18 +12,15 @@ from icml25.fpo import (
     PreferenceCollator,
     PreferenceConfig,
     build_reference_cache,
-    feature_discrepancy,
     harvest_activations,
-    load_preferences,
-    pool_codes,
-    response_logps,
-    sae_metrics,
-    sequential_kl,
-    token_entropy,
     train_preference,
     train_sae,
-    win_rate,
 )
+from icml25.fpo.logps import response_logps
+from icml25.fpo.losses import feature_discrepancy, pool_codes
+from icml25.fpo.metrics import sequential_kl, token_entropy, win_rate
+from icml25.fpo.sae import sae_metrics
+from icml25.preference import load_preferences
 
 
 def _gpt2_with_dropout(tok):

@@ -7,15 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from icml25.future_of_work import (
-    TaskModel,
-    gini,
-    household_incomes,
-    lorenz,
-    simulate_path,
-    theil,
-    top_share,
-)
+from icml25.future_of_work import TaskModel, simulate_path
+from icml25.future_of_work.inequality import gini, lorenz, theil, top_share
+from icml25.future_of_work.tasks_model import household_incomes
 
 
 def test_gini_known_values():

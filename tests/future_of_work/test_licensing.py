@@ -16,8 +16,8 @@ from icml25.future_of_work import (
     PerUnit,
     RevenueShare,
     Work,
-    largest_remainder,
 )
+from icml25.future_of_work.licensing import largest_remainder
 
 
 def _pool(units, fee="1000.00", **kw):

@@ -20,15 +20,12 @@ from icml25.future_of_work import (
     Licensee,
     Work,
     banzhaf_exact,
-    gini,
     gradient_attribution,
-    largest_remainder,
     loo,
-    lorenz,
     shapley_exact,
-    theil,
-    top_share,
 )
+from icml25.future_of_work.inequality import gini, lorenz, theil, top_share
+from icml25.future_of_work.licensing import largest_remainder
 
 SCALARS = [lambda v: v, np.float64, np.float32, lambda v: torch.tensor(v)]
 

@@ -84,7 +84,8 @@ def test_orbench_eval_with_other_sampling_is_refused_and_a_dead_server_prints_st
     transformers_server, tmp_path, capsys
 ):
     from icml25.cli import main
-    from icml25.orbench import ORBenchRecord, evaluate
+    from icml25.orbench import evaluate
+    from icml25.orbench.records import ORBenchRecord
 
     s = transformers_server
     recs = [ORBenchRecord(f"the cat sat on a mat {i}", "violence", "hard-1k") for i in range(3)]

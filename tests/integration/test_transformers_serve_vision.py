@@ -82,7 +82,7 @@ def _status_count(srv, status: int) -> int:
 def test_the_server_sees_the_pixels(vision_server):
     srv = vision_server
     chat = _chat(srv)
-    from icml25.dps import image_part
+    from icml25.dps.images import image_part
 
     def ask(img):
         msgs = [{"role": "user", "content": [{"type": "text", "text": QUESTION}, image_part(img)]}]

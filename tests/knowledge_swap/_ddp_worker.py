@@ -33,12 +33,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import icml25.lora
-from icml25.knowledge_swap import (
-    KnowledgeSwapper,
-    inject_lora,
-    load_lora,
-    lora_state_dict,
-)
+from icml25.knowledge_swap import KnowledgeSwapper, inject_lora
+from icml25.lora import load_lora, lora_state_dict
 
 EXPLICIT_SIZES = (20, 14, 15)  # uneven last batches: 6 + 2, 4 + 2, 4 + 3, merged 6 + 5
 AUTO_SIZES = (24, 16, 24)  # multiples of the global batches 12 and 8 (and merged 48)

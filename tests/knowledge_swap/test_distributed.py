@@ -45,7 +45,7 @@ def test_swapper_under_two_gloo_processes_equals_one_process(ranks, tmp_path):
     # rank 0 alone wrote the adapter; every rank reloaded it; it reloads here too
     assert [r["saves"] for r in two] == [1, 0]
     assert all(r["reload_max_diff"] == 0.0 for r in two)
-    from icml25.knowledge_swap import load_lora, lora_state_dict
+    from icml25.lora import load_lora, lora_state_dict
 
     fresh = load_lora(worker.base_model(), tmp_path / "world2-1" / "adapter.pt")
     saved = {k: v.flatten().tolist() for k, v in lora_state_dict(fresh).items()}
@@ -85,7 +85,7 @@ def _compare(two: list[dict], worker) -> None:
 def test_global_cross_entropy_is_the_global_batch_mean(monkeypatch):
     """Two processes simulated: this one holds 3 items, the other 5 (sum of CE ``other``)."""
     import icml25.llm.distributed as dist
-    from icml25.knowledge_swap import global_cross_entropy
+    from icml25.knowledge_swap.parallel import global_cross_entropy
 
     torch.manual_seed(0)
     logits = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from icml25.knowledge_swap import KnowledgeSwapper, inject_lora, mark_only_lora_trainable
+from icml25.knowledge_swap import KnowledgeSwapper, inject_lora
 from icml25.knowledge_swap.swap import _labels
+from icml25.lora import mark_only_lora_trainable
 
 
 class MLP(nn.Module):

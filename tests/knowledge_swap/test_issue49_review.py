@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from icml25.knowledge_swap import KnowledgeSwapper, accuracy_on, inject_lora
+from icml25.knowledge_swap import KnowledgeSwapper, inject_lora
+from icml25.knowledge_swap.metrics import accuracy_on
 
 
 def _net():

@@ -9,27 +9,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml25.knowledge_swap import (
-    KnowledgeSwapper,
-    bounded_forget_loss,
-    expand_head,
-    group_sparse_loss,
-    inject_lora,
-    lora_groups,
-    mark_only_lora_trainable,
-    swap_losses,
-)
+from icml25.knowledge_swap import KnowledgeSwapper, expand_head, inject_lora
+from icml25.knowledge_swap.lora import lora_groups
+from icml25.knowledge_swap.losses import bounded_forget_loss, group_sparse_loss, swap_losses
+from icml25.lora import mark_only_lora_trainable
 
 D = torch.float64
 
 
 def test_the_lora_layers_are_icml25_lora_re_exported():
-    """The README's ``icml25.knowledge_swap.inject_lora`` is the shared module's own function."""
+    """The README's ``icml25.knowledge_swap.inject_lora`` is the shared module's own function;
+    ``icml25.knowledge_swap.lora`` re-exports every name of the shared module."""
     import icml25.knowledge_swap as ks
+    import icml25.knowledge_swap.lora as ks_lora
     import icml25.lora as shared
 
     for name in shared.__all__:
-        assert getattr(ks, name) is getattr(shared, name), name
+        assert getattr(ks_lora, name) is getattr(shared, name), name
+    assert ks.inject_lora is shared.inject_lora
     net = nn.Sequential()
     net.fc1, net.fc2 = nn.Linear(4, 4), nn.Linear(4, 2)
     assert set(ks.inject_lora(net, ["fc1", "fc2"])) == {"fc1", "fc2"}

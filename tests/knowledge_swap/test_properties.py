@@ -14,17 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from icml25.knowledge_swap import (
-    KnowledgeSwapper,
-    bounded_forget_loss,
-    expand_head,
-    group_sparse_loss,
-    h_mean,
-    inject_lora,
-    mark_only_lora_trainable,
-    split_by_class,
-    swap_losses,
-)
+from icml25.knowledge_swap import KnowledgeSwapper, expand_head, inject_lora, split_by_class
+from icml25.knowledge_swap.losses import bounded_forget_loss, group_sparse_loss, swap_losses
+from icml25.knowledge_swap.metrics import h_mean
+from icml25.lora import mark_only_lora_trainable
 
 SCALARS = [
     lambda v: v,

@@ -15,22 +15,24 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from icml25.knowledge_swap import (
     KnowledgeSwapper,
-    accuracy_on,
-    frozen_norm_layers,
     inject_lora,
+    membership_inference,
+    relearn_time,
+    split_by_class,
+)
+from icml25.knowledge_swap.metrics import accuracy_on
+from icml25.knowledge_swap.swap import frozen_norm_layers
+from icml25.lora import (
+    LoRALinear,
     load_lora,
     lora_layers,
     lora_state_dict,
     mark_only_lora_trainable,
-    membership_inference,
     merge_lora,
-    relearn_time,
     save_lora,
-    split_by_class,
     unload_lora,
     unmerge_lora,
 )
-from icml25.lora import LoRALinear
 
 
 class BNNet(nn.Module):

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from icml25.lapsum import (
-    lapsum_inverse,
-    permutation_cross_entropy,
-    soft_permutation_matrix,
-    soft_rank,
-    soft_sort,
-    soft_topk,
-    topk_cross_entropy,
-)
+from icml25.lapsum import lapsum_inverse, soft_permutation_matrix, soft_rank, soft_sort, soft_topk
+from icml25.lapsum.functional import permutation_cross_entropy, topk_cross_entropy
 
 D = torch.float64
 

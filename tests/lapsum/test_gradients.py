@@ -10,12 +10,12 @@ from icml25.lapsum import (
     lapsum,
     lapsum_inverse,
     log_soft_topk,
-    permutation_cross_entropy,
     soft_permutation_matrix,
     soft_rank,
     soft_sort,
     soft_topk,
 )
+from icml25.lapsum.functional import permutation_cross_entropy
 
 # every test here runs on the torch path and on the compiled kernels (conftest.py)
 pytestmark = pytest.mark.usefixtures("lapsum_path")

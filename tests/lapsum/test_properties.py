@@ -176,7 +176,8 @@ def test_lapsum_gradient_equals_the_brute_force_at_any_spread(x, t, alpha):
     ``sum_i Lap((t - x_i) / alpha)``, for rows of any spread (before: NaN once the spread passed
     ~354 alpha, the reciprocal's derivative overflowing, and past 600 the logcumsumexp rows'
     untaken branch)."""
-    from icml25.lapsum import laplace_cdf, lapsum
+    from icml25.lapsum import lapsum
+    from icml25.lapsum.functional import laplace_cdf
 
     xs = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     ts = torch.tensor([t], dtype=torch.float64, requires_grad=True)

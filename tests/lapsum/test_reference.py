@@ -7,15 +7,14 @@ import pytest
 import torch
 
 from icml25.lapsum import (
-    laplace_cdf,
     lapsum,
     lapsum_inverse,
-    permutation_cross_entropy,
     soft_permutation_matrix,
     soft_rank,
     soft_sort,
     soft_topk,
 )
+from icml25.lapsum.functional import laplace_cdf, permutation_cross_entropy
 
 # every test here runs on the torch path and on the compiled kernels (conftest.py)
 pytestmark = pytest.mark.usefixtures("lapsum_path")

@@ -16,14 +16,8 @@ import pytest
 from icml25.llm import CallableChat, Completion, ScriptedChat
 from icml25.llm.base import BaseChat
 from icml25.llm.store import JsonlStore, SettingsMismatch
-from icml25.orbench import (
-    EvalResult,
-    KeywordRefusalDetector,
-    LLMRefusalJudge,
-    ORBenchRecord,
-    evaluate,
-    record_id,
-)
+from icml25.orbench import EvalResult, KeywordRefusalDetector, LLMRefusalJudge, evaluate
+from icml25.orbench.records import ORBenchRecord, record_id
 
 REFUSE = "I'm sorry, but I cannot help with that."
 ANSWER = "Sure, here is a careful answer."

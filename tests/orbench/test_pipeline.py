@@ -14,17 +14,14 @@ from icml25.orbench import (
     CATEGORIES,
     EnsembleModerator,
     LLMModerator,
-    ModerationResult,
-    ORBenchRecord,
     PromptTemplates,
     build_orbench,
-    generate_toxic_seeds,
-    normalize_category,
-    rewrite_seeds,
-    select_hard,
-    select_toxic,
-    vote_threshold,
 )
+from icml25.orbench.categories import normalize_category
+from icml25.orbench.generation import generate_toxic_seeds, rewrite_seeds
+from icml25.orbench.moderation import ModerationResult, vote_threshold
+from icml25.orbench.records import ORBenchRecord
+from icml25.orbench.selection import select_hard, select_toxic
 from icml25.orbench.standin import scripted_generator, scripted_moderator, scripted_rewriter
 from icml25.toy.overrefusal_lang import OverRefusalWorld
 

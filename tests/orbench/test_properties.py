@@ -14,22 +14,12 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from icml25.llm import CallableChat
-from icml25.orbench import (
-    CATEGORIES,
-    EvalResult,
-    KeywordRefusalDetector,
-    ModerationResult,
-    ORBenchRecord,
-    compare_models,
-    evaluate,
-    generate_toxic_seeds,
-    record_id,
-    rewrite_seeds,
-    select_hard,
-    select_toxic,
-    spearman_bootstrap,
-    vote_threshold,
-)
+from icml25.orbench import CATEGORIES, EvalResult, KeywordRefusalDetector, compare_models, evaluate
+from icml25.orbench.generation import generate_toxic_seeds, rewrite_seeds
+from icml25.orbench.moderation import ModerationResult, vote_threshold
+from icml25.orbench.records import ORBenchRecord, record_id
+from icml25.orbench.selection import select_hard, select_toxic
+from icml25.orbench.tradeoff import spearman_bootstrap
 
 FAST = settings(max_examples=40, deadline=None)
 AS_NUMPY = (int, np.int64, np.int32, np.uint8)

@@ -11,7 +11,8 @@ import pytest
 
 from icml25.llm import CallableChat
 from icml25.llm.store import SettingsMismatch
-from icml25.orbench import KeywordRefusalDetector, ORBenchRecord, evaluate
+from icml25.orbench import KeywordRefusalDetector, evaluate
+from icml25.orbench.records import ORBenchRecord
 from icml25.orbench.refusal import official_detector
 
 REFUSE = "I'm sorry, but I cannot help with that."

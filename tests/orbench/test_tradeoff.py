@@ -19,8 +19,8 @@ from icml25.orbench import (  # noqa: E402
     TradeoffSummary,
     compare_models,
     plot_tradeoff,
-    spearman_bootstrap,
 )
+from icml25.orbench.tradeoff import spearman_bootstrap  # noqa: E402
 
 # over-refusal on hard, toxic rejection; ties in both coordinates (average ranks)
 HARD = {"a": 10.0, "b": 20.0, "c": 20.0, "d": 35.5, "e": 50.0, "f": 50.0, "g": 80.0}
@@ -208,7 +208,7 @@ def test_to_markdown_lists_every_model_sorted_by_over_refusal():
 def test_rank_agreement_is_kendall_tau_b_over_common_models():
     from scipy import stats
 
-    from icml25.orbench import rank_agreement
+    from icml25.orbench.tradeoff import rank_agreement
 
     ours = {"a": 10.0, "b": 20.0, "c": 30.0, "d": 30.0, "only-ours": 5.0}
     theirs = {"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}

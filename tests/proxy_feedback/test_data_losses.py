@@ -7,13 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icml25.proxy_feedback import (
-    PreferenceBatch,
-    SyntheticPreferenceWorld,
-    preference_nll,
-    sample_preferences,
-    triple_logprobs,
-)
+from icml25.proxy_feedback import PreferenceBatch, SyntheticPreferenceWorld, sample_preferences
+from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
 
 
 def test_empirical_win_rates_match_the_bradley_terry_probability():

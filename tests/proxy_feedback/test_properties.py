@@ -13,17 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icml25.proxy_feedback import (
-    MLPAdapter,
     PreferenceBatch,
     SimplexPolicy,
     SyntheticPreferenceWorld,
     check_conditions,
     evaluate,
     fit_true_stage,
-    preference_nll,
     sample_preferences,
-    triple_logprobs,
 )
+from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
+from icml25.proxy_feedback.model import MLPAdapter
 
 REALS = [float, np.float64, np.float32, torch.tensor]
 INTS = [int, np.int64, np.int32, torch.tensor]

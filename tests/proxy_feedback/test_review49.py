@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.proxy_feedback import PreferenceBatch, preference_nll
+from icml25.proxy_feedback import PreferenceBatch
+from icml25.proxy_feedback.losses import preference_nll
 
 INF = float("inf")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from icml25.proxy_feedback import LogLinearAdapter, SimplexPolicy, SyntheticPreferenceWorld
+from icml25.proxy_feedback import SimplexPolicy, SyntheticPreferenceWorld
+from icml25.proxy_feedback.model import LogLinearAdapter
 
 
 def _x(world, n=2000, seed=0, dtype=torch.float64):

@@ -43,7 +43,7 @@ def _first_step_rewards():
 
 
 def test_two_processes_train_the_global_weighted_mean_of_one(ranks, tmp_path):
-    from icml25.rlthf import weighted_bt_loss
+    from icml25.rlthf.losses import weighted_bt_loss
 
     # two processes, batch 2, 2 accumulation steps; one process, batch 4, 2 steps: 8 pairs a step
     two = ranks(WORKER, "2", "2", nproc=2)

@@ -3,14 +3,9 @@
 import numpy as np
 import pytest
 
-from icml25.rlthf import (
-    RewardDistribution,
-    backoff_drop_mask,
-    drop_position,
-    find_bend,
-    select_targets,
-    window_accuracy,
-)
+from icml25.rlthf import RewardDistribution, window_accuracy
+from icml25.rlthf.distribution import find_bend
+from icml25.rlthf.selection import backoff_drop_mask, drop_position, select_targets
 
 
 def test_find_bend_exact_corner():

@@ -12,9 +12,8 @@ from icml25.rlthf import (
     CSVHumanLabeler,
     HumanOracle,
     PreferencePairs,
-    SyntheticLabeler,
-    parse_choice,
 )
+from icml25.rlthf.labelers import SyntheticLabeler, parse_choice
 
 
 @pytest.mark.parametrize(

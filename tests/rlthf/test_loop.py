@@ -13,12 +13,10 @@ from icml25.rlthf import (
     RewardDistribution,
     RLTHFConfig,
     make_textworld,
-    run_random,
     run_rlthf,
-    run_self_confidence,
-    run_self_improvement,
-    select_targets,
 )
+from icml25.rlthf.baselines import run_random, run_self_confidence, run_self_improvement
+from icml25.rlthf.selection import select_targets
 
 
 @pytest.fixture(scope="module")
@@ -206,9 +204,8 @@ def test_config_choices_are_typed_as_the_values_they_accept():
     """The ``Literal`` types of the string choices list exactly what the checks accept."""
     from typing import get_args, get_type_hints
 
-    from icml25.rlthf import backoff_drop_mask, drop_position
     from icml25.rlthf.loop import _SCHEDULES
-    from icml25.rlthf.selection import SANITIZE_RULES, SELECTIONS
+    from icml25.rlthf.selection import SANITIZE_RULES, SELECTIONS, backoff_drop_mask, drop_position
 
     hints = get_type_hints(RLTHFConfig)
     literal, fractions = get_args(hints["schedule"])
@@ -296,7 +293,7 @@ def test_bottom_of_curve_finds_random_flips():
 
 
 def test_empty_test_set_reports_none(world):
-    from icml25.rlthf import preference_accuracy
+    from icml25.rlthf.loop import preference_accuracy
 
     rm = _rm()
     rm.fit(world.train, np.arange(50), world.ai_labels[:50], None)
@@ -494,7 +491,7 @@ def test_baseline_bad_input(world):
         run_self_confidence(
             world.train, world.ai_labels, HumanOracle(world.train.human_labels), _rm(), budget=0
         )
-    from icml25.rlthf import cross_fit_margins
+    from icml25.rlthf.loop import cross_fit_margins
 
     with pytest.raises(ValueError, match="folds must be an integer >= 2"):
         cross_fit_margins(_rm(), world.train, np.arange(20), world.ai_labels[:20], folds=1)

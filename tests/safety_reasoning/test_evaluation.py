@@ -10,14 +10,8 @@ import numpy as np
 import pytest
 
 from icml25.llm import CallableChat, ScriptedChat
-from icml25.safety_reasoning import (
-    LlamaGuardJudge,
-    RefusalKeywordJudge,
-    RuleJudge,
-    asr,
-    best_of_n,
-    bon_safety_curve,
-)
+from icml25.safety_reasoning import LlamaGuardJudge, RefusalKeywordJudge, RuleJudge, asr, best_of_n
+from icml25.safety_reasoning.evaluation import bon_safety_curve
 
 
 def brute_force(m: np.ndarray, n: int) -> tuple[float, float]:

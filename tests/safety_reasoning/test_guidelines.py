@@ -2,13 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from icml25.safety_reasoning import (
-    DEFAULT_GUIDELINES,
-    Guideline,
-    ReasoningFormat,
-    render_guidelines,
-    teacher_messages,
-)
+from icml25.safety_reasoning import DEFAULT_GUIDELINES, Guideline, ReasoningFormat
+from icml25.safety_reasoning.guidelines import render_guidelines, teacher_messages
 
 
 def test_default_set_covers_the_papers_perspectives():

@@ -21,17 +21,17 @@ from icml25.safety_reasoning import (
     GuidelineFilter,
     OutcomeFilter,
     PAIRAttack,
-    ParsedOutput,
     PastTenseAttack,
     Query,
     RefusalKeywordJudge,
     TemplateAttack,
     asr,
     best_of_n,
-    bon_safety_curve,
-    pca_projection,
     synthesize,
 )
+from icml25.safety_reasoning.evaluation import bon_safety_curve
+from icml25.safety_reasoning.formats import ParsedOutput
+from icml25.safety_reasoning.representation import pca_projection
 
 FAST = settings(max_examples=30, deadline=None)
 INTS = (int, np.int64, np.int32, lambda v: torch.tensor(v))

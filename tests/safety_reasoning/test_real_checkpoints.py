@@ -22,8 +22,8 @@ from icml25.safety_reasoning import (
     sft_config,
     sft_trainer,
     synthesize,
-    to_chat_sft,
 )
+from icml25.safety_reasoning.data import to_chat_sft
 from icml25.toy import ARCHITECTURES, save_tiny, tiny_model, tiny_tokenizer
 
 PAIRS = [(f"bake bread {i}", f"<think>benign</think>Knead it {i}.") for i in range(8)]

@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.safety_reasoning import last_token_states, pca_projection, proxy_a_distance
+from icml25.safety_reasoning.representation import (
+    last_token_states,
+    pca_projection,
+    proxy_a_distance,
+)
 
 pytest.importorskip("sklearn")
 

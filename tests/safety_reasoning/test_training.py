@@ -7,7 +7,9 @@ import copy
 import pytest
 import torch
 
-from icml25.safety_reasoning import masked_lm_loss, sft, sft_trainer, to_chat_sft, to_trl_rows
+from icml25.safety_reasoning import sft, sft_trainer
+from icml25.safety_reasoning.data import to_chat_sft
+from icml25.safety_reasoning.training import masked_lm_loss, to_trl_rows
 
 
 def test_masked_loss_matches_manual():

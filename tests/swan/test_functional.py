@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from icml25.swan import (
-    SWAN,
+from icml25.swan import SWAN, swan_direction
+from icml25.swan.bench import bench_whitening, powerlaw_matrix
+from icml25.swan.functional import (
     grad_norm,
     newton_schulz_inv_sqrt,
     nsds_inv_sqrt,
     sinkhorn_normalize,
-    swan_direction,
     whiten,
 )
-from icml25.swan.bench import bench_whitening, powerlaw_matrix
 
 D = torch.float64
 

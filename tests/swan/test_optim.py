@@ -10,15 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from icml25.swan import (
-    SWAN,
-    SinkGD,
-    expected_adamw_state_bytes,
-    grad_norm,
-    optimizer_state_bytes,
-    swan_direction,
-    swan_param_groups,
-)
+from icml25.swan import SWAN, SinkGD, optimizer_state_bytes, swan_direction, swan_param_groups
+from icml25.swan.functional import grad_norm
+from icml25.swan.memory import expected_adamw_state_bytes
 
 D = torch.float64
 

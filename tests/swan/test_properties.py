@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from icml25.swan import SWAN, grad_norm, swan_direction, whiten
+from icml25.swan import SWAN, swan_direction
+from icml25.swan.functional import grad_norm, whiten
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, "float32"])

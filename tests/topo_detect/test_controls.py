@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from icml25.topo_detect import knn_features, sample_signatures, total_persistence, vr_diagrams
+from icml25.topo_detect import knn_features, sample_signatures
+from icml25.topo_detect.persistence import total_persistence, vr_diagrams
 from icml25.topo_detect.signatures import chunks
 
 D = torch.float64

@@ -12,16 +12,13 @@ from icml25.topo_detect import (
     GaussianMMD,
     TopologicalContrastiveLoss,
     TopologicalMMD,
-    chunks,
     mk_loss,
-    mmd2_unbiased,
-    multiscale_kernel,
-    permutation_test,
     sample_signatures,
-    total_persistence,
     tp_loss,
-    vr_diagrams,
 )
+from icml25.topo_detect.mmd import mmd2_unbiased, permutation_test
+from icml25.topo_detect.persistence import multiscale_kernel, total_persistence, vr_diagrams
+from icml25.topo_detect.signatures import chunks
 
 D = torch.float64
 
@@ -205,7 +202,8 @@ def test_bad_input():
 
 
 def test_tiny_two_tower_and_pgd():
-    from icml25.topo_detect import TinyTwoTower, digit_prompt_embeddings, fgsm, pgd_linf
+    from icml25.topo_detect.attacks import fgsm, pgd_linf
+    from icml25.topo_detect.models import TinyTwoTower, digit_prompt_embeddings
     from icml25.toy.digits import digits_split
 
     xtr, ytr, xte, yte = digits_split(0.4, seed=0, shape="flat")
@@ -276,7 +274,8 @@ def test_hf_clip_adapter_on_a_tiny_random_clip():
     normalised, PGD runs through the adapter in pixel units, and the TP loss is differentiable
     through the image tower."""
     transformers = pytest.importorskip("transformers")
-    from icml25.topo_detect import HFCLIPAdapter, pgd_linf
+    from icml25.topo_detect import HFCLIPAdapter
+    from icml25.topo_detect.attacks import pgd_linf
 
     cfg = transformers.CLIPConfig(
         text_config=dict(

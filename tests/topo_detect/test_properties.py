@@ -14,15 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from icml25.topo_detect import (
-    GaussianMMD,
+from icml25.topo_detect import GaussianMMD
+from icml25.topo_detect.mmd import (
     gaussian_gram,
     mmd2_unbiased,
     permutation_test,
-    total_persistence,
-    vr_diagrams,
     wild_bootstrap_test,
 )
+from icml25.topo_detect.persistence import total_persistence, vr_diagrams
 
 SCALARS = [int, np.int64, np.int32, lambda v: torch.tensor(v)]
 REALS = [float, np.float32, np.float64, lambda v: torch.tensor(v, dtype=torch.float64)]
@@ -225,7 +224,7 @@ def test_a_fractional_homology_dimension_is_refused():
 
 @pytest.mark.parametrize("offset", [10.0, 1e3])
 def test_float32_distances_keep_their_digits_far_from_the_origin(offset):
-    from icml25.topo_detect import distance_matrix
+    from icml25.topo_detect.persistence import distance_matrix
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(12, 3, generator=g, dtype=torch.float64) * 0.05 + offset

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.topo_detect import distance_matrix, mk_loss, tp_loss, vr_diagrams
+from icml25.topo_detect import mk_loss, tp_loss
+from icml25.topo_detect.persistence import distance_matrix, vr_diagrams
 
 SCALES = [1e-8, 1e-7, 1e-6, 1e-3, 1e3, 1e12, 1e30, 1e39, 1e100]
 

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from icml25.topo_detect import TinyTwoTower, sample_signatures, signature_curve, tp_loss
+from icml25.topo_detect import sample_signatures, signature_curve, tp_loss
+from icml25.topo_detect.models import TinyTwoTower
 
 
 def _unit(n, d, seed):

@@ -18,11 +18,13 @@ from icml25.topo_detect import (
     GaussianMMD,
     SemanticAwareMMD,
     TopologicalMMD,
+    sample_signatures,
+)
+from icml25.topo_detect.mmd import (
     gaussian_gram,
     mmd2_unbiased,
     mmd_h1_variance,
     permutation_test,
-    sample_signatures,
     wild_bootstrap_test,
 )
 

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from icml25.llm import CallableReward, ScriptedChat
-from icml25.tpo import PromptSet, TPOConfig, best_of_n, extract_tagged, short_value, tpo_optimize
+from icml25.tpo import PromptSet, TPOConfig, best_of_n, tpo_optimize
+from icml25.tpo.prompts import extract_tagged, short_value
 
 P = PromptSet.default()
 

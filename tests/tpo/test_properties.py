@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icml25.llm import CallableChat, CallableReward
-from icml25.tpo import PromptSet, TPOConfig, best_of_n, extract_tagged, short_value, tpo_optimize
+from icml25.tpo import PromptSet, TPOConfig, best_of_n, tpo_optimize
+from icml25.tpo.prompts import extract_tagged, short_value
 
 REALS = [float, np.float64, np.float32, torch.tensor]
 INTS = [int, np.int64, np.int32, torch.tensor]

@@ -7,14 +7,8 @@ import io
 
 import pytest
 
-from icml25.twa import (
-    DEFAULT_SEVERITY_WEIGHTS,
-    AnnotatedTranslation,
-    ErrorSpan,
-    load_mqm_tsv,
-    parse_marked_text,
-    severity_weight,
-)
+from icml25.twa import AnnotatedTranslation, ErrorSpan, load_mqm_tsv
+from icml25.twa.annotations import DEFAULT_SEVERITY_WEIGHTS, parse_marked_text, severity_weight
 
 HEADER = "system\tdoc\tdoc_id\tseg_id\trater\tsource\ttarget\tcategory\tseverity\tcomment\n"
 ROWS = [
@@ -109,7 +103,7 @@ def test_a_file_on_disk(tmp_path):
 
 
 def test_jsonl_and_records_round_trip(tmp_path):
-    from icml25.twa import from_records, load_jsonl, save_jsonl, to_records
+    from icml25.twa.annotations import from_records, load_jsonl, save_jsonl, to_records
 
     data = load_mqm_tsv(fixture())
     p = tmp_path / "mqm.jsonl"
@@ -126,7 +120,7 @@ def test_jsonl_and_records_round_trip(tmp_path):
 
 def test_chrf():
     pytest.importorskip("sacrebleu")
-    from icml25.twa import chrf
+    from icml25.twa.metrics import chrf
 
     assert chrf(["the cat sleeps"], ["the cat sleeps"]) == pytest.approx(100.0)
     assert 0 < chrf(["the dog sleeps"], ["the cat sleeps"]) < 100

@@ -193,7 +193,7 @@ def test_the_loss_on_real_seq2seq_models(tok, arch):
 
 
 def test_dict_spans_missing_fields_name_the_example(tok):
-    from icml25.twa import from_records
+    from icml25.twa.annotations import from_records
 
     with pytest.raises(ValueError, match="example 0: a span needs start, end and severity"):
         TWACollator(tok)([{"source": "s1", "target": "t3 -n0", "spans": [{"start": 0, "end": 2}]}])

@@ -52,7 +52,8 @@ def _train(tmp_path, rows, batch, ga, **twa_loss_kwargs):
 
 @pytest.mark.parametrize("model_type", ["causal", "seq2seq"])
 def test_the_denominator_is_the_count_the_loss_divides_by(model_type):
-    from icml25.twa import TWACollator, twa_loss_denominator, twa_loss_on_batch
+    from icml25.twa import TWACollator, twa_loss_on_batch
+    from icml25.twa.collate import twa_loss_denominator
 
     w = _worker()
     tok, model = w.build(model_type)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from icml25.toy import build_tokenizer
-from icml25.twa import AnnotatedTranslation, ErrorSpan, build_token_roles, twa_loss
+from icml25.twa import AnnotatedTranslation, ErrorSpan, twa_loss
+from icml25.twa.align import build_token_roles
 from icml25.twa.collate import TWACollator, chat_prompt_fn
 
 D = torch.float64

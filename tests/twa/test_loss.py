@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icml25.twa import log1mexp, span_unlikelihood, twa_loss
+from icml25.twa import twa_loss
+from icml25.twa.loss import log1mexp, span_unlikelihood
 
 D = torch.float64
 

@@ -13,16 +13,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icml25.twa import (
-    ErrorSpan,
-    TWAConfig,
-    build_token_roles,
-    log1mexp,
-    severity_weight,
-    span_unlikelihood,
-    twa_loss,
-    twa_seq_roles,
-)
+from icml25.twa import ErrorSpan, TWAConfig, twa_loss
+from icml25.twa.align import build_token_roles
+from icml25.twa.annotations import severity_weight
+from icml25.twa.baselines import twa_seq_roles
+from icml25.twa.loss import log1mexp, span_unlikelihood
 
 SCALARS = [lambda v: v, np.float64, np.float32, lambda v: torch.tensor(v)]
 

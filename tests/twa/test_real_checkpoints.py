@@ -16,10 +16,10 @@ from icml25.twa import (
     ErrorSpan,
     TWACollator,
     TWAConfig,
-    chat_prompt_fn,
     train_twa,
     twa_loss_on_batch,
 )
+from icml25.twa.collate import chat_prompt_fn
 
 transformers = pytest.importorskip("transformers")
 

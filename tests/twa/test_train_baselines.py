@@ -184,7 +184,8 @@ def test_greedy_translation_and_base_pairs():
 
 
 def test_review_findings_weights_model_type_and_config(tok):
-    from icml25.twa import TWACollator, load_mqm_tsv, severity_weight, twa_loss_on_batch
+    from icml25.twa import TWACollator, load_mqm_tsv, twa_loss_on_batch
+    from icml25.twa.annotations import severity_weight
 
     # the uniform ablation re-weights loaded spans (a loaded span carries its weight)
     d = annotated()

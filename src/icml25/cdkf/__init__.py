@@ -5,41 +5,19 @@ Tan, ICML 2025, arXiv:2507.11240).
     >>> solution = problem.solve()            # rates through the bound of Prop. 6.1 (SLSQP)
     >>> times = solution.schedule()           # deterministic time stamps per sensor (Prop. 8.1)
 
-The filter, the bound, the optimiser and the scheduler are separate public pieces;
-``ControlledSchedulingProblem`` adds an auxiliary state (energy, a robot) and its control."""
+The filter (``ContinuousDiscreteKF``), the bound (``covariance_bound``) and the optimiser are
+separate public pieces, the scheduler is ``icml25.cdkf.schedule``; ``ControlledSchedulingProblem``
+adds an auxiliary state (energy, a robot) and its control."""
 
-from icml25.cdkf.aux import (
-    AuxiliaryModel,
-    distance_noise,
-    energy_model,
-    mean_aux_bound,
-    mean_aux_jacobian,
-    robot_energy_model,
-)
-from icml25.cdkf.baselines import (
-    greedy_schedule,
-    kalman_bucy_relaxation,
-    m_optimized,
-    uniform_periodic,
-    uniform_rates,
-)
-from icml25.cdkf.bound import covariance_bound, information_lower_bound
+from icml25._moved import moved
+from icml25.cdkf.aux import AuxiliaryModel, distance_noise, energy_model, robot_energy_model
+from icml25.cdkf.baselines import kalman_bucy_relaxation
+from icml25.cdkf.bound import covariance_bound
 from icml25.cdkf.control import ControlledSchedulingProblem
-from icml25.cdkf.evaluate import monte_carlo_covariance, schedule_trace, simulate_and_filter
-from icml25.cdkf.filter import ContinuousDiscreteKF, joseph_update
-from icml25.cdkf.interop import from_filterpy, to_filterpy
+from icml25.cdkf.filter import ContinuousDiscreteKF
 from icml25.cdkf.ocp import SchedulingProblem, Solution
-from icml25.cdkf.schedule import RateSchedule, deterministic_schedule, sample_poisson_times
-from icml25.cdkf.solvers import project_budget
-from icml25.cdkf.ssm import (
-    LinearSDE,
-    NumericalError,
-    Sensor,
-    matern_kernel,
-    matern_ssm,
-    sum_ssm,
-    van_loan,
-)
+from icml25.cdkf.schedule import RateSchedule
+from icml25.cdkf.ssm import LinearSDE, NumericalError, Sensor, matern_ssm
 
 __all__ = [
     "NumericalError",
@@ -48,32 +26,39 @@ __all__ = [
     "ContinuousDiscreteKF",
     "distance_noise",
     "energy_model",
-    "from_filterpy",
-    "greedy_schedule",
     "kalman_bucy_relaxation",
-    "m_optimized",
-    "mean_aux_bound",
-    "mean_aux_jacobian",
-    "project_budget",
     "robot_energy_model",
-    "to_filterpy",
-    "uniform_periodic",
-    "uniform_rates",
     "LinearSDE",
     "RateSchedule",
     "SchedulingProblem",
     "Sensor",
     "Solution",
-    "monte_carlo_covariance",
-    "schedule_trace",
-    "simulate_and_filter",
     "covariance_bound",
-    "deterministic_schedule",
-    "information_lower_bound",
-    "joseph_update",
-    "matern_kernel",
     "matern_ssm",
-    "sample_poisson_times",
-    "sum_ssm",
-    "van_loan",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "deterministic_schedule": "schedule",
+        "from_filterpy": "interop",
+        "greedy_schedule": "baselines",
+        "information_lower_bound": "bound",
+        "joseph_update": "filter",
+        "m_optimized": "baselines",
+        "matern_kernel": "ssm",
+        "mean_aux_bound": "aux",
+        "mean_aux_jacobian": "aux",
+        "monte_carlo_covariance": "evaluate",
+        "project_budget": "solvers",
+        "sample_poisson_times": "schedule",
+        "schedule_trace": "evaluate",
+        "simulate_and_filter": "evaluate",
+        "sum_ssm": "ssm",
+        "to_filterpy": "interop",
+        "uniform_periodic": "baselines",
+        "uniform_rates": "baselines",
+        "van_loan": "ssm",
+    },
+)

@@ -71,6 +71,8 @@ class RobotSetting:
 
 
 def robot_problem(*, surrogate: str = "bound") -> tuple[RobotSetting, ControlledSchedulingProblem]:
+    """The robot-with-energy setting and its joint rate-and-control problem (mean energy >= 0 at
+    the control-interval ends); ``surrogate="kalman_bucy"`` builds the Kalman-Bucy baseline."""
     setting = RobotSetting()
     aux = robot_energy_model(list(COSTS), move_cost=MOVE_COST, eta0=ETA0, p0=P0)
     prob = ControlledSchedulingProblem(

@@ -11,53 +11,24 @@ causal RL, then filter any nominal policy through the certificate ``Q(x, k, u) >
     >>> u, info = cert.filter(codec.encode(0, 0), t=0, u_nominal=4)
 """
 
-from icml25.certificates.baselines import DTCBFFilter, NominalController, offline_kernel
+from icml25._moved import moved
+from icml25.certificates.baselines import DTCBFFilter
 from icml25.certificates.certificate import SafetyCertificate, candidate_filter
-from icml25.certificates.cmdp import OfflineDataset, RolloutResult, TabularConfoundedMDP
-from icml25.certificates.data import AuxDataset, build_auxiliary_dataset, fit_aux_regression
-from icml25.certificates.envs import (
-    ConfoundedDrivingConfig,
-    StateCodec,
-    make_confounded_driving,
-    safety_barrier,
-    velocities,
-)
-from icml25.certificates.evaluate import exact_closed_loop_safety, monte_carlo_safety, progress
-from icml25.certificates.qfunctions import (
-    FrontDoorFQE,
-    NaiveFQE,
-    NeuralFrontDoorFQE,
-    SafetyQ,
-    exact_safety_q,
-    risk_policy,
-)
+from icml25.certificates.cmdp import OfflineDataset, TabularConfoundedMDP
+from icml25.certificates.envs import make_confounded_driving
+from icml25.certificates.qfunctions import FrontDoorFQE, NaiveFQE, NeuralFrontDoorFQE, SafetyQ
 
 __all__ = [
-    "AuxDataset",
-    "ConfoundedDrivingConfig",
     "DTCBFFilter",
     "FrontDoorFQE",
     "NaiveFQE",
     "NeuralFrontDoorFQE",
-    "NominalController",
     "OfflineDataset",
-    "RolloutResult",
     "SafetyCertificate",
     "SafetyQ",
-    "StateCodec",
     "TabularConfoundedMDP",
-    "build_auxiliary_dataset",
     "candidate_filter",
-    "exact_closed_loop_safety",
-    "exact_safety_q",
-    "fit_aux_regression",
     "make_confounded_driving",
-    "monte_carlo_safety",
-    "offline_kernel",
-    "progress",
-    "risk_policy",
-    "safety_barrier",
-    "velocities",
 ]
 
 try:  # the gymnasium environment needs the rl extra
@@ -66,3 +37,25 @@ try:  # the gymnasium environment needs the rl extra
     __all__.append("ConfoundedDrivingEnv")
 except ImportError:  # pragma: no cover - gymnasium absent
     pass
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "AuxDataset": "data",
+        "ConfoundedDrivingConfig": "envs",
+        "NominalController": "baselines",
+        "RolloutResult": "cmdp",
+        "StateCodec": "envs",
+        "build_auxiliary_dataset": "data",
+        "exact_closed_loop_safety": "evaluate",
+        "exact_safety_q": "qfunctions",
+        "fit_aux_regression": "data",
+        "monte_carlo_safety": "evaluate",
+        "offline_kernel": "baselines",
+        "progress": "evaluate",
+        "risk_policy": "qfunctions",
+        "safety_barrier": "envs",
+        "velocities": "envs",
+    },
+)

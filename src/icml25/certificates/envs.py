@@ -16,7 +16,13 @@ import torch
 
 from icml25.certificates.cmdp import TabularConfoundedMDP
 
-__all__ = ["ConfoundedDrivingConfig", "StateCodec", "make_confounded_driving"]
+__all__ = [
+    "ConfoundedDrivingConfig",
+    "StateCodec",
+    "make_confounded_driving",
+    "safety_barrier",
+    "velocities",
+]
 
 D = torch.float64
 

@@ -9,40 +9,40 @@ arXiv:2506.09781).
 the closed forms (thresholds, predicted optima, bounds) to check a setting against.
 """
 
+from icml25._moved import moved
 from icml25.contrastive import theory
 from icml25.contrastive.losses import (
     ContrastiveLoss,
     SigmoidLoss,
-    dcl_loss,
-    dhel_loss,
     gather_with_grad,
     global_index,
-    independent_additive_loss,
-    info_nce_family,
-    infonce_loss,
-    nt_xent_loss,
-    sigmoid_loss,
-    spectral_contrastive_loss,
     vrns_loss,
 )
-from icml25.contrastive.stats import SimilarityStats, embed_two_views, similarity_stats
+from icml25.contrastive.stats import similarity_stats
 
 __all__ = [
     "ContrastiveLoss",
     "SigmoidLoss",
-    "SimilarityStats",
-    "dcl_loss",
-    "dhel_loss",
-    "embed_two_views",
     "gather_with_grad",
     "global_index",
-    "independent_additive_loss",
-    "info_nce_family",
-    "infonce_loss",
-    "nt_xent_loss",
-    "sigmoid_loss",
     "similarity_stats",
-    "spectral_contrastive_loss",
     "theory",
     "vrns_loss",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "SimilarityStats": "stats",
+        "dcl_loss": "losses",
+        "dhel_loss": "losses",
+        "embed_two_views": "stats",
+        "independent_additive_loss": "losses",
+        "info_nce_family": "losses",
+        "infonce_loss": "losses",
+        "nt_xent_loss": "losses",
+        "sigmoid_loss": "losses",
+        "spectral_contrastive_loss": "losses",
+    },
+)

@@ -13,31 +13,20 @@ PEBBLE loop is :class:`icml25.distinguishability.rl.PreferenceRL`, and
 ``model.learn``.
 """
 
+from icml25._moved import moved
 from icml25.distinguishability.learner import RewardLearner
 from icml25.distinguishability.queries import (
-    AnswerBuffer,
     DistinguishabilityQuery,
     DQAnswer,
     PairwiseQuery,
     PCQAnswer,
 )
-from icml25.distinguishability.reward_model import (
-    RewardEnsemble,
-    dq_answer_probs,
-    dq_loss,
-    pcq_loss,
-)
-from icml25.distinguishability.segments import SegmentBuffer, collect_segments, pendulum_policy
-from icml25.distinguishability.selection import dq_scores, select_dq, select_pcq
+from icml25.distinguishability.reward_model import RewardEnsemble
+from icml25.distinguishability.segments import SegmentBuffer
+from icml25.distinguishability.selection import select_dq, select_pcq
 from icml25.distinguishability.teachers import CallbackTeacher, ScriptedTeacher, Teacher
-from icml25.distinguishability.utility import (
-    fit_utilities,
-    lottery_choice_accuracy,
-    sample_lotteries,
-)
 
 __all__ = [
-    "AnswerBuffer",
     "CallbackTeacher",
     "DQAnswer",
     "DistinguishabilityQuery",
@@ -48,15 +37,23 @@ __all__ = [
     "ScriptedTeacher",
     "SegmentBuffer",
     "Teacher",
-    "collect_segments",
-    "dq_answer_probs",
-    "dq_loss",
-    "dq_scores",
-    "fit_utilities",
-    "lottery_choice_accuracy",
-    "pcq_loss",
-    "pendulum_policy",
-    "sample_lotteries",
     "select_dq",
     "select_pcq",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "AnswerBuffer": "queries",
+        "collect_segments": "segments",
+        "dq_answer_probs": "reward_model",
+        "dq_loss": "reward_model",
+        "dq_scores": "selection",
+        "fit_utilities": "utility",
+        "lottery_choice_accuracy": "utility",
+        "pcq_loss": "reward_model",
+        "pendulum_policy": "segments",
+        "sample_lotteries": "utility",
+    },
+)

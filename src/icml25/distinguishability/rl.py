@@ -40,6 +40,9 @@ __all__ = [
 
 @dataclass
 class PEBBLEConfig:
+    """The PEBBLE loop's settings for :class:`PreferenceRL`: seed and unsupervised steps, the
+    feedback schedule and budget, and the reward model's size and training (B-Pref defaults)."""
+
     num_seed_steps: int = 1000  # B-Pref
     num_unsup_steps: int = 9000  # B-Pref (0 allowed)
     topk: int = 5  # B-Pref state-entropy k
@@ -62,6 +65,10 @@ class PEBBLEConfig:
 
 @dataclass
 class DistQConfig:
+    """DistQ's settings for :class:`PreferenceRL`: the selection rule (``keep_frac`` most
+    informative kept, or the easiness weight ``lambda_e``), the loss's ``lambda_pref`` and
+    ``likelihood``, and the informativeness measure."""
+
     keep_frac: float = 0.5  # docs/distinguishability.md (unverified)
     rule: Literal["filter", "weighted"] = "filter"  # docs/distinguishability.md (unverified)
     lambda_e: float = 1.0  # docs/distinguishability.md (unverified)

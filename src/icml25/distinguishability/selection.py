@@ -243,10 +243,12 @@ def dq_scores(
 
 
 def informativeness(ret: Tensor, kind: str = "disagreement") -> Tensor:
+    """The informativeness ``I`` of :func:`dq_scores` alone, ``(C,)``."""
     return dq_scores(ret, informativeness_kind=kind)[0]
 
 
 def easiness(ret: Tensor) -> Tensor:
+    """The easiness ``E`` of :func:`dq_scores` alone, ``(C,)``."""
     return dq_scores(ret)[1]
 
 

@@ -13,71 +13,62 @@ when imported; this package itself does not.
 
 from __future__ import annotations
 
+from icml25._moved import moved
 from icml25.dps.baselines import (
     crop_vote,
     ecso,
     mllm_protector,
-    normalize_answer,
     self_reflect,
     smooth_vlm,
     step,
     vanilla,
     warning,
 )
-from icml25.dps.crops import (
-    auto_mask,
-    center_box,
-    center_crop,
-    parse_boxes,
-    random_box,
-    random_crop,
-)
-from icml25.dps.defense import REFUSAL, BackendError, Conversation, DPSDefense, DPSResult
+from icml25.dps.defense import BackendError, DPSDefense, DPSResult
 from icml25.dps.helper import Helper, LLMHelper, RuleHelper
-from icml25.dps.images import decode_data_url, encode_data_url, image_part, last_image, to_pil
-from icml25.dps.metrics import (
-    LabelJudge,
-    attack_success_rate,
-    clean_accuracy,
-    misleading_asr,
-    relative_asr_reduction,
-)
-from icml25.dps.prompts import SLOTS, DPSPrompts
+from icml25.dps.prompts import DPSPrompts
 
 __all__ = [
-    "REFUSAL",
-    "SLOTS",
     "BackendError",
-    "Conversation",
     "DPSDefense",
     "DPSPrompts",
     "DPSResult",
     "Helper",
-    "LabelJudge",
     "LLMHelper",
     "RuleHelper",
-    "attack_success_rate",
-    "auto_mask",
-    "center_box",
-    "center_crop",
-    "clean_accuracy",
     "crop_vote",
-    "decode_data_url",
     "ecso",
-    "encode_data_url",
-    "image_part",
-    "last_image",
-    "misleading_asr",
     "mllm_protector",
-    "normalize_answer",
-    "parse_boxes",
-    "random_box",
-    "random_crop",
-    "relative_asr_reduction",
     "self_reflect",
     "smooth_vlm",
     "step",
-    "to_pil",
     "vanilla",
     "warning",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "Conversation": "defense",
+        "LabelJudge": "metrics",
+        "REFUSAL": "defense",
+        "SLOTS": "prompts",
+        "attack_success_rate": "metrics",
+        "auto_mask": "crops",
+        "center_box": "crops",
+        "center_crop": "crops",
+        "clean_accuracy": "metrics",
+        "decode_data_url": "images",
+        "encode_data_url": "images",
+        "image_part": "images",
+        "last_image": "images",
+        "misleading_asr": "metrics",
+        "normalize_answer": "baselines",
+        "parse_boxes": "crops",
+        "random_box": "crops",
+        "random_crop": "crops",
+        "relative_asr_reduction": "metrics",
+        "to_pil": "images",
+    },
+)

@@ -110,8 +110,10 @@ def measure(
     import torch
     import torch.nn.functional as F
 
-    from icml25.dps import DPSDefense, LabelJudge, crop_vote, smooth_vlm, to_pil, vanilla
+    from icml25.dps import DPSDefense, crop_vote, smooth_vlm, vanilla
     from icml25.dps.attacks import apply_patch, pgd_linf
+    from icml25.dps.images import to_pil
+    from icml25.dps.metrics import LabelJudge
     from icml25.dps.standin import DigitsVLM, confusion_matrix, train_classifier
 
     t0 = time.perf_counter()

@@ -20,35 +20,26 @@ Importing this package imports torch.
 
 from __future__ import annotations
 
+from icml25._moved import moved
 from icml25.elicitation.backends import HFTargetModel, OpenAICompatTarget, TargetModel
-from icml25.elicitation.data import load_texts
 from icml25.elicitation.dpo import (
     PreferencePair,
     default_dpo_config,
-    dpo_loss,
     dpo_round,
     dpo_trainer,
-    sample_preference_pairs,
     train_dpo,
 )
-from icml25.elicitation.frank_wolfe import frank_wolfe, fw_step_size
+from icml25.elicitation.frank_wolfe import frank_wolfe
 from icml25.elicitation.investigator import Investigator, InvestigatorMixture
-from icml25.elicitation.metrics import (
-    distinct_n,
-    mean_logprob,
-    pairwise_jaccard,
-    success_rate,
-    successes,
-    trigger_coverage,
-)
-from icml25.elicitation.rewards import LLMJudge, PenalizedReward, RubricReward, StringReward
+from icml25.elicitation.metrics import success_rate
+from icml25.elicitation.rewards import LLMJudge, RubricReward, StringReward
 from icml25.elicitation.sft import (
     build_reverse_pairs,
     default_reverse_sft_config,
     reverse_sft,
     reverse_sft_trainer,
 )
-from icml25.elicitation.toy import PlantedTriggerWorld, ToyTargetError
+from icml25.elicitation.toy import PlantedTriggerWorld
 
 __all__ = [
     "HFTargetModel",
@@ -56,30 +47,37 @@ __all__ = [
     "InvestigatorMixture",
     "LLMJudge",
     "OpenAICompatTarget",
-    "PenalizedReward",
     "PlantedTriggerWorld",
     "PreferencePair",
     "RubricReward",
     "StringReward",
     "TargetModel",
-    "ToyTargetError",
     "build_reverse_pairs",
     "default_dpo_config",
     "default_reverse_sft_config",
-    "distinct_n",
-    "dpo_loss",
     "dpo_round",
     "dpo_trainer",
     "frank_wolfe",
-    "fw_step_size",
-    "load_texts",
-    "mean_logprob",
-    "pairwise_jaccard",
     "reverse_sft",
     "reverse_sft_trainer",
-    "sample_preference_pairs",
     "success_rate",
-    "successes",
     "train_dpo",
-    "trigger_coverage",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "PenalizedReward": "rewards",
+        "ToyTargetError": "toy",
+        "distinct_n": "metrics",
+        "dpo_loss": "dpo",
+        "fw_step_size": "frank_wolfe",
+        "load_texts": "data",
+        "mean_logprob": "metrics",
+        "pairwise_jaccard": "metrics",
+        "sample_preference_pairs": "dpo",
+        "successes": "metrics",
+        "trigger_coverage": "metrics",
+    },
+)

@@ -6,98 +6,106 @@ preference loss with the reference's length-normalised margin (precomputed offli
 TDPO-2-style constraint on the rejected response, measured as the squared difference of pooled
 sparse-autoencoder features at one layer (paper Eq. 10-11) instead of the sequential KL.
 
-* :func:`fpo_loss`, :func:`dpo_loss`, :func:`simpo_loss`, :func:`tdpo_loss`,
-  :func:`feature_discrepancy`, :func:`pool_codes`: the losses over tensors.
+* :func:`fpo_loss`, :func:`dpo_loss`, :func:`simpo_loss`, :func:`tdpo_loss`: the losses over
+  tensors (their pieces, such as the feature discrepancy and the pooling, are in
+  :mod:`~icml25.fpo.losses`).
 * :class:`SparseAutoencoder`, :func:`load_gemma_scope_npz`, :func:`from_sae_lens`,
-  :func:`harvest_activations`, :func:`train_sae`, :func:`sae_metrics`: the SAE.
-* :class:`ResidualCapture`, :func:`get_decoder_layers`: block ℓ's residual stream by hook.
+  :func:`harvest_activations`, :func:`train_sae`: the SAE.
 * :func:`build_reference_cache`, :class:`ReferenceCache`: the offline reference (safetensors).
-* :class:`PreferenceCollator`, :func:`load_preferences`: TRL-format data.
-* :class:`PreferenceConfig`, :func:`train_preference`: a plain single-process loop;
-  :class:`FPOTrainer`: a TRL ``DPOTrainer`` subclass for real scale and several GPUs (extra
-  ``train``; data-parallel under ``torchrun`` / ``accelerate launch``).
-* :mod:`~icml25.fpo.metrics`: win rates, reward accuracy, entropy, sequential KL.
+* :class:`PreferenceCollator`: TRL-format data.
+* :class:`PreferenceConfig`, :func:`train_preference` (its :class:`History`): a plain
+  single-process loop; :class:`FPOTrainer`: a TRL ``DPOTrainer`` subclass for real scale and
+  several GPUs (extra ``train``; data-parallel under ``torchrun`` / ``accelerate launch``).
+* :mod:`~icml25.fpo.hooks`: block ℓ's residual stream by hook; :mod:`~icml25.fpo.metrics`: win
+  rates, reward accuracy, entropy, sequential KL.
 
 See docs/fpo.md.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
+from typing import Any
+
+from icml25._moved import moved
 from icml25.fpo.cache import ReferenceCache, build_reference_cache
-from icml25.fpo.data import COLUMNS, PreferenceCollator, load_preferences
-from icml25.fpo.forward import PassOutput, preference_pass
-from icml25.fpo.hooks import ResidualCapture, get_decoder_layers
-from icml25.fpo.logps import response_logps, sequential_kl_from_logits
-from icml25.fpo.losses import (
-    FPOOutput,
-    dpo_loss,
-    feature_discrepancy,
-    fpo_loss,
-    pool_codes,
-    pool_positions,
-    simpo_loss,
-    tdpo_loss,
-    top_k_active,
-)
-from icml25.fpo.metrics import (
-    head_to_head,
-    reward_accuracy,
-    sequential_kl,
-    token_entropy,
-    win_rate,
-)
+from icml25.fpo.data import PreferenceCollator
+from icml25.fpo.losses import FPOOutput, dpo_loss, fpo_loss, simpo_loss, tdpo_loss
 from icml25.fpo.sae import (
     SparseAutoencoder,
     from_sae_lens,
     harvest_activations,
     load_gemma_scope_npz,
-    sae_metrics,
     train_sae,
 )
 from icml25.fpo.trainer import History, PreferenceConfig, train_preference
 
 __all__ = [
-    "COLUMNS",
     "FPOOutput",
     "FPOTrainer",
     "History",
-    "PassOutput",
     "PreferenceCollator",
     "PreferenceConfig",
     "ReferenceCache",
-    "ResidualCapture",
     "SparseAutoencoder",
     "build_reference_cache",
     "dpo_loss",
-    "feature_discrepancy",
     "fpo_loss",
     "from_sae_lens",
-    "get_decoder_layers",
     "harvest_activations",
-    "head_to_head",
     "load_gemma_scope_npz",
-    "load_preferences",
-    "pool_codes",
-    "pool_positions",
-    "preference_pass",
-    "response_logps",
-    "reward_accuracy",
-    "sae_metrics",
-    "sequential_kl",
-    "sequential_kl_from_logits",
     "simpo_loss",
     "tdpo_loss",
-    "top_k_active",
-    "token_entropy",
     "train_preference",
     "train_sae",
-    "win_rate",
 ]
 
 
-def __getattr__(name: str):
-    if name == "FPOTrainer":  # TRL is the `train` extra: import it on use
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+_moved_getattr = moved(
+    __name__,
+    {
+        "COLUMNS": "data",
+        "PassOutput": "forward",
+        "ResidualCapture": "hooks",
+        "feature_discrepancy": "losses",
+        "get_decoder_layers": "hooks",
+        "head_to_head": "metrics",
+        "load_preferences": "icml25.preference",
+        "pool_codes": "losses",
+        "pool_positions": "losses",
+        "preference_pass": "forward",
+        "response_logps": "logps",
+        "reward_accuracy": "metrics",
+        "sae_metrics": "sae",
+        "sequential_kl": "metrics",
+        "sequential_kl_from_logits": "logps",
+        "token_entropy": "metrics",
+        "top_k_active": "losses",
+        "win_rate": "metrics",
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
+    """TRL (the ``train`` extra) loads only when ``FPOTrainer`` is asked for; a moved name
+    resolves from its module with ``icml25._moved``'s DeprecationWarning, pointed at the caller's
+    line (as a bare ``moved`` table would be)."""
+    if name == "FPOTrainer":
         from icml25.fpo.trl_trainer import FPOTrainer
 
         return FPOTrainer
-    raise AttributeError(f"module 'icml25.fpo' has no attribute {name!r}")
+    where = _moved_getattr.moved.get(name)
+    if where is None:
+        return _moved_getattr(name)  # the AttributeError
+    importlib.import_module(where if where.startswith("icml25.") else f"{__name__}.{where}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = _moved_getattr(name)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=2)
+    return value
+
+
+__getattr__.moved = _moved_getattr.moved  # type: ignore[attr-defined]  # read by tests and the docs hook

@@ -4,13 +4,13 @@ Interpretation tool; the paper does not specify this mechanism. It argues for co
 licensing with fair compensation for training data and for treating AI's labour-market effects
 as a safety issue; this package offers a collective-licensing royalty pool (exact cents), group
 data valuation (leave-one-out, Shapley, Banzhaf) to drive attribution-based pay, inequality
-measures, and the task-based automation model of Acemoglu and Restrepo.
+measures (``icml25.future_of_work.inequality``), and the task-based automation model of Acemoglu
+and Restrepo.
 """
 
+from icml25._moved import moved
 from icml25.future_of_work._checks import DISCLAIMER
-from icml25.future_of_work.inequality import gini, lorenz, theil, top_share
 from icml25.future_of_work.licensing import (
-    RULES,
     CollectiveLicensingPool,
     FeeRule,
     Flat,
@@ -19,11 +19,9 @@ from icml25.future_of_work.licensing import (
     PerUnit,
     RevenueShare,
     Work,
-    largest_remainder,
 )
-from icml25.future_of_work.tasks_model import TaskModel, household_incomes, simulate_path
+from icml25.future_of_work.tasks_model import TaskModel, simulate_path
 from icml25.future_of_work.valuation import (
-    MAX_EXACT,
     GroupUtility,
     Valuation,
     banzhaf_exact,
@@ -32,13 +30,10 @@ from icml25.future_of_work.valuation import (
     loo,
     shapley_exact,
     shapley_tmc,
-    utility_table,
 )
 
 __all__ = [
     "DISCLAIMER",
-    "MAX_EXACT",
-    "RULES",
     "CollectiveLicensingPool",
     "FeeRule",
     "Flat",
@@ -52,16 +47,25 @@ __all__ = [
     "Work",
     "banzhaf_exact",
     "banzhaf_msr",
-    "gini",
     "gradient_attribution",
-    "household_incomes",
-    "largest_remainder",
     "loo",
-    "lorenz",
     "shapley_exact",
     "shapley_tmc",
     "simulate_path",
-    "theil",
-    "top_share",
-    "utility_table",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "MAX_EXACT": "valuation",
+        "RULES": "licensing",
+        "gini": "inequality",
+        "household_incomes": "tasks_model",
+        "largest_remainder": "licensing",
+        "lorenz": "inequality",
+        "theil": "inequality",
+        "top_share": "inequality",
+        "utility_table": "valuation",
+    },
+)

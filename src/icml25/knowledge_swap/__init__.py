@@ -8,70 +8,48 @@ arXiv:2502.08075).
     >>> swapper.evaluate(retain_test, forget_test, learn_test)      # acc_r, acc_f, acc_l, h
 """
 
-from icml25.knowledge_swap.lora import (
-    LoRAConv2d,
-    LoRALinear,
-    expand_head,
-    inject_lora,
-    load_lora,
-    lora_groups,
-    lora_layers,
-    lora_parameters,
-    lora_state_dict,
-    mark_only_lora_trainable,
-    merge_lora,
-    save_lora,
-    unload_lora,
-    unmerge_lora,
-)
-from icml25.knowledge_swap.losses import bounded_forget_loss, group_sparse_loss, swap_losses
-from icml25.knowledge_swap.metrics import (
-    accuracy_on,
-    h_mean,
-    layer_norms,
-    linear_probe_by_layer,
-    membership_inference,
-    relearn_time,
-    swap_metrics,
-)
-from icml25.knowledge_swap.parallel import global_cross_entropy
+from icml25._moved import moved
+from icml25.knowledge_swap.lora import expand_head, inject_lora
+from icml25.knowledge_swap.metrics import membership_inference, relearn_time
 from icml25.knowledge_swap.splits import split_by_class
-from icml25.knowledge_swap.swap import (
-    KnowledgeSwapConfig,
-    KnowledgeSwapper,
-    SwapHistory,
-    frozen_norm_layers,
-)
+from icml25.knowledge_swap.swap import KnowledgeSwapConfig, KnowledgeSwapper, SwapHistory
 
 __all__ = [
     "KnowledgeSwapConfig",
     "KnowledgeSwapper",
-    "LoRAConv2d",
-    "LoRALinear",
     "SwapHistory",
-    "accuracy_on",
-    "bounded_forget_loss",
     "expand_head",
-    "frozen_norm_layers",
-    "global_cross_entropy",
-    "group_sparse_loss",
-    "h_mean",
     "inject_lora",
-    "layer_norms",
-    "linear_probe_by_layer",
-    "load_lora",
-    "lora_groups",
-    "lora_layers",
-    "lora_parameters",
-    "lora_state_dict",
-    "mark_only_lora_trainable",
     "membership_inference",
-    "merge_lora",
     "relearn_time",
-    "save_lora",
     "split_by_class",
-    "swap_losses",
-    "swap_metrics",
-    "unload_lora",
-    "unmerge_lora",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "LoRAConv2d": "icml25.lora",
+        "LoRALinear": "icml25.lora",
+        "accuracy_on": "metrics",
+        "bounded_forget_loss": "losses",
+        "frozen_norm_layers": "swap",
+        "global_cross_entropy": "parallel",
+        "group_sparse_loss": "losses",
+        "h_mean": "metrics",
+        "layer_norms": "metrics",
+        "linear_probe_by_layer": "metrics",
+        "load_lora": "icml25.lora",
+        "lora_groups": "lora",
+        "lora_layers": "icml25.lora",
+        "lora_parameters": "icml25.lora",
+        "lora_state_dict": "icml25.lora",
+        "mark_only_lora_trainable": "icml25.lora",
+        "merge_lora": "icml25.lora",
+        "save_lora": "icml25.lora",
+        "swap_losses": "losses",
+        "swap_metrics": "metrics",
+        "unload_lora": "icml25.lora",
+        "unmerge_lora": "icml25.lora",
+    },
+)

@@ -87,6 +87,8 @@ HIDDEN = ("conv1", "conv2", "conv3", "fc1", "fc2")
 
 
 def digits_cnn(seed: int = 0) -> DigitsCNN:
+    """A fresh :class:`DigitsCNN` (10-way head), initialised under ``torch.manual_seed(seed)``
+    (this seeds torch's global generator)."""
     torch.manual_seed(seed)
     return DigitsCNN()
 

@@ -9,36 +9,38 @@ with exact O(n log n) forward and backward passes and O(n) saved memory.
     >>> p = soft_topk(torch.randn(64, 1000), k=10, alpha=0.1)   # each row sums to 10
 """
 
+from icml25._moved import moved
 from icml25.lapsum.functional import (
-    knn_topk_loss,
-    laplace_cdf,
-    laplace_log_cdf,
-    laplace_pdf,
     lapsum,
     lapsum_inverse,
     log_soft_topk,
-    permutation_cross_entropy,
     soft_permutation_matrix,
     soft_rank,
     soft_sort,
     soft_topk,
     spearman_corr,
-    topk_cross_entropy,
 )
 
 __all__ = [
-    "knn_topk_loss",
-    "laplace_cdf",
-    "laplace_log_cdf",
-    "laplace_pdf",
     "lapsum",
     "lapsum_inverse",
     "log_soft_topk",
-    "permutation_cross_entropy",
     "soft_permutation_matrix",
     "soft_rank",
     "soft_sort",
     "soft_topk",
     "spearman_corr",
-    "topk_cross_entropy",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "knn_topk_loss": "functional",
+        "laplace_cdf": "functional",
+        "laplace_log_cdf": "functional",
+        "laplace_pdf": "functional",
+        "permutation_cross_entropy": "functional",
+        "topk_cross_entropy": "functional",
+    },
+)

@@ -92,6 +92,7 @@ def hard_rank(x: torch.Tensor) -> torch.Tensor:
 
 
 def torchsort_available() -> bool:
+    """Whether ``torchsort`` imports (a broken build counts as absent)."""
     try:
         import torchsort  # noqa: F401
     except Exception:  # noqa: BLE001 - a broken build counts as absent
@@ -107,6 +108,7 @@ def torchsort_soft_rank(x: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
 
 
 def torchsort_soft_sort(x: torch.Tensor, strength: float = 1.0) -> torch.Tensor:
+    """torchsort's ascending soft sort (L2 regularisation) on (B, n)."""
     import torchsort
 
     return torchsort.soft_sort(x, regularization="l2", regularization_strength=strength)

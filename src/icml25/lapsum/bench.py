@@ -96,6 +96,8 @@ def time_fwd(
 
 
 def _methods() -> dict[str, Callable[[int], Callable[[torch.Tensor], torch.Tensor]]]:
+    """The benchmarked methods by name: each maps a row length ``n`` to a function of ``x (B, n)``
+    (LapSum's top-k, rank and sort next to NeuralSort, SoftSort, Sinkhorn and torchsort)."""
     from icml25.lapsum import baselines
     from icml25.lapsum.functional import soft_rank, soft_sort, soft_topk
 

@@ -198,7 +198,8 @@ def _check_common(args: argparse.Namespace) -> None:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from icml25.llm.store import SettingsMismatch
-    from icml25.orbench import CATEGORIES, build_orbench, normalize_category
+    from icml25.orbench import CATEGORIES, build_orbench
+    from icml25.orbench.categories import normalize_category
 
     try:
         _check_common(args)

@@ -292,7 +292,7 @@ def evaluate(
 
     Args:
         backend: the model under test f, any :class:`~icml25.llm.ChatBackend`.
-        records: :class:`~icml25.orbench.ORBenchRecord` objects, dicts with ``prompt`` (and
+        records: :class:`~icml25.orbench.records.ORBenchRecord` objects, dicts with ``prompt`` (and
             ``category``), or plain strings; duplicates (same id) collapse to the first.
         detector: :class:`~icml25.orbench.KeywordRefusalDetector` (default ``.default()``), any
             ``fn(response) -> bool`` (True = refused), an
@@ -322,6 +322,35 @@ def evaluate(
         :class:`EvalResult`. A request that fails after the backend's retries is an error row of
         the store and a ``failures`` entry; the others go on.
     """
+    concurrency, temperature, max_tokens = _checked_call(
+        backend, concurrency, system_prompt, temperature, max_tokens
+    )
+    items = _items(records, subset)
+    judging = _judging(detector)
+    name = model or _default_name(backend)
+    st, tmp = _open_eval_store(
+        store, backend, name, judging, temperature, max_tokens, system_prompt, items, keep_both
+    )
+    run = _Evaluation(backend, items, st, name, judging, temperature, max_tokens, system_prompt)
+    run.warn_stale()
+    run.rejudge_stored()
+    run.answer_and_judge(concurrency, retry_errors, progress)
+    result = run.result()
+    st.close()
+    if tmp is not None:
+        tmp.cleanup()
+    return result
+
+
+def _checked_call(
+    backend: Any,
+    concurrency: Any,
+    system_prompt: Any,
+    temperature: Any,
+    max_tokens: Any,
+) -> tuple[int, float | None, int | None]:
+    """The model under test and the call's settings, checked before anything else happens:
+    ``concurrency`` and the sampling values as Python numbers (the store's settings are JSON)."""
     if not callable(getattr(backend, "chat", None)):
         raise TypeError(
             f"backend must be a chat backend (icml25.llm.OpenAIChat, HFChat, ...), got "
@@ -334,15 +363,49 @@ def evaluate(
 
     # bad values fail here, once; numpy numbers become Python's (the store's settings are JSON)
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens)
-    temperature, max_tokens = sp.temperature, sp.max_tokens
-    items = _items(records, subset)
+    return concurrency, sp.temperature, sp.max_tokens
+
+
+@dataclass
+class _Judging:
+    """Who judges the answers (Algorithm 5's judge): its name in the rows, the judge itself,
+    split into an LLM judge or a keyword rule, and whether an unparseable LLM reply counts as a
+    refusal."""
+
+    name: str
+    judge: Any
+    llm_judge: Any
+    keyword: Any
+    count: bool
+
+
+def _judging(detector: Any) -> _Judging:
+    """The judge of ``detector`` (see :func:`_judge_of`); one that can flag nothing (the
+    official Mistral checker with its quirk) is warned about, at the caller of :func:`evaluate`."""
     judge_name, judge = _judge_of(detector)
     if never_flags(judge):
-        warnings.warn(f"judge {judge_name!r}: {MISTRAL_QUIRK_WARNING}", UserWarning, stacklevel=2)
+        warnings.warn(f"judge {judge_name!r}: {MISTRAL_QUIRK_WARNING}", UserWarning, stacklevel=3)
     llm_judge = judge if callable(getattr(judge, "judge", None)) else None
     keyword = None if llm_judge is not None else judge
     count = getattr(llm_judge, "unparseable_as_refusal", True)
-    name = model or _default_name(backend)
+    return _Judging(judge_name, judge, llm_judge, keyword, count)
+
+
+def _open_eval_store(
+    store: JsonlStore | str | Path | None,
+    backend: Any,
+    name: str,
+    judging: _Judging,
+    temperature: float | None,
+    max_tokens: int | None,
+    system_prompt: str | None,
+    items: list[dict[str, Any]],
+    keep_both: bool,
+) -> tuple[JsonlStore, Any]:
+    """The run's store, stamped with its settings, and the temporary folder that holds it when
+    the user gave none (else ``None``). A user's file is checked for this model's rows made with
+    other settings (refused unless ``keep_both``), and with ``keep_both`` the answers that only
+    another judge labelled are copied in to be judged again."""
     own_store = store is None
     if own_store:
         import tempfile
@@ -351,94 +414,137 @@ def evaluate(
     elif isinstance(store, JsonlStore) and store.key_fields != ("model", "id"):
         raise ValueError(f"the eval store is keyed by ('model', 'id'), got {store.key_fields}")
     settings_all = _eval_settings(
-        backend, name, judge_name, judge, temperature, max_tokens, system_prompt
+        backend, name, judging.name, judging.judge, temperature, max_tokens, system_prompt
     )
     if own_store:
         st = JsonlStore(Path(tmp.name) / "eval.jsonl", ("model", "id"), settings=settings_all)
-    else:
-        path = store.path if isinstance(store, JsonlStore) else Path(store)
-        st = JsonlStore(path, ("model", "id"), settings=settings_all, on_mismatch="separate")
-        siblings = _other_runs(st, name, keep_both)
-        _reuse_answers(items, st, name, siblings, settings_all)
+        return st, tmp
+    path = store.path if isinstance(store, JsonlStore) else Path(store)
+    st = JsonlStore(path, ("model", "id"), settings=settings_all, on_mismatch="separate")
+    siblings = _other_runs(st, name, keep_both)
+    _reuse_answers(items, st, name, siblings, settings_all)
+    return st, None
 
-    def messages(prompt: str) -> list[dict[str, str]]:
-        head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+
+class _Evaluation:
+    """Algorithm 5 for one model over its store: re-judge the stored answers, ask the model
+    for the prompts still to do and judge each answer, then read the rows back."""
+
+    def __init__(
+        self,
+        backend: Any,
+        items: list[dict[str, Any]],
+        st: JsonlStore,
+        name: str,
+        judging: _Judging,
+        temperature: float | None,
+        max_tokens: int | None,
+        system_prompt: str | None,
+    ) -> None:
+        self.backend = backend
+        self.items = items
+        self.st = st
+        self.name = name
+        self.judging = judging
+        self.system_prompt = system_prompt
+        self.sampling = {"temperature": temperature, "max_tokens": max_tokens}
+        self.settings = {**self.sampling, "system_prompt": system_prompt}
+
+    def messages(self, prompt: str) -> list[dict[str, str]]:
+        """One user turn (after the system turn, when there is one)."""
+        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*head, {"role": "user", "content": prompt}]
 
-    sampling = {"temperature": temperature, "max_tokens": max_tokens}
-    settings = {**sampling, "system_prompt": system_prompt}
+    def stale(self, rec: Mapping[str, Any]) -> bool:
+        """A stored answer made with other settings: the model is asked again."""
+        return rec.get("settings") != self.settings
 
-    def stale(rec: Mapping[str, Any]) -> bool:  # answered with other settings: ask again
-        return rec.get("settings") != settings
-
-    n_stale = sum(
-        1 for it in items if st.is_done((name, it["id"])) and stale(st.get((name, it["id"])))
-    )
-    if n_stale:
-        warnings.warn(
-            f"{n_stale} stored answer(s) of {name!r} were produced with other settings than "
-            f"{settings}; asking the model again for them",
-            stacklevel=2,
+    def warn_stale(self) -> None:
+        """Warn (at the caller of :func:`evaluate`) about the stored answers asked again."""
+        st, name = self.st, self.name
+        n_stale = sum(
+            1
+            for it in self.items
+            if st.is_done((name, it["id"])) and self.stale(st.get((name, it["id"])))
         )
-    _rejudge(items, st, name, judge_name, llm_judge, keyword, count, stale)
-    inner = getattr(backend, "backend", None)
-    native = getattr(backend, "native_batching", False) or getattr(inner, "native_batching", False)
-    if native:
-        _evaluate_batched(
-            backend,
-            items,
-            st,
-            name,
-            judge_name,
-            llm_judge,
-            keyword,
-            count,
-            messages,
-            sampling,
-            settings,
-            retry_errors,
-            progress,
-            stale,
-        )
-    else:
-
-        def work(item: dict[str, Any]) -> dict[str, Any]:
-            c = _complete(backend, messages(item["prompt"]), sampling)
-            label = None
-            if llm_judge is not None and not (c.blocked or not (c.text or "").strip()):
-                label = llm_judge.judge(item["prompt"], c.text)
-            row = _row(
-                item, c, judge_name, keyword=keyword, label=label, unparseable_as_refusal=count
+        if n_stale:
+            warnings.warn(
+                f"{n_stale} stored answer(s) of {name!r} were produced with other settings than "
+                f"{self.settings}; asking the model again for them",
+                stacklevel=3,
             )
-            return {**row, "settings": settings}
 
+    def rejudge_stored(self) -> None:
+        """Judge the stored answers again where this run's judge says to (:func:`_rejudge`)."""
+        j = self.judging
+        _rejudge(
+            self.items, self.st, self.name, j.name, j.llm_judge, j.keyword, j.count, self.stale
+        )
+
+    def answer_and_judge(self, concurrency: int, retry_errors: bool, progress: bool | None) -> None:
+        """Ask the model for every prompt still to do and judge each answer: a local model in
+        batches (:func:`_evaluate_batched`), any other backend ``concurrency`` requests at a
+        time, each row written to the store as it arrives."""
+        backend, j = self.backend, self.judging
+        inner = getattr(backend, "backend", None)
+        native = getattr(backend, "native_batching", False) or getattr(
+            inner, "native_batching", False
+        )
+        if native:
+            _evaluate_batched(
+                backend,
+                self.items,
+                self.st,
+                self.name,
+                j.name,
+                j.llm_judge,
+                j.keyword,
+                j.count,
+                self.messages,
+                self.sampling,
+                self.settings,
+                retry_errors,
+                progress,
+                self.stale,
+            )
+            return
+        name = self.name
         run_resumable(
-            items,
-            work,
-            st,
+            self.items,
+            self.answer_one,
+            self.st,
             key=lambda i, it: {"model": name, "id": it["id"]},
             concurrency=concurrency,
             retry_errors=retry_errors,
             progress=progress,
             desc=f"evaluating {name}",
-            redo=stale,
+            redo=self.stale,
         )
-    rows, failures = [], []
-    for it in items:
-        rec = st.get((name, it["id"]))
-        if rec is None:
-            continue
-        if "error" in rec:
-            failures.append(
-                (it["id"], rec["error"].get("type", ""), rec["error"].get("message", ""))
-            )
-        else:
-            rows.append(rec)
-    result = EvalResult(name, items[0]["subset"], rows, failures)
-    st.close()
-    if own_store:
-        tmp.cleanup()
-    return result
+
+    def answer_one(self, item: dict[str, Any]) -> dict[str, Any]:
+        """One prompt: the model's answer and its judgement, as a store row."""
+        j = self.judging
+        c = _complete(self.backend, self.messages(item["prompt"]), self.sampling)
+        label = None
+        if j.llm_judge is not None and not (c.blocked or not (c.text or "").strip()):
+            label = j.llm_judge.judge(item["prompt"], c.text)
+        row = _row(item, c, j.name, keyword=j.keyword, label=label, unparseable_as_refusal=j.count)
+        return {**row, "settings": self.settings}
+
+    def result(self) -> EvalResult:
+        """The judged rows and the failed requests, in the records' order."""
+        rows, failures = [], []
+        for it in self.items:
+            rec = self.st.get((self.name, it["id"]))
+            if rec is None:
+                continue
+            if "error" in rec:
+                failures.append(
+                    (it["id"], rec["error"].get("type", ""), rec["error"].get("message", ""))
+                )
+            else:
+                rows.append(rec)
+        return EvalResult(self.name, self.items[0]["subset"], rows, failures)
 
 
 def _describe_judge(judge: Any) -> Any:

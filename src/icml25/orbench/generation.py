@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from icml25.orbench.templates import PromptTemplates
 __all__ = [
     "CandidateRecord",
     "SeedRecord",
+    "generate_all_seeds",
     "generate_toxic_seeds",
     "rewrite_seeds",
     "rewrite_settings",
@@ -175,64 +176,125 @@ def generate_toxic_seeds(
         ("category", "call_idx"),
         seed_settings(generator, templates, per_call=per_call, temperature=temperature, seed=seed),
     )
-    messages = [{"role": "user", "content": templates.seed_message(category, per_call)}]
-    seen: dict[str, SeedRecord] = {}
-    empty = short = failed = 0
-    for i in range(cap):
+    run = _SeedGeneration(
+        generator=generator,
+        category=category,
+        n_seeds=n_seeds,
+        per_call=per_call,
+        temperature=temperature,
+        seed=seed,
+        max_empty_calls=max_empty_calls,
+        cap=cap,
+        st=st,
+        messages=[{"role": "user", "content": templates.seed_message(category, per_call)}],
+        official_quirks=official_quirks,
+        failures=failures,
+    )
+    run.collect()
+    run.report_short_calls()
+    if st is not None:
+        st.sync()
+    return list(run.seen.values())
+
+
+@dataclass
+class _SeedGeneration:
+    """Algorithm 1's loop for one category: the same request every call (call ``i`` seeded
+    ``seed + i``), each reply parsed and its new prompts kept, until enough distinct seeds,
+    too many empty calls in a row, or the call cap."""
+
+    generator: ChatBackend
+    category: str
+    n_seeds: int
+    per_call: int
+    temperature: float
+    seed: int
+    max_empty_calls: int
+    cap: int
+    st: JsonlStore | None
+    messages: list[dict[str, str]]
+    official_quirks: bool
+    failures: list[ItemError] | None
+    seen: dict[str, SeedRecord] = field(default_factory=dict)
+    empty: int = 0  # consecutive calls without a parseable prompt
+    short: int = 0  # calls whose number of prompts is not ``per_call``
+    failed: int = 0  # calls of this run that failed
+
+    def collect(self) -> None:
+        """Call G until one of the stopping rules holds (each early stop logs a warning)."""
+        for i in range(self.cap):
+            rec = self.reply(i)
+            self.take(rec, i)
+            if len(self.seen) >= self.n_seeds:
+                break
+            if self.empty >= self.max_empty_calls:
+                log.warning(
+                    "%s: %d consecutive generator calls gave no parseable prompt (%d of this "
+                    "run's calls failed); stopping with %d of %d seeds",
+                    self.category,
+                    self.empty,
+                    self.failed,
+                    len(self.seen),
+                    self.n_seeds,
+                )
+                break
+        else:
+            log.warning(
+                "%s: %d calls gave %d distinct seeds of %d wanted (the generator repeats itself)",
+                self.category,
+                self.cap,
+                len(self.seen),
+                self.n_seeds,
+            )
+
+    def reply(self, i: int) -> dict[str, Any]:
+        """Call ``i``'s row: replayed from the store, else asked of G (and stored); a failed
+        call is logged, recorded and read as an empty reply."""
+        category, st, generator = self.category, self.st, self.generator
         rec = st.get((category, i)) if st is not None else None
         if rec is None or "error" in rec:
             try:
-                reply = generator.chat(messages, temperature=temperature, seed=seed + i)[0]
+                reply = generator.chat(
+                    self.messages, temperature=self.temperature, seed=self.seed + i
+                )[0]
             except Exception as exc:  # noqa: BLE001 - recorded, counted as an empty call
                 log.warning("%s: generator call %d failed: %s", category, i, exc)
-                failed += 1
+                self.failed += 1
                 err = (
                     st.append_error((category, i), exc, generator=generator.name)
                     if st is not None
                     else ItemError((category, i), type(exc).__name__, str(exc)[:2000])
                 )
-                if failures is not None:
-                    failures.append(err)
+                if self.failures is not None:
+                    self.failures.append(err)
                 reply = None
             rec = {"category": category, "call_idx": i, "generator": generator.name}
             rec["raw"] = reply or ""
             if st is not None and reply is not None:
                 st.append(rec)
-        items = extract_bracketed(rec["raw"], official_quirks=official_quirks)
-        if len(items) != per_call:
-            short += 1
-        empty = empty + 1 if not items else 0
+        return rec
+
+    def take(self, rec: dict[str, Any], i: int) -> None:
+        """Parse one reply's bracketed prompts and keep the new ones, up to ``n_seeds``."""
+        items = extract_bracketed(rec["raw"], official_quirks=self.official_quirks)
+        if len(items) != self.per_call:
+            self.short += 1
+        self.empty = self.empty + 1 if not items else 0
         for text in items:
-            if text not in seen and len(seen) < n_seeds:
-                seen[text] = SeedRecord(record_id(text), category, text, rec["generator"], i)
-        if len(seen) >= n_seeds:
-            break
-        if empty >= max_empty_calls:
-            log.warning(
-                "%s: %d consecutive generator calls gave no parseable prompt (%d of this run's "
-                "calls failed); stopping with %d of %d seeds",
-                category,
-                empty,
-                failed,
-                len(seen),
-                n_seeds,
+            if text not in self.seen and len(self.seen) < self.n_seeds:
+                self.seen[text] = SeedRecord(
+                    record_id(text), self.category, text, rec["generator"], i
+                )
+
+    def report_short_calls(self) -> None:
+        """Log (info) how many calls gave another number of prompts than asked."""
+        if self.short:
+            log.info(
+                "%s: %d call(s) returned a number of prompts other than %d",
+                self.category,
+                self.short,
+                self.per_call,
             )
-            break
-    else:
-        log.warning(
-            "%s: %d calls gave %d distinct seeds of %d wanted (the generator repeats itself)",
-            category,
-            cap,
-            len(seen),
-            n_seeds,
-        )
-    if short:
-        log.info(
-            "%s: %d call(s) returned a number of prompts other than %d", category, short, per_call
-        )
-    if st is not None:
-        st.sync()
-    return list(seen.values())
 
 
 def generate_all_seeds(
@@ -272,7 +334,7 @@ def rewrite_seeds(
 ) -> list[CandidateRecord]:
     """Algorithm 2: one rewriter call per seed asking for ``n_rewrites`` boundary prompts.
 
-    Rewrites are parsed with :func:`~icml25.orbench.extract_bracketed` (enumeration stripped),
+    Rewrites are parsed with :func:`~icml25.orbench.parsing.extract_bracketed` (enumeration stripped),
     then deduplicated globally in seed order: a prompt produced twice keeps its first seed and
     category (the collision count is logged). A failed call becomes an error row of ``store``
     and its seed contributes nothing; the others go on.

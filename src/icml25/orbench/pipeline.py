@@ -171,9 +171,9 @@ def build_orbench(
             seed (5).
         panel: ``{name: backend}`` of strong, safety-aligned models for the hard subset; ``None``
             skips it.
-        k_min, hard_per_category, remoderate: :func:`~icml25.orbench.select_hard`'s rule
+        k_min, hard_per_category, remoderate: :func:`~icml25.orbench.selection.select_hard`'s rule
             (``remoderate=None`` turns the stricter second moderation off).
-        toxic_per_category: :func:`~icml25.orbench.select_toxic` (paper: 655 prompts in all);
+        toxic_per_category: :func:`~icml25.orbench.selection.select_toxic` (paper: 655 prompts in all);
             twice this many seeds per category are moderated to find them.
         rule: the ensemble's voting rule (paper: majority).
         detector: the refusal judge of the panel (default: keyword matching).
@@ -353,7 +353,7 @@ class _Build:
         self, pool, moderated, panel, detector, max_tokens, k_min, per_category, remoderate
     ) -> list[ORBenchRecord]:
         """The hard subset: the pool prompts that at least ``k_min`` panel models refuse, after
-        the stricter second moderation (:func:`~icml25.orbench.select_hard`)."""
+        the stricter second moderation (:func:`~icml25.orbench.selection.select_hard`)."""
         if not isinstance(panel, Mapping):
             raise TypeError(f"panel must be a dict name -> backend, got {type(panel).__name__}")
         # evaluate stamps each panel model's rows with its settings (backend, sampling, judge)

@@ -9,19 +9,11 @@ sufficient conditions. ``llm`` holds the same bottleneck for Hugging Face causal
 ``transformers.Trainer`` path, ``SimplexDPOTrainer`` (neither is imported here).
 """
 
+from icml25._moved import moved
 from icml25.proxy_feedback.conditions import ConditionReport, check_conditions
 from icml25.proxy_feedback.data import PreferenceBatch, sample_preferences
 from icml25.proxy_feedback.evaluate import evaluate
-from icml25.proxy_feedback.losses import preference_nll, triple_logprobs
-from icml25.proxy_feedback.model import (
-    ADAPTERS,
-    IdentityAdapter,
-    LogLinearAdapter,
-    MLPAdapter,
-    MLPPolicy,
-    SimplexPolicy,
-    make_adapter,
-)
+from icml25.proxy_feedback.model import MLPPolicy, SimplexPolicy
 from icml25.proxy_feedback.train import (
     fit_finetune_all,
     fit_pooled,
@@ -29,15 +21,10 @@ from icml25.proxy_feedback.train import (
     fit_true_only,
     fit_true_stage,
 )
-from icml25.proxy_feedback.worlds import SCENARIOS, SyntheticPreferenceWorld
+from icml25.proxy_feedback.worlds import SyntheticPreferenceWorld
 
 __all__ = [
-    "ADAPTERS",
-    "SCENARIOS",
     "ConditionReport",
-    "IdentityAdapter",
-    "LogLinearAdapter",
-    "MLPAdapter",
     "MLPPolicy",
     "PreferenceBatch",
     "SimplexPolicy",
@@ -49,8 +36,20 @@ __all__ = [
     "fit_proxy_stage",
     "fit_true_only",
     "fit_true_stage",
-    "make_adapter",
-    "preference_nll",
     "sample_preferences",
-    "triple_logprobs",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "ADAPTERS": "model",
+        "IdentityAdapter": "model",
+        "LogLinearAdapter": "model",
+        "MLPAdapter": "model",
+        "SCENARIOS": "worlds",
+        "make_adapter": "model",
+        "preference_nll": "losses",
+        "triple_logprobs": "losses",
+    },
+)

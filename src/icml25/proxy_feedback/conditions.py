@@ -177,6 +177,134 @@ def _ratio_q99(num: Tensor, den: Tensor) -> float:
     return float(torch.quantile(num[keep] / den[keep], 0.99))
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """``check_conditions``' estimator settings and tolerances, checked."""
+
+    delta: float
+    far: float
+    n_pairs: int
+    seed: int
+    max_violation: float
+    max_image_gap: float
+    max_L: float
+    max_dim: float | None
+
+    @classmethod
+    def checked(
+        cls,
+        delta: Any,
+        far: Any,
+        n_pairs: Any,
+        seed: Any,
+        max_violation: Any,
+        max_image_gap: Any,
+        max_L: Any,
+        max_dim: Any,
+    ) -> _Settings:
+        return cls(
+            delta=as_real("delta", delta, low=0, low_open=True),
+            far=as_real("far", far, low=0, low_open=True),
+            n_pairs=as_int("n_pairs", n_pairs, 1),
+            seed=as_int("seed", seed, 0),
+            max_violation=as_real("max_violation", max_violation, low=0),
+            max_image_gap=as_real("max_image_gap", max_image_gap, low=0),
+            max_L=as_real("max_L", max_L, low=0, finite=False),
+            max_dim=None if max_dim is None else as_real("max_dim", max_dim, low=0),
+        )
+
+    def dim_bound(self, k: int) -> float:
+        """C3's bound: ``max_dim`` (``K - 1`` when not given: the outputs are not
+        full-dimensional), with half a dimension of slack for the estimator's bias."""
+        return (float(k - 1) if self.max_dim is None else float(self.max_dim)) + 0.5
+
+
+def _scored_policies(true_policy: Any, proxy_policy: Any, x: Any) -> tuple[Tensor, Tensor]:
+    """Both policies as ``(n, K)`` float64 probability tables on the same inputs, ``n >= 3``."""
+    p = _probs("true_policy", true_policy, x)
+    q = _probs("proxy_policy", proxy_policy, x)
+    if p.shape != q.shape:
+        raise ValueError(
+            f"the two policies must be scored on the same inputs and outputs, got {tuple(p.shape)} "
+            f"and {tuple(q.shape)}"
+        )
+    n = p.shape[0]
+    if n < 3:
+        raise ValueError(f"need at least 3 inputs, got {n}")
+    return p, q
+
+
+def _check_x_matches_tables(x: Any, true_policy: Any, proxy_policy: Any, n: int) -> None:
+    if x is not None and not callable(true_policy) and not callable(proxy_policy):
+        nx = len(x)
+        if nx != n:
+            raise ValueError(
+                f"x has {nx} rows but the probability tables have {n}; the tables "
+                "are used as they are (x is only needed for callables)"
+            )
+
+
+def _random_pair_distances(p: Tensor, q: Tensor, n_pairs: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``(TV under π†, TV under π̃)`` of ``n_pairs`` seeded random pairs of distinct inputs."""
+    n = p.shape[0]
+    gen = torch.Generator().manual_seed(seed)
+    i = torch.randint(0, n, (n_pairs,), generator=gen)
+    j = (i + torch.randint(1, n, (n_pairs,), generator=gen)) % n
+    return _tv(p[i], p[j]), _tv(q[i], q[j])
+
+
+def _levelset_violation(p: Tensor, q: Tensor, delta: float, far: float) -> float:
+    """C1: nearest neighbours under each policy (closer than ``delta``), checked under the other
+    (farther than ``far * delta``); NaN when no pair is close."""
+    dq_nn, jq = _tv_matrix_nn(q, q, exclude_self=True)
+    dp_nn, jp = _tv_matrix_nn(p, p, exclude_self=True)
+    close_q, close_p = dq_nn < delta, dp_nn < delta
+    far_q = _tv(p, p[jq]) > far * delta  # proxy says same, expert says different
+    far_p = _tv(q, q[jp]) > far * delta  # expert says same, proxy says different
+    n_close = int(close_q.sum() + close_p.sum())
+    return (
+        float((far_q & close_q).sum() + (far_p & close_p).sum()) / n_close
+        if n_close
+        else float("nan")
+    )
+
+
+def _image_gap_q99(p: Tensor, q: Tensor) -> float:
+    """C2: 0.99-quantile of the TV from each ``π†(x)`` to its nearest ``π̃(x')``."""
+    gap, _ = _tv_matrix_nn(p, q, exclude_self=False)
+    return float(torch.quantile(gap, 0.99))
+
+
+def _proxy_intrinsic_dim(q: Tensor) -> float:
+    """C3: TwoNN dimension of the proxy's centred log-probabilities."""
+    clr = torch.log(q.clamp_min(1e-12))
+    clr = clr - clr.mean(-1, keepdim=True)
+    return _twonn(clr)
+
+
+def _degenerate_notes(
+    p: Tensor, q: Tensor, dp: Tensor, dq: Tensor, violation: float, dim: float, delta: float
+) -> list[str]:
+    """Why some diagnostics are ``inf`` or ``nan`` (or noisy), in the order they are warned."""
+    notes = []
+    if float(dq.max()) <= DENOM_FLOOR:
+        notes.append("the proxy's outputs are (nearly) constant")
+    if float(dp.max()) <= DENOM_FLOOR:
+        notes.append("the expert's outputs are (nearly) constant")
+    if math.isnan(violation):
+        notes.append(f"no nearest-neighbour pair is closer than delta = {delta}")
+    if math.isnan(dim):
+        notes.append("too few distinct proxy outputs for the intrinsic dimension")
+    n = p.shape[0]
+    distinct = min(torch.unique(p, dim=0).shape[0], torch.unique(q, dim=0).shape[0])
+    if distinct < n / 2:
+        notes.append(
+            f"only {distinct} distinct rows in {n}: sampled label frequencies make the distances "
+            "noisy (use many labels per input, or policies fitted to each pool)"
+        )
+    return notes
+
+
 def check_conditions(
     true_policy: Callable[[Tensor], Tensor] | Tensor,
     proxy_policy: Callable[[Tensor], Tensor] | Tensor,
@@ -214,85 +342,25 @@ def check_conditions(
     Degenerate inputs (a constant proxy, or too few distinct outputs) give ``inf``/``nan`` with a
     warning, never an exception.
     """
-    p = _probs("true_policy", true_policy, x)
-    q = _probs("proxy_policy", proxy_policy, x)
-    if p.shape != q.shape:
-        raise ValueError(
-            f"the two policies must be scored on the same inputs and outputs, got {tuple(p.shape)} "
-            f"and {tuple(q.shape)}"
-        )
+    p, q = _scored_policies(true_policy, proxy_policy, x)
     n, k = p.shape
-    if n < 3:
-        raise ValueError(f"need at least 3 inputs, got {n}")
-    delta = as_real("delta", delta, low=0, low_open=True)
-    far = as_real("far", far, low=0, low_open=True)
-    n_pairs = as_int("n_pairs", n_pairs, 1)
-    seed = as_int("seed", seed, 0)
-    max_violation = as_real("max_violation", max_violation, low=0)
-    max_image_gap = as_real("max_image_gap", max_image_gap, low=0)
-    max_L = as_real("max_L", max_L, low=0, finite=False)
-    if max_dim is not None:
-        max_dim = as_real("max_dim", max_dim, low=0)
-    if x is not None and not callable(true_policy) and not callable(proxy_policy):
-        nx = len(x)
-        if nx != n:
-            raise ValueError(
-                f"x has {nx} rows but the probability tables have {n}; the tables "
-                "are used as they are (x is only needed for callables)"
-            )
-    gen = torch.Generator().manual_seed(seed)
-    i = torch.randint(0, n, (n_pairs,), generator=gen)
-    j = (i + torch.randint(1, n, (n_pairs,), generator=gen)) % n
-    dp, dq = _tv(p[i], p[j]), _tv(q[i], q[j])
-    degenerate = []
-    if float(dq.max()) <= DENOM_FLOOR:
-        degenerate.append("the proxy's outputs are (nearly) constant")
-    if float(dp.max()) <= DENOM_FLOOR:
-        degenerate.append("the expert's outputs are (nearly) constant")
-    # C1: nearest neighbours under each policy, checked under the other
-    dq_nn, jq = _tv_matrix_nn(q, q, exclude_self=True)
-    dp_nn, jp = _tv_matrix_nn(p, p, exclude_self=True)
-    close_q, close_p = dq_nn < delta, dp_nn < delta
-    far_q = _tv(p, p[jq]) > far * delta  # proxy says same, expert says different
-    far_p = _tv(q, q[jp]) > far * delta  # expert says same, proxy says different
-    n_close = int(close_q.sum() + close_p.sum())
-    violation = (
-        float((far_q & close_q).sum() + (far_p & close_p).sum()) / n_close
-        if n_close
-        else float("nan")
+    s = _Settings.checked(
+        delta, far, n_pairs, seed, max_violation, max_image_gap, max_L=max_L, max_dim=max_dim
     )
-    spearman = _spearman(dp, dq)
-    gap, _ = _tv_matrix_nn(p, q, exclude_self=False)
-    gap_q99 = float(torch.quantile(gap, 0.99))
-    clr = torch.log(q.clamp_min(1e-12))
-    clr = clr - clr.mean(-1, keepdim=True)
-    dim = _twonn(clr)
-    L_hat = _ratio_q99(dq, dp)
-    L_rev = _ratio_q99(dp, dq)
-    if math.isnan(violation):
-        degenerate.append(f"no nearest-neighbour pair is closer than delta = {delta}")
-    if math.isnan(dim):
-        degenerate.append("too few distinct proxy outputs for the intrinsic dimension")
-    distinct = min(torch.unique(p, dim=0).shape[0], torch.unique(q, dim=0).shape[0])
-    if distinct < n / 2:
-        degenerate.append(
-            f"only {distinct} distinct rows in {n}: sampled label frequencies make the distances "
-            "noisy (use many labels per input, or policies fitted to each pool)"
-        )
+    _check_x_matches_tables(x, true_policy, proxy_policy, n)
+    dp, dq = _random_pair_distances(p, q, s.n_pairs, s.seed)
+    violation = _levelset_violation(p, q, s.delta, s.far)  # C1
+    spearman = _spearman(dp, dq)  # reported beside C1
+    gap_q99 = _image_gap_q99(p, q)  # C2
+    dim = _proxy_intrinsic_dim(q)  # C3
+    L_hat, L_rev = _ratio_q99(dq, dp), _ratio_q99(dp, dq)  # C4 and its reverse
+    degenerate = _degenerate_notes(p, q, dp, dq, violation, dim, s.delta)
     if degenerate:
         warnings.warn(
             "check_conditions: " + "; ".join(degenerate) + " — some diagnostics are inf or nan",
             stacklevel=2,
         )
-    # C3: K - 1 when not given (the outputs are not full-dimensional), with half a dimension of
-    # slack for the estimator's bias
-    max_dim = (float(k - 1) if max_dim is None else float(max_dim)) + 0.5
-    holds = {
-        "C1": bool(violation <= max_violation),
-        "C2": bool(gap_q99 <= max_image_gap),
-        "C3": bool(dim <= max_dim),
-        "C4": bool(L_hat <= max_L),
-    }
+    max_dim = s.dim_bound(k)
     return ConditionReport(
         levelset_violation=violation,
         levelset_spearman=spearman,
@@ -300,15 +368,20 @@ def check_conditions(
         intrinsic_dim=dim,
         L_hat=L_hat,
         L_hat_rev=L_rev,
-        holds=holds,
+        holds={
+            "C1": bool(violation <= s.max_violation),
+            "C2": bool(gap_q99 <= s.max_image_gap),
+            "C3": bool(dim <= max_dim),
+            "C4": bool(L_hat <= s.max_L),
+        },
         tolerances={
-            "levelset_violation": max_violation,
-            "image_gap": max_image_gap,
+            "levelset_violation": s.max_violation,
+            "image_gap": s.max_image_gap,
             "max_dim": max_dim,
-            "max_L": max_L,
-            "delta": float(delta),
-            "far": float(far),
+            "max_L": s.max_L,
+            "delta": float(s.delta),
+            "far": float(s.far),
         },
         n=n,
-        n_pairs=n_pairs,
+        n_pairs=s.n_pairs,
     )

@@ -5,33 +5,26 @@ reward model's sorted margins say the AI labels are wrong; leave out the AI labe
 up-weight the human ones. docs/rlthf.md has the method, an example and the reproduction.
 
 * :func:`run_rlthf`, :class:`RLTHFConfig`, :class:`RLTHFResult`: the loop (``loop.py``).
-* :class:`RewardDistribution`, :func:`find_bend`, :func:`window_accuracy`: the sorted margins and
-  their bends (``distribution.py``); :func:`select_targets`, :func:`backoff_drop_mask`
-  (``selection.py``).
-* Reward models: :class:`EmbeddingRewardModel`, :class:`TrainableHFRewardModel`
-  (``reward_model.py``), trained with :func:`weighted_bt_loss` (``losses.py``); TRL:
-  :class:`WeightedRewardTrainer` and its defaults, :func:`reward_config`.
-* Labellers: :class:`ChatLabeler`, :class:`HumanOracle`, :class:`CallbackHumanLabeler`,
-  :class:`CSVHumanLabeler`, :class:`SyntheticLabeler` (``labelers.py``).
+* :class:`RewardDistribution`, :func:`window_accuracy`: the sorted margins and their bends
+  (``distribution.py``); the selection and back-off rules are in ``selection.py``.
+* Reward models (:class:`RewardModel`): :class:`EmbeddingRewardModel`,
+  :class:`TrainableHFRewardModel` (``reward_model.py``); TRL: :class:`WeightedRewardTrainer`
+  (``trl_trainer.py``, imported on use).
+* Labellers (:class:`Labeler`): :class:`ChatLabeler`, :class:`HumanOracle`,
+  :class:`CallbackHumanLabeler`, :class:`CSVHumanLabeler` (``labelers.py``).
 * Data: :class:`PreferencePairs` with ``to_trl``/``from_trl`` (``data.py``); baselines in
-  ``baselines.py``; the offline world in ``textworld.py``.
+  ``baselines.py``; the offline world, :func:`make_textworld`, in ``textworld.py``.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
-from icml25.rlthf.baselines import (
-    run_ai_only,
-    run_full_human,
-    run_random,
-    run_self_confidence,
-    run_self_improvement,
-    run_uncertainty,
-)
+from icml25._moved import moved
 from icml25.rlthf.data import PreferencePairs
-from icml25.rlthf.distribution import RewardDistribution, find_bend, window_accuracy
+from icml25.rlthf.distribution import RewardDistribution, window_accuracy
 from icml25.rlthf.labelers import (
     AnnotationPending,
     BudgetExceeded,
@@ -40,26 +33,10 @@ from icml25.rlthf.labelers import (
     CSVHumanLabeler,
     HumanOracle,
     Labeler,
-    SyntheticLabeler,
-    parse_choice,
 )
-from icml25.rlthf.loop import (
-    RLTHFConfig,
-    RLTHFResult,
-    cross_fit_margins,
-    preference_accuracy,
-    run_rlthf,
-)
-from icml25.rlthf.losses import weighted_bt_loss
-from icml25.rlthf.reward_model import (
-    EmbeddingRewardModel,
-    RewardModel,
-    TrainableHFRewardModel,
-    hashing_encoder,
-    minilm_encoder,
-)
-from icml25.rlthf.selection import backoff_drop_mask, drop_position, select_targets
-from icml25.rlthf.textworld import TextWorld, make_textworld
+from icml25.rlthf.loop import RLTHFConfig, RLTHFResult, run_rlthf
+from icml25.rlthf.reward_model import EmbeddingRewardModel, RewardModel, TrainableHFRewardModel
+from icml25.rlthf.textworld import make_textworld
 
 __all__ = [
     "AnnotationPending",
@@ -75,34 +52,56 @@ __all__ = [
     "RLTHFResult",
     "RewardDistribution",
     "RewardModel",
-    "SyntheticLabeler",
-    "TextWorld",
     "TrainableHFRewardModel",
     "WeightedRewardTrainer",
-    "backoff_drop_mask",
-    "cross_fit_margins",
-    "drop_position",
-    "find_bend",
-    "hashing_encoder",
     "make_textworld",
-    "minilm_encoder",
-    "parse_choice",
-    "run_ai_only",
-    "run_full_human",
-    "run_random",
     "run_rlthf",
-    "run_self_confidence",
-    "run_self_improvement",
-    "run_uncertainty",
-    "select_targets",
-    "preference_accuracy",
-    "reward_config",
-    "weighted_bt_loss",
     "window_accuracy",
 ]
 
 
-def __getattr__(name: str) -> Any:  # TRL loads only when its trainer is asked for
-    if name in ("WeightedRewardTrainer", "reward_config"):
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+_moved_getattr = moved(
+    __name__,
+    {
+        "SyntheticLabeler": "labelers",
+        "TextWorld": "textworld",
+        "backoff_drop_mask": "selection",
+        "cross_fit_margins": "loop",
+        "drop_position": "selection",
+        "find_bend": "distribution",
+        "hashing_encoder": "reward_model",
+        "minilm_encoder": "reward_model",
+        "parse_choice": "labelers",
+        "preference_accuracy": "loop",
+        "reward_config": "trl_trainer",
+        "run_ai_only": "baselines",
+        "run_full_human": "baselines",
+        "run_random": "baselines",
+        "run_self_confidence": "baselines",
+        "run_self_improvement": "baselines",
+        "run_uncertainty": "baselines",
+        "select_targets": "selection",
+        "weighted_bt_loss": "losses",
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
+    """TRL loads only when its trainer is asked for; a moved name resolves from its module with
+    ``icml25._moved``'s DeprecationWarning, pointed at the caller's line (as a bare ``moved``
+    table would be)."""
+    if name == "WeightedRewardTrainer":
         return getattr(importlib.import_module("icml25.rlthf.trl_trainer"), name)
-    raise AttributeError(f"module 'icml25.rlthf' has no attribute {name!r}")
+    if name not in _moved_getattr.moved:
+        return _moved_getattr(name)  # the AttributeError
+    importlib.import_module(f"{__name__}.{_moved_getattr.moved[name]}")  # its own warnings as usual
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = _moved_getattr(name)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=2)
+    return value
+
+
+__getattr__.moved = _moved_getattr.moved  # type: ignore[attr-defined]  # read by tests and the docs hook

@@ -83,7 +83,7 @@ def _reward_model(args: argparse.Namespace, out: Path):
     if args.rm in ("minilm", "hashing"):
         encoder = args.rm
         if args.rm == "minilm" and (args.device != "auto" or args.dtype != "auto"):
-            from icml25.rlthf import minilm_encoder
+            from icml25.rlthf.reward_model import minilm_encoder
 
             encoder = minilm_encoder(device=kw["device"], dtype=kw["dtype"])
             encoder.name = f"minilm-{args.device}-{args.dtype}"  # its own embedding cache

@@ -307,7 +307,8 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from icml25.llm import load_model, load_tokenizer, model_kwargs
-    from icml25.safety_reasoning import SRGExample, build_srg_dataset, sft
+    from icml25.safety_reasoning import build_srg_dataset, sft
+    from icml25.safety_reasoning.data import SRGExample
 
     try:
         mkw = model_kwargs(args)

@@ -47,6 +47,10 @@ class Decision(NamedTuple):
 
 @runtime_checkable
 class Filter(Protocol):
+    """A rejection-sampling filter: ``filter(query, parsed) -> Decision`` on one candidate, with a
+    ``name`` that the synthesis report counts its rejections under. A plain function returning a
+    bool works too (named by its ``__name__``)."""
+
     name: str
 
     def __call__(self, query: Query, parsed: Any) -> Decision: ...

@@ -9,44 +9,37 @@ current gradient only, and a plain SGD step: no optimizer state. Embeddings, the
 biases take AdamW inside the same optimizer.
 """
 
-from icml25.swan.functional import (
-    grad_norm,
-    muon_orthogonalize,
-    newton_schulz_inv_sqrt,
-    newton_schulz_polar,
-    nsds_inv_sqrt,
-    quintic_polar,
-    sinkhorn_normalize,
-    swan_direction,
-    whiten,
-)
-from icml25.swan.groups import describe_groups, paper_param_groups, swan_param_groups
-from icml25.swan.memory import (
-    expected_adamw_state_bytes,
-    model_bytes,
-    optimizer_state_bytes,
-    tensor_bytes,
-)
-from icml25.swan.optim import SWAN, VARIANTS, SinkGD
+from icml25._moved import moved
+from icml25.swan.functional import swan_direction
+from icml25.swan.groups import paper_param_groups, swan_param_groups
+from icml25.swan.memory import optimizer_state_bytes
+from icml25.swan.optim import SWAN, SinkGD
 
 __all__ = [
     "SWAN",
-    "VARIANTS",
     "SinkGD",
-    "describe_groups",
-    "expected_adamw_state_bytes",
-    "grad_norm",
-    "model_bytes",
-    "muon_orthogonalize",
-    "newton_schulz_inv_sqrt",
-    "newton_schulz_polar",
-    "nsds_inv_sqrt",
     "optimizer_state_bytes",
     "paper_param_groups",
-    "quintic_polar",
-    "sinkhorn_normalize",
     "swan_direction",
     "swan_param_groups",
-    "tensor_bytes",
-    "whiten",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "VARIANTS": "optim",
+        "describe_groups": "groups",
+        "expected_adamw_state_bytes": "memory",
+        "grad_norm": "functional",
+        "model_bytes": "memory",
+        "muon_orthogonalize": "functional",
+        "newton_schulz_inv_sqrt": "functional",
+        "newton_schulz_polar": "functional",
+        "nsds_inv_sqrt": "functional",
+        "quintic_polar": "functional",
+        "sinkhorn_normalize": "functional",
+        "tensor_bytes": "memory",
+        "whiten": "functional",
+    },
+)

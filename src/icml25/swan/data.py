@@ -19,6 +19,9 @@ __all__ = ["Corpus", "WindowSampler", "eval_windows", "load_stdlib_corpus", "tra
 
 @dataclass
 class Corpus:
+    """The reproduction's train and eval text, the number of source files they came from, and
+    each text's SHA-256 (recorded in the report)."""
+
     train: str
     eval: str
     n_files: int

@@ -68,101 +68,118 @@ def swan_param_groups(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    buckets = _route_parameters(model, include=include, min_dim=min_dim)
+    return _assemble_groups(
+        buckets, lr=lr, adamw_lr=adamw_lr, scale=scale, weight_decay=weight_decay
+    )
+
+
+#: nn.MultiheadAttention keeps Q, K, V in one (3E, E) in_proj_weight (or three q/k/v_proj_weight
+#: matrices when kdim/vdim differ); its out_proj is an nn.Linear
+_MHA_MATRICES = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")
+
+#: the SWAN groups in the order they are listed, each with its routing keys: plain matrices
+#: (rows along dim -1), HF Conv1D matrices stored (in, out), GPT-2's fused c_attn (column blocks
+#: of the (in, out) Conv1D: Q, K, V whitened separately) and nn.MultiheadAttention's fused
+#: in_proj_weight (whiten the Q, K and V blocks of the fused matrix separately)
+_SWAN_GROUPS = (
+    ("swan", {"norm_dim": -1}),
+    ("swan_t", {"norm_dim": 0}),
+    ("swan_t_qkv", {"norm_dim": 0, "blocks": 3}),
+    ("swan_qkv", {"norm_dim": -1, "blocks": 3}),
+)
+
+
+def _route_parameters(
+    model: nn.Module,
+    *,
+    include: Callable[[str, nn.Module, nn.Parameter], bool] | None,
+    min_dim: int,
+) -> dict[str, tuple[list, list]]:
+    """Step 1: every trainable parameter, once (shared ones by identity), into a bucket of
+    ``(params, names)``: one per SWAN group of :data:`_SWAN_GROUPS`, and ``"rest"`` for AdamW."""
     conv1d = _conv1d_type()
     embeddings = _embedding_ids(model)
     seen: set[int] = set()
-    swan, swan_t, swan_qkv, swan_t_qkv, rest = ([], []), ([], []), ([], []), ([], []), ([], [])
+    buckets: dict[str, tuple[list, list]] = {
+        key: ([], []) for key in ("swan", "swan_t", "swan_qkv", "swan_t_qkv", "rest")
+    }
     for mod_name, module in model.named_modules():
         for p_name, p in module.named_parameters(recurse=False):
             if id(p) in seen or not p.requires_grad:
                 continue
             seen.add(id(p))
             name = f"{mod_name}.{p_name}" if mod_name else p_name
-            is_linear = isinstance(module, nn.Linear) or (
-                conv1d is not None and isinstance(module, conv1d)
-            )
-            mha = isinstance(module, nn.MultiheadAttention)
-            # nn.MultiheadAttention keeps Q, K, V in one (3E, E) in_proj_weight (or three
-            # q/k/v_proj_weight matrices when kdim/vdim differ); out_proj is an nn.Linear
-            mha_matrix = mha and p_name in (
-                "in_proj_weight",
-                "q_proj_weight",
-                "k_proj_weight",
-                "v_proj_weight",
-            )
-            eligible = (
-                (is_linear and p_name == "weight" or mha_matrix)
-                and p.ndim == 2
-                and min(p.shape) >= min_dim
-                and id(p) not in embeddings
-                and (include is None or include(name, module, p))
-            )
-            target = rest
-            if eligible:
-                target = swan_t if (conv1d is not None and isinstance(module, conv1d)) else swan
-                if mha and p_name == "in_proj_weight":
-                    target = swan_qkv
-                elif (
-                    target is swan_t
-                    and mod_name.endswith("c_attn")
-                    and p.shape[1] == 3 * p.shape[0]
-                ):
-                    target = swan_t_qkv  # GPT-2's fused Q/K/V, stored (in, out) = (E, 3E)
-            target[0].append(p)
-            target[1].append(name)
+            key = "rest"
+            if _is_swan_matrix(
+                module, p_name, p, name, conv1d, embeddings, include=include, min_dim=min_dim
+            ):
+                key = _swan_bucket(module, mod_name, p_name, p, conv1d)
+            buckets[key][0].append(p)
+            buckets[key][1].append(name)
+    return buckets
+
+
+def _is_swan_matrix(
+    module: nn.Module,
+    p_name: str,
+    p: nn.Parameter,
+    name: str,
+    conv1d,
+    embeddings: set[int],
+    *,
+    include: Callable[[str, nn.Module, nn.Parameter], bool] | None,
+    min_dim: int,
+) -> bool:
+    """The SWAN rule: the weight of an ``nn.Linear``/``Conv1D`` or an attention projection
+    matrix, 2-D with both sides ``>= min_dim``, not an embedding, and ``include`` agrees."""
+    is_linear = isinstance(module, nn.Linear) or (conv1d is not None and isinstance(module, conv1d))
+    mha_matrix = isinstance(module, nn.MultiheadAttention) and p_name in _MHA_MATRICES
+    return (
+        (is_linear and p_name == "weight" or mha_matrix)
+        and p.ndim == 2
+        and min(p.shape) >= min_dim
+        and id(p) not in embeddings
+        and (include is None or include(name, module, p))
+    )
+
+
+def _swan_bucket(module: nn.Module, mod_name: str, p_name: str, p: nn.Parameter, conv1d) -> str:
+    """Which SWAN group a SWAN matrix joins (its row axis and its fused Q/K/V blocks)."""
+    key = "swan_t" if (conv1d is not None and isinstance(module, conv1d)) else "swan"
+    if isinstance(module, nn.MultiheadAttention) and p_name == "in_proj_weight":
+        return "swan_qkv"
+    if key == "swan_t" and mod_name.endswith("c_attn") and p.shape[1] == 3 * p.shape[0]:
+        return "swan_t_qkv"  # GPT-2's fused Q/K/V, stored (in, out) = (E, 3E)
+    return key
+
+
+def _assemble_groups(
+    buckets: dict[str, tuple[list, list]],
+    *,
+    lr: float | None,
+    adamw_lr: float | None,
+    scale: float | None,
+    weight_decay: float | None,
+) -> list[dict]:
+    """Step 2: the non-empty buckets as param groups; ``lr``, ``scale`` and ``weight_decay`` only
+    where given (SWAN groups), ``adamw_lr`` (default ``lr``) for the AdamW group."""
     given = {
         k: v
         for k, v in (("lr", lr), ("scale", scale), ("weight_decay", weight_decay))
         if v is not None
     }
     groups = []
-    if swan[0]:
+    for key, routing in _SWAN_GROUPS:
+        params, names = buckets[key]
+        if params:
+            groups.append({"params": params, "names": names, "use_swan": True, **given, **routing})
+    params, names = buckets["rest"]
+    if params:
         groups.append(
             {
-                "params": swan[0],
-                "names": swan[1],
-                "use_swan": True,
-                **given,
-                "norm_dim": -1,
-            }
-        )
-    if swan_t[0]:
-        groups.append(
-            {
-                "params": swan_t[0],
-                "names": swan_t[1],
-                "use_swan": True,
-                **given,
-                "norm_dim": 0,
-            }
-        )
-    if swan_t_qkv[0]:
-        groups.append(
-            {
-                "params": swan_t_qkv[0],
-                "names": swan_t_qkv[1],
-                "use_swan": True,
-                **given,
-                "norm_dim": 0,
-                "blocks": 3,  # column blocks of the (in, out) Conv1D: Q, K, V whitened separately
-            }
-        )
-    if swan_qkv[0]:
-        groups.append(
-            {
-                "params": swan_qkv[0],
-                "names": swan_qkv[1],
-                "use_swan": True,
-                **given,
-                "norm_dim": -1,
-                "blocks": 3,  # whiten the Q, K and V blocks of the fused matrix separately
-            }
-        )
-    if rest[0]:
-        groups.append(
-            {
-                "params": rest[0],
-                "names": rest[1],
+                "params": params,
+                "names": names,
                 "use_swan": False,
                 **(
                     {"lr": adamw_lr if adamw_lr is not None else lr}

@@ -40,6 +40,9 @@ OPTIMIZERS = (
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """Sizes of the reproduction's tiny LLaMA: vocabulary, hidden width, MLP width, layers,
+    context length and attention heads."""
+
     vocab: int
     hidden: int = 64  # the quick model: H=64, FF=176, L=2, S=64 (~0.36 M parameters)
     ff: int = 176
@@ -50,6 +53,9 @@ class ModelConfig:
 
 @dataclass
 class RunResult:
+    """One training run: its eval-CE curve over tokens, train losses, step times and the exact
+    byte counts of parameters, gradients and optimizer state (``final`` is the last eval CE)."""
+
     optimizer: str
     lr: float
     seed: int
@@ -74,6 +80,8 @@ class RunResult:
 
 
 def build_model(cfg: ModelConfig, seed: int):
+    """A freshly initialised ``LlamaForCausalLM`` of ``cfg``'s sizes (untied head), seeded by
+    ``seed`` so every optimizer of a seed starts from the same model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(

@@ -7,31 +7,11 @@ features (k-NN distances, LID) that control for them.
     >>> loss = tp_loss(image_emb, paired_text_emb)          # (N, d) clouds; differentiable
 """
 
-from icml25.topo_detect.attacks import fgsm, pgd_linf
+from icml25._moved import moved
 from icml25.topo_detect.controls import knn_features
 from icml25.topo_detect.losses import TopologicalContrastiveLoss, mk_loss, tp_loss
-from icml25.topo_detect.mmd import (
-    gaussian_gram,
-    median_bandwidth,
-    mmd2_unbiased,
-    mmd_h1_variance,
-    permutation_test,
-    wild_bootstrap_test,
-)
-from icml25.topo_detect.models import (
-    AlignmentModel,
-    HFCLIPAdapter,
-    TinyTwoTower,
-    digit_prompt_embeddings,
-)
-from icml25.topo_detect.persistence import (
-    PersistenceDiagram,
-    distance_matrix,
-    multiscale_kernel,
-    total_persistence,
-    vr_diagrams,
-)
-from icml25.topo_detect.signatures import chunks, sample_signatures, signature_curve
+from icml25.topo_detect.models import AlignmentModel, HFCLIPAdapter
+from icml25.topo_detect.signatures import sample_signatures, signature_curve
 from icml25.topo_detect.two_sample import (
     DeepKernelMMD,
     GaussianMMD,
@@ -48,28 +28,35 @@ __all__ = [
     "SemanticAwareMMD",
     "GaussianMMD",
     "HFCLIPAdapter",
-    "PersistenceDiagram",
     "TestResult",
-    "TinyTwoTower",
     "TopologicalContrastiveLoss",
     "TopologicalMMD",
-    "chunks",
-    "digit_prompt_embeddings",
-    "distance_matrix",
-    "fgsm",
-    "gaussian_gram",
     "knn_features",
-    "median_bandwidth",
     "mk_loss",
-    "mmd2_unbiased",
-    "mmd_h1_variance",
-    "multiscale_kernel",
-    "permutation_test",
-    "pgd_linf",
     "sample_signatures",
     "signature_curve",
-    "total_persistence",
     "tp_loss",
-    "vr_diagrams",
-    "wild_bootstrap_test",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "PersistenceDiagram": "persistence",
+        "TinyTwoTower": "models",
+        "chunks": "signatures",
+        "digit_prompt_embeddings": "models",
+        "distance_matrix": "persistence",
+        "fgsm": "attacks",
+        "gaussian_gram": "mmd",
+        "median_bandwidth": "mmd",
+        "mmd2_unbiased": "mmd",
+        "mmd_h1_variance": "mmd",
+        "multiscale_kernel": "persistence",
+        "permutation_test": "mmd",
+        "pgd_linf": "attacks",
+        "total_persistence": "persistence",
+        "vr_diagrams": "persistence",
+        "wild_bootstrap_test": "mmd",
+    },
+)

@@ -65,6 +65,37 @@ def sample_signatures(
     themselves, so ``loss`` and ``**loss_kw`` only matter in gradient mode.) Float32/float64
     inputs keep their dtype in the output."""
     X, Y = torch.as_tensor(image_emb), torch.as_tensor(text_emb)
+    chunk_size, alpha, dims, images = _check_signature_inputs(
+        X, Y, loss, mode, chunk_size, alpha, dims, wrt, image_encoder, images, loss_kw
+    )
+    out, out_dtype = _signature_buffer(X, mode, wrt, dims, images)
+    for idx in chunks(X.shape[0], chunk_size, generator):
+        idx = idx.to(X.device)
+        x, y = X[idx].detach(), Y[idx].detach()
+        if mode == "attribution":
+            _attribute_chunk(out, idx, x, y, dims=dims, alpha=alpha, signed=signed)
+        else:
+            _gradient_chunk(
+                out,
+                idx,
+                x,
+                y,
+                loss,
+                loss_kw,
+                alpha=alpha,
+                dims=dims,
+                wrt=wrt,
+                encoder=image_encoder,
+                images=images,
+            )
+    return out.to(out_dtype)
+
+
+def _check_signature_inputs(
+    X, Y, loss, mode, chunk_size, alpha, dims, wrt, image_encoder, images, loss_kw
+):
+    """The arguments of :func:`sample_signatures`, checked in order; returns the checked
+    ``(chunk_size, alpha, dims, images)`` (``images`` as a tensor, pooled to 32x32 when larger)."""
     if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
         raise ValueError(
             f"image_emb and text_emb must be (N, d) with the same N, got {tuple(X.shape)} and {tuple(Y.shape)}"
@@ -100,6 +131,12 @@ def sample_signatures(
     for name, t in (("image_emb", X), ("text_emb", Y)):
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"{name} has non-finite values")
+    return chunk_size, alpha, dims, images
+
+
+def _signature_buffer(X: Tensor, mode: str, wrt: str, dims, images) -> tuple[Tensor, torch.dtype]:
+    """The zero output the chunks fill (float64 attributions, one column per dimension; or one
+    gradient row per sample) and the dtype it is returned in (float32/float64 inputs keep theirs)."""
     N = X.shape[0]
     out_dtype = (
         X.dtype
@@ -117,56 +154,62 @@ def sample_signatures(
             dtype=X.dtype if X.is_floating_point() else torch.float32,
             device=X.device,
         )
-    for idx in chunks(N, chunk_size, generator):
-        idx = idx.to(X.device)
-        x, y = X[idx].detach(), Y[idx].detach()
-        if mode == "attribution":
-            dgx = vr_diagrams(x, max_dim=max(dims))
-            sign = [1.0] * len(dims)
-            if signed:
-                dgy = vr_diagrams(y, max_dim=max(dims))
-                sign = [
-                    float(
-                        torch.sign(
-                            total_persistence(dgx[k], alpha) - total_persistence(dgy[k], alpha)
-                        )
-                    )
-                    for k in dims
-                ]
-            for j, k in enumerate(dims):
-                dg = dgx[k]
-                if len(dg) == 0:
-                    continue
-                pers = (dg.diagram[:, 1] - dg.diagram[:, 0]).detach().double().clamp(min=0) ** alpha
-                verts = (dg.pairs[:, 1:3] if k == 0 else dg.pairs).to(X.device)
-                srt = verts.sort(1).values
-                first = torch.ones_like(srt, dtype=torch.bool)
-                first[:, 1:] = srt[:, 1:] != srt[:, :-1]
-                first &= srt >= 0
-                share = sign[j] * pers / first.sum(1).clamp(min=1)  # pers / |V_r|
-                contrib = torch.where(
-                    first, share[:, None].expand_as(srt), torch.zeros_like(srt, dtype=share.dtype)
-                )
-                col = torch.zeros(len(idx), dtype=torch.float64, device=X.device)
-                col.index_add_(0, srt.clamp(min=0).reshape(-1), contrib.reshape(-1))
-                out[idx, j] += col
-        else:
-            if wrt == "input":
-                leaf = images[idx.to(images.device)].detach().clone().requires_grad_(True)
-                with torch.enable_grad():
-                    x = image_encoder(leaf)
-            else:
-                leaf = x = x.clone().requires_grad_(True)
-            with torch.enable_grad():
-                value = (
-                    tp_loss(x, y, alpha=alpha, dims=dims, **loss_kw)
-                    if loss == "tp"
-                    else mk_loss(x, y, dims=dims, **loss_kw)
-                )
-                (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
-            g = torch.zeros_like(leaf) if g is None else g.detach()
-            out[idx] = g.reshape(len(idx), -1).to(device=out.device, dtype=out.dtype)
-    return out.to(out_dtype)
+    return out, out_dtype
+
+
+def _attribute_chunk(
+    out: Tensor, idx: Tensor, x: Tensor, y: Tensor, *, dims, alpha, signed
+) -> None:
+    """Attribution in one chunk: every finite pair r of the image cloud's diagram in dimension k
+    adds ``sign_k * pers_r^alpha / |V_r|`` to each distinct vertex of its critical edges."""
+    dgx = vr_diagrams(x, max_dim=max(dims))
+    sign = _persistence_signs(dgx, y, dims, alpha) if signed else [1.0] * len(dims)
+    for j, k in enumerate(dims):
+        dg = dgx[k]
+        if len(dg) == 0:
+            continue
+        pers = (dg.diagram[:, 1] - dg.diagram[:, 0]).detach().double().clamp(min=0) ** alpha
+        verts = (dg.pairs[:, 1:3] if k == 0 else dg.pairs).to(x.device)
+        srt = verts.sort(1).values
+        first = torch.ones_like(srt, dtype=torch.bool)
+        first[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        first &= srt >= 0
+        share = sign[j] * pers / first.sum(1).clamp(min=1)  # pers / |V_r|
+        contrib = torch.where(
+            first, share[:, None].expand_as(srt), torch.zeros_like(srt, dtype=share.dtype)
+        )
+        col = torch.zeros(len(idx), dtype=torch.float64, device=x.device)
+        col.index_add_(0, srt.clamp(min=0).reshape(-1), contrib.reshape(-1))
+        out[idx, j] += col
+
+
+def _persistence_signs(dgx, y: Tensor, dims, alpha) -> list[float]:
+    """``sign(Pers_k(X) - Pers_k(Y))`` per dimension (the TP loss's chain rule)."""
+    dgy = vr_diagrams(y, max_dim=max(dims))
+    return [
+        float(torch.sign(total_persistence(dgx[k], alpha) - total_persistence(dgy[k], alpha)))
+        for k in dims
+    ]
+
+
+def _gradient_chunk(out, idx, x, y, loss, loss_kw, *, alpha, dims, wrt, encoder, images) -> None:
+    """Gradient mode in one chunk: the autograd gradient of the chunk's loss with respect to the
+    embeddings, or (``wrt="input"``) to the encoder's inputs, flattened into the chunk's rows."""
+    if wrt == "input":
+        leaf = images[idx.to(images.device)].detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            x = encoder(leaf)
+    else:
+        leaf = x = x.clone().requires_grad_(True)
+    with torch.enable_grad():
+        value = (
+            tp_loss(x, y, alpha=alpha, dims=dims, **loss_kw)
+            if loss == "tp"
+            else mk_loss(x, y, dims=dims, **loss_kw)
+        )
+        (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
+    g = torch.zeros_like(leaf) if g is None else g.detach()
+    out[idx] = g.reshape(len(idx), -1).to(device=out.device, dtype=out.dtype)
 
 
 def _encode(model, x: Tensor, batch: int = 256) -> Tensor:

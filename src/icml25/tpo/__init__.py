@@ -10,26 +10,26 @@ command is ``icml25 tpo``. ``PromptSet.from_textgrad()`` gives TextGrad's exact 
 prompts. The offline role model of the reproduction is in :mod:`icml25.tpo.tiny`.
 """
 
-from icml25.tpo.engine import (
-    CacheEntry,
-    IterationLog,
-    TPOConfig,
-    TPOResult,
-    best_of_n,
-    tpo_batch,
-    tpo_optimize,
-)
-from icml25.tpo.prompts import PromptSet, extract_tagged, short_value
+from icml25._moved import moved
+from icml25.tpo.engine import TPOConfig, TPOResult, best_of_n, tpo_batch, tpo_optimize
+from icml25.tpo.prompts import PromptSet
 
 __all__ = [
-    "CacheEntry",
-    "IterationLog",
     "PromptSet",
     "TPOConfig",
     "TPOResult",
     "best_of_n",
-    "extract_tagged",
-    "short_value",
     "tpo_batch",
     "tpo_optimize",
 ]
+
+# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
+__getattr__ = moved(
+    __name__,
+    {
+        "CacheEntry": "engine",
+        "IterationLog": "engine",
+        "extract_tagged": "prompts",
+        "short_value": "prompts",
+    },
+)

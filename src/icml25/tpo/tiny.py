@@ -71,6 +71,7 @@ UPD_FLAG_NOISE = 0.3  # noise of the update instruction's positions (docs/tpo.md
 
 
 def make_query(digits: list[int]) -> str:
+    """The task query ``"solve: d0 d1 d2 d3 d4 d5"`` for the given digits (six in the task)."""
     return "solve: " + " ".join(str(d) for d in digits)
 
 
@@ -79,6 +80,8 @@ def parse_digits(text: str) -> list[int]:
 
 
 def target_of(query: str) -> list[int]:
+    """The hidden answer of a task query, ``g_i = (d_{5-i} + 1) mod 10`` (reverse and add 1);
+    ``ValueError`` for a query with fewer than six digits after ``solve:``."""
     d = parse_digits(query.split("solve:", 1)[-1])[:L]
     if len(d) != L:
         raise ValueError(f"not a task query: {query!r}")

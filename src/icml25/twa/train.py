@@ -148,36 +148,73 @@ def train_twa(
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("the model has no trainable parameters")
     mp = MixedPrecision.prepare(model)  # float32 master weights; before the optimizer
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    per_epoch = math.ceil(len(data) / cfg.batch_size)
-    total = cfg.max_steps or per_epoch * cfg.epochs
-    rng = random.Random(cfg.seed)
-    hist = TrainHistory()
-    order: list[int] = []
+    loop = _TWALoop(model, data, cfg, collate, model_type, mp)
     model.train()
     for step in track(
-        range(total), "TWA", total=total, disable=None if progress is None else not progress
+        range(loop.total),
+        "TWA",
+        total=loop.total,
+        disable=None if progress is None else not progress,
     ):
-        if not order:
-            order = list(range(len(data)))
-            rng.shuffle(order)
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
+        batch = loop.next_batch()
+        if batch is None:  # every example of this batch was dropped by the policy
+            continue
+        loop.warm_up(step)
+        out = loop.descend(batch, step)
+        loop.log(step, out)
+        if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
+            loop.evaluate(eval_fn, step + 1)
+    model.eval()
+    return loop.finish(eval_fn)
+
+
+class _TWALoop:
+    """The state of one :func:`train_twa` run (AdamW on the trainable parameters, the shuffled
+    order of the current epoch, the history), one method per step of the loop."""
+
+    def __init__(self, model, data, cfg: TWAConfig, collate: TWACollator, model_type: str, mp):
+        self.model, self.data, self.cfg = model, data, cfg
+        self.collate, self.model_type, self.mp = collate, model_type, mp
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        per_epoch = math.ceil(len(data) / cfg.batch_size)
+        self.total = cfg.max_steps or per_epoch * cfg.epochs
+        self.rng = random.Random(cfg.seed)
+        self.hist = TrainHistory()
+        self.order: list[int] = []
+
+    def next_batch(self):
+        """The next ``batch_size`` examples of the epoch's order (reshuffled with ``config.seed``'s
+        generator when it runs out), collated; None when the policy dropped all of them."""
+        if not self.order:
+            self.order = list(range(len(self.data)))
+            self.rng.shuffle(self.order)
+        size = self.cfg.batch_size
+        idx, self.order = self.order[:size], self.order[size:]
         try:
-            batch = collate([data[i] for i in idx])
+            return self.collate([self.data[i] for i in idx])
         except ValueError as exc:
             if "dropped" in str(exc):  # every example of this batch was dropped by the policy
-                continue
+                return None
             raise
-        for g in opt.param_groups:
+
+    def warm_up(self, step: int) -> None:
+        """The learning rate of ``step``: linear warm-up over ``warmup_steps``, then constant."""
+        cfg = self.cfg
+        for g in self.opt.param_groups:
             g["lr"] = (
                 cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
             )
-        with mp.autocast():
+
+    def descend(self, batch, step: int):
+        """One AdamW step on the batch's TWA loss (forward under the model's autocast, the
+        gradient clipped to ``max_grad_norm``); a non-finite loss raises before the step."""
+        cfg = self.cfg
+        with self.mp.autocast():
             out = twa_loss_on_batch(
-                model,
+                self.model,
                 batch,
-                model_type=model_type,
+                model_type=self.model_type,
                 unlikelihood=cfg.unlikelihood,
                 reduction=cfg.reduction,
                 eps=cfg.eps,
@@ -186,12 +223,16 @@ def train_twa(
             raise FloatingPointError(
                 f"the TWA loss became {float(out.loss)} at step {step}; lower lr"
             )
-        opt.zero_grad()
+        self.opt.zero_grad()
         out.loss.backward()
         if cfg.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        opt.step()
-        hist.steps.append(
+            torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        self.opt.step()
+        return out
+
+    def log(self, step: int, out) -> None:
+        """The step's loss and its parts into the history."""
+        self.hist.steps.append(
             {
                 "step": step,
                 "loss": float(out.loss.detach()),
@@ -201,19 +242,25 @@ def train_twa(
                 "n_span_tokens": out.n_span_tokens,
             }
         )
-        if eval_fn is not None and eval_every and (step + 1) % eval_every == 0:
-            model.eval()
-            hist.evals.append({"step": step + 1, **eval_fn(model)})
-            model.train()
-    model.eval()
-    if not hist.steps:
-        raise ValueError(
-            "no training step ran: every batch was dropped (unlocalized='drop_example' and every "
-            "example has an unlocalizable error)"
-        )
-    if eval_fn is not None and not (hist.evals and hist.evals[-1]["step"] == total):
-        hist.evals.append({"step": total, **eval_fn(model)})
-    return hist
+
+    def evaluate(self, eval_fn: Callable[[object], dict], step: int) -> None:
+        """``eval_fn(model)`` in ``eval()`` mode, recorded at ``step``; training mode after."""
+        self.model.eval()
+        self.hist.evals.append({"step": step, **eval_fn(self.model)})
+        self.model.train()
+
+    def finish(self, eval_fn: Callable[[object], dict] | None) -> TrainHistory:
+        """The history, after the final evaluation (unless the last step was just evaluated); an
+        error when no step ran."""
+        hist = self.hist
+        if not hist.steps:
+            raise ValueError(
+                "no training step ran: every batch was dropped (unlocalized='drop_example' and every "
+                "example has an unlocalizable error)"
+            )
+        if eval_fn is not None and not (hist.evals and hist.evals[-1]["step"] == self.total):
+            hist.evals.append({"step": self.total, **eval_fn(self.model)})
+        return hist
 
 
 try:  # transformers is the `llm` extra
@@ -247,7 +294,7 @@ if _Trainer is not None:
 
         A training step's loss is normalised over the GLOBAL batch: the summed TWA loss of every
         micro-batch (over the accumulated micro-batches and the processes) divided by the summed
-        count of :func:`~icml25.twa.twa_loss_denominator` (the tokens that receive a loss for
+        count of :func:`~icml25.twa.collate.twa_loss_denominator` (the tokens that receive a loss for
         ``"token_mean"``, the sequences for ``"seq_mean"``; ``"sum"`` is the global sum), so 2
         processes x batch B, or gradient accumulation 2 x B, train as one process with batch 2B
         (:class:`~icml25.llm.distributed.GlobalBatchNormalisation`). Evaluation reports the
