@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +27,119 @@ def _model_device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
+def _check_stat_dtype(stat_dtype: torch.dtype) -> None:
+    if stat_dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"stat_dtype must be torch.float32 or torch.float64, got {stat_dtype}")
+
+
+def _check_batches_iterable(batches: Iterable) -> None:
+    if isinstance(batches, (str, bytes, Tensor, dict)):
+        raise TypeError(
+            "batches must be an iterable of batches (dicts with 'input_ids' and "
+            "'attention_mask', e.g. from make_realign_batches, or tensors), got "
+            f"{type(batches).__name__}"
+        )
+
+
+def _check_batch(batch: Any) -> None:
+    if not isinstance(batch, Tensor) and not (
+        hasattr(batch, "get") and batch.get("input_ids") is not None
+    ):
+        raise TypeError(
+            "each calibration batch must be a tensor of token ids or a dict with "
+            f"'input_ids' (make_realign_batches builds them), got {str(batch)[:80]}"
+        )
+
+
+def _calibration_call(
+    batch: Any, dev: torch.device, *, exclude_padding: bool, max_length: int | None
+) -> tuple[tuple, dict, Tensor | None, int] | None:
+    """One calibration batch as ``(args, kwargs, mask, n)``: the model's call, the padding mask
+    the statistics apply (None: every position counts) and ``n``, its number of sequences;
+    None when no sequence of it runs (an empty tensor, or only padding)."""
+    _check_batch(batch)
+    if isinstance(batch, Tensor):
+        x = batch.to(dev)
+        if x.shape[0] == 0:
+            return None
+        return (x,), {}, None, x.shape[0]
+    ids = batch["input_ids"]
+    if max_length is not None and ids.shape[1] > max_length:
+        warnings.warn(
+            f"calibration sequences of {ids.shape[1]} tokens truncated to max_length={max_length}",
+            UserWarning,
+            stacklevel=3,  # = stacklevel=2 from activation_sq_norms, as before the split
+        )
+        ids = ids[:, :max_length]
+    am = batch.get("attention_mask")
+    if am is not None:
+        am = am[:, : ids.shape[1]]
+        keep = am.sum(1) > 0  # sequences that are all padding are dropped (not counted in N)
+        if not bool(keep.any()):
+            return None
+        ids, am = ids[keep], am[keep]
+    mask = am if (exclude_padding and am is not None) else None
+    kwargs = {"input_ids": ids.to(dev)}
+    if am is not None:
+        kwargs["attention_mask"] = am.to(dev)
+    return (), kwargs, mask, ids.shape[0]
+
+
+class _SquaredInputSums:
+    """``sum_n sum_t X_n[t, j]^2`` per target and ``N`` (official ``WrappedGPT.add_batch``),
+    filled by one forward pre-hook per hooked module while the calibration batches run."""
+
+    def __init__(self, layers: dict, stat_dtype: torch.dtype) -> None:
+        self.layers, self.stat_dtype = layers, stat_dtype
+        self.sums: dict[str, Tensor] = {}
+        self.mask: Tensor | None = None  # padding mask of the batch now running
+        self.n = 0  # sequences seen
+
+    def attach(self) -> list:
+        """One pre-hook per module that runs targets (LoRA factors share their wrapper's)."""
+        groups: dict[int, list[str]] = {}
+        mods: dict[int, nn.Module] = {}
+        for name, t in self.layers.items():
+            m = hook_module(t)
+            groups.setdefault(id(m), []).append(name)
+            mods[id(m)] = m
+        return [mods[k].register_forward_pre_hook(self._hook(v)) for k, v in groups.items()]
+
+    def _hook(self, names: list[str]):
+        def hook(_mod, inp):
+            for name in names:
+                self._add(name, inp[0])
+
+        return hook
+
+    def _add(self, name: str, x: Tensor) -> None:
+        xi = input_of(self.layers[name], x).to(self.stat_dtype)
+        _check_finite(name, xi, "activations")
+        if self.mask is not None and xi.dim() == 3:
+            xi = xi * self.mask.to(xi.device, self.stat_dtype)[..., None]
+        sq = xi.pow(2).reshape(-1, xi.shape[-1]).sum(0)
+        self.sums[name] = self.sums[name] + sq if name in self.sums else sq
+
+    def averages(self) -> dict[str, Tensor]:
+        """``a_j^2 = sums / N`` per target, in ``layers`` order."""
+        if self.n == 0 or not self.sums:
+            raise ValueError(
+                "no calibration statistics: the batch iterator was empty, every sequence was "
+                "padding, or the target layers never ran (a LoRA adapter disabled with "
+                "model.disable_adapter() does not run)"
+            )
+        out = {}
+        for name in self.layers:
+            if name not in self.sums:
+                raise ValueError(
+                    f"target layer {name!r} was never called during the calibration pass (an "
+                    "inactive PEFT adapter, or a module outside the forward path?); select the "
+                    "active adapter (AntidoteConfig(adapters=None)) or drop the layer"
+                )
+            out[name] = self.sums[name] / self.n
+        return out
+
+
 @torch.no_grad()
 def activation_sq_norms(
     model: nn.Module,
@@ -42,100 +156,28 @@ def activation_sq_norms(
     (other keys such as ``labels`` are ignored), or plain tensors for models called as
     ``model(x)``. Padding positions (``attention_mask == 0``) are excluded; ``N`` counts
     sequences. The model runs in eval mode (no dropout) and is put back afterwards."""
-    if stat_dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"stat_dtype must be torch.float32 or torch.float64, got {stat_dtype}")
-    sums: dict[str, Tensor] = {}
-    state = {"mask": None, "n": 0}
-    groups: dict[int, list[str]] = {}
-    mods: dict[int, nn.Module] = {}
-    for name, t in layers.items():
-        m = hook_module(t)
-        groups.setdefault(id(m), []).append(name)
-        mods[id(m)] = m
-
-    def make_hook(names):
-        def hook(_mod, inp):
-            x = inp[0]
-            for name in names:
-                xi = input_of(layers[name], x).to(stat_dtype)
-                _check_finite(name, xi, "activations")
-                mask = state["mask"]
-                if mask is not None and xi.dim() == 3:
-                    xi = xi * mask.to(xi.device, stat_dtype)[..., None]
-                sq = xi.pow(2).reshape(-1, xi.shape[-1]).sum(0)
-                sums[name] = sums[name] + sq if name in sums else sq
-
-        return hook
-
-    handles = [mods[k].register_forward_pre_hook(make_hook(v)) for k, v in groups.items()]
+    _check_stat_dtype(stat_dtype)
+    stats = _SquaredInputSums(layers, stat_dtype)
+    handles = stats.attach()
     was_training = model.training
     model.eval()
     dev = _model_device(model)
     try:
-        if isinstance(batches, (str, bytes, Tensor, dict)):
-            raise TypeError(
-                "batches must be an iterable of batches (dicts with 'input_ids' and "
-                "'attention_mask', e.g. from make_realign_batches, or tensors), got "
-                f"{type(batches).__name__}"
-            )
+        _check_batches_iterable(batches)
         for batch in batches:
-            if not isinstance(batch, Tensor) and not (
-                hasattr(batch, "get") and batch.get("input_ids") is not None
-            ):
-                raise TypeError(
-                    "each calibration batch must be a tensor of token ids or a dict with "
-                    f"'input_ids' (make_realign_batches builds them), got {str(batch)[:80]}"
-                )
-            if isinstance(batch, Tensor):
-                x = batch.to(dev)
-                state["mask"], n = None, x.shape[0]
-                if n == 0:
-                    continue
-                model(x)
-            else:
-                ids = batch["input_ids"]
-                if max_length is not None and ids.shape[1] > max_length:
-                    warnings.warn(
-                        f"calibration sequences of {ids.shape[1]} tokens truncated to "
-                        f"max_length={max_length}",
-                        UserWarning,
-                        stacklevel=2,
-                    )
-                    ids = ids[:, :max_length]
-                am = batch.get("attention_mask")
-                if am is not None:
-                    am = am[:, : ids.shape[1]]
-                    keep = am.sum(1) > 0
-                    if not bool(keep.any()):
-                        continue
-                    ids, am = ids[keep], am[keep]
-                state["mask"] = am if (exclude_padding and am is not None) else None
-                n = ids.shape[0]
-                kwargs = {"input_ids": ids.to(dev)}
-                if am is not None:
-                    kwargs["attention_mask"] = am.to(dev)
-                model(**kwargs)
-            state["n"] += n
+            call = _calibration_call(
+                batch, dev, exclude_padding=exclude_padding, max_length=max_length
+            )
+            if call is None:
+                continue
+            args, kwargs, stats.mask, n = call
+            model(*args, **kwargs)
+            stats.n += n
     finally:
         for h in handles:
             h.remove()
         model.train(was_training)
-    if state["n"] == 0 or not sums:
-        raise ValueError(
-            "no calibration statistics: the batch iterator was empty, every sequence was padding, "
-            "or the target layers never ran (a LoRA adapter disabled with "
-            "model.disable_adapter() does not run)"
-        )
-    out = {}
-    for name in layers:
-        if name not in sums:
-            raise ValueError(
-                f"target layer {name!r} was never called during the calibration pass (an "
-                "inactive PEFT adapter, or a module outside the forward path?); select the "
-                "active adapter (AntidoteConfig(adapters=None)) or drop the layer"
-            )
-        out[name] = sums[name] / state["n"]
-    return out
+    return stats.averages()
 
 
 def wanda_scores(layers: dict, sq_norms: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -58,6 +58,26 @@ def _cents(d: Decimal) -> int:
     return int((d / CENT).to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
+def _floor_cents(min_payout: Any) -> int:
+    """``min_payout`` in whole cents (half-even); a floor that rounds to 0 is an error, one that
+    is not whole cents a warning (stacklevel=3: the caller of ``distribute``)."""
+    floor_d = _money("min_payout", min_payout)
+    floor_c = _cents(floor_d)
+    if floor_d > 0 and floor_c == 0:
+        raise ValueError(
+            f"min_payout={min_payout!r} rounds to 0.00: payouts are whole cents (half-even), "
+            "so this floor would be silently dropped; pass 0 for no floor, or at least 0.01"
+        )
+    if floor_d != Decimal(floor_c) * CENT:
+        warnings.warn(
+            f"min_payout={min_payout!r} is not a whole number of cents; the floor used is "
+            f"{Decimal(floor_c) * CENT}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return floor_c
+
+
 @dataclass(frozen=True)
 class Work:
     """A licensed work. ``units``: its size (tokens, items); ``territory``: where its
@@ -318,45 +338,63 @@ class CollectiveLicensingPool:
         alpha = as_real("alpha", alpha, low=0, high=1)
         if floor_policy not in ("raise", "scale"):
             raise ValueError(f"floor_policy must be 'raise' or 'scale', got {floor_policy!r}")
-        floor_d = _money("min_payout", min_payout)
-        floor_c = _cents(floor_d)
-        if floor_d > 0 and floor_c == 0:
-            raise ValueError(
-                f"min_payout={min_payout!r} rounds to 0.00: payouts are whole cents (half-even), "
-                "so this floor would be silently dropped; pass 0 for no floor, or at least 0.01"
-            )
-        if floor_d != Decimal(floor_c) * CENT:
-            warnings.warn(
-                f"min_payout={min_payout!r} is not a whole number of cents; the floor used is "
-                f"{Decimal(floor_c) * CENT}",
-                UserWarning,
-                stacklevel=2,
-            )
+        floor_c = _floor_cents(min_payout)
+        values = self._values_for(rule, values)
+        gross, net = self._net_pool()
+        active = [w for w in self.works if not w.opted_out and w.units > 0]
+        holders = sorted({w.owner for w in self.works})
+        notes: list[str] = []
+        if not active or net == 0:
+            return self._pay_nothing(rule, gross, net, holders, active, notes)
+        owed = self._owed_by_territory(net, gross)
+        if values is not None and rule in ("attribution", "hybrid"):
+            rule = self._attribution_fallback(rule, values, {w.owner for w in active}, notes)
+        pay = dict.fromkeys(holders, 0)
+        for terr, cents in sorted(owed.items()):
+            works = self._registered_works(terr, cents, active, notes)
+            split = largest_remainder(cents, self._weights(rule, works, values, alpha, notes))
+            split = self._floor(split, floor_c, cents, floor_policy, notes, terr)
+            for h, c in split.items():
+                pay[h] += c
+        out = {h: (Decimal(c) * CENT).quantize(CENT) for h, c in pay.items()}
+        self._last = {"rule": rule, "net": net, "gross": gross, "payouts": out, "notes": notes}
+        return out
+
+    # The steps of distribute. Their warnings use stacklevel=3: distribute's caller, as before.
+    def _values_for(self, rule: str, values: Any) -> dict[str, float] | None:
+        """The attribution values, checked; the attribution rules cannot run without them."""
         if rule in ("attribution", "hybrid") and values is None:
             raise ValueError(f"rule {rule!r} needs values={{holder: value}} (e.g. Shapley values)")
         if values is not None:
             values = self._check_values(values)
+        return values
+
+    def _net_pool(self) -> tuple[Decimal, Decimal]:
+        """``(gross, net)``: everything collected, and that less administration, to the cent."""
         gross = sum(self.collected.values(), Decimal(0))
         net = (gross * (1 - Decimal(str(self.admin_rate)))).quantize(CENT, rounding=ROUND_HALF_EVEN)
-        active = [w for w in self.works if not w.opted_out and w.units > 0]
-        holders = sorted({w.owner for w in self.works})
-        pay = dict.fromkeys(holders, 0)
-        notes: list[str] = []
-        if not active or net == 0:
-            undistributed = net
-            if not active and net > 0:
-                warnings.warn(f"no licensable works: {net} is left undistributed", stacklevel=2)
-                notes.append(f"no licensable works: {net} undistributed")
-            self._last = {
-                "rule": rule,
-                "net": net,
-                "payouts": {h: Decimal("0.00") for h in holders},
-                "gross": gross,
-                "notes": notes,
-                "undistributed": undistributed,
-            }
-            return {h: Decimal("0.00") for h in holders}
-        # territory pools, moved by reciprocity to the territories of registration
+        return gross, net
+
+    def _pay_nothing(self, rule, gross, net, holders, active, notes) -> dict[str, Decimal]:
+        """No licensable work or a zero net pool: every holder gets 0.00, the net pool stays
+        undistributed."""
+        undistributed = net
+        if not active and net > 0:
+            warnings.warn(f"no licensable works: {net} is left undistributed", stacklevel=3)
+            notes.append(f"no licensable works: {net} undistributed")
+        self._last = {
+            "rule": rule,
+            "net": net,
+            "payouts": {h: Decimal("0.00") for h in holders},
+            "gross": gross,
+            "notes": notes,
+            "undistributed": undistributed,
+        }
+        return {h: Decimal("0.00") for h in holders}
+
+    def _owed_by_territory(self, net: Decimal, gross: Decimal) -> dict[str, int]:
+        """Cents owed to each territory of registration: the net pool split over the territories
+        it was collected in, each territory's pool then moved by its reciprocity row."""
         owed: dict[str, int] = {}
         net_c = _cents(net)
         by_terr = (
@@ -370,38 +408,38 @@ class CollectiveLicensingPool:
                 cents, {b: Fraction(str(f)) for b, f in sorted(row.items())}
             ).items():
                 owed[b] = owed.get(b, 0) + c
-        active_holders = {w.owner for w in active}
-        if values is not None and rule in ("attribution", "hybrid"):
-            missing = sorted(active_holders - set(values))
-            if missing:
-                warnings.warn(f"no attribution value for {missing}: they count as 0", stacklevel=2)
-                notes.append(f"no attribution value for {missing} (counted as 0)")
-            if all(values.get(h, 0.0) <= 0 for h in active_holders):
-                warnings.warn(
-                    "every attribution value is <= 0: falling back to the volume rule", stacklevel=2
-                )
-                notes.append("attribution values all <= 0: volume rule used")
-                rule = "volume"
-        for terr, cents in sorted(owed.items()):
-            works = [
-                w for w in active if w.territory == terr or terr == "ANY" or w.territory == "ANY"
-            ]
-            if not works:
-                works = active  # nobody registered there: the pool stays with every active holder
-                warnings.warn(
-                    f"territory {terr!r} has no registered works: its {cents / 100:.2f} "
-                    "goes to every active rights-holder",
-                    stacklevel=2,
-                )
-                notes.append(f"territory {terr!r} has no registered works: its share goes to all")
-            weights = self._weights(rule, works, values, alpha, notes)
-            split = largest_remainder(cents, weights)
-            split = self._floor(split, floor_c, cents, floor_policy, notes, terr)
-            for h, c in split.items():
-                pay[h] += c
-        out = {h: (Decimal(c) * CENT).quantize(CENT) for h, c in pay.items()}
-        self._last = {"rule": rule, "net": net, "gross": gross, "payouts": out, "notes": notes}
-        return out
+        return owed
+
+    @staticmethod
+    def _attribution_fallback(rule: str, values, active_holders: set, notes: list) -> str:
+        """The rule to use: ``rule``, or ``"volume"`` when no active holder has a value > 0
+        (a holder without a value counts as 0)."""
+        missing = sorted(active_holders - set(values))
+        if missing:
+            warnings.warn(f"no attribution value for {missing}: they count as 0", stacklevel=3)
+            notes.append(f"no attribution value for {missing} (counted as 0)")
+        if all(values.get(h, 0.0) <= 0 for h in active_holders):
+            warnings.warn(
+                "every attribution value is <= 0: falling back to the volume rule", stacklevel=3
+            )
+            notes.append("attribution values all <= 0: volume rule used")
+            rule = "volume"
+        return rule
+
+    @staticmethod
+    def _registered_works(terr: str, cents: int, active: list[Work], notes: list) -> list[Work]:
+        """The active works a territory's pool pays: those registered there (``"ANY"`` matches
+        every territory), or every active work when none is."""
+        works = [w for w in active if w.territory == terr or terr == "ANY" or w.territory == "ANY"]
+        if not works:
+            works = active  # nobody registered there: the pool stays with every active holder
+            warnings.warn(
+                f"territory {terr!r} has no registered works: its {cents / 100:.2f} "
+                "goes to every active rights-holder",
+                stacklevel=3,
+            )
+            notes.append(f"territory {terr!r} has no registered works: its share goes to all")
+        return works
 
     def _weights(self, rule, works, values, alpha, notes) -> dict[str, Fraction]:
         holders = sorted({w.owner for w in works})

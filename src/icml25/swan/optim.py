@@ -57,6 +57,82 @@ _NONFINITE = ("raise", "skip")
 _UNBATCHED_NUMEL = 1 << 20
 
 
+# The constructor's checks, in the order SWAN.__init__ runs them. Their warnings use
+# stacklevel=3: the caller of SWAN.__init__, as before they were split out of it.
+def _refuse_unsupported(capturable: bool, differentiable: bool) -> None:
+    """torch.optim flags SWAN cannot honour."""
+    if capturable:
+        raise ValueError(
+            "SWAN(capturable=True) is not supported: the step is not CUDA-graph capturable "
+            "(its finiteness check and the AdamW part's step counters live on the host)"
+        )
+    if differentiable:
+        raise ValueError("SWAN(differentiable=True) is not supported (the step runs under no_grad)")
+
+
+def _check_torch_flags(maximize: Any, foreach: Any, fused: Any) -> None:
+    """``maximize``, ``foreach`` and ``fused``: each a bool or None."""
+    for flag, value in (("maximize", maximize), ("foreach", foreach), ("fused", fused)):
+        if value is not None:
+            try:
+                as_bool(flag, value)
+            except TypeError:
+                raise TypeError(f"{flag} must be a bool or None, got {shown(value)}") from None
+
+
+def _apply_variant(
+    variant: str, whitening: Any, ns_steps: Any, ns_beta: Any, matmul_dtype: Any
+) -> tuple[Any, Any, Any, Any]:
+    """``(whitening, ns_steps, ns_beta, matmul_dtype)``: the variant's preset (:data:`VARIANTS`)
+    where the argument is unset (``...`` for whitening and matmul_dtype, None for the others);
+    a warning when an explicit ``ns_beta`` is unused by the whitening."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    preset = VARIANTS[variant]
+    whitening = preset["whitening"] if whitening is ... else whitening
+    if ns_beta is not None and whitening in ("muon", "eigh", "svd", None):
+        warnings.warn(
+            f"SWAN: ns_beta={ns_beta} is unused by whitening={whitening!r}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return (
+        whitening,
+        preset["ns_steps"] if ns_steps is None else ns_steps,
+        preset["ns_beta"] if ns_beta is None else ns_beta,
+        preset.get("matmul_dtype") if matmul_dtype is ... else matmul_dtype,
+    )
+
+
+def _check_compute_dtype(compute_dtype: Any) -> None:
+    """A torch floating dtype with kernels for GradNorm and the whitening; half precision warns."""
+    if compute_dtype not in FLOAT_DTYPES:
+        why = ""
+        if isinstance(compute_dtype, torch.dtype):
+            why = (
+                ": GradNorm and the whitening have no float8 kernels"
+                if compute_dtype.is_floating_point
+                else ": the whitening's inverse square root needs a real floating dtype"
+            )
+        raise ValueError(
+            "compute_dtype must be a torch floating dtype, e.g. torch.float32 (or "
+            f"torch.float64, torch.bfloat16, torch.float16), got {shown(compute_dtype)}{why}"
+        )
+    if compute_dtype in (torch.float16, torch.bfloat16):
+        warnings.warn(
+            f"SWAN(compute_dtype={compute_dtype}) runs GradNorm and the whole whitening in half "
+            "precision (direction error about 0.04-0.2 relative); matmul_dtype=torch.bfloat16 "
+            "keeps the rest in float32 (about 0.02-0.1)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _check_nonfinite(nonfinite: Any) -> None:
+    if nonfinite not in _NONFINITE:
+        raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}")
+
+
 class SWAN(torch.optim.Optimizer):
     """SGD with Whitening And Normalization (Ma et al., ICML 2025, Algorithm 1).
 
@@ -123,36 +199,11 @@ class SWAN(torch.optim.Optimizer):
         capturable: bool = False,
         differentiable: bool = False,
     ) -> None:
-        if capturable:
-            raise ValueError(
-                "SWAN(capturable=True) is not supported: the step is not CUDA-graph capturable "
-                "(its finiteness check and the AdamW part's step counters live on the host)"
-            )
-        if differentiable:
-            raise ValueError(
-                "SWAN(differentiable=True) is not supported (the step runs under no_grad)"
-            )
-        for flag, value in (("maximize", maximize), ("foreach", foreach), ("fused", fused)):
-            if value is not None:
-                try:
-                    as_bool(flag, value)
-                except TypeError:
-                    raise TypeError(f"{flag} must be a bool or None, got {shown(value)}") from None
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-        preset = VARIANTS[variant]
-        if ns_beta is not None and (preset["whitening"] if whitening is ... else whitening) in (
-            "muon",
-            "eigh",
-            "svd",
-            None,
-        ):
-            warnings.warn(
-                f"SWAN: ns_beta={ns_beta} is unused by whitening="
-                f"{preset['whitening'] if whitening is ... else whitening!r}",
-                UserWarning,
-                stacklevel=2,
-            )
+        _refuse_unsupported(capturable, differentiable)
+        _check_torch_flags(maximize, foreach, fused)
+        whitening, ns_steps, ns_beta, matmul_dtype = _apply_variant(
+            variant, whitening, ns_steps, ns_beta, matmul_dtype
+        )
         defaults = {
             "lr": lr,
             "scale": scale,
@@ -160,13 +211,13 @@ class SWAN(torch.optim.Optimizer):
             "norm": norm,
             "norm_dim": norm_dim,
             "center": center,
-            "whitening": preset["whitening"] if whitening is ... else whitening,
-            "ns_steps": preset["ns_steps"] if ns_steps is None else ns_steps,
-            "ns_beta": preset["ns_beta"] if ns_beta is None else ns_beta,
+            "whitening": whitening,
+            "ns_steps": ns_steps,
+            "ns_beta": ns_beta,
             "rescale": rescale,
             "eps": eps,
             "compute_dtype": compute_dtype,
-            "matmul_dtype": preset.get("matmul_dtype") if matmul_dtype is ... else matmul_dtype,
+            "matmul_dtype": matmul_dtype,
             "adamw_betas": adamw_betas,
             # the key torch's schedulers cycle (OneCycleLR, CyclicLR): the AdamW rule reads it
             "betas": adamw_betas,
@@ -177,28 +228,8 @@ class SWAN(torch.optim.Optimizer):
             "foreach": foreach,
             "fused": fused,
         }
-        if compute_dtype not in FLOAT_DTYPES:
-            why = ""
-            if isinstance(compute_dtype, torch.dtype):
-                why = (
-                    ": GradNorm and the whitening have no float8 kernels"
-                    if compute_dtype.is_floating_point
-                    else ": the whitening's inverse square root needs a real floating dtype"
-                )
-            raise ValueError(
-                "compute_dtype must be a torch floating dtype, e.g. torch.float32 (or "
-                f"torch.float64, torch.bfloat16, torch.float16), got {shown(compute_dtype)}{why}"
-            )
-        if compute_dtype in (torch.float16, torch.bfloat16):
-            warnings.warn(
-                f"SWAN(compute_dtype={compute_dtype}) runs GradNorm and the whole whitening in half "
-                "precision (direction error about 0.04-0.2 relative); matmul_dtype=torch.bfloat16 "
-                "keeps the rest in float32 (about 0.02-0.1)",
-                UserWarning,
-                stacklevel=2,
-            )
-        if nonfinite not in _NONFINITE:
-            raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}")
+        _check_compute_dtype(compute_dtype)
+        _check_nonfinite(nonfinite)
         self.nonfinite = nonfinite
         self.skipped_steps = 0
         self.shard_work = shard_work
