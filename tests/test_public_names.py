@@ -123,3 +123,25 @@ def test_every_public_building_block_is_documented():
                     if not doc or not doc.strip() or doc.startswith(obj.__name__ + "("):
                         missing.append(f"{sub.__name__}.{n}")
     assert not missing, missing
+
+
+@pytest.mark.parametrize("package", ["icml25.rlthf", "icml25.fpo", "icml25.antidote"])
+def test_one_warning_per_use_and_lazy_names_resolve_without_one(package):
+    """rlthf and fpo also load a TRL trainer on first use, through the same ``__getattr__``."""
+    import warnings
+
+    name = sorted(_moved_table(package))[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(f"from {package} import {name}", {})
+    # ``from`` asks the package twice (importlib's hasattr, then the import); both point at the
+    # importing line, so the default filter shows one
+    assert {(w.category, str(w.message), w.lineno) for w in caught} == {
+        (DeprecationWarning, str(caught[0].message), 1)
+    }
+    lazy = {"icml25.rlthf": "WeightedRewardTrainer", "icml25.fpo": "FPOTrainer"}.get(package)
+    if lazy:
+        pytest.importorskip("trl")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            assert getattr(importlib.import_module(package), lazy).__name__ == lazy

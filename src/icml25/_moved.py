@@ -17,15 +17,22 @@ from typing import Any
 REMOVED_IN = "0.3.0"
 
 
-def moved(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+def moved(
+    package: str, where: Mapping[str, str], *, lazy: Mapping[str, Callable[[], Any]] | None = None
+) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package`` that resolves each moved name from its new module.
 
     ``where`` maps a name to the module that now holds it: a submodule's name relative to the
-    package (``"masks"``) or an absolute module (``"icml25.llm.moderation"``).
+    package (``"masks"``) or an absolute module (``"icml25.llm.moderation"``). ``lazy`` maps the
+    package's own public names that load on first use (a trainer that imports TRL) to the
+    function that loads them; they resolve without a warning.
     """
     table = dict(where)
+    loaders = dict(lazy or {})
 
     def __getattr__(name: str) -> Any:
+        if name in loaders:
+            return loaders[name]()
         module = table.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

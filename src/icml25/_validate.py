@@ -8,7 +8,7 @@ number here (``True`` is refused where a count or a rate is asked). A refusal is
 at all) that names the argument, says what would be
 valid and shows the value as given, with its type where the ``repr`` alone would hide it::
 
-    as_real("beta", np.float32(0.1), low=0, low_open=True)   # -> 0.1 (a Python float)
+    as_real("beta", np.float32(0.5), low=0, low_open=True)   # -> 0.5 (a Python float)
     as_real("beta", float("nan"), low=0, low_open=True)
     # ValueError: beta must be a finite number > 0, got nan
     as_int("k", 2.5, 1)

@@ -174,7 +174,7 @@ PAPERS: tuple[Paper, ...] = (
         "Knowledge Swapping via Learning and Unlearning",
         "arXiv:2502.08075",
         repro="icml25.knowledge_swap.repro:run",
-        usage="inject_lora(model, ['fc1', 'fc2']); icml25.knowledge_swap.KnowledgeSwapper(model).fit(retain, forget, learn); unload_lora(model)",
+        usage="inject_lora(model, ['fc1', 'fc2']); icml25.knowledge_swap.KnowledgeSwapper(model).fit(retain, forget, learn); icml25.lora.unload_lora(model)",
     ),
     Paper(
         15,

@@ -116,3 +116,22 @@ def test_one_call_pipeline_structure():
 def test_toy_settings_reject_bad_sizes(kw, match):
     with pytest.raises(ValueError, match=match):
         ToySettings(**kw)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["ok", "no"],
+        [("a", "b", "c")],
+        [("only",)],
+        [("prompt", float("nan"))],
+        [{"prompt": 1, "response": "r"}],
+    ],
+)
+def test_make_realign_batches_refuses_rows_that_are_not_pairs_of_text(bad):
+    """A two-letter string used to unpack into a one-letter prompt and response."""
+    from icml25.toy import build_tokenizer
+
+    tok = build_tokenizer(["a b"], 300)
+    with pytest.raises(ValueError, match="calibration pair 0"):
+        make_realign_batches(tok, bad)

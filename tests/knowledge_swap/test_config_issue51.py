@@ -80,7 +80,8 @@ def test_the_config_is_checked_with_the_keywords_messages():
     for kw, message in [
         (dict(alpha=-1), "alpha must be a finite number >= 0, got -1"),
         (dict(strategy="both"), "strategy must be one of"),
-        (dict(min_lr=1.0), "min_lr must be a finite number in [0, 0.01], got 1.0"),
+        (dict(min_lr=1.0), "min_lr=1.0 is above lr=0.01"),
+        (dict(lr=1e-6), "min_lr=1e-05 is above lr=1e-06"),
     ]:
         with pytest.raises(ValueError) as by_cfg:
             KnowledgeSwapConfig(**kw)

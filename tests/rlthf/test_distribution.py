@@ -173,3 +173,17 @@ def test_distribution_and_drop_mask_refuse_bad_indices():
         window_accuracy(d, np.r_[0, 7, np.zeros(28)], np.zeros(30))
     with pytest.raises(ValueError, match="human_labels has shape"):
         window_accuracy(d, np.zeros(30), np.zeros(29))
+
+
+def test_an_empty_or_non_numeric_curve_is_refused_by_name():
+    import pytest
+
+    from icml25.rlthf import RewardDistribution
+    from icml25.rlthf.distribution import find_bend
+
+    with pytest.raises(ValueError, match="margins is empty"):
+        RewardDistribution([])
+    with pytest.raises(TypeError, match="margins must be real numbers"):
+        RewardDistribution(["a", "b"])
+    with pytest.raises(TypeError, match="find_bend takes a curve of real numbers"):
+        find_bend("abc")

@@ -7,7 +7,7 @@ fine-tuning attack. See ``docs/antidote.md``.
     result = antidote_prune(peft_model, batches, AntidoteConfig(dense_ratio=0.1))
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.antidote.evaluation import (
     CallableModerator,
     ChatModerator,
@@ -32,9 +32,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-
-# moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "HarmfulFinetuneExperiment": "pipeline",

@@ -67,14 +67,23 @@ def make_realign_batches(
         raise ValueError(f"template must be 'alpaca' or 'none', got {template!r}")
     batch_size = as_int("batch_size", batch_size, 1)
     texts, heads = [], []
-    for p in pairs:
+    for i, p in enumerate(pairs):
         if isinstance(p, dict):
             instr = p.get("prompt", p.get("instruction"))
             inp, resp = p.get("input") or "", p.get("response", p.get("output"))
-        else:
+        elif isinstance(p, (tuple, list)) and len(p) == 2:
             (instr, resp), inp = p, ""
+        else:
+            raise ValueError(
+                f"calibration pair {i} must be a (prompt, response) tuple or a dict with "
+                f"prompt/instruction and response/output, got {p!r}"
+            )
         if instr is None or resp is None:
             raise ValueError(f"a calibration pair needs a prompt and a response, got {p!r}")
+        if not all(isinstance(x, str) for x in (instr, inp, resp)):
+            raise ValueError(
+                f"calibration pair {i} needs text for its prompt, input and response, got {p!r}"
+            )
         head = render_prompt(instr, inp, template)
         heads.append(head)
         texts.append(head + resp + (tokenizer.eos_token or ""))

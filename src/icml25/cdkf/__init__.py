@@ -9,7 +9,7 @@ The filter (``ContinuousDiscreteKF``), the bound (``covariance_bound``) and the 
 separate public pieces, the scheduler is ``icml25.cdkf.schedule``; ``ControlledSchedulingProblem``
 adds an auxiliary state (energy, a robot) and its control."""
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.cdkf.aux import AuxiliaryModel, distance_noise, energy_model, robot_energy_model
 from icml25.cdkf.baselines import kalman_bucy_relaxation
 from icml25.cdkf.bound import covariance_bound
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "deterministic_schedule": "schedule",

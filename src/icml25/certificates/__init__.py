@@ -11,7 +11,7 @@ causal RL, then filter any nominal policy through the certificate ``Q(x, k, u) >
     >>> u, info = cert.filter(codec.encode(0, 0), t=0, u_nominal=4)
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.certificates.baselines import DTCBFFilter
 from icml25.certificates.certificate import SafetyCertificate, candidate_filter
 from icml25.certificates.cmdp import OfflineDataset, TabularConfoundedMDP
@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - gymnasium absent
     pass
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "AuxDataset": "data",

@@ -9,7 +9,7 @@ arXiv:2506.09781).
 the closed forms (thresholds, predicted optima, bounds) to check a setting against.
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.contrastive import theory
 from icml25.contrastive.losses import (
     ContrastiveLoss,
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "SimilarityStats": "stats",

@@ -13,7 +13,7 @@ PEBBLE loop is :class:`icml25.distinguishability.rl.PreferenceRL`, and
 ``model.learn``.
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.distinguishability.learner import RewardLearner
 from icml25.distinguishability.queries import (
     DistinguishabilityQuery,
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "AnswerBuffer": "queries",

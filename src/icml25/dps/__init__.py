@@ -13,7 +13,7 @@ when imported; this package itself does not.
 
 from __future__ import annotations
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.dps.baselines import (
     crop_vote,
     ecso,
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "Conversation": "defense",

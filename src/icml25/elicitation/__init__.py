@@ -20,7 +20,7 @@ Importing this package imports torch.
 
 from __future__ import annotations
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.elicitation.backends import HFTargetModel, OpenAICompatTarget, TargetModel
 from icml25.elicitation.dpo import (
     PreferencePair,
@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "PenalizedReward": "rewards",

@@ -24,11 +24,7 @@ See docs/fpo.md.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.fpo.cache import ReferenceCache, build_reference_cache
 from icml25.fpo.data import PreferenceCollator
 from icml25.fpo.losses import FPOOutput, dpo_loss, fpo_loss, simpo_loss, tdpo_loss
@@ -62,8 +58,15 @@ __all__ = [
 ]
 
 
+def _fpo_trainer() -> type:
+    """TRL (the ``train`` extra) loads only when ``FPOTrainer`` is asked for."""
+    from icml25.fpo.trl_trainer import FPOTrainer
+
+    return FPOTrainer
+
+
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-_moved_getattr = moved(
+__getattr__ = _moved(
     __name__,
     {
         "COLUMNS": "data",
@@ -85,27 +88,5 @@ _moved_getattr = moved(
         "top_k_active": "losses",
         "win_rate": "metrics",
     },
+    lazy={"FPOTrainer": _fpo_trainer},
 )
-
-
-def __getattr__(name: str) -> Any:
-    """TRL (the ``train`` extra) loads only when ``FPOTrainer`` is asked for; a moved name
-    resolves from its module with ``icml25._moved``'s DeprecationWarning, pointed at the caller's
-    line (as a bare ``moved`` table would be)."""
-    if name == "FPOTrainer":
-        from icml25.fpo.trl_trainer import FPOTrainer
-
-        return FPOTrainer
-    where = _moved_getattr.moved.get(name)
-    if where is None:
-        return _moved_getattr(name)  # the AttributeError
-    importlib.import_module(where if where.startswith("icml25.") else f"{__name__}.{where}")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = _moved_getattr(name)
-    for w in caught:
-        warnings.warn(w.message, w.category, stacklevel=2)
-    return value
-
-
-__getattr__.moved = _moved_getattr.moved  # type: ignore[attr-defined]  # read by tests and the docs hook

@@ -8,7 +8,7 @@ measures (``icml25.future_of_work.inequality``), and the task-based automation m
 and Restrepo.
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.future_of_work._checks import DISCLAIMER
 from icml25.future_of_work.licensing import (
     CollectiveLicensingPool,
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "MAX_EXACT": "valuation",

@@ -8,7 +8,7 @@ arXiv:2502.08075).
     >>> swapper.evaluate(retain_test, forget_test, learn_test)      # acc_r, acc_f, acc_l, h
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.knowledge_swap.lora import expand_head, inject_lora
 from icml25.knowledge_swap.metrics import membership_inference, relearn_time
 from icml25.knowledge_swap.splits import split_by_class
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "LoRAConv2d": "icml25.lora",

@@ -262,7 +262,12 @@ class KnowledgeSwapConfig:
         put("seed", as_int("seed", self.seed))
         put("weight_decay", as_real("weight_decay", self.weight_decay, low=0))
         put("lr", as_real("lr", self.lr, low=0, low_open=True))
-        put("min_lr", as_real("min_lr", self.min_lr, low=0, high=self.lr))
+        put("min_lr", as_real("min_lr", self.min_lr, low=0))
+        if self.min_lr > self.lr:  # the cosine schedule's floor; its default is 1e-5
+            raise ValueError(
+                f"min_lr={self.min_lr} is above lr={self.lr}: the cosine schedule decays from lr "
+                f"to min_lr, so min_lr must be in [0, lr] (set min_lr too when lr < 1e-5)"
+            )
         if self.grad_clip is not None:
             put("grad_clip", as_real("grad_clip", self.grad_clip, low=0, low_open=True))
         if self.n_old is not None:

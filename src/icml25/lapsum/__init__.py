@@ -9,7 +9,7 @@ with exact O(n log n) forward and backward passes and O(n) saved memory.
     >>> p = soft_topk(torch.randn(64, 1000), k=10, alpha=0.1)   # each row sums to 10
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.lapsum.functional import (
     lapsum,
     lapsum_inverse,
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "knn_topk_loss": "functional",

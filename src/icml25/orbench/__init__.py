@@ -13,7 +13,7 @@ Importing this package is cheap (no torch).
 
 from __future__ import annotations
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.orbench.categories import CATEGORIES
 from icml25.orbench.dataset import load_orbench
 from icml25.orbench.evaluation import EvalResult, evaluate
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "CATEGORY_DEFINITIONS": "categories",

@@ -9,7 +9,7 @@ sufficient conditions. ``llm`` holds the same bottleneck for Hugging Face causal
 ``transformers.Trainer`` path, ``SimplexDPOTrainer`` (neither is imported here).
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.proxy_feedback.conditions import ConditionReport, check_conditions
 from icml25.proxy_feedback.data import PreferenceBatch, sample_preferences
 from icml25.proxy_feedback.evaluate import evaluate
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "ADAPTERS": "model",

@@ -18,11 +18,7 @@ up-weight the human ones. docs/rlthf.md has the method, an example and the repro
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.rlthf.data import PreferencePairs
 from icml25.rlthf.distribution import RewardDistribution, window_accuracy
 from icml25.rlthf.labelers import (
@@ -60,8 +56,19 @@ __all__ = [
 ]
 
 
+def _weighted_reward_trainer() -> type:
+    """TRL (the ``train`` extra) loads only when the trainer is asked for."""
+    try:
+        from icml25.rlthf.trl_trainer import WeightedRewardTrainer
+    except ImportError as e:
+        raise ImportError(
+            f"WeightedRewardTrainer needs TRL: pip install 'icml25[train]' ({e})"
+        ) from e
+    return WeightedRewardTrainer
+
+
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-_moved_getattr = moved(
+__getattr__ = _moved(
     __name__,
     {
         "SyntheticLabeler": "labelers",
@@ -84,24 +91,5 @@ _moved_getattr = moved(
         "select_targets": "selection",
         "weighted_bt_loss": "losses",
     },
+    lazy={"WeightedRewardTrainer": _weighted_reward_trainer},
 )
-
-
-def __getattr__(name: str) -> Any:
-    """TRL loads only when its trainer is asked for; a moved name resolves from its module with
-    ``icml25._moved``'s DeprecationWarning, pointed at the caller's line (as a bare ``moved``
-    table would be)."""
-    if name == "WeightedRewardTrainer":
-        return getattr(importlib.import_module("icml25.rlthf.trl_trainer"), name)
-    if name not in _moved_getattr.moved:
-        return _moved_getattr(name)  # the AttributeError
-    importlib.import_module(f"{__name__}.{_moved_getattr.moved[name]}")  # its own warnings as usual
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        value = _moved_getattr(name)
-    for w in caught:
-        warnings.warn(w.message, w.category, stacklevel=2)
-    return value
-
-
-__getattr__.moved = _moved_getattr.moved  # type: ignore[attr-defined]  # read by tests and the docs hook

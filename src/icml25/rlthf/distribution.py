@@ -33,7 +33,10 @@ def find_bend(y: Any) -> int:
     """
     if hasattr(y, "detach") and hasattr(y, "dtype"):  # a torch tensor (bf16 has no numpy form)
         y = y.detach().cpu().double().numpy()
-    arr = np.asarray(y, dtype=np.float64)
+    try:
+        arr = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"find_bend takes a curve of real numbers, got {y!r:.80}") from None
     if arr.ndim != 1:
         raise ValueError(f"find_bend takes a 1-D curve, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -83,9 +86,14 @@ class RewardDistribution:
     """
 
     def __init__(self, margins: Any, indices: Any = None, smoothing_window: int | None = None):
-        m = np.asarray(margins, dtype=np.float64)
+        try:
+            m = np.asarray(margins, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"margins must be real numbers, got {margins!r:.80}") from None
         if m.ndim != 1:
             raise ValueError(f"margins must be 1-D, got shape {m.shape}")
+        if len(m) == 0:
+            raise ValueError("margins is empty: the distribution needs at least one scored pair")
         if not np.all(np.isfinite(m)):
             i = int(np.flatnonzero(~np.isfinite(m))[0])
             raise FloatingPointError(

@@ -19,7 +19,7 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.safety_reasoning.attacks import (
     CipherAttack,
     PAIRAttack,
@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "AttackTransform": "attacks",

@@ -9,7 +9,7 @@ current gradient only, and a plain SGD step: no optimizer state. Embeddings, the
 biases take AdamW inside the same optimizer.
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.swan.functional import swan_direction
 from icml25.swan.groups import paper_param_groups, swan_param_groups
 from icml25.swan.memory import optimizer_state_bytes
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "VARIANTS": "optim",

@@ -7,7 +7,7 @@ features (k-NN distances, LID) that control for them.
     >>> loss = tp_loss(image_emb, paired_text_emb)          # (N, d) clouds; differentiable
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.topo_detect.controls import knn_features
 from icml25.topo_detect.losses import TopologicalContrastiveLoss, mk_loss, tp_loss
 from icml25.topo_detect.models import AlignmentModel, HFCLIPAdapter
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "PersistenceDiagram": "persistence",

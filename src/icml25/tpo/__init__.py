@@ -10,7 +10,7 @@ command is ``icml25 tpo``. ``PromptSet.from_textgrad()`` gives TextGrad's exact 
 prompts. The offline role model of the reproduction is in :mod:`icml25.tpo.tiny`.
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.tpo.engine import TPOConfig, TPOResult, best_of_n, tpo_batch, tpo_optimize
 from icml25.tpo.prompts import PromptSet
 
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "CacheEntry": "engine",

@@ -6,7 +6,7 @@ Finkelstein, Trabelsi, Luo, Freitag, ICML 2025, arXiv:2410.16509; docs/twa.md).
     >>> out = twa_loss(logits, labels, positive, span_ids, span_weights)   # your own loop
 """
 
-from icml25._moved import moved
+from icml25._moved import moved as _moved
 from icml25.twa.annotations import AnnotatedTranslation, ErrorSpan, load_mqm_tsv
 from icml25.twa.baselines import build_dpo_pairs, filter_sft_examples, train_dpo
 from icml25.twa.collate import TWACollator, twa_loss_on_batch
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # moved out of the package namespace (CHANGELOG.md, 0.2.0); removed in 0.3.0
-__getattr__ = moved(
+__getattr__ = _moved(
     __name__,
     {
         "DEFAULT_SEVERITY_WEIGHTS": "annotations",
