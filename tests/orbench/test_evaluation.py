@@ -645,3 +645,14 @@ def test_cached_chat_over_hf_chat(tiny_hf, tmp_path):
     key = lambda rows: sorted((r["id"], r["response"], r["refused"]) for r in rows)  # noqa: E731
     assert key(plain.per_prompt) == key(first.per_prompt) == key(again.per_prompt)
     assert first.model == tiny_hf.name
+
+
+def test_a_store_given_as_a_jsonl_store_keeps_its_remedy(tmp_path):
+    """A pipeline that opens the store (build_orbench's panel) names its own remedy on a
+    mismatch, not evaluate's keep_both, which the pipeline does not take."""
+    rec = Recorder()
+    store = JsonlStore(tmp_path / "panel.jsonl", ("model", "id"), remedy="use another out_dir")
+    evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: True)
+    with pytest.raises(SettingsMismatch, match="judge.*use another out_dir") as err:
+        evaluate(CallableChat(rec, name="m"), records(), store=store, detector=lambda t: False)
+    assert "keep_both" not in str(err.value)

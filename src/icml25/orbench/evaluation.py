@@ -420,7 +420,10 @@ def _open_eval_store(
         st = JsonlStore(Path(tmp.name) / "eval.jsonl", ("model", "id"), settings=settings_all)
         return st, tmp
     path = store.path if isinstance(store, JsonlStore) else Path(store)
-    st = JsonlStore(path, ("model", "id"), settings=settings_all, on_mismatch="separate")
+    remedy = store.remedy if isinstance(store, JsonlStore) else None  # a pipeline's own advice
+    st = JsonlStore(
+        path, ("model", "id"), settings=settings_all, on_mismatch="separate", remedy=remedy
+    )
     siblings = _other_runs(st, name, keep_both)
     _reuse_answers(items, st, name, siblings, settings_all)
     return st, None

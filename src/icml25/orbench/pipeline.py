@@ -364,7 +364,8 @@ class _Build:
                 backend,
                 pool,
                 detector=detector,
-                store=self.out / "panel.jsonl",
+                # the build's advice on a mismatch (evaluate's keep_both is not a build option)
+                store=JsonlStore(self.out / "panel.jsonl", ("model", "id"), remedy=self.FRESH),
                 model=name,
                 concurrency=self.concurrency,
                 subset="80k",
