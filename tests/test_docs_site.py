@@ -40,6 +40,11 @@ def test_every_public_callable_has_a_docstring():
             obj = getattr(mod, n)
             if (inspect.isfunction(obj) or inspect.isclass(obj)) and not _documented(obj):
                 missing.append(f"{m}.{n}")
+        # the building blocks the API page renders under "Submodules"
+        for sub, sub_names in _submodule_names(m):
+            for n in sub_names:
+                if not _documented(getattr(importlib.import_module(sub), n)):
+                    missing.append(f"{sub}.{n}")
     assert not missing, missing
 
 
